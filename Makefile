@@ -1,0 +1,42 @@
+# tpustream — `make help` lists the targets.
+VENV    ?= .venv
+PYTHON  ?= python3
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+DEMO_DIR ?= demo-output
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-unit demo lint bench clean
+
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "tpustream needs Python >= 3.10"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Build .venv (pinned torch 2.9.0 / torchvision 0.24.0 / torch_xla 2.9.0 + the rest).
+
+test: $(STAMP) ## Run the whole test suite (unit + integration: GCS server on loopback, XLA on CPU).
+	$(BIN)/pytest
+
+test-unit: $(STAMP) ## Run the fast unit tests only.
+	$(BIN)/pytest -m "not integration and not slow"
+
+demo: $(STAMP) ## Run the main job locally on the bundled digits data.
+	$(BIN)/tpustream shards create --source digits --output $(DEMO_DIR)/digits --overwrite
+	$(BIN)/tpustream shards verify $(DEMO_DIR)/digits
+
+lint: $(STAMP) ## ruff (lint + format check) and mypy.
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: $(STAMP) ## Shard-writer benchmark (JSON lines).
+	$(BIN)/tpustream bench write
+
+clean: ## Remove demo output and caches (keeps .venv).
+	rm -rf $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,89 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tpustream.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["shards"], ["shards", "create"], ["shards", "verify"], ["bench"], ["bench", "write"]]
+)
+def test_every_command_has_help(args):
+    result = runner.invoke(app, [*args, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output
+
+
+def test_create_verify_and_refuse_again(tmp_path):
+    out = str(tmp_path / "ds")
+    result = runner.invoke(app, ["shards", "create", "--output", out, "--num-shards", "3", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 1797 samples" in result.output and "0 skipped" in result.output
+    result = runner.invoke(app, ["shards", "verify", out])
+    assert result.exit_code == 0 and "ok: 4 shards" in result.output
+    result = runner.invoke(app, ["shards", "create", "--output", out])
+    assert result.exit_code == 2 and "--overwrite" in result.output
+
+
+def test_verify_exits_nonzero_naming_bad_shards(tmp_path):
+    out = tmp_path / "ds"
+    assert runner.invoke(app, ["shards", "create", "--output", str(out), "--num-shards", "2"]).exit_code == 0
+    (out / "train" / "train-000001.tar").write_bytes(b"garbage")
+    result = runner.invoke(app, ["shards", "verify", str(out)])
+    assert result.exit_code == 1
+    assert "BAD train/train-000001.tar" in result.output and "1 of 3 shards failed" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--source", "nope"], "unknown source 'nope'"),
+        (["--num-shards", "0"], "--num-shards must be at least 1"),
+        (["--source", "synthetic-cifar:5", "--num-shards", "9"], "cannot fill 9 shards"),
+        (["--output", "pipe:cat"], "pipe:"),
+    ],
+)
+def test_bad_input_is_a_clear_error(tmp_path, args, message):
+    full = ["shards", "create", "--output", str(tmp_path / "o"), *args]
+    result = runner.invoke(app, full)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_verify_of_missing_dataset(tmp_path):
+    result = runner.invoke(app, ["shards", "verify", str(tmp_path)])
+    assert result.exit_code == 2 and "no dataset" in result.output
+
+
+def test_bench_write_prints_json_lines():
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "write",
+            "--samples",
+            "400",
+            "--imagenet-samples",
+            "20",
+            "--repeats",
+            "1",
+            "--samples-per-shard",
+            "100",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.strip().splitlines()]
+    writers = [(r["data"], r.get("writer")) for r in lines if r["bench"] == "write"]
+    assert writers == [
+        ("cifar-size-ppm", "stock-webdataset"), ("cifar-size-ppm", "tpustream"),
+        ("imagenet-size-jpeg", "stock-webdataset"), ("imagenet-size-jpeg", "tpustream"),
+    ]  # fmt: skip
+    ours = next(r for r in lines if r.get("writer") == "tpustream")
+    stock = next(r for r in lines if r.get("writer") == "stock-webdataset")
+    assert ours["header_bytes_per_sample"] == 1024  # two 512-byte USTAR headers, no PAX
+    assert stock["tar_overhead_bytes_per_sample"] > ours["tar_overhead_bytes_per_sample"] + 1500
+    assert {r["format"] for r in lines if r["bench"] == "encoding"} == {"ppm", "png"}

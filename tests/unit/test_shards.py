@@ -1,0 +1,229 @@
+import json
+import os
+from collections import Counter
+
+import pytest
+
+from tests.unit.test_sources import make_image_folder
+from tpustream import shards, storage
+from tpustream.sources import Item, Source, open_source
+from tpustream.tario import iter_tar_samples
+
+
+def _config(output, **kw):
+    kw.setdefault("source", "digits")
+    return shards.ShardConfig(output=str(output), **kw)
+
+
+def _samples(path):
+    with open(path, "rb") as f:
+        return list(iter_tar_samples(f))
+
+
+def test_plan_is_deterministic_balanced_and_mixed():
+    source = open_source("digits")
+    plan = shards.plan_dataset(source, _config("/unused", num_shards=7, val_fraction=0.2, seed=3))
+    again = shards.plan_dataset(source, _config("/unused", num_shards=7, val_fraction=0.2, seed=3))
+    assert [s.fingerprint for s in plan.shards] == [s.fingerprint for s in again.shards]
+    other = shards.plan_dataset(source, _config("/unused", num_shards=7, val_fraction=0.2, seed=4))
+    assert [s.fingerprint for s in plan.shards] != [s.fingerprint for s in other.shards]
+    train = plan.shards_of("train")
+    assert len(train) == 7
+    sizes = [len(s.items) for s in train]
+    assert max(sizes) - min(sizes) <= 1
+    for spec in plan.shards:  # classes mixed within every shard
+        assert len({source.items[i].label for i in spec.items}) == 10
+    # the split is stratified and disjoint, and covers every item exactly once
+    val_items = [i for s in plan.shards_of("val") for i in s.items]
+    train_items = [i for s in train for i in s.items]
+    assert sorted(val_items + train_items) == list(range(1797))
+    val_classes = Counter(source.items[i].label for i in val_items)
+    assert all(30 <= n <= 42 for n in val_classes.values())
+
+
+def test_upsample_repeats_train_only_and_spreads_copies():
+    source = open_source("synthetic-cifar:1000")
+    plan = shards.plan_dataset(
+        source, _config("/u", source="synthetic-cifar:1000", num_shards=10, upsample=5)
+    )
+    train = [i for s in plan.shards_of("train") for i in s.items]
+    assert len(train) == 900 * 5 and set(Counter(train).values()) == {5}
+    assert plan.split_counts["val"] == 100
+    for spec in plan.shards_of("train"):  # copies land in different shards, not next to each other
+        assert len(set(spec.items)) >= 0.95 * len(spec.items)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_shards": 5000}, "cannot fill 5000 shards"),
+        ({"val_shards": 1000, "val_fraction": 0.1}, "cannot fill 1000 shards"),
+    ],
+)
+def test_plan_errors(kwargs, message):
+    with pytest.raises(shards.ShardError, match=message):
+        shards.plan_dataset(open_source("digits"), _config("/u", **kwargs))
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"num_shards": 0}, {"upsample": 0}, {"val_fraction": 1.0}, {"workers": 0}, {"max_side": 2}]
+)
+def test_config_validation(kwargs):
+    with pytest.raises(ValueError):
+        _config("/u", **kwargs)
+
+
+def test_create_writes_exact_shards_and_manifest_last(tmp_path):
+    out = tmp_path / "ds"
+    manifest, summary = shards.create_shards(_config(out, num_shards=4, workers=2), progress=False)
+    assert summary.num_samples == 1797 and summary.skipped == 0
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert on_disk["splits"] == manifest["splits"] and on_disk["format"] == shards.MANIFEST_FORMAT
+    train = manifest["splits"]["train"]
+    assert [s["path"] for s in train["shards"]] == [f"train/train-{i:06d}.tar" for i in range(4)]
+    assert sum(s["num_samples"] for s in train["shards"]) == train["num_samples"]
+    for shard in train["shards"] + manifest["splits"]["val"]["shards"]:
+        samples = _samples(out / shard["path"])
+        assert len(samples) == shard["num_samples"]
+        assert os.path.getsize(out / shard["path"]) == shard["num_bytes"]
+        assert all(set(f) == {"ppm", "cls"} for _, f in samples)
+    assert sum(train["class_counts"]) == train["num_samples"]
+    assert not (out / "_records").exists()  # records removed once the manifest is committed
+    assert shards.verify_shards(str(out), progress=False) == (len(train["shards"]) + 1, [])
+
+
+def test_existing_dataset_refused_then_overwritten(tmp_path):
+    out = tmp_path / "ds"
+    shards.create_shards(_config(out, num_shards=5), progress=False)
+    with pytest.raises(shards.ShardError, match="--overwrite"):
+        shards.create_shards(_config(out, num_shards=3), progress=False)
+    manifest, _ = shards.create_shards(_config(out, num_shards=3, overwrite=True), progress=False)
+    assert len(manifest["splits"]["train"]["shards"]) == 3
+    assert sorted(os.listdir(out / "train")) == [f"train-{i:06d}.tar" for i in range(3)]  # stale shards gone
+    assert shards.verify_shards(str(out), progress=False)[1] == []
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def _crashing(source, after):
+    calls = {"n": 0}
+
+    def load(item, max_side):
+        calls["n"] += 1
+        if calls["n"] > after:
+            raise _Crash("power cut")
+        return source.loader(item, max_side)
+
+    return Source(source.spec, source.description, source.classes, source.items, load)
+
+
+def test_crash_leaves_no_manifest_and_rerun_resumes(tmp_path):
+    out = tmp_path / "ds"
+    config = _config(out, num_shards=6, workers=1)
+    source = open_source("digits")
+    with pytest.raises(_Crash):
+        shards.create_shards(config, progress=False, source=_crashing(source, after=700))
+    assert not (out / "manifest.json").exists()
+    finished = sorted(os.listdir(out / "train"))
+    assert finished == [f"train-{i:06d}.tar" for i in range(len(finished))] and 0 < len(finished) < 6
+    mtimes = {f: os.stat(out / "train" / f).st_mtime_ns for f in finished}
+    with pytest.raises(shards.ShardError, match="no dataset"):
+        shards.read_manifest(str(out))
+    manifest, summary = shards.create_shards(config, progress=False)
+    assert summary.reused_shards == len(finished)
+    assert {f: os.stat(out / "train" / f).st_mtime_ns for f in finished} == mtimes  # kept, not rewritten
+    fresh, _ = shards.create_shards(_config(tmp_path / "fresh", num_shards=6), progress=False)
+    assert [s["sha256"] for s in manifest["splits"]["train"]["shards"]] == [
+        s["sha256"] for s in fresh["splits"]["train"]["shards"]
+    ]
+
+
+def test_changed_plan_rewrites_instead_of_reusing(tmp_path):
+    out = tmp_path / "ds"
+    source = open_source("digits")
+    with pytest.raises(_Crash):
+        shards.create_shards(
+            _config(out, num_shards=6, seed=1), progress=False, source=_crashing(source, 700)
+        )
+    _, summary = shards.create_shards(_config(out, num_shards=6, seed=2), progress=False)
+    assert summary.reused_shards == 0
+
+
+def test_verify_reports_corrupt_and_missing_shards(tmp_path):
+    out = tmp_path / "ds"
+    shards.create_shards(_config(out, num_shards=4), progress=False)
+    data = bytearray((out / "train/train-000001.tar").read_bytes())
+    data[5000] ^= 0xFF
+    (out / "train/train-000001.tar").write_bytes(bytes(data))
+    (out / "train/train-000002.tar").write_bytes(bytes(data[:20000]))
+    os.unlink(out / "train/train-000003.tar")
+    checked, problems = shards.verify_shards(str(out), progress=False)
+    assert checked == 5
+    assert [p.split(":")[0] for p in problems] == [f"train/train-00000{i}.tar" for i in (1, 2, 3)]
+    assert "sha256" in problems[0] and "missing" in problems[2]
+
+
+def test_corrupt_images_skipped_and_recorded_or_strict(tmp_path):
+    root = make_image_folder(tmp_path / "img", per_class=6)
+    (root / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    (root / "dog" / "notes.txt").write_text("hello")
+    manifest, summary = shards.create_shards(
+        _config(tmp_path / "ds", source=str(root), num_shards=2), progress=False
+    )
+    assert summary.skipped == 1 and manifest["skipped"]["count"] == 1
+    assert "broken.jpg" in manifest["skipped"]["examples"][0]
+    assert manifest["ignored_files"]["examples"] == ["dog/notes.txt"]
+    total = sum(s["num_samples"] for s in manifest["splits"].values())
+    assert total == 12
+    with pytest.raises(shards.ShardError, match="strict"):
+        shards.create_shards(
+            _config(tmp_path / "ds2", source=str(root), num_shards=2, strict=True), progress=False
+        )
+    assert not (tmp_path / "ds2" / "manifest.json").exists()
+
+
+def test_output_that_is_a_file_and_bad_schemes(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(storage.StorageError, match="is a file"):
+        shards.create_shards(_config(a_file), progress=False)
+    for uri in ("pipe:cat > x", "s3://bucket/x", "http://example/x"):
+        with pytest.raises(storage.StorageError):
+            shards.create_shards(_config(uri), progress=False)
+
+
+def test_fewer_samples_than_shards_message(tmp_path):
+    with pytest.raises(
+        shards.ShardError, match="10 training samples cannot fill 19 shards: use --num-shards 10 or fewer"
+    ):
+        shards.create_shards(
+            _config(tmp_path / "d", source="synthetic-cifar:20", num_shards=19), progress=False
+        )
+    assert not (tmp_path / "d").exists()
+
+
+def test_max_side_shrinks_images(tmp_path):
+    manifest, _ = shards.create_shards(
+        _config(tmp_path / "d", source="synthetic-imagenet:12", num_shards=2, max_side=100), progress=False
+    )
+    from io import BytesIO
+
+    from PIL import Image
+
+    (key, fields), *_ = _samples(tmp_path / "d" / manifest["splits"]["train"]["shards"][0]["path"])
+    assert max(Image.open(BytesIO(fields["jpg"])).size) == 100
+
+
+def test_source_items_custom_source_labels_roundtrip(tmp_path):
+    items = [Item(i, i % 3) for i in range(30)]
+    source = Source("custom", "test", ["a", "b", "c"], items, lambda item, _: (b"P6\n1 1\n255\nabc", "ppm"))
+    manifest, _ = shards.create_shards(
+        _config(tmp_path / "d", source="custom", num_shards=3), source=source, progress=False
+    )
+    labels = Counter()
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            labels.update(int(f["cls"]) for _, f in _samples(tmp_path / "d" / shard["path"]))
+    assert labels == Counter({0: 10, 1: 10, 2: 10})

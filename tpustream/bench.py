@@ -1,0 +1,157 @@
+"""Benchmarks that print one JSON line per result, with the baseline run side by side in-process.
+
+The machine is shared and noisy: each writer runs ``repeats`` times, interleaved with its baseline,
+and the median is reported with the ratio to the baseline's median.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+__all__ = ["bench_write"]
+
+
+def _timed(fn: Callable[[], None]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) for one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _tar_bytes(directory: str) -> int:
+    return sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
+
+
+def _write_ours(samples: Sequence[tuple[str, str, bytes, bytes]], directory: str, per_shard: int) -> None:
+    from tpustream.tario import TarShardWriter
+
+    for shard, start in enumerate(range(0, len(samples), per_shard)):
+        with (
+            open(os.path.join(directory, f"ours-{shard:06d}.tar"), "wb", buffering=1 << 20) as f,
+            TarShardWriter(f) as writer,
+        ):
+            for key, ext, image, cls in samples[start : start + per_shard]:
+                writer.write(key, {ext: image, "cls": cls})
+
+
+def _write_stock(samples: Sequence[tuple[str, str, bytes, bytes]], directory: str, per_shard: int) -> None:
+    import webdataset as wds
+
+    pattern = os.path.join(directory, "stock-%06d.tar")
+    with wds.ShardWriter(pattern, maxcount=per_shard, verbose=0) as sink:
+        for key, ext, image, cls in samples:
+            sink.write({"__key__": key, ext: image, "cls": cls})
+
+
+def _compare_writers(
+    name: str, samples: Sequence[tuple[str, str, bytes, bytes]], repeats: int, per_shard: int
+) -> Iterator[dict[str, Any]]:
+    payload = sum(len(s[2]) + len(s[3]) for s in samples)
+    runs: dict[str, list[tuple[float, float]]] = {"stock-webdataset": [], "tpustream": []}
+    sizes: dict[str, int] = {}
+    writers = {"stock-webdataset": _write_stock, "tpustream": _write_ours}
+    for _ in range(repeats):
+        for writer, fn in writers.items():
+            directory = tempfile.mkdtemp(prefix=f"tpustream-bench-{writer}-")
+            try:
+                runs[writer].append(_timed(functools.partial(fn, samples, directory, per_shard)))
+                sizes[writer] = _tar_bytes(directory)
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
+    stock_rate = len(samples) / statistics.median(w for w, _ in runs["stock-webdataset"])
+    for writer in writers:
+        wall = statistics.median(w for w, _ in runs[writer])
+        cpu = statistics.median(c for _, c in runs[writer])
+        overhead = (sizes[writer] - payload) / len(samples)
+        members = 2
+        yield {
+            "bench": "write",
+            "data": name,
+            "writer": writer,
+            "samples": len(samples),
+            "repeats": repeats,
+            "samples_per_s": round(len(samples) / wall),
+            "samples_per_s_per_core": round(len(samples) / max(cpu, 1e-9)),
+            "mb_per_s": round(payload / wall / 1e6, 1),
+            "mb_per_s_per_core": round(payload / max(cpu, 1e-9) / 1e6, 1),
+            "payload_bytes_per_sample": round(payload / len(samples)),
+            "tar_overhead_bytes_per_sample": round(overhead),
+            # what a writer can choose: headers (PAX or not); 512-byte block padding is fixed by tar
+            "header_bytes_per_sample": round(overhead - _padding(samples) / len(samples) - 1024 / per_shard),
+            "member_count_per_sample": members,
+            "ratio_vs_stock": round(len(samples) / wall / stock_rate, 2),
+        }
+
+
+def _padding(samples: Sequence[tuple[str, str, bytes, bytes]]) -> int:
+    return sum(-len(s[2]) % 512 + -len(s[3]) % 512 for s in samples)
+
+
+def _encoding_choice(images: Sequence[Any], repeats: int) -> Iterator[dict[str, Any]]:
+    """PPM vs PNG for raw arrays: bytes per sample and how fast the loader can decode each."""
+    import numpy as np
+    from PIL import Image
+
+    from tpustream.sources import decode_ppm, encode_ppm
+
+    ppm = [encode_ppm(img) for img in images]
+    png = []
+    for img in images:
+        out = io.BytesIO()
+        Image.fromarray(img).save(out, format="PNG", compress_level=1)
+        png.append(out.getvalue())
+
+    def decode_all_ppm() -> None:
+        for data in ppm:
+            decode_ppm(data)
+
+    def decode_all_png() -> None:
+        for data in png:
+            np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+    rates = {}
+    for fmt, fn, encoded in (("ppm", decode_all_ppm, ppm), ("png", decode_all_png, png)):
+        wall = statistics.median(_timed(fn)[0] for _ in range(repeats))
+        rates[fmt] = (len(encoded) / wall, sum(map(len, encoded)) / len(encoded))
+    for fmt, (rate, nbytes) in rates.items():
+        yield {
+            "bench": "encoding",
+            "data": "cifar-size",
+            "format": fmt,
+            "decode_samples_per_s": round(rate),
+            "bytes_per_sample": round(nbytes),
+            "decode_ratio_vs_png": round(rate / rates["png"][0], 2),
+        }
+
+
+def bench_write(
+    *, samples: int, imagenet_samples: int, repeats: int, samples_per_shard: int
+) -> Iterator[str]:
+    """Yield JSON lines: CIFAR-size and ImageNet-size writes (ours vs stock), then PPM vs PNG."""
+    from tpustream.sources import encode_ppm, synthetic_cifar_image, synthetic_imagenet_jpeg
+
+    images = [synthetic_cifar_image(i, i % 10) for i in range(samples)]  # every sample distinct
+    cifar = [(f"{i:08d}", "ppm", encode_ppm(img), str(i % 10).encode()) for i, img in enumerate(images)]
+    for result in _compare_writers("cifar-size-ppm", cifar, repeats, samples_per_shard):
+        yield json.dumps(result)
+    if imagenet_samples > 0:
+        distinct = min(imagenet_samples, 200)
+        jpegs = [synthetic_imagenet_jpeg(i, i % 10) for i in range(distinct)]
+        imagenet = [
+            (f"{i:08d}", "jpg", jpegs[i % distinct], str(i % 10).encode()) for i in range(imagenet_samples)
+        ]
+        for result in _compare_writers(
+            "imagenet-size-jpeg", imagenet, repeats, max(1, samples_per_shard // 10)
+        ):
+            yield json.dumps(result)
+    for result in _encoding_choice(images[:1000], repeats):
+        yield json.dumps(result)

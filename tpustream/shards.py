@@ -1,0 +1,583 @@
+"""Shard creation: plan first (seeded shuffle, upsample, split), then write tar shards, manifest LAST.
+
+Layout written under the output URI (DESIGN.md):
+    train/train-000000.tar ...  val/val-000000.tar ...   manifest.json (written last)
+    _records/<split>-NNNNNN.json   one per finished shard while the dataset is being made (resume);
+                                   removed once the manifest is committed.
+A shard appears under its final name only when complete (local: temp file + rename; GCS: an object
+exists only once its upload finished). Re-running after a crash keeps every shard whose record
+matches the plan and writes the rest; a complete dataset (manifest present) is refused unless
+``overwrite``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import multiprocessing
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tpustream import storage
+from tpustream.sources import CorruptImage, Item, Source, SourceError, open_source
+from tpustream.tario import HashingReader, TarShardWriter, iter_tar_samples
+
+__all__ = [
+    "MANIFEST_NAME",
+    "MANIFEST_FORMAT",
+    "ShardConfig",
+    "ShardSpec",
+    "DatasetPlan",
+    "ShardError",
+    "CreateSummary",
+    "plan_dataset",
+    "write_shard",
+    "create_shards",
+    "finalize_manifest",
+    "read_manifest",
+    "verify_shards",
+    "shard_path",
+]
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "tpustream.shards/v1"
+RECORDS_DIR = "_records"
+SPLITS = ("train", "val")
+MAX_SKIPS_LISTED = 100
+SAMPLES_PER_SHARD_TARGET = 2000  # the blog's 1.28M samples / 640 shards
+MIN_TRAIN_SHARDS = 8  # enough for a host's loader workers to each stream their own shards
+
+
+class ShardError(RuntimeError):
+    """Shard creation or verification cannot proceed; the message says what and what to do."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardConfig:
+    """Options of ``tpustream shards create`` (DESIGN.md contract)."""
+
+    source: str
+    output: str
+    num_shards: int | None = None  # train shards; None = about 2,000 samples per shard, at least 8
+    val_shards: int | None = None  # None = as many as keep val shards about the size of train shards
+    val_fraction: float | None = None  # None = the source's own split, else 0.1
+    upsample: int = 1
+    seed: int = 0
+    max_side: int | None = None
+    workers: int = 1
+    overwrite: bool = False
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        if self.num_shards is not None and self.num_shards < 1:
+            raise ValueError(f"--num-shards must be at least 1, got {self.num_shards}")
+        if self.val_shards is not None and self.val_shards < 1:
+            raise ValueError(f"--val-shards must be at least 1, got {self.val_shards}")
+        if self.val_fraction is not None and not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+        if self.upsample < 1:
+            raise ValueError(f"--upsample must be at least 1, got {self.upsample}")
+        if self.max_side is not None and self.max_side < 8:
+            raise ValueError(f"--max-side must be at least 8 pixels, got {self.max_side}")
+        if self.workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {self.workers}")
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One planned shard: which source items it holds, under which keys, and its plan fingerprint."""
+
+    split: str
+    index: int
+    keys: tuple[str, ...]
+    items: tuple[int, ...]  # indices into Source.items
+    fingerprint: str
+
+    @property
+    def path(self) -> str:
+        return shard_path(self.split, self.index)
+
+    @property
+    def record_path(self) -> str:
+        return f"{RECORDS_DIR}/{self.split}-{self.index:06d}.json"
+
+
+@dataclass
+class DatasetPlan:
+    """Everything decided before any byte is written."""
+
+    source: Source
+    config: ShardConfig
+    shards: list[ShardSpec]
+    split_counts: dict[str, int]
+
+    def shards_of(self, split: str) -> list[ShardSpec]:
+        return [s for s in self.shards if s.split == split]
+
+
+@dataclass
+class CreateSummary:
+    """The one-line summary of a ``shards create`` run."""
+
+    output: str
+    num_samples: int = 0
+    num_shards: int = 0
+    num_bytes: int = 0
+    skipped: int = 0
+    reused_shards: int = 0
+    seconds: float = 0.0
+    split_samples: dict[str, int] = field(default_factory=dict)
+
+    def line(self) -> str:
+        rate = self.num_samples / self.seconds if self.seconds > 0 else 0.0
+        splits = ", ".join(f"{k} {v}" for k, v in self.split_samples.items())
+        return (
+            f"wrote {self.num_samples} samples ({splits}) in {self.num_shards} shards, "
+            f"{self.num_bytes / 1e6:.1f} MB, {rate:,.0f} samples/s, {self.skipped} skipped, "
+            f"{self.reused_shards} shards kept from an earlier run -> {storage.join(self.output, MANIFEST_NAME)}"
+        )
+
+
+def shard_path(split: str, index: int) -> str:
+    return f"{split}/{split}-{index:06d}.tar"
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def _split_items(source: Source, config: ShardConfig, rng: np.random.Generator) -> dict[str, list[int]]:
+    """Train/val item indices: the source's own split, or a stratified ``val_fraction`` split."""
+    if source.has_own_split and config.val_fraction is None:
+        splits: dict[str, list[int]] = {"train": [], "val": []}
+        for i, item in enumerate(source.items):
+            splits[item.split or "train"].append(i)
+        return splits
+    fraction = 0.1 if config.val_fraction is None else config.val_fraction
+    by_class: dict[int, list[int]] = {}
+    for i, item in enumerate(source.items):
+        by_class.setdefault(item.label, []).append(i)
+    train: list[int] = []
+    val: list[int] = []
+    for label in sorted(by_class):
+        members = np.array(by_class[label])
+        rng.shuffle(members)
+        n_val = int(round(fraction * len(members)))
+        if fraction > 0 and len(members) >= 2:
+            n_val = min(max(n_val, 1), len(members) - 1)  # every class in both splits when possible
+        val.extend(members[:n_val].tolist())
+        train.extend(members[n_val:].tolist())
+    return {"train": train, "val": val}
+
+
+def _fingerprint(
+    source: Source, config: ShardConfig, split: str, keys: Sequence[str], items: Sequence[int]
+) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([MANIFEST_FORMAT, source.spec, config.max_side, split]).encode())
+    for key, i in zip(keys, items, strict=True):
+        item = source.items[i]
+        h.update(f"{key}\t{item.ref}\t{item.label}\n".encode())
+    return h.hexdigest()
+
+
+def plan_dataset(source: Source, config: ShardConfig) -> DatasetPlan:
+    """Decide every shard's contents from (source, seed, options) alone — deterministic."""
+    if not source.items:
+        raise ShardError(f"source {source.spec!r} has no samples")
+    rng = np.random.default_rng(config.seed)
+    splits = _split_items(source, config, rng)
+    if not splits["train"]:
+        raise ShardError(f"source {source.spec!r} has no training samples after the train/val split")
+    # Each upsample pass is its own permutation, so copies of one image land in different shards
+    # (a single shuffle of the tiled list would often put two copies in one shard and one buffer).
+    base = np.array(splits["train"], dtype=np.int64)
+    order = {
+        "train": np.concatenate([rng.permutation(base) for _ in range(config.upsample)]),
+        "val": rng.permutation(np.array(splits["val"], dtype=np.int64)),
+    }
+    num_train = len(order["train"])
+    train_shards = config.num_shards or max(
+        min(MIN_TRAIN_SHARDS, num_train), math.ceil(num_train / SAMPLES_PER_SHARD_TARGET)
+    )
+    if train_shards > num_train:
+        raise ShardError(
+            f"{num_train} training samples cannot fill {train_shards} shards: "
+            f"use --num-shards {num_train} or fewer (or --upsample)"
+        )
+    num_val = len(order["val"])
+    per_shard = num_train / train_shards
+    val_shards = config.val_shards or (max(1, min(num_val, round(num_val / per_shard))) if num_val else 0)
+    if num_val and val_shards > num_val:
+        raise ShardError(
+            f"{num_val} validation samples cannot fill {val_shards} shards: use --val-shards {num_val} or fewer"
+        )
+    shards: list[ShardSpec] = []
+    for split, count in (("train", train_shards), ("val", val_shards)):
+        if not len(order[split]):
+            continue
+        position = 0  # order[split] is already globally shuffled: classes are mixed in every shard
+        for index, chunk in enumerate(np.array_split(order[split], count)):
+            keys = tuple(f"{position + j:08d}" for j in range(len(chunk)))
+            items = tuple(int(i) for i in chunk)
+            position += len(chunk)
+            shards.append(
+                ShardSpec(split, index, keys, items, _fingerprint(source, config, split, keys, items))
+            )
+    return DatasetPlan(source, config, shards, {k: len(v) for k, v in order.items()})
+
+
+# --------------------------------------------------------------------------- writing one shard
+
+
+@dataclass
+class ShardRecord:
+    """What a finished shard holds, stored beside it until the manifest is written."""
+
+    split: str
+    index: int
+    path: str
+    num_samples: int
+    num_bytes: int
+    sha256: str
+    fingerprint: str
+    class_counts: dict[str, int]
+    skipped: list[str]
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ShardRecord:
+        return cls(**json.loads(data))
+
+
+def _iter_encoded(
+    source: Source, spec: ShardSpec, max_side: int | None, strict: bool, skipped: list[str]
+) -> Iterator[tuple[str, Item, bytes, str]]:
+    for key, i in zip(spec.keys, spec.items, strict=True):
+        item = source.items[i]
+        try:
+            data, ext = source.load(item, max_side)
+        except CorruptImage as exc:
+            if strict:
+                raise ShardError(
+                    f"{exc} (--strict: stopping; drop --strict to skip and count bad images)"
+                ) from exc
+            log.warning("skipping %s", exc)
+            skipped.append(str(exc))
+            continue
+        yield key, item, data, ext
+
+
+def write_shard(
+    source: Source, spec: ShardSpec, output: str, *, max_side: int | None, strict: bool
+) -> ShardRecord:
+    """Write one planned shard to ``output/spec.path`` atomically and record what it holds."""
+    final = storage.join(output, spec.path)
+    skipped: list[str] = []
+    class_counts: dict[str, int] = {}
+    if storage.is_gcs(output):
+        tmp_dir = None
+    else:
+        tmp_dir = os.path.dirname(os.path.abspath(final))
+        os.makedirs(tmp_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(final)}.", suffix=".partial", dir=tmp_dir)
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as f, TarShardWriter(f) as writer:
+            for key, item, data, ext in _iter_encoded(source, spec, max_side, strict, skipped):
+                writer.write(key, {ext: data, "cls": str(item.label).encode("ascii")})
+                name = source.classes[item.label]
+                class_counts[name] = class_counts.get(name, 0) + 1
+            stats = writer.finish()
+        if tmp_dir is None:
+            storage.upload_file(tmp, final, content_type="application/x-tar")
+        else:
+            os.replace(tmp, final)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    record = ShardRecord(
+        spec.split, spec.index, spec.path, stats.num_samples, stats.num_bytes, stats.sha256,
+        spec.fingerprint, class_counts, skipped,
+    )  # fmt: skip
+    storage.write_bytes(storage.join(output, spec.record_path), json.dumps(asdict(record)).encode())
+    return record
+
+
+def _existing_record(spec: ShardSpec, output: str) -> ShardRecord | None:
+    """The record of a shard finished by an earlier run, if it matches the plan and the shard is there."""
+    try:
+        record = ShardRecord.from_json(storage.read_bytes(storage.join(output, spec.record_path)))
+    except (storage.NotFound, ValueError, TypeError):
+        return None
+    if record.fingerprint != spec.fingerprint:
+        return None
+    try:
+        if storage.size(storage.join(output, spec.path)) != record.num_bytes:
+            return None
+    except storage.NotFound:
+        return None
+    return record
+
+
+# --------------------------------------------------------------------------- the whole run
+
+_WORKER_STATE: dict[str, Any] = {}
+
+
+def _worker_write(spec: ShardSpec) -> ShardRecord:
+    state = _WORKER_STATE
+    return write_shard(
+        state["source"], spec, state["output"], max_side=state["max_side"], strict=state["strict"]
+    )
+
+
+def _run_parallel(
+    fn: Callable[[ShardSpec], ShardRecord],
+    specs: list[ShardSpec],
+    workers: int,
+    on_done: Callable[[ShardRecord], None],
+) -> None:
+    if workers <= 1 or len(specs) <= 1:
+        for spec in specs:
+            on_done(fn(spec))
+        return
+    # fork: workers inherit the listed source (CIFAR arrays, photos) without pickling it
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(workers, len(specs)), mp_context=ctx) as pool:
+        for record in pool.map(fn, specs):
+            on_done(record)
+
+
+def prepare_output(output: str, *, overwrite: bool) -> None:
+    """Refuse to clobber a complete dataset unless ``overwrite``; then make sure ``output`` is usable."""
+    storage.ensure_prefix_writable(output)
+    manifest_uri = storage.join(output, MANIFEST_NAME)
+    if storage.exists(manifest_uri):
+        if not overwrite:
+            raise ShardError(
+                f"{output} already holds a complete dataset ({MANIFEST_NAME} exists): "
+                "pass --overwrite to replace it, or choose another --output"
+            )
+        # Manifest first: from here on the old dataset is no longer advertised as complete.
+        storage.delete(manifest_uri)
+        for obj in storage.list_objects(storage.join(output, RECORDS_DIR)):
+            storage.delete(obj.uri)
+
+
+def create_shards(
+    config: ShardConfig, *, progress: bool = True, source: Source | None = None
+) -> tuple[dict[str, Any], CreateSummary]:
+    """Plan, write every shard (in parallel), then commit the manifest. Returns (manifest, summary)."""
+    started = time.perf_counter()
+    output = storage.check_uri(config.output).rstrip("/")
+    if source is None:
+        source = open_source(config.source)
+    if source.ignored:
+        log.warning(
+            "ignoring %d non-image file(s) in %s, e.g. %s",
+            len(source.ignored), source.spec, ", ".join(source.ignored[:3]),
+        )  # fmt: skip
+        if config.strict:
+            raise ShardError(
+                f"--strict: {len(source.ignored)} non-image file(s) in {source.spec}, e.g. {source.ignored[0]}"
+            )
+    plan = plan_dataset(source, config)
+    prepare_output(output, overwrite=config.overwrite)
+
+    records: dict[tuple[str, int], ShardRecord] = {}
+    todo: list[ShardSpec] = []
+    for spec in plan.shards:
+        record = None if config.overwrite else _existing_record(spec, output)
+        if record is None:
+            todo.append(spec)
+        else:
+            records[(spec.split, spec.index)] = record
+    reused = len(records)
+    if reused:
+        log.info("resuming: %d of %d shards already complete and matching the plan", reused, len(plan.shards))
+
+    from tqdm import tqdm
+
+    total = sum(len(s.keys) for s in todo)
+    bar = tqdm(total=total, unit="sample", desc="shards", disable=not progress or None, smoothing=0.1)
+
+    def done(record: ShardRecord) -> None:
+        records[(record.split, record.index)] = record
+        bar.update(record.num_samples + len(record.skipped))
+
+    _WORKER_STATE.update(source=source, output=output, max_side=config.max_side, strict=config.strict)
+    try:
+        _run_parallel(_worker_write, todo, config.workers, done)
+    finally:
+        bar.close()
+        _WORKER_STATE.clear()
+
+    manifest = finalize_manifest(output, plan, list(records.values()))
+    summary = CreateSummary(
+        output=output,
+        num_samples=sum(s["num_samples"] for s in manifest["splits"].values()),
+        num_shards=len(records),
+        num_bytes=sum(s["num_bytes"] for s in manifest["splits"].values()),
+        skipped=manifest["skipped"]["count"],
+        reused_shards=reused,
+        seconds=time.perf_counter() - started,
+        split_samples={k: v["num_samples"] for k, v in manifest["splits"].items()},
+    )
+    return manifest, summary
+
+
+def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]) -> dict[str, Any]:
+    """Write manifest.json from the shard records — last, atomically — then drop the records.
+
+    Also removes shard files left from an earlier, different plan (more shards than now), so the
+    directory holds exactly what the manifest lists.
+    """
+    by_key = {(r.split, r.index): r for r in records}
+    missing = [s.path for s in plan.shards if (s.split, s.index) not in by_key]
+    if missing:
+        raise ShardError(
+            f"cannot write the manifest: {len(missing)} shard(s) not written yet, e.g. {missing[0]}"
+        )
+    config, source = plan.config, plan.source
+    splits: dict[str, Any] = {}
+    skipped: list[str] = []
+    for split in SPLITS:
+        split_records = sorted(
+            (by_key[(s.split, s.index)] for s in plan.shards_of(split)), key=lambda r: r.index
+        )
+        if not split_records:
+            continue
+        class_counts = [0] * len(source.classes)
+        for r in split_records:
+            for name, count in r.class_counts.items():
+                class_counts[source.classes.index(name)] += count
+            skipped.extend(r.skipped)
+        splits[split] = {
+            "num_samples": sum(r.num_samples for r in split_records),
+            "num_bytes": sum(r.num_bytes for r in split_records),
+            "class_counts": class_counts,
+            "shards": [
+                {"path": r.path, "num_samples": r.num_samples, "num_bytes": r.num_bytes, "sha256": r.sha256}
+                for r in split_records
+            ],
+        }
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "source": source.spec,
+        "source_description": source.description,
+        "classes": list(source.classes),
+        "num_classes": len(source.classes),
+        "seed": config.seed,
+        "upsample": config.upsample,
+        "val_fraction": config.val_fraction,
+        "max_side": config.max_side,
+        "splits": splits,
+        "skipped": {"count": len(skipped), "examples": skipped[:MAX_SKIPS_LISTED]},
+        "ignored_files": {"count": len(source.ignored), "examples": source.ignored[:MAX_SKIPS_LISTED]},
+    }
+    planned = {s.path for s in plan.shards}
+    for split in SPLITS:
+        for obj in storage.list_objects(storage.join(output, split)):
+            relative = obj.uri[len(output) + 1 :]
+            if relative not in planned and relative.endswith(".tar"):
+                log.info("removing %s: not part of this dataset's plan", obj.uri)
+                storage.delete(obj.uri)
+    storage.write_bytes(
+        storage.join(output, MANIFEST_NAME),
+        json.dumps(manifest, indent=1).encode(),
+        content_type="application/json",
+    )
+    for r in records:
+        storage.delete(storage.join(output, f"{RECORDS_DIR}/{r.split}-{r.index:06d}.json"))
+    storage.remove_empty_dir(storage.join(output, RECORDS_DIR))
+    return manifest
+
+
+# --------------------------------------------------------------------------- reading and verifying
+
+
+def read_manifest(uri: str) -> dict[str, Any]:
+    """Load a dataset's manifest from the dataset URI (or the manifest's own URI) and check its shape."""
+    uri = storage.check_uri(uri).rstrip("/")
+    manifest_uri = uri if uri.endswith(".json") else storage.join(uri, MANIFEST_NAME)
+    try:
+        manifest = json.loads(storage.read_bytes(manifest_uri))
+    except storage.NotFound as exc:
+        raise ShardError(
+            f"no dataset at {uri}: {manifest_uri} does not exist (an unfinished `shards create` "
+            "leaves no manifest; re-run it to resume)"
+        ) from exc
+    except ValueError as exc:
+        raise ShardError(f"{manifest_uri} is not valid JSON: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise ShardError(f"{manifest_uri} is not a tpustream manifest (expected format {MANIFEST_FORMAT!r})")
+    for key in ("classes", "splits"):
+        if key not in manifest:
+            raise ShardError(f"{manifest_uri} lacks {key!r}: re-create the dataset")
+    return manifest
+
+
+def manifest_digest(uri: str) -> str:
+    """sha256 of the manifest bytes: identifies the exact dataset (shards' hashes are inside)."""
+    uri = storage.check_uri(uri).rstrip("/")
+    manifest_uri = uri if uri.endswith(".json") else storage.join(uri, MANIFEST_NAME)
+    return hashlib.sha256(storage.read_bytes(manifest_uri)).hexdigest()
+
+
+def _check_shard(dataset: str, shard: dict[str, Any]) -> str | None:
+    uri = storage.join(dataset, shard["path"])
+    try:
+        with storage.open_read(uri) as raw:
+            reader = HashingReader(raw)
+            samples = 0
+            for key, fields in iter_tar_samples(reader):  # type: ignore[arg-type]
+                if "cls" not in fields or len(fields) != 2:
+                    return f"{shard['path']}: sample {key} has members {sorted(fields)}, expected one image + cls"
+                samples += 1
+            reader.drain()
+    except storage.NotFound:
+        return f"{shard['path']}: missing"
+    except Exception as exc:  # a corrupt shard can fail in many ways; all mean "bad shard"
+        return f"{shard['path']}: unreadable ({type(exc).__name__}: {exc})"
+    problems = []
+    if reader.num_bytes != shard["num_bytes"]:
+        problems.append(f"{reader.num_bytes} bytes, manifest says {shard['num_bytes']}")
+    if samples != shard["num_samples"]:
+        problems.append(f"{samples} samples, manifest says {shard['num_samples']}")
+    if reader.sha256.hexdigest() != shard["sha256"]:
+        problems.append("sha256 differs from the manifest")
+    return f"{shard['path']}: " + "; ".join(problems) if problems else None
+
+
+def verify_shards(uri: str, *, workers: int = 8, progress: bool = True) -> tuple[int, list[str]]:
+    """Re-read every shard and check count, size and sha256 against the manifest.
+
+    Returns (number of shards checked, problems); an empty list means the dataset is intact.
+    """
+    uri = storage.check_uri(uri).rstrip("/")
+    manifest = read_manifest(uri)
+    shards = [s for split in manifest["splits"].values() for s in split["shards"]]
+    from tqdm import tqdm
+
+    problems: list[str] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        results = pool.map(lambda s: _check_shard(uri, s), shards)
+        for problem in tqdm(
+            results, total=len(shards), unit="shard", desc="verify", disable=not progress or None
+        ):
+            if problem:
+                problems.append(problem)
+    return len(shards), problems
+
+
+__all__ += ["manifest_digest", "prepare_output", "ShardRecord", "SourceError"]

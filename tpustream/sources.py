@@ -1,0 +1,511 @@
+"""Image sources: the SOURCE forms of DESIGN.md, each listing labelled items and loading one as image bytes.
+
+``digits`` (scikit-learn's bundled 8x8 digits, real data), ``synthetic-cifar:N``, ``synthetic-imagenet:N``,
+``cifar10:PATH`` (the official python batches, dir or .tar.gz, local or gs://) and an ImageFolder-layout
+directory (local or gs://; optional ``train/`` + ``val/`` top level = the source's own split).
+Raw arrays are encoded once as binary PPM (the cheapest format for the loader to decode: see
+``tpustream bench write``); image files keep their original bytes unless ``max_side`` shrinks them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import tarfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tpustream import storage
+
+__all__ = [
+    "SourceError",
+    "CorruptImage",
+    "Item",
+    "Source",
+    "open_source",
+    "encode_ppm",
+    "decode_ppm",
+    "IMAGE_EXTENSIONS",
+]
+
+# Extensions we keep byte-for-byte, and the ones we accept but re-encode to PNG.
+KEEP_EXT = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png", ".ppm": "ppm"}
+REENCODE_EXT = {".bmp", ".gif", ".webp", ".tif", ".tiff", ".pgm", ".pbm", ".pnm"}
+IMAGE_EXTENSIONS = frozenset(KEEP_EXT) | REENCODE_EXT
+SPLIT_DIR_NAMES = {"train": "train", "val": "val", "validation": "val", "test": "val"}
+CIFAR10_CLASSES = [
+    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+]  # fmt: skip
+SYNTHETIC_IMAGENET_PHOTOS = [
+    "astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field",
+    "immunohistochemistry", "retina", "camera", "moon", "brick",
+]  # fmt: skip
+
+
+class SourceError(ValueError):
+    """The source is unusable as given; the message names it and says what to do."""
+
+
+class CorruptImage(ValueError):
+    """One item could not be read or decoded (skipped and counted unless --strict)."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One labelled item of a source. ``ref`` is picklable and stable: it goes into the shard plan."""
+
+    ref: str | int
+    label: int
+    split: str | None = None  # the source's own split ("train"/"val"), when it has one
+
+
+@dataclass
+class Source:
+    """A listed source: its items, class names, and how to load one item as (bytes, ext)."""
+
+    spec: str
+    description: str
+    classes: list[str]
+    items: list[Item]
+    loader: Callable[[Item, int | None], tuple[bytes, str]]
+    ignored: list[str] = field(default_factory=list)  # non-image files seen and skipped
+
+    @property
+    def has_own_split(self) -> bool:
+        return any(item.split is not None for item in self.items)
+
+    def load(self, item: Item, max_side: int | None = None) -> tuple[bytes, str]:
+        """Return the item's image bytes and extension (``jpg``/``png``/``ppm``); raises CorruptImage."""
+        return self.loader(item, max_side)
+
+
+def open_source(spec: str) -> Source:
+    """Parse a SOURCE string and list its items (no image is decoded yet)."""
+    spec = spec.strip()
+    if spec == "digits":
+        return _digits_source()
+    kind, sep, arg = spec.partition(":")
+    if sep and kind in ("synthetic-cifar", "synthetic-imagenet"):
+        try:
+            count = int(arg)
+        except ValueError:
+            count = -1
+        if count <= 0:
+            raise SourceError(f"source {spec!r}: N must be a positive integer, e.g. {kind}:1000")
+        return _synthetic_cifar(count) if kind == "synthetic-cifar" else _synthetic_imagenet(count)
+    if sep and kind == "cifar10":
+        return _cifar10_source(arg)
+    if spec.startswith("pipe:"):
+        raise SourceError(f"source {spec!r}: pipe: URLs run shell commands and are refused")
+    try:
+        storage.check_uri(spec)
+    except storage.StorageError as exc:
+        raise SourceError(f"source {spec!r}: {exc}") from exc
+    if storage.is_gcs(spec) or os.path.isdir(spec):
+        return _image_folder_source(spec)
+    if os.path.exists(spec):
+        raise SourceError(
+            f"source {spec!r} is a file; give a directory of class sub-folders (ImageFolder layout) "
+            "or cifar10:PATH for CIFAR-10 batches"
+        )
+    raise SourceError(
+        f"unknown source {spec!r}: use digits, synthetic-cifar:N, synthetic-imagenet:N, cifar10:PATH, "
+        "or a local/gs:// directory of class sub-folders"
+    )
+
+
+# --------------------------------------------------------------------------- encoding helpers
+
+
+def encode_ppm(image: np.ndarray) -> bytes:
+    """Binary PPM (P6) of an HxWx3 uint8 array (HxW is replicated to RGB)."""
+    if image.ndim == 2:
+        image = np.repeat(image[:, :, None], 3, axis=2)
+    height, width = image.shape[:2]
+    return b"P6\n%d %d\n255\n" % (width, height) + np.ascontiguousarray(image, dtype=np.uint8).tobytes()
+
+
+def decode_ppm(data: bytes) -> np.ndarray:
+    """Decode a binary P6 PPM with maxval 255 to HxWx3 uint8 without PIL (a header parse + a view)."""
+    if data[:2] != b"P6":
+        raise ValueError("not a binary PPM (P6)")
+    fields: list[bytes] = []
+    pos = 2
+    while len(fields) < 3:
+        while data[pos : pos + 1].isspace():
+            pos += 1
+        if data[pos : pos + 1] == b"#":
+            pos = data.index(b"\n", pos) + 1
+            continue
+        end = pos
+        while not data[end : end + 1].isspace():
+            end += 1
+        fields.append(data[pos:end])
+        pos = end
+    width, height, maxval = (int(f) for f in fields)
+    if maxval != 255:
+        raise ValueError(f"PPM maxval {maxval} unsupported")
+    pos += 1  # the single whitespace byte after maxval
+    expected = width * height * 3
+    if len(data) - pos < expected:
+        raise ValueError("truncated PPM")
+    return np.frombuffer(data, dtype=np.uint8, count=expected, offset=pos).reshape(height, width, 3)
+
+
+def _resize_array(image: np.ndarray, max_side: int | None) -> np.ndarray:
+    if not max_side or max(image.shape[:2]) <= max_side:
+        return image
+    from PIL import Image
+
+    pil = Image.fromarray(image)
+    pil.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    return np.asarray(pil)
+
+
+def prepare_image_bytes(data: bytes, ext_hint: str, max_side: int | None, name: str) -> tuple[bytes, str]:
+    """Check that ``data`` decodes; keep it byte-for-byte when possible, else (re-)encode.
+
+    JPEG is checked with a reduced-size (draft) decode, which still reads the whole entropy-coded
+    stream and so catches truncation, at a fraction of the cost of a full decode.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            fmt = img.format
+            width, height = img.size
+            too_big = bool(max_side) and max(width, height) > (max_side or 0)
+            if fmt == "JPEG" and not too_big:
+                img.draft("RGB", (max(1, width // 8), max(1, height // 8)))
+            img.load()
+            keep = {"JPEG": "jpg", "PNG": "png", "PPM": "ppm"}.get(fmt or "")
+            if keep == "ppm" and (img.mode != "RGB" or not data.startswith(b"P6")):
+                keep = None  # PGM/PBM or ASCII PPM: re-encode so the loader's fast PPM path applies
+            if keep and not too_big:
+                return data, keep
+            if fmt == "JPEG" and too_big:
+                img.draft("RGB", (max_side, max_side))  # type: ignore[arg-type]
+            rgb = img.convert("RGB")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise CorruptImage(f"{name}: cannot decode image ({exc})") from exc
+    if too_big:
+        rgb.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)  # type: ignore[arg-type]
+    out = io.BytesIO()
+    if fmt == "JPEG":
+        rgb.save(out, format="JPEG", quality=90)
+        return out.getvalue(), "jpg"
+    if fmt == "PPM":
+        return encode_ppm(np.asarray(rgb)), "ppm"
+    rgb.save(out, format="PNG", compress_level=1)
+    return out.getvalue(), "png"
+
+
+# --------------------------------------------------------------------------- digits
+
+
+def _digits_source() -> Source:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    # 0..16 grey levels -> 0..255; 8x8 stays 8x8 (the loader resizes to the model's input size)
+    images = np.clip(digits.images * 16, 0, 255).astype(np.uint8)
+    labels = digits.target.astype(int)
+
+    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
+        return encode_ppm(_resize_array(images[int(item.ref)], max_side)), "ppm"
+
+    return Source(
+        spec="digits",
+        description=f"scikit-learn bundled handwritten digits: {len(images)} 8x8 grey images, 10 classes",
+        classes=[str(d) for d in range(10)],
+        items=[Item(i, int(label)) for i, label in enumerate(labels)],
+        loader=load,
+    )
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+def synthetic_cifar_image(index: int, label: int, size: int = 32) -> np.ndarray:
+    """A 32x32 RGB image whose class sets a colour and a grating orientation, plus noise and jitter.
+
+    Learnable by a small CNN in a few epochs, but not by a single pixel: the phase, brightness and
+    noise vary per image.
+    """
+    rng = np.random.default_rng([0x5EED, index])
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    angle = np.pi * label / 10.0
+    freq = 3.0 + (label % 3)
+    phase = rng.uniform(0, 2 * np.pi)
+    grating = 0.5 + 0.5 * np.sin(2 * np.pi * freq * (xx * np.cos(angle) + yy * np.sin(angle)) + phase)
+    hue = np.array(
+        [0.5 + 0.5 * np.cos(2 * np.pi * (label / 10.0 + k / 3.0)) for k in range(3)], dtype=np.float32
+    )
+    brightness = rng.uniform(0.6, 1.0)
+    img = grating[:, :, None] * hue[None, None, :] * brightness
+    img += rng.normal(0, 0.08, size=img.shape).astype(np.float32)
+    return (np.clip(img, 0, 1) * 255).astype(np.uint8)
+
+
+def _synthetic_cifar(count: int) -> Source:
+    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
+        image = synthetic_cifar_image(int(item.ref), item.label)
+        return encode_ppm(_resize_array(image, max_side)), "ppm"
+
+    return Source(
+        spec=f"synthetic-cifar:{count}",
+        description=f"synthetic CIFAR-size: {count} 32x32 RGB images, 10 classes (colour + grating)",
+        classes=[f"class{k}" for k in range(10)],
+        items=[Item(i, i % 10) for i in range(count)],
+        loader=load,
+    )
+
+
+_PHOTOS: dict[str, np.ndarray] = {}
+
+
+def _photo(name: str) -> np.ndarray:
+    if name not in _PHOTOS:
+        import skimage.data
+
+        image = getattr(skimage.data, name)()
+        if image.ndim == 2:
+            image = np.repeat(image[:, :, None], 3, axis=2)
+        _PHOTOS[name] = np.ascontiguousarray(image[:, :, :3].astype(np.uint8))
+    return _PHOTOS[name]
+
+
+def synthetic_imagenet_jpeg(index: int, label: int, width: int = 500, height: int = 375) -> bytes:
+    """A ~500x375 JPEG: a random crop of one of scikit-image's bundled photos (the class), jittered."""
+    from PIL import Image
+
+    rng = np.random.default_rng([0x1A6E, index])
+    photo = _photo(SYNTHETIC_IMAGENET_PHOTOS[label])
+    ph, pw = photo.shape[:2]
+    scale = rng.uniform(0.45, 1.0)
+    crop_w = int(min(pw, ph * width / height) * scale)
+    crop_h = int(crop_w * height / width)
+    x0 = int(rng.integers(0, pw - crop_w + 1))
+    y0 = int(rng.integers(0, ph - crop_h + 1))
+    crop = Image.fromarray(photo[y0 : y0 + crop_h, x0 : x0 + crop_w])
+    crop = crop.resize((width, height), Image.Resampling.BILINEAR)
+    if rng.random() < 0.5:
+        crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    pixels = np.asarray(crop).astype(np.float32) * rng.uniform(0.8, 1.2, size=3)
+    out = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+def _synthetic_imagenet(count: int) -> Source:
+    classes = SYNTHETIC_IMAGENET_PHOTOS
+
+    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
+        data = synthetic_imagenet_jpeg(int(item.ref), item.label)
+        if max_side and max_side < 500:
+            return prepare_image_bytes(data, "jpg", max_side, f"synthetic-imagenet item {item.ref}")
+        return data, "jpg"
+
+    return Source(
+        spec=f"synthetic-imagenet:{count}",
+        description=f"synthetic ImageNet-size: {count} 500x375 JPEGs cropped from scikit-image photos, "
+        f"{len(classes)} classes",
+        classes=list(classes),
+        items=[Item(i, i % len(classes)) for i in range(count)],
+        loader=load,
+    )
+
+
+# --------------------------------------------------------------------------- CIFAR-10 python batches
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Admits only what the official CIFAR-10 batches contain: numpy arrays, dtypes, builtins.
+
+    Anything else (``os.system``, ``builtins.eval``, ...) is refused before it can be called.
+    """
+
+    ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("_codecs", "encode"),  # how protocol-2 pickles spell bytes
+        ("copy_reg", "_reconstructor"),
+        ("copyreg", "_reconstructor"),
+        ("__builtin__", "object"),
+        ("builtins", "object"),
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(
+                f"refusing to load {module}.{name}: not part of a CIFAR-10 batch (possibly a crafted pickle)"
+            )
+        return super().find_class(module, name)
+
+
+def load_cifar_pickle(data: bytes, name: str) -> dict:
+    """Load one CIFAR batch/meta pickle with the restricted unpickler; keys come back as ``str``."""
+    try:
+        obj = _CifarUnpickler(io.BytesIO(data), encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
+        raise SourceError(f"CIFAR-10 file {name} is not a valid batch: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise SourceError(f"CIFAR-10 file {name}: expected a dict, found {type(obj).__name__}")
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in obj.items()}
+
+
+def _cifar_files(path: str) -> dict[str, bytes]:
+    """Read the batch files from a directory (or its cifar-10-batches-py/) or a .tar.gz, local or gs://."""
+    wanted = {f"data_batch_{i}" for i in range(1, 6)} | {"test_batch", "batches.meta"}
+    files: dict[str, bytes] = {}
+    if path.endswith((".tar.gz", ".tgz", ".tar")):
+        try:
+            with storage.open_read(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
+                for member in tar:
+                    base = os.path.basename(member.name)
+                    if member.isfile() and base in wanted:
+                        extracted = tar.extractfile(member)
+                        if extracted is not None:
+                            files[base] = extracted.read()
+        except storage.NotFound as exc:
+            raise SourceError(f"cifar10:{path}: {exc}") from exc
+        except tarfile.TarError as exc:
+            raise SourceError(f"cifar10:{path} is not a readable tar archive: {exc}") from exc
+        return files
+    for base in sorted(wanted):
+        for candidate in (storage.join(path, base), storage.join(path, "cifar-10-batches-py", base)):
+            try:
+                files[base] = storage.read_bytes(candidate)
+                break
+            except storage.NotFound:
+                continue
+            except storage.StorageError as exc:
+                raise SourceError(f"cifar10:{path}: {exc}") from exc
+    return files
+
+
+def _cifar10_source(path: str) -> Source:
+    if not path:
+        raise SourceError("source 'cifar10:' needs a path: cifar10:DIR or cifar10:FILE.tar.gz")
+    files = _cifar_files(path)
+    batches = sorted(k for k in files if k.startswith("data_batch_")) + (
+        ["test_batch"] if "test_batch" in files else []
+    )
+    if not batches:
+        raise SourceError(
+            f"cifar10:{path}: no data_batch_N or test_batch found; point at the extracted "
+            "cifar-10-batches-py directory or at cifar-10-python.tar.gz"
+        )
+    classes = list(CIFAR10_CLASSES)
+    if "batches.meta" in files:
+        meta = load_cifar_pickle(files["batches.meta"], "batches.meta")
+        names = meta.get("label_names")
+        if isinstance(names, list) and names:
+            classes = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    arrays: list[np.ndarray] = []
+    items: list[Item] = []
+    for name in batches:
+        batch = load_cifar_pickle(files[name], name)
+        data, labels = batch.get("data"), batch.get("labels")
+        if (
+            not isinstance(data, np.ndarray)
+            or data.dtype != np.uint8
+            or data.ndim != 2
+            or data.shape[1] != 3072
+        ):
+            raise SourceError(f"CIFAR-10 file {name}: 'data' must be a uint8 array of shape (N, 3072)")
+        if not isinstance(labels, Sequence) or len(labels) != len(data):
+            raise SourceError(f"CIFAR-10 file {name}: 'labels' must list one label per row of 'data'")
+        if any(not isinstance(v, int | np.integer) or not 0 <= int(v) < len(classes) for v in labels):
+            raise SourceError(f"CIFAR-10 file {name}: labels must be integers in [0, {len(classes)})")
+        split = "val" if name == "test_batch" else "train"
+        offset = sum(len(a) for a in arrays)
+        arrays.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+        items.extend(Item(offset + i, int(label), split) for i, label in enumerate(labels))
+    images = np.concatenate(arrays)
+
+    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
+        return encode_ppm(_resize_array(images[int(item.ref)], max_side)), "ppm"
+
+    return Source(
+        spec=f"cifar10:{path}",
+        description=f"CIFAR-10 python batches at {path}: {len(items)} 32x32 images ({', '.join(batches)})",
+        classes=classes,
+        items=items,
+        loader=load,
+    )
+
+
+# --------------------------------------------------------------------------- ImageFolder
+
+
+def _image_folder_source(root: str) -> Source:
+    root = root.rstrip("/")
+    try:
+        listing = storage.list_objects(root)
+    except storage.StorageError as exc:
+        raise SourceError(f"source {root!r}: {exc}") from exc
+    rel_paths = [obj.uri[len(root) + 1 :] for obj in listing]
+    if not rel_paths:
+        raise SourceError(
+            f"source {root!r} is empty or does not exist: expected class sub-folders with images"
+        )
+    top_dirs = {p.split("/", 1)[0] for p in rel_paths if "/" in p}
+    own_split = bool(top_dirs) and top_dirs <= set(SPLIT_DIR_NAMES) and "train" in top_dirs
+    by_class: dict[str, list[tuple[str, str | None]]] = {}
+    ignored: list[str] = []
+    for rel in rel_paths:
+        parts = rel.split("/")
+        split = None
+        if own_split:
+            split = SPLIT_DIR_NAMES[parts[0]]
+            parts = parts[1:]
+        if len(parts) < 2:  # a file beside the class folders, not inside one
+            ignored.append(rel)
+            continue
+        ext = os.path.splitext(parts[-1])[1].lower()
+        by_class.setdefault(parts[0], [])
+        if ext in IMAGE_EXTENSIONS:
+            by_class[parts[0]].append((rel, split))
+        else:
+            ignored.append(rel)
+    if not by_class:
+        raise SourceError(
+            f"source {root!r} has no class sub-folders: expected ROOT/<class>/<image> (ImageFolder layout)"
+        )
+    empty = sorted(name for name, files in by_class.items() if not files)
+    if empty:
+        raise SourceError(
+            f"source {root!r}: class folder(s) {', '.join(empty)} contain no images "
+            f"(accepted extensions: {', '.join(sorted(IMAGE_EXTENSIONS))}); add images or remove the folder"
+        )
+    classes = sorted(by_class)
+    items = [
+        Item(rel, label, split) for label, name in enumerate(classes) for rel, split in sorted(by_class[name])
+    ]
+
+    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
+        uri = storage.join(root, str(item.ref))
+        try:
+            data = storage.read_bytes(uri)
+        except storage.StorageError as exc:
+            raise CorruptImage(f"{uri}: cannot read ({exc})") from exc
+        return prepare_image_bytes(data, os.path.splitext(uri)[1], max_side, uri)
+
+    return Source(
+        spec=root,
+        description=f"ImageFolder at {root}: {len(items)} images, {len(classes)} classes"
+        + (" (own train/val split)" if own_split else ""),
+        classes=classes,
+        items=items,
+        loader=load,
+        ignored=ignored,
+    )

@@ -1,0 +1,526 @@
+"""The one storage seam: local paths and ``gs://`` URIs, read and written in-process.
+
+Every other module passes URIs as ``str`` and calls these functions; nothing else knows about GCS.
+No gsutil, no subprocess, no ``pipe:``. GCS calls go through google-cloud-storage with retries on
+transient errors (429, 5xx, connection resets, cut bodies) and honour ``STORAGE_EMULATOR_HOST``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any, TypeVar
+
+T = TypeVar("T")
+
+__all__ = [
+    "StorageError",
+    "NotFound",
+    "PreconditionFailed",
+    "ObjectInfo",
+    "is_gcs",
+    "join",
+    "check_uri",
+    "open_read",
+    "read_bytes",
+    "read_text",
+    "write_bytes",
+    "upload_file",
+    "read_with_generation",
+    "replace_if_generation",
+    "exists",
+    "size",
+    "list_objects",
+    "delete",
+    "copy",
+    "remove_empty_dir",
+    "ensure_prefix_writable",
+]
+
+GCS_SCHEME = "gs://"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_READ_CHUNK = 8 * 1024 * 1024  # large buffered range reads: few round trips per shard
+
+
+class StorageError(RuntimeError):
+    """A storage operation failed in a way the user must act on (message says what and how)."""
+
+
+class NotFound(StorageError):
+    """The object or file does not exist."""
+
+
+class PreconditionFailed(StorageError):
+    """A compare-and-swap or create-only write lost: the object changed (or exists)."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One listed object: its full URI and size in bytes."""
+
+    uri: str
+    size: int
+
+
+def is_gcs(uri: str) -> bool:
+    return uri.startswith(GCS_SCHEME)
+
+
+def check_uri(uri: str) -> str:
+    """Return ``uri`` normalised, or raise ``StorageError`` for schemes we refuse.
+
+    ``pipe:`` URLs run shell commands (webdataset) and are refused outright; any other ``scheme://``
+    but ``gs://`` and ``file://`` is unsupported.
+    """
+    if not isinstance(uri, str) or not uri:
+        raise StorageError(f"empty storage URI {uri!r}: give a local path or a gs://bucket/prefix URI")
+    if uri.startswith("pipe:"):
+        raise StorageError(
+            f"refusing {uri!r}: pipe: URLs run shell commands; give a local path or a gs:// URI instead"
+        )
+    if uri.startswith("file://"):
+        return uri[len("file://") :]
+    if is_gcs(uri):
+        bucket, _ = _split_gcs(uri)
+        if not bucket:
+            raise StorageError(f"{uri!r} names no bucket: use gs://BUCKET/PREFIX")
+        return uri
+    scheme = _SCHEME.match(uri)
+    if scheme:
+        raise StorageError(
+            f"unsupported URI scheme {scheme.group(0)!r} in {uri!r}: tpustream reads and writes local paths and gs:// only"
+        )
+    return uri
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path parts onto a local path or gs:// URI with '/'."""
+    out = base.rstrip("/") if base not in ("/", GCS_SCHEME) else base
+    for part in parts:
+        part = part.strip("/")
+        if part:
+            out = f"{out}/{part}" if not out.endswith("/") else out + part
+    return out
+
+
+# --------------------------------------------------------------------------- GCS plumbing
+
+_clients: dict[tuple[int, str | None], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _client() -> Any:
+    """A storage client per process (clients are not fork-safe) and per emulator endpoint."""
+    from google.cloud import storage
+
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST") or None
+    key = (os.getpid(), emulator)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            if emulator:
+                from google.auth.credentials import AnonymousCredentials
+
+                client = storage.Client(
+                    project=os.environ.get("GOOGLE_CLOUD_PROJECT", "tpustream-local"),
+                    credentials=AnonymousCredentials(),
+                    client_options={"api_endpoint": emulator},
+                )
+            else:
+                client = storage.Client()
+            _clients[key] = client
+        return client
+
+
+def _retry() -> Any:
+    """Exponential backoff on 429/5xx, connection resets and cut bodies, for ~2 minutes at most."""
+    from google.api_core.retry import Retry
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return Retry(predicate=DEFAULT_RETRY._predicate, initial=0.05, maximum=8.0, multiplier=2.0, timeout=120.0)
+
+
+def _idempotent(fn: Callable[[], T]) -> T:
+    """Run a read-only GCS call under an outer retry as well.
+
+    google-cloud-storage retries inside the download, but when an *error* response (a 404, say)
+    is cut mid-body it raises ``ChunkedEncodingError`` while formatting the error, outside its
+    own retry loop. Only reads go through here: retrying a write whose response was lost could
+    turn our own success into a precondition failure.
+    """
+    return _retry()(fn)()
+
+
+def _split_gcs(uri: str) -> tuple[str, str]:
+    rest = uri[len(GCS_SCHEME) :]
+    bucket, _, name = rest.partition("/")
+    return bucket, name
+
+
+def _blob(uri: str) -> Any:
+    bucket, name = _split_gcs(uri)
+    if not name:
+        raise StorageError(f"{uri!r} names a bucket, not an object")
+    return _client().bucket(bucket).blob(name)
+
+
+@contextlib.contextmanager
+def _gcs_errors(uri: str) -> Iterator[None]:
+    """Translate google exceptions into ours, with the URI and what to do in the message."""
+    from google.api_core import exceptions as gexc
+
+    try:
+        yield
+    except gexc.NotFound as exc:
+        bucket, name = _split_gcs(uri)
+        if "bucket" in str(exc).lower() and not _bucket_exists(bucket):
+            raise NotFound(
+                f"bucket gs://{bucket} does not exist (for {uri}): create it or fix the URI"
+            ) from exc
+        raise NotFound(f"{uri} does not exist") from exc
+    except gexc.PreconditionFailed as exc:
+        raise PreconditionFailed(f"{uri} changed concurrently (precondition failed)") from exc
+    except gexc.Forbidden as exc:
+        raise StorageError(f"permission denied on {uri}: check the service account's roles") from exc
+
+
+def _bucket_exists(bucket: str) -> bool:
+    from google.api_core import exceptions as gexc
+
+    try:
+        _idempotent(lambda: _client().get_bucket(bucket, retry=_retry()))
+        return True
+    except gexc.NotFound:
+        return False
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def open_read(uri: str) -> IO[bytes]:
+    """Open an object or file for streaming binary reads (GCS: large buffered range reads, retried)."""
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        blob = _blob(uri)
+        with _gcs_errors(uri):
+            _idempotent(lambda: blob.reload(retry=_retry()))
+            return blob.open("rb", chunk_size=_READ_CHUNK, retry=_retry())
+    try:
+        return open(uri, "rb", buffering=_READ_CHUNK)
+    except FileNotFoundError as exc:
+        raise NotFound(f"{uri} does not exist") from exc
+    except IsADirectoryError as exc:
+        raise StorageError(f"{uri} is a directory, not a file") from exc
+
+
+def read_bytes(uri: str) -> bytes:
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        with _gcs_errors(uri):
+            blob = _blob(uri)
+            return _idempotent(lambda: blob.download_as_bytes(retry=_retry()))
+    try:
+        with open(uri, "rb") as f:
+            return f.read()
+    except FileNotFoundError as exc:
+        raise NotFound(f"{uri} does not exist") from exc
+    except IsADirectoryError as exc:
+        raise StorageError(f"{uri} is a directory, not a file") from exc
+
+
+def read_text(uri: str) -> str:
+    return read_bytes(uri).decode("utf-8")
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_bytes(uri: str, data: bytes, *, create_only: bool = False, content_type: str | None = None) -> None:
+    """Write a whole object atomically: readers see the old object or the new one, never a part.
+
+    Args:
+        uri: destination.
+        data: the full contents.
+        create_only: fail with ``PreconditionFailed`` if the destination already exists.
+        content_type: optional MIME type (GCS only).
+    """
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        blob = _blob(uri)
+        kwargs: dict[str, Any] = {"retry": _retry()}
+        if create_only:
+            kwargs["if_generation_match"] = 0
+        try:
+            with _gcs_errors(uri):
+                blob.upload_from_string(
+                    data, content_type=content_type or "application/octet-stream", **kwargs
+                )
+        except PreconditionFailed as exc:
+            raise PreconditionFailed(f"{uri} already exists (create-only write)") from exc
+        return
+    _local_atomic_write(uri, data, create_only=create_only)
+
+
+def upload_file(local_path: str, uri: str, *, content_type: str | None = None) -> None:
+    """Copy a finished local file to ``uri`` atomically (GCS objects appear only once complete)."""
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        blob = _blob(uri)
+        with _gcs_errors(uri):
+            blob.upload_from_filename(
+                local_path, content_type=content_type or "application/octet-stream", retry=_retry()
+            )
+        return
+    _ensure_local_parent(uri)
+    tmp = _local_tmp_name(uri)
+    try:
+        shutil.copyfile(local_path, tmp)
+        os.replace(tmp, uri)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _ensure_local_parent(path: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise StorageError(f"cannot create directory {parent}: a file is in the way") from exc
+
+
+def _local_tmp_name(path: str) -> str:
+    directory, base = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=directory)
+    os.close(fd)
+    return tmp
+
+
+def _local_atomic_write(path: str, data: bytes, *, create_only: bool) -> None:
+    _ensure_local_parent(path)
+    tmp = _local_tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if create_only:
+            try:
+                os.link(tmp, path)  # atomic create-if-absent
+            except FileExistsError as exc:
+                raise PreconditionFailed(f"{path} already exists") from exc
+        else:
+            os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+# --------------------------------------------------------------------------- compare-and-swap
+
+
+def read_with_generation(uri: str) -> tuple[bytes | None, int]:
+    """Read a small pointer object and its generation; ``(None, 0)`` when it does not exist."""
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        from google.api_core import exceptions as gexc
+
+        blob = _blob(uri)
+        try:
+            with _gcs_errors(uri):
+                _idempotent(lambda: blob.reload(retry=_retry()))
+                data = _idempotent(
+                    lambda: blob.download_as_bytes(if_generation_match=blob.generation, retry=_retry())
+                )
+            return data, int(blob.generation)
+        except (NotFound, gexc.NotFound):
+            return None, 0
+        except PreconditionFailed:  # replaced between reload and download: read again
+            return read_with_generation(uri)
+    try:
+        with open(uri, "rb") as f:
+            st = os.fstat(f.fileno())
+            return f.read(), _local_generation(st)
+    except FileNotFoundError:
+        return None, 0
+
+
+def _local_generation(st: os.stat_result) -> int:
+    # A fresh inode for every replace (we always write a temp file and rename), so this changes.
+    return (st.st_ino << 20) ^ st.st_mtime_ns or 1
+
+
+def replace_if_generation(uri: str, data: bytes, generation: int) -> int:
+    """Replace a small pointer object only if it still has ``generation`` (0 = must not exist).
+
+    Returns the new generation. Raises ``PreconditionFailed`` when another writer got there first:
+    re-read, decide again, retry. Keep pointer objects small: the GCS test server enforces the
+    precondition on single-request uploads only.
+    """
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        blob = _blob(uri)
+        with _gcs_errors(uri):
+            blob.upload_from_string(
+                data, content_type="application/json", if_generation_match=generation, retry=_retry()
+            )
+        return int(blob.generation)
+    _ensure_local_parent(uri)
+    with _local_lock(uri):
+        try:
+            current = _local_generation(os.stat(uri))
+        except FileNotFoundError:
+            current = 0
+        if current != generation:
+            raise PreconditionFailed(f"{uri} changed concurrently (expected generation {generation})")
+        _local_atomic_write(uri, data, create_only=False)
+        return _local_generation(os.stat(uri))
+
+
+@contextlib.contextmanager
+def _local_lock(path: str) -> Iterator[None]:
+    lock_path = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.lock")
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def exists(uri: str) -> bool:
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        with _gcs_errors(uri):
+            blob = _blob(uri)
+            return _idempotent(lambda: bool(blob.exists(retry=_retry())))
+    return os.path.exists(uri)
+
+
+def size(uri: str) -> int:
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        blob = _blob(uri)
+        with _gcs_errors(uri):
+            _idempotent(lambda: blob.reload(retry=_retry()))
+        return int(blob.size)
+    try:
+        return os.path.getsize(uri)
+    except FileNotFoundError as exc:
+        raise NotFound(f"{uri} does not exist") from exc
+
+
+def list_objects(prefix: str, *, recursive: bool = True) -> list[ObjectInfo]:
+    """List files/objects under a directory URI, sorted by URI (hidden local temp files excluded)."""
+    prefix = check_uri(prefix)
+    if is_gcs(prefix):
+        bucket, name = _split_gcs(prefix)
+        if name and not name.endswith("/"):
+            name += "/"
+        with _gcs_errors(prefix):
+            out = _idempotent(
+                lambda: [
+                    ObjectInfo(f"gs://{bucket}/{b.name}", int(b.size or 0))
+                    for b in _client().list_blobs(
+                        bucket, prefix=name, delimiter=None if recursive else "/", retry=_retry()
+                    )
+                ]
+            )
+        return sorted(out, key=lambda o: o.uri)
+    if not os.path.isdir(prefix):
+        return []
+    out = []
+    for root, dirs, files in os.walk(prefix):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for fname in files:
+            if fname.startswith("."):
+                continue
+            path = os.path.join(root, fname)
+            out.append(ObjectInfo(path, os.path.getsize(path)))
+        if not recursive:
+            break
+    return sorted(out, key=lambda o: o.uri)
+
+
+def delete(uri: str, *, missing_ok: bool = True) -> None:
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        from google.api_core import exceptions as gexc
+
+        try:
+            with _gcs_errors(uri):
+                _blob(uri).delete(retry=_retry())
+        except (NotFound, gexc.NotFound):
+            if not missing_ok:
+                raise
+        return
+    try:
+        os.unlink(uri)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise NotFound(f"{uri} does not exist") from None
+
+
+def remove_empty_dir(uri: str) -> None:
+    """Remove a local directory left empty (GCS has no directories: nothing to do)."""
+    uri = check_uri(uri)
+    if not is_gcs(uri):
+        with contextlib.suppress(OSError):
+            os.rmdir(uri)
+
+
+def copy(src: str, dst: str) -> None:
+    """Copy one object/file (server-side within GCS; streamed otherwise), atomically at ``dst``."""
+    src, dst = check_uri(src), check_uri(dst)
+    if is_gcs(src) and is_gcs(dst):
+        s_bucket, s_name = _split_gcs(src)
+        d_bucket, d_name = _split_gcs(dst)
+        client = _client()
+        with _gcs_errors(src):
+            client.bucket(s_bucket).copy_blob(
+                client.bucket(s_bucket).blob(s_name), client.bucket(d_bucket), d_name, retry=_retry()
+            )
+        return
+    if not is_gcs(src):
+        if not os.path.isfile(src):
+            raise NotFound(f"{src} does not exist")
+        upload_file(src, dst)
+        return
+    with tempfile.NamedTemporaryFile(prefix="tpustream-copy-") as tmp:
+        with open_read(src) as reader:
+            shutil.copyfileobj(reader, tmp, _READ_CHUNK)
+        tmp.flush()
+        upload_file(tmp.name, dst)
+
+
+def ensure_prefix_writable(uri: str) -> None:
+    """Fail early, with the fix in the message, if ``uri`` cannot hold a dataset/model directory."""
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        bucket, name = _split_gcs(uri)
+        if not _bucket_exists(bucket):
+            raise NotFound(f"bucket gs://{bucket} does not exist (for {uri}): create it or fix the URI")
+        if name and exists(uri.rstrip("/")):
+            raise StorageError(f"{uri} is an object, not a directory prefix: choose another output URI")
+        return
+    if os.path.isfile(uri):
+        raise StorageError(f"{uri} is a file, not a directory: choose another output path")
+    try:
+        os.makedirs(uri, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+            raise StorageError(f"cannot create {uri}: a file is in the way") from exc
+        raise StorageError(f"cannot create {uri}: {exc.strerror}") from exc
+    if not os.access(uri, os.W_OK):
+        raise StorageError(f"{uri} is not writable")
