@@ -5,7 +5,7 @@ import tarfile
 
 import pytest
 
-from tpustream.tario import TarShardWriter, iter_tar_samples
+from tpustream.tario import TarFormatError, TarShardWriter, iter_tar_samples
 
 
 def _shard(samples):
@@ -68,7 +68,36 @@ def test_bad_keys_are_refused(key):
         TarShardWriter(io.BytesIO()).write(key, {"cls": b"1"})
 
 
-def test_truncated_tar_raises():
+@pytest.mark.parametrize("cut", [100, 512, 5000, -1024])
+def test_truncated_tar_raises(cut):
     data, _ = _shard(SAMPLES)
-    with pytest.raises(tarfile.TarError):
-        list(iter_tar_samples(io.BytesIO(data[: len(data) // 2])))
+    with pytest.raises(TarFormatError):
+        list(iter_tar_samples(io.BytesIO(data[:cut])))
+
+
+def test_corrupt_header_raises():
+    data = bytearray(_shard(SAMPLES)[0])
+    data[3] ^= 0x1
+    with pytest.raises(TarFormatError, match="checksum"):
+        list(iter_tar_samples(io.BytesIO(bytes(data))))
+
+
+def test_reads_stock_pax_and_long_names(tmp_path):
+    import webdataset as wds
+
+    path = tmp_path / "stock.tar"
+    long_key = "d/" + "k" * 120
+    with wds.TarWriter(str(path)) as sink:  # float mtime: PAX headers
+        sink.write({"__key__": "a", "ppm": b"123", "cls": b"4"})
+        sink.write({"__key__": long_key, "jpg": b"x" * 600, "cls": b"5"})
+    with open(path, "rb") as f:
+        assert list(iter_tar_samples(f)) == [
+            ("a", {"ppm": b"123", "cls": b"4"}),
+            (long_key, {"jpg": b"x" * 600, "cls": b"5"}),
+        ]
+    with tarfile.open(tmp_path / "gnu.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo(long_key + ".cls")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"7"))
+    with open(tmp_path / "gnu.tar", "rb") as f:
+        assert list(iter_tar_samples(f)) == [(long_key, {"cls": b"7"})]

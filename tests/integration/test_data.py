@@ -1,0 +1,191 @@
+"""The streaming loader on real shards: local disk, the GCS test server, injected faults, bad shards."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from tpustream import shards, storage
+from tpustream.data import LoaderConfig, LoaderError, ShardLoader
+from tpustream.sources import Item, Source, encode_ppm
+
+pytestmark = pytest.mark.integration
+
+
+def _id_source(count, classes=4):
+    """Each image is one uniform colour encoding its index: crops, resizes and flips keep it."""
+
+    def load(item, _max_side):
+        i = int(item.ref)
+        return encode_ppm(np.full((6, 6, 3), (i % 256, i // 256, 7), np.uint8)), "ppm"
+
+    items = [Item(i, i % classes) for i in range(count)]
+    return Source("ids", "identity test source", [f"c{k}" for k in range(classes)], items, load)
+
+
+def _ids(batch):
+    image = batch["image"].numpy()
+    ids = image[:, 0, 0, 0].astype(int) + 256 * image[:, 1, 0, 0].astype(int)
+    return ids[batch["mask"].numpy()]
+
+
+def make_id_dataset(output, count=400, num_shards=8, val_shards=3, val_fraction=0.25):
+    config = shards.ShardConfig(
+        source="ids", output=output, num_shards=num_shards, val_shards=val_shards, val_fraction=val_fraction
+    )
+    manifest, _ = shards.create_shards(config, progress=False, source=_id_source(count))
+    return manifest
+
+
+def _split_ids(manifest, dataset, split):
+    from tpustream.sources import decode_ppm
+    from tpustream.tario import iter_tar_samples
+
+    ids = []
+    for shard in manifest["splits"][split]["shards"]:
+        with storage.open_read(storage.join(dataset, shard["path"])) as f:
+            for _, fields in iter_tar_samples(f):
+                pixel = decode_ppm(fields["ppm"])[0, 0]
+                ids.append(int(pixel[0]) + 256 * int(pixel[1]))
+    return ids
+
+
+def _epoch(dataset, split, replicas, rank, workers, batch, epoch=0, **kw):
+    loader = ShardLoader(LoaderConfig(data=dataset, split=split, batch_size=batch, input_size=4,
+                                      num_replicas=replicas, replica_index=rank, workers=workers, **kw))  # fmt: skip
+    batches = list(loader.epoch(epoch))
+    return loader, batches
+
+
+@pytest.mark.parametrize("replicas, workers, batch", [(1, 0, 16), (2, 2, 8), (4, 2, 5), (3, 1, 12)])
+def test_equal_full_batches_and_exact_val_coverage(tmp_path, replicas, workers, batch):
+    dataset = str(tmp_path / "ds")
+    manifest = make_id_dataset(dataset)
+    train_ids = set(_split_ids(manifest, dataset, "train"))
+    steps = set()
+    for rank in range(replicas):
+        loader, batches = _epoch(dataset, "train", replicas, rank, workers, batch)
+        steps.add(len(batches))
+        assert len(batches) == loader.steps_per_epoch == 300 // (batch * replicas)
+        assert all(tuple(b["image"].shape) == (batch, 3, 4, 4) and bool(b["mask"].all()) for b in batches)
+        delivered = Counter(i for b in batches for i in _ids(b))
+        assert set(delivered) <= train_ids
+        report = loader.last_report
+        assert sum(delivered.values()) == report.samples + report.repeated == len(batches) * batch
+        assert (
+            sum(n - 1 for n in delivered.values()) <= report.repeated
+        )  # duplicates only as reported repeats
+    assert len(steps) == 1
+    val_ids = _split_ids(manifest, dataset, "val")
+    seen = []
+    val_steps = set()
+    for rank in range(replicas):
+        loader, batches = _epoch(dataset, "val", replicas, rank, workers, batch)
+        val_steps.add(len(batches))
+        assert all(tuple(b["image"].shape) == (batch, 3, 4, 4) for b in batches)
+        seen += [i for b in batches for i in _ids(b)]
+        labels = [int(lbl) for b in batches for lbl, m in zip(b["label"], b["mask"], strict=False) if m]
+        assert labels == [i % 4 for b in batches for i in _ids(b)]
+    assert len(val_steps) == 1
+    assert sorted(seen) == sorted(val_ids)  # every val sample exactly once across replicas
+
+
+def test_deterministic_and_reshuffled_per_epoch(tmp_path):
+    dataset = str(tmp_path / "ds")
+    make_id_dataset(dataset)
+    first = [_ids(b).tolist() for b in _epoch(dataset, "train", 2, 1, 2, 8, epoch=1)[1]]
+    again = [_ids(b).tolist() for b in _epoch(dataset, "train", 2, 1, 2, 8, epoch=1)[1]]
+    other = [_ids(b).tolist() for b in _epoch(dataset, "train", 2, 1, 2, 8, epoch=2)[1]]
+    assert first == again
+    assert first != other
+
+
+def test_truncated_and_garbage_shards_keep_step_counts(tmp_path):
+    dataset = tmp_path / "ds"
+    manifest = make_id_dataset(str(dataset))
+    clean_steps = [len(_epoch(str(dataset), "train", 2, r, 2, 8)[1]) for r in range(2)]
+    train_shards = manifest["splits"]["train"]["shards"]
+    truncated = dataset / train_shards[2]["path"]
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    (dataset / train_shards[5]["path"]).write_bytes(b"garbage" * 1000)
+    reports = []
+    for rank in range(2):
+        loader, batches = _epoch(str(dataset), "train", 2, rank, 2, 8)
+        assert len(batches) == clean_steps[rank]
+        assert all(bool(b["mask"].all()) for b in batches)
+        reports.append(loader.last_report)
+    problems = [p for r in reports for p in r.problems]
+    assert sum(r.bad_shards for r in reports) == 2
+    assert any(train_shards[2]["path"] in p for p in problems) and any(
+        train_shards[5]["path"] in p for p in problems
+    )
+    assert sum(r.repeated for r in reports) > 0  # the short replica filled its quota by repeating
+    val_shard = dataset / manifest["splits"]["val"]["shards"][0]["path"]
+    lost = manifest["splits"]["val"]["shards"][0]["num_samples"]
+    val_shard.write_bytes(b"\0" * 100)
+    loader, batches = _epoch(str(dataset), "val", 1, 0, 2, 8)
+    assert len(batches) == loader.steps_per_epoch
+    assert sum(int(b["mask"].sum()) for b in batches) == manifest["splits"]["val"]["num_samples"] - lost
+    assert loader.last_report.bad_shards == 1
+
+
+def test_undecodable_samples_are_skipped_and_counted(tmp_path):
+    source = _id_source(120)
+    good = source.loader
+    source.loader = lambda item, m: (
+        (b"P6\n6 6\n255\nshort", "ppm") if int(item.ref) % 10 == 0 else good(item, m)
+    )
+    shards.create_shards(shards.ShardConfig(source="ids", output=str(tmp_path / "d"), num_shards=4, val_fraction=0.25),
+                         progress=False, source=source)  # fmt: skip
+    loader, batches = _epoch(str(tmp_path / "d"), "val", 1, 0, 0, 8)
+    val_ids = _split_ids_raw(tmp_path / "d")
+    broken = [i for i in val_ids if i is None]
+    assert loader.last_report.undecodable == len(broken) > 0
+    delivered = sorted(i for b in batches for i in _ids(b))
+    assert delivered == sorted(i for i in val_ids if i is not None)
+
+
+def _split_ids_raw(dataset):
+    """Val ids of a dataset whose broken samples decode to None."""
+    from tpustream.sources import decode_ppm
+    from tpustream.tario import iter_tar_samples
+
+    manifest = shards.read_manifest(str(dataset))
+    ids = []
+    for shard in manifest["splits"]["val"]["shards"]:
+        with open(dataset / shard["path"], "rb") as f:
+            for _, fields in iter_tar_samples(f):
+                try:
+                    pixel = decode_ppm(fields["ppm"])[0, 0]
+                    ids.append(int(pixel[0]) + 256 * int(pixel[1]))
+                except ValueError:
+                    ids.append(None)
+    return ids
+
+
+def test_too_few_shards_is_a_clear_error(tmp_path):
+    make_id_dataset(str(tmp_path / "ds"), num_shards=4)
+    with pytest.raises(LoaderError, match=r"4 shards but 2 replica\(s\) x 4 loader worker\(s\) = 8 readers"):
+        ShardLoader(
+            LoaderConfig(data=str(tmp_path / "ds"), batch_size=4, num_replicas=2, replica_index=0, workers=4)
+        )
+
+
+def test_gcs_with_five_percent_faults_loses_and_duplicates_nothing(gcs_bucket, fault_proxy, monkeypatch):
+    dataset = f"{gcs_bucket}/ids"
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fault_proxy.upstream.geturl())  # write cleanly
+    manifest = make_id_dataset(dataset, count=480, num_shards=8, val_shards=4, val_fraction=1 / 6)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fault_proxy.url)  # read through the faults
+    train_ids = _split_ids(manifest, dataset, "train")
+    delivered = []
+    for rank in range(2):  # 400 train samples, 8 equal shards, 2 x 2 readers: no repeats needed
+        loader, batches = _epoch(dataset, "train", 2, rank, 2, 10)
+        assert len(batches) == 20 and loader.last_report.bad_shards == 0
+        delivered += [i for b in batches for i in _ids(b)]
+    assert sorted(delivered) == sorted(train_ids)
+    seen = []
+    for rank in range(2):
+        loader, batches = _epoch(dataset, "val", 2, rank, 2, 10)
+        seen += [i for b in batches for i in _ids(b)]
+    assert sorted(seen) == sorted(_split_ids(manifest, dataset, "val"))
+    assert fault_proxy.faults > 0

@@ -1,0 +1,72 @@
+"""The loader's per-epoch plan: pure arithmetic on the manifest's shard sizes."""
+
+import itertools
+
+import pytest
+
+from tpustream.data import LoaderError, plan_epoch
+
+LAYOUTS = list(itertools.product([8, 9, 13, 17, 40], [1, 2, 4], [0, 1, 2, 3], [4, 7, 16]))
+
+
+def _sizes(num_shards, total=1000):
+    base, extra = divmod(total, num_shards)
+    return [base + (1 if i < extra else 0) for i in range(num_shards)]
+
+
+@pytest.mark.parametrize("num_shards, replicas, workers, batch", LAYOUTS)
+def test_train_every_replica_gets_exactly_steps_batches(num_shards, replicas, workers, batch):
+    sizes = _sizes(num_shards)
+    if num_shards < replicas * max(1, workers):
+        with pytest.raises(LoaderError, match=f"--num-shards {replicas * max(1, workers)}"):
+            plan_epoch(sizes, split="train", epoch=0, seed=0, num_replicas=replicas, replica_index=0,
+                       workers=workers, batch_size=batch)  # fmt: skip
+        return
+    seen = []
+    for rank in range(replicas):
+        steps, plans = plan_epoch(sizes, split="train", epoch=3, seed=1, num_replicas=replicas,
+                                  replica_index=rank, workers=workers, batch_size=batch)  # fmt: skip
+        assert steps == sum(sizes) // (batch * replicas)
+        assert sum(p.num_batches for p in plans) == steps
+        assert all(p.shards for p in plans)  # every worker streams its own shard(s)
+        seen += [s for p in plans for s in p.shards]
+    assert sorted(seen) == list(range(num_shards))  # each shard read by exactly one (replica, worker)
+
+
+@pytest.mark.parametrize("num_shards, replicas, workers, batch", LAYOUTS)
+def test_val_covers_every_sample_once_with_equal_steps(num_shards, replicas, workers, batch):
+    sizes = _sizes(num_shards, total=997)
+    steps_seen, shards_seen = set(), []
+    for rank in range(replicas):
+        steps, plans = plan_epoch(sizes, split="val", epoch=0, seed=0, num_replicas=replicas,
+                                  replica_index=rank, workers=workers, batch_size=batch)  # fmt: skip
+        steps_seen.add(steps)
+        assert sum(p.num_batches for p in plans) == steps
+        for p in plans:
+            assert p.num_batches * batch >= sum(sizes[s] for s in p.shards)  # room for every sample
+        shards_seen += [s for p in plans for s in p.shards]
+    assert len(steps_seen) == 1
+    assert sorted(shards_seen) == list(range(num_shards))
+
+
+def test_train_order_is_deterministic_and_changes_per_epoch():
+    sizes = _sizes(16)
+    kw = dict(split="train", seed=5, num_replicas=2, replica_index=1, workers=2, batch_size=8)
+    assert plan_epoch(sizes, epoch=4, **kw) == plan_epoch(sizes, epoch=4, **kw)
+    orders = {tuple(s for p in plan_epoch(sizes, epoch=e, **kw)[1] for s in p.shards) for e in range(6)}
+    assert len(orders) == 6
+
+
+def test_quotas_follow_worker_sample_counts():
+    # 5 shards on 2 workers: the worker with 3 shards gets ~3/5 of the batches, so nobody repeats much
+    steps, plans = plan_epoch([100] * 5, split="train", epoch=0, seed=0, num_replicas=1, replica_index=0,
+                              workers=2, batch_size=10)  # fmt: skip
+    assert steps == 50
+    assert sorted(p.num_batches for p in plans) == [20, 30]
+
+
+def test_batch_larger_than_dataset():
+    with pytest.raises(LoaderError, match="smaller batch size"):
+        plan_epoch(
+            [3] * 8, split="train", epoch=0, seed=0, num_replicas=2, replica_index=0, workers=1, batch_size=64
+        )

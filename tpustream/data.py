@@ -1,0 +1,508 @@
+"""Streaming input: a dataset manifest -> exactly ``steps_per_epoch`` fixed-shape uint8 batches per replica.
+
+Per epoch: shard order from (seed, epoch) -> split by replica (host/process) -> split by DataLoader
+worker -> stream tars in-process through the storage seam -> shuffle buffer (encoded bytes) -> decode
++ augment -> full batches. Step counts come from the manifest, never from what was read, so every
+replica takes the same number of steps whatever happens to a shard:
+
+- train: ``steps = train_samples // (batch_size * replicas)``; a worker whose shards run short (or
+  are corrupt) repeats samples to fill its quota; no partial batch ever.
+- val: every sample exactly once across replicas; batches padded to full size with ``mask`` False,
+  and replicas with fewer samples get extra all-padding batches so all take the same steps.
+
+Corrupt shards and undecodable samples are skipped, counted, reconciled against the manifest and
+reported per epoch in ``EpochReport``. Stats travel in-band with each batch (no shared state).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tpustream import storage
+from tpustream.shards import read_manifest
+from tpustream.tario import TarFormatError, iter_tar_samples
+from tpustream.transforms import Augment, decode_image
+
+__all__ = [
+    "LoaderConfig",
+    "ShardLoader",
+    "EpochReport",
+    "WorkerPlan",
+    "plan_epoch",
+    "runtime_layout",
+    "LoaderError",
+    "IMAGE_EXTS",
+]
+
+log = logging.getLogger(__name__)
+
+IMAGE_EXTS = ("jpg", "jpeg", "png", "ppm")
+MAX_PROBLEMS_KEPT = 50
+
+
+class LoaderError(ValueError):
+    """The loader cannot be built as asked; the message names the numbers and the fix."""
+
+
+def runtime_layout() -> tuple[int, int]:
+    """(process_index, process_count) from torch_xla's runtime when running under PJRT, else (0, 1)."""
+    if os.environ.get("PJRT_DEVICE"):
+        try:
+            import torch_xla.runtime as xr
+
+            return int(xr.process_index()), int(xr.process_count())
+        except Exception:  # torch_xla absent or not initialised: a single process
+            pass
+    return 0, 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderConfig:
+    """One replica's view of a split. ``batch_size`` is this replica's batch (SPMD: per-device batch x
+    local devices; replicas strategy: per-device batch)."""
+
+    data: str
+    batch_size: int
+    split: str = "train"
+    input_size: int = 224
+    num_replicas: int | None = None  # default: torch_xla process_count (1 without XLA)
+    replica_index: int | None = None  # default: torch_xla process_index (0 without XLA)
+    workers: int = 2
+    seed: int = 0
+    shuffle_buffer: int = 1024
+    min_crop_scale: float | None = None  # default: 0.08, or 0.35 for inputs under 128 px
+    prefetch_factor: int = 4
+
+    def __post_init__(self) -> None:
+        if self.split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {self.split!r}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0, got {self.workers}")
+        if self.input_size < 1:
+            raise ValueError(f"input_size must be positive, got {self.input_size}")
+        if self.shuffle_buffer < 1:
+            raise ValueError(f"shuffle_buffer must be at least 1, got {self.shuffle_buffer}")
+        if (self.num_replicas is None) != (self.replica_index is None):
+            raise ValueError("give both num_replicas and replica_index, or neither")
+        if self.num_replicas is not None and not 0 <= (self.replica_index or 0) < self.num_replicas:
+            raise ValueError(
+                f"replica_index {self.replica_index} out of range for {self.num_replicas} replicas"
+            )
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What one loader worker of one replica does in one epoch."""
+
+    worker: int
+    shards: tuple[int, ...]  # indices into the split's shard list, in read order
+    num_batches: int
+    fallback: tuple[int, ...] = ()  # train: shards to read when its own yield nothing
+
+
+def _apportion(total: int, weights: Sequence[int]) -> list[int]:
+    """Split ``total`` into integer parts proportional to ``weights`` (largest remainder)."""
+    weight_sum = sum(weights)
+    if weight_sum == 0:
+        return [total // len(weights) + (1 if i < total % len(weights) else 0) for i in range(len(weights))]
+    exact = [total * w / weight_sum for w in weights]
+    parts = [math.floor(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (parts[i] - exact[i], i))
+    for i in order[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+def plan_epoch(
+    shard_sizes: Sequence[int], *, split: str, epoch: int, seed: int, num_replicas: int, replica_index: int,
+    workers: int, batch_size: int,
+) -> tuple[int, list[WorkerPlan]]:  # fmt: skip
+    """Pure: (steps per epoch, this replica's worker plans) from the manifest's shard sizes alone."""
+    num_shards = len(shard_sizes)
+    readers = max(1, workers)
+    if split == "train":
+        if num_shards < num_replicas * readers:
+            raise LoaderError(
+                f"the train split has {num_shards} shards but {num_replicas} replica(s) x {readers} loader "
+                f"worker(s) = {num_replicas * readers} readers each need one: re-create the shards with "
+                f"--num-shards {num_replicas * readers} (or a multiple), or use fewer workers"
+            )
+        steps = sum(shard_sizes) // (batch_size * num_replicas)
+        if steps == 0:
+            raise LoaderError(
+                f"{sum(shard_sizes)} train samples cannot fill one global batch of "
+                f"{batch_size} x {num_replicas} replicas: use a smaller batch size"
+            )
+        order = np.random.default_rng([seed, epoch, 0x5A4D]).permutation(num_shards).tolist()
+        mine = order[replica_index::num_replicas]
+        per_worker = [mine[w::readers] for w in range(readers)]
+        quotas = _apportion(steps, [sum(shard_sizes[s] for s in shards) for shards in per_worker])
+        plans = [
+            WorkerPlan(w, tuple(per_worker[w]), quotas[w], tuple(s for s in mine if s not in per_worker[w]) + tuple(
+                s for s in order if s not in mine))
+            for w in range(readers)
+        ]  # fmt: skip
+        return steps, plans
+
+    def replica_workers(rank: int) -> list[list[int]]:
+        mine = list(range(num_shards))[rank::num_replicas]
+        return [mine[w::readers] for w in range(readers)]
+
+    def batches(groups: list[list[int]]) -> list[int]:
+        return [math.ceil(sum(shard_sizes[s] for s in g) / batch_size) for g in groups]
+
+    steps = max(1, max(sum(batches(replica_workers(r))) for r in range(num_replicas)))
+    groups = replica_workers(replica_index)
+    counts = batches(groups)
+    counts[-1] += steps - sum(counts)  # all-padding batches so every replica takes `steps` steps
+    return steps, [WorkerPlan(w, tuple(groups[w]), counts[w]) for w in range(readers)]
+
+
+@dataclass
+class EpochReport:
+    """What one epoch read, skipped and repeated on this replica, and how long the consumer waited."""
+
+    epoch: int
+    steps: int
+    samples: int = 0  # real (unmasked) samples delivered
+    padded: int = 0  # val padding slots
+    repeated: int = 0  # train samples delivered a second time to fill the quota
+    undecodable: int = 0
+    bad_shards: int = 0
+    problems: list[str] = field(default_factory=list)
+    wait_seconds: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def samples_per_s(self) -> float:
+        return (self.samples + self.repeated) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def data_wait_fraction(self) -> float:
+        return self.wait_seconds / self.seconds if self.seconds > 0 else 0.0
+
+    def add(self, stats: dict[str, Any]) -> None:
+        self.samples += stats["samples"]
+        self.padded += stats["padded"]
+        self.repeated += stats["repeated"]
+        self.undecodable += stats["undecodable"]
+        self.bad_shards += len(stats["problems"])
+        room = MAX_PROBLEMS_KEPT - len(self.problems)
+        self.problems.extend(stats["problems"][: max(0, room)])
+
+    def line(self) -> str:
+        return (
+            f"epoch {self.epoch}: {self.steps} steps, {self.samples} samples, {self.repeated} repeated, "
+            f"{self.padded} padding, {self.undecodable} undecodable, {self.bad_shards} bad shard(s), "
+            f"{self.samples_per_s:,.0f} samples/s, data wait {100 * self.data_wait_fraction:.1f}%"
+        )
+
+
+class _Stats:
+    """Per-worker counters shipped with each batch as a delta."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.samples = self.padded = self.repeated = self.undecodable = 0
+        self.problems: list[str] = []
+
+    def take(self) -> dict[str, Any]:
+        out = {
+            "samples": self.samples, "padded": self.padded, "repeated": self.repeated,
+            "undecodable": self.undecodable, "problems": self.problems,
+        }  # fmt: skip
+        self.reset()
+        return out
+
+
+class _EpochStream:
+    """The torch IterableDataset body for one (replica, epoch): each DataLoader worker runs its plan."""
+
+    def __init__(self, loader: ShardLoader, epoch: int, plans: list[WorkerPlan]) -> None:
+        self.loader = loader
+        self.epoch = epoch
+        self.plans = plans
+        self._reported: set[int] = set()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        import torch.utils.data
+
+        info = torch.utils.data.get_worker_info()
+        worker = info.id if info is not None else 0
+        if info is None and len(self.plans) > 1:  # no worker processes: run every plan in turn
+            for plan in self.plans:
+                yield from self._run(plan)
+            return
+        yield from self._run(self.plans[worker])
+
+    # ---------------------------------------------------------------- reading
+
+    def _raw_samples(self, shard_ids: Sequence[int], stats: _Stats) -> Iterator[tuple[bytes, str, int]]:
+        loader = self.loader
+        for shard_id in shard_ids:
+            shard = loader.shards[shard_id]
+            uri = storage.join(loader.dataset, shard["path"])
+            count = 0
+            try:
+                with storage.open_read(uri) as stream:
+                    for _key, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
+                        sample = _pick(fields, loader.num_classes)
+                        if sample is None:
+                            stats.undecodable += 1
+                            continue
+                        count += 1
+                        yield sample
+            except (TarFormatError, storage.StorageError, OSError) as exc:
+                problem = f"{shard['path']}: read {count} of {shard['num_samples']} samples ({exc})"
+            else:
+                if count == shard["num_samples"]:
+                    continue
+                problem = f"{shard['path']}: read {count} samples, manifest says {shard['num_samples']}"
+            if shard_id not in self._reported:  # once per epoch, though repeat passes read it again
+                self._reported.add(shard_id)
+                stats.problems.append(problem)
+
+    def _shuffled(self, samples: Iterator[Any], rng: np.random.Generator) -> Iterator[Any]:
+        size = self.loader.config.shuffle_buffer
+        buffer: list[Any] = []
+        for sample in samples:
+            if len(buffer) < size:
+                buffer.append(sample)
+                continue
+            j = int(rng.integers(size))
+            yield buffer[j]
+            buffer[j] = sample
+        rng.shuffle(buffer)  # type: ignore[arg-type]
+        yield from buffer
+
+    def _decoded(
+        self, samples: Iterator[tuple[bytes, str, int]], rng: np.random.Generator, stats: _Stats
+    ) -> Iterator[tuple[np.ndarray, int]]:
+        augment = self.loader.augment
+        for data, ext, label in samples:
+            try:
+                yield decode_image(data, ext, augment, rng), label
+            except Exception:  # any decoder failure means "undecodable sample": skip and count
+                stats.undecodable += 1
+
+    # ---------------------------------------------------------------- batching
+
+    def _run(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
+        if self.loader.config.split == "train":
+            yield from self._train(plan)
+        else:
+            yield from self._val(plan)
+
+    def _batch(
+        self, images: np.ndarray, labels: np.ndarray, mask: np.ndarray, stats: _Stats
+    ) -> dict[str, Any]:
+        import torch
+
+        return {
+            "image": torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))),
+            "label": torch.from_numpy(labels.copy()),
+            "mask": torch.from_numpy(mask.copy()),
+            "_stats": stats.take(),
+        }
+
+    def _empty(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        size, batch = self.loader.config.input_size, self.loader.config.batch_size
+        return (
+            np.zeros((batch, size, size, 3), np.uint8),
+            np.zeros(batch, np.int64),
+            np.zeros(batch, np.bool_),
+        )
+
+    def _train(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
+        cfg = self.loader.config
+        stats = _Stats()
+        needed = plan.num_batches * cfg.batch_size
+        images, labels, mask = self._empty()
+        filled = produced = 0
+        candidates = [plan.shards, plan.fallback]
+        source_index, repeat_pass = 0, 0
+        while produced < needed:
+            rng = np.random.default_rng(
+                [cfg.seed, self.epoch, self.loader.replica_index, plan.worker, repeat_pass]
+            )
+            shard_ids = list(candidates[source_index])
+            if repeat_pass:
+                rng.shuffle(shard_ids)
+            delivered_this_pass = 0
+            stream = self._decoded(self._shuffled(self._raw_samples(shard_ids, stats), rng), rng, stats)
+            for image, label in stream:
+                images[filled], labels[filled], mask[filled] = image, label, True
+                filled += 1
+                produced += 1
+                delivered_this_pass += 1
+                if repeat_pass:
+                    stats.repeated += 1
+                else:
+                    stats.samples += 1
+                if filled == cfg.batch_size:
+                    yield self._batch(images, labels, mask, stats)
+                    images, labels, mask = self._empty()
+                    filled = 0
+                if produced == needed:
+                    break
+            if delivered_this_pass == 0:
+                source_index += 1  # nothing readable in these shards: borrow the replica's/others'
+                if source_index >= len(candidates) or not candidates[source_index]:
+                    raise RuntimeError(
+                        f"replica {self.loader.replica_index} worker {plan.worker}: no readable train "
+                        f"sample in any shard of {self.loader.dataset}; problems: {stats.problems[:3]}"
+                    )
+            repeat_pass += 1
+
+    def _val(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
+        cfg = self.loader.config
+        stats = _Stats()
+        rng = np.random.default_rng([cfg.seed, self.epoch, self.loader.replica_index, plan.worker])
+        images, labels, mask = self._empty()
+        filled = emitted = 0
+        capacity = plan.num_batches * cfg.batch_size
+        for image, label in self._decoded(self._raw_samples(plan.shards, stats), rng, stats):
+            if emitted * cfg.batch_size + filled >= capacity:
+                stats.problems.append("more val samples than the manifest lists: extra samples ignored")
+                break
+            images[filled], labels[filled], mask[filled] = image, label, True
+            filled += 1
+            stats.samples += 1
+            if filled == cfg.batch_size:
+                yield self._batch(images, labels, mask, stats)
+                emitted += 1
+                images, labels, mask = self._empty()
+                filled = 0
+        while emitted < plan.num_batches:
+            stats.padded += cfg.batch_size - filled
+            yield self._batch(images, labels, mask, stats)
+            emitted += 1
+            images, labels, mask = self._empty()
+            filled = 0
+
+
+def _pick(fields: dict[str, bytes], num_classes: int) -> tuple[bytes, str, int] | None:
+    """(image bytes, ext, label) of a sample, or None when it lacks an image or a valid class."""
+    try:
+        label = int(fields["cls"])
+    except (KeyError, ValueError):
+        return None
+    if not 0 <= label < num_classes:
+        return None
+    for ext in IMAGE_EXTS:
+        if ext in fields:
+            return fields[ext], ext, label
+    return None
+
+
+class ShardLoader:
+    """Batches of one split for one replica. ``epoch(n)`` yields exactly ``steps_per_epoch`` batches.
+
+    Each batch is ``{"image": uint8 [B,3,S,S], "label": int64 [B], "mask": bool [B]}``; normalise on the
+    device with ``tpustream.transforms.normalize``. ``last_report`` describes the latest epoch.
+    """
+
+    def __init__(self, config: LoaderConfig, manifest: dict[str, Any] | None = None) -> None:
+        self.config = config
+        self.dataset = storage.check_uri(config.data).rstrip("/")
+        if self.dataset.endswith(".json"):
+            self.dataset = self.dataset.rsplit("/", 1)[0]
+        self.manifest = manifest if manifest is not None else read_manifest(self.dataset)
+        split = self.manifest["splits"].get(config.split)
+        if not split or not split.get("shards"):
+            raise LoaderError(f"dataset {self.dataset} has no {config.split!r} split")
+        self.shards: list[dict[str, Any]] = split["shards"]
+        self.num_classes = len(self.manifest["classes"])
+        if config.num_replicas is None:
+            self.replica_index, self.num_replicas = runtime_layout()
+        else:
+            self.replica_index, self.num_replicas = int(config.replica_index or 0), config.num_replicas
+        min_scale = config.min_crop_scale or (0.08 if config.input_size >= 128 else 0.35)
+        self.augment = Augment(
+            output_size=config.input_size, train=config.split == "train", min_crop_scale=min_scale
+        )
+        # Validate the layout now (raises LoaderError with the fix) and fix the step count.
+        self.steps_per_epoch, _ = self._plan(0)
+        self.last_report: EpochReport | None = None
+        if config.split == "train" and len(self.shards) % (self.num_replicas * max(1, config.workers)):
+            log.info(
+                "%d train shards over %d replica(s) x %d worker(s) do not divide evenly: some workers "
+                "repeat a few samples per epoch to keep every replica at %d steps",
+                len(self.shards), self.num_replicas, max(1, config.workers), self.steps_per_epoch,
+            )  # fmt: skip
+
+    @property
+    def num_samples(self) -> int:
+        return sum(int(s["num_samples"]) for s in self.shards)
+
+    def _plan(self, epoch: int) -> tuple[int, list[WorkerPlan]]:
+        cfg = self.config
+        return plan_epoch(
+            [int(s["num_samples"]) for s in self.shards], split=cfg.split, epoch=epoch, seed=cfg.seed,
+            num_replicas=self.num_replicas, replica_index=self.replica_index, workers=cfg.workers,
+            batch_size=cfg.batch_size,
+        )  # fmt: skip
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch
+
+    def epoch(self, epoch: int) -> Iterator[dict[str, Any]]:
+        """Yield this replica's batches of ``epoch``: exactly ``steps_per_epoch`` of them, or raise."""
+        import torch
+        import torch.utils.data
+
+        steps, plans = self._plan(epoch)
+
+        class _Dataset(torch.utils.data.IterableDataset):
+            def __init__(self, stream: _EpochStream) -> None:
+                self.stream = stream
+
+            def __iter__(self) -> Iterator[dict[str, Any]]:
+                return iter(self.stream)
+
+        cfg = self.config
+        loader = torch.utils.data.DataLoader(
+            _Dataset(_EpochStream(self, epoch, plans)),
+            batch_size=None,
+            num_workers=cfg.workers,
+            prefetch_factor=cfg.prefetch_factor if cfg.workers > 0 else None,
+            persistent_workers=False,
+        )
+        report = EpochReport(epoch=epoch, steps=steps)
+        self.last_report = report
+        started = time.perf_counter()
+        delivered = 0
+        iterator = iter(loader)
+        try:
+            while delivered < steps:
+                wait_from = time.perf_counter()
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    raise RuntimeError(
+                        f"loader delivered {delivered} of {steps} batches for epoch {epoch} (a bug: please report)"
+                    ) from None
+                report.wait_seconds += time.perf_counter() - wait_from
+                report.add(batch.pop("_stats"))
+                delivered += 1
+                report.seconds = time.perf_counter() - started
+                yield batch
+        finally:
+            report.seconds = time.perf_counter() - started
+            del iterator
+        if report.problems or report.undecodable:
+            log.warning("%s; first problems: %s", report.line(), report.problems[:5])
+        else:
+            log.info(report.line())
