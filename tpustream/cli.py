@@ -132,5 +132,34 @@ def bench_write(
         typer.echo(line)
 
 
+@bench_app.command("load")
+def bench_load(
+    data: Annotated[
+        str,
+        typer.Option(
+            help="Dataset URI, or a SOURCE (e.g. synthetic-cifar:20000) sharded into a temp dir first."
+        ),
+    ] = "synthetic-cifar:20000",
+    split: Annotated[str, typer.Option(help="train (augmented) or val.")] = "train",
+    batch_size: Annotated[int, typer.Option(help="Batch size of every pipeline.")] = 128,
+    workers: Annotated[int, typer.Option(help="DataLoader workers of every pipeline.")] = max(
+        1, os.cpu_count() or 1
+    ),
+    seconds: Annotated[float, typer.Option(help="Measured seconds per run, after the first batch.")] = 8.0,
+    repeats: Annotated[int, typer.Option(help="Interleaved runs per pipeline (median reported).")] = 3,
+    input_size: Annotated[
+        int | None, typer.Option(help="Output side (default: 224 for large images, else the image size).")
+    ] = None,
+) -> None:
+    """Per-file ImageFolder (A), the blog's webdataset pipeline (B), ours local and ours from GCS."""
+    from tpustream import bench_load as bl
+
+    for line in bl.bench_load(
+        data=data, split=split, batch_size=batch_size, workers=workers, seconds=seconds, repeats=repeats,
+        input_size=input_size,
+    ):  # fmt: skip
+        typer.echo(line)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

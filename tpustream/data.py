@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ import numpy as np
 from tpustream import storage
 from tpustream.shards import read_manifest
 from tpustream.tario import TarFormatError, iter_tar_samples
-from tpustream.transforms import Augment, decode_image
+from tpustream.transforms import Augment, Prepared, prepare_image, render_batch
 
 __all__ = [
     "LoaderConfig",
@@ -274,26 +275,26 @@ class _EpochStream:
                 self._reported.add(shard_id)
                 stats.problems.append(problem)
 
-    def _shuffled(self, samples: Iterator[Any], rng: np.random.Generator) -> Iterator[Any]:
+    def _shuffled(self, samples: Iterator[Any], rng: random.Random) -> Iterator[Any]:
         size = self.loader.config.shuffle_buffer
         buffer: list[Any] = []
         for sample in samples:
             if len(buffer) < size:
                 buffer.append(sample)
                 continue
-            j = int(rng.integers(size))
+            j = rng.randrange(size)
             yield buffer[j]
             buffer[j] = sample
-        rng.shuffle(buffer)  # type: ignore[arg-type]
+        rng.shuffle(buffer)
         yield from buffer
 
     def _decoded(
-        self, samples: Iterator[tuple[bytes, str, int]], rng: np.random.Generator, stats: _Stats
-    ) -> Iterator[tuple[np.ndarray, int]]:
+        self, samples: Iterator[tuple[bytes, str, int]], rng: random.Random, stats: _Stats
+    ) -> Iterator[tuple[Prepared, int]]:
         augment = self.loader.augment
         for data, ext, label in samples:
             try:
-                yield decode_image(data, ext, augment, rng), label
+                yield prepare_image(data, ext, augment, rng), label
             except Exception:  # any decoder failure means "undecodable sample": skip and count
                 stats.undecodable += 1
 
@@ -305,56 +306,53 @@ class _EpochStream:
         else:
             yield from self._val(plan)
 
-    def _batch(
-        self, images: np.ndarray, labels: np.ndarray, mask: np.ndarray, stats: _Stats
-    ) -> dict[str, Any]:
+    def _batch(self, pending: list[Prepared], labels: list[int], stats: _Stats) -> dict[str, Any]:
+        """A full batch: ``pending`` rendered into its first slots, the rest zero padding (mask False)."""
         import torch
 
+        size, batch = self.loader.config.input_size, self.loader.config.batch_size
+        images = np.zeros((batch, size, size, 3), np.uint8)
+        if pending:
+            render_batch(pending, size, images[: len(pending)])
+        label_array = np.zeros(batch, np.int64)
+        label_array[: len(labels)] = labels
+        mask = np.zeros(batch, np.bool_)
+        mask[: len(pending)] = True
         return {
             "image": torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))),
-            "label": torch.from_numpy(labels.copy()),
-            "mask": torch.from_numpy(mask.copy()),
+            "label": torch.from_numpy(label_array),
+            "mask": torch.from_numpy(mask),
             "_stats": stats.take(),
         }
-
-    def _empty(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        size, batch = self.loader.config.input_size, self.loader.config.batch_size
-        return (
-            np.zeros((batch, size, size, 3), np.uint8),
-            np.zeros(batch, np.int64),
-            np.zeros(batch, np.bool_),
-        )
 
     def _train(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
         cfg = self.loader.config
         stats = _Stats()
         needed = plan.num_batches * cfg.batch_size
-        images, labels, mask = self._empty()
-        filled = produced = 0
+        pending: list[Prepared] = []
+        labels: list[int] = []
+        produced = 0
         candidates = [plan.shards, plan.fallback]
         source_index, repeat_pass = 0, 0
         while produced < needed:
-            rng = np.random.default_rng(
-                [cfg.seed, self.epoch, self.loader.replica_index, plan.worker, repeat_pass]
-            )
+            rng = _rng(cfg.seed, self.epoch, self.loader.replica_index, plan.worker, repeat_pass)
             shard_ids = list(candidates[source_index])
             if repeat_pass:
                 rng.shuffle(shard_ids)
             delivered_this_pass = 0
             stream = self._decoded(self._shuffled(self._raw_samples(shard_ids, stats), rng), rng, stats)
-            for image, label in stream:
-                images[filled], labels[filled], mask[filled] = image, label, True
-                filled += 1
+            for prepared, label in stream:
+                pending.append(prepared)
+                labels.append(label)
                 produced += 1
                 delivered_this_pass += 1
                 if repeat_pass:
                     stats.repeated += 1
                 else:
                     stats.samples += 1
-                if filled == cfg.batch_size:
-                    yield self._batch(images, labels, mask, stats)
-                    images, labels, mask = self._empty()
-                    filled = 0
+                if len(pending) == cfg.batch_size:
+                    yield self._batch(pending, labels, stats)
+                    pending, labels = [], []
                 if produced == needed:
                     break
             if delivered_this_pass == 0:
@@ -369,28 +367,32 @@ class _EpochStream:
     def _val(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
         cfg = self.loader.config
         stats = _Stats()
-        rng = np.random.default_rng([cfg.seed, self.epoch, self.loader.replica_index, plan.worker])
-        images, labels, mask = self._empty()
-        filled = emitted = 0
+        rng = _rng(cfg.seed, self.epoch, self.loader.replica_index, plan.worker)
+        pending: list[Prepared] = []
+        labels: list[int] = []
+        emitted = 0
         capacity = plan.num_batches * cfg.batch_size
-        for image, label in self._decoded(self._raw_samples(plan.shards, stats), rng, stats):
-            if emitted * cfg.batch_size + filled >= capacity:
+        for prepared, label in self._decoded(self._raw_samples(plan.shards, stats), rng, stats):
+            if emitted * cfg.batch_size + len(pending) >= capacity:
                 stats.problems.append("more val samples than the manifest lists: extra samples ignored")
                 break
-            images[filled], labels[filled], mask[filled] = image, label, True
-            filled += 1
+            pending.append(prepared)
+            labels.append(label)
             stats.samples += 1
-            if filled == cfg.batch_size:
-                yield self._batch(images, labels, mask, stats)
+            if len(pending) == cfg.batch_size:
+                yield self._batch(pending, labels, stats)
                 emitted += 1
-                images, labels, mask = self._empty()
-                filled = 0
+                pending, labels = [], []
         while emitted < plan.num_batches:
-            stats.padded += cfg.batch_size - filled
-            yield self._batch(images, labels, mask, stats)
+            stats.padded += cfg.batch_size - len(pending)
+            yield self._batch(pending, labels, stats)
             emitted += 1
-            images, labels, mask = self._empty()
-            filled = 0
+            pending, labels = [], []
+
+
+def _rng(*key: int) -> random.Random:
+    """A fast scalar RNG seeded from the (seed, epoch, replica, worker, ...) key via numpy's SeedSequence."""
+    return random.Random(int(np.random.SeedSequence(list(key)).generate_state(2, np.uint64)[0]))
 
 
 def _pick(fields: dict[str, bytes], num_classes: int) -> tuple[bytes, str, int] | None:

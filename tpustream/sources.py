@@ -133,6 +133,15 @@ def decode_ppm(data: bytes) -> np.ndarray:
     """Decode a binary P6 PPM with maxval 255 to HxWx3 uint8 without PIL (a header parse + a view)."""
     if data[:2] != b"P6":
         raise ValueError("not a binary PPM (P6)")
+    parts = data.split(b"\n", 3)  # fast path: the header encode_ppm writes ("P6\nW H\n255\n")
+    if len(parts) == 4 and parts[0] == b"P6" and parts[2] == b"255":
+        dims = parts[1].split()
+        if len(dims) == 2 and dims[0].isdigit() and dims[1].isdigit():
+            width, height = int(dims[0]), int(dims[1])
+            offset = len(data) - len(parts[3])
+            if len(parts[3]) < width * height * 3:
+                raise ValueError("truncated PPM")
+            return np.frombuffer(data, np.uint8, width * height * 3, offset).reshape(height, width, 3)
     fields: list[bytes] = []
     pos = 2
     while len(fields) < 3:

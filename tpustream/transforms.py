@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import math
+import random
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,10 @@ from tpustream.sources import decode_ppm
 __all__ = [
     "Augment",
     "decode_image",
+    "prepare_image",
+    "render",
+    "render_batch",
+    "Prepared",
     "random_resized_crop_box",
     "center_crop_box",
     "IMAGENET_MEAN",
@@ -49,9 +54,13 @@ class Augment:
 
 
 def random_resized_crop_box(
-    width: int, height: int, rng: np.random.Generator, scale: tuple[float, float], ratio: tuple[float, float]
+    width: int, height: int, rng: random.Random, scale: tuple[float, float], ratio: tuple[float, float]
 ) -> tuple[int, int, int, int]:
-    """torchvision's RandomResizedCrop.get_params, as (left, top, right, bottom)."""
+    """torchvision's RandomResizedCrop.get_params, as (left, top, right, bottom).
+
+    ``rng`` is a ``random.Random`` (seeded per worker and epoch by the loader): its scalar draws cost
+    ~0.1 µs against ~2 µs for numpy's Generator, which matters at tens of thousands of samples/s.
+    """
     area = width * height
     log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
     for _ in range(10):
@@ -60,8 +69,8 @@ def random_resized_crop_box(
         w = int(round(math.sqrt(target_area * aspect)))
         h = int(round(math.sqrt(target_area / aspect)))
         if 0 < w <= width and 0 < h <= height:
-            top = int(rng.integers(0, height - h + 1))
-            left = int(rng.integers(0, width - w + 1))
+            top = rng.randint(0, height - h)
+            left = rng.randint(0, width - w)
             return left, top, left + w, top + h
     in_ratio = width / height  # fallback: whole-image centre crop within the ratio bounds
     if in_ratio < ratio[0]:
@@ -124,48 +133,107 @@ def _decode_any(data: bytes, ext: str) -> np.ndarray:
         return np.asarray(img.convert("RGB"))
 
 
-def decode_image(data: bytes, ext: str, augment: Augment, rng: np.random.Generator) -> np.ndarray:
-    """Decode ``data`` (``ext`` = jpg/jpeg/png/ppm) and return the augmented uint8 HxWx3 square.
+@dataclass
+class Prepared:
+    """A decoded image and where to crop it: ``box`` in the decoded array's pixels, ``flip`` or not."""
 
-    Raises ``ValueError``/``OSError`` on undecodable input (the loader skips and counts those).
-    """
-    from PIL import Image
+    image: np.ndarray  # HxWx3 uint8
+    box: tuple[float, float, float, float]
+    flip: bool
 
+    def upscales_to(self, size: int) -> bool:
+        """True when the crop is no larger than the output: plain bilinear is exact, no antialias needed."""
+        return self.box[2] - self.box[0] <= size and self.box[3] - self.box[1] <= size
+
+
+def prepare_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -> Prepared:
+    """Decode ``data`` (jpg/jpeg/png/ppm) and draw its crop and flip. Raises on undecodable input."""
     size = augment.output_size
     scale = (augment.min_crop_scale, 1.0)
     ratio = (3 / 4, 4 / 3)
-    image: np.ndarray | None = None
-    factor = 1.0
+
+    def pick_box(width: int, height: int) -> tuple[int, int, int, int]:
+        if augment.train:
+            return random_resized_crop_box(width, height, rng, scale, ratio)
+        return center_crop_box(width, height, size)
+
     dims = _jpeg_size(data) if ext in ("jpg", "jpeg") else None
     if dims is not None:
-        width, height = dims
-        box = (
-            random_resized_crop_box(width, height, rng, scale, ratio)
-            if augment.train
-            else center_crop_box(width, height, size)
-        )
+        box = pick_box(*dims)
         try:
-            image, factor = _decode_jpeg_reduced(data, width, height, box, size)
+            image, factor = _decode_jpeg_reduced(data, dims[0], dims[1], box, size)
         except ValueError:
-            image = None
-    if image is None:
-        image = _decode_any(data, ext)
-        height, width = image.shape[:2]
-        box = (
-            random_resized_crop_box(width, height, rng, scale, ratio)
-            if augment.train
-            else center_crop_box(width, height, size)
-        )
-        factor = 1.0
-    if factor != 1.0:
-        box = (box[0] * factor, box[1] * factor, box[2] * factor, box[3] * factor)  # type: ignore[assignment]
-    pil = Image.frombuffer(
-        "RGB", (image.shape[1], image.shape[0]), np.ascontiguousarray(image), "raw", "RGB", 0, 1
+            pass
+        else:
+            flip = augment.train and augment.flip and rng.random() < 0.5
+            return Prepared(image, tuple(v * factor for v in box), flip)  # type: ignore[arg-type]
+    image = _decode_any(data, ext)
+    box = pick_box(image.shape[1], image.shape[0])
+    flip = augment.train and augment.flip and rng.random() < 0.5
+    return Prepared(image, tuple(float(v) for v in box), flip)  # type: ignore[arg-type]
+
+
+def render(prepared: Prepared, size: int, out: np.ndarray) -> None:
+    """Crop + resize (antialiased, Pillow) one prepared image into ``out`` (size x size x 3)."""
+    from PIL import Image
+
+    image = np.ascontiguousarray(prepared.image)
+    pil = Image.frombuffer("RGB", (image.shape[1], image.shape[0]), image, "raw", "RGB", 0, 1)
+    resized = np.asarray(pil.resize((size, size), Image.Resampling.BILINEAR, box=prepared.box))
+    out[...] = resized[:, ::-1] if prepared.flip else resized
+
+
+def render_upscales(items: list[Prepared], size: int, out: np.ndarray) -> None:
+    """Bilinear crop + resize of many same-shaped images at once (all crops <= ``size``: upscaling,
+    so no antialiasing is needed). One ``grid_sample`` call for the group instead of four Pillow
+    calls per image: for CIFAR-size images the per-call overhead is most of the cost.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    images = torch.from_numpy(np.stack([p.image for p in items])).permute(0, 3, 1, 2).float()
+    height, width = images.shape[2:]
+    boxes = torch.tensor([p.box for p in items], dtype=torch.float32)
+    centers = (torch.arange(size, dtype=torch.float32) + 0.5) / size
+    # output pixel centres in input pixel units, then to grid_sample's [-1, 1] (align_corners=False)
+    xs = boxes[:, 0:1] + centers[None, :] * (boxes[:, 2:3] - boxes[:, 0:1])
+    ys = boxes[:, 1:2] + centers[None, :] * (boxes[:, 3:4] - boxes[:, 1:2])
+    flips = torch.tensor([p.flip for p in items])
+    xs = torch.where(flips[:, None], xs.flip(1), xs)
+    grid = torch.stack(
+        [
+            (2 * xs / width - 1)[:, None, :].expand(-1, size, -1),
+            (2 * ys / height - 1)[:, :, None].expand(-1, -1, size),
+        ],
+        dim=-1,
     )
-    resized = pil.resize((size, size), Image.Resampling.BILINEAR, box=box)
-    if augment.train and augment.flip and rng.random() < 0.5:
-        resized = resized.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    return np.asarray(resized)
+    result = F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    out[...] = result.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def render_batch(items: list[Prepared], size: int, out: np.ndarray) -> None:
+    """Render prepared images into ``out[i]``: upscaling crops of same-shaped images vectorised,
+    everything else through Pillow's antialiased resize."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, prepared in enumerate(items):
+        if prepared.upscales_to(size):
+            groups.setdefault(prepared.image.shape, []).append(i)
+        else:
+            render(prepared, size, out[i])
+    for indices in groups.values():
+        if len(indices) == 1:
+            render(items[indices[0]], size, out[indices[0]])
+            continue
+        block = np.empty((len(indices), size, size, 3), np.uint8)
+        render_upscales([items[i] for i in indices], size, block)
+        out[indices] = block
+
+
+def decode_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -> np.ndarray:
+    """Decode + augment one sample to a ``output_size`` square uint8 HxWx3 array."""
+    out = np.empty((augment.output_size, augment.output_size, 3), np.uint8)
+    render(prepare_image(data, ext, augment, rng), augment.output_size, out)
+    return out
 
 
 def normalize(images_uint8, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype=None):  # type: ignore[no-untyped-def]
