@@ -309,17 +309,23 @@ class _EpochStream:
     def _batch(self, pending: list[Prepared], labels: list[int], stats: _Stats) -> dict[str, Any]:
         """A full batch: ``pending`` rendered into its first slots, the rest zero padding (mask False)."""
         import torch
+        import torch.utils.data
 
         size, batch = self.loader.config.input_size, self.loader.config.batch_size
         images = np.zeros((batch, size, size, 3), np.uint8)
         if pending:
             render_batch(pending, size, images[: len(pending)])
+        # Allocated in shared memory, so handing it to the main process copies nothing more.
+        chw = torch.empty((batch, 3, size, size), dtype=torch.uint8)
+        if torch.utils.data.get_worker_info() is not None:
+            chw.share_memory_()
+        chw.numpy()[...] = images.transpose(0, 3, 1, 2)
         label_array = np.zeros(batch, np.int64)
         label_array[: len(labels)] = labels
         mask = np.zeros(batch, np.bool_)
         mask[: len(pending)] = True
         return {
-            "image": torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))),
+            "image": chw,
             "label": torch.from_numpy(label_array),
             "mask": torch.from_numpy(mask),
             "_stats": stats.take(),

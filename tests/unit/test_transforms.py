@@ -19,7 +19,12 @@ from tpustream.transforms import (
 )
 
 
-def test_batched_upscale_matches_pillow_per_image():
+def _pillow(image, box, size, flip):
+    out = np.asarray(Image.fromarray(image).resize((size, size), Image.BILINEAR, box=box))
+    return out[:, ::-1] if flip else out
+
+
+def test_batched_upscale_matches_pillow():
     rng = random.Random(0)
     items = []
     for i in range(64):
@@ -29,10 +34,18 @@ def test_batched_upscale_matches_pillow_per_image():
     batched = np.empty((64, 32, 32, 3), np.uint8)
     render_batch(items, 32, batched)
     for i, item in enumerate(items):
-        single = np.empty((32, 32, 3), np.uint8)
-        render(item, 32, single)
-        diff = np.abs(batched[i].astype(int) - single.astype(int))
+        diff = np.abs(batched[i].astype(int) - _pillow(item.image, item.box, 32, item.flip).astype(int))
         assert diff.mean() < 1.0 and np.percentile(diff, 99) <= 6, (i, diff.mean(), diff.max())
+
+
+def test_large_image_render_matches_pillow():
+    rng = random.Random(2)
+    image = np.asarray(Image.open(io.BytesIO(synthetic_imagenet_jpeg(1, 1))).convert("RGB"))
+    for flip in (False, True):
+        box = tuple(map(float, random_resized_crop_box(500, 375, rng, (0.08, 1.0), (3 / 4, 4 / 3))))
+        ours = np.empty((224, 224, 3), np.uint8)
+        render(Prepared(image, box, flip), 224, ours)
+        assert np.abs(ours.astype(int) - _pillow(image, box, 224, flip).astype(int)).mean() < 0.5
 
 
 def test_crop_boxes_follow_torchvision_bounds():
