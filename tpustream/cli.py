@@ -113,6 +113,65 @@ def shards_verify(
     typer.echo(f"ok: {checked} shards match {uri}/manifest.json")
 
 
+@app.command("train")
+def train_cmd(
+    data: Annotated[str, typer.Option(help="Dataset URI (holds manifest.json).")],
+    output: Annotated[str, typer.Option(help="Model/checkpoint URI (local or gs://).")],
+    model: Annotated[
+        str, typer.Option(help="tiny | resnet18 | resnet34 | resnet50 | resnet101.")
+    ] = "resnet50",
+    epochs: Annotated[int, typer.Option(help="Epochs.")] = 10,
+    batch_size: Annotated[int, typer.Option(help="Per-device batch size.")] = 128,
+    global_batch_size: Annotated[
+        int | None, typer.Option(help="Global batch instead of --batch-size (must divide over the devices).")
+    ] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak LR (default 0.1 x global batch / 256).")] = None,
+    weight_decay: Annotated[float, typer.Option(help="SGD weight decay (not on norms/biases).")] = 1e-4,
+    label_smoothing: Annotated[float, typer.Option(help="Label smoothing.")] = 0.1,
+    warmup_epochs: Annotated[float, typer.Option(help="Linear LR warmup, in epochs.")] = 1.0,
+    bf16: Annotated[bool, typer.Option(help="bfloat16 autocast.")] = False,
+    strategy: Annotated[
+        str, typer.Option(help="spmd (one process per host) or replicas (one per device).")
+    ] = "spmd",
+    resume: Annotated[
+        str, typer.Option(help="auto | never | URI of a checkpoint or output directory.")
+    ] = "auto",
+    log_steps: Annotated[int, typer.Option(help="Log every N steps.")] = 20,
+    checkpoint_minutes: Annotated[float, typer.Option(help="Also write `last` every N minutes.")] = 30.0,
+    workers: Annotated[int, typer.Option(help="Loader worker processes per host.")] = 4,
+    input_size: Annotated[
+        int | None, typer.Option(help="Input side (default 224, or small images' size).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of init, data order and augmentation.")] = 0,
+) -> None:
+    """Train a ResNet with PyTorch/XLA (SPMD or replicas), checkpointing to --output; resumable."""
+    from tpustream import checkpoint, train
+
+    try:
+        config = train.TrainConfig(
+            data=data, output=output, model=model, epochs=epochs, batch_size=batch_size,
+            global_batch_size=global_batch_size, lr=lr, weight_decay=weight_decay,
+            label_smoothing=label_smoothing, warmup_epochs=warmup_epochs, bf16=bf16, strategy=strategy,
+            resume=resume, log_steps=log_steps, checkpoint_minutes=checkpoint_minutes, workers=workers,
+            input_size=input_size, seed=seed,
+        )  # fmt: skip
+        card = train.train(config)
+    except train.Preempted as exc:
+        typer.secho(f"preempted: {exc}", err=True, fg=typer.colors.YELLOW)
+        raise typer.Exit(train.PREEMPTED_EXIT_CODE) from None
+    except (ValueError, checkpoint.CheckpointError, storage_errors()) as exc:
+        _fail(str(exc))
+    if card:
+        metrics = card["metrics"]
+        typer.echo(f"model: {output} (best epoch {metrics['epoch']}, val top-1 {metrics['val_top1']:.4f})")
+
+
+def storage_errors() -> type[Exception]:
+    from tpustream import storage
+
+    return storage.StorageError
+
+
 @bench_app.command("write")
 def bench_write(
     samples: Annotated[int, typer.Option(help="CIFAR-size samples per run.")] = 20000,
