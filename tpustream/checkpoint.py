@@ -7,6 +7,7 @@ never sees half a checkpoint. Files are loadable with ``torch.load(weights_only=
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -92,10 +93,8 @@ def save_checkpoint(
 def _referenced(output: str) -> set[str]:
     names = set()
     for which in ("last", "best"):
-        try:
+        with contextlib.suppress(storage.NotFound, ValueError, KeyError):
             names.add(json.loads(storage.read_bytes(_pointer(output, which)))["checkpoint"])
-        except (storage.NotFound, ValueError, KeyError):
-            pass
     return names
 
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 from torch import nn
 
-__all__ = ["MODEL_NAMES", "build_model", "small_input", "parameter_groups"]
+__all__ = ["MODEL_NAMES", "build_model", "small_input", "parameter_groups", "count_parameters"]
 
 SMALL_INPUT_MAX = 96
 
@@ -79,7 +78,8 @@ def build_model(name: str, *, num_classes: int, input_size: int, in_channels: in
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on weights only: norms' scales and all biases (1-D parameters) get none."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for parameter in model.parameters():
         if parameter.requires_grad:
             (no_decay if parameter.ndim <= 1 else decay).append(parameter)
@@ -91,6 +91,3 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-__all__ += ["count_parameters", "torch"]
