@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -22,7 +23,9 @@ bench_app = typer.Typer(
     help="Benchmarks: one JSON line per result, ratios against the baseline.", no_args_is_help=True
 )
 app.add_typer(shards_app, name="shards")
+champion_app = typer.Typer(help="Inspect the model registry's champion.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+app.add_typer(champion_app, name="champion")
 
 log = logging.getLogger("tpustream")
 
@@ -164,6 +167,74 @@ def train_cmd(
     if card:
         metrics = card["metrics"]
         typer.echo(f"model: {output} (best epoch {metrics['epoch']}, val top-1 {metrics['val_top1']:.4f})")
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    model: Annotated[str, typer.Option(help="Model artifact URI (model.pt + model.json).")],
+    data: Annotated[str, typer.Option(help="Dataset URI; its val split is evaluated.")],
+    output: Annotated[str, typer.Option(help="Where metrics.json is written.")],
+    registry: Annotated[
+        str | None, typer.Option(help="Also evaluate this registry's champion on the same shards.")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="Loader worker processes.")] = 2,
+) -> None:
+    """Top-1/top-5/loss, per-class accuracy and confusion matrix on the val split (XLA if PJRT_DEVICE is set)."""
+    from tpustream import evaluate, promote
+
+    try:
+        result = evaluate.evaluate(model, data, output, registry=registry, workers=workers)
+    except (evaluate.EvaluationError, promote.RegistryError, storage_errors()) as exc:
+        _fail(str(exc))
+    for role in ("candidate", "champion"):
+        entry = result[role]
+        if entry:
+            version = f" (version {entry['version']})" if role == "champion" else ""
+            typer.echo(
+                f"{role}{version}: top-1 {entry['top1']:.4f} top-5 {entry['top5']:.4f} loss {entry['loss']:.4f} "
+                f"on {entry['num_samples']} val samples"
+            )
+    typer.echo(f"metrics: {output.rstrip('/')}/metrics.json")
+
+
+@app.command("promote")
+def promote_cmd(
+    candidate: Annotated[str, typer.Option(help="Candidate model artifact URI.")],
+    metrics: Annotated[str, typer.Option(help="metrics.json (or its directory) from tpustream evaluate.")],
+    registry: Annotated[str, typer.Option(help="Registry URI (versions/, champion.json, events/).")],
+    metric: Annotated[str, typer.Option(help="top1 | top5 | loss.")] = "top1",
+    min_delta: Annotated[float, typer.Option(help="Required improvement over the champion.")] = 0.0,
+    max_class_drop: Annotated[
+        float | None, typer.Option(help="Refuse if any class's accuracy drops by more than this.")
+    ] = None,
+) -> None:
+    """Promote the candidate if it beats the champion on the same data; atomic, idempotent."""
+    from tpustream import promote
+
+    try:
+        outcome = promote.promote(
+            candidate, metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
+        )
+    except (promote.RegistryError, storage_errors()) as exc:
+        _fail(str(exc))
+    if outcome["promoted"]:
+        typer.echo(f"promoted: version {outcome['version']} is the champion ({outcome['reason']})")
+    else:
+        typer.echo(f"not promoted: {outcome['reason']}")
+
+
+@champion_app.command("show")
+def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) -> None:
+    """Print the champion pointer and check that the version it names is complete."""
+    from tpustream import promote
+
+    try:
+        status = promote.champion_status(registry)
+    except (promote.RegistryError, storage_errors()) as exc:
+        _fail(str(exc))
+    typer.echo(json.dumps(status, indent=1))
+    if not status["ok"]:
+        raise typer.Exit(1)
 
 
 def storage_errors() -> type[Exception]:

@@ -14,6 +14,7 @@ Nothing in a step syncs with the host: logging goes through ``xm.add_step_closur
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -554,11 +555,10 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> d
     fd, tmp = tempfile.mkstemp(suffix=".pt")
     os.close(fd)
     try:
-        torch.save(best["model"], tmp)
+        with open(tmp, "wb") as f:  # a file object: the archive name is fixed, so equal weights hash equal
+            torch.save(best["model"], f)
         storage.upload_file(tmp, storage.join(output, "model.pt"))
         with open(tmp, "rb") as f:
-            import hashlib
-
             model_digest = hashlib.sha256(f.read()).hexdigest()
     finally:
         os.unlink(tmp)

@@ -1,0 +1,228 @@
+"""Evaluation and promotion for real: models trained here (eager CPU), registries on disk and on
+the GCS test server, a forced promotion race, a crash between the copy and the pointer swap."""
+
+import json
+import random
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from tpustream import evaluate, promote, shards, storage
+from tpustream.data import LoaderConfig, ShardLoader
+from tpustream.models import build_model
+from tpustream.sources import decode_ppm
+from tpustream.tario import iter_tar_samples
+from tpustream.transforms import Augment, decode_image, normalize
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("data") / "digits")
+    shards.create_shards(shards.ShardConfig(source="digits", output=out, num_shards=4), progress=False)
+    return out
+
+
+def make_model(root, data, *, seed, steps):
+    """A tiny model artifact: `steps` eager-CPU SGD steps on the train split (0 = random init)."""
+    torch.manual_seed(seed)
+    model = build_model("tiny", num_classes=10, input_size=16)
+    if steps:
+        loader = ShardLoader(
+            LoaderConfig(data=data, batch_size=64, input_size=16, workers=0, num_replicas=1, replica_index=0)
+        )
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        done = 0
+        for epoch in range(100):
+            for batch in loader.epoch(epoch):
+                loss = torch.nn.functional.cross_entropy(model(normalize(batch["image"])), batch["label"])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                done += 1
+                if done == steps:
+                    break
+            if done == steps:
+                break
+    model.eval()
+    root = str(root)
+    with open(f"{root}.pt", "wb") as f:
+        torch.save(model.state_dict(), f)
+    storage.upload_file(f"{root}.pt", storage.join(root, "model.pt"))
+    card = {
+        "format": "tpustream.model/v1",
+        "arch": "tiny",
+        "classes": [str(d) for d in range(10)],
+        "input_size": 16,
+    }
+    storage.write_bytes(storage.join(root, "model.json"), json.dumps(card).encode())
+    return root
+
+
+@pytest.fixture(scope="module")
+def models(digits, tmp_path_factory):
+    base = tmp_path_factory.mktemp("models")
+    return {
+        "weak": make_model(base / "weak", digits, seed=1, steps=0),
+        "good": make_model(base / "good", digits, seed=2, steps=30),
+        "better": make_model(base / "better", digits, seed=3, steps=120),
+    }
+
+
+def test_evaluation_is_exact(digits, models, tmp_path):
+    result = evaluate.evaluate(models["good"], digits, str(tmp_path / "eval"))
+    candidate = result["candidate"]
+    manifest = shards.read_manifest(digits)
+    assert candidate["num_samples"] == manifest["splits"]["val"]["num_samples"] and candidate["complete"]
+    # independent count: every val sample through the model one at a time
+    model = build_model("tiny", num_classes=10, input_size=16)
+    model.load_state_dict(torch.load(f"{models['good']}/model.pt", weights_only=True))
+    model.eval()
+    confusion = np.zeros((10, 10), int)
+    augment = Augment(output_size=16, train=False)
+    for shard in manifest["splits"]["val"]["shards"]:
+        with open(f"{digits}/{shard['path']}", "rb") as f:
+            for _, fields in iter_tar_samples(f):
+                image = decode_image(fields["ppm"], "ppm", augment, random.Random(0))
+                x = normalize(torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None])
+                predicted = int(model(x).argmax())
+                confusion[int(fields["cls"]), predicted] += 1
+    assert candidate["confusion_matrix"] == confusion.tolist()
+    assert candidate["top1"] == pytest.approx(np.trace(confusion) / confusion.sum())
+    assert (
+        json.loads((tmp_path / "eval" / "metrics.json").read_text())["candidate"]["top1"] == candidate["top1"]
+    )
+    assert decode_ppm  # the test reads shards with the project's own PPM decoder via decode_image
+
+
+def _evaluate(models, name, digits, tmp_path, registry=None):
+    out = str(tmp_path / f"eval-{name}")
+    evaluate.evaluate(models[name], digits, out, registry=registry)
+    return f"{out}/metrics.json"
+
+
+@pytest.fixture(params=["local", "gcs"])
+def registry(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path / "registry")
+    return f"{request.getfixturevalue('gcs_bucket')}/registry"
+
+
+def test_champion_challenger_flow(digits, models, registry, tmp_path):
+    weak = _evaluate(models, "weak", digits, tmp_path, registry)
+    assert promote.promote(models["weak"], weak, registry) == {
+        "promoted": True, "version": 1, "reason": "no champion yet", "previous_version": None}  # fmt: skip
+    again = promote.promote(models["weak"], weak, registry)  # idempotent
+    assert again["promoted"] is False and again["reason"] == "already the champion"
+    better = _evaluate(models, "better", digits, tmp_path, registry)
+    metrics = json.loads(storage.read_bytes(better))
+    assert metrics["champion"]["version"] == 1  # the champion was evaluated on the same shards, same run
+    assert promote.promote(models["better"], better, registry)["version"] == 2
+    good = _evaluate(models, "good", digits, tmp_path, registry)
+    outcome = promote.promote(models["good"], good, registry)
+    assert outcome["promoted"] is False and "not above 0" in outcome["reason"]
+    assert promote.read_champion(registry)["version"] == 2
+    versions = sorted(
+        o.uri.rsplit("/", 2)[1]
+        for o in storage.list_objects(f"{registry}/versions")
+        if o.uri.endswith("version.json")
+    )
+    assert versions == ["1", "2"]
+    events = [
+        json.loads(storage.read_bytes(o.uri))["event"] for o in storage.list_objects(f"{registry}/events")
+    ]
+    assert sorted(events) == ["already-champion", "promoted", "promoted", "refused"]
+    assert promote.champion_status(registry)["ok"]
+
+
+def test_racing_promotions_end_with_one_consistent_champion(
+    digits, models, gcs_bucket, tmp_path, monkeypatch
+):
+    registry = f"{gcs_bucket}/race"
+    promote.promote(models["weak"], _evaluate(models, "weak", digits, tmp_path, registry), registry)
+    good = _evaluate(models, "good", digits, tmp_path, registry)
+    better = _evaluate(models, "better", digits, tmp_path, registry)
+    # Both read the pointer, both fill their version, then both try the swap: one must lose.
+    barrier = threading.Barrier(2, timeout=60)
+    real_fill = promote._fill_version
+    calls = {"n": 0}
+
+    def fill_then_wait(*args, **kwargs):
+        real_fill(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            barrier.wait()
+
+    monkeypatch.setattr(promote, "_fill_version", fill_then_wait)
+    outcomes = {}
+
+    def run(name, metrics):
+        outcomes[name] = promote.promote(models[name], metrics, registry)
+
+    threads = [threading.Thread(target=run, args=a) for a in (("good", good), ("better", better))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    champion = promote.read_champion(registry)
+    better_sha = json.loads(storage.read_bytes(better))["candidate"]["model_sha256"]
+    assert champion["model_sha256"] == better_sha  # the better model wins whatever the order
+    assert promote.champion_status(registry)["ok"]  # the pointer names a complete version
+    # the loser re-read the pointer and decided again against the winner
+    assert outcomes["better"]["promoted"] is True
+    if outcomes["good"]["promoted"]:  # good swapped first, then better beat it on re-decision
+        assert outcomes["better"]["previous_version"] == outcomes["good"]["version"]
+    else:
+        assert "not above 0" in outcomes["good"]["reason"]
+
+
+def test_crash_between_copy_and_swap_then_retry(digits, models, gcs_bucket, tmp_path, monkeypatch):
+    registry = f"{gcs_bucket}/crash"
+    promote.promote(models["weak"], _evaluate(models, "weak", digits, tmp_path, registry), registry)
+    better = _evaluate(models, "better", digits, tmp_path, registry)
+    real_swap = storage.replace_if_generation
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("machine lost power")
+
+    monkeypatch.setattr(storage, "replace_if_generation", crash)
+    with pytest.raises(RuntimeError, match="power"):
+        promote.promote(models["better"], better, registry)
+    assert promote.read_champion(registry)["version"] == 1  # pointer untouched
+    assert promote.champion_status(registry)["ok"]
+    monkeypatch.setattr(storage, "replace_if_generation", real_swap)
+    outcome = promote.promote(models["better"], better, registry)
+    assert outcome["promoted"] and outcome["version"] == 2  # the claimed version is reused, not duplicated
+    assert (
+        len([o for o in storage.list_objects(f"{registry}/versions") if o.uri.endswith("version.json")]) == 2
+    )
+
+
+def test_bad_inputs(digits, models, tmp_path):
+    registry = str(tmp_path / "reg")
+    weak = _evaluate(models, "weak", digits, tmp_path, registry)
+    promote.promote(models["weak"], weak, registry)
+    # metrics measured on another dataset than the champion's: refused, not compared
+    other = str(tmp_path / "other")
+    shards.create_shards(
+        shards.ShardConfig(source="digits", output=other, num_shards=4, seed=7), progress=False
+    )
+    out = str(tmp_path / "eval-other")
+    evaluate.evaluate(models["better"], other, out)  # no --registry: no same-shards champion numbers
+    outcome = promote.promote(models["better"], f"{out}/metrics.json", registry)
+    assert not outcome["promoted"] and "same shards" in outcome["reason"]
+    (tmp_path / "bad.json").write_text("{nope")
+    with pytest.raises(promote.RegistryError, match="not a tpustream metrics.json"):
+        promote.promote(models["better"], str(tmp_path / "bad.json"), registry)
+    with pytest.raises(promote.RegistryError, match="does not exist: run tpustream evaluate"):
+        promote.promote(models["better"], str(tmp_path / "none.json"), registry)
+    with pytest.raises(promote.RegistryError, match="unknown metric"):
+        promote.promote(models["better"], weak, registry, metric="auc")
+    with pytest.raises(evaluate.EvaluationError, match="model.json does not exist"):
+        evaluate.evaluate(str(tmp_path / "nomodel"), digits, str(tmp_path / "e"))
+    storage.delete(f"{registry}/versions/1/model.pt")
+    status = promote.champion_status(registry)
+    assert not status["ok"] and "lacks model.pt" in status["message"] and "Repair" in status["message"]

@@ -1,0 +1,54 @@
+"""The promotion decision table (pure: no storage)."""
+
+import pytest
+
+from tpustream.promote import RegistryError, decide
+
+
+def m(top1, loss=1.0, per_class=(0.9, 0.9)):
+    return {"top1": top1, "top5": min(1.0, top1 + 0.05), "loss": loss, "per_class_accuracy": list(per_class)}
+
+
+@pytest.mark.parametrize(
+    "candidate, champion, kwargs, promote, reason",
+    [
+        (m(0.5), None, {}, True, "no champion"),
+        (m(0.91), m(0.90), {}, True, "beats"),
+        (m(0.90), m(0.90), {}, False, "not above 0"),  # a tie never promotes
+        (m(0.89), m(0.90), {}, False, "not above 0"),
+        (m(0.905), m(0.90), {"min_delta": 0.01}, False, "min-delta"),
+        (m(0.92), m(0.90), {"min_delta": 0.01}, True, "beats"),
+        (m(0.5, loss=0.4), m(0.9, loss=0.5), {"metric": "loss"}, True, "beats"),  # lower loss wins
+        (m(0.9, loss=0.6), m(0.9, loss=0.5), {"metric": "loss"}, False, "not above 0"),
+        (
+            m(0.95, per_class=(1.0, 0.80)),
+            m(0.90, per_class=(0.85, 0.95)),
+            {"max_class_drop": 0.1},
+            False,
+            "class 1",
+        ),
+        (
+            m(0.95, per_class=(1.0, 0.90)),
+            m(0.90, per_class=(0.85, 0.95)),
+            {"max_class_drop": 0.1},
+            True,
+            "beats",
+        ),
+    ],
+)
+def test_decision_table(candidate, champion, kwargs, promote, reason):
+    decision = decide(
+        candidate, champion, candidate_digest="d1", champion_digest="d1" if champion else None, **kwargs
+    )
+    assert decision.promote is promote
+    assert reason in decision.reason
+
+
+def test_different_datasets_are_never_compared():
+    decision = decide(m(0.99), m(0.1), candidate_digest="aaaa", champion_digest="bbbb")
+    assert not decision.promote and "same shards" in decision.reason
+
+
+def test_unknown_metric():
+    with pytest.raises(RegistryError, match="unknown metric 'f1'"):
+        decide(m(0.9), None, candidate_digest="d", champion_digest=None, metric="f1")

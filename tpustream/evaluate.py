@@ -1,0 +1,219 @@
+"""Evaluation: a model artifact (and the current champion) on a dataset's val split, exactly.
+
+Every val sample is counted once (the loader's masks); the result records the dataset's manifest
+digest and the model's sha256 so promotion can refuse to compare numbers from different data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from tpustream import storage
+from tpustream.shards import ShardError, manifest_digest, read_manifest
+
+__all__ = ["EvaluationError", "METRICS_FORMAT", "evaluate_model", "evaluate", "load_model_card"]
+
+log = logging.getLogger(__name__)
+
+METRICS_FORMAT = "tpustream.metrics/v1"
+
+
+class EvaluationError(ValueError):
+    """The model or data cannot be evaluated as given; the message says what and what to do."""
+
+
+def load_model_card(model_uri: str) -> dict[str, Any]:
+    """Read and check ``model.json`` of a model artifact directory."""
+    uri = storage.join(storage.check_uri(model_uri).rstrip("/"), "model.json")
+    try:
+        card = json.loads(storage.read_bytes(uri))
+    except storage.NotFound as exc:
+        raise EvaluationError(
+            f"{uri} does not exist: --model must be a directory written by `tpustream train`"
+        ) from exc
+    except ValueError as exc:
+        raise EvaluationError(f"{uri} is corrupt ({exc}): re-export the model") from exc
+    for key in ("arch", "classes", "input_size"):
+        if key not in card:
+            raise EvaluationError(f"{uri} lacks {key!r}: not a tpustream model card")
+    return card
+
+
+def _load_weights(model_uri: str) -> tuple[dict[str, Any], str]:
+    import tempfile
+
+    import torch
+
+    uri = storage.join(model_uri.rstrip("/"), "model.pt")
+    fd, tmp = tempfile.mkstemp(suffix=".pt")
+    os.close(fd)
+    try:
+        storage.copy(uri, tmp)
+        with open(tmp, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        return torch.load(tmp, map_location="cpu", weights_only=True), digest
+    except storage.NotFound as exc:
+        raise EvaluationError(f"{uri} does not exist: the model artifact is incomplete") from exc
+    except Exception as exc:  # unpickling errors come in many types
+        raise EvaluationError(f"{uri} is unreadable ({exc}): re-export the model") from exc
+    finally:
+        os.unlink(tmp)
+
+
+def _device() -> Any:
+    """XLA when a PJRT device is configured (TPU, or CPU in tests), plain CPU otherwise."""
+    if os.environ.get("PJRT_DEVICE"):
+        try:
+            import torch_xla
+
+            return torch_xla.device()
+        except ImportError:
+            pass
+    import torch
+
+    return torch.device("cpu")
+
+
+def evaluate_model(
+    model_uri: str, data_uri: str, *, batch_size: int = 64, workers: int = 2
+) -> dict[str, Any]:
+    """Top-1, top-5, loss, per-class accuracy and the confusion matrix of one model on the val split."""
+    import torch
+    import torch.nn.functional as F
+
+    from tpustream.data import LoaderConfig, ShardLoader
+    from tpustream.models import build_model
+    from tpustream.transforms import normalize
+
+    model_uri = storage.check_uri(model_uri).rstrip("/")
+    data_uri = storage.check_uri(data_uri).rstrip("/")
+    card = load_model_card(model_uri)
+    try:
+        manifest = read_manifest(data_uri)
+    except ShardError as exc:
+        raise EvaluationError(f"--data {data_uri}: {exc}") from exc
+    classes = list(manifest["classes"])
+    if card["classes"] != classes:
+        raise EvaluationError(
+            f"model {model_uri} predicts {len(card['classes'])} classes {card['classes'][:5]}..., the dataset "
+            f"{data_uri} has {len(classes)} {classes[:5]}...: evaluate on a dataset with the same classes"
+        )
+    expected = int(manifest["splits"].get("val", {}).get("num_samples", 0))
+    if not expected:
+        raise EvaluationError(f"--data {data_uri} has no val split to evaluate on")
+    weights, model_digest = _load_weights(model_uri)
+    model = build_model(card["arch"], num_classes=len(classes), input_size=int(card["input_size"]))
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        raise EvaluationError(
+            f"{model_uri}/model.pt does not match its model.json ({card['arch']}): {exc}"
+        ) from exc
+    device = _device()
+    model = model.to(device).eval()
+    loader = ShardLoader(
+        LoaderConfig(data=data_uri, split="val", batch_size=batch_size, input_size=int(card["input_size"]),
+                     num_replicas=1, replica_index=0, workers=workers),
+        manifest=manifest,
+    )  # fmt: skip
+    num_classes = len(classes)
+    confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device)
+    sums = torch.zeros(3, dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
+    started = time.perf_counter()
+    with torch.no_grad():
+        for batch in loader.epoch(0):
+            images, labels, mask = (batch[k].to(device) for k in ("image", "label", "mask"))
+            logits = model(normalize(images)).float()
+            loss = F.cross_entropy(logits, labels, reduction="none")
+            top5 = logits.topk(min(5, num_classes), dim=1).indices
+            predicted = top5[:, 0]
+            valid = mask.to(sums.dtype)
+            sums += torch.stack([
+                (loss.to(sums.dtype) * valid).sum(),
+                ((predicted == labels).to(sums.dtype) * valid).sum(),
+                ((top5 == labels[:, None]).any(dim=1).to(sums.dtype) * valid).sum(),
+            ])  # fmt: skip
+            cells = labels * num_classes + predicted
+            confusion += torch.bincount(cells, weights=mask.to(torch.float32), minlength=num_classes**2).to(
+                torch.int64
+            )
+            if device.type != "cpu":
+                import torch_xla
+
+                torch_xla.sync()
+    loss_sum, top1, top5_sum = sums.cpu().tolist()
+    matrix = confusion.cpu().numpy().reshape(num_classes, num_classes)
+    count = int(matrix.sum())
+    report = loader.last_report
+    if count != expected:
+        log.warning(
+            "evaluated %d of the manifest's %d val samples (%s)",
+            count,
+            expected,
+            report.line() if report else "",
+        )
+    per_class_total = matrix.sum(axis=1)
+    per_class = np.divide(
+        np.diag(matrix), per_class_total, out=np.zeros(num_classes), where=per_class_total > 0
+    )
+    return {
+        "model": model_uri,
+        "model_sha256": model_digest,
+        "arch": card["arch"],
+        "top1": top1 / max(count, 1),
+        "top5": top5_sum / max(count, 1),
+        "loss": loss_sum / max(count, 1),
+        "num_samples": count,
+        "complete": count == expected,
+        "per_class_accuracy": [float(v) for v in per_class],
+        "confusion_matrix": matrix.tolist(),
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+
+
+def evaluate(
+    model_uri: str, data_uri: str, output_uri: str, *, registry: str | None = None, workers: int = 2
+) -> dict[str, Any]:
+    """Evaluate the candidate (and, with ``registry``, the current champion on the same shards) and
+    write ``OUTPUT/metrics.json``. Returns its contents."""
+    from tpustream import promote
+
+    data_uri = storage.check_uri(data_uri).rstrip("/")
+    digest = manifest_digest(data_uri)
+    candidate = evaluate_model(model_uri, data_uri, workers=workers)
+    champion = None
+    if registry:
+        current = promote.read_champion(registry)
+        if current is not None:
+            champion = evaluate_model(
+                promote.version_uri(registry, current["version"]), data_uri, workers=workers
+            )
+            champion["version"] = current["version"]
+    manifest = read_manifest(data_uri)
+    result = {
+        "format": METRICS_FORMAT,
+        "dataset": {
+            "uri": data_uri,
+            "manifest_digest": digest,
+            "val_samples": manifest["splits"]["val"]["num_samples"],
+        },
+        "classes": list(manifest["classes"]),
+        "candidate": candidate,
+        "champion": champion,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    output_uri = storage.check_uri(output_uri).rstrip("/")
+    storage.ensure_prefix_writable(output_uri)
+    storage.write_bytes(
+        storage.join(output_uri, "metrics.json"),
+        json.dumps(result, indent=1).encode(),
+        content_type="application/json",
+    )
+    return result
