@@ -120,21 +120,6 @@ def _export_image_folder(dataset: str, manifest: dict[str, Any], split: str, roo
     return count
 
 
-def _first_image_side(dataset: str, manifest: dict[str, Any], split: str) -> int:
-    import io
-
-    from PIL import Image
-
-    from tpustream.data import IMAGE_EXTS
-    from tpustream.tario import iter_tar_samples
-
-    shard = manifest["splits"][split]["shards"][0]
-    with storage.open_read(storage.join(dataset, shard["path"])) as stream:
-        _, fields = next(iter_tar_samples(stream))  # type: ignore[arg-type]
-    ext = next(e for e in IMAGE_EXTS if e in fields)
-    return min(Image.open(io.BytesIO(fields[ext])).size)
-
-
 def _resolve_dataset(data: str, workdir: str) -> str:
     """A dataset URI as given, or a SOURCE spec sharded into ``workdir`` first."""
     from tpustream import shards
@@ -184,13 +169,14 @@ def bench_load(
 ) -> Iterator[str]:
     """Yield one JSON line per pipeline (median of ``repeats`` interleaved runs)."""
     from tpustream import shards
+    from tpustream.data import first_image_side
 
     workdir = tempfile.mkdtemp(prefix="tpustream-bench-load-")
     server = None
     try:
         dataset = _resolve_dataset(data, workdir)
         manifest = shards.read_manifest(dataset)
-        side = _first_image_side(dataset, manifest, split)
+        side = first_image_side(dataset, manifest, split)
         size = input_size or (224 if side >= 128 else side)
         train = split == "train"
         per_file_root = os.path.join(workdir, "per-file")

@@ -124,16 +124,25 @@ def latest_checkpoint_uri(output: str, which: str = "last") -> str | None:
     return uri
 
 
-def load_checkpoint(uri: str) -> dict[str, Any]:
-    """Load a checkpoint file (local or gs://) with ``weights_only=True``."""
-    fd, tmp = tempfile.mkstemp(prefix="tpustream-ckpt-", suffix=".pt")
+def load_torch_file(uri: str, *, what: str = "checkpoint") -> tuple[Any, str]:
+    """Load a torch file (local or gs://) with ``weights_only=True``; returns (object, sha256 of its bytes)."""
+    import hashlib
+
+    fd, tmp = tempfile.mkstemp(prefix="tpustream-", suffix=".pt")
     os.close(fd)
     try:
         storage.copy(uri, tmp)
-        return torch.load(tmp, map_location="cpu", weights_only=True)
+        with open(tmp, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        return torch.load(tmp, map_location="cpu", weights_only=True), digest
     except storage.NotFound as exc:
-        raise CheckpointError(f"checkpoint {uri} does not exist") from exc
+        raise CheckpointError(f"{what} {uri} does not exist") from exc
     except Exception as exc:  # unpickling errors come in many types
-        raise CheckpointError(f"checkpoint {uri} is unreadable: {exc}") from exc
+        raise CheckpointError(f"{what} {uri} is unreadable: {exc}") from exc
     finally:
         os.unlink(tmp)
+
+
+def load_checkpoint(uri: str) -> dict[str, Any]:
+    """Load a checkpoint file (local or gs://) with ``weights_only=True``."""
+    return load_torch_file(uri)[0]

@@ -41,6 +41,7 @@ __all__ = [
     "runtime_layout",
     "LoaderError",
     "IMAGE_EXTS",
+    "first_image_side",
 ]
 
 log = logging.getLogger(__name__)
@@ -394,6 +395,21 @@ class _EpochStream:
             yield self._batch(pending, labels, stats)
             emitted += 1
             pending, labels = [], []
+
+
+def first_image_side(dataset: str, manifest: dict[str, Any], split: str = "train") -> int:
+    """The shorter side of the split's first image: how large the dataset's images are."""
+    import io
+
+    from PIL import Image
+
+    shard = manifest["splits"][split]["shards"][0]
+    with storage.open_read(storage.join(dataset, shard["path"])) as stream:
+        for _, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
+            ext = next((e for e in IMAGE_EXTS if e in fields), None)
+            if ext is not None:
+                return min(Image.open(io.BytesIO(fields[ext])).size)
+    raise LoaderError(f"no image in {storage.join(dataset, shard['path'])}")
 
 
 def _rng(*key: int) -> random.Random:

@@ -6,7 +6,6 @@ digest and the model's sha256 so promotion can refuse to compare numbers from di
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -47,24 +46,12 @@ def load_model_card(model_uri: str) -> dict[str, Any]:
 
 
 def _load_weights(model_uri: str) -> tuple[dict[str, Any], str]:
-    import tempfile
+    from tpustream.checkpoint import CheckpointError, load_torch_file
 
-    import torch
-
-    uri = storage.join(model_uri.rstrip("/"), "model.pt")
-    fd, tmp = tempfile.mkstemp(suffix=".pt")
-    os.close(fd)
     try:
-        storage.copy(uri, tmp)
-        with open(tmp, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-        return torch.load(tmp, map_location="cpu", weights_only=True), digest
-    except storage.NotFound as exc:
-        raise EvaluationError(f"{uri} does not exist: the model artifact is incomplete") from exc
-    except Exception as exc:  # unpickling errors come in many types
-        raise EvaluationError(f"{uri} is unreadable ({exc}): re-export the model") from exc
-    finally:
-        os.unlink(tmp)
+        return load_torch_file(storage.join(model_uri.rstrip("/"), "model.pt"), what="model weights")
+    except CheckpointError as exc:
+        raise EvaluationError(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
 
 
 def _device() -> Any:

@@ -275,18 +275,9 @@ class _Preemption:
 def _input_size(config: TrainConfig, dataset: str, manifest: dict[str, Any]) -> int:
     if config.input_size:
         return config.input_size
-    import io
+    from tpustream.data import first_image_side
 
-    from PIL import Image
-
-    from tpustream.data import IMAGE_EXTS
-    from tpustream.tario import iter_tar_samples
-
-    shard = manifest["splits"]["train"]["shards"][0]
-    with storage.open_read(storage.join(dataset, shard["path"])) as stream:
-        _, fields = next(iter_tar_samples(stream))  # type: ignore[arg-type]
-    ext = next(e for e in IMAGE_EXTS if e in fields)
-    side = min(Image.open(io.BytesIO(fields[ext])).size)
+    side = first_image_side(dataset, manifest)
     return 224 if side >= 128 else max(16, side)  # tiny sources (8x8 digits) are upscaled to 16
 
 
