@@ -207,16 +207,27 @@ def promote_cmd(
     max_class_drop: Annotated[
         float | None, typer.Option(help="Refuse if any class's accuracy drops by more than this.")
     ] = None,
+    vertex_model: Annotated[
+        str | None, typer.Option(help="Also publish to this Vertex AI Model Registry model (display name).")
+    ] = None,
+    vertex_project: Annotated[
+        str | None, typer.Option(help="Vertex project (default GOOGLE_CLOUD_PROJECT).")
+    ] = None,
+    vertex_region: Annotated[str | None, typer.Option(help="Vertex region (default us-central1).")] = None,
 ) -> None:
     """Promote the candidate if it beats the champion on the same data; atomic, idempotent."""
-    from tpustream import promote
+    from tpustream import promote, vertex
 
     try:
+        target = vertex.target_from_env(vertex_model, vertex_project, vertex_region)
         outcome = promote.promote(
-            candidate, metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
-        )
-    except (promote.RegistryError, storage_errors()) as exc:
+            candidate, metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop,
+            vertex=target,
+        )  # fmt: skip
+    except (promote.RegistryError, storage_errors(), ValueError) as exc:
         _fail(str(exc))
+    if "vertex" in outcome:
+        typer.echo(f"vertex: {outcome['vertex']['resource_name']} version {outcome['vertex']['version_id']}")
     if outcome["promoted"]:
         typer.echo(f"promoted: version {outcome['version']} is the champion ({outcome['reason']})")
     else:

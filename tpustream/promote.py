@@ -210,8 +210,38 @@ def promote(
     min_delta: float = 0.0,
     max_class_drop: float | None = None,
     max_attempts: int = 20,
+    vertex: Any = None,
 ) -> dict[str, Any]:
-    """Decide and, if the candidate wins, publish it as the champion atomically. Returns the outcome."""
+    """Decide and, if the candidate wins, publish it as the champion atomically. Returns the outcome.
+
+    With ``vertex`` (a ``tpustream.vertex.VertexTarget``) the candidate is also uploaded to the Vertex AI
+    Model Registry as a ``challenger`` version, and gets the ``champion`` alias only when promoted here.
+    """
+    outcome = _promote(candidate_uri, metrics_uri, registry, metric=metric, min_delta=min_delta,
+                       max_class_drop=max_class_drop, max_attempts=max_attempts)  # fmt: skip
+    if vertex is not None and outcome["reason"] != "already the champion":
+        from tpustream import vertex as vertex_registry
+
+        promoted = bool(outcome["promoted"])
+        artifact = version_uri(outcome["registry"], outcome["version"]) if promoted else outcome["candidate"]
+        labels = {
+            "dataset": outcome["dataset_digest"][:12],
+            f"{metric}_permille": str(round(1000 * outcome["value"])),
+        }
+        if promoted:
+            labels["tpustream_version"] = str(outcome["version"])
+        outcome["vertex"] = vertex_registry.publish(
+            vertex, artifact_uri=artifact, promoted=promoted, labels=labels
+        )
+    for key in ("registry", "candidate", "dataset_digest", "value"):
+        outcome.pop(key, None)
+    return outcome
+
+
+def _promote(
+    candidate_uri: str, metrics_uri: str, registry: str, *, metric: str, min_delta: float,
+    max_class_drop: float | None, max_attempts: int,
+) -> dict[str, Any]:  # fmt: skip
     if metric not in METRICS:
         raise RegistryError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
     candidate_uri = storage.check_uri(candidate_uri).rstrip("/")
@@ -224,12 +254,18 @@ def promote(
     candidate = metrics["candidate"]
     digest = metrics["dataset"]["manifest_digest"]
     sha = candidate["model_sha256"]
+    context = {
+        "registry": registry,
+        "candidate": candidate_uri,
+        "dataset_digest": digest,
+        "value": candidate[metric],
+    }
     for _attempt in range(max_attempts):
         current, generation = _read_pointer(registry)
         if current is not None and current.get("model_sha256") == sha:
             outcome = {"promoted": False, "version": current["version"], "reason": "already the champion"}
             _log_event(registry, {"event": "already-champion", **outcome, "candidate": candidate_uri})
-            return outcome
+            return {**outcome, **context}
         if current is None:
             champion_metrics, champion_digest = None, None
         elif metrics.get("champion") and metrics["champion"].get("version") == current["version"]:
@@ -245,7 +281,7 @@ def promote(
                 registry,
                 {"event": "refused", **outcome, "candidate": candidate_uri, metric: candidate[metric]},
             )
-            return outcome
+            return {**outcome, **context}
         number = _claim_version(registry, sha, candidate_uri)
         _fill_version(registry, number, candidate_uri, metrics_uri, sha)
         pointer = {
@@ -264,7 +300,7 @@ def promote(
         outcome = {"promoted": True, "version": number, "reason": decision.reason,
                    "previous_version": pointer["previous_version"]}  # fmt: skip
         _log_event(registry, {"event": "promoted", **outcome, "candidate": candidate_uri, "pointer": pointer})
-        return outcome
+        return {**outcome, **context}
     raise RegistryError(
         f"gave up after {max_attempts} attempts: the champion pointer keeps changing under {registry}"
     )

@@ -226,3 +226,54 @@ def test_bad_inputs(digits, models, tmp_path):
     storage.delete(f"{registry}/versions/1/model.pt")
     status = promote.champion_status(registry)
     assert not status["ok"] and "lacks model.pt" in status["message"] and "Repair" in status["message"]
+
+
+def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tmp_path):
+    """The real google-cloud-aiplatform client against a recording REST endpoint on loopback
+    (Vertex AI itself cannot be reached from here)."""
+    from tests.vertex_fake import VertexRecorder
+    from tpustream.vertex import DEFAULT_SERVING_IMAGE, VertexTarget
+
+    recorder = VertexRecorder()
+    try:
+        target = VertexTarget(
+            model_name="digits-classifier", project="proj", location="europe-west4", api_endpoint=recorder.url
+        )
+        registry = f"{gcs_bucket}/vreg"
+        on_gcs = {}
+        for name in ("weak", "better", "good"):
+            on_gcs[name] = f"{gcs_bucket}/models/{name}"
+            for filename in ("model.pt", "model.json"):
+                storage.copy(f"{models[name]}/{filename}", f"{on_gcs[name]}/{filename}")
+        outcomes = []
+        for name in ("weak", "better", "good"):
+            out = f"{gcs_bucket}/eval/{name}"
+            evaluate.evaluate(on_gcs[name], digits, out, registry=registry)
+            outcomes.append(promote.promote(on_gcs[name], f"{out}/metrics.json", registry, vertex=target))
+        assert [o["promoted"] for o in outcomes] == [True, True, False]
+        assert [o["vertex"]["champion"] for o in outcomes] == [True, True, False]
+        parent = "projects/proj/locations/europe-west4"
+        uploads = [
+            r
+            for r in recorder.requests
+            if r["method"] == "POST" and r["path"] == f"/v1/{parent}/models:upload"
+        ]
+        assert [u["body"]["model"]["artifactUri"] for u in uploads] == [
+            f"{registry}/versions/1", f"{registry}/versions/2", on_gcs["good"]]  # fmt: skip
+        assert "parentModel" not in uploads[0]["body"]
+        assert (
+            uploads[1]["body"]["parentModel"] == uploads[2]["body"]["parentModel"] == f"{parent}/models/4200"
+        )
+        assert all(u["body"]["model"]["containerSpec"]["imageUri"] == DEFAULT_SERVING_IMAGE for u in uploads)
+        assert uploads[0]["body"]["model"]["labels"]["tpustream_version"] == "1"
+        assert "challenger" in uploads[2]["body"]["model"]["versionAliases"]
+        merges = [r for r in recorder.requests if r["path"].endswith(":mergeVersionAliases")]
+        assert [(m["path"].rsplit("/", 1)[1], m["body"]) for m in merges] == [
+            ("4200@1:mergeVersionAliases", {"versionAliases": ["champion"]}),
+            ("4200@2:mergeVersionAliases", {"versionAliases": ["champion"]}),
+        ]  # the refused candidate never gets the champion alias
+        versions = recorder.models["4200"]["versions"]
+        assert "champion" in versions["2"]["aliases"] and "champion" not in versions["1"]["aliases"]
+        assert versions["3"]["aliases"] == ["challenger"]
+    finally:
+        recorder.close()
