@@ -273,6 +273,25 @@ def bench_write(
         typer.echo(line)
 
 
+@bench_app.command("train")
+def bench_train_cmd(
+    data: Annotated[str, typer.Option(help="Dataset URI (train split is streamed).")],
+    model: Annotated[str, typer.Option(help="Model name.")] = "resnet50",
+    steps: Annotated[int, typer.Option(help="Timed steps per input (after two warm-up steps).")] = 20,
+    batch_size: Annotated[int, typer.Option(help="Per-device batch size.")] = 32,
+    workers: Annotated[int, typer.Option(help="Loader worker processes.")] = max(1, os.cpu_count() or 1),
+    bf16: Annotated[bool, typer.Option(help="bfloat16 autocast.")] = False,
+) -> None:
+    """Steps/s with synthetic on-device input vs the real loader: the data wait your host would cause."""
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    from tpustream import bench_train
+
+    for line in bench_train.bench_train(
+        data=data, model_name=model, steps=steps, batch_size=batch_size, workers=workers, bf16=bf16
+    ):
+        typer.echo(line)
+
+
 @bench_app.command("load")
 def bench_load(
     data: Annotated[

@@ -178,3 +178,14 @@ print("losses", losses, "params", sum(p.numel() for p in model.parameters()))
     assert "params 23520842" in result.stdout
     losses = [float(v) for v in result.stdout.split("[")[1].split("]")[0].split(",")]
     assert all(map(lambda v: v == v and v < 1e3, losses))  # finite
+
+
+def test_bench_train_reports_data_wait(digits):
+    cmd = [sys.executable, "-m", "tpustream.cli", "bench", "train", "--data", digits, "--model", "tiny",
+           "--steps", "4", "--batch-size", "8", "--workers", "1"]  # fmt: skip
+    result = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [r["input"] for r in lines] == ["synthetic-on-device", "tpustream-loader"]
+    assert all(r["devices"] == 4 and r["global_batch"] == 32 and r["steps_per_s"] > 0 for r in lines)
+    assert 0.0 <= lines[1]["data_wait_fraction"] < 1.0
