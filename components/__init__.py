@@ -1,0 +1,12 @@
+"""KFP components: one thin adapter per step (artifacts -> URIs -> one call into tpustream -> outputs).
+
+The functions here are plain; ``pipelines.training.build_components`` wraps them with
+``dsl.component`` at compile time so the container images are chosen then.
+"""
+
+from components.evaluate import evaluate_model
+from components.promote import promote_model
+from components.shards import finalize_shards, plan_shards, write_shards
+from components.train import train_model
+
+__all__ = ["plan_shards", "write_shards", "finalize_shards", "train_model", "evaluate_model", "promote_model"]

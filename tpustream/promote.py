@@ -28,6 +28,7 @@ __all__ = [
     "read_champion",
     "version_uri",
     "champion_status",
+    "preview_decision",
 ]
 
 log = logging.getLogger(__name__)
@@ -266,12 +267,7 @@ def _promote(
             outcome = {"promoted": False, "version": current["version"], "reason": "already the champion"}
             _log_event(registry, {"event": "already-champion", **outcome, "candidate": candidate_uri})
             return {**outcome, **context}
-        if current is None:
-            champion_metrics, champion_digest = None, None
-        elif metrics.get("champion") and metrics["champion"].get("version") == current["version"]:
-            champion_metrics, champion_digest = metrics["champion"], digest  # evaluated in the same run
-        else:
-            champion_metrics, champion_digest = current["metrics"], current["dataset_digest"]
+        champion_metrics, champion_digest = _champion_to_compare(metrics, current)
         decision = decide(candidate, champion_metrics, candidate_digest=digest, champion_digest=champion_digest,
                           metric=metric, min_delta=min_delta, max_class_drop=max_class_drop)  # fmt: skip
         if not decision.promote:
@@ -304,6 +300,32 @@ def _promote(
     raise RegistryError(
         f"gave up after {max_attempts} attempts: the champion pointer keeps changing under {registry}"
     )
+
+
+def _champion_to_compare(
+    metrics: dict[str, Any], current: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The champion numbers to compare with: measured in the same evaluate run when that run saw the
+    current champion, else the ones recorded at its promotion (with their own dataset digest)."""
+    if current is None:
+        return None, None
+    if metrics.get("champion") and metrics["champion"].get("version") == current["version"]:
+        return metrics["champion"], metrics["dataset"]["manifest_digest"]
+    return current["metrics"], current["dataset_digest"]
+
+
+def preview_decision(
+    metrics: dict[str, Any], registry: str | None, *, metric: str = "top1", min_delta: float = 0.0
+) -> Decision:
+    """The decision `promote` would take now for a metrics.json document (the DAG's branch condition;
+    `promote` decides again under compare-and-swap)."""
+    current = read_champion(registry) if registry else None
+    candidate = metrics["candidate"]
+    if current is not None and current.get("model_sha256") == candidate["model_sha256"]:
+        return Decision(False, "already the champion")
+    champion, champion_digest = _champion_to_compare(metrics, current)
+    return decide(candidate, champion, candidate_digest=metrics["dataset"]["manifest_digest"],
+                  champion_digest=champion_digest, metric=metric, min_delta=min_delta)  # fmt: skip
 
 
 def champion_status(registry: str) -> dict[str, Any]:

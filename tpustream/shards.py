@@ -581,3 +581,40 @@ def verify_shards(uri: str, *, workers: int = 8, progress: bool = True) -> tuple
 
 
 __all__ += ["manifest_digest", "prepare_output", "ShardRecord", "SourceError"]
+
+
+# --------------------------------------------------------------------------- fan-out (one plan, many writers)
+
+
+def shard_ranges(config: ShardConfig, shards_per_task: int) -> list[list[int]]:
+    """``[[start, end), ...]`` over the plan's shards (train then val) for parallel writers (KFP ParallelFor)."""
+    if shards_per_task < 1:
+        raise ValueError(f"shards_per_task must be at least 1, got {shards_per_task}")
+    plan = plan_dataset(open_source(config.source), config)
+    total = len(plan.shards)
+    return [[start, min(start + shards_per_task, total)] for start in range(0, total, shards_per_task)]
+
+
+def write_shard_range(config: ShardConfig, start: int, end: int) -> int:
+    """Write the plan's shards ``[start, end)`` (keeping ones an earlier attempt finished); returns how many
+    were written now. The manifest is left to ``finalize_dataset``."""
+    output = storage.check_uri(config.output).rstrip("/")
+    source = open_source(config.source)
+    plan = plan_dataset(source, config)
+    storage.ensure_prefix_writable(output)
+    todo = [spec for spec in plan.shards[start:end] if _existing_record(spec, output) is None]
+    for spec in todo:
+        write_shard(source, spec, output, max_side=config.max_side, strict=config.strict)
+    return len(todo)
+
+
+def finalize_dataset(config: ShardConfig) -> dict[str, Any]:
+    """Write manifest.json from the shard records once every planned shard is there (last step)."""
+    output = storage.check_uri(config.output).rstrip("/")
+    source = open_source(config.source)
+    plan = plan_dataset(source, config)
+    records = [r for r in (_existing_record(spec, output) for spec in plan.shards) if r is not None]
+    return finalize_manifest(output, plan, records)
+
+
+__all__ += ["shard_ranges", "write_shard_range", "finalize_dataset"]

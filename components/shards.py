@@ -1,0 +1,42 @@
+"""Shard creation fanned out: plan -> ParallelFor(write a range) -> finalize (manifest last)."""
+
+from kfp.dsl import Dataset, Input, Output
+
+
+def plan_shards(
+    source: str, num_shards: int, val_fraction: float, upsample: int, seed: int, shards_per_task: int,
+    dataset: Output[Dataset],
+) -> list:  # fmt: skip
+    """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
+    from tpustream.shards import ShardConfig, shard_ranges
+
+    config = ShardConfig(source=source, output=dataset.uri, num_shards=num_shards or None,
+                         val_fraction=val_fraction if val_fraction >= 0 else None, upsample=upsample, seed=seed)  # fmt: skip
+    return shard_ranges(config, shards_per_task)
+
+
+def write_shards(
+    source: str, num_shards: int, val_fraction: float, upsample: int, seed: int, shard_range: list,
+    dataset: Input[Dataset],
+) -> int:  # fmt: skip
+    """Write one range of the planned shards into the planned dataset location (resumable)."""
+    from tpustream.shards import ShardConfig, write_shard_range
+
+    config = ShardConfig(source=source, output=dataset.uri, num_shards=num_shards or None,
+                         val_fraction=val_fraction if val_fraction >= 0 else None, upsample=upsample, seed=seed)  # fmt: skip
+    return write_shard_range(config, int(shard_range[0]), int(shard_range[1]))
+
+
+def finalize_shards(
+    source: str, num_shards: int, val_fraction: float, upsample: int, seed: int, written: list,
+    planned: Input[Dataset], dataset: Output[Dataset],
+) -> None:  # fmt: skip
+    """Write manifest.json once every shard exists; the output artifact points at the dataset."""
+    from tpustream.shards import ShardConfig, finalize_dataset
+
+    config = ShardConfig(source=source, output=planned.uri, num_shards=num_shards or None,
+                         val_fraction=val_fraction if val_fraction >= 0 else None, upsample=upsample, seed=seed)  # fmt: skip
+    manifest = finalize_dataset(config)
+    dataset.uri = planned.uri
+    dataset.metadata.update({split: info["num_samples"] for split, info in manifest["splits"].items()})
+    dataset.metadata["classes"] = manifest["classes"]
