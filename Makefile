@@ -26,11 +26,9 @@ test: $(STAMP) ## Run the whole test suite (unit + integration: GCS server on lo
 test-unit: $(STAMP) ## Run the fast unit tests only.
 	$(BIN)/pytest -m "not integration and not slow"
 
-demo: $(STAMP) ## Shard the bundled digits, verify, train on 4 virtual XLA CPU devices.
-	$(BIN)/tpustream shards create --source digits --output $(DEMO_DIR)/digits --overwrite
-	$(BIN)/tpustream shards verify $(DEMO_DIR)/digits
-	PJRT_DEVICE=CPU CPU_NUM_DEVICES=4 TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/tpustream train --data $(DEMO_DIR)/digits \
-		--output $(DEMO_DIR)/model --resume never --model tiny --epochs 8 --batch-size 16 --lr 0.2 --workers 2 --log-steps 25
+demo: $(STAMP) ## Run the whole pipeline locally (kfp.local, XLA CPU) on the bundled digits; prints the champion.
+	rm -rf $(DEMO_DIR)/pipeline
+	$(BIN)/tpustream pipeline run-local --root $(DEMO_DIR)/pipeline
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy.
 	$(BIN)/ruff check .

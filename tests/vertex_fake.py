@@ -96,6 +96,16 @@ class VertexRecorder:
             return {"name": f"{parent}/operations/{model_id}{version}", "done": True, "response": {
                 "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
                 "model": f"{parent}/models/{model_id}", "modelVersionId": version}}, 200  # fmt: skip
+        if method == "POST" and rest in ("/pipelineJobs", "/schedules"):
+            kind = rest.strip("/")
+            number = len([r for r in self.requests if r["path"].endswith(rest)])
+            reply = dict(body or {})
+            reply["name"] = f"{parent}/{kind}/{kind.lower()}-{number}"
+            reply.setdefault("state", "PIPELINE_STATE_PENDING" if kind == "pipelineJobs" else "ACTIVE")
+            return reply, 200
+        m_job = re.match(r"^/(pipelineJobs|schedules)/([\w-]+)$", rest)
+        if method == "GET" and m_job:
+            return {"name": f"{parent}{rest}", "state": "PIPELINE_STATE_RUNNING"}, 200
         m2 = re.match(r"^/models/(\d+)(?:@(\w+))?(:mergeVersionAliases)?$", rest)
         if m2:
             model_id, version, merge = m2.groups()

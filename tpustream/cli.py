@@ -23,9 +23,13 @@ bench_app = typer.Typer(
     help="Benchmarks: one JSON line per result, ratios against the baseline.", no_args_is_help=True
 )
 app.add_typer(shards_app, name="shards")
+pipeline_app = typer.Typer(
+    help="Compile, submit, schedule or run locally the KFP training DAG.", no_args_is_help=True
+)
 champion_app = typer.Typer(help="Inspect the model registry's champion.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.add_typer(champion_app, name="champion")
+app.add_typer(pipeline_app, name="pipeline")
 
 log = logging.getLogger("tpustream")
 
@@ -246,6 +250,134 @@ def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) 
     typer.echo(json.dumps(status, indent=1))
     if not status["ok"]:
         raise typer.Exit(1)
+
+
+def _params(values: list[str]) -> dict[str, object]:
+    """KEY=VALUE pairs; values parsed as JSON when they are JSON (numbers, booleans), else strings."""
+    out: dict[str, object] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep:
+            _fail(f"--param {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+TpuOption = Annotated[str | None, typer.Option(help="v2-8 | v3-8 | v5e-1 | v5e-4 | v5e-8 | v5e-16 | v5e-32.")]
+ParamOption = Annotated[
+    list[str] | None, typer.Option("--param", help="Pipeline parameter KEY=VALUE (repeatable).")
+]
+LabelOption = Annotated[list[str] | None, typer.Option("--label", help="Run label KEY=VALUE (repeatable).")]
+
+
+@pipeline_app.command("compile")
+def pipeline_compile(
+    output: Annotated[str, typer.Option(help="Pipeline YAML to write.")] = "tpustream-pipeline.yaml",
+    tpu: TpuOption = "v3-8",
+    image: Annotated[str | None, typer.Option(help="Image for the CPU steps.")] = None,
+    tpu_image: Annotated[str | None, typer.Option(help="Image for the TPU trainer.")] = None,
+) -> None:
+    """Compile the DAG for Vertex AI Pipelines (TPU type and images fixed at compile time)."""
+    from pipelines import submit, training
+
+    try:
+        submit.compile_pipeline(output, tpu=tpu or None, cpu_image=image or training.DEFAULT_CPU_IMAGE,
+                                tpu_image=tpu_image or training.DEFAULT_TPU_IMAGE)  # fmt: skip
+    except ValueError as exc:
+        _fail(str(exc))
+    typer.echo(f"compiled: {output} (train on {tpu or 'the CPU image'})")
+
+
+@pipeline_app.command("submit")
+def pipeline_submit(
+    template: Annotated[str, typer.Option(help="Compiled pipeline YAML.")],
+    project: Annotated[str, typer.Option(help="Google Cloud project.")],
+    pipeline_root: Annotated[
+        str, typer.Option(help="gs:// root for run artifacts (shards, models, metrics).")
+    ],
+    registry: Annotated[str, typer.Option(help="gs:// model registry (champion.json, versions/).")],
+    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
+    service_account: Annotated[str | None, typer.Option(help="Service account the run acts as.")] = None,
+    caching: Annotated[
+        bool | None, typer.Option(help="Override step caching (default: as compiled).")
+    ] = None,
+    param: ParamOption = None,
+    label: LabelOption = None,
+) -> None:
+    """Submit one run to Vertex AI Pipelines."""
+    from pipelines import submit
+
+    try:
+        name = submit.submit_pipeline(
+            template, project=project, region=region, pipeline_root=pipeline_root,
+            parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
+            labels={k: str(v) for k, v in _params(label or []).items()}, caching=caching,
+        )  # fmt: skip
+    except ValueError as exc:
+        _fail(str(exc))
+    typer.echo(f"submitted: {name}")
+
+
+@pipeline_app.command("schedule")
+def pipeline_schedule(
+    template: Annotated[str, typer.Option(help="Compiled pipeline YAML.")],
+    cron: Annotated[
+        str, typer.Option(help='Cron, e.g. "0 3 * * 1" (optionally "TZ=Europe/Paris 0 3 * * 1").')
+    ],
+    project: Annotated[str, typer.Option(help="Google Cloud project.")],
+    pipeline_root: Annotated[str, typer.Option(help="gs:// root for run artifacts.")],
+    registry: Annotated[str, typer.Option(help="gs:// model registry.")],
+    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
+    service_account: Annotated[str | None, typer.Option(help="Service account the runs act as.")] = None,
+    param: ParamOption = None,
+    label: LabelOption = None,
+) -> None:
+    """Schedule retraining (at most one concurrent run)."""
+    from pipelines import submit
+
+    try:
+        name = submit.schedule_pipeline(
+            template, cron=cron, project=project, region=region, pipeline_root=pipeline_root,
+            parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
+            labels={k: str(v) for k, v in _params(label or []).items()},
+        )  # fmt: skip
+    except ValueError as exc:
+        _fail(str(exc))
+    typer.echo(f"scheduled: {name}")
+
+
+@pipeline_app.command("run-local")
+def pipeline_run_local(
+    root: Annotated[
+        str, typer.Option(help="Local directory for the run (pipeline root, registry).")
+    ] = "demo-output/pipeline",
+    source: Annotated[str, typer.Option(help="SOURCE (default: the bundled digits).")] = "digits",
+    model: Annotated[str, typer.Option(help="Model name.")] = "tiny",
+    epochs: Annotated[int, typer.Option(help="Epochs.")] = 8,
+    batch_size: Annotated[int, typer.Option(help="Per-device batch (4 virtual XLA CPU devices).")] = 16,
+    lr: Annotated[float, typer.Option(help="Peak LR (0 = scaled default).")] = 0.2,
+    num_shards: Annotated[int, typer.Option(help="Train shards.")] = 8,
+    param: ParamOption = None,
+) -> None:
+    """Run the whole DAG here through kfp.local on CPU XLA; prints where everything landed."""
+    from pipelines.local import run_local
+    from tpustream import promote
+
+    parameters = {"source": source, "model_name": model, "epochs": epochs, "batch_size": batch_size, "lr": lr,
+                  "num_shards": num_shards, "bf16": False, "workers": 2, **_params(param or [])}  # fmt: skip
+    out = run_local(root=root, **parameters)
+    status = promote.champion_status(out["registry"])
+    typer.echo(f"pipeline root (shards, model, metrics): {out['pipeline_root']}")
+    typer.echo(f"registry: {out['registry']}")
+    champion = status["champion"]
+    if champion:
+        typer.echo(f"champion: version {champion['version']}, top-1 {champion['metrics']['top1']:.4f} "
+                   f"({promote.version_uri(out['registry'], champion['version'])})")  # fmt: skip
+    else:
+        typer.echo("champion: none")
 
 
 def storage_errors() -> type[Exception]:

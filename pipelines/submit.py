@@ -1,0 +1,68 @@
+"""Compile the DAG to YAML, submit it to Vertex AI Pipelines, schedule it for retraining."""
+
+import os
+from typing import Any
+
+from pipelines.training import DEFAULT_CPU_IMAGE, DEFAULT_TPU_IMAGE, build_pipeline
+
+__all__ = ["compile_pipeline", "submit_pipeline", "schedule_pipeline"]
+
+
+def compile_pipeline(
+    output: str, *, tpu: str | None, cpu_image: str = DEFAULT_CPU_IMAGE, tpu_image: str = DEFAULT_TPU_IMAGE
+) -> str:
+    """Write the pipeline YAML (TPU type and images fixed now; no credentials inside)."""
+    from kfp import compiler
+
+    compiler.Compiler().compile(build_pipeline(tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image), output)
+    return output
+
+
+def _init(project: str, region: str, api_endpoint: str | None) -> Any:
+    from google.cloud import aiplatform
+
+    kwargs: dict[str, Any] = {"project": project, "location": region}
+    if api_endpoint:
+        kwargs["api_endpoint"] = api_endpoint
+        if api_endpoint.startswith("http://"):  # a loopback endpoint (tests): REST, no credentials
+            from google.auth.credentials import AnonymousCredentials
+
+            kwargs.update(api_transport="rest", credentials=AnonymousCredentials())
+    aiplatform.init(**kwargs)
+    return aiplatform
+
+
+def _job(template: str, *, project: str, region: str, pipeline_root: str, parameters: dict[str, Any],
+         labels: dict[str, str] | None, caching: bool | None, api_endpoint: str | None) -> Any:  # fmt: skip
+    if not pipeline_root.startswith("gs://"):
+        raise ValueError(f"--pipeline-root must be a gs:// URI for Vertex AI, got {pipeline_root!r}")
+    aiplatform = _init(project, region, api_endpoint or os.environ.get("TPUSTREAM_VERTEX_ENDPOINT"))
+    return aiplatform.PipelineJob(
+        display_name="tpustream-training", template_path=template, pipeline_root=pipeline_root,
+        parameter_values=parameters, enable_caching=caching, labels=labels or {},
+    )  # fmt: skip
+
+
+def submit_pipeline(template: str, *, project: str, region: str, pipeline_root: str, parameters: dict[str, Any],
+                    service_account: str | None = None, labels: dict[str, str] | None = None,
+                    caching: bool | None = None, api_endpoint: str | None = None) -> str:  # fmt: skip
+    """Submit one run; returns its resource name. The service account is set here, never compiled in."""
+    job = _job(template, project=project, region=region, pipeline_root=pipeline_root, parameters=parameters,
+               labels=labels, caching=caching, api_endpoint=api_endpoint)  # fmt: skip
+    job.submit(service_account=service_account)
+    return str(job.resource_name)
+
+
+def schedule_pipeline(template: str, *, cron: str, project: str, region: str, pipeline_root: str,
+                      parameters: dict[str, Any], service_account: str | None = None,
+                      labels: dict[str, str] | None = None, api_endpoint: str | None = None) -> str:  # fmt: skip
+    """Create a schedule (at most one run at a time: a slow retrain is never overlapped); returns its name."""
+    job = _job(template, project=project, region=region, pipeline_root=pipeline_root, parameters=parameters,
+               labels=labels, caching=None, api_endpoint=api_endpoint)  # fmt: skip
+    schedule = job.create_schedule(
+        cron=cron,
+        display_name="tpustream-retraining",
+        max_concurrent_run_count=1,
+        service_account=service_account,
+    )
+    return str(schedule.resource_name)
