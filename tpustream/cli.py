@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -366,7 +366,7 @@ def pipeline_run_local(
     from pipelines.local import run_local
     from tpustream import promote
 
-    parameters = {"source": source, "model_name": model, "epochs": epochs, "batch_size": batch_size, "lr": lr,
+    parameters: dict[str, Any] = {"source": source, "model_name": model, "epochs": epochs, "batch_size": batch_size, "lr": lr,
                   "num_shards": num_shards, "bf16": False, "workers": 2, **_params(param or [])}  # fmt: skip
     out = run_local(root=root, **parameters)
     status = promote.champion_status(out["registry"])
