@@ -131,8 +131,9 @@ def build_pipeline(
             dataset=finalize.outputs["dataset"], model_name=model_name, epochs=epochs, batch_size=batch_size,
             lr=lr, bf16=bf16, workers=workers,
         ).set_display_name("train")  # fmt: skip
-        if tpu is None:
-            train.set_retry(num_retries=2)  # on Vertex the custom job restarts preempted workers itself
+        # A retried task resumes from `last` in its own output (resume=auto): it continues, not restarts.
+        # On Vertex the custom job also restarts preempted workers within one attempt.
+        train.set_retry(num_retries=2, backoff_duration="60s")
         evaluate = ops["evaluate"](
             model=train.outputs["model"], dataset=finalize.outputs["dataset"], registry=registry, metric=metric,
             min_delta=min_delta,

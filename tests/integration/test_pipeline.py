@@ -76,6 +76,7 @@ def test_tpu_machine_specs(tmp_path, tpu):
         assert pool["container_spec"]["image_uri"] == "example.com/tpu:1"
     train = spec["components"]["comp-train-model"]["inputDefinitions"]["parameters"]
     assert train["restart_job_on_worker_restart"]["defaultValue"] is True
+    assert spec["root"]["dag"]["tasks"]["train-model"]["retryPolicy"]["maxRetryCount"] == 2
     assert "service_account" not in json.dumps(pools)
     assert True  # resume=auto is the trainer's own default in the component
 
