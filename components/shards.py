@@ -8,10 +8,10 @@ def plan_shards(
     dataset: Output[Dataset],
 ) -> list:  # fmt: skip
     """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
-    from tpustream.shards import ShardConfig, shard_ranges
+    from tpustream.shards import config_from_pipeline, shard_ranges
 
-    config = ShardConfig(source=source, output=dataset.uri, num_shards=num_shards or None,
-                         val_fraction=val_fraction if val_fraction >= 0 else None, upsample=upsample, seed=seed)  # fmt: skip
+    config = config_from_pipeline(source=source, output=dataset.uri, num_shards=num_shards,
+                                  val_fraction=val_fraction, upsample=upsample, seed=seed)  # fmt: skip
     return shard_ranges(config, shards_per_task)
 
 
@@ -20,10 +20,10 @@ def write_shards(
     dataset: Input[Dataset],
 ) -> int:  # fmt: skip
     """Write one range of the planned shards into the planned dataset location (resumable)."""
-    from tpustream.shards import ShardConfig, write_shard_range
+    from tpustream.shards import config_from_pipeline, write_shard_range
 
-    config = ShardConfig(source=source, output=dataset.uri, num_shards=num_shards or None,
-                         val_fraction=val_fraction if val_fraction >= 0 else None, upsample=upsample, seed=seed)  # fmt: skip
+    config = config_from_pipeline(source=source, output=dataset.uri, num_shards=num_shards,
+                                  val_fraction=val_fraction, upsample=upsample, seed=seed)  # fmt: skip
     return write_shard_range(config, int(shard_range[0]), int(shard_range[1]))
 
 
@@ -32,10 +32,10 @@ def finalize_shards(
     planned: Input[Dataset], dataset: Output[Dataset],
 ) -> None:  # fmt: skip
     """Write manifest.json once every shard exists; the output artifact points at the dataset."""
-    from tpustream.shards import ShardConfig, finalize_dataset
+    from tpustream.shards import config_from_pipeline, finalize_dataset
 
-    config = ShardConfig(source=source, output=planned.uri, num_shards=num_shards or None,
-                         val_fraction=val_fraction if val_fraction >= 0 else None, upsample=upsample, seed=seed)  # fmt: skip
+    config = config_from_pipeline(source=source, output=planned.uri, num_shards=num_shards,
+                                  val_fraction=val_fraction, upsample=upsample, seed=seed)  # fmt: skip
     manifest = finalize_dataset(config)
     dataset.uri = planned.uri
     dataset.metadata.update({split: info["num_samples"] for split, info in manifest["splits"].items()})

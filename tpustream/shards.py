@@ -586,6 +586,17 @@ __all__ += ["manifest_digest", "prepare_output", "ShardRecord", "SourceError"]
 # --------------------------------------------------------------------------- fan-out (one plan, many writers)
 
 
+def config_from_pipeline(
+    *, source: str, output: str, num_shards: int, val_fraction: float, upsample: int, seed: int
+) -> ShardConfig:
+    """ShardConfig from pipeline parameters, which cannot be None: 0 shards = auto, val_fraction < 0 =
+    the source's own split."""
+    return ShardConfig(
+        source=source, output=output, num_shards=num_shards or None,
+        val_fraction=val_fraction if val_fraction >= 0 else None, upsample=upsample, seed=seed,
+    )  # fmt: skip
+
+
 def shard_ranges(config: ShardConfig, shards_per_task: int) -> list[list[int]]:
     """``[[start, end), ...]`` over the plan's shards (train then val) for parallel writers (KFP ParallelFor)."""
     if shards_per_task < 1:
@@ -617,4 +628,4 @@ def finalize_dataset(config: ShardConfig) -> dict[str, Any]:
     return finalize_manifest(output, plan, records)
 
 
-__all__ += ["shard_ranges", "write_shard_range", "finalize_dataset"]
+__all__ += ["config_from_pipeline", "shard_ranges", "write_shard_range", "finalize_dataset"]
