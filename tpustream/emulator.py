@@ -64,7 +64,7 @@ def make_bucket(endpoint: str, name: str) -> None:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage  # type: ignore[attr-defined]
 
-    client = storage.Client(
+    client = storage.Client(  # type: ignore[attr-defined]
         project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint}
     )
     client.create_bucket(name)
