@@ -313,14 +313,14 @@ class _EpochStream:
         import torch.utils.data
 
         size, batch = self.loader.config.input_size, self.loader.config.batch_size
-        images = np.zeros((batch, size, size, 3), np.uint8)
-        if pending:
-            render_batch(pending, size, images[: len(pending)])
-        # Allocated in shared memory, so handing it to the main process copies nothing more.
+        # Allocated in shared memory, so handing it to the main process copies nothing more; the
+        # images are rendered straight into it (CHW), padding slots zeroed.
         chw = torch.empty((batch, 3, size, size), dtype=torch.uint8)
         if torch.utils.data.get_worker_info() is not None:
             chw.share_memory_()
-        chw.numpy()[...] = images.transpose(0, 3, 1, 2)
+        if pending:
+            render_batch(pending, size, chw[: len(pending)])
+        chw[len(pending) :].zero_()
         label_array = np.zeros(batch, np.int64)
         label_array[: len(labels)] = labels
         mask = np.zeros(batch, np.bool_)

@@ -31,11 +31,33 @@ def test_batched_upscale_matches_pillow():
         image = synthetic_cifar_image(i, i % 10)
         box = random_resized_crop_box(32, 32, rng, (0.35, 1.0), (3 / 4, 4 / 3))
         items.append(Prepared(image, tuple(map(float, box)), flip=bool(i % 2)))
-    batched = np.empty((64, 32, 32, 3), np.uint8)
+    batched = np.empty((64, 3, 32, 32), np.uint8)
     render_batch(items, 32, batched)
+    batched = batched.transpose(0, 2, 3, 1)  # the batch is CHW; compare in Pillow's HWC
     for i, item in enumerate(items):
         diff = np.abs(batched[i].astype(int) - _pillow(item.image, item.box, 32, item.flip).astype(int))
         assert diff.mean() < 1.0 and np.percentile(diff, 99) <= 6, (i, diff.mean(), diff.max())
+
+
+def test_render_batch_mixed_sizes_matches_one_by_one():
+    """Small same-shaped images (batched resample) interleaved with large ones (one by one): every
+    slot gets its own image, whichever path rendered it."""
+    rng = random.Random(3)
+    large = np.asarray(Image.open(io.BytesIO(synthetic_imagenet_jpeg(2, 2))).convert("RGB"))
+    items = []
+    for i in range(12):
+        image = large if i % 3 == 1 else synthetic_cifar_image(i, i % 10)
+        height, width = image.shape[:2]
+        box = random_resized_crop_box(width, height, rng, (0.35, 1.0), (3 / 4, 4 / 3))
+        items.append(Prepared(image, tuple(map(float, box)), flip=bool(i % 2)))
+    batched = np.full((12, 3, 32, 32), 7, np.uint8)
+    render_batch(items, 32, batched)
+    for i, item in enumerate(items):
+        alone = np.empty((3, 32, 32), np.uint8)
+        render(item, 32, alone)
+        diff = np.abs(batched[i].astype(int) - alone.astype(int))
+        assert diff.mean() < 1.0, (i, diff.mean())
+        assert batched[i].std() > 5  # an image, not the fill value
 
 
 def test_large_image_render_matches_pillow():
@@ -43,8 +65,9 @@ def test_large_image_render_matches_pillow():
     image = np.asarray(Image.open(io.BytesIO(synthetic_imagenet_jpeg(1, 1))).convert("RGB"))
     for flip in (False, True):
         box = tuple(map(float, random_resized_crop_box(500, 375, rng, (0.08, 1.0), (3 / 4, 4 / 3))))
-        ours = np.empty((224, 224, 3), np.uint8)
+        ours = np.empty((3, 224, 224), np.uint8)
         render(Prepared(image, box, flip), 224, ours)
+        ours = ours.transpose(1, 2, 0)
         assert np.abs(ours.astype(int) - _pillow(image, box, 224, flip).astype(int)).mean() < 0.5
 
 
