@@ -26,8 +26,7 @@ test: $(STAMP) ## Run the whole test suite (unit + integration: GCS server on lo
 test-unit: $(STAMP) ## Run the fast unit tests only.
 	$(BIN)/pytest -m "not integration and not slow"
 
-demo: $(STAMP) ## Run the whole pipeline locally (kfp.local, XLA CPU) on the bundled digits; prints the champion.
-	rm -rf $(DEMO_DIR)/pipeline
+demo: $(STAMP) ## Run the whole pipeline locally (kfp.local, XLA CPU) on the bundled digits; prints the champion. Again: challenger vs that champion (`make clean` starts over).
 	$(BIN)/tpustream pipeline run-local --root $(DEMO_DIR)/pipeline
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy.
