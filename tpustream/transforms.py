@@ -13,10 +13,14 @@ import io
 import math
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tpustream.sources import decode_ppm
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "Augment",
@@ -177,13 +181,13 @@ def prepare_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -
     return Prepared(image, tuple(float(v) for v in box), flip)  # type: ignore[arg-type]
 
 
-def _as_tensor(out):  # type: ignore[no-untyped-def]
+def _as_tensor(out: np.ndarray | torch.Tensor) -> torch.Tensor:
     import torch
 
     return torch.from_numpy(out) if isinstance(out, np.ndarray) else out
 
 
-def render(prepared: Prepared, size: int, out: np.ndarray) -> None:
+def render(prepared: Prepared, size: int, out: np.ndarray | torch.Tensor) -> None:
     """Crop + antialiased bilinear resize of one prepared image into ``out`` (3 x size x size, CHW).
 
     torch's uint8 channels-last kernel: the same pixels as Pillow's BILINEAR resize (mean difference
@@ -207,7 +211,7 @@ def render(prepared: Prepared, size: int, out: np.ndarray) -> None:
     _as_tensor(out).copy_(chw.flip(2) if prepared.flip else chw)
 
 
-def render_upscales(items: list[Prepared], size: int, out: np.ndarray) -> None:
+def render_upscales(items: list[Prepared], size: int, out: np.ndarray | torch.Tensor) -> None:
     """Bilinear crop + resize of many same-shaped images at once into ``out`` (N x 3 x size x size;
     all crops <= ``size``: upscaling, so no antialiasing is needed). One ``grid_sample`` call for the
     group instead of one resize per image: for CIFAR-size images the per-call overhead is most of the cost.
@@ -235,7 +239,7 @@ def render_upscales(items: list[Prepared], size: int, out: np.ndarray) -> None:
     _as_tensor(out).copy_(result.round_().clamp_(0, 255))
 
 
-def render_batch(items: list[Prepared], size: int, out: np.ndarray) -> None:
+def render_batch(items: list[Prepared], size: int, out: np.ndarray | torch.Tensor) -> None:
     """Render prepared images into ``out[i]`` (N x 3 x size x size, a numpy array or uint8 tensor):
     upscaling crops of small same-shaped images in one batched call, everything else one by one with
     the antialiased resize."""
