@@ -40,8 +40,8 @@ def bench_train(
     import torch
 
     from tpustream.data import LoaderConfig, ShardLoader
+    from tpustream.manifest import read_manifest
     from tpustream.models import build_model, parameter_groups
-    from tpustream.shards import read_manifest
     from tpustream.train import TrainConfig, _device_loader, _input_size, _runtime
 
     config = TrainConfig(

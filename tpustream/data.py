@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
-from tpustream.shards import read_manifest
+from tpustream.manifest import read_manifest
 from tpustream.tario import TarFormatError, iter_tar_samples
 from tpustream.transforms import Augment, Prepared, prepare_image, render_batch
 

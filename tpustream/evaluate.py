@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
-from tpustream.shards import ShardError, manifest_digest, read_manifest
+from tpustream.manifest import ShardError, manifest_digest, read_manifest
 
 __all__ = ["EvaluationError", "METRICS_FORMAT", "evaluate_model", "evaluate", "load_model_card"]
 

@@ -35,8 +35,8 @@ from tpustream.checkpoint import (
     save_checkpoint,
     to_cpu,
 )
+from tpustream.manifest import ShardError, manifest_digest, read_manifest
 from tpustream.models import MODEL_NAMES, build_model, parameter_groups, small_input
-from tpustream.shards import ShardError, manifest_digest, read_manifest
 from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["TrainConfig", "TrainError", "Preempted", "PREEMPTED_EXIT_CODE", "lr_at", "train", "MODEL_FORMAT"]
