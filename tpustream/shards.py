@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
+from tpustream.imagecodec import CorruptImage
 from tpustream.manifest import (  # re-exported: the reading side lives in manifest.py
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -36,7 +37,7 @@ from tpustream.manifest import (  # re-exported: the reading side lives in manif
     read_manifest,
     verify_shards,
 )
-from tpustream.sources import CorruptImage, Item, Source, SourceError, open_source
+from tpustream.sources import Item, Source, SourceError, open_source
 from tpustream.tario import TarShardWriter
 
 __all__ = [

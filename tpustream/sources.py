@@ -20,6 +20,13 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
+from tpustream.imagecodec import (  # re-exported: sources hand out encoded images
+    CorruptImage,
+    decode_ppm,
+    encode_ppm,
+    prepare_image_bytes,
+    resize_array,
+)
 
 __all__ = [
     "SourceError",
@@ -40,18 +47,10 @@ SPLIT_DIR_NAMES = {"train": "train", "val": "val", "validation": "val", "test": 
 CIFAR10_CLASSES = [
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
 ]  # fmt: skip
-SYNTHETIC_IMAGENET_PHOTOS = [
-    "astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field",
-    "immunohistochemistry", "retina", "camera", "moon", "brick",
-]  # fmt: skip
 
 
 class SourceError(ValueError):
     """The source is unusable as given; the message names it and says what to do."""
-
-
-class CorruptImage(ValueError):
-    """One item could not be read or decoded (skipped and counted unless --strict)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,9 @@ def open_source(spec: str) -> Source:
     """Parse a SOURCE string and list its items (no image is decoded yet)."""
     spec = spec.strip()
     if spec == "digits":
-        return _digits_source()
+        from tpustream.builtin_sources import digits_source
+
+        return digits_source()
     kind, sep, arg = spec.partition(":")
     if sep and kind in ("synthetic-cifar", "synthetic-imagenet"):
         try:
@@ -96,7 +97,11 @@ def open_source(spec: str) -> Source:
             count = -1
         if count <= 0:
             raise SourceError(f"source {spec!r}: N must be a positive integer, e.g. {kind}:1000")
-        return _synthetic_cifar(count) if kind == "synthetic-cifar" else _synthetic_imagenet(count)
+        from tpustream import builtin_sources
+
+        if kind == "synthetic-cifar":
+            return builtin_sources.synthetic_cifar_source(count)
+        return builtin_sources.synthetic_imagenet_source(count)
     if sep and kind == "cifar10":
         return _cifar10_source(arg)
     if spec.startswith("pipe:"):
@@ -115,217 +120,6 @@ def open_source(spec: str) -> Source:
     raise SourceError(
         f"unknown source {spec!r}: use digits, synthetic-cifar:N, synthetic-imagenet:N, cifar10:PATH, "
         "or a local/gs:// directory of class sub-folders"
-    )
-
-
-# --------------------------------------------------------------------------- encoding helpers
-
-
-def encode_ppm(image: np.ndarray) -> bytes:
-    """Binary PPM (P6) of an HxWx3 uint8 array (HxW is replicated to RGB)."""
-    if image.ndim == 2:
-        image = np.repeat(image[:, :, None], 3, axis=2)
-    height, width = image.shape[:2]
-    return b"P6\n%d %d\n255\n" % (width, height) + np.ascontiguousarray(image, dtype=np.uint8).tobytes()
-
-
-def decode_ppm(data: bytes) -> np.ndarray:
-    """Decode a binary P6 PPM with maxval 255 to HxWx3 uint8 without PIL (a header parse + a view)."""
-    if data[:2] != b"P6":
-        raise ValueError("not a binary PPM (P6)")
-    parts = data.split(b"\n", 3)  # fast path: the header encode_ppm writes ("P6\nW H\n255\n")
-    if len(parts) == 4 and parts[0] == b"P6" and parts[2] == b"255":
-        dims = parts[1].split()
-        if len(dims) == 2 and dims[0].isdigit() and dims[1].isdigit():
-            width, height = int(dims[0]), int(dims[1])
-            offset = len(data) - len(parts[3])
-            if len(parts[3]) < width * height * 3:
-                raise ValueError("truncated PPM")
-            return np.frombuffer(data, np.uint8, width * height * 3, offset).reshape(height, width, 3)
-    fields: list[bytes] = []
-    pos = 2
-    while len(fields) < 3:
-        while data[pos : pos + 1].isspace():
-            pos += 1
-        if data[pos : pos + 1] == b"#":
-            pos = data.index(b"\n", pos) + 1
-            continue
-        end = pos
-        while not data[end : end + 1].isspace():
-            end += 1
-        fields.append(data[pos:end])
-        pos = end
-    width, height, maxval = (int(f) for f in fields)
-    if maxval != 255:
-        raise ValueError(f"PPM maxval {maxval} unsupported")
-    pos += 1  # the single whitespace byte after maxval
-    expected = width * height * 3
-    if len(data) - pos < expected:
-        raise ValueError("truncated PPM")
-    return np.frombuffer(data, dtype=np.uint8, count=expected, offset=pos).reshape(height, width, 3)
-
-
-def _resize_array(image: np.ndarray, max_side: int | None) -> np.ndarray:
-    if not max_side or max(image.shape[:2]) <= max_side:
-        return image
-    from PIL import Image
-
-    pil = Image.fromarray(image)
-    pil.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-    return np.asarray(pil)
-
-
-def prepare_image_bytes(data: bytes, ext_hint: str, max_side: int | None, name: str) -> tuple[bytes, str]:
-    """Check that ``data`` decodes; keep it byte-for-byte when possible, else (re-)encode.
-
-    JPEG is checked with a reduced-size (draft) decode, which still reads the whole entropy-coded
-    stream and so catches truncation, at a fraction of the cost of a full decode.
-    """
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            fmt = img.format
-            width, height = img.size
-            too_big = bool(max_side) and max(width, height) > (max_side or 0)
-            if fmt == "JPEG" and not too_big:
-                img.draft("RGB", (max(1, width // 8), max(1, height // 8)))
-            img.load()
-            keep = {"JPEG": "jpg", "PNG": "png", "PPM": "ppm"}.get(fmt or "")
-            if keep == "ppm" and (img.mode != "RGB" or not data.startswith(b"P6")):
-                keep = None  # PGM/PBM or ASCII PPM: re-encode so the loader's fast PPM path applies
-            if keep and not too_big:
-                return data, keep
-            if fmt == "JPEG" and too_big:
-                img.draft("RGB", (max_side, max_side))  # type: ignore[arg-type]
-            rgb = img.convert("RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise CorruptImage(f"{name}: cannot decode image ({exc})") from exc
-    if too_big:
-        rgb.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)  # type: ignore[arg-type]
-    out = io.BytesIO()
-    if fmt == "JPEG":
-        rgb.save(out, format="JPEG", quality=90)
-        return out.getvalue(), "jpg"
-    if fmt == "PPM":
-        return encode_ppm(np.asarray(rgb)), "ppm"
-    rgb.save(out, format="PNG", compress_level=1)
-    return out.getvalue(), "png"
-
-
-# --------------------------------------------------------------------------- digits
-
-
-def _digits_source() -> Source:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    # 0..16 grey levels -> 0..255; 8x8 stays 8x8 (the loader resizes to the model's input size)
-    images = np.clip(digits.images * 16, 0, 255).astype(np.uint8)
-    labels = digits.target.astype(int)
-
-    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
-        return encode_ppm(_resize_array(images[int(item.ref)], max_side)), "ppm"
-
-    return Source(
-        spec="digits",
-        description=f"scikit-learn bundled handwritten digits: {len(images)} 8x8 grey images, 10 classes",
-        classes=[str(d) for d in range(10)],
-        items=[Item(i, int(label)) for i, label in enumerate(labels)],
-        loader=load,
-    )
-
-
-# --------------------------------------------------------------------------- synthetic
-
-
-def synthetic_cifar_image(index: int, label: int, size: int = 32) -> np.ndarray:
-    """A 32x32 RGB image whose class sets a colour and a grating orientation, plus noise and jitter.
-
-    Learnable by a small CNN in a few epochs, but not by a single pixel: the phase, brightness and
-    noise vary per image.
-    """
-    rng = np.random.default_rng([0x5EED, index])
-    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
-    angle = np.pi * label / 10.0
-    freq = 3.0 + (label % 3)
-    phase = rng.uniform(0, 2 * np.pi)
-    grating = 0.5 + 0.5 * np.sin(2 * np.pi * freq * (xx * np.cos(angle) + yy * np.sin(angle)) + phase)
-    hue = np.array(
-        [0.5 + 0.5 * np.cos(2 * np.pi * (label / 10.0 + k / 3.0)) for k in range(3)], dtype=np.float32
-    )
-    brightness = rng.uniform(0.6, 1.0)
-    img = grating[:, :, None] * hue[None, None, :] * brightness
-    img += rng.normal(0, 0.08, size=img.shape).astype(np.float32)
-    return (np.clip(img, 0, 1) * 255).astype(np.uint8)
-
-
-def _synthetic_cifar(count: int) -> Source:
-    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
-        image = synthetic_cifar_image(int(item.ref), item.label)
-        return encode_ppm(_resize_array(image, max_side)), "ppm"
-
-    return Source(
-        spec=f"synthetic-cifar:{count}",
-        description=f"synthetic CIFAR-size: {count} 32x32 RGB images, 10 classes (colour + grating)",
-        classes=[f"class{k}" for k in range(10)],
-        items=[Item(i, i % 10) for i in range(count)],
-        loader=load,
-    )
-
-
-_PHOTOS: dict[str, np.ndarray] = {}
-
-
-def _photo(name: str) -> np.ndarray:
-    if name not in _PHOTOS:
-        import skimage.data
-
-        image = getattr(skimage.data, name)()
-        if image.ndim == 2:
-            image = np.repeat(image[:, :, None], 3, axis=2)
-        _PHOTOS[name] = np.ascontiguousarray(image[:, :, :3].astype(np.uint8))
-    return _PHOTOS[name]
-
-
-def synthetic_imagenet_jpeg(index: int, label: int, width: int = 500, height: int = 375) -> bytes:
-    """A ~500x375 JPEG: a random crop of one of scikit-image's bundled photos (the class), jittered."""
-    from PIL import Image
-
-    rng = np.random.default_rng([0x1A6E, index])
-    photo = _photo(SYNTHETIC_IMAGENET_PHOTOS[label])
-    ph, pw = photo.shape[:2]
-    scale = rng.uniform(0.45, 1.0)
-    crop_w = int(min(pw, ph * width / height) * scale)
-    crop_h = int(crop_w * height / width)
-    x0 = int(rng.integers(0, pw - crop_w + 1))
-    y0 = int(rng.integers(0, ph - crop_h + 1))
-    crop = Image.fromarray(photo[y0 : y0 + crop_h, x0 : x0 + crop_w])
-    crop = crop.resize((width, height), Image.Resampling.BILINEAR)
-    if rng.random() < 0.5:
-        crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    pixels = np.asarray(crop).astype(np.float32) * rng.uniform(0.8, 1.2, size=3)
-    out = io.BytesIO()
-    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(out, format="JPEG", quality=90)
-    return out.getvalue()
-
-
-def _synthetic_imagenet(count: int) -> Source:
-    classes = SYNTHETIC_IMAGENET_PHOTOS
-
-    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
-        data = synthetic_imagenet_jpeg(int(item.ref), item.label)
-        if max_side and max_side < 500:
-            return prepare_image_bytes(data, "jpg", max_side, f"synthetic-imagenet item {item.ref}")
-        return data, "jpg"
-
-    return Source(
-        spec=f"synthetic-imagenet:{count}",
-        description=f"synthetic ImageNet-size: {count} 500x375 JPEGs cropped from scikit-image photos, "
-        f"{len(classes)} classes",
-        classes=list(classes),
-        items=[Item(i, i % len(classes)) for i in range(count)],
-        loader=load,
     )
 
 
@@ -442,7 +236,7 @@ def _cifar10_source(path: str) -> Source:
     images = np.concatenate(arrays)
 
     def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
-        return encode_ppm(_resize_array(images[int(item.ref)], max_side)), "ppm"
+        return encode_ppm(resize_array(images[int(item.ref)], max_side)), "ppm"
 
     return Source(
         spec=f"cifar10:{path}",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tpustream.sources import decode_ppm
+from tpustream.imagecodec import decode_ppm
 
 if TYPE_CHECKING:
     import torch

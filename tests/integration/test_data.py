@@ -7,7 +7,8 @@ import pytest
 
 from tpustream import shards, storage
 from tpustream.data import LoaderConfig, LoaderError, ShardLoader
-from tpustream.sources import Item, Source, encode_ppm
+from tpustream.imagecodec import encode_ppm
+from tpustream.sources import Item, Source
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,7 @@ def make_id_dataset(output, count=400, num_shards=8, val_shards=3, val_fraction=
 
 
 def _split_ids(manifest, dataset, split):
-    from tpustream.sources import decode_ppm
+    from tpustream.imagecodec import decode_ppm
     from tpustream.tario import iter_tar_samples
 
     ids = []
@@ -147,7 +148,7 @@ def test_undecodable_samples_are_skipped_and_counted(tmp_path):
 
 def _split_ids_raw(dataset):
     """Val ids of a dataset whose broken samples decode to None."""
-    from tpustream.sources import decode_ppm
+    from tpustream.imagecodec import decode_ppm
     from tpustream.tario import iter_tar_samples
 
     manifest = shards.read_manifest(str(dataset))

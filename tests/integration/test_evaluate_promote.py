@@ -11,8 +11,8 @@ import torch
 
 from tpustream import evaluate, promote, shards, storage
 from tpustream.data import LoaderConfig, ShardLoader
+from tpustream.imagecodec import decode_ppm
 from tpustream.models import build_model
-from tpustream.sources import decode_ppm
 from tpustream.tario import iter_tar_samples
 from tpustream.transforms import Augment, decode_image, normalize
 

@@ -7,14 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tpustream.sources import (
-    CorruptImage,
-    SourceError,
-    decode_ppm,
-    encode_ppm,
-    open_source,
-    prepare_image_bytes,
-)
+from tpustream.imagecodec import CorruptImage, decode_ppm, encode_ppm, prepare_image_bytes
+from tpustream.sources import SourceError, open_source
 
 
 def test_digits_is_real_bundled_data():

@@ -50,7 +50,8 @@ def test_gnu_tar_reads_shards(tmp_path):
 def test_stock_webdataset_reads_shards(tmp_path):
     import webdataset as wds
 
-    from tpustream.sources import encode_ppm, synthetic_cifar_image
+    from tpustream.builtin_sources import synthetic_cifar_image
+    from tpustream.imagecodec import encode_ppm
 
     path = tmp_path / "s.tar"
     with open(path, "wb") as f, TarShardWriter(f) as writer:

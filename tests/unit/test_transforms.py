@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tpustream.sources import encode_ppm, synthetic_cifar_image, synthetic_imagenet_jpeg
+from tpustream.builtin_sources import synthetic_cifar_image, synthetic_imagenet_jpeg
+from tpustream.imagecodec import encode_ppm
 from tpustream.transforms import (
     Augment,
     Prepared,

@@ -1,0 +1,106 @@
+"""Image bytes in and out: the PPM codec the loader's fast path reads, and the check-or-re-encode step that
+every source item goes through at write time (corrupt images are caught here, once)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+__all__ = ["CorruptImage", "encode_ppm", "decode_ppm", "resize_array", "prepare_image_bytes"]
+
+
+class CorruptImage(ValueError):
+    """One item could not be read or decoded (skipped and counted unless --strict)."""
+
+
+def encode_ppm(image: np.ndarray) -> bytes:
+    """Binary PPM (P6) of an HxWx3 uint8 array (HxW is replicated to RGB)."""
+    if image.ndim == 2:
+        image = np.repeat(image[:, :, None], 3, axis=2)
+    height, width = image.shape[:2]
+    return b"P6\n%d %d\n255\n" % (width, height) + np.ascontiguousarray(image, dtype=np.uint8).tobytes()
+
+
+def decode_ppm(data: bytes) -> np.ndarray:
+    """Decode a binary P6 PPM with maxval 255 to HxWx3 uint8 without PIL (a header parse + a view)."""
+    if data[:2] != b"P6":
+        raise ValueError("not a binary PPM (P6)")
+    parts = data.split(b"\n", 3)  # fast path: the header encode_ppm writes ("P6\nW H\n255\n")
+    if len(parts) == 4 and parts[0] == b"P6" and parts[2] == b"255":
+        dims = parts[1].split()
+        if len(dims) == 2 and dims[0].isdigit() and dims[1].isdigit():
+            width, height = int(dims[0]), int(dims[1])
+            offset = len(data) - len(parts[3])
+            if len(parts[3]) < width * height * 3:
+                raise ValueError("truncated PPM")
+            return np.frombuffer(data, np.uint8, width * height * 3, offset).reshape(height, width, 3)
+    fields: list[bytes] = []
+    pos = 2
+    while len(fields) < 3:
+        while data[pos : pos + 1].isspace():
+            pos += 1
+        if data[pos : pos + 1] == b"#":
+            pos = data.index(b"\n", pos) + 1
+            continue
+        end = pos
+        while not data[end : end + 1].isspace():
+            end += 1
+        fields.append(data[pos:end])
+        pos = end
+    width, height, maxval = (int(f) for f in fields)
+    if maxval != 255:
+        raise ValueError(f"PPM maxval {maxval} unsupported")
+    pos += 1  # the single whitespace byte after maxval
+    expected = width * height * 3
+    if len(data) - pos < expected:
+        raise ValueError("truncated PPM")
+    return np.frombuffer(data, dtype=np.uint8, count=expected, offset=pos).reshape(height, width, 3)
+
+
+def resize_array(image: np.ndarray, max_side: int | None) -> np.ndarray:
+    if not max_side or max(image.shape[:2]) <= max_side:
+        return image
+    from PIL import Image
+
+    pil = Image.fromarray(image)
+    pil.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    return np.asarray(pil)
+
+
+def prepare_image_bytes(data: bytes, ext_hint: str, max_side: int | None, name: str) -> tuple[bytes, str]:
+    """Check that ``data`` decodes; keep it byte-for-byte when possible, else (re-)encode.
+
+    JPEG is checked with a reduced-size (draft) decode, which still reads the whole entropy-coded
+    stream and so catches truncation, at a fraction of the cost of a full decode.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            fmt = img.format
+            width, height = img.size
+            too_big = bool(max_side) and max(width, height) > (max_side or 0)
+            if fmt == "JPEG" and not too_big:
+                img.draft("RGB", (max(1, width // 8), max(1, height // 8)))
+            img.load()
+            keep = {"JPEG": "jpg", "PNG": "png", "PPM": "ppm"}.get(fmt or "")
+            if keep == "ppm" and (img.mode != "RGB" or not data.startswith(b"P6")):
+                keep = None  # PGM/PBM or ASCII PPM: re-encode so the loader's fast PPM path applies
+            if keep and not too_big:
+                return data, keep
+            if fmt == "JPEG" and too_big:
+                img.draft("RGB", (max_side, max_side))  # type: ignore[arg-type]
+            rgb = img.convert("RGB")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise CorruptImage(f"{name}: cannot decode image ({exc})") from exc
+    if too_big:
+        rgb.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)  # type: ignore[arg-type]
+    out = io.BytesIO()
+    if fmt == "JPEG":
+        rgb.save(out, format="JPEG", quality=90)
+        return out.getvalue(), "jpg"
+    if fmt == "PPM":
+        return encode_ppm(np.asarray(rgb)), "ppm"
+    rgb.save(out, format="PNG", compress_level=1)
+    return out.getvalue(), "png"
