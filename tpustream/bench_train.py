@@ -42,14 +42,15 @@ def bench_train(
     from tpustream.data import LoaderConfig, ShardLoader
     from tpustream.manifest import read_manifest
     from tpustream.models import build_model, parameter_groups
-    from tpustream.train import TrainConfig, _device_loader, _input_size, _runtime
+    from tpustream.train import TrainConfig, resolve_input_size
+    from tpustream.xla_runtime import device_loader, runtime
 
     config = TrainConfig(
         data=data, output="-", model=model_name, batch_size=batch_size, bf16=bf16, workers=workers
     )
     manifest = read_manifest(data)
-    rt = _runtime("spmd")
-    input_size = _input_size(config, data, manifest)
+    rt = runtime("spmd")
+    input_size = resolve_input_size(config, data, manifest)
     host_batch = rt.host_batch(batch_size)
     global_batch = batch_size * rt.num_devices
     loader = ShardLoader(
@@ -68,10 +69,10 @@ def bench_train(
     def real_batches() -> Iterator[Any]:
         epoch = 0
         while True:
-            yield from _device_loader(loader.epoch(epoch), rt)
+            yield from device_loader(loader.epoch(epoch), rt)
             epoch += 1
 
-    first = next(iter(_device_loader(itertools.islice(loader.epoch(0), 1), rt)))
+    first = next(iter(device_loader(itertools.islice(loader.epoch(0), 1), rt)))
     synthetic = itertools.repeat(first)  # one batch already on the device: no host input at all
     rates = {}
     for name, batches in (("synthetic-on-device", synthetic), ("tpustream-loader", real_batches())):

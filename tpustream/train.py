@@ -38,6 +38,7 @@ from tpustream.checkpoint import (
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
 from tpustream.models import MODEL_NAMES, build_model, parameter_groups, small_input
 from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
+from tpustream.xla_runtime import Runtime, device_loader, runtime
 
 __all__ = ["TrainConfig", "TrainError", "Preempted", "PREEMPTED_EXIT_CODE", "lr_at", "train", "MODEL_FORMAT"]
 
@@ -108,63 +109,6 @@ def lr_at(step: int, *, peak_lr: float, warmup_steps: int, total_steps: int) -> 
     return peak_lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-# --------------------------------------------------------------------------- runtime
-
-
-@dataclass
-class Runtime:
-    """Where this process sits: device, mesh, how many devices and which data slice it loads."""
-
-    device: Any
-    strategy: str
-    num_devices: int  # all devices of the job
-    local_devices: int
-    replica_index: int  # data slice this process loads
-    num_replicas: int
-    is_master: bool
-    mesh: Any = None
-
-    def host_batch(self, per_device: int) -> int:
-        return per_device * (self.local_devices if self.strategy == "spmd" else 1)
-
-
-def _runtime(strategy: str) -> Runtime:
-    import numpy as np
-    import torch_xla
-    import torch_xla.runtime as xr
-
-    if strategy == "spmd":
-        import torch_xla.distributed.spmd as xs
-
-        xr.use_spmd()
-        num_devices = xr.global_runtime_device_count()
-        mesh = xs.Mesh(np.arange(num_devices), (num_devices,), ("data",))
-        return Runtime(
-            device=torch_xla.device(), strategy=strategy, num_devices=num_devices,
-            local_devices=xr.addressable_runtime_device_count(), replica_index=xr.process_index(),
-            num_replicas=xr.process_count(), is_master=xr.process_index() == 0, mesh=mesh,
-        )  # fmt: skip
-    return Runtime(
-        device=torch_xla.device(), strategy=strategy, num_devices=xr.world_size(), local_devices=1,
-        replica_index=xr.global_ordinal(), num_replicas=xr.world_size(), is_master=xr.global_ordinal() == 0,
-    )  # fmt: skip
-
-
-def _device_loader(batches: Any, rt: Runtime) -> Any:
-    import torch_xla.distributed.parallel_loader as pl
-
-    if rt.strategy != "spmd":
-        return pl.MpDeviceLoader(batches, rt.device)
-    import torch_xla.distributed.spmd as xs
-
-    spec = {
-        "image": xs.ShardingSpec(rt.mesh, ("data", None, None, None), minibatch=rt.num_replicas > 1),
-        "label": xs.ShardingSpec(rt.mesh, ("data",), minibatch=rt.num_replicas > 1),
-        "mask": xs.ShardingSpec(rt.mesh, ("data",), minibatch=rt.num_replicas > 1),
-    }
-    return pl.MpDeviceLoader(batches, rt.device, input_sharding=spec)
-
-
 # --------------------------------------------------------------------------- steps
 
 
@@ -210,7 +154,7 @@ def evaluate(model: Any, loader: Any, epoch: int, config: TrainConfig, rt: Runti
     model.eval()
     sums = torch.zeros(4, device=rt.device)  # loss, top1, top5, count
     with torch.no_grad():
-        for batch in _device_loader(loader.epoch(epoch), rt):
+        for batch in device_loader(loader.epoch(epoch), rt):
             with torch.autocast("xla", dtype=torch.bfloat16, enabled=config.bf16):
                 logits = model(_normalize(batch["image"]))
             logits = logits.float()
@@ -272,7 +216,8 @@ class _Preemption:
             signal.signal(signal.SIGTERM, self._previous)
 
 
-def _input_size(config: TrainConfig, dataset: str, manifest: dict[str, Any]) -> int:
+def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, Any]) -> int:
+    """--input-size, else 224 for photo-size images and the images' own side (at least 16) for small ones."""
     if config.input_size:
         return config.input_size
     from tpustream.data import first_image_side
@@ -337,7 +282,7 @@ def _train_process(config: TrainConfig) -> dict[str, Any]:
             )
     digest = manifest_digest(dataset)
     classes = list(manifest["classes"])
-    rt = _runtime(config.strategy)
+    rt = runtime(config.strategy)
     if rt.is_master:
         try:
             storage.ensure_prefix_writable(output)
@@ -352,7 +297,7 @@ def _train_process(config: TrainConfig) -> dict[str, Any]:
             )
         per_device = config.global_batch_size // rt.num_devices
     global_batch = per_device * rt.num_devices
-    input_size = _input_size(config, dataset, manifest)
+    input_size = resolve_input_size(config, dataset, manifest)
     try:
         loaders = {
             split: ShardLoader(
@@ -427,7 +372,7 @@ def _train_process(config: TrainConfig) -> dict[str, Any]:
             epoch_started = time.perf_counter()
             wait = 0.0
             batches = itertools.islice(loaders["train"].epoch(epoch), state.batches_done, None)
-            iterator = iter(_device_loader(batches, rt))
+            iterator = iter(device_loader(batches, rt))
             loss_sum = torch.zeros((), device=rt.device)
             steps_this_run = 0
             while True:
