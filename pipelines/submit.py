@@ -1,6 +1,7 @@
 """Compile the DAG to YAML, submit it to Vertex AI Pipelines, schedule it for retraining."""
 
 import os
+import re
 from typing import Any
 
 from pipelines.training import DEFAULT_CPU_IMAGE, DEFAULT_TPU_IMAGE, build_pipeline
@@ -32,8 +33,34 @@ def _init(project: str, region: str, api_endpoint: str | None) -> Any:
     return aiplatform
 
 
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]+$")
+
+
+def check_cron(cron: str) -> None:
+    """Five cron fields, optionally after ``TZ=Area/City`` or ``CRON_TZ=...``: checked here, before any
+    credential is needed, so a typo is not reported as an authentication problem."""
+    fields = cron.split()
+    if fields and fields[0].startswith(("TZ=", "CRON_TZ=")):
+        fields = fields[1:]
+    if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+        raise ValueError(
+            f"--cron {cron!r} is not a cron schedule: give five fields (minute hour day-of-month month "
+            'day-of-week), e.g. "0 3 * * 1" for Mondays 03:00, optionally prefixed with "TZ=Europe/Paris"'
+        )
+
+
+def _check_template(template: str) -> None:
+    if template.startswith(("gs://", "https://")):
+        return  # Vertex reads these itself
+    if not os.path.isfile(template):
+        raise ValueError(
+            f"--template {template}: no such file; compile one first: tpustream pipeline compile --output {template}"
+        )
+
+
 def _job(template: str, *, project: str, region: str, pipeline_root: str, parameters: dict[str, Any],
          labels: dict[str, str] | None, caching: bool | None, api_endpoint: str | None) -> Any:  # fmt: skip
+    _check_template(template)
     if not pipeline_root.startswith("gs://"):
         raise ValueError(f"--pipeline-root must be a gs:// URI for Vertex AI, got {pipeline_root!r}")
     aiplatform = _init(project, region, api_endpoint or os.environ.get("TPUSTREAM_VERTEX_ENDPOINT"))
@@ -57,6 +84,7 @@ def schedule_pipeline(template: str, *, cron: str, project: str, region: str, pi
                       parameters: dict[str, Any], service_account: str | None = None,
                       labels: dict[str, str] | None = None, api_endpoint: str | None = None) -> str:  # fmt: skip
     """Create a schedule (at most one run at a time: a slow retrain is never overlapped); returns its name."""
+    check_cron(cron)
     job = _job(template, project=project, region=region, pipeline_root=pipeline_root, parameters=parameters,
                labels=labels, caching=None, api_endpoint=api_endpoint)  # fmt: skip
     schedule = job.create_schedule(

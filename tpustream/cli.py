@@ -143,7 +143,7 @@ def train_cmd(
     resume: Annotated[
         str, typer.Option(help="auto | never | URI of a checkpoint or output directory.")
     ] = "auto",
-    log_steps: Annotated[int, typer.Option(help="Log every N steps.")] = 20,
+    log_steps: Annotated[int, typer.Option(help="Log every N steps.", min=1)] = 20,
     checkpoint_minutes: Annotated[float, typer.Option(help="Also write `last` every N minutes.")] = 30.0,
     workers: Annotated[int, typer.Option(help="Loader worker processes per host.")] = 4,
     input_size: Annotated[
@@ -316,8 +316,8 @@ def pipeline_submit(
             parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
             labels={k: str(v) for k, v in _params(label or []).items()}, caching=caching,
         )  # fmt: skip
-    except ValueError as exc:
-        _fail(str(exc))
+    except cloud_errors() as exc:
+        _fail(_cloud_message(exc))
     typer.echo(f"submitted: {name}")
 
 
@@ -344,8 +344,8 @@ def pipeline_schedule(
             parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
             labels={k: str(v) for k, v in _params(label or []).items()},
         )  # fmt: skip
-    except ValueError as exc:
-        _fail(str(exc))
+    except cloud_errors() as exc:
+        _fail(_cloud_message(exc))
     typer.echo(f"scheduled: {name}")
 
 
@@ -365,10 +365,18 @@ def pipeline_run_local(
     """Run the whole DAG here through kfp.local on CPU XLA; prints where everything landed."""
     from pipelines.local import run_local
     from tpustream import promote
+    from tpustream.sources import SourceError, open_source
 
     parameters: dict[str, Any] = {"source": source, "model_name": model, "epochs": epochs, "batch_size": batch_size, "lr": lr,
                   "num_shards": num_shards, "bf16": False, "workers": 2, **_params(param or [])}  # fmt: skip
-    out = run_local(root=root, **parameters)
+    try:
+        open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep
+    except (SourceError, storage_errors()) as exc:
+        _fail(str(exc))
+    try:
+        out = run_local(root=root, **parameters)
+    except RuntimeError as exc:  # kfp.local: a task failed; its own log (above) says why
+        _fail(f"{exc}: the failing task's log above says why")
     status = promote.champion_status(out["registry"])
     typer.echo(f"pipeline root (shards, model, metrics): {out['pipeline_root']}")
     typer.echo(f"registry: {out['registry']}")
@@ -380,6 +388,25 @@ def pipeline_run_local(
         typer.echo("champion: none")
 
 
+def cloud_errors() -> tuple[type[Exception], ...]:
+    """Errors a Vertex call can end in that are the user's to fix: bad arguments, credentials, API refusals."""
+    from google.api_core.exceptions import GoogleAPIError
+    from google.auth.exceptions import GoogleAuthError
+
+    return ValueError, GoogleAuthError, GoogleAPIError
+
+
+def _cloud_message(exc: Exception) -> str:
+    from google.auth.exceptions import DefaultCredentialsError
+
+    if isinstance(exc, DefaultCredentialsError):
+        return (
+            "no Google Cloud credentials found: run `gcloud auth application-default login`, or set "
+            "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file"
+        )
+    return str(exc)
+
+
 def storage_errors() -> type[Exception]:
     from tpustream import storage
 
@@ -388,10 +415,10 @@ def storage_errors() -> type[Exception]:
 
 @bench_app.command("write")
 def bench_write(
-    samples: Annotated[int, typer.Option(help="CIFAR-size samples per run.")] = 20000,
-    imagenet_samples: Annotated[int, typer.Option(help="ImageNet-size JPEG samples per run.")] = 600,
-    repeats: Annotated[int, typer.Option(help="Runs per writer (the median is reported).")] = 3,
-    samples_per_shard: Annotated[int, typer.Option(help="Samples per shard for both writers.")] = 2000,
+    samples: Annotated[int, typer.Option(help="CIFAR-size samples per run.", min=1)] = 20000,
+    imagenet_samples: Annotated[int, typer.Option(help="ImageNet-size JPEG samples per run.", min=1)] = 600,
+    repeats: Annotated[int, typer.Option(help="Runs per writer (the median is reported).", min=1)] = 3,
+    samples_per_shard: Annotated[int, typer.Option(help="Samples per shard for both writers.", min=1)] = 2000,
 ) -> None:
     """Our shard writer vs stock webdataset.ShardWriter on the same planned samples, side by side."""
     from tpustream import bench
@@ -409,7 +436,7 @@ def bench_write(
 def bench_train_cmd(
     data: Annotated[str, typer.Option(help="Dataset URI (train split is streamed).")],
     model: Annotated[str, typer.Option(help="Model name.")] = "resnet50",
-    steps: Annotated[int, typer.Option(help="Timed steps per input (after two warm-up steps).")] = 20,
+    steps: Annotated[int, typer.Option(help="Timed steps per input (after two warm-up steps).", min=1)] = 20,
     batch_size: Annotated[int, typer.Option(help="Per-device batch size.")] = 32,
     workers: Annotated[int, typer.Option(help="Loader worker processes.")] = max(1, os.cpu_count() or 1),
     bf16: Annotated[bool, typer.Option(help="bfloat16 autocast.")] = False,
@@ -437,8 +464,10 @@ def bench_load(
     workers: Annotated[int, typer.Option(help="DataLoader workers of every pipeline.")] = max(
         1, os.cpu_count() or 1
     ),
-    seconds: Annotated[float, typer.Option(help="Measured seconds per run, after the first batch.")] = 8.0,
-    repeats: Annotated[int, typer.Option(help="Interleaved runs per pipeline (median reported).")] = 3,
+    seconds: Annotated[
+        float, typer.Option(help="Measured seconds per run, after the first batch.", min=0.1)
+    ] = 8.0,
+    repeats: Annotated[int, typer.Option(help="Interleaved runs per pipeline (median reported).", min=1)] = 3,
     input_size: Annotated[
         int | None, typer.Option(help="Output side (default: 224 for large images, else the image size).")
     ] = None,

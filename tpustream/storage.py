@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import io
 import os
 import re
@@ -44,6 +45,7 @@ __all__ = [
     "copy",
     "remove_empty_dir",
     "ensure_prefix_writable",
+    "file_mode",
 ]
 
 GCS_SCHEME = "gs://"
@@ -341,10 +343,29 @@ def _ensure_local_parent(path: str) -> None:
         raise StorageError(f"cannot create directory {parent}: a file is in the way") from exc
 
 
+@functools.lru_cache(maxsize=1)
+def file_mode() -> int:
+    """The mode a plain ``open()`` would give a new file (0o666 less the umask): temp files from
+    ``mkstemp`` are 0o600, which would leave shared datasets and registries unreadable to others."""
+    try:
+        with open("/proc/self/status") as status:  # Linux: read the umask without changing it
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # elsewhere: the classic read-by-setting, once
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _local_tmp_name(path: str) -> str:
     directory, base = os.path.split(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=directory)
-    os.close(fd)
+    try:
+        os.fchmod(fd, file_mode())
+    finally:
+        os.close(fd)
     return tmp
 
 

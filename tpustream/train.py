@@ -227,10 +227,21 @@ def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, An
 
 
 def _check_resume(
-    checkpoint: dict[str, Any], config: TrainConfig, classes: list[str], input_size: int, uri: str
+    checkpoint: dict[str, Any],
+    config: TrainConfig,
+    classes: list[str],
+    input_size: int,
+    uri: str,
+    digest: str,
 ) -> None:
     meta = checkpoint.get("meta", {})
     problems = []
+    if meta.get("dataset_digest") not in (None, digest):
+        # Resuming on other data would keep the old weights and history but record the new dataset.
+        problems.append(
+            f"dataset {meta.get('dataset')} (manifest sha256 {str(meta.get('dataset_digest'))[:12]}; this run's "
+            f"--data has {digest[:12]})"
+        )
     if meta.get("model") != config.model:
         problems.append(f"model {meta.get('model')!r} (this run: {config.model!r})")
     if meta.get("classes") != classes:
@@ -334,7 +345,7 @@ def _train_process(config: TrainConfig) -> dict[str, Any]:
             raise CheckpointError(f"--resume {config.resume}: no committed checkpoint there")
     if resume_uri:
         checkpoint = load_checkpoint(resume_uri)
-        _check_resume(checkpoint, config, classes, input_size, resume_uri)
+        _check_resume(checkpoint, config, classes, input_size, resume_uri, digest)
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         xm.set_rng_state(int(checkpoint["rng"]["xla"]))
@@ -407,6 +418,13 @@ def _train_process(config: TrainConfig) -> dict[str, Any]:
                     last_checkpoint = time.monotonic()
             metrics = evaluate(model, loaders["val"], epoch, config, rt)
             train_loss = (loss_sum / max(steps_this_run, 1)).item()
+            if not math.isfinite(train_loss):
+                # Nothing of this epoch is checkpointed: `last` stays the previous, finite epoch.
+                raise TrainError(
+                    f"training diverged: mean train loss is {train_loss} in epoch {epoch + 1}; lower --lr "
+                    f"(this run: peak {peak_lr:g}) or raise --warmup-epochs, then re-run: --resume auto "
+                    "continues from the last finite checkpoint"
+                )
             seconds = time.perf_counter() - epoch_started
             samples = steps_this_run * global_batch
             record = {

@@ -152,6 +152,25 @@ def test_bad_inputs_are_clear_errors(digits, uninterrupted, tmp_path):
     assert result.returncode == 2 and "is a file" in result.stderr
     for r in (result,):
         assert "Traceback" not in r.stderr
+    other = str(tmp_path / "digits-seed1")  # same classes and images, another order: another manifest
+    shards.create_shards(
+        shards.ShardConfig(source="digits", output=other, num_shards=8, seed=1), progress=False
+    )
+    before = (uninterrupted / "model.json").read_text()
+    result = _run(other, uninterrupted, "--epochs", "4")
+    assert (
+        result.returncode == 2
+        and "does not fit this run" in result.stderr
+        and "manifest sha256" in result.stderr
+    )
+    assert (uninterrupted / "model.json").read_text() == before  # the artifact still names its real dataset
+
+
+def test_divergence_stops_with_a_clear_error_and_no_model(digits, tmp_path):
+    result = _run(digits, tmp_path / "nan", "--epochs", "2", "--lr", "1e12")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "training diverged" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "nan" / "model.pt").exists()  # nothing for evaluate/promote to pick up
 
 
 @pytest.mark.slow

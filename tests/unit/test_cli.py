@@ -9,8 +9,13 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize(
-    "args", [[], ["shards"], ["shards", "create"], ["shards", "verify"], ["bench"], ["bench", "write"]]
-)
+    "args",
+    [
+        [], ["shards"], ["shards", "create"], ["shards", "verify"], ["train"], ["evaluate"], ["promote"],
+        ["champion", "show"], ["pipeline", "compile"], ["pipeline", "submit"], ["pipeline", "schedule"],
+        ["pipeline", "run-local"], ["bench"], ["bench", "write"], ["bench", "load"], ["bench", "train"],
+    ],
+)  # fmt: skip
 def test_every_command_has_help(args):
     result = runner.invoke(app, [*args, "--help"])
     assert result.exit_code == 0, result.output
@@ -87,3 +92,34 @@ def test_bench_write_prints_json_lines():
     assert ours["header_bytes_per_sample"] == 1024  # two 512-byte USTAR headers, no PAX
     assert stock["tar_overhead_bytes_per_sample"] > ours["tar_overhead_bytes_per_sample"] + 1500
     assert {r["format"] for r in lines if r["bench"] == "encoding"} == {"ppm", "png"}
+
+
+def test_pipeline_commands_check_their_input_before_any_cloud_call(tmp_path, monkeypatch):
+    template = str(tmp_path / "p.yaml")
+    common = ["--project", "p", "--pipeline-root", "gs://b/runs", "--registry", "gs://b/registry"]
+    result = runner.invoke(app, ["pipeline", "submit", "--template", template, *common])
+    assert result.exit_code == 2 and "no such file" in result.output and "pipeline compile" in result.output
+    assert runner.invoke(app, ["pipeline", "compile", "--output", template]).exit_code == 0
+    result = runner.invoke(
+        app, ["pipeline", "schedule", "--template", template, "--cron", "every monday", *common]
+    )
+    assert result.exit_code == 2 and "five fields" in result.output
+    # Credentials that cannot be found: a clear message instead of google-auth's traceback.
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing-key.json"))
+    monkeypatch.delenv("TPUSTREAM_VERTEX_ENDPOINT", raising=False)
+    result = runner.invoke(app, ["pipeline", "submit", "--template", template, *common])
+    assert result.exit_code == 2 and "credentials" in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_run_local_rejects_a_bad_source_up_front(tmp_path):
+    result = runner.invoke(
+        app, ["pipeline", "run-local", "--root", str(tmp_path), "--source", str(tmp_path / "none")]
+    )
+    assert result.exit_code == 2 and "unknown source" in result.output
+    assert not (tmp_path / "pipeline-root").exists()  # nothing ran
+
+
+def test_bench_counts_must_be_positive():
+    result = runner.invoke(app, ["bench", "write", "--repeats", "0"])
+    assert result.exit_code == 2 and "--repeats" in result.output
