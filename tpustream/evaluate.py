@@ -1,7 +1,9 @@
 """Evaluation: a model artifact (and the current champion) on a dataset's val split, exactly.
 
 Every val sample is counted once (the loader's masks); the result records the dataset's manifest
-digest and the model's sha256 so promotion can refuse to compare numbers from different data.
+digest and the model's sha256 so promotion can refuse to compare numbers from different data, and
+``complete: false`` when samples were missing, which promotion refuses. metrics.json is strict JSON
+(a NaN loss is written as null).
 """
 
 from __future__ import annotations
@@ -43,6 +45,16 @@ def load_model_card(model_uri: str) -> dict[str, Any]:
         if key not in card:
             raise EvaluationError(f"{uri} lacks {key!r}: not a tpustream model card")
     return card
+
+
+def _class_mismatch(card: dict[str, Any], classes: list[str], model_uri: str, data_uri: str) -> str | None:
+    """Why the model cannot be measured on the dataset's labels, or None when their class lists agree."""
+    if card["classes"] == classes:
+        return None
+    return (
+        f"model {model_uri} predicts {len(card['classes'])} classes {card['classes'][:5]}..., the dataset "
+        f"{data_uri} has {len(classes)} {classes[:5]}...: the class sets differ"
+    )
 
 
 def _load_weights(model_uri: str) -> tuple[dict[str, Any], str]:
@@ -87,11 +99,9 @@ def evaluate_model(
     except ShardError as exc:
         raise EvaluationError(f"--data {data_uri}: {exc}") from exc
     classes = list(manifest["classes"])
-    if card["classes"] != classes:
-        raise EvaluationError(
-            f"model {model_uri} predicts {len(card['classes'])} classes {card['classes'][:5]}..., the dataset "
-            f"{data_uri} has {len(classes)} {classes[:5]}...: evaluate on a dataset with the same classes"
-        )
+    mismatch = _class_mismatch(card, classes, model_uri, data_uri)
+    if mismatch:
+        raise EvaluationError(f"{mismatch}; evaluate on a dataset with the same classes")
     expected = int(manifest["splits"].get("val", {}).get("num_samples", 0))
     if not expected:
         raise EvaluationError(f"--data {data_uri} has no val split to evaluate on")
@@ -141,10 +151,12 @@ def evaluate_model(
     report = loader.last_report
     if count != expected:
         log.warning(
-            "evaluated %d of the manifest's %d val samples (%s)",
+            "evaluated %d of the manifest's %d val samples (%s): this result cannot be promoted; find the "
+            "damaged shards with `tpustream shards verify %s`, fix or re-create them, then evaluate again",
             count,
             expected,
             report.line() if report else "",
+            data_uri,
         )
     per_class_total = matrix.sum(axis=1)
     per_class = np.divide(
@@ -169,21 +181,31 @@ def evaluate(
     model_uri: str, data_uri: str, output_uri: str, *, registry: str | None = None, workers: int = 2
 ) -> dict[str, Any]:
     """Evaluate the candidate (and, with ``registry``, the current champion on the same shards) and
-    write ``OUTPUT/metrics.json``. Returns its contents."""
+    write ``OUTPUT/metrics.json``. Returns its contents.
+
+    A champion whose class set differs from the dataset's cannot be measured on it: the result then has
+    ``champion: None`` and a ``champion_note`` saying why, and promotion keeps that champion.
+    """
     from tpustream import promote
 
     data_uri = storage.check_uri(data_uri).rstrip("/")
     digest = manifest_digest(data_uri)
+    manifest = read_manifest(data_uri)
     candidate = evaluate_model(model_uri, data_uri, workers=workers)
-    champion = None
+    champion, champion_note = None, None
     if registry:
         current = promote.read_champion(registry)
         if current is not None:
-            champion = evaluate_model(
-                promote.version_uri(registry, current["version"]), data_uri, workers=workers
+            champion_uri = promote.version_uri(registry, current["version"])
+            mismatch = _class_mismatch(
+                load_model_card(champion_uri), list(manifest["classes"]), champion_uri, data_uri
             )
-            champion["version"] = current["version"]
-    manifest = read_manifest(data_uri)
+            if mismatch:
+                champion_note = f"champion version {current['version']} not evaluated: {mismatch}"
+                log.warning("%s; it cannot be compared with this candidate", champion_note)
+            else:
+                champion = evaluate_model(champion_uri, data_uri, workers=workers)
+                champion["version"] = current["version"]
     result = {
         "format": METRICS_FORMAT,
         "dataset": {
@@ -194,13 +216,14 @@ def evaluate(
         "classes": list(manifest["classes"]),
         "candidate": candidate,
         "champion": champion,
+        "champion_note": champion_note,  # why the champion was not measured, when it was not
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     output_uri = storage.check_uri(output_uri).rstrip("/")
     storage.ensure_prefix_writable(output_uri)
     storage.write_bytes(
         storage.join(output_uri, "metrics.json"),
-        json.dumps(result, indent=1).encode(),
+        promote.json_bytes(result, indent=1),
         content_type="application/json",
     )
     return result

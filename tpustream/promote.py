@@ -6,12 +6,16 @@ Registry layout (DESIGN.md):
     REGISTRY/events/<time>-<id>.json   append-only log (each event a create-only object)
 A version is claimed, then filled, then the pointer is swapped: a crash anywhere leaves the pointer
 on a complete version, and a retry finds the claimed version by the model's sha256 and finishes.
+The candidate's model.pt is checked against the metrics before a version number is claimed.
+Every JSON file written here is strict JSON: a non-finite number is written as null (``json_bytes``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,6 +33,7 @@ __all__ = [
     "version_uri",
     "champion_status",
     "preview_decision",
+    "json_bytes",
 ]
 
 log = logging.getLogger(__name__)
@@ -47,6 +52,31 @@ class Decision:
     reason: str
 
 
+def json_bytes(document: Any, *, indent: int | None = None) -> bytes:
+    """``document`` as strict JSON, a non-finite number (NaN, ±inf) written as null: a bare ``NaN`` is
+    not JSON and breaks other readers. Readers here take null (and a legacy NaN) as "no number"."""
+    return json.dumps(_finite_or_null(document), indent=indent, allow_nan=False).encode()
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(item) for item in value]
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float; NaN compares false with everything, so it can neither win nor lose."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
 def decide(
     candidate: dict[str, Any],
     champion: dict[str, Any] | None,
@@ -59,9 +89,24 @@ def decide(
 ) -> Decision:
     """Promote when there is no champion, or the candidate beats it on ``metric`` by more than zero and at
     least ``min_delta`` on the same dataset digest, with no class dropping more than ``max_class_drop``.
-    Ties never promote. Pure: no storage, no clock."""
+    Ties never promote. Pure: no storage, no clock.
+
+    Non-finite numbers (NaN, ±inf, or null as files store them) never decide a promotion: a candidate
+    with a non-finite top1, top5 or loss is a diverged model and is refused, even into an empty registry;
+    a champion with a non-finite ``metric`` is kept, since no candidate can be said to beat it on that
+    metric (the reason says to decide on another ``--metric``); its other metrics still compare normally.
+    """
     if metric not in METRICS:
         raise RegistryError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
+    broken = [
+        f"{name} {_shown(candidate.get(name))}" for name in METRICS if not _is_number(candidate.get(name))
+    ]
+    if broken:
+        return Decision(
+            False,
+            f"candidate {', '.join(broken)} is not a finite number: a diverged model is never promoted "
+            "(retrain it, e.g. with a lower learning rate)",
+        )
     if champion is None:
         return Decision(True, "no champion yet")
     if champion_digest != candidate_digest:
@@ -69,6 +114,13 @@ def decide(
             False,
             f"champion was measured on dataset {str(champion_digest)[:12]}, the candidate on {candidate_digest[:12]}: "
             "evaluate both on the same shards (tpustream evaluate --registry)",
+        )
+    if not _is_number(champion.get(metric)):
+        return Decision(
+            False,
+            f"champion {metric} {_shown(champion.get(metric))} is not a finite number, so no candidate can be "
+            f"said to beat it: keeping the champion; decide on another --metric (e.g. top1), or replace a "
+            "broken champion by hand",
         )
     higher_better = METRICS[metric]
     gain = candidate[metric] - champion[metric] if higher_better else champion[metric] - candidate[metric]
@@ -149,7 +201,7 @@ def _claim_version(registry: str, model_sha256: str, source: str) -> int:
         try:
             storage.write_bytes(
                 storage.join(version_uri(registry, number), "version.json"),
-                json.dumps(record).encode(),
+                json_bytes(record),
                 create_only=True,
             )
             return number
@@ -157,11 +209,36 @@ def _claim_version(registry: str, model_sha256: str, source: str) -> int:
             continue  # another promotion took this number
 
 
+def _sha256(uri: str) -> str:
+    digest = hashlib.sha256()
+    with storage.open_read(uri) as reader:
+        while chunk := reader.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_candidate(candidate_uri: str, metrics_uri: str, model_sha256: str) -> None:
+    """Refuse, before any version number is claimed, a candidate that is incomplete or is not the model
+    the metrics measured: versions/<n> is immutable, so nothing may be written there for it."""
+    missing = [
+        name for name in ("model.pt", "model.json") if not storage.exists(storage.join(candidate_uri, name))
+    ]
+    if missing:
+        raise RegistryError(
+            f"candidate {candidate_uri} lacks {', '.join(missing)}: not a complete model artifact"
+        )
+    actual = _sha256(storage.join(candidate_uri, "model.pt"))
+    if actual != model_sha256:
+        raise RegistryError(
+            f"{candidate_uri}/model.pt (sha256 {actual[:12]}) is not the model {metrics_uri} measured "
+            f"(sha256 {model_sha256[:12]}): the metrics belong to a different model; "
+            "re-run tpustream evaluate on this candidate"
+        )
+
+
 def _fill_version(
     registry: str, number: int, candidate_uri: str, metrics_uri: str, model_sha256: str
 ) -> None:
-    import hashlib
-
     target = version_uri(registry, number)
     for name in ("model.pt", "model.json"):
         try:
@@ -171,10 +248,11 @@ def _fill_version(
                 f"candidate {candidate_uri} lacks {name}: not a complete model artifact"
             ) from exc
     storage.copy(metrics_uri, storage.join(target, "metrics.json"))
-    copied = hashlib.sha256(storage.read_bytes(storage.join(target, "model.pt"))).hexdigest()
+    copied = _sha256(storage.join(target, "model.pt"))
     if copied != model_sha256:
         raise RegistryError(
-            f"{candidate_uri}/model.pt changed since it was evaluated (sha256 {copied[:12]} vs {model_sha256[:12]}): re-run evaluate"
+            f"{candidate_uri}/model.pt changed while it was being promoted (sha256 {copied[:12]} vs "
+            f"{model_sha256[:12]}): re-run tpustream evaluate on it, then promote again"
         )
 
 
@@ -183,7 +261,7 @@ def _log_event(registry: str, event: dict[str, Any]) -> None:
     event = {**event, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     storage.write_bytes(
         storage.join(registry, "events", f"{stamp}-{uuid.uuid4().hex[:12]}.json"),
-        json.dumps(event).encode(),
+        json_bytes(event),
         create_only=True,
     )
 
@@ -225,10 +303,9 @@ def promote(
 
         promoted = bool(outcome["promoted"])
         artifact = version_uri(outcome["registry"], outcome["version"]) if promoted else outcome["candidate"]
-        labels = {
-            "dataset": outcome["dataset_digest"][:12],
-            f"{metric}_permille": str(round(1000 * outcome["value"])),
-        }
+        labels = {"dataset": outcome["dataset_digest"][:12]}
+        if _is_number(outcome["value"]):
+            labels[f"{metric}_permille"] = str(round(1000 * outcome["value"]))
         if promoted:
             labels["tpustream_version"] = str(outcome["version"])
         outcome["vertex"] = vertex_registry.publish(
@@ -259,25 +336,29 @@ def _promote(
         "registry": registry,
         "candidate": candidate_uri,
         "dataset_digest": digest,
-        "value": candidate[metric],
+        "value": candidate.get(metric),
     }
+    checked = False
     for _attempt in range(max_attempts):
         current, generation = _read_pointer(registry)
         if current is not None and current.get("model_sha256") == sha:
             outcome = {"promoted": False, "version": current["version"], "reason": "already the champion"}
             _log_event(registry, {"event": "already-champion", **outcome, "candidate": candidate_uri})
             return {**outcome, **context}
-        champion_metrics, champion_digest = _champion_to_compare(metrics, current)
-        decision = decide(candidate, champion_metrics, candidate_digest=digest, champion_digest=champion_digest,
-                          metric=metric, min_delta=min_delta, max_class_drop=max_class_drop)  # fmt: skip
+        decision = _decision(
+            metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
+        )
         if not decision.promote:
             outcome = {"promoted": False, "version": None, "reason": decision.reason,
                        "champion_version": current["version"] if current else None}  # fmt: skip
             _log_event(
                 registry,
-                {"event": "refused", **outcome, "candidate": candidate_uri, metric: candidate[metric]},
+                {"event": "refused", **outcome, "candidate": candidate_uri, metric: candidate.get(metric)},
             )
             return {**outcome, **context}
+        if not checked:  # before a version number is claimed: versions/<n> cannot be taken back
+            _check_candidate(candidate_uri, metrics_uri, sha)
+            checked = True
         number = _claim_version(registry, sha, candidate_uri)
         _fill_version(registry, number, candidate_uri, metrics_uri, sha)
         pointer = {
@@ -287,9 +368,7 @@ def _promote(
             "promoted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }  # fmt: skip
         try:
-            storage.replace_if_generation(
-                storage.join(registry, CHAMPION), json.dumps(pointer).encode(), generation
-            )
+            storage.replace_if_generation(storage.join(registry, CHAMPION), json_bytes(pointer), generation)
         except storage.PreconditionFailed:
             log.info("champion changed while promoting version %d: re-reading and deciding again", number)
             continue
@@ -302,15 +381,63 @@ def _promote(
     )
 
 
+def _decision(
+    metrics: dict[str, Any], current: dict[str, Any] | None, *, metric: str, min_delta: float,
+    max_class_drop: float | None = None,
+) -> Decision:  # fmt: skip
+    """What `promote` decides for a metrics.json document against the current champion pointer (None:
+    no champion), once the candidate is known not to be the champion already."""
+    refusal = _incomplete(metrics) or _not_comparable(metrics, current)
+    if refusal is not None:
+        return refusal
+    champion, champion_digest = _champion_to_compare(metrics, current)
+    return decide(metrics["candidate"], champion, candidate_digest=metrics["dataset"]["manifest_digest"],
+                  champion_digest=champion_digest, metric=metric, min_delta=min_delta,
+                  max_class_drop=max_class_drop)  # fmt: skip
+
+
+def _incomplete(metrics: dict[str, Any]) -> Decision | None:
+    """A refusal when the evaluation did not count every val sample: its numbers describe part of the data."""
+    candidate, dataset = metrics["candidate"], metrics["dataset"]
+    if candidate.get("complete") is True:
+        return None
+    counted, expected = candidate.get("num_samples"), dataset.get("val_samples")
+    gap = ""
+    if isinstance(counted, int) and isinstance(expected, int) and counted != expected:
+        gap = f" ({expected - counted} missing)" if counted < expected else f" ({counted - expected} extra)"
+    return Decision(
+        False,
+        f"the evaluation is incomplete: it counted {counted} of the dataset's {expected} val samples{gap}, so "
+        f"it cannot be promoted; find the damaged shards with `tpustream shards verify {dataset.get('uri')}`, "
+        "fix or re-create them, then evaluate again",
+    )
+
+
+def _not_comparable(metrics: dict[str, Any], current: dict[str, Any] | None) -> Decision | None:
+    """A refusal when the evaluate run could not measure the champion (``champion_note`` says why, e.g. a
+    different class set): its recorded numbers are from other data, so the candidate must not win by default."""
+    note = metrics.get("champion_note")
+    if current is None or metrics.get("champion") is not None or not note:
+        return None
+    return Decision(
+        False,
+        f"{note}. Keeping champion version {current['version']}: a candidate is never promoted over a champion "
+        "it was not compared with. For the new class set start a new registry (promote with another "
+        "--registry), or evaluate on a dataset with the champion's classes",
+    )
+
+
 def _champion_to_compare(
     metrics: dict[str, Any], current: dict[str, Any] | None
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The champion numbers to compare with: measured in the same evaluate run when that run saw the
-    current champion, else the ones recorded at its promotion (with their own dataset digest)."""
+    current champion (and counted every sample), else the ones recorded at its promotion (with their
+    own dataset digest, which `decide` checks)."""
     if current is None:
         return None, None
-    if metrics.get("champion") and metrics["champion"].get("version") == current["version"]:
-        return metrics["champion"], metrics["dataset"]["manifest_digest"]
+    measured = metrics.get("champion")
+    if measured and measured.get("version") == current["version"] and measured.get("complete", True):
+        return measured, metrics["dataset"]["manifest_digest"]
     return current["metrics"], current["dataset_digest"]
 
 
@@ -320,17 +447,34 @@ def preview_decision(
     """The decision `promote` would take now for a metrics.json document (the DAG's branch condition;
     `promote` decides again under compare-and-swap)."""
     current = read_champion(registry) if registry else None
-    candidate = metrics["candidate"]
-    if current is not None and current.get("model_sha256") == candidate["model_sha256"]:
+    if current is not None and current.get("model_sha256") == metrics["candidate"]["model_sha256"]:
         return Decision(False, "already the champion")
-    champion, champion_digest = _champion_to_compare(metrics, current)
-    return decide(candidate, champion, candidate_digest=metrics["dataset"]["manifest_digest"],
-                  champion_digest=champion_digest, metric=metric, min_delta=min_delta)  # fmt: skip
+    return _decision(metrics, current, metric=metric, min_delta=min_delta)
+
+
+def _missing_registry(registry: str) -> str | None:
+    """Why ``registry`` cannot exist at all (a mistyped path, a bucket that does not exist), else None."""
+    if storage.is_gcs(registry):
+        try:  # listing a prefix never fails in a bucket that exists; this (empty) listing is cheap
+            storage.list_objects(storage.join(registry, CHAMPION))
+        except storage.NotFound:
+            return f"registry {registry} is in a bucket that does not exist: create the bucket or fix the URI"
+        return None
+    if storage.exists(registry):
+        return None
+    return (
+        f"registry {registry} does not exist: check the path "
+        "(a registry directory is created by its first `tpustream promote`)"
+    )
 
 
 def champion_status(registry: str) -> dict[str, Any]:
-    """The champion pointer plus a health check: does the version it names exist and is it complete?"""
+    """The champion pointer plus a health check: does the registry exist, and the version it names, complete?
+    An existing directory or bucket prefix with no champion.json is an empty registry, and healthy."""
     registry = storage.check_uri(registry).rstrip("/")
+    problem = _missing_registry(registry)
+    if problem:
+        return {"registry": registry, "champion": None, "ok": False, "message": problem}
     pointer = read_champion(registry)
     if pointer is None:
         return {"registry": registry, "champion": None, "ok": True, "message": "no champion yet"}

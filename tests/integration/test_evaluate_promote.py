@@ -2,14 +2,20 @@
 the GCS test server, a forced promotion race, a crash between the copy and the pointer swap."""
 
 import json
+import logging
+import math
 import random
+import shutil
 import threading
 
 import numpy as np
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from tpustream import evaluate, promote, shards, storage
+from tpustream.builtin_sources import digits_source
+from tpustream.cli import app
 from tpustream.data import LoaderConfig, ShardLoader
 from tpustream.imagecodec import decode_ppm
 from tpustream.models import build_model
@@ -26,10 +32,13 @@ def digits(tmp_path_factory):
     return out
 
 
-def make_model(root, data, *, seed, steps):
+DIGITS = [str(d) for d in range(10)]
+
+
+def make_model(root, data, *, seed, steps, classes=DIGITS):
     """A tiny model artifact: `steps` eager-CPU SGD steps on the train split (0 = random init)."""
     torch.manual_seed(seed)
-    model = build_model("tiny", num_classes=10, input_size=16)
+    model = build_model("tiny", num_classes=len(classes), input_size=16)
     if steps:
         loader = ShardLoader(
             LoaderConfig(data=data, batch_size=64, input_size=16, workers=0, num_replicas=1, replica_index=0)
@@ -55,7 +64,7 @@ def make_model(root, data, *, seed, steps):
     card = {
         "format": "tpustream.model/v1",
         "arch": "tiny",
-        "classes": [str(d) for d in range(10)],
+        "classes": list(classes),
         "input_size": 16,
     }
     storage.write_bytes(storage.join(root, "model.json"), json.dumps(card).encode())
@@ -277,3 +286,139 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
         assert versions["3"]["aliases"] == ["challenger"]
     finally:
         recorder.close()
+
+
+def _strict_json(raw):
+    """Parse as JSON proper: the bare NaN/Infinity that json.dumps writes by default is refused."""
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(raw, parse_constant=refuse)
+
+
+def make_nan_model(root, trained):
+    """A copy of ``trained`` whose output layer is NaN: a diverged model (loss nan, top-1 still a number)."""
+    state = torch.load(f"{trained}/model.pt", weights_only=True)
+    last = [key for key, value in state.items() if value.is_floating_point()][-1]
+    state[last].fill_(float("nan"))
+    root = str(root)
+    with open(f"{root}.pt", "wb") as f:
+        torch.save(state, f)
+    storage.upload_file(f"{root}.pt", storage.join(root, "model.pt"))
+    storage.copy(f"{trained}/model.json", storage.join(root, "model.json"))
+    return root
+
+
+def test_a_nan_model_is_never_promoted_and_every_file_stays_json(digits, models, tmp_path):
+    registry = str(tmp_path / "registry")
+    promote.promote(models["weak"], _evaluate(models, "weak", digits, tmp_path, registry), registry)
+    diverged = make_nan_model(tmp_path / "nan", models["good"])
+    out = str(tmp_path / "eval-nan")
+    result = evaluate.evaluate(diverged, digits, out, registry=registry)
+    assert math.isnan(result["candidate"]["loss"])
+    written = _strict_json(storage.read_bytes(f"{out}/metrics.json"))
+    assert written["candidate"]["loss"] is None and written["candidate"]["complete"]
+    for metric in ("loss", "top1"):
+        outcome = promote.promote(diverged, f"{out}/metrics.json", registry, metric=metric)
+        assert not outcome["promoted"] and "loss null is not a finite number" in outcome["reason"]
+        assert not promote.preview_decision(result, registry, metric=metric).promote
+    empty = str(tmp_path / "empty-registry")  # not even as the first champion
+    assert not promote.promote(diverged, f"{out}/metrics.json", empty)["promoted"]
+    assert promote.read_champion(empty) is None
+    assert promote.read_champion(registry)["version"] == 1
+    for obj in storage.list_objects(registry) + storage.list_objects(empty):
+        if obj.uri.endswith(".json"):
+            _strict_json(storage.read_bytes(obj.uri))
+
+
+def test_a_champion_recorded_with_nan_is_read_back_and_kept_on_that_metric(digits, models, tmp_path):
+    registry = str(tmp_path / "registry")
+    promote.promote(models["weak"], _evaluate(models, "weak", digits, tmp_path, registry), registry)
+    pointer_file = tmp_path / "registry" / "champion.json"
+    pointer = json.loads(pointer_file.read_text())
+    pointer["metrics"]["loss"] = float("nan")
+    pointer_file.write_text(json.dumps(pointer))  # as registries were written before null replaced NaN
+    assert "NaN" in pointer_file.read_text() and promote.champion_status(registry)["ok"]
+    out = str(tmp_path / "eval-better")
+    evaluate.evaluate(models["better"], digits, out)  # no --registry: only the recorded numbers to go by
+    outcome = promote.promote(models["better"], f"{out}/metrics.json", registry, metric="loss")
+    assert not outcome["promoted"] and "champion loss nan" in outcome["reason"]
+    assert promote.promote(models["better"], f"{out}/metrics.json", registry)["promoted"]  # top1 compares
+    assert _strict_json(pointer_file.read_bytes())["previous_version"] == 1
+
+
+def test_a_partial_evaluation_is_never_promoted(digits, models, tmp_path, caplog):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(digits, damaged)
+    shard = damaged / "val" / "val-000000.tar"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size * 3 // 4])
+    registry = str(tmp_path / "registry")
+    out = str(tmp_path / "eval-partial")
+    with caplog.at_level(logging.WARNING):
+        result = evaluate.evaluate(models["better"], str(damaged), out, registry=registry)
+    counted = result["candidate"]["num_samples"]
+    assert 0 < counted < 179 and not result["candidate"]["complete"]
+    assert "cannot be promoted" in caplog.text and "tpustream shards verify" in caplog.text
+    assert json.loads(storage.read_bytes(f"{out}/metrics.json"))["candidate"]["complete"] is False  # evidence
+    preview = promote.preview_decision(result, registry)
+    outcome = promote.promote(models["better"], f"{out}/metrics.json", registry)
+    assert not preview.promote and not outcome["promoted"]
+    for reason in (preview.reason, outcome["reason"]):
+        assert f"{counted} of the dataset's 179 val samples ({179 - counted} missing)" in reason
+        assert f"tpustream shards verify {damaged}" in reason
+    assert promote.read_champion(registry) is None and not storage.list_objects(f"{registry}/versions")
+
+
+def test_a_champion_with_other_classes_is_noted_and_kept(digits, models, tmp_path):
+    registry = str(tmp_path / "registry")
+    promote.promote(models["weak"], _evaluate(models, "weak", digits, tmp_path, registry), registry)
+    letters = [chr(ord("a") + k) for k in range(10)]
+    source = digits_source()
+    source.classes = letters  # the same images under a new class set: a new manifest digest
+    renamed = str(tmp_path / "letters")
+    shards.create_shards(
+        shards.ShardConfig(source="digits", output=renamed, num_shards=4), progress=False, source=source
+    )
+    candidate = make_model(tmp_path / "letters-model", renamed, seed=4, steps=0, classes=letters)
+    out = str(tmp_path / "eval-letters")
+    result = evaluate.evaluate(candidate, renamed, out, registry=registry)
+    written = json.loads(storage.read_bytes(f"{out}/metrics.json"))
+    assert written["candidate"]["complete"] and written["champion"] is None
+    assert "version 1" in written["champion_note"] and "classes" in written["champion_note"]
+    preview = promote.preview_decision(result, registry)
+    outcome = promote.promote(candidate, f"{out}/metrics.json", registry)
+    assert not preview.promote and not outcome["promoted"]
+    for reason in (preview.reason, outcome["reason"]):
+        assert "classes" in reason and "new registry" in reason
+    assert promote.read_champion(registry)["version"] == 1
+    fresh = str(tmp_path / "registry-letters")  # the way forward the reason names
+    assert promote.promote(candidate, f"{out}/metrics.json", fresh)["reason"] == "no champion yet"
+
+
+def test_promote_checks_the_candidate_before_claiming_a_version(digits, models, registry, tmp_path):
+    good = _evaluate(models, "good", digits, tmp_path)
+    with pytest.raises(promote.RegistryError, match="belong to a different model.*re-run tpustream evaluate"):
+        promote.promote(models["better"], good, registry)
+    with pytest.raises(promote.RegistryError, match="lacks model.pt"):
+        promote.promote(str(tmp_path / "missing"), good, registry)
+    half = tmp_path / "half"
+    half.mkdir()
+    shutil.copy(f"{models['good']}/model.pt", half / "model.pt")
+    with pytest.raises(promote.RegistryError, match="lacks model.json"):
+        promote.promote(str(half), good, registry)
+    assert storage.list_objects(f"{registry}/versions") == []  # no version claimed, no number used up
+    assert promote.promote(models["good"], good, registry)["version"] == 1
+    assert promote.champion_status(registry)["ok"]
+
+
+def test_champion_show_tells_a_missing_registry_from_an_empty_one(tmp_path, gcs_bucket):
+    for registry in (str(tmp_path / "no-such-registry"), "gs://no-such-bucket/registry"):
+        status = promote.champion_status(registry)
+        assert not status["ok"] and status["champion"] is None and "does not exist" in status["message"]
+    (tmp_path / "empty").mkdir()
+    for registry in (str(tmp_path / "empty"), f"{gcs_bucket}/registry"):
+        assert promote.champion_status(registry) == {
+            "registry": registry, "champion": None, "ok": True, "message": "no champion yet"}  # fmt: skip
+    result = CliRunner().invoke(app, ["champion", "show", "--registry", str(tmp_path / "no-such-registry")])
+    assert result.exit_code == 1 and '"ok": false' in result.output

@@ -52,3 +52,39 @@ def test_different_datasets_are_never_compared():
 def test_unknown_metric():
     with pytest.raises(RegistryError, match="unknown metric 'f1'"):
         decide(m(0.9), None, candidate_digest="d", champion_digest=None, metric="f1")
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    "candidate, metric",
+    [
+        (m(0.95, loss=NAN), "loss"),  # the reviewer's case: NaN loss "beat" the champion by +nan
+        (m(0.95, loss=NAN), "top1"),  # a diverged model is refused whatever metric decides
+        (m(NAN), "top1"),
+        (m(0.95, loss=INF), "loss"),
+        (m(0.95, loss=None), "loss"),  # how metrics.json stores a non-finite number
+    ],
+)
+def test_a_candidate_with_a_non_finite_number_is_never_promoted(candidate, metric):
+    for champion in (m(0.5, loss=2.0), None):
+        decision = decide(
+            candidate,
+            champion,
+            candidate_digest="d1",
+            champion_digest="d1" if champion else None,
+            metric=metric,
+        )
+        assert not decision.promote and "not a finite number" in decision.reason
+
+
+@pytest.mark.parametrize("value", [NAN, None, INF])
+def test_a_champion_with_a_non_finite_number_is_kept_not_beaten(value):
+    champion = m(0.9, loss=value)
+    for candidate in (m(0.95, loss=0.1), m(0.1, loss=5.0)):  # neither better nor worse can be told
+        decision = decide(candidate, champion, candidate_digest="d1", champion_digest="d1", metric="loss")
+        assert not decision.promote
+        assert "champion loss" in decision.reason and "--metric" in decision.reason
+    # the other metrics are still compared normally
+    assert decide(m(0.95), champion, candidate_digest="d1", champion_digest="d1").promote
