@@ -22,6 +22,9 @@ def compile_pipeline(
 def _init(project: str, region: str, api_endpoint: str | None) -> Any:
     from google.cloud import aiplatform
 
+    # aiplatform.init only adds to a process-wide config: start each call from the defaults, so one
+    # call's endpoint or anonymous credentials never carry into the next (notebooks, tests).
+    aiplatform.initializer.global_config.__init__()  # type: ignore[misc]
     kwargs: dict[str, Any] = {"project": project, "location": region}
     if api_endpoint:
         kwargs["api_endpoint"] = api_endpoint
