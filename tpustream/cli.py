@@ -81,7 +81,14 @@ def shards_create(
     workers: Annotated[int, typer.Option(help="Parallel shard writers (processes).")] = max(
         1, os.cpu_count() or 1
     ),
-    overwrite: Annotated[bool, typer.Option(help="Replace a complete dataset at --output.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            help="Replace a complete dataset at --output. Checks run first, but once writing starts the old "
+            "dataset stops being one (its manifest.json is removed) even if this run then fails: "
+            "re-run to finish the new dataset."
+        ),
+    ] = False,
     strict: Annotated[
         bool, typer.Option(help="Fail on the first unreadable image or non-image file.")
     ] = False,

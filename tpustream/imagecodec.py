@@ -4,10 +4,18 @@ every source item goes through at write time (corrupt images are caught here, on
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-__all__ = ["CorruptImage", "encode_ppm", "decode_ppm", "resize_array", "prepare_image_bytes"]
+if TYPE_CHECKING:
+    from PIL import Image as PILImage
+
+__all__ = ["CorruptImage", "encode_ppm", "decode_ppm", "resize_array", "prepare_image_bytes", "to_rgb"]
+
+# Pillow modes holding more than 8 bits per pixel (16-bit PNG/TIFF grey, 32-bit int, float): a plain
+# ``convert("RGB")`` clips them at 255, so a 16-bit grey photo comes out solid white.
+HIGH_DEPTH_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N", "I", "F"})
 
 
 class CorruptImage(ValueError):
@@ -68,6 +76,25 @@ def resize_array(image: np.ndarray, max_side: int | None) -> np.ndarray:
     return np.asarray(pil)
 
 
+def to_rgb(img: PILImage.Image) -> PILImage.Image:
+    """``img`` as 8-bit RGB, with high-bit-depth grey scaled down rather than clipped.
+
+    16-bit and integer modes keep their top 8 bits (``>> 8``, what PNG's 16-bit samples mean); float
+    images are taken as 0..1 when they fit in it, else as 0..255.
+    """
+    if img.mode not in HIGH_DEPTH_MODES:
+        return img.convert("RGB")
+    from PIL import Image
+
+    values = np.asarray(img)
+    if img.mode == "F":
+        scale = 255.0 if float(np.nanmax(values, initial=0.0)) <= 1.0 else 1.0
+        grey = np.clip(np.nan_to_num(values * scale), 0, 255).round().astype(np.uint8)
+    else:
+        grey = (np.clip(values.astype(np.int64), 0, 0xFFFF) >> 8).astype(np.uint8)
+    return Image.fromarray(grey).convert("RGB")
+
+
 def prepare_image_bytes(data: bytes, ext_hint: str, max_side: int | None, name: str) -> tuple[bytes, str]:
     """Check that ``data`` decodes; keep it byte-for-byte when possible, else (re-)encode.
 
@@ -87,11 +114,13 @@ def prepare_image_bytes(data: bytes, ext_hint: str, max_side: int | None, name: 
             keep = {"JPEG": "jpg", "PNG": "png", "PPM": "ppm"}.get(fmt or "")
             if keep == "ppm" and (img.mode != "RGB" or not data.startswith(b"P6")):
                 keep = None  # PGM/PBM or ASCII PPM: re-encode so the loader's fast PPM path applies
+            if img.mode in HIGH_DEPTH_MODES:
+                keep = None  # 16-bit PNG: re-encode to 8 bits, which every decoder reads right
             if keep and not too_big:
                 return data, keep
             if fmt == "JPEG" and too_big:
                 img.draft("RGB", (max_side, max_side))  # type: ignore[arg-type]
-            rgb = img.convert("RGB")
+            rgb = to_rgb(img)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise CorruptImage(f"{name}: cannot decode image ({exc})") from exc
     if too_big:

@@ -7,18 +7,22 @@ Layout written under the output URI (DESIGN.md):
 A shard appears under its final name only when complete (local: temp file + rename; GCS: an object
 exists only once its upload finished). Re-running after a crash keeps every shard whose record
 matches the plan and writes the rest; a complete dataset (manifest present) is refused unless
-``overwrite``.
+``overwrite``, which retires it (manifest removed) only once every check has passed and writing starts.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
 import math
 import multiprocessing
 import os
+import signal
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -137,7 +141,8 @@ class CreateSummary:
     num_samples: int = 0
     num_shards: int = 0
     num_bytes: int = 0
-    skipped: int = 0
+    skipped: int = 0  # source images that could not be decoded
+    skipped_slots: int = 0  # the samples they would have been: skipped x upsample for train images
     reused_shards: int = 0
     seconds: float = 0.0
     split_samples: dict[str, int] = field(default_factory=dict)
@@ -145,9 +150,14 @@ class CreateSummary:
     def line(self) -> str:
         rate = self.num_samples / self.seconds if self.seconds > 0 else 0.0
         splits = ", ".join(f"{k} {v}" for k, v in self.split_samples.items())
+        skipped = f"{self.skipped} skipped"
+        if self.skipped_slots != self.skipped:
+            skipped = (
+                f"{self.skipped} skipped images ({self.skipped_slots} samples with their upsampled copies)"
+            )
         return (
             f"wrote {self.num_samples} samples ({splits}) in {self.num_shards} shards, "
-            f"{self.num_bytes / 1e6:.1f} MB, {rate:,.0f} samples/s, {self.skipped} skipped, "
+            f"{self.num_bytes / 1e6:.1f} MB, {rate:,.0f} samples/s, {skipped}, "
             f"{self.reused_shards} shards kept from an earlier run -> {storage.join(self.output, MANIFEST_NAME)}"
         )
 
@@ -255,7 +265,8 @@ class ShardRecord:
     sha256: str
     fingerprint: str
     class_counts: dict[str, int]
-    skipped: list[str]
+    skipped: list[str]  # one message per sample not written
+    skipped_items: list[str] = field(default_factory=list)  # the source item (ref) of each, in order
 
     @classmethod
     def from_json(cls, data: bytes) -> ShardRecord:
@@ -263,7 +274,7 @@ class ShardRecord:
 
 
 def _iter_encoded(
-    source: Source, spec: ShardSpec, max_side: int | None, strict: bool, skipped: list[str]
+    source: Source, spec: ShardSpec, max_side: int | None, strict: bool, skipped: list[tuple[str, str]]
 ) -> Iterator[tuple[str, Item, bytes, str]]:
     for key, i in zip(spec.keys, spec.items, strict=True):
         item = source.items[i]
@@ -275,7 +286,7 @@ def _iter_encoded(
                     f"{exc} (--strict: stopping; drop --strict to skip and count bad images)"
                 ) from exc
             log.warning("skipping %s", exc)
-            skipped.append(str(exc))
+            skipped.append((str(item.ref), str(exc)))
             continue
         yield key, item, data, ext
 
@@ -285,7 +296,7 @@ def write_shard(
 ) -> ShardRecord:
     """Write one planned shard to ``output/spec.path`` atomically and record what it holds."""
     final = storage.join(output, spec.path)
-    skipped: list[str] = []
+    skipped: list[tuple[str, str]] = []  # (item ref, message)
     class_counts: dict[str, int] = {}
     if storage.is_gcs(output):
         tmp_dir = None
@@ -294,6 +305,8 @@ def write_shard(
         os.makedirs(tmp_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(final)}.", suffix=".partial", dir=tmp_dir)
     try:
+        if tmp_dir is not None:  # the shard keeps this mode: readable by whoever may read its directory
+            os.fchmod(fd, storage.file_mode())
         with os.fdopen(fd, "wb", buffering=1 << 20) as f, TarShardWriter(f) as writer:
             for key, item, data, ext in _iter_encoded(source, spec, max_side, strict, skipped):
                 writer.write(key, {ext: data, "cls": str(item.label).encode("ascii")})
@@ -309,7 +322,7 @@ def write_shard(
             os.unlink(tmp)
     record = ShardRecord(
         spec.split, spec.index, spec.path, stats.num_samples, stats.num_bytes, stats.sha256,
-        spec.fingerprint, class_counts, skipped,
+        spec.fingerprint, class_counts, [message for _, message in skipped], [ref for ref, _ in skipped],
     )  # fmt: skip
     storage.write_bytes(storage.join(output, spec.record_path), json.dumps(asdict(record)).encode())
     return record
@@ -334,6 +347,31 @@ def _existing_record(spec: ShardSpec, output: str) -> ShardRecord | None:
 # --------------------------------------------------------------------------- the whole run
 
 _WORKER_STATE: dict[str, Any] = {}
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Pool initializer: a writer dies with the process that started it instead of writing on, orphaned.
+
+    Linux kills it the moment the parent dies (``PR_SET_PDEATHSIG``); elsewhere a thread polls.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            args = (ctypes.c_ulong(v) for v in (signal.SIGKILL, 0, 0, 0))  # prctl is variadic: pass longs
+            if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), *args) == 0:
+                if os.getppid() != parent_pid:  # the parent died before the request took effect
+                    os._exit(1)
+                return
+        except (OSError, AttributeError):
+            pass
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
 
 
 def _worker_write(spec: ShardSpec) -> ShardRecord:
@@ -355,25 +393,45 @@ def _run_parallel(
         return
     # fork: workers inherit the listed source (CIFAR arrays, photos) without pickling it
     ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(workers, len(specs)), mp_context=ctx) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(specs)), mp_context=ctx,
+        initializer=_exit_with_parent, initargs=(os.getpid(),),
+    ) as pool:  # fmt: skip
         for record in pool.map(fn, specs):
             on_done(record)
 
 
-def prepare_output(output: str, *, overwrite: bool) -> None:
-    """Refuse to clobber a complete dataset unless ``overwrite``; then make sure ``output`` is usable."""
+def check_output(output: str, *, overwrite: bool) -> bool:
+    """Make sure ``output`` can hold a dataset; refuse a complete one there unless ``overwrite``.
+
+    Changes nothing that exists. Returns whether a complete dataset is there, to be retired
+    (``retire_dataset``) once writing starts.
+    """
     storage.ensure_prefix_writable(output)
-    manifest_uri = storage.join(output, MANIFEST_NAME)
-    if storage.exists(manifest_uri):
-        if not overwrite:
-            raise ShardError(
-                f"{output} already holds a complete dataset ({MANIFEST_NAME} exists): "
-                "pass --overwrite to replace it, or choose another --output"
-            )
-        # Manifest first: from here on the old dataset is no longer advertised as complete.
-        storage.delete(manifest_uri)
-        for obj in storage.list_objects(storage.join(output, RECORDS_DIR)):
-            storage.delete(obj.uri)
+    if not storage.exists(storage.join(output, MANIFEST_NAME)):
+        return False
+    if not overwrite:
+        raise ShardError(
+            f"{output} already holds a complete dataset ({MANIFEST_NAME} exists): "
+            "pass --overwrite to replace it, or choose another --output"
+        )
+    return True
+
+
+def retire_dataset(output: str) -> None:
+    """Remove the manifest (and any resume records) of the dataset at ``output``: it stops being one.
+
+    Its shards are then overwritten in place under the same names (DESIGN.md), so the old manifest
+    could not stay valid: it goes first, and a failure from here on leaves no dataset, not a mixed one.
+    """
+    log.warning(
+        "--overwrite: %s is no longer a dataset from now on (its %s is removed before the new shards are "
+        "written); if this run fails, run it again to finish the new dataset",
+        output, MANIFEST_NAME,
+    )  # fmt: skip
+    storage.delete(storage.join(output, MANIFEST_NAME))
+    for obj in storage.list_objects(storage.join(output, RECORDS_DIR)):
+        storage.delete(obj.uri)
 
 
 def create_shards(
@@ -393,8 +451,9 @@ def create_shards(
             raise ShardError(
                 f"--strict: {len(source.ignored)} non-image file(s) in {source.spec}, e.g. {source.ignored[0]}"
             )
+    # Every check that can fail (source, plan, output) runs before the old dataset is touched.
     plan = plan_dataset(source, config)
-    prepare_output(output, overwrite=config.overwrite)
+    replacing = check_output(output, overwrite=config.overwrite)
 
     records: dict[tuple[str, int], ShardRecord] = {}
     todo: list[ShardSpec] = []
@@ -417,6 +476,8 @@ def create_shards(
         records[(record.split, record.index)] = record
         bar.update(record.num_samples + len(record.skipped))
 
+    if replacing:
+        retire_dataset(output)
     _WORKER_STATE.update(source=source, output=output, max_side=config.max_side, strict=config.strict)
     try:
         _run_parallel(_worker_write, todo, config.workers, done)
@@ -431,6 +492,7 @@ def create_shards(
         num_shards=len(records),
         num_bytes=sum(s["num_bytes"] for s in manifest["splits"].values()),
         skipped=manifest["skipped"]["count"],
+        skipped_slots=manifest["skipped"]["sample_slots"],
         reused_shards=reused,
         seconds=time.perf_counter() - started,
         split_samples={k: v["num_samples"] for k, v in manifest["splits"].items()},
@@ -441,8 +503,8 @@ def create_shards(
 def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]) -> dict[str, Any]:
     """Write manifest.json from the shard records — last, atomically — then drop the records.
 
-    Also removes shard files left from an earlier, different plan (more shards than now), so the
-    directory holds exactly what the manifest lists.
+    Also removes shard files left from an earlier, different plan (more shards than now) and temp
+    files of writers killed midway, so the directory holds exactly what the manifest lists.
     """
     by_key = {(r.split, r.index): r for r in records}
     missing = [s.path for s in plan.shards if (s.split, s.index) not in by_key]
@@ -452,7 +514,8 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
         )
     config, source = plan.config, plan.source
     splits: dict[str, Any] = {}
-    skipped: list[str] = []
+    skipped: dict[str, str] = {}  # item ref -> message: an upsampled image is skipped once per copy
+    skipped_slots = 0
     for split in SPLITS:
         split_records = sorted(
             (by_key[(s.split, s.index)] for s in plan.shards_of(split)), key=lambda r: r.index
@@ -463,7 +526,8 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
         for r in split_records:
             for name, count in r.class_counts.items():
                 class_counts[source.classes.index(name)] += count
-            skipped.extend(r.skipped)
+            skipped.update(zip(r.skipped_items or r.skipped, r.skipped, strict=True))
+            skipped_slots += len(r.skipped)
         splits[split] = {
             "num_samples": sum(r.num_samples for r in split_records),
             "num_bytes": sum(r.num_bytes for r in split_records),
@@ -473,6 +537,7 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
                 for r in split_records
             ],
         }
+    examples = list(skipped.values())
     manifest = {
         "format": MANIFEST_FORMAT,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -485,7 +550,12 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
         "val_fraction": config.val_fraction,
         "max_side": config.max_side,
         "splits": splits,
-        "skipped": {"count": len(skipped), "examples": skipped[:MAX_SKIPS_LISTED]},
+        # count: source images skipped; sample_slots: the samples they cost (x upsample in train)
+        "skipped": {
+            "count": len(skipped),
+            "sample_slots": skipped_slots,
+            "examples": examples[:MAX_SKIPS_LISTED],
+        },
         "ignored_files": {"count": len(source.ignored), "examples": source.ignored[:MAX_SKIPS_LISTED]},
     }
     planned = {s.path for s in plan.shards}
@@ -495,6 +565,7 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
             if relative not in planned and relative.endswith(".tar"):
                 log.info("removing %s: not part of this dataset's plan", obj.uri)
                 storage.delete(obj.uri)
+    _remove_partials(output)
     storage.write_bytes(
         storage.join(output, MANIFEST_NAME),
         json.dumps(manifest, indent=1).encode(),
@@ -506,7 +577,26 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
     return manifest
 
 
-__all__ += ["manifest_digest", "prepare_output", "ShardRecord", "SourceError"]
+def _remove_partials(output: str) -> None:
+    """Delete ``*.partial`` temp files that killed writers left in the split and record folders.
+
+    Called only once every writer is done. Local temp files are hidden (``.name.XXXX.partial``), which
+    ``storage.list_objects`` skips, so the local folders are read directly.
+    """
+    for folder in (*SPLITS, RECORDS_DIR):
+        uri = storage.join(output, folder)
+        if storage.is_gcs(uri):
+            leftovers = [obj.uri for obj in storage.list_objects(uri) if obj.uri.endswith(".partial")]
+        elif os.path.isdir(uri):
+            leftovers = [entry.path for entry in os.scandir(uri) if entry.name.endswith(".partial")]
+        else:
+            continue
+        for leftover in leftovers:
+            log.info("removing %s: a temp file left by an interrupted writer", leftover)
+            storage.delete(leftover)
+
+
+__all__ += ["manifest_digest", "check_output", "retire_dataset", "ShardRecord", "SourceError"]
 
 
 # --------------------------------------------------------------------------- fan-out (one plan, many writers)

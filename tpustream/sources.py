@@ -2,7 +2,8 @@
 
 ``digits`` (scikit-learn's bundled 8x8 digits, real data), ``synthetic-cifar:N``, ``synthetic-imagenet:N``,
 ``cifar10:PATH`` (the official python batches, dir or .tar.gz, local or gs://) and an ImageFolder-layout
-directory (local or gs://; optional ``train/`` + ``val/`` top level = the source's own split).
+directory (local or gs://; optional ``train/`` + ``val/`` top level = the source's own split, while a
+``train/`` with no val images is read as plain class folders).
 Raw arrays are encoded once as binary PPM (the cheapest format for the loader to decode: see
 ``tpustream bench write``); image files keep their original bytes unless ``max_side`` shrinks them.
 """
@@ -10,6 +11,7 @@ Raw arrays are encoded once as binary PPM (the cheapest format for the loader to
 from __future__ import annotations
 
 import io
+import logging
 import os
 import pickle
 import tarfile
@@ -44,9 +46,12 @@ KEEP_EXT = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png", ".ppm": "ppm"}
 REENCODE_EXT = {".bmp", ".gif", ".webp", ".tif", ".tiff", ".pgm", ".pbm", ".pnm"}
 IMAGE_EXTENSIONS = frozenset(KEEP_EXT) | REENCODE_EXT
 SPLIT_DIR_NAMES = {"train": "train", "val": "val", "validation": "val", "test": "val"}
+CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")  # an official extraction
 CIFAR10_CLASSES = [
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
 ]  # fmt: skip
+
+log = logging.getLogger(__name__)
 
 
 class SourceError(ValueError):
@@ -130,11 +135,14 @@ class _CifarUnpickler(pickle.Unpickler):
     """Admits only what the official CIFAR-10 batches contain: numpy arrays, dtypes, builtins.
 
     Anything else (``os.system``, ``builtins.eval``, ...) is refused before it can be called.
+    ``_frombuffer`` is how protocol-5 pickles rebuild an array: a dtype'd view of bytes, no code run.
     """
 
     ALLOWED = {
         ("numpy.core.multiarray", "_reconstruct"),
         ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
         ("numpy.core.multiarray", "scalar"),
@@ -167,9 +175,10 @@ def load_cifar_pickle(data: bytes, name: str) -> dict:
 
 def _cifar_files(path: str) -> dict[str, bytes]:
     """Read the batch files from a directory (or its cifar-10-batches-py/) or a .tar.gz, local or gs://."""
-    wanted = {f"data_batch_{i}" for i in range(1, 6)} | {"test_batch", "batches.meta"}
+    wanted = {*CIFAR10_BATCHES, "batches.meta"}
     files: dict[str, bytes] = {}
-    if path.endswith((".tar.gz", ".tgz", ".tar")):
+    is_local_file = not storage.is_gcs(path) and os.path.isfile(path)
+    if path.endswith((".tar.gz", ".tgz", ".tar")) or (is_local_file and tarfile.is_tarfile(path)):
         try:
             with storage.open_read(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
                 for member in tar:
@@ -183,6 +192,13 @@ def _cifar_files(path: str) -> dict[str, bytes]:
         except tarfile.TarError as exc:
             raise SourceError(f"cifar10:{path} is not a readable tar archive: {exc}") from exc
         return files
+    if is_local_file:
+        raise SourceError(
+            f"cifar10:{path} is a file, not a directory or archive: point at the directory holding "
+            "data_batch_1..5 and test_batch (cifar-10-batches-py) or at cifar-10-python.tar.gz"
+        )
+    if not storage.is_gcs(path) and not os.path.exists(path):
+        raise SourceError(f"cifar10:{path} does not exist")
     for base in sorted(wanted):
         for candidate in (storage.join(path, base), storage.join(path, "cifar-10-batches-py", base)):
             try:
@@ -199,13 +215,17 @@ def _cifar10_source(path: str) -> Source:
     if not path:
         raise SourceError("source 'cifar10:' needs a path: cifar10:DIR or cifar10:FILE.tar.gz")
     files = _cifar_files(path)
-    batches = sorted(k for k in files if k.startswith("data_batch_")) + (
-        ["test_batch"] if "test_batch" in files else []
-    )
+    batches = [name for name in CIFAR10_BATCHES if name in files]
     if not batches:
         raise SourceError(
             f"cifar10:{path}: no data_batch_N or test_batch found; point at the extracted "
             "cifar-10-batches-py directory or at cifar-10-python.tar.gz"
+        )
+    missing = [name for name in CIFAR10_BATCHES if name not in files]
+    if missing:  # a partial copy would silently lose training data, or the whole val split
+        raise SourceError(
+            f"cifar10:{path}: missing {', '.join(missing)}; an official extraction has data_batch_1..5 "
+            "and test_batch: copy or extract all of them"
         )
     classes = list(CIFAR10_CLASSES)
     if "batches.meta" in files:
@@ -256,22 +276,23 @@ def _image_folder_source(root: str) -> Source:
         listing = storage.list_objects(root)
     except storage.StorageError as exc:
         raise SourceError(f"source {root!r}: {exc}") from exc
-    rel_paths = [obj.uri[len(root) + 1 :] for obj in listing]
+    # "" is the root's own placeholder object (a folder made in the GCS console)
+    rel_paths = [rel for rel in (obj.uri[len(root) + 1 :] for obj in listing) if rel]
     if not rel_paths:
         raise SourceError(
             f"source {root!r} is empty or does not exist: expected class sub-folders with images"
         )
     top_dirs = {p.split("/", 1)[0] for p in rel_paths if "/" in p}
-    own_split = bool(top_dirs) and top_dirs <= set(SPLIT_DIR_NAMES) and "train" in top_dirs
+    split_layout = bool(top_dirs) and top_dirs <= set(SPLIT_DIR_NAMES) and "train" in top_dirs
     by_class: dict[str, list[tuple[str, str | None]]] = {}
     ignored: list[str] = []
     for rel in rel_paths:
         parts = rel.split("/")
         split = None
-        if own_split:
+        if split_layout and len(parts) > 1:
             split = SPLIT_DIR_NAMES[parts[0]]
             parts = parts[1:]
-        if len(parts) < 2:  # a file beside the class folders, not inside one
+        if len(parts) < 2:  # a file beside the class (or split) folders, not inside one
             ignored.append(rel)
             continue
         ext = os.path.splitext(parts[-1])[1].lower()
@@ -280,6 +301,11 @@ def _image_folder_source(root: str) -> Source:
             by_class[parts[0]].append((rel, split))
         else:
             ignored.append(rel)
+    if not storage.is_gcs(root):  # a local folder with no files at all does not show up in the listing
+        for class_parent in [os.path.join(root, d) for d in sorted(top_dirs)] if split_layout else [root]:
+            for entry in os.scandir(class_parent):
+                if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+                    by_class.setdefault(entry.name, [])
     if not by_class:
         raise SourceError(
             f"source {root!r} has no class sub-folders: expected ROOT/<class>/<image> (ImageFolder layout)"
@@ -290,6 +316,13 @@ def _image_folder_source(root: str) -> Source:
             f"source {root!r}: class folder(s) {', '.join(empty)} contain no images "
             f"(accepted extensions: {', '.join(sorted(IMAGE_EXTENSIONS))}); add images or remove the folder"
         )
+    own_split = split_layout and any(split == "val" for files in by_class.values() for _, split in files)
+    if split_layout and not own_split:  # a train/ alone is not a split: one with an empty val would follow
+        log.warning(
+            "source %s has a train/ folder but no images in a val/, validation/ or test/ folder: its classes "
+            "are read from train/ and the val split is drawn from them (--val-fraction, default 0.1)", root,
+        )  # fmt: skip
+        by_class = {name: [(rel, None) for rel, _ in files] for name, files in by_class.items()}
     classes = sorted(by_class)
     items = [
         Item(rel, label, split) for label, name in enumerate(classes) for rel, split in sorted(by_class[name])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import functools
 import io
 import os
 import re
@@ -343,18 +342,17 @@ def _ensure_local_parent(path: str) -> None:
         raise StorageError(f"cannot create directory {parent}: a file is in the way") from exc
 
 
-@functools.lru_cache(maxsize=1)
 def file_mode() -> int:
-    """The mode a plain ``open()`` would give a new file (0o666 less the umask): temp files from
+    """The mode a plain ``open()`` would give a new file now (0o666 less the umask): temp files from
     ``mkstemp`` are 0o600, which would leave shared datasets and registries unreadable to others."""
     try:
         with open("/proc/self/status") as status:  # Linux: read the umask without changing it
             for line in status:
                 if line.startswith("Umask:"):
                     return 0o666 & ~int(line.split()[1], 8)
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
-    mask = os.umask(0o022)  # elsewhere: the classic read-by-setting, once
+    mask = os.umask(0o022)  # elsewhere the umask is read by setting it and putting it back
     os.umask(mask)
     return 0o666 & ~mask
 

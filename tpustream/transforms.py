@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tpustream.imagecodec import decode_ppm
+from tpustream.imagecodec import decode_ppm, to_rgb
 
 if TYPE_CHECKING:
     import torch
@@ -134,7 +134,7 @@ def _decode_any(data: bytes, ext: str) -> np.ndarray:
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as img:
-        return np.asarray(img.convert("RGB"))
+        return np.asarray(to_rgb(img))  # 16-bit PNGs in shards written before they were re-encoded
 
 
 @dataclass

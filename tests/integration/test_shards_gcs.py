@@ -148,3 +148,26 @@ def test_killed_writer_rerun_completes(gcs_bucket):
     # a shard uploaded in the instant before the kill, whose record was not yet written, is rewritten
     assert done - 1 <= kept <= done and kept >= 2
     assert shards.verify_shards(out, progress=False) == (18, [])
+
+
+def test_resume_on_gcs_removes_partial_objects(gcs_bucket):
+    out = f"{gcs_bucket}/partials"
+    config = _config(out, num_shards=6)
+    with pytest.raises(RuntimeError, match="power cut"):
+        shards.create_shards(config, progress=False, source=_crashing(open_source("digits"), after=700))
+    leftover = f"{out}/train/.train-000004.tar.k1ll3d.partial"
+    storage.write_bytes(leftover, b"half a shard")
+    shards.create_shards(config, progress=False)
+    assert not storage.exists(leftover)
+    assert shards.verify_shards(out, progress=False) == (7, [])
+
+
+def test_partial_cifar10_copy_on_gcs_is_an_error(gcs_bucket, tmp_path):
+    from tests.unit.test_sources import CIFAR_BATCHES, _write_cifar
+    from tpustream.sources import SourceError
+
+    _write_cifar(tmp_path / "cifar", batches=CIFAR_BATCHES[:5])
+    for path in sorted((tmp_path / "cifar").iterdir()):
+        storage.upload_file(str(path), f"{gcs_bucket}/cifar/{path.name}")
+    with pytest.raises(SourceError, match="missing test_batch"):
+        open_source(f"cifar10:{gcs_bucket}/cifar")

@@ -227,3 +227,29 @@ def test_source_items_custom_source_labels_roundtrip(tmp_path):
         for shard in split["shards"]:
             labels.update(int(f["cls"]) for _, f in _samples(tmp_path / "d" / shard["path"]))
     assert labels == Counter({0: 10, 1: 10, 2: 10})
+
+
+def test_upsampled_corrupt_images_are_counted_once(tmp_path):
+    """Each --upsample copy of a corrupt image is a missing sample, but it is one bad image."""
+    root = make_image_folder(tmp_path / "img", per_class=6)
+    (root / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    (root / "dog" / "broken.png").write_bytes(b"not a png")
+    manifest, summary = shards.create_shards(
+        _config(tmp_path / "ds", source=str(root), num_shards=3, upsample=3, val_fraction=0.0), progress=False
+    )
+    assert manifest["skipped"]["count"] == 2 and manifest["skipped"]["sample_slots"] == 6
+    examples = manifest["skipped"]["examples"]
+    assert sorted(os.path.basename(e.split(":")[0]) for e in examples) == ["broken.jpg", "broken.png"]
+    assert manifest["splits"]["train"]["num_samples"] == 3 * 12
+    assert (summary.skipped, summary.skipped_slots) == (2, 6)
+    assert "2 skipped images (6 samples with their upsampled copies)" in summary.line()
+    assert "0 skipped," in shards.CreateSummary(output=str(tmp_path)).line()
+
+
+def test_train_folder_alone_still_gets_a_val_split(tmp_path):
+    make_image_folder(tmp_path / "img" / "train", per_class=10)
+    manifest, summary = shards.create_shards(
+        _config(tmp_path / "ds", source=str(tmp_path / "img"), num_shards=2), progress=False
+    )
+    assert manifest["classes"] == ["cat", "dog"]
+    assert summary.split_samples == {"train": 18, "val": 2}  # --val-fraction's default 0.1, per class

@@ -64,11 +64,14 @@ def test_pipe_source_refused():
 # --------------------------------------------------------------------------- CIFAR-10
 
 
-def _write_cifar(directory, per_batch=20):
-    """Write batches in the official layout (dicts with bytes keys, protocol 2)."""
+CIFAR_BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+
+
+def _write_cifar(directory, per_batch=20, protocol=2, batches=CIFAR_BATCHES):
+    """Write batches in the official layout (dicts with bytes keys, protocol 2 like the originals)."""
     rng = np.random.default_rng(1)
     os.makedirs(directory, exist_ok=True)
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+    for name in batches:
         batch = {
             b"batch_label": name.encode(),
             b"labels": [int(x) for x in rng.integers(0, 10, per_batch)],
@@ -76,7 +79,7 @@ def _write_cifar(directory, per_batch=20):
             b"filenames": [f"{name}_{i}.png".encode() for i in range(per_batch)],
         }
         with open(os.path.join(directory, name), "wb") as f:
-            pickle.dump(batch, f, protocol=2)
+            pickle.dump(batch, f, protocol=protocol)
     with open(os.path.join(directory, "batches.meta"), "wb") as f:
         names = [
             b"airplane",
@@ -118,12 +121,13 @@ class _Evil:
         return (os.system, (f"touch {self.path}",))
 
 
-def test_crafted_cifar_pickle_is_rejected_without_running(tmp_path):
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_crafted_cifar_pickle_is_rejected_without_running(tmp_path, protocol):
     marker = tmp_path / "pwned"
     directory = tmp_path / "cifar"
     _write_cifar(directory)
     with open(directory / "data_batch_1", "wb") as f:
-        pickle.dump({b"data": _Evil(marker), b"labels": []}, f, protocol=2)
+        pickle.dump({b"data": _Evil(marker), b"labels": []}, f, protocol=protocol)
     with pytest.raises(SourceError, match="refusing to load"):
         open_source(f"cifar10:{directory}")
     assert not marker.exists()
@@ -132,6 +136,46 @@ def test_crafted_cifar_pickle_is_rejected_without_running(tmp_path):
 def test_cifar10_missing_batches(tmp_path):
     with pytest.raises(SourceError, match="no data_batch"):
         open_source(f"cifar10:{tmp_path}")
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_cifar10_batches_resaved_with_any_protocol(tmp_path, protocol):
+    """Protocol 5 rebuilds arrays with numpy's _frombuffer (bytes -> array, nothing run): allowed."""
+    _write_cifar(tmp_path / "cifar", protocol=protocol)
+    source = open_source(f"cifar10:{tmp_path / 'cifar'}")
+    assert len(source.items) == 120
+    with open(tmp_path / "cifar" / "test_batch", "rb") as f:
+        batch = pickle.load(f, encoding="bytes")
+    expected = batch[b"data"][0].reshape(3, 32, 32).transpose(1, 2, 0)
+    assert np.array_equal(decode_ppm(source.load(source.items[100])[0]), expected)
+
+
+@pytest.mark.parametrize(
+    "present, missing",
+    [
+        (CIFAR_BATCHES[:5], "missing test_batch;"),
+        (CIFAR_BATCHES[:2] + ["test_batch"], "missing data_batch_3, data_batch_4, data_batch_5;"),
+    ],
+)
+def test_cifar10_partial_copy_is_an_error_naming_the_missing_files(tmp_path, present, missing):
+    """A copy without test_batch would silently give a dataset with no val split; without some
+    data_batch_N, one with a fraction of the training data."""
+    _write_cifar(tmp_path / "cifar-10-batches-py", batches=present)
+    with pytest.raises(SourceError, match=missing):
+        open_source(f"cifar10:{tmp_path}")
+    archive = tmp_path / "partial.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    with pytest.raises(SourceError, match=missing):
+        open_source(f"cifar10:{archive}")
+
+
+def test_cifar10_path_that_is_a_batch_file_or_missing(tmp_path):
+    _write_cifar(tmp_path / "cifar")
+    with pytest.raises(SourceError, match="data_batch_1 is a file, not a directory or archive"):
+        open_source(f"cifar10:{tmp_path / 'cifar' / 'data_batch_1'}")
+    with pytest.raises(SourceError, match="does not exist"):
+        open_source(f"cifar10:{tmp_path / 'nowhere'}")
 
 
 # --------------------------------------------------------------------------- ImageFolder
@@ -170,6 +214,44 @@ def test_image_folder_own_split(tmp_path):
     assert sum(i.split == "val" for i in source.items) == 4
 
 
+def test_image_folder_own_split_ignores_files_beside_the_split_folders(tmp_path):
+    make_image_folder(tmp_path / "data" / "train")
+    make_image_folder(tmp_path / "data" / "val", per_class=2)
+    (tmp_path / "data" / "README.txt").write_text("where these photos come from")
+    source = open_source(str(tmp_path / "data"))
+    assert source.has_own_split and source.classes == ["cat", "dog"] and len(source.items) == 12
+    assert source.ignored == ["README.txt"]
+
+
+def test_image_folder_with_only_train_folder_has_no_own_split(tmp_path, caplog):
+    """train/<class>/ alone: the classes come from train/, and the val split is drawn from them."""
+    make_image_folder(tmp_path / "data" / "train", per_class=5)
+    (tmp_path / "data" / "README.txt").write_text("x")
+    os.makedirs(tmp_path / "data" / "val" / "cat")
+    (tmp_path / "data" / "val" / "cat" / "notes.txt").write_text("no images in val/")
+    with caplog.at_level("WARNING"):
+        source = open_source(str(tmp_path / "data"))
+    assert source.classes == ["cat", "dog"] and len(source.items) == 10
+    assert not source.has_own_split and all(item.split is None for item in source.items)
+    assert "no images in a val/, validation/ or test/ folder" in caplog.text
+    data, ext = source.load(source.items[0])
+    assert ext == "jpg" and data == (tmp_path / "data" / str(source.items[0].ref)).read_bytes()
+
+
+def test_image_folder_empty_local_class_folder_is_an_error(tmp_path):
+    """An empty local folder does not show up in a file listing; it is still a class with no images."""
+    root = make_image_folder(tmp_path / "data")
+    os.makedirs(root / "bird")
+    os.makedirs(root / ".cache")  # hidden: not a class
+    with pytest.raises(SourceError, match=r"class folder\(s\) bird contain no images.*remove the folder"):
+        open_source(str(root))
+    make_image_folder(tmp_path / "split" / "train")
+    make_image_folder(tmp_path / "split" / "val", per_class=2)
+    os.makedirs(tmp_path / "split" / "train" / "bird")
+    with pytest.raises(SourceError, match=r"class folder\(s\) bird contain no images"):
+        open_source(str(tmp_path / "split"))
+
+
 def test_image_folder_empty_class_and_empty_source(tmp_path):
     root = make_image_folder(tmp_path / "data")
     os.makedirs(root / "bird")
@@ -197,3 +279,27 @@ def test_other_formats_are_reencoded_and_max_side_applies():
     assert ext == "png" and Image.open(io.BytesIO(data)).size == (300, 100)
     data, ext = prepare_image_bytes(out.getvalue(), ".bmp", 60, "a.bmp")
     assert Image.open(io.BytesIO(data)).size == (60, 20)
+
+
+def _png(array, mode=None):
+    out = io.BytesIO()
+    (Image.fromarray(array) if mode is None else Image.fromarray(array).convert(mode)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_sixteen_bit_png_is_scaled_to_eight_bits_not_clipped_white():
+    data = _png(np.full((6, 9), 30000, dtype=np.uint16))
+    assert Image.open(io.BytesIO(data)).mode == "I;16"
+    out, ext = prepare_image_bytes(data, ".png", None, "deep.png")
+    assert ext == "png"
+    with Image.open(io.BytesIO(out)) as img:
+        assert img.mode == "RGB" and img.size == (9, 6)
+        assert set(np.asarray(img).ravel().tolist()) == {30000 >> 8}  # 117, not 255
+    small, _ = prepare_image_bytes(data, ".png", 8, "deep.png")
+    assert np.asarray(Image.open(io.BytesIO(small))).max() == 117
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "P", "L"])
+def test_eight_bit_png_modes_keep_their_bytes(mode):
+    data = _png(np.full((4, 4, 3), 77, dtype=np.uint8), mode)
+    assert prepare_image_bytes(data, ".png", None, "x.png") == (data, "png")

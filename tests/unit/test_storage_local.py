@@ -20,7 +20,7 @@ storage.upload_file(src, sys.argv[2] + ".uploaded")
 
 @pytest.mark.parametrize(("umask", "expected"), [("022", 0o644), ("027", 0o640), ("077", 0o600)])
 def test_written_files_follow_the_umask(tmp_path, umask, expected):
-    # A fresh process: the umask is read once per process.
+    # A fresh process, so the umask set there is the process's own.
     target = str(tmp_path / "obj")
     subprocess.run([sys.executable, "-c", SCRIPT, umask, target], check=True)
     for path in (target, target + ".once", target + ".uploaded"):

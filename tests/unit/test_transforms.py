@@ -105,6 +105,15 @@ def test_ppm_and_png_decode_to_same_pixels():
     assert np.array_equal(a, b) and np.array_equal(a, image)
 
 
+def test_sixteen_bit_png_decodes_to_its_grey_level_not_white():
+    """A 16-bit PNG in a shard written before they were re-encoded at write time."""
+    png = io.BytesIO()
+    Image.fromarray(np.full((32, 32), 30000, dtype=np.uint16)).save(png, format="PNG")
+    augment = Augment(output_size=32, train=False)
+    image = decode_image(png.getvalue(), "png", augment, random.Random(0))
+    assert image.shape == (32, 32, 3) and set(image.ravel().tolist()) == {30000 >> 8}
+
+
 def test_undecodable_raises():
     with pytest.raises(Exception):  # noqa: B017 - any decoder error; the loader counts them all
         decode_image(b"\xff\xd8garbage", "jpg", Augment(output_size=32, train=True), random.Random(0))

@@ -1,0 +1,130 @@
+"""What `shards create` leaves behind around the shards: an old dataset under --overwrite, file modes,
+temp files of killed writers, and the writer processes themselves."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.unit.test_shards import _config, _crashing
+from tests.unit.test_sources import make_image_folder
+from tpustream import shards, storage
+from tpustream.sources import SourceError, open_source
+
+
+def _complete_dataset(out):
+    shards.create_shards(_config(out, num_shards=4), progress=False)
+    assert shards.verify_shards(str(out), progress=False) == (5, [])
+
+
+def test_overwrite_failing_checks_leave_the_old_dataset_readable(tmp_path):
+    out = tmp_path / "ds"
+    _complete_dataset(out)
+    with pytest.raises(shards.ShardError, match="cannot fill 19 shards"):  # a plan error
+        shards.create_shards(
+            _config(out, source="synthetic-cifar:20", num_shards=19, overwrite=True), progress=False
+        )
+    with pytest.raises(SourceError):  # a source error
+        shards.create_shards(_config(out, source=str(tmp_path / "nowhere"), overwrite=True), progress=False)
+    images = make_image_folder(tmp_path / "img")
+    (images / "cat" / "notes.txt").write_text("x")
+    with pytest.raises(shards.ShardError, match="--strict"):  # a usage error
+        shards.create_shards(
+            _config(out, source=str(images), num_shards=2, overwrite=True, strict=True), progress=False
+        )
+    assert shards.verify_shards(str(out), progress=False) == (5, [])
+    assert shards.check_output(str(out), overwrite=True) is True  # checking changes nothing
+    assert (out / "manifest.json").exists()
+
+
+def test_overwrite_says_when_the_old_dataset_stops_being_one(tmp_path, caplog):
+    out = tmp_path / "ds"
+    _complete_dataset(out)
+    with caplog.at_level("WARNING"), pytest.raises(RuntimeError, match="power cut"):
+        shards.create_shards(
+            _config(out, num_shards=4, overwrite=True), progress=False,
+            source=_crashing(open_source("digits"), after=100),
+        )  # fmt: skip
+    assert "is no longer a dataset from now on" in caplog.text
+    assert not (out / "manifest.json").exists()  # no mixed old/new dataset advertised as complete
+    shards.create_shards(_config(out, num_shards=4), progress=False)  # re-running finishes the new one
+    assert shards.verify_shards(str(out), progress=False) == (5, [])
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)], ids=["umask022", "umask027"])
+def test_local_shards_follow_the_umask(tmp_path, umask, mode):
+    """Not mkstemp's 0o600: a shared dataset directory must be readable by the others it is shared with."""
+    previous = os.umask(umask)
+    try:
+        manifest, _ = shards.create_shards(_config(tmp_path / "ds", num_shards=2, workers=2), progress=False)
+    finally:
+        os.umask(previous)
+    paths = [s["path"] for split in manifest["splits"].values() for s in split["shards"]]
+    assert [oct(os.stat(tmp_path / "ds" / p).st_mode & 0o777) for p in paths] == [oct(mode)] * len(paths)
+
+
+def test_resume_removes_temp_files_of_killed_writers(tmp_path):
+    out = tmp_path / "ds"
+    config = _config(out, num_shards=6)
+    with pytest.raises(RuntimeError, match="power cut"):
+        shards.create_shards(config, progress=False, source=_crashing(open_source("digits"), after=700))
+    leftovers = [out / "train" / ".train-000004.tar.k1ll3d.partial", out / "_records" / ".x.json.abc.partial"]
+    for path in leftovers:  # what a SIGKILLed writer leaves: its temp file, never renamed
+        path.write_bytes(b"half a shard")
+    _, summary = shards.create_shards(config, progress=False)
+    assert summary.reused_shards > 0
+    assert not any(path.exists() for path in leftovers)
+    assert sorted(os.listdir(out / "train")) == [f"train-{i:06d}.tar" for i in range(6)]
+    assert not (out / "_records").exists()
+
+
+def _children(pid):
+    """PIDs whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
+def test_sigkilled_create_takes_its_writer_processes_with_it(tmp_path):
+    cmd = [sys.executable, "-m", "tpustream.cli", "shards", "create", "--source", "synthetic-imagenet:4000",
+           "--output", str(tmp_path / "ds"), "--num-shards", "16", "--workers", "2"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            workers = _children(proc.pid)
+        assert len(workers) >= 2, "the writer processes never started"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in workers if _alive(pid)], "writers outlived the killed `shards create`"
+        assert not storage.exists(str(tmp_path / "ds" / "manifest.json"))
+    finally:
+        proc.kill()
+        for pid in workers:  # orphans, were the fix broken: do not leave them writing
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
