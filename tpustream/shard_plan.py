@@ -1,0 +1,174 @@
+"""The plan of a dataset: every shard's contents decided from (source, seed, options) alone.
+
+Seeded stratified train/val split (or the source's own), one permutation per upsample pass, ``num_shards``
+per split with counts differing by at most one, and a fingerprint per shard that resume compares against.
+Nothing here writes; ``tpustream.shards`` writes what this plans.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpustream.manifest import MANIFEST_FORMAT, ShardError
+from tpustream.sources import Source
+
+__all__ = ["ShardConfig", "ShardSpec", "DatasetPlan", "plan_dataset", "shard_path", "RECORDS_DIR", "SPLITS"]
+
+RECORDS_DIR = "_records"
+SPLITS = ("train", "val")
+SAMPLES_PER_SHARD_TARGET = 2000  # the blog's 1.28M samples / 640 shards
+MIN_TRAIN_SHARDS = 8  # enough for a host's loader workers to each stream their own shards
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardConfig:
+    """Options of ``tpustream shards create`` (DESIGN.md contract)."""
+
+    source: str
+    output: str
+    num_shards: int | None = None  # train shards; None = about 2,000 samples per shard, at least 8
+    val_shards: int | None = None  # None = as many as keep val shards about the size of train shards
+    val_fraction: float | None = None  # None = the source's own split, else 0.1
+    upsample: int = 1
+    seed: int = 0
+    max_side: int | None = None
+    workers: int = 1
+    overwrite: bool = False
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        if self.num_shards is not None and self.num_shards < 1:
+            raise ValueError(f"--num-shards must be at least 1, got {self.num_shards}")
+        if self.val_shards is not None and self.val_shards < 1:
+            raise ValueError(f"--val-shards must be at least 1, got {self.val_shards}")
+        if self.val_fraction is not None and not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+        if self.upsample < 1:
+            raise ValueError(f"--upsample must be at least 1, got {self.upsample}")
+        if self.max_side is not None and self.max_side < 8:
+            raise ValueError(f"--max-side must be at least 8 pixels, got {self.max_side}")
+        if self.workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {self.workers}")
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One planned shard: which source items it holds, under which keys, and its plan fingerprint."""
+
+    split: str
+    index: int
+    keys: tuple[str, ...]
+    items: tuple[int, ...]  # indices into Source.items
+    fingerprint: str
+
+    @property
+    def path(self) -> str:
+        return shard_path(self.split, self.index)
+
+    @property
+    def record_path(self) -> str:
+        return f"{RECORDS_DIR}/{self.split}-{self.index:06d}.json"
+
+
+@dataclass
+class DatasetPlan:
+    """Everything decided before any byte is written."""
+
+    source: Source
+    config: ShardConfig
+    shards: list[ShardSpec]
+    split_counts: dict[str, int]
+
+    def shards_of(self, split: str) -> list[ShardSpec]:
+        return [s for s in self.shards if s.split == split]
+
+
+def shard_path(split: str, index: int) -> str:
+    return f"{split}/{split}-{index:06d}.tar"
+
+
+def _split_items(source: Source, config: ShardConfig, rng: np.random.Generator) -> dict[str, list[int]]:
+    """Train/val item indices: the source's own split, or a stratified ``val_fraction`` split."""
+    if source.has_own_split and config.val_fraction is None:
+        splits: dict[str, list[int]] = {"train": [], "val": []}
+        for i, item in enumerate(source.items):
+            splits[item.split or "train"].append(i)
+        return splits
+    fraction = 0.1 if config.val_fraction is None else config.val_fraction
+    by_class: dict[int, list[int]] = {}
+    for i, item in enumerate(source.items):
+        by_class.setdefault(item.label, []).append(i)
+    train: list[int] = []
+    val: list[int] = []
+    for label in sorted(by_class):
+        members = np.array(by_class[label])
+        rng.shuffle(members)
+        n_val = int(round(fraction * len(members)))
+        if fraction > 0 and len(members) >= 2:
+            n_val = min(max(n_val, 1), len(members) - 1)  # every class in both splits when possible
+        val.extend(members[:n_val].tolist())
+        train.extend(members[n_val:].tolist())
+    return {"train": train, "val": val}
+
+
+def _fingerprint(
+    source: Source, config: ShardConfig, split: str, keys: Sequence[str], items: Sequence[int]
+) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([MANIFEST_FORMAT, source.spec, config.max_side, split]).encode())
+    for key, i in zip(keys, items, strict=True):
+        item = source.items[i]
+        h.update(f"{key}\t{item.ref}\t{item.label}\n".encode())
+    return h.hexdigest()
+
+
+def plan_dataset(source: Source, config: ShardConfig) -> DatasetPlan:
+    """Decide every shard's contents from (source, seed, options) alone — deterministic."""
+    if not source.items:
+        raise ShardError(f"source {source.spec!r} has no samples")
+    rng = np.random.default_rng(config.seed)
+    splits = _split_items(source, config, rng)
+    if not splits["train"]:
+        raise ShardError(f"source {source.spec!r} has no training samples after the train/val split")
+    # Each upsample pass is its own permutation, so copies of one image land in different shards
+    # (a single shuffle of the tiled list would often put two copies in one shard and one buffer).
+    base = np.array(splits["train"], dtype=np.int64)
+    order = {
+        "train": np.concatenate([rng.permutation(base) for _ in range(config.upsample)]),
+        "val": rng.permutation(np.array(splits["val"], dtype=np.int64)),
+    }
+    num_train = len(order["train"])
+    train_shards = config.num_shards or max(
+        min(MIN_TRAIN_SHARDS, num_train), math.ceil(num_train / SAMPLES_PER_SHARD_TARGET)
+    )
+    if train_shards > num_train:
+        raise ShardError(
+            f"{num_train} training samples cannot fill {train_shards} shards: "
+            f"use --num-shards {num_train} or fewer (or --upsample)"
+        )
+    num_val = len(order["val"])
+    per_shard = num_train / train_shards
+    val_shards = config.val_shards or (max(1, min(num_val, round(num_val / per_shard))) if num_val else 0)
+    if num_val and val_shards > num_val:
+        raise ShardError(
+            f"{num_val} validation samples cannot fill {val_shards} shards: use --val-shards {num_val} or fewer"
+        )
+    shards: list[ShardSpec] = []
+    for split, count in (("train", train_shards), ("val", val_shards)):
+        if not len(order[split]):
+            continue
+        position = 0  # order[split] is already globally shuffled: classes are mixed in every shard
+        for index, chunk in enumerate(np.array_split(order[split], count)):
+            keys = tuple(f"{position + j:08d}" for j in range(len(chunk)))
+            items = tuple(int(i) for i in chunk)
+            position += len(chunk)
+            shards.append(
+                ShardSpec(split, index, keys, items, _fingerprint(source, config, split, keys, items))
+            )
+    return DatasetPlan(source, config, shards, {k: len(v) for k, v in order.items()})
