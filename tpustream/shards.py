@@ -19,7 +19,6 @@ import multiprocessing
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -148,28 +147,15 @@ def write_shard(
     final = storage.join(output, spec.path)
     skipped: list[tuple[str, str]] = []  # (item ref, message)
     class_counts: dict[str, int] = {}
-    if storage.is_gcs(output):
-        tmp_dir = None
-    else:
-        tmp_dir = os.path.dirname(os.path.abspath(final))
-        os.makedirs(tmp_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(final)}.", suffix=".partial", dir=tmp_dir)
-    try:
-        if tmp_dir is not None:  # the shard keeps this mode: readable by whoever may read its directory
-            os.fchmod(fd, storage.file_mode())
-        with os.fdopen(fd, "wb", buffering=1 << 20) as f, TarShardWriter(f) as writer:
-            for key, item, data, ext in _iter_encoded(source, spec, max_side, strict, skipped):
-                writer.write(key, {ext: data, "cls": str(item.label).encode("ascii")})
-                name = source.classes[item.label]
-                class_counts[name] = class_counts.get(name, 0) + 1
-            stats = writer.finish()
-        if tmp_dir is None:
-            storage.upload_file(tmp, final, content_type="application/x-tar")
-        else:
-            os.replace(tmp, final)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with (
+        storage.open_write(final, content_type="application/x-tar") as f,
+        TarShardWriter(f) as writer,
+    ):
+        for key, item, data, ext in _iter_encoded(source, spec, max_side, strict, skipped):
+            writer.write(key, {ext: data, "cls": str(item.label).encode("ascii")})
+            name = source.classes[item.label]
+            class_counts[name] = class_counts.get(name, 0) + 1
+        stats = writer.finish()
     record = ShardRecord(
         spec.split, spec.index, spec.path, stats.num_samples, stats.num_bytes, stats.sha256,
         spec.fingerprint, class_counts, [message for _, message in skipped], [ref for ref, _ in skipped],

@@ -35,6 +35,7 @@ __all__ = [
     "read_text",
     "write_bytes",
     "upload_file",
+    "open_write",
     "read_with_generation",
     "replace_if_generation",
     "exists",
@@ -44,7 +45,6 @@ __all__ = [
     "copy",
     "remove_empty_dir",
     "ensure_prefix_writable",
-    "file_mode",
 ]
 
 GCS_SCHEME = "gs://"
@@ -334,6 +334,30 @@ def upload_file(local_path: str, uri: str, *, content_type: str | None = None) -
             os.unlink(tmp)
 
 
+@contextlib.contextmanager
+def open_write(uri: str, *, content_type: str | None = None, buffering: int = 1 << 20) -> Iterator[IO[bytes]]:
+    """A binary file to stream ``uri``'s contents into; ``uri`` appears only once the block ends without
+    error, never half-written. Local: a hidden ``.partial`` temp file beside it (the umask's mode), then
+    a rename. GCS: a local temp file, then one upload (the object exists only once it is complete)."""
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        fd, tmp = tempfile.mkstemp(prefix="tpustream-", suffix=".partial")
+        os.close(fd)
+    else:
+        _ensure_local_parent(uri)
+        tmp = _local_tmp_name(uri)
+    try:
+        with open(tmp, "wb", buffering=buffering) as f:
+            yield f
+        if is_gcs(uri):
+            upload_file(tmp, uri, content_type=content_type)
+        else:
+            os.replace(tmp, uri)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 def _ensure_local_parent(path: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     try:
@@ -342,7 +366,7 @@ def _ensure_local_parent(path: str) -> None:
         raise StorageError(f"cannot create directory {parent}: a file is in the way") from exc
 
 
-def file_mode() -> int:
+def _file_mode() -> int:
     """The mode a plain ``open()`` would give a new file now (0o666 less the umask): temp files from
     ``mkstemp`` are 0o600, which would leave shared datasets and registries unreadable to others."""
     try:
@@ -361,7 +385,7 @@ def _local_tmp_name(path: str) -> str:
     directory, base = os.path.split(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=directory)
     try:
-        os.fchmod(fd, file_mode())
+        os.fchmod(fd, _file_mode())
     finally:
         os.close(fd)
     return tmp
