@@ -109,10 +109,8 @@ def open_source(spec: str) -> Source:
         return builtin_sources.synthetic_imagenet_source(count)
     if sep and kind == "cifar10":
         return _cifar10_source(arg)
-    if spec.startswith("pipe:"):
-        raise SourceError(f"source {spec!r}: pipe: URLs run shell commands and are refused")
     try:
-        storage.check_uri(spec)
+        storage.check_uri(spec)  # refuses pipe: (shell commands) and unsupported schemes
     except storage.StorageError as exc:
         raise SourceError(f"source {spec!r}: {exc}") from exc
     if storage.is_gcs(spec) or os.path.isdir(spec):
