@@ -9,7 +9,7 @@ Output is byte-for-byte deterministic for the same samples, so re-written shards
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -140,14 +140,21 @@ class TarFormatError(ValueError):
     """A tar stream is malformed or ends early (truncated shard)."""
 
 
-def _octal(field: bytes, what: str) -> int:
-    if field[:1] and field[0] & 0x80:  # GNU base-256 for large values
-        return int.from_bytes(field[1:], "big")
+def _number(field: bytes, what: str) -> int:
+    """A header's numeric field: NUL/space-terminated octal, or GNU base-256 (high bit set)."""
+    if field[:1] and field[0] & 0x80:  # GNU base-256 for large values; 0xff starts a negative one
+        if field[0] == 0xFF:
+            raise TarFormatError(f"negative {what} in tar header (base-256 {field.hex()})")
+        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
     text = field.split(b"\0", 1)[0].strip()
+    if not text:
+        return 0
     try:
-        return int(text or b"0", 8)
-    except ValueError:
-        raise TarFormatError(f"bad {what} field {field!r} in tar header") from None
+        if text.isdigit():  # no sign, underscore or inner space, which int() would accept
+            return int(text, 8)
+    except ValueError:  # an 8 or a 9
+        pass
+    raise TarFormatError(f"bad {what} field {field!r} in tar header (not octal)")
 
 
 def _pax_path(data: bytes) -> bytes | None:
@@ -160,47 +167,96 @@ def _pax_path(data: bytes) -> bytes | None:
     return path
 
 
-def iter_tar_members(stream: IO[bytes]) -> Iterator[tuple[str, bytes]]:
+def _check_name(name: bytes) -> None:
+    """Refuse member names that could escape an extraction directory (absolute, ``..``, NUL)."""
+    if name[:1] == b"/" or b".." in name.split(b"/") or b"\0" in name or not name:
+        raise TarFormatError(f"unsafe tar member name {name!r} (absolute, empty or with '..')")
+
+
+# Member types that are samples or metadata; every other type (hard/sym links and GNU long link names,
+# devices, FIFOs, sparse and multi-volume members) makes the shard bad: a shard never needs one, and a
+# link is how a tar points outside itself.
+_REGULAR = (b"0", b"\0", b"7")
+_SKIPPED = (b"5",)  # directories: GNU tar writes them, they hold nothing
+_META = (b"x", b"g", b"L")
+_CHUNK = 16 << 20  # a member's bytes are read in chunks of this size, so memory follows what arrives
+
+
+def _read_exact(read: Callable[[int], bytes], size: int) -> bytes:
+    """``size`` bytes, or fewer when the stream ends first; never asks for (allocates) more than has arrived
+    plus one chunk, so a size field that lies costs at most one chunk of memory."""
+    if size <= _CHUNK:
+        return read(size)
+    parts: list[bytes] = []
+    left = size
+    while left > 0:
+        part = read(min(left, _CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+def iter_tar_members(stream: IO[bytes], size: int | None = None) -> Iterator[tuple[str, bytes]]:
     """Yield ``(name, data)`` for each regular file of a tar stream, fast (a few µs per member).
 
-    Reads USTAR/GNU/PAX archives (long names via PAX ``path`` or GNU ``L``); verifies header checksums;
-    raises ``TarFormatError`` when the stream ends before the end-of-archive marker or a header is bad,
-    so a truncated shard is noticed, never silently short.
+    Reads USTAR/GNU/PAX archives (long names via PAX ``path`` or GNU ``L``) and trusts no header: raises
+    ``TarFormatError`` (never another exception) when a header's checksum or number is bad, a member claims
+    more bytes than the stream can still hold (``size``: the shard's known length, e.g. the manifest's
+    ``num_bytes``), a name is absolute or has ``..``, a member is a link or device, or the stream ends
+    before the end-of-archive marker — so a truncated or forged shard is noticed, never silently short.
+    Every check is O(1) per member.
     """
     read = stream.read
+    limit = size if size is not None else 1 << 62
+    pos = 0  # bytes consumed so far
     long_name: bytes | None = None
     while True:
+        if pos + BLOCK > limit:
+            raise TarFormatError(f"tar stream runs past its known size ({limit} bytes) without an end marker")
         header = read(BLOCK)
+        pos += BLOCK
         if len(header) < BLOCK:
             raise TarFormatError("tar stream ends without an end-of-archive marker (truncated)")
         if header == _ZERO_BLOCKS[:BLOCK]:
             return
-        stored = _octal(header[148:156], "checksum")
+        stored = _number(header[148:156], "checksum")
         if stored != sum(header[:148]) + 256 + sum(header[156:]):
             raise TarFormatError("tar header checksum mismatch (corrupt shard)")
-        size = _octal(header[124:136], "size")
+        member_size = _number(header[124:136], "size")
+        padded = member_size + (-member_size % BLOCK)
+        if padded > limit - pos:
+            raise TarFormatError(
+                f"tar member claims {member_size} bytes but only {max(0, limit - pos)} remain (corrupt shard)"
+            )
         typeflag = header[156:157]
-        data = read(size)
-        if len(data) < size:
+        data = _read_exact(read, member_size)
+        if len(data) < member_size:
             raise TarFormatError("tar member cut short (truncated shard)")
-        pad = -size % BLOCK
+        pad = padded - member_size
         if pad and len(read(pad)) < pad:
             raise TarFormatError("tar padding cut short (truncated shard)")
-        if typeflag in (b"x", b"g"):
-            long_name = _pax_path(data) if typeflag == b"x" else long_name
+        pos += padded
+        if typeflag in _META:
+            if typeflag == b"L":
+                long_name = data.rstrip(b"\0")
+            elif typeflag == b"x":
+                long_name = _pax_path(data) or long_name
             continue
-        if typeflag == b"L":
-            long_name = data.rstrip(b"\0")
-            continue
-        if typeflag not in (b"0", b"\0", b"7"):
+        if typeflag in _SKIPPED:
             long_name = None
-            continue  # directories, links: not samples
+            continue
+        if typeflag not in _REGULAR:
+            raise TarFormatError(f"tar member of type {typeflag!r} (link, device or other) in a shard")
         if long_name is not None:
             name, long_name = long_name, None
         else:
             name = header[:100].split(b"\0", 1)[0]
             if header[257:262] == b"ustar" and header[345] != 0:
                 name = header[345:500].split(b"\0", 1)[0] + b"/" + name
+        if name[:1] == b"/" or b".." in name or not name:
+            _check_name(name)  # the rare suspicious name: a closer look (".." inside a file name is fine)
         yield name.decode("utf-8", "replace"), data
 
 
@@ -224,6 +280,7 @@ def group_samples(members: Iterator[tuple[str, bytes]]) -> Iterator[tuple[str, d
         yield current_key, fields
 
 
-def iter_tar_samples(stream: IO[bytes]) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """WebDataset samples of a tar stream, via the fast reader; raises TarFormatError when truncated."""
-    return group_samples(iter_tar_members(stream))
+def iter_tar_samples(stream: IO[bytes], size: int | None = None) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """WebDataset samples of a tar stream, via the fast reader; raises TarFormatError when truncated or
+    forged (``size``: the shard's known length in bytes, which no member may claim to run past)."""
+    return group_samples(iter_tar_members(stream, size))
