@@ -52,6 +52,15 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug lo
     _setup_logging(verbose)
 
 
+# 2**26 px (see tpustream.imagecodec.DEFAULT_MAX_PIXELS for why): literal here so --help needs no numpy.
+DEFAULT_MAX_PIXELS = 1 << 26
+MaxPixelsOption = typer.Option(
+    "--max-pixels", min=64,
+    help="Pixel budget: images whose header claims more pixels (width x height) are skipped and counted, "
+    "never decoded (default 64 Mi = 8192x8192: above real photos, below decompression bombs).",
+)  # fmt: skip
+
+
 @shards_app.command("create")
 def shards_create(
     source: Annotated[
@@ -78,6 +87,7 @@ def shards_create(
     max_side: Annotated[
         int | None, typer.Option(help="Downsize images whose longer side exceeds PX at write time.")
     ] = None,
+    max_pixels: Annotated[int, MaxPixelsOption] = DEFAULT_MAX_PIXELS,
     workers: Annotated[int, typer.Option(help="Parallel shard writers (processes).")] = max(
         1, os.cpu_count() or 1
     ),
@@ -100,7 +110,7 @@ def shards_create(
         config = shards.ShardConfig(
             source=source, output=output, num_shards=num_shards, val_shards=val_shards,
             val_fraction=val_fraction, upsample=upsample, seed=seed, max_side=max_side,
-            workers=workers, overwrite=overwrite, strict=strict,
+            max_pixels=max_pixels, workers=workers, overwrite=overwrite, strict=strict,
         )  # fmt: skip
         _, summary = shards.create_shards(config)
     except (ValueError, sources.SourceError, shards.ShardError, storage.StorageError) as exc:
@@ -112,17 +122,24 @@ def shards_create(
 def shards_verify(
     uri: Annotated[str, typer.Argument(help="Dataset URI (the directory holding manifest.json).")],
     workers: Annotated[int, typer.Option(help="Shards checked concurrently.")] = 8,
+    deep: Annotated[
+        bool, typer.Option(help="Also decode every image as the loader does; list each bad sample by key.")
+    ] = False,
+    max_pixels: Annotated[int, MaxPixelsOption] = DEFAULT_MAX_PIXELS,
 ) -> None:
-    """Re-read every shard; check sample counts, sizes and sha256 against the manifest."""
+    """Re-read every shard; check sample counts, sizes and sha256 against the manifest (--deep: and images)."""
     from tpustream import shards, storage
 
     try:
-        checked, problems = shards.verify_shards(uri, workers=workers)
+        checked, problems = shards.verify_shards(uri, workers=workers, deep=deep, max_pixels=max_pixels)
     except (shards.ShardError, storage.StorageError) as exc:
         _fail(str(exc))
     if problems:
         for problem in problems:
             typer.echo(f"BAD {problem}", err=True)
+        bad = len({problem.split(": ", 1)[0] for problem in problems})
+        if len(problems) > bad:
+            _fail(f"{len(problems)} problems in {bad} of {checked} shards", code=1)
         _fail(f"{len(problems)} of {checked} shards failed verification", code=1)
     typer.echo(f"ok: {checked} shards match {uri}/manifest.json")
 

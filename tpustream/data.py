@@ -28,6 +28,7 @@ import numpy as np
 
 from tpustream import storage
 from tpustream.epoch_plan import LoaderError, WorkerPlan, plan_epoch  # re-exported
+from tpustream.imagecodec import DEFAULT_MAX_PIXELS
 from tpustream.manifest import read_manifest
 from tpustream.tario import TarFormatError, iter_tar_samples
 from tpustream.transforms import Augment, Prepared, prepare_image, render_batch
@@ -78,6 +79,7 @@ class LoaderConfig:
     shuffle_buffer: int = 1024
     min_crop_scale: float | None = None  # default: 0.08, or 0.35 for inputs under 128 px
     prefetch_factor: int = 4
+    max_pixels: int = DEFAULT_MAX_PIXELS  # images whose header claims more are skipped as undecodable
 
     def __post_init__(self) -> None:
         if self.split not in ("train", "val"):
@@ -90,6 +92,8 @@ class LoaderConfig:
             raise ValueError(f"input_size must be positive, got {self.input_size}")
         if self.shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer must be at least 1, got {self.shuffle_buffer}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be at least 1, got {self.max_pixels}")
         if (self.num_replicas is None) != (self.replica_index is None):
             raise ValueError("give both num_replicas and replica_index, or neither")
         if self.num_replicas is not None and not 0 <= (self.replica_index or 0) < self.num_replicas:
@@ -107,8 +111,11 @@ class EpochReport:
     samples: int = 0  # real (unmasked) samples delivered
     padded: int = 0  # val padding slots
     repeated: int = 0  # train samples delivered a second time to fill the quota
-    undecodable: int = 0
+    undecodable: int = 0  # samples read but not usable: no image or class, undecodable, over --max-pixels
     bad_shards: int = 0
+    # manifest samples that bad shards did not yield (negative: a shard held more than its manifest says);
+    # val: samples + undecodable + unread == the manifest's samples for this replica
+    unread: int = 0
     problems: list[str] = field(default_factory=list)
     wait_seconds: float = 0.0
     seconds: float = 0.0
@@ -126,6 +133,7 @@ class EpochReport:
         self.padded += stats["padded"]
         self.repeated += stats["repeated"]
         self.undecodable += stats["undecodable"]
+        self.unread += stats["unread"]
         self.bad_shards += len(stats["problems"])
         room = MAX_PROBLEMS_KEPT - len(self.problems)
         self.problems.extend(stats["problems"][: max(0, room)])
@@ -145,13 +153,13 @@ class _Stats:
         self.reset()
 
     def reset(self) -> None:
-        self.samples = self.padded = self.repeated = self.undecodable = 0
+        self.samples = self.padded = self.repeated = self.undecodable = self.unread = 0
         self.problems: list[str] = []
 
     def take(self) -> dict[str, Any]:
         out = {
             "samples": self.samples, "padded": self.padded, "repeated": self.repeated,
-            "undecodable": self.undecodable, "problems": self.problems,
+            "undecodable": self.undecodable, "unread": self.unread, "problems": self.problems,
         }  # fmt: skip
         self.reset()
         return out
@@ -184,18 +192,22 @@ class _EpochStream:
         for shard_id in shard_ids:
             shard = loader.shards[shard_id]
             uri = storage.join(loader.dataset, shard["path"])
-            count = 0
+            count = 0  # samples read from the tar, usable or not
             try:
                 with storage.open_read(uri) as stream:
-                    for _key, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
+                    # No member may claim more bytes than the manifest's shard size: a forged size costs
+                    # an error, never an allocation.
+                    for _key, fields in iter_tar_samples(stream, int(shard["num_bytes"])):  # type: ignore[arg-type]
+                        count += 1
                         sample = _pick(fields, loader.num_classes)
                         if sample is None:
                             stats.undecodable += 1
                             continue
-                        count += 1
                         yield sample
             except (TarFormatError, storage.StorageError, OSError) as exc:
                 problem = f"{shard['path']}: read {count} of {shard['num_samples']} samples ({exc})"
+            except Exception as exc:  # anything else a forged shard trips is still one bad shard, not a crash
+                problem = f"{shard['path']}: read {count} of {shard['num_samples']} samples ({type(exc).__name__}: {exc})"
             else:
                 if count == shard["num_samples"]:
                     continue
@@ -203,6 +215,7 @@ class _EpochStream:
             if shard_id not in self._reported:  # once per epoch, though repeat passes read it again
                 self._reported.add(shard_id)
                 stats.problems.append(problem)
+                stats.unread += int(shard["num_samples"]) - count
 
     def _shuffled(self, samples: Iterator[Any], rng: random.Random) -> Iterator[Any]:
         size = self.loader.config.shuffle_buffer
@@ -333,7 +346,7 @@ def first_image_side(dataset: str, manifest: dict[str, Any], split: str = "train
 
     shard = manifest["splits"][split]["shards"][0]
     with storage.open_read(storage.join(dataset, shard["path"])) as stream:
-        for _, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
+        for _, fields in iter_tar_samples(stream, int(shard["num_bytes"])):  # type: ignore[arg-type]
             ext = next((e for e in IMAGE_EXTS if e in fields), None)
             if ext is not None:
                 return min(Image.open(io.BytesIO(fields[ext])).size)
@@ -383,8 +396,9 @@ class ShardLoader:
             self.replica_index, self.num_replicas = int(config.replica_index or 0), config.num_replicas
         min_scale = config.min_crop_scale or (0.08 if config.input_size >= 128 else 0.35)
         self.augment = Augment(
-            output_size=config.input_size, train=config.split == "train", min_crop_scale=min_scale
-        )
+            output_size=config.input_size, train=config.split == "train", min_crop_scale=min_scale,
+            max_pixels=config.max_pixels,
+        )  # fmt: skip
         # Validate the layout now (raises LoaderError with the fix) and fix the step count.
         self.steps_per_epoch, _ = self._plan(0)
         self.last_report: EpochReport | None = None

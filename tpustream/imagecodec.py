@@ -3,7 +3,11 @@ every source item goes through at write time (corrupt images are caught here, on
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import io
+import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -11,7 +15,29 @@ import numpy as np
 if TYPE_CHECKING:
     from PIL import Image as PILImage
 
-__all__ = ["CorruptImage", "encode_ppm", "decode_ppm", "resize_array", "prepare_image_bytes", "to_rgb"]
+__all__ = [
+    "CorruptImage",
+    "ImageTooLarge",
+    "DEFAULT_MAX_PIXELS",
+    "check_pixels",
+    "pixel_budget",
+    "encode_ppm",
+    "ppm_header",
+    "decode_ppm",
+    "resize_array",
+    "prepare_image_bytes",
+    "to_rgb",
+]
+
+# The pixel budget (--max-pixels): images whose header claims more pixels are refused before any decoding.
+# 2**26 = 67,108,864 px (64 Mi, e.g. 8192x8192): above every real photo a dataset holds (61 MP full-frame
+# cameras, 48-50 MP phone photos, 8K frames) and below a bomb (the 169 MP 20 KB PNG that took 2.1 GB in a
+# worker; 200 MP phone modes must be asked for). Decoded as RGB it is at most 192 MiB per loader worker, so
+# 16 workers on a TPU host stay under ~3 GiB even when every one meets such an image at once.
+DEFAULT_MAX_PIXELS = 1 << 26
+_BUDGET: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "tpustream_max_pixels", default=DEFAULT_MAX_PIXELS
+)
 
 # Pillow modes holding more than 8 bits per pixel (16-bit PNG/TIFF grey, 32-bit int, float): a plain
 # ``convert("RGB")`` clips them at 255, so a 16-bit grey photo comes out solid white.
@@ -22,6 +48,30 @@ class CorruptImage(ValueError):
     """One item could not be read or decoded (skipped and counted unless --strict)."""
 
 
+class ImageTooLarge(CorruptImage):
+    """An image's header claims more pixels than the budget (--max-pixels): refused before decoding."""
+
+
+def check_pixels(width: int, height: int, max_pixels: int | None, name: str = "image") -> None:
+    """Raise ImageTooLarge when ``width`` x ``height`` exceeds ``max_pixels`` (None: the current budget)."""
+    budget = _BUDGET.get() if max_pixels is None else max_pixels
+    if width * height > budget:
+        raise ImageTooLarge(
+            f"{name}: {width}x{height} = {width * height / 1e6:.1f} MP exceeds the pixel budget of "
+            f"{budget / 1e6:.1f} MP (a decompression bomb? raise --max-pixels to accept it)"
+        )
+
+
+@contextlib.contextmanager
+def pixel_budget(max_pixels: int) -> Iterator[None]:
+    """Within this block, ``prepare_image_bytes`` refuses images above ``max_pixels`` (default 64 Mi px)."""
+    token = _BUDGET.set(max_pixels)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
 def encode_ppm(image: np.ndarray) -> bytes:
     """Binary PPM (P6) of an HxWx3 uint8 array (HxW is replicated to RGB)."""
     if image.ndim == 2:
@@ -30,40 +80,45 @@ def encode_ppm(image: np.ndarray) -> bytes:
     return b"P6\n%d %d\n255\n" % (width, height) + np.ascontiguousarray(image, dtype=np.uint8).tobytes()
 
 
-def decode_ppm(data: bytes) -> np.ndarray:
-    """Decode a binary P6 PPM with maxval 255 to HxWx3 uint8 without PIL (a header parse + a view)."""
+# The header encode_ppm writes ("P6\nW H\n255\n"), then any P6 header (Netpbm: whitespace and '#' comments
+# to the end of the line between fields, one whitespace byte after maxval). Both are matched within the first
+# _PPM_HEADER_MAX bytes with bounded digit counts: parsing cannot loop or read past the data, whatever it holds.
+_PPM_FAST = re.compile(rb"P6\n([0-9]{1,9}) ([0-9]{1,9})\n255\n")
+_PPM_SEP = rb"(?:[ \t\r\n\v\f]|#[^\n]*\n)+"
+_PPM_ANY = re.compile(rb"P6" + _PPM_SEP + rb"([0-9]{1,9})" + _PPM_SEP + rb"([0-9]{1,9})" + _PPM_SEP
+                      + rb"([0-9]{1,5})[ \t\r\n\v\f]")  # fmt: skip
+_PPM_HEADER_MAX = 4096
+
+
+def ppm_header(data: bytes) -> tuple[int, int, int]:
+    """(width, height, offset of the pixels) of a binary P6 PPM with maxval 255; ValueError when the
+    header is malformed, cut short or not P6/255. Reads at most the first 4 KiB."""
+    match = _PPM_FAST.match(data)
+    if match is not None:
+        return int(match[1]), int(match[2]), match.end()
     if data[:2] != b"P6":
         raise ValueError("not a binary PPM (P6)")
-    parts = data.split(b"\n", 3)  # fast path: the header encode_ppm writes ("P6\nW H\n255\n")
-    if len(parts) == 4 and parts[0] == b"P6" and parts[2] == b"255":
-        dims = parts[1].split()
-        if len(dims) == 2 and dims[0].isdigit() and dims[1].isdigit():
-            width, height = int(dims[0]), int(dims[1])
-            offset = len(data) - len(parts[3])
-            if len(parts[3]) < width * height * 3:
-                raise ValueError("truncated PPM")
-            return np.frombuffer(data, np.uint8, width * height * 3, offset).reshape(height, width, 3)
-    fields: list[bytes] = []
-    pos = 2
-    while len(fields) < 3:
-        while data[pos : pos + 1].isspace():
-            pos += 1
-        if data[pos : pos + 1] == b"#":
-            pos = data.index(b"\n", pos) + 1
-            continue
-        end = pos
-        while not data[end : end + 1].isspace():
-            end += 1
-        fields.append(data[pos:end])
-        pos = end
-    width, height, maxval = (int(f) for f in fields)
-    if maxval != 255:
-        raise ValueError(f"PPM maxval {maxval} unsupported")
-    pos += 1  # the single whitespace byte after maxval
+    match = _PPM_ANY.match(data, 0, _PPM_HEADER_MAX)
+    if match is None:
+        raise ValueError(f"malformed or truncated PPM header ({bytes(data[:24])!r})")
+    if int(match[3]) != 255:
+        raise ValueError(f"PPM maxval {int(match[3])} unsupported")
+    return int(match[1]), int(match[2]), match.end()
+
+
+def decode_ppm(data: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """Decode a binary P6 PPM with maxval 255 to HxWx3 uint8 without PIL (a header parse + a view).
+
+    Raises ValueError on a malformed or truncated PPM, ImageTooLarge above ``max_pixels`` (None: no limit)."""
+    width, height, offset = ppm_header(data)
+    if max_pixels is not None:
+        check_pixels(width, height, max_pixels, "PPM")
     expected = width * height * 3
-    if len(data) - pos < expected:
+    if expected == 0:
+        raise ValueError(f"empty PPM ({width}x{height})")
+    if len(data) - offset < expected:
         raise ValueError("truncated PPM")
-    return np.frombuffer(data, dtype=np.uint8, count=expected, offset=pos).reshape(height, width, 3)
+    return np.frombuffer(data, np.uint8, expected, offset).reshape(height, width, 3)
 
 
 def resize_array(image: np.ndarray, max_side: int | None) -> np.ndarray:
@@ -95,18 +150,23 @@ def to_rgb(img: PILImage.Image) -> PILImage.Image:
     return Image.fromarray(grey).convert("RGB")
 
 
-def prepare_image_bytes(data: bytes, ext_hint: str, max_side: int | None, name: str) -> tuple[bytes, str]:
+def prepare_image_bytes(
+    data: bytes, ext_hint: str, max_side: int | None, name: str, max_pixels: int | None = None
+) -> tuple[bytes, str]:
     """Check that ``data`` decodes; keep it byte-for-byte when possible, else (re-)encode.
 
-    JPEG is checked with a reduced-size (draft) decode, which still reads the whole entropy-coded
-    stream and so catches truncation, at a fraction of the cost of a full decode.
+    An image whose header claims more than ``max_pixels`` (None: the ``pixel_budget`` in force, 64 Mi px by
+    default) is refused (ImageTooLarge) before any pixel is decoded. JPEG is checked with a reduced-size
+    (draft) decode, which still reads the whole entropy-coded stream and so catches truncation, at a
+    fraction of the cost of a full decode.
     """
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(data)) as img:
+        with Image.open(io.BytesIO(data)) as img:  # reads the header only
             fmt = img.format
             width, height = img.size
+            check_pixels(width, height, max_pixels, name)
             too_big = bool(max_side) and max(width, height) > (max_side or 0)
             if fmt == "JPEG" and not too_big:
                 img.draft("RGB", (max(1, width // 8), max(1, height // 8)))
@@ -121,8 +181,14 @@ def prepare_image_bytes(data: bytes, ext_hint: str, max_side: int | None, name: 
             if fmt == "JPEG" and too_big:
                 img.draft("RGB", (max_side, max_side))  # type: ignore[arg-type]
             rgb = to_rgb(img)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+    except CorruptImage:
+        raise
+    except Image.DecompressionBombError as exc:  # Pillow's own limit (2x 89 MP): only above our budget
+        raise ImageTooLarge(f"{name}: refused as a decompression bomb ({exc})") from exc
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError) as exc:
         raise CorruptImage(f"{name}: cannot decode image ({exc})") from exc
+    except Exception as exc:  # a malformed file can trip a decoder in other ways: still one bad image
+        raise CorruptImage(f"{name}: cannot decode image ({type(exc).__name__}: {exc})") from exc
     if too_big:
         rgb.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)  # type: ignore[arg-type]
     out = io.BytesIO()

@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
+_IMAGE_EXTS = ("jpg", "jpeg", "png", "ppm")  # the loader's order (data.IMAGE_EXTS)
 MANIFEST_FORMAT = "tpustream.shards/v1"
 
 
@@ -62,21 +63,54 @@ def manifest_digest(uri: str) -> str:
     return hashlib.sha256(storage.read_bytes(manifest_uri)).hexdigest()
 
 
-def _check_shard(dataset: str, shard: dict[str, Any]) -> str | None:
+def _check_sample(key: str, fields: dict[str, bytes], num_classes: int, max_pixels: int) -> str | None:
+    """Why the loader would count this sample undecodable (decoding it as the loader does), or None."""
+    import random
+
+    from tpustream.transforms import Augment, prepare_image
+
+    try:
+        label = int(fields["cls"])
+    except (KeyError, ValueError):
+        return f"sample {key}: no valid .cls"
+    if not 0 <= label < num_classes:
+        return f"sample {key}: class {label} out of range for {num_classes} classes"
+    ext = next((e for e in _IMAGE_EXTS if e in fields), None)
+    if ext is None:
+        return f"sample {key}: no image (members {sorted(fields)})"
+    try:
+        prepare_image(
+            fields[ext], ext, Augment(output_size=64, train=False, max_pixels=max_pixels), random.Random(0)
+        )
+    except Exception as exc:  # whatever the decoder raises, the loader would skip this sample
+        return f"sample {key}: undecodable {ext} ({exc})"
+    return None
+
+
+def _check_shard(
+    dataset: str, shard: dict[str, Any], *, deep: bool = False, num_classes: int = 0, max_pixels: int = 0
+) -> list[str]:
     uri = storage.join(dataset, shard["path"])
+    bad_samples: list[str] = []
     try:
         with storage.open_read(uri) as raw:
             reader = HashingReader(raw)
             samples = 0
-            for key, fields in iter_tar_samples(reader):  # type: ignore[arg-type]
+            for key, fields in iter_tar_samples(reader, int(shard["num_bytes"])):  # type: ignore[arg-type]
                 if "cls" not in fields or len(fields) != 2:
-                    return f"{shard['path']}: sample {key} has members {sorted(fields)}, expected one image + cls"
+                    return [
+                        f"{shard['path']}: sample {key} has members {sorted(fields)}, expected one image + cls"
+                    ]
                 samples += 1
+                if deep:
+                    problem = _check_sample(key, fields, num_classes, max_pixels)
+                    if problem:
+                        bad_samples.append(f"{shard['path']}: {problem}")
             reader.drain()
     except storage.NotFound:
-        return f"{shard['path']}: missing"
+        return [f"{shard['path']}: missing"]
     except Exception as exc:  # a corrupt shard can fail in many ways; all mean "bad shard"
-        return f"{shard['path']}: unreadable ({type(exc).__name__}: {exc})"
+        return [f"{shard['path']}: unreadable ({type(exc).__name__}: {exc})"]
     problems = []
     if reader.num_bytes != shard["num_bytes"]:
         problems.append(f"{reader.num_bytes} bytes, manifest says {shard['num_bytes']}")
@@ -84,25 +118,35 @@ def _check_shard(dataset: str, shard: dict[str, Any]) -> str | None:
         problems.append(f"{samples} samples, manifest says {shard['num_samples']}")
     if reader.sha256.hexdigest() != shard["sha256"]:
         problems.append("sha256 differs from the manifest")
-    return f"{shard['path']}: " + "; ".join(problems) if problems else None
+    return ([f"{shard['path']}: " + "; ".join(problems)] if problems else []) + bad_samples
 
 
-def verify_shards(uri: str, *, workers: int = 8, progress: bool = True) -> tuple[int, list[str]]:
-    """Re-read every shard and check count, size and sha256 against the manifest.
+def verify_shards(
+    uri: str, *, workers: int = 8, progress: bool = True, deep: bool = False, max_pixels: int | None = None
+) -> tuple[int, list[str]]:
+    """Re-read every shard and check count, size and sha256 against the manifest; ``deep`` also decodes
+    every image as the loader would (pixel budget ``max_pixels``, default 64 Mi px) and lists each sample
+    it would skip, by shard and key.
 
     Returns (number of shards checked, problems); an empty list means the dataset is intact.
     """
+    from tpustream.imagecodec import DEFAULT_MAX_PIXELS
+
     uri = storage.check_uri(uri).rstrip("/")
     manifest = read_manifest(uri)
     shards = [s for split in manifest["splits"].values() for s in split["shards"]]
+    options = {
+        "deep": deep,
+        "num_classes": len(manifest["classes"]),
+        "max_pixels": max_pixels or DEFAULT_MAX_PIXELS,
+    }
     from tqdm import tqdm
 
     problems: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        results = pool.map(lambda s: _check_shard(uri, s), shards)
-        for problem in tqdm(
+        results = pool.map(lambda s: _check_shard(uri, s, **options), shards)  # type: ignore[arg-type]
+        for found in tqdm(
             results, total=len(shards), unit="shard", desc="verify", disable=not progress or None
         ):
-            if problem:
-                problems.append(problem)
+            problems.extend(found)
     return len(shards), problems

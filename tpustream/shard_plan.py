@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpustream.imagecodec import DEFAULT_MAX_PIXELS
 from tpustream.manifest import MANIFEST_FORMAT, ShardError
 from tpustream.sources import Source
 
@@ -38,6 +39,7 @@ class ShardConfig:
     upsample: int = 1
     seed: int = 0
     max_side: int | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS  # images whose header claims more are skipped, never decoded
     workers: int = 1
     overwrite: bool = False
     strict: bool = False
@@ -53,6 +55,8 @@ class ShardConfig:
             raise ValueError(f"--upsample must be at least 1, got {self.upsample}")
         if self.max_side is not None and self.max_side < 8:
             raise ValueError(f"--max-side must be at least 8 pixels, got {self.max_side}")
+        if self.max_pixels < 64:
+            raise ValueError(f"--max-pixels must be at least 64, got {self.max_pixels}")
         if self.workers < 1:
             raise ValueError(f"--workers must be at least 1, got {self.workers}")
 
@@ -121,7 +125,10 @@ def _fingerprint(
     source: Source, config: ShardConfig, split: str, keys: Sequence[str], items: Sequence[int]
 ) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps([MANIFEST_FORMAT, source.spec, config.max_side, split]).encode())
+    params: list[object] = [MANIFEST_FORMAT, source.spec, config.max_side, split]
+    if config.max_pixels != DEFAULT_MAX_PIXELS:  # another budget skips other images: another shard
+        params.append(config.max_pixels)  # (the default leaves earlier datasets' fingerprints as they were)
+    h.update(json.dumps(params).encode())
     for key, i in zip(keys, items, strict=True):
         item = source.items[i]
         h.update(f"{key}\t{item.ref}\t{item.label}\n".encode())

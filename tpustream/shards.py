@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpustream import storage
-from tpustream.imagecodec import CorruptImage
+from tpustream.imagecodec import DEFAULT_MAX_PIXELS, CorruptImage, pixel_budget
 from tpustream.manifest import (  # re-exported: the reading side lives in manifest.py
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -141,13 +141,16 @@ def _iter_encoded(
 
 
 def write_shard(
-    source: Source, spec: ShardSpec, output: str, *, max_side: int | None, strict: bool
-) -> ShardRecord:
-    """Write one planned shard to ``output/spec.path`` atomically and record what it holds."""
+    source: Source, spec: ShardSpec, output: str, *, max_side: int | None, strict: bool,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> ShardRecord:  # fmt: skip
+    """Write one planned shard to ``output/spec.path`` atomically and record what it holds. Images whose
+    header claims more than ``max_pixels`` are skipped (counted) without being decoded."""
     final = storage.join(output, spec.path)
     skipped: list[tuple[str, str]] = []  # (item ref, message)
     class_counts: dict[str, int] = {}
     with (
+        pixel_budget(max_pixels),
         storage.open_write(final, content_type="application/x-tar") as f,
         TarShardWriter(f) as writer,
     ):
@@ -213,8 +216,9 @@ def _exit_with_parent(parent_pid: int) -> None:
 def _worker_write(spec: ShardSpec) -> ShardRecord:
     state = _WORKER_STATE
     return write_shard(
-        state["source"], spec, state["output"], max_side=state["max_side"], strict=state["strict"]
-    )
+        state["source"], spec, state["output"], max_side=state["max_side"], strict=state["strict"],
+        max_pixels=state["max_pixels"],
+    )  # fmt: skip
 
 
 def _run_parallel(
@@ -314,7 +318,8 @@ def create_shards(
 
     if replacing:
         retire_dataset(output)
-    _WORKER_STATE.update(source=source, output=output, max_side=config.max_side, strict=config.strict)
+    _WORKER_STATE.update(source=source, output=output, max_side=config.max_side, strict=config.strict,
+                         max_pixels=config.max_pixels)  # fmt: skip
     try:
         _run_parallel(_worker_write, todo, config.workers, done)
     finally:
@@ -385,6 +390,7 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
         "upsample": config.upsample,
         "val_fraction": config.val_fraction,
         "max_side": config.max_side,
+        "max_pixels": config.max_pixels,
         "splits": splits,
         # count: source images skipped; sample_slots: the samples they cost (x upsample in train)
         "skipped": {
@@ -467,7 +473,8 @@ def write_shard_range(config: ShardConfig, start: int, end: int) -> int:
     storage.ensure_prefix_writable(output)
     todo = [spec for spec in plan.shards[start:end] if _existing_record(spec, output) is None]
     for spec in todo:
-        write_shard(source, spec, output, max_side=config.max_side, strict=config.strict)
+        write_shard(source, spec, output, max_side=config.max_side, strict=config.strict,
+                    max_pixels=config.max_pixels)  # fmt: skip
     return len(todo)
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tpustream.imagecodec import decode_ppm, to_rgb
+from tpustream.imagecodec import DEFAULT_MAX_PIXELS, check_pixels, decode_ppm, to_rgb
 
 if TYPE_CHECKING:
     import torch
@@ -49,10 +49,13 @@ class Augment:
     train: bool
     min_crop_scale: float = 0.08
     flip: bool = True
+    max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are refused by their header, never decoded
 
     def __post_init__(self) -> None:
         if self.output_size < 1:
             raise ValueError(f"output_size must be positive, got {self.output_size}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be positive, got {self.max_pixels}")
         if not 0.0 < self.min_crop_scale <= 1.0:
             raise ValueError(f"min_crop_scale must be in (0, 1], got {self.min_crop_scale}")
 
@@ -128,12 +131,17 @@ def _decode_jpeg_reduced(
     return image, image.shape[1] / width
 
 
-def _decode_any(data: bytes, ext: str) -> np.ndarray:
+# The formats a shard's image may hold (DESIGN.md): Pillow tries no other decoder on a sample.
+_PIL_FORMATS = ("JPEG", "PNG", "PPM")
+
+
+def _decode_any(data: bytes, ext: str, max_pixels: int) -> np.ndarray:
     if ext == "ppm" and data[:2] == b"P6":
-        return decode_ppm(data)
+        return decode_ppm(data, max_pixels)
     from PIL import Image
 
-    with Image.open(io.BytesIO(data)) as img:
+    with Image.open(io.BytesIO(data), formats=_PIL_FORMATS) as img:  # reads the header only
+        check_pixels(img.width, img.height, max_pixels)
         return np.asarray(to_rgb(img))  # 16-bit PNGs in shards written before they were re-encoded
 
 
@@ -155,7 +163,8 @@ class Prepared:
 
 
 def prepare_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -> Prepared:
-    """Decode ``data`` (jpg/jpeg/png/ppm) and draw its crop and flip. Raises on undecodable input."""
+    """Decode ``data`` (jpg/jpeg/png/ppm) and draw its crop and flip. Raises on undecodable input, and
+    (ImageTooLarge) on an image whose header claims more than ``augment.max_pixels``, before decoding it."""
     size = augment.output_size
     scale = (augment.min_crop_scale, 1.0)
     ratio = (3 / 4, 4 / 3)
@@ -167,6 +176,7 @@ def prepare_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -
 
     dims = _jpeg_size(data) if ext in ("jpg", "jpeg") else None
     if dims is not None:
+        check_pixels(dims[0], dims[1], augment.max_pixels)
         box = pick_box(*dims)
         try:
             image, factor = _decode_jpeg_reduced(data, dims[0], dims[1], box, size)
@@ -175,7 +185,7 @@ def prepare_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -
         else:
             flip = augment.train and augment.flip and rng.random() < 0.5
             return Prepared(image, tuple(v * factor for v in box), flip)  # type: ignore[arg-type]
-    image = _decode_any(data, ext)
+    image = _decode_any(data, ext, augment.max_pixels)
     box = pick_box(image.shape[1], image.shape[0])
     flip = augment.train and augment.flip and rng.random() < 0.5
     return Prepared(image, tuple(float(v) for v in box), flip)  # type: ignore[arg-type]
