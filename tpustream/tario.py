@@ -221,33 +221,39 @@ def iter_tar_members(stream: IO[bytes], size: int | None = None) -> Iterator[tup
             raise TarFormatError("tar stream ends without an end-of-archive marker (truncated)")
         if header == _ZERO_BLOCKS[:BLOCK]:
             return
-        stored = _number(header[148:156], "checksum")
+        try:  # the common case, plain octal, inline; int() also takes a sign or "_": refused just below
+            stored = int(header[148:156].split(b"\0", 1)[0], 8)
+            member_size = int(header[124:136].split(b"\0", 1)[0], 8)
+        except ValueError:  # base-256, blank or malformed: the careful parse
+            stored = _number(header[148:156], "checksum")
+            member_size = _number(header[124:136], "size")
         if stored != sum(header[:148]) + 256 + sum(header[156:]):
             raise TarFormatError("tar header checksum mismatch (corrupt shard)")
-        member_size = _number(header[124:136], "size")
+        if member_size < 0:
+            member_size = _number(header[124:136], "size")  # raises: not a plain octal number
         padded = member_size + (-member_size % BLOCK)
         if padded > limit - pos:
             raise TarFormatError(
                 f"tar member claims {member_size} bytes but only {max(0, limit - pos)} remain (corrupt shard)"
             )
         typeflag = header[156:157]
-        data = _read_exact(read, member_size)
+        data = read(member_size) if member_size <= _CHUNK else _read_exact(read, member_size)
         if len(data) < member_size:
             raise TarFormatError("tar member cut short (truncated shard)")
         pad = padded - member_size
         if pad and len(read(pad)) < pad:
             raise TarFormatError("tar padding cut short (truncated shard)")
         pos += padded
-        if typeflag in _META:
-            if typeflag == b"L":
-                long_name = data.rstrip(b"\0")
-            elif typeflag == b"x":
-                long_name = _pax_path(data) or long_name
-            continue
-        if typeflag in _SKIPPED:
-            long_name = None
-            continue
         if typeflag not in _REGULAR:
+            if typeflag in _META:
+                if typeflag == b"L":
+                    long_name = data.rstrip(b"\0")
+                elif typeflag == b"x":
+                    long_name = _pax_path(data) or long_name
+                continue
+            if typeflag in _SKIPPED:
+                long_name = None
+                continue
             raise TarFormatError(f"tar member of type {typeflag!r} (link, device or other) in a shard")
         if long_name is not None:
             name, long_name = long_name, None
