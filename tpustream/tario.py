@@ -221,16 +221,17 @@ def iter_tar_members(stream: IO[bytes], size: int | None = None) -> Iterator[tup
             raise TarFormatError("tar stream ends without an end-of-archive marker (truncated)")
         if header == _ZERO_BLOCKS[:BLOCK]:
             return
+        size_field = header[124:136]
         try:  # the common case, plain octal, inline; int() also takes a sign or "_": refused just below
             stored = int(header[148:156].split(b"\0", 1)[0], 8)
-            member_size = int(header[124:136].split(b"\0", 1)[0], 8)
+            member_size = int(size_field.split(b"\0", 1)[0], 8)
         except ValueError:  # base-256, blank or malformed: the careful parse
             stored = _number(header[148:156], "checksum")
-            member_size = _number(header[124:136], "size")
+            member_size = _number(size_field, "size")
         if stored != sum(header[:148]) + 256 + sum(header[156:]):
             raise TarFormatError("tar header checksum mismatch (corrupt shard)")
-        if member_size < 0:
-            member_size = _number(header[124:136], "size")  # raises: not a plain octal number
+        if member_size < 0 or b"_" in size_field:
+            member_size = _number(size_field, "size")  # raises: not a plain octal number
         padded = member_size + (-member_size % BLOCK)
         if padded > limit - pos:
             raise TarFormatError(
