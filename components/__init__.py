@@ -4,9 +4,18 @@ The functions here are plain; ``pipelines.training.build_components`` wraps them
 ``dsl.component`` at compile time so the container images are chosen then.
 """
 
+from components.check import check_source
 from components.evaluate import evaluate_model
 from components.promote import promote_model
 from components.shards import finalize_shards, plan_shards, write_shards
 from components.train import train_model
 
-__all__ = ["plan_shards", "write_shards", "finalize_shards", "train_model", "evaluate_model", "promote_model"]
+__all__ = [
+    "check_source",
+    "plan_shards",
+    "write_shards",
+    "finalize_shards",
+    "train_model",
+    "evaluate_model",
+    "promote_model",
+]

@@ -31,4 +31,10 @@ def evaluate_model(
         "decision: %s (%s)", "promote" if decision.promote else "keep", decision.reason
     )
     evaluation.metadata["decision_reason"] = decision.reason
+    if dataset.metadata.get("marker"):  # this dataset + these settings are done: a rerun on them skips
+        from tpustream.fingerprint import record_trained
+
+        record_trained(
+            dataset.metadata["marker"], dataset=dataset.uri, model=model.uri, decision=decision.reason
+        )
     return "promote" if decision.promote else "keep"

@@ -1,11 +1,15 @@
-"""Shard creation fanned out: plan -> ParallelFor(write a range) -> finalize (manifest last)."""
+"""Shard creation fanned out: plan -> ParallelFor(write a range) -> finalize (manifest last).
+
+Every step writes into the dataset location the check step chose (content-addressed by the source's
+fingerprint); on a dataset that is complete already, writing and finalizing change nothing.
+"""
 
 from kfp.dsl import Dataset, Input, Output
 
 
 def plan_shards(
     source: str, num_shards: int, val_fraction: float, upsample: int, seed: int, shards_per_task: int,
-    dataset: Output[Dataset],
+    dataset: Input[Dataset],
 ) -> list:  # fmt: skip
     """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
     from tpustream.shards import config_from_pipeline, shard_ranges
@@ -40,3 +44,5 @@ def finalize_shards(
     dataset.uri = planned.uri
     dataset.metadata.update({split: info["num_samples"] for split, info in manifest["splits"].items()})
     dataset.metadata["classes"] = manifest["classes"]
+    for key in ("fingerprint", "marker"):  # evaluate records "trained on it" there
+        dataset.metadata[key] = planned.metadata.get(key, "")

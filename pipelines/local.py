@@ -24,5 +24,5 @@ def run_local(*, root: str, registry: str | None = None, **parameters: Any) -> d
         runner=local.SubprocessRunner(use_venv=False), pipeline_root=os.path.join(root, "pipeline-root")
     )
     pipeline = build_pipeline(tpu=None)
-    pipeline(registry=registry, **parameters)
-    return {"pipeline_root": os.path.join(root, "pipeline-root"), "registry": registry}
+    run = pipeline(registry=registry, **parameters)
+    return {"pipeline_root": os.path.join(root, "pipeline-root"), "registry": registry, "data": run.output}

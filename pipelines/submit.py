@@ -1,20 +1,32 @@
 """Compile the DAG to YAML, submit it to Vertex AI Pipelines, schedule it for retraining."""
 
+import logging
 import os
 import re
 from typing import Any
 
-from pipelines.training import DEFAULT_CPU_IMAGE, DEFAULT_TPU_IMAGE, build_pipeline
+from pipelines.training import build_pipeline, check_image
+
+log = logging.getLogger(__name__)
 
 __all__ = ["compile_pipeline", "submit_pipeline", "schedule_pipeline"]
 
 
-def compile_pipeline(
-    output: str, *, tpu: str | None, cpu_image: str = DEFAULT_CPU_IMAGE, tpu_image: str = DEFAULT_TPU_IMAGE
-) -> str:
-    """Write the pipeline YAML (TPU type and images fixed now; no credentials inside)."""
+def compile_pipeline(output: str, *, tpu: str | None, cpu_image: str, tpu_image: str | None = None) -> str:
+    """Write the pipeline YAML (TPU type and images fixed now; no credentials inside).
+
+    Refuses placeholder images: a YAML that names an image nobody pushed fails only on Vertex, hours later.
+    """
     from kfp import compiler
 
+    check_image(cpu_image, "--image")
+    if tpu:
+        tpu_image = check_image(tpu_image or "", "--tpu-image")
+    tpu_image = tpu_image or cpu_image
+    for flag, image in (("--image", cpu_image), ("--tpu-image", tpu_image)):
+        if "@sha256:" not in image:
+            log.warning("%s %s is a tag: tags move; pin the digest (IMAGE@sha256:...) for reproducible runs",
+                        flag, image)  # fmt: skip
     compiler.Compiler().compile(build_pipeline(tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image), output)
     return output
 
@@ -62,23 +74,25 @@ def _check_template(template: str) -> None:
 
 
 def _job(template: str, *, project: str, region: str, pipeline_root: str, parameters: dict[str, Any],
-         labels: dict[str, str] | None, caching: bool | None, api_endpoint: str | None) -> Any:  # fmt: skip
+         labels: dict[str, str] | None, no_cache: bool, api_endpoint: str | None) -> Any:  # fmt: skip
     _check_template(template)
     if not pipeline_root.startswith("gs://"):
         raise ValueError(f"--pipeline-root must be a gs:// URI for Vertex AI, got {pipeline_root!r}")
     aiplatform = _init(project, region, api_endpoint or os.environ.get("TPUSTREAM_VERTEX_ENDPOINT"))
     return aiplatform.PipelineJob(
         display_name="tpustream-training", template_path=template, pipeline_root=pipeline_root,
-        parameter_values=parameters, enable_caching=caching, labels=labels or {},
+        # enable_caching overrides every task's compiled caching option (aiplatform pipeline_jobs.py): only
+        # ever pass False (or None = as compiled, which is off for every task).
+        parameter_values=parameters, enable_caching=False if no_cache else None, labels=labels or {},
     )  # fmt: skip
 
 
 def submit_pipeline(template: str, *, project: str, region: str, pipeline_root: str, parameters: dict[str, Any],
                     service_account: str | None = None, labels: dict[str, str] | None = None,
-                    caching: bool | None = None, api_endpoint: str | None = None) -> str:  # fmt: skip
+                    no_cache: bool = False, api_endpoint: str | None = None) -> str:  # fmt: skip
     """Submit one run; returns its resource name. The service account is set here, never compiled in."""
     job = _job(template, project=project, region=region, pipeline_root=pipeline_root, parameters=parameters,
-               labels=labels, caching=caching, api_endpoint=api_endpoint)  # fmt: skip
+               labels=labels, no_cache=no_cache, api_endpoint=api_endpoint)  # fmt: skip
     job.submit(service_account=service_account)
     return str(job.resource_name)
 
@@ -89,7 +103,7 @@ def schedule_pipeline(template: str, *, cron: str, project: str, region: str, pi
     """Create a schedule (at most one run at a time: a slow retrain is never overlapped); returns its name."""
     check_cron(cron)
     job = _job(template, project=project, region=region, pipeline_root=pipeline_root, parameters=parameters,
-               labels=labels, caching=None, api_endpoint=api_endpoint)  # fmt: skip
+               labels=labels, no_cache=True, api_endpoint=api_endpoint)  # fmt: skip
     schedule = job.create_schedule(
         cron=cron,
         display_name="tpustream-retraining",

@@ -1,108 +1,118 @@
-"""The training DAG: shards (fanned out) -> train (TPU custom job on Vertex) -> evaluate -> If(promote) -> promote.
+"""The training DAG: check source -> If(new data): shards (fanned out) -> train (a TPU custom job on
+Vertex) -> evaluate -> If(candidate wins): promote.
 
 ``build_pipeline(tpu=..., cpu_image=..., tpu_image=...)`` fixes the TPU type and images at compile
-time; everything a scheduled run varies (source, output, model, epochs, thresholds) is a pipeline
-parameter. No credential or service account is compiled in: those are submit-time settings.
+time; everything a scheduled run varies (source, model, epochs, thresholds) is a pipeline parameter.
+No credential or service account is compiled in: the TPU job runs as the pipeline run's own service
+account and network (GCPC placeholders, resolved by Vertex when the task runs).
+
+Caching is off on every task: the first step reads a live source whose URI never changes, and the
+decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/fingerprint.py).
 """
 
-import copy
-from dataclasses import dataclass
+import re
 from typing import Any
 
 from kfp import dsl
 
 import components
+from pipelines.tpu import TPU_TYPES, tpu_spec, worker_pool_spec
 
-__all__ = [
-    "TPU_TYPES",
-    "TpuSpec",
-    "tpu_spec",
-    "build_components",
-    "build_pipeline",
-    "DEFAULT_CPU_IMAGE",
-    "DEFAULT_TPU_IMAGE",
-]
+__all__ = ["TPU_TYPES", "build_components", "build_pipeline", "check_image", "TRAIN_TIMEOUT", "LOCAL_IMAGE"]
 
-DEFAULT_CPU_IMAGE = "us-docker.pkg.dev/PROJECT/tpustream/cpu:latest"
-DEFAULT_TPU_IMAGE = "us-docker.pkg.dev/PROJECT/tpustream/tpu:latest"
 TRAIN_TIMEOUT = "86400s"
+LOCAL_IMAGE = "local"  # kfp.local's SubprocessRunner runs in this Python: no image is pulled
+_PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|\$", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class TpuSpec:
-    """A Vertex AI machine spec for a TPU type: ``hosts`` workers of ``machine_type``."""
-
-    machine_type: str
-    accelerator_type: str
-    accelerator_count: int
-    hosts: int = 1
-    topology: str | None = None
-
-
-TPU_TYPES: dict[str, TpuSpec] = {
-    "v2-8": TpuSpec("cloud-tpu", "TPU_V2", 8),
-    "v3-8": TpuSpec("cloud-tpu", "TPU_V3", 8),
-    "v5e-1": TpuSpec("ct5lp-hightpu-1t", "TPU_V5_LITEPOD", 1, topology="1x1"),
-    "v5e-4": TpuSpec("ct5lp-hightpu-4t", "TPU_V5_LITEPOD", 4, topology="2x2"),
-    "v5e-8": TpuSpec("ct5lp-hightpu-8t", "TPU_V5_LITEPOD", 8, topology="2x4"),
-    "v5e-16": TpuSpec("ct5lp-hightpu-4t", "TPU_V5_LITEPOD", 4, hosts=4, topology="4x4"),
-    "v5e-32": TpuSpec("ct5lp-hightpu-4t", "TPU_V5_LITEPOD", 4, hosts=8, topology="4x8"),
-}
+def check_image(image: str, flag: str) -> str:
+    """Refuse a missing or placeholder image reference (naming ``flag``); return it unchanged."""
+    if not image or "/" not in image or _PLACEHOLDER_IMAGE.search(image):
+        raise ValueError(
+            f"{flag} {image!r} is not a pushed image: give the reference Cloud Build pushed, best by digest "
+            f"(REGION-docker.pkg.dev/PROJECT_ID/REPO/NAME@sha256:...); containers/cloudbuild.yaml builds, "
+            "pushes and compiles against the digests"
+        )
+    return image
 
 
-def tpu_spec(name: str) -> TpuSpec:
-    if name not in TPU_TYPES:
-        raise ValueError(f"unknown TPU type {name!r}: choose one of {', '.join(TPU_TYPES)}")
-    return TPU_TYPES[name]
+def _tpu_training_op(train_op: Any, tpu: str) -> tuple[Any, list[dict[str, Any]]]:
+    """The train component as a Vertex CustomJob on ``tpu``, and the job's worker pool specs.
+
+    GCPC's ``create_custom_training_job_from_component`` carries the component's inputs, outputs and
+    container command over into ``CustomTrainingJobOp`` (v1/custom_job/utils.py), but its worker pools
+    cannot express a TPU slice: no ``tpu_topology``, and ``replica_count=N`` makes a second pool of N-1
+    replicas. So the pools are built here from the TPU table (one pool, one replica) and passed as the
+    task's ``worker_pool_specs`` input, with GCPC's own container spec for the component.
+    """
+    from google_cloud_pipeline_components import _placeholders
+    from google_cloud_pipeline_components.v1.custom_job import create_custom_training_job_from_component
+
+    spec = tpu_spec(tpu)
+    job_op = create_custom_training_job_from_component(
+        train_op,
+        display_name="tpustream-train",
+        machine_type=spec.machine_type,
+        replica_count=1,
+        timeout=TRAIN_TIMEOUT,
+        restart_job_on_worker_restart=True,  # a VM of the slice restarted: restart all, resume from `last`
+        service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,  # the pipeline run's service account
+        network=_placeholders.NETWORK_PLACEHOLDER,  # and its VPC network, when it has one
+        labels={"tpustream-step": "train", "tpustream-tpu": tpu},  # the launcher adds the run's labels
+    )
+    container = job_op.component_spec.inputs["worker_pool_specs"].default[0]["container_spec"]
+    return job_op, [worker_pool_spec(spec, container)]
 
 
 def build_components(cpu_image: str, tpu_image: str, tpu: str | None) -> dict[str, Any]:
-    """The step components with their images; the train step becomes a Vertex custom job when ``tpu``."""
+    """The step components with their images; the train step becomes a Vertex custom job when ``tpu``.
+
+    ``install_kfp_package=False``: the images carry the one pinned kfp (pyproject.toml), so no step
+    pip-installs anything at run time (kfp/dsl/component_decorator.py installs kfp by default).
+    """
+
+    def component(func: Any, image: str) -> Any:
+        return dsl.component(func, base_image=image, install_kfp_package=False)
+
     ops = {
-        name: dsl.component(func, base_image=cpu_image)
+        name: component(func, cpu_image)
         for name, func in (
-            ("plan", components.plan_shards), ("write", components.write_shards),
-            ("finalize", components.finalize_shards), ("evaluate", components.evaluate_model),
-            ("promote", components.promote_model),
+            ("check", components.check_source), ("plan", components.plan_shards),
+            ("write", components.write_shards), ("finalize", components.finalize_shards),
+            ("evaluate", components.evaluate_model), ("promote", components.promote_model),
         )
     }  # fmt: skip
-    train_op = dsl.component(components.train_model, base_image=tpu_image if tpu else cpu_image)
+    train_op = component(components.train_model, tpu_image if tpu else cpu_image)
     if tpu:
-        from google_cloud_pipeline_components.v1.custom_job import create_custom_training_job_from_component
-
-        spec = tpu_spec(tpu)
-        train_op = create_custom_training_job_from_component(
-            train_op,
-            display_name="tpustream-train",
-            machine_type=spec.machine_type,
-            accelerator_type=spec.accelerator_type,
-            accelerator_count=spec.accelerator_count,
-            replica_count=spec.hosts,  # one worker per host of the slice
-            timeout=TRAIN_TIMEOUT,
-            restart_job_on_worker_restart=True,  # preempted workers restart and resume from `last`
+        # A containerized component (its code is in the image, found through kfp_config.ini): the command
+        # is `python3 -m kfp.dsl.executor_main`, so on the TPU VM Python itself is the container's main
+        # process and gets SIGTERM on preemption. A lightweight component's `sh -ec '...; python3 ...'`
+        # leaves the signal to sh (PID 1 ignores it): no checkpoint, and the job's work since the last
+        # one is lost.
+        train_op = dsl.component(
+            components.train_model, base_image=tpu_image, target_image=tpu_image, install_kfp_package=False
         )
-        if spec.topology:  # GCPC has no tpu_topology argument: add it to the worker pools it built
-            inputs = train_op.component_spec.inputs
-            pools = copy.deepcopy(inputs["worker_pool_specs"].default)
-            for pool in pools:
-                pool["machine_spec"]["tpu_topology"] = spec.topology
-            inputs["worker_pool_specs"].default = pools
+        train_op, pools = _tpu_training_op(train_op, tpu)
+        ops["train_pools"] = pools
     ops["train"] = train_op
     return ops
 
 
 def build_pipeline(
-    *, tpu: str | None = None, cpu_image: str = DEFAULT_CPU_IMAGE, tpu_image: str = DEFAULT_TPU_IMAGE
+    *, tpu: str | None = None, cpu_image: str = LOCAL_IMAGE, tpu_image: str = LOCAL_IMAGE
 ) -> Any:
     """The pipeline function, for kfp's compiler or kfp.local (``tpu=None``: every step runs as is)."""
     ops = build_components(cpu_image, tpu_image, tpu)
+    train_extra = {"worker_pool_specs": ops["train_pools"]} if tpu else {}
 
     @dsl.pipeline(
-        name="tpustream-training", description="Image dataset -> shards -> TPU ResNet -> evaluate -> promote"
+        name="tpustream-training",
+        description="Image source -> (new data?) shards -> TPU ResNet -> evaluate -> promote",
     )
     def tpustream_training(
         registry: str,
         source: str = "digits",
+        datasets_root: str = "",
         num_shards: int = 8,
         val_fraction: float = -1.0,
         upsample: int = 1,
@@ -116,34 +126,45 @@ def build_pipeline(
         workers: int = 8,
         metric: str = "top1",
         min_delta: float = 0.0,
-    ) -> None:
+        retrain: bool = False,
+    ) -> str:
         shard_args = dict(
             source=source, num_shards=num_shards, val_fraction=val_fraction, upsample=upsample, seed=seed
         )
-        plan = ops["plan"](shards_per_task=shards_per_task, **shard_args).set_display_name("plan shards")
-        with dsl.ParallelFor(plan.outputs["Output"], name="shard-ranges") as shard_range:
-            write = ops["write"](shard_range=shard_range, dataset=plan.outputs["dataset"], **shard_args)
-            write.set_display_name("write shards").set_retry(num_retries=2)
-        finalize = ops["finalize"](
-            planned=plan.outputs["dataset"], written=dsl.Collected(write.output), **shard_args
-        ).set_display_name("finalize manifest")
-        train = ops["train"](
-            dataset=finalize.outputs["dataset"], model_name=model_name, epochs=epochs, batch_size=batch_size,
-            lr=lr, bf16=bf16, workers=workers,
-        ).set_display_name("train")  # fmt: skip
-        # A retried task resumes from `last` in its own output (resume=auto): it continues, not restarts.
-        # On Vertex the custom job also restarts preempted workers within one attempt.
-        train.set_retry(num_retries=2, backoff_duration="60s")
-        evaluate = ops["evaluate"](
-            model=train.outputs["model"], dataset=finalize.outputs["dataset"], registry=registry, metric=metric,
-            min_delta=min_delta,
-        ).set_display_name("evaluate vs champion")  # fmt: skip
-        evaluate.set_caching_options(False)  # reads the champion: never reuse an old answer
-        with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
-            promote = ops["promote"](
-                model=train.outputs["model"], evaluation=evaluate.outputs["evaluation"], registry=registry,
+        check = ops["check"](
+            datasets_root=datasets_root, registry=registry, model_name=model_name, epochs=epochs,
+            batch_size=batch_size, lr=lr, bf16=bf16, retrain=retrain, **shard_args,
+        ).set_display_name("check source for new data")  # fmt: skip
+        check.set_caching_options(False)
+        with dsl.If(check.outputs["Output"] == "train", name="new-data"):
+            plan = ops["plan"](
+                shards_per_task=shards_per_task, dataset=check.outputs["dataset"], **shard_args
+            )
+            plan.set_display_name("plan shards").set_caching_options(False)
+            with dsl.ParallelFor(plan.outputs["Output"], name="shard-ranges") as shard_range:
+                write = ops["write"](shard_range=shard_range, dataset=check.outputs["dataset"], **shard_args)
+                write.set_display_name("write shards").set_retry(num_retries=2).set_caching_options(False)
+            finalize = ops["finalize"](
+                planned=check.outputs["dataset"], written=dsl.Collected(write.output), **shard_args
+            ).set_display_name("finalize manifest")
+            finalize.set_caching_options(False)
+            train = ops["train"](
+                dataset=finalize.outputs["dataset"], model_name=model_name, epochs=epochs, batch_size=batch_size,
+                lr=lr, bf16=bf16, workers=workers, **train_extra,
+            ).set_display_name("train")  # fmt: skip
+            # A retried task resumes from `last` in its own output (resume=auto): it continues, not restarts.
+            train.set_retry(num_retries=2, backoff_duration="60s").set_caching_options(False)
+            evaluate = ops["evaluate"](
+                model=train.outputs["model"], dataset=finalize.outputs["dataset"], registry=registry,
                 metric=metric, min_delta=min_delta,
-            ).set_display_name("promote")  # fmt: skip
-            promote.set_caching_options(False)
+            ).set_display_name("evaluate vs champion")  # fmt: skip
+            evaluate.set_caching_options(False)
+            with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
+                promote = ops["promote"](
+                    model=train.outputs["model"], evaluation=evaluate.outputs["evaluation"], registry=registry,
+                    metric=metric, min_delta=min_delta,
+                ).set_display_name("promote")  # fmt: skip
+                promote.set_caching_options(False)
+        return check.outputs["Output"]  # "train" or "skip" (no new data): what this run did
 
     return tpustream_training

@@ -1,23 +1,98 @@
 """A recording Vertex AI REST endpoint on loopback for the real google-cloud-aiplatform client.
 
-It answers the Model Registry calls tpustream makes (list, upload, get, mergeVersionAliases) with
-plausible bodies and records every request (method, path, query, JSON body) for assertions.
-Used because Vertex AI cannot be reached from here.
+It answers the calls tpustream and GCPC's launcher make (pipelineJobs, schedules, customJobs, the Model
+Registry's list/upload/get/mergeVersionAliases), records every request (method, path, query, JSON body),
+and validates every request body against the aiplatform v1 protos the way Vertex parses it
+(``json_format.ParseDict(..., ignore_unknown_fields=False)``): an unknown or mistyped field gets the
+400 INVALID_ARGUMENT Vertex would answer, and lands in ``rejected`` for the test to assert on.
+CustomJobs are also checked against the TPU rules Vertex documents (one worker pool, one replica per TPU
+slice, a topology for v5e/v6e) and then handed to ``job_runner``, which runs their hosts (see
+tests/vertex_emulation.py). Used because Vertex AI cannot be reached from here.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 
+def _request_message(method: str, rest: str) -> type | None:
+    """The aiplatform v1 message a request body must parse as (REST mapping of the v1 API)."""
+    from google.cloud import aiplatform_v1 as v1
+
+    if method != "POST":
+        return None
+    if rest == "/pipelineJobs":
+        return v1.PipelineJob
+    if rest == "/schedules":
+        return v1.Schedule
+    if rest == "/customJobs":
+        return v1.CustomJob
+    if rest == "/models:upload":
+        return v1.UploadModelRequest
+    if rest.endswith(":mergeVersionAliases"):
+        return v1.MergeVersionAliasesRequest
+    return None
+
+
+def validate_body(message: type, body: dict) -> None:
+    """Parse ``body`` as Vertex does; raises ParseError on an unknown field or a wrong type."""
+    from google.protobuf import json_format
+
+    json_format.ParseDict(body, message.pb(message()), ignore_unknown_fields=False)
+
+
+TPU_MACHINES = re.compile(r"^(cloud-tpu|ct\d+\w*-\w+-(\d+)t)$")
+
+
+def tpu_job_hosts(body: dict) -> int:
+    """Check a CustomJob's worker pools against Vertex's documented TPU rules; returns the number of TPU
+    VMs (hosts) its one pool runs on (1 for a non-TPU job). Raises ValueError as Vertex would reject it.
+
+    Rules (https://cloud.google.com/vertex-ai/docs/training/training-with-tpu-vm; google-cloud-aiplatform
+    utils/worker_spec_utils.py "TPU jobs only allow 1 replica"): a TPU job has one worker pool with
+    replica_count 1; cloud-tpu (v2/v3) takes acceleratorType TPU_V2|TPU_V3 x 8; the ct5lp/ct6e types need a
+    tpuTopology whose chip count is a multiple of the VM's chips (the "-Nt" suffix): chips / N hosts, and
+    a slice of more than one VM is made of 4-chip VMs.
+    """
+    from google.cloud import aiplatform_v1 as v1
+
+    job = v1.CustomJob.from_json(json.dumps(body))  # enums may come as names or numbers
+    pools = [p for p in job.job_spec.worker_pool_specs if p.machine_spec.machine_type]
+    if not any(TPU_MACHINES.match(p.machine_spec.machine_type) for p in pools):
+        return 1
+    if len(pools) != 1 or pools[0].replica_count != 1:
+        raise ValueError(
+            f"TPU jobs allow one worker pool with replicaCount 1, got {len(pools)} pool(s) with replica counts "
+            f"{[p.replica_count for p in pools]}"
+        )
+    spec = pools[0].machine_spec
+    if spec.machine_type == "cloud-tpu":
+        accelerators = (v1.AcceleratorType.TPU_V2, v1.AcceleratorType.TPU_V3)
+        if spec.accelerator_type not in accelerators or spec.accelerator_count != 8:
+            raise ValueError("cloud-tpu needs acceleratorType TPU_V2 or TPU_V3 with acceleratorCount 8")
+        return 1
+    if not spec.tpu_topology:
+        raise ValueError(f"machineType {spec.machine_type} needs machineSpec.tpuTopology")
+    chips = math.prod(int(n) for n in spec.tpu_topology.split("x"))
+    per_vm = int(TPU_MACHINES.match(spec.machine_type).group(2))  # type: ignore[union-attr]
+    if chips % per_vm or (chips > per_vm and per_vm != 4):
+        raise ValueError(f"tpuTopology {spec.tpu_topology} does not fit machineType {spec.machine_type}")
+    return chips // per_vm
+
+
 class VertexRecorder:
-    def __init__(self) -> None:
+    def __init__(self, job_runner: Callable[[dict, int], tuple[bool, str]] | None = None) -> None:
         self.requests: list[dict] = []
+        self.rejected: list[dict] = []  # requests Vertex would have refused (400), with why
         self.models: dict[str, dict] = {}  # model id -> {"displayName", "versions": {vid: {...}}}
+        self.jobs: dict[str, dict] = {}  # custom job name -> {"body", "state", "hosts", "error"}
+        self.job_runner = job_runner  # (job body, hosts) -> (succeeded, message); runs in a thread
         recorder = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -39,14 +114,17 @@ class VertexRecorder:
                 raw = self.rfile.read(length) if length else b""
                 url = urlsplit(self.path)
                 body = json.loads(raw) if raw else None
-                recorder.requests.append(
-                    {
-                        "method": self.command,
-                        "path": unquote(url.path),
-                        "query": parse_qs(url.query),
-                        "body": body,
-                    }
-                )
+                request = {
+                    "method": self.command, "path": unquote(url.path), "query": parse_qs(url.query), "body": body,
+                }  # fmt: skip
+                recorder.requests.append(request)
+                problem = recorder.check(self.command, unquote(url.path), body)
+                if problem:
+                    recorder.rejected.append({**request, "error": problem})
+                    self._reply(
+                        {"error": {"code": 400, "message": problem, "status": "INVALID_ARGUMENT"}}, 400
+                    )
+                    return
                 self._reply(*recorder.route(self.command, unquote(url.path), body))
 
             do_GET = do_POST = do_PATCH = do_DELETE = _handle
@@ -54,6 +132,20 @@ class VertexRecorder:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def check(self, method: str, path: str, body: dict | None) -> str | None:
+        """Why Vertex would refuse this request (400), or None."""
+        m = re.match(r"^/v1/projects/[^/]+/locations/[^/]+(/.*)$", path)
+        message = _request_message(method, m.group(1)) if m else None
+        if message is None or body is None:
+            return None
+        try:
+            validate_body(message, body)
+            if message.__name__ == "CustomJob":
+                tpu_job_hosts(body)
+        except Exception as exc:  # ParseError, ValueError: both are INVALID_ARGUMENT on Vertex
+            return f"invalid {message.__name__}: {exc}"
+        return None
 
     def _model_json(self, parent: str, model_id: str, version: str) -> dict:
         model = self.models[model_id]
@@ -103,6 +195,15 @@ class VertexRecorder:
             reply["name"] = f"{parent}/{kind}/{kind.lower()}-{number}"
             reply.setdefault("state", "PIPELINE_STATE_PENDING" if kind == "pipelineJobs" else "ACTIVE")
             return reply, 200
+        if method == "POST" and rest == "/customJobs":
+            name = f"{parent}/customJobs/{1000 + len(self.jobs)}"
+            job = {"body": body, "state": "JOB_STATE_PENDING", "hosts": tpu_job_hosts(body), "error": None}
+            self.jobs[name] = job
+            threading.Thread(target=self._run_job, args=(name,), daemon=True).start()
+            return self._job_json(name), 200
+        m_custom = re.match(r"^/customJobs/(\d+)$", rest)
+        if method == "GET" and m_custom and f"{parent}{rest}" in self.jobs:
+            return self._job_json(f"{parent}{rest}"), 200
         m_job = re.match(r"^/(pipelineJobs|schedules)/([\w-]+)$", rest)
         if method == "GET" and m_job:
             return {"name": f"{parent}{rest}", "state": "PIPELINE_STATE_RUNNING"}, 200
@@ -120,6 +221,31 @@ class VertexRecorder:
                 versions[version]["aliases"] += new
             return self._model_json(parent, model_id, version), 200
         return {"error": {"code": 404, "message": f"unhandled {method} {path}"}}, 404
+
+    def _job_json(self, name: str) -> dict:
+        job = self.jobs[name]
+        reply = {
+            "name": name,
+            "displayName": job["body"].get("displayName", job["body"].get("display_name", "")),
+            "state": job["state"],
+        }
+        if job["error"]:
+            reply["error"] = job["error"]
+        return reply
+
+    def _run_job(self, name: str) -> None:
+        job = self.jobs[name]
+        job["state"] = "JOB_STATE_RUNNING"
+        if self.job_runner is None:
+            ok, message = True, ""
+        else:
+            try:
+                ok, message = self.job_runner(job["body"], job["hosts"])
+            except Exception as exc:  # the emulation itself broke: the job fails with why
+                ok, message = False, f"job runner: {exc!r}"
+        if not ok:
+            job["error"] = {"code": 13, "message": message}  # INTERNAL: the launcher raises RuntimeError
+        job["state"] = "JOB_STATE_SUCCEEDED" if ok else "JOB_STATE_FAILED"
 
     def close(self) -> None:
         self.server.shutdown()

@@ -188,8 +188,7 @@ def train_cmd(
         )  # fmt: skip
         card = train.train(config)
     except train.Preempted as exc:
-        typer.secho(f"preempted: {exc}", err=True, fg=typer.colors.YELLOW)
-        raise typer.Exit(train.PREEMPTED_EXIT_CODE) from None
+        train.exit_preempted(exc)  # exit 75
     except (ValueError, checkpoint.CheckpointError, storage_errors()) as exc:
         _fail(str(exc))
     if card:
@@ -290,7 +289,13 @@ def _params(values: list[str]) -> dict[str, object]:
     return out
 
 
-TpuOption = Annotated[str | None, typer.Option(help="v2-8 | v3-8 | v5e-1 | v5e-4 | v5e-8 | v5e-16 | v5e-32.")]
+def _tpu_help() -> str:
+    from pipelines.tpu import tpu_table_text
+
+    return "TPU type (Vertex AI custom training; '' = train on the CPU image): " + tpu_table_text() + "."
+
+
+TpuOption = Annotated[str | None, typer.Option(help=_tpu_help())]
 ParamOption = Annotated[
     list[str] | None, typer.Option("--param", help="Pipeline parameter KEY=VALUE (repeatable).")
 ]
@@ -301,15 +306,18 @@ LabelOption = Annotated[list[str] | None, typer.Option("--label", help="Run labe
 def pipeline_compile(
     output: Annotated[str, typer.Option(help="Pipeline YAML to write.")] = "tpustream-pipeline.yaml",
     tpu: TpuOption = "v3-8",
-    image: Annotated[str | None, typer.Option(help="Image for the CPU steps.")] = None,
-    tpu_image: Annotated[str | None, typer.Option(help="Image for the TPU trainer.")] = None,
+    image: Annotated[
+        str, typer.Option(help="Pushed image for the CPU steps, best by digest (REPO/cpu@sha256:...).")
+    ] = "",
+    tpu_image: Annotated[
+        str, typer.Option(help="Pushed image for the TPU trainer, best by digest (REPO/tpu@sha256:...).")
+    ] = "",
 ) -> None:
-    """Compile the DAG for Vertex AI Pipelines (TPU type and images fixed at compile time)."""
-    from pipelines import submit, training
+    """Compile the DAG for Vertex AI Pipelines (TPU type and pushed images fixed at compile time)."""
+    from pipelines import submit
 
     try:
-        submit.compile_pipeline(output, tpu=tpu or None, cpu_image=image or training.DEFAULT_CPU_IMAGE,
-                                tpu_image=tpu_image or training.DEFAULT_TPU_IMAGE)  # fmt: skip
+        submit.compile_pipeline(output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image)
     except ValueError as exc:
         _fail(str(exc))
     typer.echo(f"compiled: {output} (train on {tpu or 'the CPU image'})")
@@ -325,9 +333,9 @@ def pipeline_submit(
     registry: Annotated[str, typer.Option(help="gs:// model registry (champion.json, versions/).")],
     region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
     service_account: Annotated[str | None, typer.Option(help="Service account the run acts as.")] = None,
-    caching: Annotated[
-        bool | None, typer.Option(help="Override step caching (default: as compiled).")
-    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Turn caching off for every step (it is compiled off already).")
+    ] = False,
     param: ParamOption = None,
     label: LabelOption = None,
 ) -> None:
@@ -338,7 +346,7 @@ def pipeline_submit(
         name = submit.submit_pipeline(
             template, project=project, region=region, pipeline_root=pipeline_root,
             parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
-            labels={k: str(v) for k, v in _params(label or []).items()}, caching=caching,
+            labels={k: str(v) for k, v in _params(label or []).items()}, no_cache=no_cache,
         )  # fmt: skip
     except cloud_errors() as exc:
         _fail(_cloud_message(exc))
@@ -402,6 +410,9 @@ def pipeline_run_local(
     except RuntimeError as exc:  # kfp.local: a task failed; its own log (above) says why
         _fail(f"{exc}: the failing task's log above says why")
     status = promote.champion_status(out["registry"])
+    if out["data"] == "skip":
+        typer.echo("data: no new data since the last run: shards and training skipped (--param retrain=true "
+                   "trains anyway)")  # fmt: skip
     typer.echo(f"pipeline root (shards, model, metrics): {out['pipeline_root']}")
     typer.echo(f"registry: {out['registry']}")
     champion = status["champion"]

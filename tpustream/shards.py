@@ -468,6 +468,8 @@ def write_shard_range(config: ShardConfig, start: int, end: int) -> int:
     """Write the plan's shards ``[start, end)`` (keeping ones an earlier attempt finished); returns how many
     were written now. The manifest is left to ``finalize_dataset``."""
     output = storage.check_uri(config.output).rstrip("/")
+    if storage.exists(storage.join(output, MANIFEST_NAME)):
+        return 0  # complete already (an earlier run wrote it): nothing to write
     source = open_source(config.source)
     plan = plan_dataset(source, config)
     storage.ensure_prefix_writable(output)
@@ -479,8 +481,11 @@ def write_shard_range(config: ShardConfig, start: int, end: int) -> int:
 
 
 def finalize_dataset(config: ShardConfig) -> dict[str, Any]:
-    """Write manifest.json from the shard records once every planned shard is there (last step)."""
+    """Write manifest.json from the shard records once every planned shard is there (last step).
+    A dataset that is complete already is returned as it is (its manifest, and so its digest, unchanged)."""
     output = storage.check_uri(config.output).rstrip("/")
+    if storage.exists(storage.join(output, MANIFEST_NAME)):
+        return read_manifest(output)
     source = open_source(config.source)
     plan = plan_dataset(source, config)
     records = [r for r in (_existing_record(spec, output) for spec in plan.shards) if r is not None]

@@ -40,6 +40,8 @@ __all__ = [
     "replace_if_generation",
     "exists",
     "size",
+    "stat",
+    "stat_or_list",
     "list_objects",
     "delete",
     "copy",
@@ -66,10 +68,12 @@ class PreconditionFailed(StorageError):
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """One listed object: its full URI and size in bytes."""
+    """One listed object: its full URI, size in bytes, and version (GCS generation, local mtime in ns):
+    a re-uploaded object of the same size has a new version."""
 
     uri: str
     size: int
+    version: str = ""
 
 
 def is_gcs(uri: str) -> bool:
@@ -508,6 +512,32 @@ def size(uri: str) -> int:
         raise NotFound(f"{uri} does not exist") from exc
 
 
+def stat(uri: str) -> ObjectInfo:
+    """One object's (or file's) size and version; NotFound when it does not exist."""
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        blob = _blob(uri)
+        with _gcs_errors(uri):
+            _idempotent(lambda: blob.reload(retry=_retry()))
+        return ObjectInfo(uri, int(blob.size or 0), str(blob.generation or ""))
+    try:
+        st = os.stat(uri)
+    except FileNotFoundError as exc:
+        raise NotFound(f"{uri} does not exist") from exc
+    return ObjectInfo(uri, st.st_size, str(st.st_mtime_ns))
+
+
+def stat_or_list(uri: str) -> list[ObjectInfo]:
+    """``[stat(uri)]`` when ``uri`` names one object or file, else the objects under it (a directory)."""
+    uri = check_uri(uri).rstrip("/")
+    if is_gcs(uri):
+        try:
+            return [stat(uri)]
+        except StorageError:  # no such object (a prefix), or a bucket root
+            return list_objects(uri)
+    return [stat(uri)] if os.path.isfile(uri) else list_objects(uri)
+
+
 def list_objects(prefix: str, *, recursive: bool = True) -> list[ObjectInfo]:
     """List files/objects under a directory URI, sorted by URI (hidden local temp files excluded)."""
     prefix = check_uri(prefix)
@@ -518,7 +548,7 @@ def list_objects(prefix: str, *, recursive: bool = True) -> list[ObjectInfo]:
         with _gcs_errors(prefix):
             out = _idempotent(
                 lambda: [
-                    ObjectInfo(f"gs://{bucket}/{b.name}", int(b.size or 0))
+                    ObjectInfo(f"gs://{bucket}/{b.name}", int(b.size or 0), str(b.generation or ""))
                     for b in _client().list_blobs(
                         bucket, prefix=name, delimiter=None if recursive else "/", retry=_retry()
                     )
@@ -534,7 +564,8 @@ def list_objects(prefix: str, *, recursive: bool = True) -> list[ObjectInfo]:
             if fname.startswith("."):
                 continue
             path = os.path.join(root, fname)
-            out.append(ObjectInfo(path, os.path.getsize(path)))
+            st = os.stat(path)
+            out.append(ObjectInfo(path, st.st_size, str(st.st_mtime_ns)))
         if not recursive:
             break
     return sorted(out, key=lambda o: o.uri)

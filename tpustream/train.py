@@ -20,11 +20,13 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from tpustream import storage
 from tpustream.checkpoint import (
@@ -40,7 +42,16 @@ from tpustream.models import MODEL_NAMES, build_model, parameter_groups, small_i
 from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
 from tpustream.xla_runtime import Runtime, device_loader, runtime
 
-__all__ = ["TrainConfig", "TrainError", "Preempted", "PREEMPTED_EXIT_CODE", "lr_at", "train", "MODEL_FORMAT"]
+__all__ = [
+    "TrainConfig",
+    "TrainError",
+    "Preempted",
+    "exit_preempted",
+    "PREEMPTED_EXIT_CODE",
+    "lr_at",
+    "train",
+    "MODEL_FORMAT",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +65,22 @@ class TrainError(ValueError):
 
 class Preempted(RuntimeError):
     """SIGTERM arrived: the current step finished and `last` was written. Exit with PREEMPTED_EXIT_CODE."""
+
+
+def exit_preempted(exc: Preempted) -> NoReturn:
+    """Say why and leave with PREEMPTED_EXIT_CODE at once. ``os._exit``, not ``sys.exit``: the checkpoint is
+    committed, and an interpreter teardown with XLA's runtime threads still up can abort (SIGABRT, exit
+    134: "terminate called without an active exception"), which Vertex would read as a crash."""
+    print(f"tpustream: {exc}; exit {PREEMPTED_EXIT_CODE} (run again to resume)", file=sys.stderr, flush=True)
+    exit_now(PREEMPTED_EXIT_CODE)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush logs and leave with ``code`` without the interpreter teardown (see ``exit_preempted``)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +107,7 @@ class TrainConfig:
     input_size: int | None = None  # default: 224, or the images' size when they are small
     seed: int = 0
     keep_checkpoints: int = 2
+    commit_timeout_minutes: float = 30.0  # hosts other than process 0 wait this long for its model artifact
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_NAMES:
@@ -273,10 +301,14 @@ def _replica_main(index: int, config: TrainConfig) -> None:
 
 
 def _train_process(config: TrainConfig) -> dict[str, Any]:
+    # SIGTERM is a preemption from the first instant: setup, loop and waiting for process 0 alike.
+    with _Preemption() as preemption:
+        return _setup_and_run(config, preemption)
+
+
+def _setup_and_run(config: TrainConfig, preemption: _Preemption) -> dict[str, Any]:
     import torch
-    import torch_xla
     import torch_xla.core.xla_model as xm
-    import torch_xla.debug.metrics as met
 
     from tpustream.data import LoaderConfig, LoaderError, ShardLoader
 
@@ -324,9 +356,7 @@ def _train_process(config: TrainConfig) -> dict[str, Any]:
     except LoaderError as exc:
         raise TrainError(str(exc)) from exc
     steps_per_epoch = loaders["train"].steps_per_epoch
-    total_steps = steps_per_epoch * config.epochs
     peak_lr = config.lr or 0.1 * global_batch / 256
-    warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
 
     torch.manual_seed(config.seed)
     model = build_model(config.model, num_classes=len(classes), input_size=input_size).to(rt.device)
@@ -360,8 +390,30 @@ def _train_process(config: TrainConfig) -> dict[str, Any]:
         rt.num_devices, config.strategy, per_device, global_batch, steps_per_epoch, config.epochs, peak_lr,
     )  # fmt: skip
 
-    tb_dir = tempfile.mkdtemp(prefix="tpustream-tb-")
+    tb_dir = tempfile.mkdtemp(prefix="tpustream-tb-") if rt.is_master else ""
     writer = _summary_writer(tb_dir) if rt.is_master else None
+    try:
+        return _run(config, rt, loaders, model, optimizer, state, meta, output, tb_dir, writer,
+                    peak_lr=peak_lr, global_batch=global_batch, preemption=preemption)  # fmt: skip
+    finally:
+        if writer is not None:
+            writer.close()
+        if tb_dir:
+            shutil.rmtree(tb_dir, ignore_errors=True)
+
+
+def _run(config: TrainConfig, rt: Runtime, loaders: dict[str, Any], model: Any, optimizer: Any, state: _State,
+         meta: dict[str, Any], output: str, tb_dir: str, writer: Any, *, peak_lr: float,
+         global_batch: int, preemption: _Preemption) -> dict[str, Any]:  # fmt: skip
+    """The epoch loop; returns the model card (process 0 writes it, the other hosts wait for it)."""
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+
+    steps_per_epoch = loaders["train"].steps_per_epoch
+    total_steps = steps_per_epoch * config.epochs
+    warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
 
     def checkpoint_now(best: bool) -> None:
         if not rt.is_master:
@@ -377,90 +429,112 @@ def _train_process(config: TrainConfig) -> dict[str, Any]:
     model.train()
     tracker = xm.RateTracker()
     last_checkpoint = time.monotonic()
-    with _Preemption() as preemption:
-        while state.epoch < config.epochs:
-            epoch = state.epoch
-            epoch_started = time.perf_counter()
-            wait = 0.0
-            batches = itertools.islice(loaders["train"].epoch(epoch), state.batches_done, None)
-            iterator = iter(device_loader(batches, rt))
-            loss_sum = torch.zeros((), device=rt.device)
-            steps_this_run = 0
-            while True:
-                waited = time.perf_counter()
-                try:
-                    batch = next(iterator)
-                except StopIteration:
-                    break
-                wait += time.perf_counter() - waited
-                lr = lr_at(
-                    state.global_step, peak_lr=peak_lr, warmup_steps=warmup_steps, total_steps=total_steps
-                )
-                loss = train_step(model, optimizer, batch, lr, config, rt)
-                loss_sum = loss_sum + loss
-                state.global_step += 1
-                state.batches_done += 1
-                steps_this_run += 1
-                tracker.add(global_batch / rt.num_replicas)
-                if state.global_step % config.log_steps == 0:
-                    elapsed = time.perf_counter() - epoch_started
-                    xm.add_step_closure(
-                        _log_step, args=(loss, state.global_step, epoch, lr, tracker, rt, wait / max(elapsed, 1e-9), writer)
-                    )  # fmt: skip
-                if preemption.requested:
-                    torch_xla.sync()
-                    checkpoint_now(best=False)
-                    raise Preempted(
-                        f"preempted at epoch {epoch + 1}, batch {state.batches_done}: `last` written"
-                    )
-                if time.monotonic() - last_checkpoint > config.checkpoint_minutes * 60:
-                    checkpoint_now(best=False)
-                    last_checkpoint = time.monotonic()
-            metrics = evaluate(model, loaders["val"], epoch, config, rt)
-            train_loss = (loss_sum / max(steps_this_run, 1)).item()
-            if not math.isfinite(train_loss):
-                # Nothing of this epoch is checkpointed: `last` stays the previous, finite epoch.
-                raise TrainError(
-                    f"training diverged: mean train loss is {train_loss} in epoch {epoch + 1}; lower --lr "
-                    f"(this run: peak {peak_lr:g}) or raise --warmup-epochs, then re-run: --resume auto "
-                    "continues from the last finite checkpoint"
-                )
-            seconds = time.perf_counter() - epoch_started
-            samples = steps_this_run * global_batch
-            record = {
-                "epoch": epoch + 1, "train_loss": train_loss, **metrics, "epoch_seconds": seconds,
-                "samples_per_s": samples / seconds, "samples_per_s_per_device": samples / seconds / rt.num_devices,
-                "data_wait_fraction": wait / seconds, "compiles": _compiles(met),
-            }  # fmt: skip
-            state.history.append(record)
-            best = metrics["val_top1"] > state.best_top1
-            if best:
-                state.best_top1 = metrics["val_top1"]
-            state.epoch, state.batches_done = epoch + 1, 0
-            log.info(
-                "epoch %d/%d: train loss %.4f, val top-1 %.4f top-5 %.4f loss %.4f (%d samples), %.1f s, "
-                "%.0f samples/s (%.0f per device), data wait %.1f%%, XLA compiles so far %d",
-                epoch + 1, config.epochs, train_loss, metrics["val_top1"], metrics["val_top5"], metrics["val_loss"],
-                metrics["val_samples"], seconds, record["samples_per_s"], record["samples_per_s_per_device"],
-                100 * record["data_wait_fraction"], record["compiles"],
-            )  # fmt: skip
-            if writer is not None:
-                for key in (
-                    "train_loss",
-                    "val_loss",
-                    "val_top1",
-                    "val_top5",
-                    "samples_per_s",
-                    "data_wait_fraction",
-                ):
-                    writer.add_scalar(f"epoch/{key}", record[key], epoch + 1)
-                writer.flush()
-                _upload_tree(tb_dir, storage.join(output, "tensorboard"))
-            checkpoint_now(best=best)
-            last_checkpoint = time.monotonic()
+    if preemption.requested:
+        raise Preempted("SIGTERM before the first step: nothing new to save")
+    while state.epoch < config.epochs:
+        epoch = state.epoch
+        epoch_started = time.perf_counter()
+        wait = 0.0
+        batches = itertools.islice(loaders["train"].epoch(epoch), state.batches_done, None)
+        iterator = iter(device_loader(batches, rt))
+        loss_sum = torch.zeros((), device=rt.device)
+        steps_this_run = 0
+        while True:
+            waited = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            wait += time.perf_counter() - waited
+            lr = lr_at(state.global_step, peak_lr=peak_lr, warmup_steps=warmup_steps, total_steps=total_steps)
+            loss = train_step(model, optimizer, batch, lr, config, rt)
+            loss_sum = loss_sum + loss
+            state.global_step += 1
+            state.batches_done += 1
+            steps_this_run += 1
+            tracker.add(global_batch / rt.num_replicas)
+            if state.global_step % config.log_steps == 0:
+                elapsed = time.perf_counter() - epoch_started
+                xm.add_step_closure(
+                    _log_step, args=(loss, state.global_step, epoch, lr, tracker, rt, wait / max(elapsed, 1e-9), writer)
+                )  # fmt: skip
+            if preemption.requested:
+                torch_xla.sync()
+                checkpoint_now(best=False)
+                raise Preempted(f"preempted at epoch {epoch + 1}, batch {state.batches_done}: `last` written")
+            if time.monotonic() - last_checkpoint > config.checkpoint_minutes * 60:
+                checkpoint_now(best=False)
+                last_checkpoint = time.monotonic()
+        metrics = evaluate(model, loaders["val"], epoch, config, rt)
+        train_loss = (loss_sum / max(steps_this_run, 1)).item()
+        if not math.isfinite(train_loss):
+            # Nothing of this epoch is checkpointed: `last` stays the previous, finite epoch.
+            raise TrainError(
+                f"training diverged: mean train loss is {train_loss} in epoch {epoch + 1}; lower --lr "
+                f"(this run: peak {peak_lr:g}) or raise --warmup-epochs, then re-run: --resume auto "
+                "continues from the last finite checkpoint"
+            )
+        seconds = time.perf_counter() - epoch_started
+        samples = steps_this_run * global_batch
+        record = {
+            "epoch": epoch + 1, "train_loss": train_loss, **metrics, "epoch_seconds": seconds,
+            "samples_per_s": samples / seconds, "samples_per_s_per_device": samples / seconds / rt.num_devices,
+            "data_wait_fraction": wait / seconds, "compiles": _compiles(met),
+        }  # fmt: skip
+        state.history.append(record)
+        best = metrics["val_top1"] > state.best_top1
+        if best:
+            state.best_top1 = metrics["val_top1"]
+        state.epoch, state.batches_done = epoch + 1, 0
+        log.info(
+            "epoch %d/%d: train loss %.4f, val top-1 %.4f top-5 %.4f loss %.4f (%d samples), %.1f s, "
+            "%.0f samples/s (%.0f per device), data wait %.1f%%, XLA compiles so far %d",
+            epoch + 1, config.epochs, train_loss, metrics["val_top1"], metrics["val_top5"], metrics["val_loss"],
+            metrics["val_samples"], seconds, record["samples_per_s"], record["samples_per_s_per_device"],
+            100 * record["data_wait_fraction"], record["compiles"],
+        )  # fmt: skip
+        if writer is not None:
+            for key in (
+                "train_loss",
+                "val_loss",
+                "val_top1",
+                "val_top5",
+                "samples_per_s",
+                "data_wait_fraction",
+            ):
+                writer.add_scalar(f"epoch/{key}", record[key], epoch + 1)
+            writer.flush()
+            _upload_tree(tb_dir, storage.join(output, "tensorboard"))
+        checkpoint_now(best=best)
+        last_checkpoint = time.monotonic()
     if not rt.is_master:
-        return {}
+        return _wait_for_primary(output, meta["dataset_digest"], state.global_step, config, rt, preemption)
     return _write_model_artifact(output, meta, state)
+
+
+def _wait_for_primary(
+    output: str, digest: str, steps: int, config: TrainConfig, rt: Runtime, preemption: _Preemption
+) -> dict[str, Any]:
+    """Hosts other than process 0 return once it has committed this run's model.json (same dataset, same
+    final step), so every host of a slice leaves together and only process 0 wrote anything."""
+    uri = storage.join(output, "model.json")
+    deadline = time.monotonic() + config.commit_timeout_minutes * 60
+    log.info("host %d: waiting for process 0 to commit %s", rt.replica_index, uri)
+    while True:
+        try:
+            card = json.loads(storage.read_bytes(uri))
+            if card.get("dataset", {}).get("manifest_digest") == digest and card.get("steps") == steps:
+                return dict(card)
+        except (storage.NotFound, ValueError):
+            pass
+        if preemption.requested:  # nothing of ours to save: process 0 writes `last`
+            raise Preempted(f"host {rt.replica_index}: preempted while waiting for process 0 to commit {uri}")
+        if time.monotonic() > deadline:
+            raise TrainError(
+                f"host {rt.replica_index}: process 0 did not commit {uri} (step {steps}) within "
+                f"{config.commit_timeout_minutes:g} min; see process 0's log. A re-run resumes from `last`"
+            )
+        time.sleep(1.0)
 
 
 def _compiles(met: Any) -> int:
@@ -532,6 +606,7 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> d
         "history": state.history,
         "dataset": {"uri": meta["dataset"], "manifest_digest": meta["dataset_digest"]},
         "model_sha256": model_digest,
+        "steps": state.global_step,
         "training": meta["config"],
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

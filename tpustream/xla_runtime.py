@@ -6,10 +6,18 @@ their first axis) and ``replicas`` (one process per device, gradients all-reduce
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Runtime", "runtime", "device_loader"]
+__all__ = ["Runtime", "runtime", "device_loader", "emulated_slice", "is_primary_host", "EMULATE_SLICE_ENV"]
+
+# Test-only: XLA on CPU cannot span processes (multi-process collectives crash, pytorch/xla #5005,
+# #9089), so a multi-host slice is emulated in control flow: N processes, each told it is host k of N
+# through the variables a TPU VM host reads when it skips the metadata server (TPU_WORKER_ID,
+# TPU_WORKER_HOSTNAMES: torch_xla/_internal/tpu.py). On a real TPU slice, torch_xla's PJRT runtime
+# supplies process_index/process_count and this switch is never set.
+EMULATE_SLICE_ENV = "TPUSTREAM_EMULATE_SLICE"
 
 
 @dataclass
@@ -24,9 +32,35 @@ class Runtime:
     num_replicas: int
     is_master: bool
     mesh: Any = None
+    emulated: bool = False  # a host of an emulated slice (EMULATE_SLICE_ENV): no cross-host arrays
 
     def host_batch(self, per_device: int) -> int:
         return per_device * (self.local_devices if self.strategy == "spmd" else 1)
+
+
+def emulated_slice() -> tuple[int, int] | None:
+    """``(host index, host count)`` of an emulated slice on XLA CPU, else None (see EMULATE_SLICE_ENV)."""
+    if os.environ.get(EMULATE_SLICE_ENV) != "1":
+        return None
+    if os.environ.get("PJRT_DEVICE", "CPU") != "CPU":
+        raise RuntimeError(f"{EMULATE_SLICE_ENV}=1 is a test switch for XLA CPU only; unset it on a TPU")
+    hosts = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]
+    index = int(os.environ.get("TPU_WORKER_ID", "0"))
+    if not hosts or not 0 <= index < len(hosts):
+        raise RuntimeError(
+            f"{EMULATE_SLICE_ENV}=1 needs TPU_WORKER_HOSTNAMES (comma-separated) and TPU_WORKER_ID in range"
+        )
+    return index, len(hosts)
+
+
+def is_primary_host() -> bool:
+    """Whether this process is process 0 of the job: the one that writes checkpoints and outputs."""
+    emulated = emulated_slice()
+    if emulated is not None:
+        return emulated[0] == 0
+    import torch_xla.runtime as xr
+
+    return xr.process_index() == 0
 
 
 def runtime(strategy: str) -> Runtime:
@@ -42,6 +76,14 @@ def runtime(strategy: str) -> Runtime:
         xr.use_spmd()
         num_devices = xr.global_runtime_device_count()
         mesh = xs.Mesh(np.arange(num_devices), (num_devices,), ("data",))
+        emulated = emulated_slice()
+        if emulated is not None:  # host k of N in control flow only: a mesh over this host's devices
+            index, hosts = emulated
+            return Runtime(
+                device=torch_xla.device(), strategy=strategy, num_devices=num_devices * hosts,
+                local_devices=num_devices, replica_index=index, num_replicas=hosts, is_master=index == 0,
+                mesh=mesh, emulated=True,
+            )  # fmt: skip
         return Runtime(
             device=torch_xla.device(), strategy=strategy, num_devices=num_devices,
             local_devices=xr.addressable_runtime_device_count(), replica_index=xr.process_index(),
@@ -61,9 +103,10 @@ def device_loader(batches: Any, rt: Runtime) -> Any:
         return pl.MpDeviceLoader(batches, rt.device)
     import torch_xla.distributed.spmd as xs
 
+    minibatch = rt.num_replicas > 1 and not rt.emulated  # each host's slice of one global batch
     spec = {
-        "image": xs.ShardingSpec(rt.mesh, ("data", None, None, None), minibatch=rt.num_replicas > 1),
-        "label": xs.ShardingSpec(rt.mesh, ("data",), minibatch=rt.num_replicas > 1),
-        "mask": xs.ShardingSpec(rt.mesh, ("data",), minibatch=rt.num_replicas > 1),
+        "image": xs.ShardingSpec(rt.mesh, ("data", None, None, None), minibatch=minibatch),
+        "label": xs.ShardingSpec(rt.mesh, ("data",), minibatch=minibatch),
+        "mask": xs.ShardingSpec(rt.mesh, ("data",), minibatch=minibatch),
     }
     return pl.MpDeviceLoader(batches, rt.device, input_sharding=spec)

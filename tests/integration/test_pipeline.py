@@ -3,82 +3,108 @@ client to a recording endpoint, and the whole pipeline run locally through kfp.l
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import yaml
 
 from pipelines.submit import compile_pipeline, schedule_pipeline, submit_pipeline
-from pipelines.training import TPU_TYPES
+from pipelines.tpu import TPU_TYPES
 from tpustream import promote
 
 pytestmark = pytest.mark.integration
 
 
+DIGEST = "@sha256:" + "b" * 64
+CPU_IMAGE = "europe-docker.pkg.dev/proj/tpustream/cpu" + DIGEST
+TPU_IMAGE = "europe-docker.pkg.dev/proj/tpustream/tpu" + DIGEST
+
+
 def _compiled(tmp_path, tpu):
     path = str(tmp_path / f"pipeline-{tpu}.yaml")
-    compile_pipeline(path, tpu=tpu, cpu_image="example.com/cpu:1", tpu_image="example.com/tpu:1")
+    compile_pipeline(path, tpu=tpu, cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
     with open(path) as f:
         return yaml.safe_load(f), open(path).read()
 
 
+def _all_tasks(spec):
+    tasks = dict(spec["root"]["dag"]["tasks"])
+    for component in spec["components"].values():
+        tasks.update(component.get("dag", {}).get("tasks", {}))
+    return tasks
+
+
 def _worker_pools(spec):
-    train = spec["components"]["comp-train-model"]["inputDefinitions"]["parameters"]
-    return train["worker_pool_specs"]["defaultValue"]
+    train = _all_tasks(spec)["train-model"]
+    return train["inputs"]["parameters"]["worker_pool_specs"]["runtimeValue"]["constant"]
 
 
-def test_dag_structure_caching_and_parameters(tmp_path):
+def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     spec, text = _compiled(tmp_path, None)
-    tasks = spec["root"]["dag"]["tasks"]
-    assert set(tasks) == {
-        "plan-shards",
-        "for-loop-1",
-        "finalize-shards",
-        "train-model",
-        "evaluate-model",
-        "condition-2",
-    }
-    assert set(tasks["finalize-shards"]["dependentTasks"]) == {"for-loop-1", "plan-shards"}
+    assert set(spec["root"]["dag"]["tasks"]) == {"check-source", "condition-1"}
+    tasks = _all_tasks(spec)
+    assert {"plan-shards", "for-loop-2", "finalize-shards", "train-model", "evaluate-model", "promote-model",
+            "write-shards", "condition-3"} <= set(tasks)  # fmt: skip
+    assert (
+        spec["root"]["dag"]["tasks"]["condition-1"]["triggerPolicy"]["condition"]
+        == "inputs.parameter_values['pipelinechannel--check-source-Output'] == 'train'"
+    )
+    assert set(tasks["finalize-shards"]["dependentTasks"]) == {"for-loop-2"}
     assert tasks["train-model"]["dependentTasks"] == ["finalize-shards"]
     assert "train-model" in tasks["evaluate-model"]["dependentTasks"]
-    assert (
-        tasks["condition-2"]["triggerPolicy"]["condition"]
-        == "inputs.parameter_values['pipelinechannel--evaluate-model-Output'] == 'promote'"
-    )
-    assert tasks["evaluate-model"]["cachingOptions"] == {}  # caching off: it reads the champion
-    promote_task = spec["components"]["comp-condition-2"]["dag"]["tasks"]["promote-model"]
-    assert promote_task["cachingOptions"] == {}
+    # No task is ever served from KFP's cache: the source URI never changes between scheduled runs,
+    # and whether there is new data is the check step's fingerprint's decision (tpustream/fingerprint.py).
+    assert all(t.get("cachingOptions", {}).get("enableCache") is not True for t in tasks.values())
+    assert all(t["cachingOptions"] == {} for t in tasks.values() if "componentRef" in t and
+               not t["componentRef"]["name"].startswith(("comp-condition", "comp-for-loop")))  # fmt: skip
     assert tasks["train-model"]["retryPolicy"]["maxRetryCount"] == 2
-    assert (
-        spec["components"]["comp-for-loop-1"]["dag"]["tasks"]["write-shards"]["retryPolicy"]["maxRetryCount"]
-        == 2
-    )
+    assert tasks["write-shards"]["retryPolicy"]["maxRetryCount"] == 2
     params = spec["root"]["inputDefinitions"]["parameters"]
-    assert {"registry", "source", "model_name", "epochs", "batch_size", "min_delta", "metric"} <= set(params)
-    images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
-    assert images == {"example.com/cpu:1"}
-    assert (
-        "serviceAccount" not in text and "service_account" not in text and "credentials" not in text.lower()
-    )
+    assert {"registry", "source", "datasets_root", "model_name", "epochs", "retrain", "metric"} <= set(params)
+    executors = spec["deploymentSpec"]["executors"].values()
+    assert {e["container"]["image"] for e in executors} == {CPU_IMAGE}
+    # No step installs anything at run time: the images carry kfp (install_kfp_package=False).
+    assert "pip install" not in text and "ensurepip" not in text
+    assert "serviceAccount" not in text and "credentials" not in text.lower()
 
 
-@pytest.mark.parametrize("tpu", ["v2-8", "v3-8", "v5e-4", "v5e-16"])
-def test_tpu_machine_specs(tmp_path, tpu):
+@pytest.mark.parametrize("tpu", ["v2-8", "v3-8", "v5e-4", "v5e-16", "v6e-8", "v6e-32"])
+def test_tpu_job_is_one_pool_per_slice_as_the_pipeline_identity(tmp_path, tpu):
+    from google.cloud import aiplatform_v1
+
+    from tests.vertex_fake import tpu_job_hosts
+
     spec, text = _compiled(tmp_path, tpu)
     expected = TPU_TYPES[tpu]
-    pools = _worker_pools(spec)
-    assert sum(int(p["replica_count"]) for p in pools) == expected.hosts  # one worker per host
-    for pool in pools:
-        machine = pool["machine_spec"]
-        assert machine["machine_type"] == expected.machine_type
-        assert machine["accelerator_type"] == expected.accelerator_type
-        assert int(machine["accelerator_count"]) == expected.accelerator_count
-        assert machine.get("tpu_topology") == expected.topology
-        assert pool["container_spec"]["image_uri"] == "example.com/tpu:1"
-    train = spec["components"]["comp-train-model"]["inputDefinitions"]["parameters"]
-    assert train["restart_job_on_worker_restart"]["defaultValue"] is True
-    assert spec["root"]["dag"]["tasks"]["train-model"]["retryPolicy"]["maxRetryCount"] == 2
-    assert "service_account" not in json.dumps(pools)
-    assert True  # resume=auto is the trainer's own default in the component
+    (pool,) = _worker_pools(spec)  # one pool, whatever the number of hosts
+    assert pool["replica_count"] == 1
+    assert pool["machine_spec"] == expected.machine_spec()
+    assert pool["container_spec"]["image_uri"] == TPU_IMAGE
+    assert pool["container_spec"]["command"] == [
+        "python3",
+        "-m",
+        "kfp.dsl.executor_main",
+    ]  # Python gets SIGTERM
+    # What Vertex will receive parses as a CustomJob and passes its TPU rules, on as many hosts as the table says.
+    from tests.vertex_emulation import _protojson
+
+    body = {"display_name": "t", "job_spec": {"worker_pool_specs": [_protojson(pool)]}}
+    job = aiplatform_v1.CustomJob(body)
+    assert tpu_job_hosts(json.loads(aiplatform_v1.CustomJob.to_json(job))) == expected.hosts
+    inputs = spec["components"]["comp-train-model"]["inputDefinitions"]["parameters"]
+    assert inputs["service_account"]["defaultValue"] == "{{$.pipeline_service_account}}"
+    assert inputs["network"]["defaultValue"] == "{{$.pipeline_network}}"
+    assert inputs["restart_job_on_worker_restart"]["defaultValue"] is True
+    assert "pip install" not in text
+
+
+def test_compile_refuses_placeholder_images(tmp_path):
+    with pytest.raises(ValueError, match="--image"):
+        compile_pipeline(str(tmp_path / "p.yaml"), tpu=None, cpu_image="")
+    with pytest.raises(ValueError, match="--tpu-image"):
+        compile_pipeline(str(tmp_path / "p.yaml"), tpu="v3-8", cpu_image=CPU_IMAGE,
+                         tpu_image="us-docker.pkg.dev/PROJECT/tpustream/tpu:latest")  # fmt: skip
+    assert not (tmp_path / "p.yaml").exists()
 
 
 def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatch):
@@ -94,24 +120,27 @@ def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatc
         lambda output_artifacts_gcs_dir=None, **kw: checked.append(output_artifacts_gcs_dir) or output_artifacts_gcs_dir,
     )  # fmt: skip
     template = str(tmp_path / "p.yaml")
-    compile_pipeline(template, tpu="v3-8")
+    compile_pipeline(template, tpu="v3-8", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
     recorder = VertexRecorder()
+    source = f"{gcs_bucket}/images"
     try:
         root = f"{gcs_bucket}/pipeline-root"
         name = submit_pipeline(
             template, project="proj", region="europe-west4", pipeline_root=root,
-            parameters={"registry": f"{gcs_bucket}/registry", "epochs": 3}, service_account="sa@proj.iam.gserviceaccount.com",
-            labels={"team": "vision"}, caching=False, api_endpoint=recorder.url,
+            parameters={"registry": f"{gcs_bucket}/registry", "source": source, "epochs": 3},
+            service_account="sa@proj.iam.gserviceaccount.com", labels={"team": "vision"}, no_cache=True,
+            api_endpoint=recorder.url,
         )  # fmt: skip
         assert name.startswith("projects/proj/locations/europe-west4/pipelineJobs/")
         schedule = schedule_pipeline(
             template, cron="0 3 * * 1", project="proj", region="europe-west4", pipeline_root=root,
-            parameters={"registry": f"{gcs_bucket}/registry"}, service_account="sa@proj.iam.gserviceaccount.com",
-            api_endpoint=recorder.url,
+            parameters={"registry": f"{gcs_bucket}/registry", "source": source},
+            service_account="sa@proj.iam.gserviceaccount.com", api_endpoint=recorder.url,
         )  # fmt: skip
         assert schedule.startswith("projects/proj/locations/europe-west4/schedules/")
     finally:
         recorder.close()
+    assert recorder.rejected == []  # every body parsed as the aiplatform v1 proto Vertex would parse it
     jobs = [r for r in recorder.requests if r["method"] == "POST" and r["path"].endswith("/pipelineJobs")]
     assert len(jobs) == 1 and jobs[0]["path"] == "/v1/projects/proj/locations/europe-west4/pipelineJobs"
     assert checked and checked[0] == root
@@ -119,32 +148,104 @@ def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatc
     body = jobs[0]["body"]
     assert body["serviceAccount"] == "sa@proj.iam.gserviceaccount.com" and body["labels"]["team"] == "vision"
     assert body["runtimeConfig"]["gcsOutputDirectory"] == root
-    assert body["runtimeConfig"]["parameterValues"] == {"registry": f"{gcs_bucket}/registry", "epochs": 3}
-    tasks = body["pipelineSpec"]["root"]["dag"]["tasks"]
-    assert all(t.get("cachingOptions", {}).get("enableCache") in (None, False) for t in tasks.values())
+    assert body["runtimeConfig"]["parameterValues"]["source"] == source
     schedules = [r for r in recorder.requests if r["method"] == "POST" and r["path"].endswith("/schedules")]
     assert len(schedules) == 1
     sbody = schedules[0]["body"]
     assert sbody["cron"] == "0 3 * * 1" and str(sbody["maxConcurrentRunCount"]) == "1"
-    assert (
-        sbody["createPipelineJobRequest"]["pipelineJob"]["serviceAccount"]
-        == "sa@proj.iam.gserviceaccount.com"
-    )
+    scheduled = sbody["createPipelineJobRequest"]["pipelineJob"]
+    assert scheduled["serviceAccount"] == "sa@proj.iam.gserviceaccount.com"
+    assert scheduled["runtimeConfig"]["parameterValues"]["source"] == source
+    # No task of a scheduled run can be a cache hit, the source-reading check step least of all.
+    for sent in (body, scheduled):
+        tasks = _all_tasks(sent["pipelineSpec"])
+        assert tasks["check-source"].get("cachingOptions", {}).get("enableCache") is not True
+        assert all(t.get("cachingOptions", {}).get("enableCache") is not True for t in tasks.values())
 
 
-def test_run_local_end_to_end_then_no_promotion_without_improvement(tmp_path):
+def test_the_recording_endpoint_rejects_what_vertex_would(tmp_path):
+    """The validation that guards every test above can fail: a misspelt field and a two-pool TPU job."""
+    import requests
+
+    from tests.vertex_fake import VertexRecorder
+
+    recorder = VertexRecorder()
+    try:
+        base = f"{recorder.url}/v1/projects/p/locations/l"
+        bad = requests.post(
+            f"{base}/pipelineJobs", json={"displayName": "x", "serviceAcount": "typo"}, timeout=10
+        )
+        pool = {"machineSpec": {"machineType": "ct5lp-hightpu-4t", "tpuTopology": "4x4"}, "replicaCount": "1",
+                "containerSpec": {"imageUri": "i"}}  # fmt: skip
+        two_pools = {
+            "displayName": "x",
+            "jobSpec": {"workerPoolSpecs": [pool, {**pool, "replicaCount": "3"}]},
+        }
+        bad_job = requests.post(f"{base}/customJobs", json=two_pools, timeout=10)
+        no_topology = {"displayName": "x", "jobSpec": {"workerPoolSpecs": [
+            {**pool, "machineSpec": {"machineType": "ct6e-standard-4t"}}]}}  # fmt: skip
+        bad_topology = requests.post(f"{base}/customJobs", json=no_topology, timeout=10)
+    finally:
+        recorder.close()
+    assert bad.status_code == 400 and "serviceAcount" in bad.json()["error"]["message"]
+    assert bad_job.status_code == 400 and "one worker pool" in bad_job.json()["error"]["message"]
+    assert bad_topology.status_code == 400 and "tpuTopology" in bad_topology.json()["error"]["message"]
+    assert len(recorder.rejected) == 3
+
+
+def _digit_images(root, start, stop):
+    """Real data for an ImageFolder source: scikit-learn's bundled digits as PNG files, one folder a class."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    for i in range(start, stop):
+        folder = root / str(digits.target[i])
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = (digits.images[i] * (255 / 16)).astype(np.uint8)
+        Image.fromarray(pixels).convert("RGB").save(folder / f"{i:05d}.png")
+
+
+def test_run_local_retrains_only_on_new_data(tmp_path):
+    """A schedule's runs through the real kfp.local DAG: the first trains; the second, on an unchanged
+    source, skips shards and training; after images are added, the third trains on a new dataset."""
     from pipelines.local import run_local
 
-    settings = dict(source="digits", num_shards=8, shards_per_task=4, model_name="tiny", epochs=6, batch_size=16,
+    source = tmp_path / "images"
+    _digit_images(source, 0, 900)
+    settings = dict(source=str(source), num_shards=8, shards_per_task=4, model_name="tiny", epochs=3, batch_size=16,
                     lr=0.2, bf16=False, workers=2)  # fmt: skip
-    out = run_local(root=str(tmp_path / "run"), **settings)
-    status = promote.champion_status(out["registry"])
+    root = str(tmp_path / "run")
+    first = run_local(root=root, **settings)
+    registry = first["registry"]
+    assert first["data"] == "train"
+    status = promote.champion_status(registry)
     assert status["ok"] and status["champion"]["version"] == 1
-    assert status["champion"]["metrics"]["top1"] > 0.6
-    version_dir = promote.version_uri(out["registry"], 1)
-    assert {"model.pt", "model.json", "metrics.json"} <= set(os.listdir(version_dir))
-    # the second run: same data and settings, so the candidate is not better -> the champion stays
-    run_local(root=str(tmp_path / "run"), **settings)
-    after = promote.champion_status(out["registry"])
-    assert after["champion"]["version"] == 1 and after["champion"] == status["champion"]
-    assert sorted(os.listdir(os.path.join(out["registry"], "versions"))) == ["1"]
+    assert status["champion"]["metrics"]["top1"] > 0.5
+    assert {"model.pt", "model.json", "metrics.json"} <= set(os.listdir(promote.version_uri(registry, 1)))
+    (dataset,) = os.listdir(os.path.join(registry, "datasets"))
+
+    def trained_models():
+        return sorted(p for p, _, files in os.walk(first["pipeline_root"]) if "model.json" in files)
+
+    assert len(trained_models()) == 1
+    second = run_local(root=root, **settings)
+    assert second["data"] == "skip"  # no new data: no shards, no training, nothing promoted
+    assert len(trained_models()) == 1 and os.listdir(os.path.join(registry, "datasets")) == [dataset]
+    assert promote.champion_status(registry)["champion"] == status["champion"]
+
+    _digit_images(source, 900, 1300)  # new images land in the bucket
+    third = run_local(root=root, **settings)
+    assert third["data"] == "train"
+    datasets = sorted(os.listdir(os.path.join(registry, "datasets")))
+    assert len(datasets) == 2 and dataset in datasets
+    (new_dataset,) = set(datasets) - {dataset}
+    models = trained_models()
+    assert len(models) == 2
+    cards = [json.loads(Path(m, "model.json").read_text()) for m in models]
+    assert {c["dataset"]["uri"].rsplit("/", 1)[1] for c in cards} == {dataset, new_dataset}
+    new_card = next(c for c in cards if c["dataset"]["uri"].endswith(new_dataset))
+    assert sum(r["val_samples"] for r in new_card["history"][-1:]) > 0
+    manifest = json.loads(Path(registry, "datasets", new_dataset, "manifest.json").read_text())
+    assert sum(split["num_samples"] for split in manifest["splits"].values()) == 1300

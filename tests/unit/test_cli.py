@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -99,7 +100,21 @@ def test_pipeline_commands_check_their_input_before_any_cloud_call(tmp_path, mon
     common = ["--project", "p", "--pipeline-root", "gs://b/runs", "--registry", "gs://b/registry"]
     result = runner.invoke(app, ["pipeline", "submit", "--template", template, *common])
     assert result.exit_code == 2 and "no such file" in result.output and "pipeline compile" in result.output
-    assert runner.invoke(app, ["pipeline", "compile", "--output", template]).exit_code == 0
+    result = runner.invoke(app, ["pipeline", "compile", "--output", template])
+    assert result.exit_code == 2 and "--image" in result.output and not os.path.exists(template)
+    images = [
+        "--image",
+        "europe-docker.pkg.dev/p/r/cpu@sha256:" + "c" * 64,
+        "--tpu-image",
+        "europe-docker.pkg.dev/p/r/tpu:7",
+    ]
+    result = runner.invoke(app, ["pipeline", "compile", "--output", template, *images])
+    assert result.exit_code == 0 and "v3-8" in result.output
+    from pipelines.tpu import TPU_TYPES
+
+    help_text = "".join(runner.invoke(app, ["pipeline", "compile", "--help"]).output.replace("│", "").split())
+    assert all(f"{name}:" in help_text for name in TPU_TYPES)  # listed from the one table
+    assert "v5e-16:ct5lp-hightpu-4ttopology4x4,4hosts" in help_text
     result = runner.invoke(
         app, ["pipeline", "schedule", "--template", template, "--cron", "every monday", *common]
     )

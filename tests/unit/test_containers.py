@@ -1,5 +1,7 @@
 """No Docker engine here: check the Dockerfiles and the Cloud Build file parse and agree."""
 
+import json
+import re
 from pathlib import Path
 
 import yaml
@@ -51,15 +53,36 @@ def test_dockerfiles_are_pinned_and_copy_what_exists():
     assert "torch_xla[tpu]==2.9.0" in tpu
 
 
-def test_cloudbuild_builds_pushes_and_compiles_against_the_pushed_tags():
-    build = yaml.safe_load((ROOT / "containers" / "cloudbuild.yaml").read_text())
+def test_cloudbuild_tags_every_build_and_compiles_against_the_pushed_digests():
+    text = (ROOT / "containers" / "cloudbuild.yaml").read_text()
+    build = yaml.safe_load(text)
+    assert "SHORT_SHA" not in json.dumps(build)  # empty for a manual `gcloud builds submit`: an invalid tag
     steps = {s["id"]: s for s in build["steps"]}
     pushed = [s["args"][1] for s in build["steps"] if s["args"][0] == "push"]
     assert sorted(pushed) == sorted(build["images"])
+    assert all(image.endswith(":$BUILD_ID") for image in build["images"])
     built = [s["args"][s["args"].index("-t") + 1] for s in build["steps"] if s["args"][0] == "build"]
     assert sorted(built) == sorted(build["images"])
-    compile_args = steps["compile-pipeline"]["args"]
-    assert compile_args[:2] == ["pipeline", "compile"]
-    assert compile_args[compile_args.index("--image") + 1] in build["images"]
-    assert compile_args[compile_args.index("--tpu-image") + 1] in build["images"]
-    assert set(steps["compile-pipeline"]["waitFor"]) == {"push-cpu", "push-tpu"}
+    digests = " ".join(steps["digests"]["args"])
+    assert all(f"{{{{index .RepoDigests 0}}}}' {image}" in digests for image in build["images"])
+    compile_cmd = " ".join(steps["compile-pipeline"]["args"])
+    assert "pipeline compile" in compile_cmd
+    assert '--image "$$(cat /workspace/cpu.ref)"' in compile_cmd  # $$: a literal $ for bash, not Cloud Build
+    assert '--tpu-image "$$(cat /workspace/tpu.ref)"' in compile_cmd
+    assert steps["compile-pipeline"]["waitFor"] == ["digests"]
+
+
+def test_images_carry_the_exact_kfp_and_the_train_component_entry():
+    import kfp
+
+    pins = re.findall(r'^\s*"kfp==([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert pins == [kfp.__version__]  # the YAML compiled here runs this exact kfp in the images
+    from kfp.dsl.kfp_config import KFPConfig
+
+    entries = KFPConfig(config_directory=ROOT).get_components()
+    assert {k: str(v) for k, v in entries.items()} == {"train_model": "components/train.py"}
+    assert (ROOT / entries["train_model"]).exists()
+    for name in ("cpu", "tpu"):
+        copies = [a for k, a in _instructions(ROOT / "containers" / name / "Dockerfile") if k == "COPY"]
+        assert any("kfp_config.ini" in a.split()[:-1] and a.split()[-1] == "./" for a in copies)
+        assert "components ./components" in copies

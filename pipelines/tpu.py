@@ -1,0 +1,110 @@
+"""The TPU types the pipeline can train on, as Vertex AI custom training documents them.
+
+One table; ``pipeline compile --help`` and the README list it. Sources:
+- "Use Cloud TPU for custom training": https://cloud.google.com/vertex-ai/docs/training/training-with-tpu-vm
+  (v2/v3: ``machineType: cloud-tpu`` with ``acceleratorType`` TPU_V2|TPU_V3 and ``acceleratorCount: 8``;
+  v5e ``ct5lp-hightpu-{1t,4t,8t}`` and v6e ``ct6e-standard-{1t,4t,8t}`` with ``tpuTopology``, where a
+  topology larger than one VM is a multi-host slice of ``ct*-4t`` VMs).
+- "Configure compute resources for custom training":
+  https://cloud.google.com/vertex-ai/docs/training/configure-compute#tpu
+- google-cloud-aiplatform ``utils/worker_spec_utils.py``: ``tpu_topology`` "is required for the TPU v5
+  versions" and is "only passed to the chief replica as TPU jobs only allow 1 replica": a slice is ONE
+  worker pool with ``replica_count: 1``, however many hosts it has. ``aiplatform_v1`` has accelerator
+  enums for v2/v3/v4/v5e but none for v6e: the newer types are named by machine type and topology alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TpuSpec", "TPU_TYPES", "tpu_spec", "worker_pool_spec", "tpu_table_text"]
+
+
+@dataclass(frozen=True)
+class TpuSpec:
+    """One Vertex AI TPU configuration: ``hosts`` TPU VMs of ``machine_type`` in one worker pool."""
+
+    machine_type: str
+    chips_per_host: int
+    topology: str | None = None  # tpu_topology (v5e, v6e): required by Vertex for these machine types
+    accelerator_type: str | None = None  # v2/v3 only (acceleratorType + acceleratorCount)
+    accelerator_count: int = 0
+
+    @property
+    def chips(self) -> int:
+        if self.topology is None:
+            return self.chips_per_host
+        return math.prod(int(n) for n in self.topology.split("x"))
+
+    @property
+    def hosts(self) -> int:
+        return self.chips // self.chips_per_host
+
+    def machine_spec(self) -> dict[str, Any]:
+        """The ``MachineSpec`` of the worker pool (aiplatform v1 field names)."""
+        spec: dict[str, Any] = {"machine_type": self.machine_type}
+        if self.accelerator_type:
+            spec.update(accelerator_type=self.accelerator_type, accelerator_count=self.accelerator_count)
+        if self.topology:
+            spec["tpu_topology"] = self.topology
+        return spec
+
+
+def _single(machine: str, chips: int, topology: str) -> TpuSpec:
+    return TpuSpec(machine, chips, topology)
+
+
+def _slice(machine: str, topology: str) -> TpuSpec:
+    return TpuSpec(machine, 4, topology)  # multi-host slices are made of 4-chip VMs
+
+
+TPU_TYPES: dict[str, TpuSpec] = {
+    "v2-8": TpuSpec("cloud-tpu", 4, accelerator_type="TPU_V2", accelerator_count=8),  # 8 cores, 1 host
+    "v3-8": TpuSpec("cloud-tpu", 4, accelerator_type="TPU_V3", accelerator_count=8),
+    "v5e-1": _single("ct5lp-hightpu-1t", 1, "1x1"),
+    "v5e-4": _single("ct5lp-hightpu-4t", 4, "2x2"),
+    "v5e-8": _single("ct5lp-hightpu-8t", 8, "2x4"),
+    "v5e-16": _slice("ct5lp-hightpu-4t", "4x4"),
+    "v5e-32": _slice("ct5lp-hightpu-4t", "4x8"),
+    "v5e-64": _slice("ct5lp-hightpu-4t", "8x8"),
+    "v5e-128": _slice("ct5lp-hightpu-4t", "8x16"),
+    "v5e-256": _slice("ct5lp-hightpu-4t", "16x16"),
+    "v6e-1": _single("ct6e-standard-1t", 1, "1x1"),
+    "v6e-4": _single("ct6e-standard-4t", 4, "2x2"),
+    "v6e-8": _single("ct6e-standard-8t", 8, "2x4"),
+    "v6e-16": _slice("ct6e-standard-4t", "4x4"),
+    "v6e-32": _slice("ct6e-standard-4t", "4x8"),
+    "v6e-64": _slice("ct6e-standard-4t", "8x8"),
+    "v6e-128": _slice("ct6e-standard-4t", "8x16"),
+    "v6e-256": _slice("ct6e-standard-4t", "16x16"),
+}
+
+
+def tpu_spec(name: str) -> TpuSpec:
+    if name not in TPU_TYPES:
+        raise ValueError(f"unknown TPU type {name!r}: choose one of {', '.join(TPU_TYPES)}")
+    return TPU_TYPES[name]
+
+
+def worker_pool_spec(spec: TpuSpec, container_spec: dict[str, Any]) -> dict[str, Any]:
+    """The one worker pool of a TPU job: ``replica_count`` 1 whatever the number of hosts (a slice is one
+    replica); Vertex runs ``container_spec`` on every host of it."""
+    return {
+        "machine_spec": spec.machine_spec(),
+        "replica_count": 1,
+        "container_spec": container_spec,
+        "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 100},
+    }
+
+
+def tpu_table_text() -> str:
+    """One line per TPU type, for ``--help`` and the README."""
+    lines = []
+    for name, spec in TPU_TYPES.items():
+        accel = f" {spec.accelerator_type}x{spec.accelerator_count}" if spec.accelerator_type else ""
+        topo = f" topology {spec.topology}" if spec.topology else ""
+        hosts = f"{spec.hosts} hosts" if spec.hosts > 1 else "1 host"
+        lines.append(f"{name}: {spec.machine_type}{accel}{topo}, {hosts}")
+    return "; ".join(lines)

@@ -1,0 +1,115 @@
+"""The compiled pipeline's TPU train task, run the way Vertex AI runs it (tests/vertex_emulation.py):
+GCPC's real launcher posts the CustomJob to the recording endpoint (validated against the aiplatform v1
+proto and Vertex's TPU rules), and the job's one worker pool runs on every host of the slice, each host
+a process on XLA CPU. Mocked: nothing but what tests/vertex_emulation.py says cannot run here (the
+image is this venv; the hosts share one machine; the API host and polling interval in the launcher)."""
+
+import json
+import re
+import signal
+
+import pytest
+
+from pipelines.submit import compile_pipeline
+from pipelines.tpu import TPU_TYPES
+from tests.vertex_emulation import VertexEmulator, signal_hosts, wait_for
+from tpustream import storage
+from tpustream.shards import ShardConfig, create_shards
+
+pytestmark = pytest.mark.integration
+
+DIGEST = "@sha256:" + "a" * 64
+CPU_IMAGE = "us-central1-docker.pkg.dev/proj/tpustream/cpu" + DIGEST
+TPU_IMAGE = "us-central1-docker.pkg.dev/proj/tpustream/tpu" + DIGEST
+SERVICE_ACCOUNT = "pipelines@proj.iam.gserviceaccount.com"
+NETWORK = "projects/123/global/networks/training-vpc"
+PARAMS = {"registry": "gs://unused/registry", "model_name": "tiny", "epochs": 2, "batch_size": 16, "lr": 0.2,
+          "bf16": False, "workers": 0}  # fmt: skip
+
+
+@pytest.fixture
+def digits(gcs_bucket):
+    dataset = f"{gcs_bucket}/datasets/digits"
+    create_shards(ShardConfig(source="digits", output=dataset, num_shards=8), progress=False)
+    return dataset
+
+
+def _start(tmp_path, gcs_bucket, gcs_server, digits, tpu, **params):
+    template = str(tmp_path / f"{tpu}.yaml")
+    compile_pipeline(template, tpu=tpu, cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
+    emulator = VertexEmulator(env={"STORAGE_EMULATOR_HOST": gcs_server.url})
+    run = emulator.start_task(
+        template, "train-model", pipeline_params={**PARAMS, **params}, artifacts={"dataset": digits},
+        run_root=f"{gcs_bucket}/run", workdir=tmp_path, service_account=SERVICE_ACCOUNT, network=NETWORK,
+        run_labels={"team": "vision"},
+    )  # fmt: skip
+    return template, emulator, run
+
+
+@pytest.mark.parametrize("tpu", ["v3-8", "v5e-16"])
+def test_train_task_runs_on_every_host_of_the_slice_as_vertex_runs_it(
+    tmp_path, gcs_bucket, gcs_server, digits, tpu
+):
+    hosts = TPU_TYPES[tpu].hosts
+    template, emulator, run = _start(tmp_path, gcs_bucket, gcs_server, digits, tpu)
+    try:
+        assert run.wait(timeout=480) == 0, run.logs()
+        recorder = emulator.recorder
+    finally:
+        emulator.close()
+    assert run.exit_codes == [0] * hosts, run.logs()
+    assert recorder.rejected == []
+    # The CustomJob as Vertex received it: one pool, one replica, the slice's machine and topology,
+    # run as the pipeline's service account in its network, with the run's labels.
+    (created,) = [
+        r["body"] for r in recorder.requests if r["method"] == "POST" and r["path"].endswith("/customJobs")
+    ]
+    (pool,) = created["jobSpec"]["workerPoolSpecs"]
+    assert int(pool["replicaCount"]) == 1
+    machine = pool["machineSpec"]
+    assert machine["machineType"] == TPU_TYPES[tpu].machine_type
+    assert machine.get("tpuTopology") == TPU_TYPES[tpu].topology
+    assert pool["containerSpec"]["imageUri"] == TPU_IMAGE
+    assert not any("pip install" in part for part in pool["containerSpec"]["command"])
+    assert created["jobSpec"]["serviceAccount"] == SERVICE_ACCOUNT
+    assert created["jobSpec"]["network"] == NETWORK
+    assert created["labels"]["team"] == "vision" and created["labels"]["tpustream-step"] == "train"
+    assert "vertex-ai-pipelines-run-billing-id" in created["labels"]
+    # Only host 0 wrote: KFP's executor output (with the metrics), the model, the checkpoints.
+    output = json.loads((run.workdir / "executor_output.json").read_text())
+    assert output["artifacts"]["metrics"]["artifacts"][0]["metadata"]["val_top1"] > 0.3
+    model_dir = f"{gcs_bucket}/run/train-model/model"
+    names = {o.uri[len(model_dir) + 1 :] for o in storage.list_objects(model_dir)}
+    assert {"model.pt", "model.json"} <= names and any(n.startswith("checkpoints/") for n in names)
+    for host in run.hosts[1:]:
+        log = host.log()
+        assert "waiting for process 0" in log and not re.search(r"checkpoint gs://\S+ committed", log)
+        assert "Wrote executor output file" not in log
+    assert "Wrote executor output file" in run.hosts[0].log()
+    assert re.search(r"checkpoint gs://\S+ committed", run.hosts[0].log())
+
+
+def test_sigterm_on_every_host_exits_75_and_the_retry_resumes(tmp_path, gcs_bucket, gcs_server, digits):
+    tpu = "v5e-16"
+    _, emulator, run = _start(tmp_path, gcs_bucket, gcs_server, digits, tpu, epochs=20)
+    model_dir = f"{gcs_bucket}/run/train-model/model"
+    try:
+        wait_for(run.hosts_started.is_set, 120, "the custom job's hosts")
+        # mid-training: after the first epoch's checkpoint, while the second epoch runs
+        wait_for(lambda: any("ckpt-e0001" in o.uri for o in storage.list_objects(f"{model_dir}/checkpoints")),
+                 300, "the first epoch's checkpoint")  # fmt: skip
+        signal_hosts(run, signal.SIGTERM)
+        assert run.wait(timeout=120) != 0  # the job failed: the launcher fails the task, KFP retries it
+        assert run.exit_codes == [75] * 4, run.logs()
+        retry = emulator.start_task(
+            str(tmp_path / f"{tpu}.yaml"), "train-model", pipeline_params={**PARAMS, "epochs": 20},
+            artifacts={"dataset": digits}, run_root=f"{gcs_bucket}/run", workdir=tmp_path,
+            service_account=SERVICE_ACCOUNT,
+        )  # fmt: skip
+        assert retry.wait(timeout=480) == 0, retry.logs()
+    finally:
+        emulator.close()
+    assert retry.exit_codes == [0] * 4
+    assert "resumed from" in retry.hosts[0].log()
+    card = json.loads(storage.read_bytes(f"{model_dir}/model.json"))
+    assert len(card["history"]) == 20

@@ -1,0 +1,278 @@
+"""Run one task of a compiled pipeline YAML the way Vertex AI Pipelines runs it, here.
+
+For a task compiled as a GCPC CustomJob (our TPU train step) that is:
+1. resolve the task's inputs as the Vertex backend does: pipeline parameters, constants, the
+   component's defaults, and the pipeline placeholders in them (``{{$.pipeline_service_account}}``,
+   ``{{$.pipeline_network}}``, project, location: google_cloud_pipeline_components/_placeholders.py);
+2. build the task's executor input (input and output artifacts with URIs under the run's root, the
+   output file) and substitute it into the launcher container's arguments, JSON-escaped where the
+   compiled YAML says ``{{$.json_escape[1]}}`` (google_cloud_pipeline_components/v1/custom_job/utils.py);
+3. run GCPC's real launcher with those arguments (tests/gcpc_launcher_shim.py), with
+   ``VERTEX_AI_PIPELINES_RUN_LABELS`` set as Vertex sets it for the launcher
+   (container/v1/gcp_launcher/utils/gcp_labels_util.py), against the recording endpoint, which validates
+   the CustomJob against the aiplatform v1 proto and Vertex's TPU rules;
+4. run the CustomJob's one worker pool on every host of the slice: the pool's container command and
+   args exactly as the launcher sent them, one process per host, each told it is host k of N through
+   TPU_WORKER_ID / TPU_WORKER_HOSTNAMES (what a TPU VM host reads, torch_xla/_internal/tpu.py) plus the
+   test-only TPUSTREAM_EMULATE_SLICE=1 (XLA CPU cannot span processes: tpustream/xla_runtime.py).
+
+What is not Vertex: the container image is this machine's venv (``python3`` on PATH is the venv's; the
+images install the same package) and the repository root stands for the image's WORKDIR (it holds the
+same kfp_config.ini and components/), and the hosts share one machine, so a slice is emulated in control
+flow only (each host trains on its own data slice without a cross-host all-reduce).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.vertex_fake import VertexRecorder
+
+ROOT = Path(__file__).resolve().parents[1]
+_PARAM = re.compile(r"\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}")
+_OUTPUT_PARAM_FILE = re.compile(r"\{\{\$\.outputs\.parameters\['([^']+)'\]\.output_file\}\}")
+
+
+def find_task(spec: dict, task: str) -> dict:
+    """The task named ``task`` anywhere in the DAG (inside conditions and loops too)."""
+    for dag in [spec["root"]["dag"], *(c["dag"] for c in spec["components"].values() if "dag" in c)]:
+        if task in dag["tasks"]:
+            return dag["tasks"][task]
+    raise KeyError(f"no task {task!r} in the compiled pipeline")
+
+
+@dataclass
+class Host:
+    index: int
+    process: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class SliceRun:
+    """One run of the task: the launcher's outcome and every host of the custom job it created."""
+
+    workdir: Path
+    hosts: list[Host] = field(default_factory=list)
+    hosts_started: threading.Event = field(default_factory=threading.Event)
+    launcher: subprocess.Popen | None = None
+    launcher_log: Path | None = None
+    executor_input: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_codes(self) -> list[int | None]:
+        return [h.process.returncode for h in self.hosts]
+
+    def wait(self, timeout: float) -> int:
+        assert self.launcher is not None
+        try:
+            return self.launcher.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the task did not finish within {timeout:.0f} s:\n{self.logs()}") from None
+
+    def kill(self) -> None:
+        for proc in [h.process for h in self.hosts] + ([self.launcher] if self.launcher else []):
+            if proc.poll() is None:
+                proc.kill()
+
+    def logs(self) -> str:
+        parts = [f"--- launcher:\n{self.launcher_log.read_text()[-3000:]}" if self.launcher_log else ""]
+        parts += [f"--- host {h.index} (exit {h.process.returncode}):\n{h.log()[-3000:]}" for h in self.hosts]
+        return "\n".join(parts)
+
+
+class VertexEmulator:
+    """A recording Vertex endpoint whose CustomJobs run on emulated TPU hosts (see the module doc)."""
+
+    def __init__(self, *, env: dict[str, str] | None = None, devices_per_host: int = 1) -> None:
+        self.env = env or {}
+        self.devices_per_host = devices_per_host
+        self.recorder = VertexRecorder(job_runner=self._run_hosts)
+        self.current: SliceRun | None = None
+        self.gcs_dirs: list[Path] = []
+
+    def close(self) -> None:
+        self.recorder.close()
+        for path in self.gcs_dirs:  # what KFP's executor made under /gcs (gcsfuse's mount on Vertex)
+            shutil.rmtree(path, ignore_errors=True)
+
+    # -------------------------------------------------------------- the backend's part
+    def start_task(
+        self, template: str, task: str, *, pipeline_params: dict[str, Any], artifacts: dict[str, str],
+        run_root: str, workdir: Path, project: str = "proj", location: str = "us-central1",
+        service_account: str = "", network: str = "", run_labels: dict[str, str] | None = None,
+    ) -> SliceRun:  # fmt: skip
+        """Start ``task`` of the compiled ``template`` as Vertex would; returns at once (``.wait()``)."""
+        spec = yaml.safe_load(Path(template).read_text())
+        task_spec = find_task(spec, task)
+        component = spec["components"][task_spec["componentRef"]["name"]]
+        container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
+        placeholders = {
+            "{{$.pipeline_service_account}}": service_account, "{{$.pipeline_network}}": network,
+            "{{$.pipeline_google_cloud_project_id}}": project, "{{$.pipeline_google_cloud_location}}": location,
+            "{{$.pipeline_persistent_resource_id}}": "", "{{$.pipeline_encryption_key_name}}": "",
+        }  # fmt: skip
+        params = self._parameters(spec, task_spec, component, pipeline_params, placeholders)
+        workdir = Path(tempfile.mkdtemp(prefix=f"vertex-{task}-", dir=workdir))
+        run = SliceRun(workdir=workdir)
+        run.executor_input = self._executor_input(component, task, params, artifacts, run_root, workdir)
+        args = [self._resolve(arg, params, run.executor_input) for arg in container["args"]]
+        env = {**os.environ, "VERTEX_EMULATOR_URL": self.recorder.url, "PYTHONPATH": str(ROOT)}
+        env["VERTEX_AI_PIPELINES_RUN_LABELS"] = json.dumps(
+            {"vertex-ai-pipelines-run-billing-id": "1234567890", **(run_labels or {})}
+        )
+        assert container["command"][:4] == ["python3", "-u", "-m", "google_cloud_pipeline_components.container.v1.custom_job.launcher"]  # fmt: skip
+        run.launcher_log = workdir / "launcher.log"
+        self.current = run
+        with open(run.launcher_log, "wb") as log:
+            run.launcher = subprocess.Popen(
+                [sys.executable, "-u", "-m", "tests.gcpc_launcher_shim", *args], cwd=ROOT, env=env,
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return run
+
+    @staticmethod
+    def _parameters(
+        spec: dict, task_spec: dict, component: dict, pipeline_params: dict, placeholders: dict
+    ) -> dict:
+        root_params = spec["root"]["inputDefinitions"]["parameters"]
+        values: dict[str, Any] = {}
+        for name, definition in component["inputDefinitions"].get("parameters", {}).items():
+            source = task_spec.get("inputs", {}).get("parameters", {}).get(name)
+            if source and "componentInputParameter" in source:
+                key = source["componentInputParameter"].removeprefix("pipelinechannel--")
+                values[name] = pipeline_params.get(key, root_params.get(key, {}).get("defaultValue"))
+            elif source and "runtimeValue" in source:
+                values[name] = source["runtimeValue"]["constant"]
+            elif "defaultValue" in definition:
+                values[name] = definition["defaultValue"]
+            elif definition.get("isOptional"):
+                values[name] = {"STRUCT": {}, "LIST": []}.get(definition["parameterType"], "")
+            if isinstance(values.get(name), str):
+                values[name] = placeholders.get(values[name], values[name])
+        return values
+
+    @staticmethod
+    def _executor_input(component: dict, task: str, params: dict, artifacts: dict[str, str], run_root: str,
+                        workdir: Path) -> dict:  # fmt: skip
+        def artifact(name: str, definition: dict, uri: str) -> dict:
+            schema = definition["artifactType"]["schemaTitle"]
+            return {
+                "artifacts": [{"name": name, "type": {"schemaTitle": schema}, "uri": uri, "metadata": {}}]
+            }
+
+        inputs = component["inputDefinitions"].get("artifacts", {})
+        outputs = component["outputDefinitions"].get("artifacts", {})
+        return {
+            "inputs": {
+                "parameterValues": params,
+                "artifacts": {name: artifact(name, d, artifacts[name]) for name, d in inputs.items()},
+            },
+            "outputs": {
+                "artifacts": {
+                    name: artifact(name, d, f"{run_root}/{task}/{name}") for name, d in outputs.items()
+                },
+                "parameters": {
+                    name: {"outputFile": str(workdir / "outputs" / name)}
+                    for name in component["outputDefinitions"].get("parameters", {})
+                },
+                "outputFile": str(workdir / "executor_output.json"),
+            },
+        }
+
+    @staticmethod
+    def _resolve(arg: str, params: dict, executor_input: dict) -> str:
+        def param(m: re.Match) -> str:
+            value = params[m.group(1)]
+            return value if isinstance(value, str) else json.dumps(_protojson(value))
+
+        def output_file(m: re.Match) -> str:
+            return str(executor_input["outputs"]["parameters"][m.group(1)]["outputFile"])
+
+        arg = _OUTPUT_PARAM_FILE.sub(output_file, _PARAM.sub(param, arg))
+        escaped = json.dumps(json.dumps(executor_input))[1:-1]  # json_escape[1]: one level, inside a string
+        return arg.replace("{{$.json_escape[1]}}", escaped).replace("{{$}}", json.dumps(executor_input))
+
+    # -------------------------------------------------------------- the custom job's hosts
+    def _run_hosts(self, job: dict, hosts: int) -> tuple[bool, str]:
+        run = self.current
+        assert run is not None
+        pool = job["jobSpec"]["workerPoolSpecs"][0]
+        container = pool["containerSpec"]
+        names = ",".join(f"t1v-emulated-w-{i}" for i in range(hosts))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "CLOUD_ML", "CLUSTER_SPEC"))}
+        env.update({e["name"]: e.get("value", "") for e in container.get("env", [])})
+        env.update(self.env)
+        env.update(
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",  # python3 = the "image"
+            PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(self.devices_per_host), TF_CPP_MIN_LOG_LEVEL="2",
+            TPU_WORKER_HOSTNAMES=names, TPU_SKIP_MDS_QUERY="1", TPUSTREAM_EMULATE_SLICE="1",
+            CLOUD_ML_JOB_ID=job.get("displayName", "job"),
+        )  # fmt: skip
+        self._remember_gcs_dirs(run.executor_input)
+        for index in range(hosts):
+            log_path = run.workdir / f"host-{index}.log"
+            with open(log_path, "wb") as log:
+                process = subprocess.Popen(
+                    [*container["command"], *container.get("args", [])], cwd=ROOT,  # the image's WORKDIR
+                    env={**env, "TPU_WORKER_ID": str(index)}, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )  # fmt: skip
+            run.hosts.append(Host(index, process, log_path))
+        run.hosts_started.set()
+        codes = [h.process.wait() for h in run.hosts]
+        if all(code == 0 for code in codes):
+            return True, ""
+        return False, f"hosts exited {codes}"
+
+    def _remember_gcs_dirs(self, executor_input: dict) -> None:
+        for outputs in executor_input["outputs"]["artifacts"].values():
+            uri = outputs["artifacts"][0]["uri"]
+            if uri.startswith("gs://"):
+                self.gcs_dirs.append(Path("/gcs") / uri[len("gs://") :].split("/", 1)[0])
+
+
+def _protojson(value: Any) -> Any:
+    """Parameter values are protobuf Values (numbers are doubles: the YAML says ``replica_count: 1.0``);
+    the backend serialises them as protojson does, integral doubles without a fraction (``1``), which
+    the launcher's int64 fields accept. Python's json.dumps would write ``1.0`` and fail there."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _protojson(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_protojson(v) for v in value]
+    return value
+
+
+def signal_hosts(run: SliceRun, signum: int = signal.SIGTERM, only: list[int] | None = None) -> None:
+    for host in run.hosts:
+        if only is None or host.index in only:
+            host.process.send_signal(signum)
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -1,0 +1,138 @@
+"""Has the data changed? A fingerprint of a live source, so scheduled retraining trains only on new data.
+
+A scheduled pipeline reads the same source URI every run, so nothing in its inputs changes when images
+are added: KFP's cache would serve the first run's model forever, and with the cache off every run would
+re-shard and re-train unchanged data on a TPU. Instead the first step lists the source (names, sizes and
+versions: GCS generations or local mtimes, never the bytes) and hashes that with the shard parameters.
+
+- The dataset for a fingerprint lives at ``DATASETS_ROOT/<fingerprint[:16]>``: content-addressed, so an
+  unchanged source maps to the dataset already written, and a changed one to a new location.
+- ``REGISTRY/trained/<fingerprint[:16]>-<settings[:12]>.json`` records that a model was trained on that
+  dataset with those training settings and evaluated (written by the pipeline's evaluate step).
+- Both present: nothing to do ("no new data since ..."). Otherwise: write the shards that are missing
+  (none when the dataset is complete) and train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tpustream import storage
+from tpustream.manifest import MANIFEST_NAME
+from tpustream.shard_plan import ShardConfig
+
+__all__ = [
+    "DataCheck",
+    "FINGERPRINT_FORMAT",
+    "source_objects",
+    "fingerprint",
+    "check_source",
+    "record_trained",
+]
+
+log = logging.getLogger(__name__)
+
+FINGERPRINT_FORMAT = "tpustream.fingerprint/v1"
+_BUILTIN_PREFIXES = ("synthetic-cifar:", "synthetic-imagenet:")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataCheck:
+    """The outcome of ``check_source``: what the source is now and what the pipeline should do."""
+
+    fingerprint: str
+    num_objects: int
+    num_bytes: int
+    dataset: str  # where the shards of this fingerprint live (complete or not)
+    marker: str  # where "trained on it with these settings" is recorded
+    train: bool
+    reason: str
+
+    def as_metadata(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def source_objects(spec: str) -> list[storage.ObjectInfo]:
+    """The objects a SOURCE reads (sorted); empty for the built-in sources, which never change."""
+    spec = spec.strip()
+    if spec == "digits" or spec.startswith(_BUILTIN_PREFIXES):
+        return []
+    location = spec[len("cifar10:") :] if spec.startswith("cifar10:") else spec
+    return storage.stat_or_list(location)  # one archive (cifar10:...tar.gz) or a directory tree
+
+
+def fingerprint(config: ShardConfig, objects: list[storage.ObjectInfo]) -> str:
+    """sha256 over the shard parameters and every object's relative name, size and version."""
+    params = {
+        "format": FINGERPRINT_FORMAT, "source": config.source.strip(), "num_shards": config.num_shards,
+        "val_shards": config.val_shards, "val_fraction": config.val_fraction, "upsample": config.upsample,
+        "seed": config.seed, "max_side": config.max_side, "strict": config.strict,
+    }  # fmt: skip
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
+    for obj in objects:  # the source URI is in params: the full object URIs add nothing but length
+        digest.update(f"{obj.uri}\t{obj.size}\t{obj.version}\n".encode())
+    return digest.hexdigest()
+
+
+def _settings_digest(settings: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def check_source(
+    config: ShardConfig, *, datasets_root: str, registry: str, settings: dict[str, Any], retrain: bool = False
+) -> DataCheck:
+    """Fingerprint ``config.source`` and decide whether this run has anything to train on.
+
+    Args:
+        config: the shard parameters (``config.output`` is ignored: the dataset location is derived).
+        datasets_root: where content-addressed datasets live (``<root>/<fingerprint[:16]>``).
+        registry: the model registry; its ``trained/`` records which datasets were already trained on.
+        settings: the training settings that make a model (model, epochs, batch size, lr, ...).
+        retrain: train even when nothing changed.
+    """
+    started = time.perf_counter()
+    objects = source_objects(config.source)
+    fp = fingerprint(config, objects)
+    dataset = storage.join(storage.check_uri(datasets_root).rstrip("/"), fp[:16])
+    marker = storage.join(
+        storage.check_uri(registry).rstrip("/"),
+        "trained",
+        f"{fp[:16]}-{_settings_digest(settings)[:12]}.json",
+    )
+    complete = storage.exists(storage.join(dataset, MANIFEST_NAME))
+    trained = complete and storage.exists(marker)
+    seen = f"{len(objects)} object(s), {sum(o.size for o in objects)} bytes" if objects else "built-in data"
+    if trained and not retrain:
+        record = json.loads(storage.read_bytes(marker))
+        reason = (
+            f"no new data since {dataset}: source {config.source} ({seen}) has the same fingerprint "
+            f"{fp[:12]}, and {record.get('model')} was trained on it with these settings at "
+            f"{record.get('created')}; skipping shards and training (set retrain=true to train anyway)"
+        )
+    elif trained:
+        reason = f"retrain=true: training again on {dataset} (source unchanged, fingerprint {fp[:12]})"
+    elif complete:
+        reason = f"training on {dataset} (source unchanged, fingerprint {fp[:12]}; new training settings)"
+    else:
+        reason = f"new data: source {config.source} ({seen}), fingerprint {fp[:12]} -> shards at {dataset}"
+    log.info("%s (checked in %.1f s)", reason, time.perf_counter() - started)
+    return DataCheck(
+        fingerprint=fp, num_objects=len(objects), num_bytes=sum(o.size for o in objects), dataset=dataset,
+        marker=marker, train=retrain or not trained, reason=reason,
+    )  # fmt: skip
+
+
+def record_trained(marker: str, *, dataset: str, model: str, decision: str) -> None:
+    """Record that ``model`` was trained on ``dataset`` and evaluated: later runs on the same data skip."""
+    record = {
+        "dataset": dataset,
+        "model": model,
+        "decision": decision,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    storage.write_bytes(marker, json.dumps(record, indent=1).encode(), content_type="application/json")
