@@ -5,6 +5,7 @@ import os
 import re
 from typing import Any
 
+from pipelines.tpu import Capacity
 from pipelines.training import build_pipeline, check_image
 
 log = logging.getLogger(__name__)
@@ -12,7 +13,14 @@ log = logging.getLogger(__name__)
 __all__ = ["compile_pipeline", "submit_pipeline", "schedule_pipeline"]
 
 
-def compile_pipeline(output: str, *, tpu: str | None, cpu_image: str, tpu_image: str | None = None) -> str:
+def compile_pipeline(
+    output: str,
+    *,
+    tpu: str | None,
+    cpu_image: str,
+    tpu_image: str | None = None,
+    capacity: Capacity | None = None,
+) -> str:
     """Write the pipeline YAML (TPU type and images fixed now; no credentials inside).
 
     Refuses placeholder images: a YAML that names an image nobody pushed fails only on Vertex, hours later.
@@ -27,7 +35,8 @@ def compile_pipeline(output: str, *, tpu: str | None, cpu_image: str, tpu_image:
         if "@sha256:" not in image:
             log.warning("%s %s is a tag: tags move; pin the digest (IMAGE@sha256:...) for reproducible runs",
                         flag, image)  # fmt: skip
-    compiler.Compiler().compile(build_pipeline(tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image), output)
+    pipeline = build_pipeline(tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image, capacity=capacity)
+    compiler.Compiler().compile(pipeline, output)
     return output
 
 

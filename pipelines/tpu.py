@@ -19,7 +19,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TpuSpec", "TPU_TYPES", "tpu_spec", "worker_pool_spec", "tpu_table_text"]
+__all__ = [
+    "TpuSpec", "TPU_TYPES", "tpu_spec", "worker_pool_spec", "tpu_table_text", "CAPACITY", "Capacity", "duration",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -108,3 +110,47 @@ def tpu_table_text() -> str:
         hosts = f"{spec.hosts} hosts" if spec.hosts > 1 else "1 host"
         lines.append(f"{name}: {spec.machine_type}{accel}{topo}, {hosts}")
     return "; ".join(lines)
+
+
+# Capacity: how Vertex provisions the job (CustomJobSpec.scheduling.strategy, aiplatform v1 Scheduling.Strategy;
+# https://cloud.google.com/vertex-ai/docs/training/use-spot-vms and .../training/schedule-jobs-dws).
+CAPACITY = {"on-demand": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START"}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str, flag: str) -> str:
+    """``90m``, ``2h``, ``1d`` or ``3600s`` -> a protobuf Duration string (``"5400s"``)."""
+    value = text.strip().lower()
+    if value[-1:] in _UNITS and value[:-1].isdigit() and int(value[:-1]) > 0:
+        return f"{int(value[:-1]) * _UNITS[value[-1]]}s"
+    raise ValueError(f"{flag} {text!r}: give a duration such as 90m, 2h, 1d or 3600s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capacity:
+    """Which capacity the TPU job runs on, how long it may wait for it, and how long it may run."""
+
+    kind: str = "on-demand"
+    max_wait: str = ""  # flex-start only: how long to wait for capacity (Vertex's default when empty)
+    timeout: str = "1d"  # a hung job stops costing TPU time after a day; raise it for long runs
+
+    def __post_init__(self) -> None:
+        if self.kind not in CAPACITY:
+            raise ValueError(f"--capacity {self.kind!r}: choose one of {', '.join(CAPACITY)}")
+        if self.max_wait and self.kind != "flex-start":
+            raise ValueError("--max-wait applies to --capacity flex-start only")
+        duration(self.timeout, "--timeout")
+        if self.max_wait:
+            duration(self.max_wait, "--max-wait")
+
+    @property
+    def strategy(self) -> str:
+        return CAPACITY[self.kind]
+
+    @property
+    def scheduling(self) -> dict[str, str]:
+        """GCPC custom-job inputs: strategy, max_wait_duration (dropped by GCPC's launcher unless FLEX_START), timeout."""
+        out = {"strategy": self.strategy, "timeout": duration(self.timeout, "--timeout")}
+        if self.max_wait:
+            out["max_wait_duration"] = duration(self.max_wait, "--max-wait")
+        return out

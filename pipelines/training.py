@@ -16,11 +16,10 @@ from typing import Any
 from kfp import dsl
 
 import components
-from pipelines.tpu import TPU_TYPES, tpu_spec, worker_pool_spec
+from pipelines.tpu import TPU_TYPES, Capacity, tpu_spec, worker_pool_spec
 
-__all__ = ["TPU_TYPES", "build_components", "build_pipeline", "check_image", "TRAIN_TIMEOUT", "LOCAL_IMAGE"]
+__all__ = ["TPU_TYPES", "build_components", "build_pipeline", "check_image", "LOCAL_IMAGE"]
 
-TRAIN_TIMEOUT = "86400s"
 LOCAL_IMAGE = "local"  # kfp.local's SubprocessRunner runs in this Python: no image is pulled
 _PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|\$", re.IGNORECASE)
 
@@ -36,7 +35,7 @@ def check_image(image: str, flag: str) -> str:
     return image
 
 
-def _tpu_training_op(train_op: Any, tpu: str) -> tuple[Any, list[dict[str, Any]]]:
+def _tpu_training_op(train_op: Any, tpu: str, capacity: Capacity) -> tuple[Any, list[dict[str, Any]]]:
     """The train component as a Vertex CustomJob on ``tpu``, and the job's worker pool specs.
 
     GCPC's ``create_custom_training_job_from_component`` carries the component's inputs, outputs and
@@ -54,7 +53,7 @@ def _tpu_training_op(train_op: Any, tpu: str) -> tuple[Any, list[dict[str, Any]]
         display_name="tpustream-train",
         machine_type=spec.machine_type,
         replica_count=1,
-        timeout=TRAIN_TIMEOUT,
+        **capacity.scheduling,  # strategy (on-demand / Spot / Flex-start), max_wait_duration, timeout
         restart_job_on_worker_restart=True,  # a VM of the slice restarted: restart all, resume from `last`
         service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,  # the pipeline run's service account
         network=_placeholders.NETWORK_PLACEHOLDER,  # and its VPC network, when it has one
@@ -64,7 +63,9 @@ def _tpu_training_op(train_op: Any, tpu: str) -> tuple[Any, list[dict[str, Any]]
     return job_op, [worker_pool_spec(spec, container)]
 
 
-def build_components(cpu_image: str, tpu_image: str, tpu: str | None) -> dict[str, Any]:
+def build_components(
+    cpu_image: str, tpu_image: str, tpu: str | None, capacity: Capacity | None = None
+) -> dict[str, Any]:
     """The step components with their images; the train step becomes a Vertex custom job when ``tpu``.
 
     ``install_kfp_package=False``: the images carry the one pinned kfp (pyproject.toml), so no step
@@ -92,17 +93,18 @@ def build_components(cpu_image: str, tpu_image: str, tpu: str | None) -> dict[st
         train_op = dsl.component(
             components.train_model, base_image=tpu_image, target_image=tpu_image, install_kfp_package=False
         )
-        train_op, pools = _tpu_training_op(train_op, tpu)
+        train_op, pools = _tpu_training_op(train_op, tpu, capacity or Capacity())
         ops["train_pools"] = pools
     ops["train"] = train_op
     return ops
 
 
 def build_pipeline(
-    *, tpu: str | None = None, cpu_image: str = LOCAL_IMAGE, tpu_image: str = LOCAL_IMAGE
-) -> Any:
+    *, tpu: str | None = None, cpu_image: str = LOCAL_IMAGE, tpu_image: str = LOCAL_IMAGE,
+    capacity: Capacity | None = None,
+) -> Any:  # fmt: skip
     """The pipeline function, for kfp's compiler or kfp.local (``tpu=None``: every step runs as is)."""
-    ops = build_components(cpu_image, tpu_image, tpu)
+    ops = build_components(cpu_image, tpu_image, tpu, capacity)
     train_extra = {"worker_pool_specs": ops["train_pools"]} if tpu else {}
 
     @dsl.pipeline(

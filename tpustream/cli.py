@@ -312,15 +312,30 @@ def pipeline_compile(
     tpu_image: Annotated[
         str, typer.Option(help="Pushed image for the TPU trainer, best by digest (REPO/tpu@sha256:...).")
     ] = "",
+    capacity: Annotated[
+        str,
+        typer.Option(
+            help="TPU capacity: on-demand (default); spot (discounted, can be preempted at any time: the "
+            "step resumes from `last`); flex-start (Dynamic Workload Scheduler: waits up to --max-wait for "
+            "the whole slice, then runs uninterrupted)."
+        ),
+    ] = "on-demand",
+    max_wait: Annotated[
+        str, typer.Option(help="flex-start only: how long to wait for capacity (e.g. 6h; default Vertex's).")
+    ] = "",
+    timeout: Annotated[str, typer.Option(help="Stop the TPU job after this long (e.g. 36h, 3d).")] = "1d",
 ) -> None:
     """Compile the DAG for Vertex AI Pipelines (TPU type and pushed images fixed at compile time)."""
     from pipelines import submit
 
     try:
-        submit.compile_pipeline(output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image)
+        from pipelines.tpu import Capacity
+
+        plan = Capacity(kind=capacity, max_wait=max_wait, timeout=timeout)
+        submit.compile_pipeline(output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image, capacity=plan)
     except ValueError as exc:
         _fail(str(exc))
-    typer.echo(f"compiled: {output} (train on {tpu or 'the CPU image'})")
+    typer.echo(f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity)")
 
 
 @pipeline_app.command("submit")

@@ -9,9 +9,10 @@ import re
 import signal
 
 import pytest
+from google.cloud import aiplatform_v1
 
 from pipelines.submit import compile_pipeline
-from pipelines.tpu import TPU_TYPES
+from pipelines.tpu import TPU_TYPES, Capacity
 from tests.vertex_emulation import VertexEmulator, signal_hosts, wait_for
 from tpustream import storage
 from tpustream.shards import ShardConfig, create_shards
@@ -113,3 +114,44 @@ def test_sigterm_on_every_host_exits_75_and_the_retry_resumes(tmp_path, gcs_buck
     assert "resumed from" in retry.hosts[0].log()
     card = json.loads(storage.read_bytes(f"{model_dir}/model.json"))
     assert len(card["history"]) == 20
+
+
+@pytest.mark.parametrize(
+    ("capacity", "strategy", "max_wait"),
+    [(Capacity(kind="spot"), "SPOT", None), (Capacity(kind="flex-start", max_wait="6h", timeout="2d"), "FLEX_START", "21600s")],
+)  # fmt: skip
+def test_capacity_reaches_the_custom_job_as_vertex_documents_it(tmp_path, capacity, strategy, max_wait):
+    """Spot and Flex-start, through GCPC's real launcher into a CustomJob the aiplatform v1 proto accepts."""
+    template = str(tmp_path / "p.yaml")
+    compile_pipeline(template, tpu="v6e-32", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE, capacity=capacity)
+    emulator = VertexEmulator(run_hosts=False)
+    try:
+        run = emulator.start_task(
+            template, "train-model", pipeline_params=PARAMS, artifacts={"dataset": "gs://b/datasets/d"},
+            run_root="gs://b/run", workdir=tmp_path, service_account=SERVICE_ACCOUNT,
+        )  # fmt: skip
+        assert run.wait(timeout=120) == 0, run.logs()
+    finally:
+        emulator.close()
+    assert emulator.recorder.rejected == []
+    (job,) = [r["body"] for r in emulator.recorder.requests if r["path"].endswith("/customJobs")]
+    parsed = aiplatform_v1.CustomJob.from_json(json.dumps(job))  # enums travel as numbers over REST
+    scheduling = parsed.job_spec.scheduling
+    assert scheduling.strategy.name == strategy
+    assert (f"{int(scheduling.max_wait_duration.total_seconds())}s" if max_wait else None) == max_wait
+    assert (
+        not max_wait or "maxWaitDuration" in job["jobSpec"]["scheduling"]
+    )  # GCPC drops it unless FLEX_START
+    assert scheduling.timeout.total_seconds() == (172800 if max_wait else 86400)
+    assert scheduling.restart_job_on_worker_restart is True
+    (pool,) = parsed.job_spec.worker_pool_specs
+    assert (pool.machine_spec.machine_type, pool.machine_spec.tpu_topology) == ("ct6e-standard-4t", "4x8")
+
+
+def test_capacity_options_are_checked_before_compiling():
+    with pytest.raises(ValueError, match="--capacity"):
+        Capacity(kind="preemptible")
+    with pytest.raises(ValueError, match="flex-start only"):
+        Capacity(kind="spot", max_wait="1h")
+    with pytest.raises(ValueError, match="--timeout"):
+        Capacity(timeout="tomorrow")
