@@ -7,6 +7,7 @@ import http.client
 import random
 import socket
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -16,9 +17,14 @@ from tpustream.emulator import GcsServer, make_bucket
 class FaultProxy:
     """HTTP proxy in front of the GCS server that answers a chosen fraction of requests badly.
 
-    Half of the faults are a 503 without forwarding (the request is not applied); the other half,
-    on GETs, forward the request and then cut the response body midway (Content-Length promised,
-    half sent, connection closed). Seeded, so a failing run can be replayed.
+    Half of the faults are a 503 without forwarding (the request is not applied); the other half
+    forward the request and then cut the response body midway (Content-Length promised, half sent,
+    connection closed): for a write, the write was applied but its answer is lost. Seeded, so a failing
+    run can be replayed.
+
+    The server's own URL is rewritten to the proxy's in every response body: google-cloud-storage
+    downloads object bodies through the ``mediaLink`` the server returns, which would otherwise bypass
+    the proxy, so shard bodies were never faulted. ``media_faults`` counts faults on body downloads.
     """
 
     def __init__(self, upstream: str, fault_rate: float, seed: int = 0) -> None:
@@ -28,6 +34,12 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.requests = 0
         self.faults = 0
+        self.media_requests = 0
+        self.media_faults = 0
+        self.write_answers_lost = 0
+        # lose_answer(method, path) -> True: forward the request (it is applied), then cut its answer
+        self.lose_answer: Callable[[str, str], bool] | None = None
+        upstream_url = upstream.rstrip("/").encode()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -39,13 +51,16 @@ class FaultProxy:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                media = "alt=media" in self.path or self.path.startswith("/download/")
                 with proxy.lock:
                     proxy.requests += 1
+                    proxy.media_requests += media
                     roll = proxy.rng.random()
                 fault = roll < proxy.fault_rate
-                if fault and (self.command != "GET" or roll < proxy.fault_rate / 2):
+                if fault and roll < proxy.fault_rate / 2:
                     with proxy.lock:
                         proxy.faults += 1
+                        proxy.media_faults += media
                     payload = b'{"error": {"code": 503, "message": "injected fault"}}'
                     self.send_response(503)
                     self.send_header("Content-Type", "application/json")
@@ -57,12 +72,15 @@ class FaultProxy:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
-                data = resp.read()
+                data = resp.read().replace(upstream_url, proxy.url.encode())  # mediaLink -> through us
                 conn.close()
-                cut = fault and len(data) > 1
+                forced = proxy.lose_answer is not None and proxy.lose_answer(self.command, self.path)
+                cut = (fault or forced) and len(data) > 1
                 if cut:
                     with proxy.lock:
                         proxy.faults += 1
+                        proxy.media_faults += media
+                        proxy.write_answers_lost += self.command in ("POST", "PUT", "PATCH")
                 self.send_response(resp.status)
                 for key, value in resp.getheaders():
                     if key.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -88,7 +106,7 @@ class FaultProxy:
 
         self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"  # set before the first request
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

@@ -71,7 +71,7 @@ def fingerprint(config: ShardConfig, objects: list[storage.ObjectInfo]) -> str:
     params = {
         "format": FINGERPRINT_FORMAT, "source": config.source.strip(), "num_shards": config.num_shards,
         "val_shards": config.val_shards, "val_fraction": config.val_fraction, "upsample": config.upsample,
-        "seed": config.seed, "max_side": config.max_side, "strict": config.strict,
+        "seed": config.seed, "max_side": config.max_side, "strict": config.strict, "max_pixels": config.max_pixels,
     }  # fmt: skip
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for obj in objects:  # the source URI is in params: the full object URIs add nothing but length

@@ -313,9 +313,22 @@ def write_bytes(uri: str, data: bytes, *, create_only: bool = False, content_typ
                     data, content_type=content_type or "application/octet-stream", **kwargs
                 )
         except PreconditionFailed as exc:
+            if _holds(uri, data):  # our own earlier attempt landed and only its answer was lost
+                return
             raise PreconditionFailed(f"{uri} already exists (create-only write)") from exc
         return
     _local_atomic_write(uri, data, create_only=create_only)
+
+
+def _holds(uri: str, data: bytes) -> bool:
+    """Whether the object at ``uri`` holds exactly ``data``.
+
+    A conditional write is retried (503, reset, cut answer) with its condition: when the first attempt
+    was applied and only its answer lost, the retry fails its own precondition. Reading back tells
+    "ours, already there" (success) from "someone else's" (a real conflict).
+    """
+    current, _ = read_with_generation(uri)
+    return current == data
 
 
 def upload_file(local_path: str, uri: str, *, content_type: str | None = None) -> None:
@@ -459,10 +472,16 @@ def replace_if_generation(uri: str, data: bytes, generation: int) -> int:
     uri = check_uri(uri)
     if is_gcs(uri):
         blob = _blob(uri)
-        with _gcs_errors(uri):
-            blob.upload_from_string(
-                data, content_type="application/json", if_generation_match=generation, retry=_retry()
-            )
+        try:
+            with _gcs_errors(uri):
+                blob.upload_from_string(
+                    data, content_type="application/json", if_generation_match=generation, retry=_retry()
+                )
+        except PreconditionFailed:
+            current, current_generation = read_with_generation(uri)
+            if current == data and current_generation != generation:
+                return current_generation  # our write landed; the retry of a lost answer collided with it
+            raise
         return int(blob.generation)
     _ensure_local_parent(uri)
     with _local_lock(uri):

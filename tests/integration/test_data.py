@@ -190,3 +190,5 @@ def test_gcs_with_five_percent_faults_loses_and_duplicates_nothing(gcs_bucket, f
         seen += [i for b in batches for i in _ids(b)]
     assert sorted(seen) == sorted(_split_ids(manifest, dataset, "val"))
     assert fault_proxy.faults > 0
+    # the shard bodies themselves were faulted (the proxy rewrites the server's mediaLink to itself)
+    assert fault_proxy.media_requests >= 16 and fault_proxy.media_faults > 0

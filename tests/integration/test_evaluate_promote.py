@@ -422,3 +422,38 @@ def test_champion_show_tells_a_missing_registry_from_an_empty_one(tmp_path, gcs_
             "registry": registry, "champion": None, "ok": True, "message": "no champion yet"}  # fmt: skip
     result = CliRunner().invoke(app, ["champion", "show", "--registry", str(tmp_path / "no-such-registry")])
     assert result.exit_code == 1 and '"ok": false' in result.output
+
+
+def test_promote_reports_what_happened_when_write_answers_are_lost(digits, models, gcs_server, gcs_bucket, tmp_path,
+                                                                    monkeypatch):  # fmt: skip
+    """Every conditional write (version claim, champion compare-and-swap, event) is applied by the server
+    and its answer cut on the way back, so the client retries it with its condition: the retry collides
+    with its own success. Promotion must still say "promoted", exit cleanly, and log one event."""
+    from tests.gcs import FaultProxy
+
+    registry = f"{gcs_bucket}/lossy"
+    weak = _evaluate(models, "weak", digits, tmp_path, registry)
+    better = _evaluate(models, "better", digits, tmp_path, registry)
+    proxy = FaultProxy(gcs_server.url, fault_rate=0.0)
+    attempts = {"n": 0}
+
+    def first_conditional_upload(method, path):  # every first attempt is cut; its retry goes through
+        if method == "POST" and "ifGenerationMatch" in path:
+            attempts["n"] += 1
+            return attempts["n"] % 2 == 1
+        return False
+
+    proxy.lose_answer = first_conditional_upload
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    try:
+        first = promote.promote(models["weak"], weak, registry)
+        second = promote.promote(models["better"], better, registry)
+        result = CliRunner().invoke(app, ["champion", "show", "--registry", registry])
+    finally:
+        proxy.close()
+    assert proxy.write_answers_lost >= 6  # version.json, champion.json and an event, for each promotion
+    assert first == {"promoted": True, "version": 1, "reason": "no champion yet", "previous_version": None}
+    assert second["promoted"] is True and second["version"] == 2 and second["previous_version"] == 1
+    events = [json.loads(storage.read_bytes(o.uri)) for o in storage.list_objects(f"{registry}/events")]
+    assert sorted(e["event"] for e in events) == ["promoted", "promoted"]  # each written exactly once
+    assert result.exit_code == 0 and json.loads(result.output)["champion"]["version"] == 2
