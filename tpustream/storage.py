@@ -478,9 +478,9 @@ def replace_if_generation(uri: str, data: bytes, generation: int) -> int:
                     data, content_type="application/json", if_generation_match=generation, retry=_retry()
                 )
         except PreconditionFailed:
-            current, current_generation = read_with_generation(uri)
-            if current == data and current_generation != generation:
-                return current_generation  # our write landed; the retry of a lost answer collided with it
+            now, now_generation = read_with_generation(uri)
+            if now == data and now_generation != generation:
+                return now_generation  # our write landed; the retry of a lost answer collided with it
             raise
         return int(blob.generation)
     _ensure_local_parent(uri)
