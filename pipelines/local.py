@@ -1,17 +1,79 @@
 """Run the whole DAG here, on CPU, through kfp.local (SubprocessRunner without a venv: this Python)."""
 
+import contextlib
+import io
+import logging
 import os
-from typing import Any
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 from pipelines.training import build_pipeline
 
 __all__ = ["run_local"]
 
+# What a person watching `make demo` needs from kfp.local's output; everything goes to the log file.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SHOWN = (
+    (re.compile(r"Task '([\w-]+)' finished with status (\w+)"), "  {0}: {1}"),
+    (re.compile(r"Skipping conditional task ([\w-]+)"), "  {0}: skipped (condition not met)"),
+    (re.compile(r"INFO\]: (no new data since .*?;|new data: .*)"), "  {0}"),
+    (re.compile(r"INFO\]: (epoch \d+/\d+: .*?val top-1 [0-9.]+)"), "    {0}"),
+    (re.compile(r"INFO\]: (decision: .*)"), "  {0}"),
+)
 
-def run_local(*, root: str, registry: str | None = None, **parameters: Any) -> dict[str, Any]:
+
+class _Summary(io.TextIOBase):
+    """A stdout that writes everything to ``log`` and the few lines in _SHOWN to ``terminal``."""
+
+    def __init__(self, log: TextIO, terminal: TextIO) -> None:
+        self.log, self.terminal, self.pending = log, terminal, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            plain = _ANSI.sub("", line)
+            for pattern, template in _SHOWN:
+                match = pattern.search(plain)
+                if match:
+                    self.terminal.write(template.format(*match.groups()) + "\n")
+                    self.terminal.flush()
+                    break
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+
+@contextlib.contextmanager
+def _quiet(log_path: str) -> Iterator[None]:
+    """kfp.local prints every task's full executor log to stdout: send it to ``log_path`` instead."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    root_logger = logging.getLogger()
+    handlers = root_logger.handlers[:]  # they hold the terminal's stderr: park them during the run
+    with open(log_path, "w") as log:
+        summary = _Summary(log, sys.stdout)
+        root_logger.handlers.clear()
+        try:
+            with contextlib.redirect_stdout(summary), contextlib.redirect_stderr(log):
+                yield
+        finally:
+            root_logger.handlers[:] = handlers
+
+
+def run_local(
+    *, root: str, registry: str | None = None, log_path: str | None = None, **parameters: Any
+) -> dict[str, Any]:
     """Run every step locally under ``root`` (pipeline root); returns where things landed.
 
-    Training runs on XLA CPU with 4 virtual devices (SPMD), as on a 4-chip TPU host.
+    Training runs on XLA CPU with 4 virtual devices (SPMD), as on a 4-chip TPU host. With ``log_path``,
+    the executors' full logs go to that file and only task outcomes, epochs and decisions are printed.
     """
     from kfp import local
 
@@ -24,5 +86,6 @@ def run_local(*, root: str, registry: str | None = None, **parameters: Any) -> d
         runner=local.SubprocessRunner(use_venv=False), pipeline_root=os.path.join(root, "pipeline-root")
     )
     pipeline = build_pipeline(tpu=None)
-    run = pipeline(registry=registry, **parameters)
+    with _quiet(log_path) if log_path else contextlib.nullcontext():
+        run = pipeline(registry=registry, **parameters)
     return {"pipeline_root": os.path.join(root, "pipeline-root"), "registry": registry, "data": run.output}

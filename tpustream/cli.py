@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Annotated, Any
 
 import typer
@@ -408,8 +409,14 @@ def pipeline_run_local(
     lr: Annotated[float, typer.Option(help="Peak LR (0 = scaled default).")] = 0.2,
     num_shards: Annotated[int, typer.Option(help="Train shards.")] = 8,
     param: ParamOption = None,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Print every task's full log here instead of to the log file."),
+    ] = False,
 ) -> None:
-    """Run the whole DAG here through kfp.local on CPU XLA; prints where everything landed."""
+    """Run the whole DAG here through kfp.local on CPU XLA; prints task outcomes and where everything landed.
+
+    The executors' full logs go to ROOT/logs/run-local-TIME.log (printed first); -v prints them here."""
     from pipelines.local import run_local
     from tpustream import promote
     from tpustream.sources import SourceError, open_source
@@ -420,10 +427,14 @@ def pipeline_run_local(
         open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep
     except (SourceError, storage_errors()) as exc:
         _fail(str(exc))
+    log_path = None
+    if not verbose:
+        log_path = os.path.join(os.path.abspath(root), "logs", time.strftime("run-local-%Y%m%d-%H%M%S.log"))
+        typer.echo(f"running the pipeline locally; full logs: {log_path}")
     try:
-        out = run_local(root=root, **parameters)
-    except RuntimeError as exc:  # kfp.local: a task failed; its own log (above) says why
-        _fail(f"{exc}: the failing task's log above says why")
+        out = run_local(root=root, log_path=log_path, **parameters)
+    except RuntimeError as exc:  # kfp.local: a task failed; its own log says why
+        _fail(f"{exc}: the failing task's log {'in ' + log_path if log_path else 'above'} says why")
     status = promote.champion_status(out["registry"])
     if out["data"] == "skip":
         typer.echo("data: no new data since the last run: shards and training skipped (--param retrain=true "

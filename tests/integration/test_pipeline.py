@@ -207,7 +207,7 @@ def _digit_images(root, start, stop):
         Image.fromarray(pixels).convert("RGB").save(folder / f"{i:05d}.png")
 
 
-def test_run_local_retrains_only_on_new_data(tmp_path):
+def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     """A schedule's runs through the real kfp.local DAG: the first trains; the second, on an unchanged
     source, skips shards and training; after images are added, the third trains on a new dataset."""
     from pipelines.local import run_local
@@ -230,8 +230,14 @@ def test_run_local_retrains_only_on_new_data(tmp_path):
         return sorted(p for p, _, files in os.walk(first["pipeline_root"]) if "model.json" in files)
 
     assert len(trained_models()) == 1
-    second = run_local(root=root, **settings)
+    capsys.readouterr()
+    log_path = str(tmp_path / "logs" / "second.log")
+    second = run_local(root=root, log_path=log_path, **settings)  # quiet, as `make demo` runs it
     assert second["data"] == "skip"  # no new data: no shards, no training, nothing promoted
+    printed = capsys.readouterr().out
+    assert "no new data since" in printed and "check-source: SUCCESS" in printed
+    assert len(printed.splitlines()) <= 4 and "KFP Executor" not in printed
+    assert "KFP Executor" in Path(log_path).read_text()  # the full executor log is in the file
     assert len(trained_models()) == 1 and os.listdir(os.path.join(registry, "datasets")) == [dataset]
     assert promote.champion_status(registry)["champion"] == status["champion"]
 
