@@ -37,7 +37,7 @@ def _instructions(path):
 
 
 def test_dockerfiles_are_pinned_and_copy_what_exists():
-    for name in ("cpu", "tpu"):
+    for name in ("cpu", "tpu", "serve"):
         steps = _instructions(ROOT / "containers" / name / "Dockerfile")
         assert all(keyword in INSTRUCTIONS for keyword, _ in steps), steps
         assert steps[0][0] == "FROM" and ":" in steps[0][1] and "latest" not in steps[0][1]
@@ -86,3 +86,54 @@ def test_images_carry_the_exact_kfp_and_the_train_component_entry():
         copies = [a for k, a in _instructions(ROOT / "containers" / name / "Dockerfile") if k == "COPY"]
         assert any("kfp_config.ini" in a.split()[:-1] and a.split()[-1] == "./" for a in copies)
         assert "components ./components" in copies
+
+
+def _env(steps):
+    """ENV instructions as a dict (KEY=VALUE pairs, as the serve Dockerfile writes them)."""
+    env = {}
+    for keyword, args in steps:
+        if keyword == "ENV":
+            for pair in args.split():
+                key, value = pair.split("=", 1)
+                env[key] = value
+    return env
+
+
+def test_serve_image_runs_the_cpr_model_server_with_the_predictor_promote_uploads():
+    from tpustream.serving import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
+    from tpustream.vertex import container_spec
+
+    steps = _instructions(ROOT / "containers" / "serve" / "Dockerfile")
+    env = _env(steps)
+    assert {k: env[k] for k in SERVING_ENV} == SERVING_ENV  # the image and the uploaded env agree
+    assert (env["AIP_HTTP_PORT"], env["AIP_HEALTH_ROUTE"], env["AIP_PREDICT_ROUTE"]) == (
+        str(SERVING_PORT), HEALTH_ROUTE, PREDICT_ROUTE)  # fmt: skip
+    assert ("EXPOSE", str(SERVING_PORT)) in steps
+    entry = json.loads(next(a for k, a in steps if k == "ENTRYPOINT"))
+    assert entry == ["python", "-m", "google.cloud.aiplatform.prediction.model_server"]
+    spec = container_spec("us-central1-docker.pkg.dev/p/r/serve@sha256:" + "a" * 64)
+    assert spec["serving_container_ports"] == [SERVING_PORT]
+    assert spec["serving_container_environment_variables"] == SERVING_ENV
+    for placeholder in ("", "serve:latest", "us-docker.pkg.dev/PROJECT/tpustream/serve:x"):
+        try:
+            container_spec(placeholder)
+        except ValueError as exc:
+            assert "--serving-image" in str(exc) and "cloudbuild.yaml" in str(exc)
+        else:
+            raise AssertionError(f"{placeholder!r} accepted")
+    import importlib
+
+    module = importlib.import_module(SERVING_ENV["PREDICTOR_MODULE"])
+    from google.cloud.aiplatform.prediction import Predictor
+
+    assert issubclass(getattr(module, SERVING_ENV["PREDICTOR_CLASS"]), Predictor)
+
+
+def test_cloudbuild_pushes_the_serving_image_and_publishes_its_digest():
+    build = yaml.safe_load((ROOT / "containers" / "cloudbuild.yaml").read_text())
+    serve = "${_REGION}-docker.pkg.dev/$PROJECT_ID/${_REPO}/serve:$BUILD_ID"
+    assert serve in build["images"]
+    steps = {s["id"]: s for s in build["steps"]}
+    assert steps["build-serve"]["args"][:3] == ["build", "-f", "containers/serve/Dockerfile"]
+    assert "> /workspace/serve.ref" in " ".join(steps["digests"]["args"])
+    assert "serve.ref" in build["artifacts"]["objects"]["paths"]
