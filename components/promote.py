@@ -1,17 +1,38 @@
-"""Promote step: atomic champion swap (re-decides under compare-and-swap)."""
+"""Promote step: atomic champion swap (re-decides under compare-and-swap); with ``vertex_model_name``, the
+promoted version is also uploaded to the Vertex AI Model Registry with the serving image, and the
+``vertex_model`` output (GCPC's ``google.VertexModel``: ``metadata.resourceName`` = ``projects/P/locations/
+L/models/ID@VERSION``, as GCPC's own ModelUploadOp writes it) can feed ``ModelDeployOp`` or batch prediction.
 
-from kfp.dsl import Input, Metrics, Model
+``project`` and ``location`` default to GCPC's placeholders, which Vertex AI Pipelines resolves to the
+run's own project and region (google_cloud_pipeline_components/_placeholders.py).
+"""
+
+from google_cloud_pipeline_components.types import artifact_types
+from kfp.dsl import Input, Metrics, Model, Output
 
 
 def promote_model(
     model: Input[Model], evaluation: Input[Metrics], registry: str, metric: str, min_delta: float,
+    vertex_model: Output[artifact_types.VertexModel], vertex_model_name: str = "", serving_image: str = "",
+    project: str = "{{$.pipeline_google_cloud_project_id}}", location: str = "{{$.pipeline_google_cloud_location}}",
 ) -> str:  # fmt: skip
-    """Returns the outcome line; the registry's champion.json is the source of truth."""
+    """Returns the outcome line; the registry's champion.json is the source of truth. Without
+    ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName."""
     from tpustream.promote import promote
+    from tpustream.vertex import target_from_env
 
-    outcome = promote(model.uri, evaluation.uri, registry, metric=metric, min_delta=min_delta)
+    def resolved(value: str) -> str | None:  # an unresolved placeholder (kfp.local): use the environment
+        return None if not value or value.startswith("{{$") else value
+
+    target = target_from_env(vertex_model_name, resolved(project), resolved(location), serving_image)
+    outcome = promote(model.uri, evaluation.uri, registry, metric=metric, min_delta=min_delta, vertex=target)
+    published = outcome.get("vertex")
+    if published:
+        vertex_model.uri = published["uri"]
+        vertex_model.metadata["resourceName"] = published["versioned_name"]
     return (
         f"promoted version {outcome['version']}"
+        + (f", Vertex AI model {published['versioned_name']}" if published else "")
         if outcome["promoted"]
         else f"not promoted: {outcome['reason']}"
     )

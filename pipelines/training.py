@@ -129,6 +129,8 @@ def build_pipeline(
         metric: str = "top1",
         min_delta: float = 0.0,
         retrain: bool = False,
+        vertex_model: str = "",  # also upload a promoted model to this Vertex AI Model Registry model
+        serving_image: str = "",  # ... with this serving image (containers/serve; Cloud Build's serve.ref)
     ) -> str:
         shard_args = dict(
             source=source, num_shards=num_shards, val_fraction=val_fraction, upsample=upsample, seed=seed
@@ -164,7 +166,7 @@ def build_pipeline(
             with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
                 promote = ops["promote"](
                     model=train.outputs["model"], evaluation=evaluate.outputs["evaluation"], registry=registry,
-                    metric=metric, min_delta=min_delta,
+                    metric=metric, min_delta=min_delta, vertex_model_name=vertex_model, serving_image=serving_image,
                 ).set_display_name("promote")  # fmt: skip
                 promote.set_caching_options(False)
         return check.outputs["Output"]  # "train" or "skip" (no new data): what this run did

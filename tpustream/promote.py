@@ -208,24 +208,28 @@ def promote(
 ) -> dict[str, Any]:
     """Decide and, if the candidate wins, publish it as the champion atomically. Returns the outcome.
 
-    With ``vertex`` (a ``tpustream.vertex.VertexTarget``) the candidate is also uploaded to the Vertex AI
-    Model Registry as a ``challenger`` version, and gets the ``champion`` alias only when promoted here.
+    With ``vertex`` (a ``tpustream.vertex.VertexTarget``) a promoted model is also uploaded to the Vertex AI
+    Model Registry from its immutable registry version, with the serving container, and gets the
+    ``champion`` alias there (``outcome["vertex"]``). A candidate that is not promoted is not uploaded
+    (``outcome["vertex"]`` is None): it has no immutable version an endpoint could be pinned to.
     """
+    if vertex is not None and not storage.is_gcs(registry):  # refused before anything is promoted
+        raise RegistryError(
+            f"--vertex-model needs a gs:// registry (Vertex AI reads models from Cloud Storage), not {registry}"
+        )
     outcome = _promote(candidate_uri, metrics_uri, registry, metric=metric, min_delta=min_delta,
                        max_class_drop=max_class_drop, max_attempts=max_attempts)  # fmt: skip
-    if vertex is not None and outcome["reason"] != "already the champion":
-        from tpustream import vertex as vertex_registry
+    if vertex is not None:
+        outcome["vertex"] = None
+        if outcome["promoted"]:
+            from tpustream import vertex as vertex_registry
 
-        promoted = bool(outcome["promoted"])
-        artifact = version_uri(outcome["registry"], outcome["version"]) if promoted else outcome["candidate"]
-        labels = {"dataset": outcome["dataset_digest"][:12]}
-        if is_finite_number(outcome["value"]):
-            labels[f"{metric}_permille"] = str(round(1000 * outcome["value"]))
-        if promoted:
-            labels["tpustream_version"] = str(outcome["version"])
-        outcome["vertex"] = vertex_registry.publish(
-            vertex, artifact_uri=artifact, promoted=promoted, labels=labels
-        )
+            labels = {"dataset": outcome["dataset_digest"][:12], "tpustream_version": str(outcome["version"])}
+            if is_finite_number(outcome["value"]):
+                labels[f"{metric}_permille"] = str(round(1000 * outcome["value"]))
+            outcome["vertex"] = vertex_registry.publish(
+                vertex, artifact_uri=version_uri(outcome["registry"], outcome["version"]), labels=labels
+            )
     for key in ("registry", "candidate", "dataset_digest", "value"):
         outcome.pop(key, None)
     return outcome

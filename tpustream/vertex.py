@@ -1,8 +1,14 @@
-"""Vertex AI Model Registry: publish evaluated models as versions of one parent model.
+"""Vertex AI Model Registry: publish promoted models as versions of one parent model, servable.
 
-Every candidate is uploaded with the ``challenger`` alias; the ``champion`` alias moves to a version
-only when tpustream's own registry promoted it (the compare-and-swap in ``promote.py`` stays the
-source of truth; Vertex mirrors it).
+A version is uploaded when tpustream's own registry promotes a model (the compare-and-swap in
+``promote.py`` stays the source of truth; Vertex mirrors it): ``artifact_uri`` is the immutable
+``REGISTRY/versions/<n>`` directory, never a run's output that a later run could overwrite, and the
+``champion`` alias moves to it. The container is tpustream's serving image (containers/serve/Dockerfile:
+aiplatform's Custom Prediction Routine server + ``tpustream.serving``): the prebuilt ``pytorch-cpu``
+images serve a TorchServe ``model.mar`` and cannot serve ``model.pt`` + ``model.json``.
+The container spec follows https://cloud.google.com/vertex-ai/docs/predictions/custom-container-requirements
+(port, health and predict routes; Vertex passes them back as AIP_HTTP_PORT / AIP_HEALTH_ROUTE /
+AIP_PREDICT_ROUTE and the artifact copy as AIP_STORAGE_URI).
 """
 
 from __future__ import annotations
@@ -13,11 +19,34 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["VertexTarget", "publish"]
+__all__ = ["VertexTarget", "publish", "container_spec", "target_from_env"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/pytorch-cpu.2-4:latest"
+_PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|\$", re.IGNORECASE)
+
+
+def check_serving_image(image: str) -> str:
+    """Refuse a missing or placeholder serving image; return it unchanged."""
+    if not image or "/" not in image or _PLACEHOLDER_IMAGE.search(image):
+        raise ValueError(
+            f"--serving-image {image!r} is not a pushed image: give the serve image Cloud Build pushed "
+            "(REGION-docker.pkg.dev/PROJECT_ID/REPO/serve@sha256:..., printed by containers/cloudbuild.yaml)"
+        )
+    return image
+
+
+def container_spec(serving_image: str) -> dict[str, Any]:
+    """``Model.upload``'s serving-container arguments for tpustream's serving image."""
+    from tpustream.serving import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
+
+    return {
+        "serving_container_image_uri": check_serving_image(serving_image),
+        "serving_container_ports": [SERVING_PORT],
+        "serving_container_health_route": HEALTH_ROUTE,
+        "serving_container_predict_route": PREDICT_ROUTE,
+        "serving_container_environment_variables": dict(SERVING_ENV),
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,7 +56,7 @@ class VertexTarget:
     model_name: str
     project: str
     location: str = "us-central1"
-    serving_image: str = DEFAULT_SERVING_IMAGE
+    serving_image: str
     api_endpoint: str | None = None  # e.g. a regional endpoint; tests point it at loopback
 
     def __post_init__(self) -> None:
@@ -35,6 +64,7 @@ class VertexTarget:
             raise ValueError(
                 "--vertex-model needs a model name and a project (--vertex-project or GOOGLE_CLOUD_PROJECT)"
             )
+        check_serving_image(self.serving_image)
 
 
 def _label(value: str) -> str:
@@ -55,11 +85,11 @@ def _init(target: VertexTarget) -> Any:
     return aiplatform
 
 
-def publish(
-    target: VertexTarget, *, artifact_uri: str, promoted: bool, labels: dict[str, str]
-) -> dict[str, Any]:
-    """Upload ``artifact_uri`` (a gs:// model directory) as a new version; alias it ``challenger``, and
-    ``champion`` too when ``promoted``. Returns the model resource name and version id."""
+def publish(target: VertexTarget, *, artifact_uri: str, labels: dict[str, str]) -> dict[str, Any]:
+    """Upload ``artifact_uri`` (a gs:// registry version) as a new version of ``target.model_name`` with
+    the serving container, as the default version, then move the ``champion`` alias to it
+    (mergeVersionAliases takes an alias off the version that held it; an upload naming an alias another
+    version holds is not documented to). Returns the model resource name, version id and versioned name."""
     if not artifact_uri.startswith("gs://"):
         raise ValueError(f"Vertex AI reads models from gs:// only, not {artifact_uri}: use a gs:// registry")
     aiplatform = _init(target)
@@ -68,29 +98,33 @@ def publish(
     model = aiplatform.Model.upload(
         display_name=target.model_name,
         artifact_uri=artifact_uri,
-        serving_container_image_uri=target.serving_image,
         parent_model=parent,
-        is_default_version=promoted,
-        version_aliases=["challenger"],
+        is_default_version=True,
         labels={_label(k): _label(v) for k, v in labels.items()},
         sync=True,
+        **container_spec(target.serving_image),
     )
-    if promoted:
-        model.versioning_registry.add_version_aliases(["champion"], version=model.version_id)
-    log.info(
-        "Vertex AI: %s version %s (%s)",
-        model.resource_name,
-        model.version_id,
-        "champion" if promoted else "challenger",
-    )
-    return {"resource_name": model.resource_name, "version_id": model.version_id, "champion": promoted}
+    model.versioning_registry.add_version_aliases(["champion"], version=model.version_id)
+    versioned = f"{model.resource_name}@{model.version_id}"
+    log.info("Vertex AI: %s is the champion (%s)", versioned, artifact_uri)
+    host = f"{target.location}-aiplatform.googleapis.com"
+    return {
+        "resource_name": model.resource_name,
+        "version_id": model.version_id,
+        "versioned_name": versioned,  # what GCPC's VertexModel artifact carries (upload_model/remote_runner.py)
+        "uri": f"https://{host}/v1/{versioned}",
+        "champion": True,
+    }
 
 
-def target_from_env(model_name: str | None, project: str | None, location: str | None) -> VertexTarget | None:
+def target_from_env(
+    model_name: str | None, project: str | None, location: str | None, serving_image: str | None = None
+) -> VertexTarget | None:
     if not model_name:
         return None
     return VertexTarget(
         model_name=model_name,
+        serving_image=serving_image or os.environ.get("TPUSTREAM_SERVING_IMAGE", ""),
         project=project or os.environ.get("GOOGLE_CLOUD_PROJECT", ""),
         location=location or os.environ.get("GOOGLE_CLOUD_REGION", "us-central1"),
         api_endpoint=os.environ.get("TPUSTREAM_VERTEX_ENDPOINT") or None,

@@ -239,15 +239,16 @@ def test_bad_inputs(digits, models, tmp_path):
 
 def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tmp_path):
     """The real google-cloud-aiplatform client against a recording REST endpoint on loopback
-    (Vertex AI itself cannot be reached from here)."""
+    (Vertex AI itself cannot be reached from here). Only promoted models are uploaded, from their
+    immutable registry version, with the serving image (tests/integration/test_serving.py serves one)."""
     from tests.vertex_fake import VertexRecorder
-    from tpustream.vertex import DEFAULT_SERVING_IMAGE, VertexTarget
+    from tpustream.vertex import VertexTarget
 
+    image = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "d" * 64
     recorder = VertexRecorder()
     try:
-        target = VertexTarget(
-            model_name="digits-classifier", project="proj", location="europe-west4", api_endpoint=recorder.url
-        )
+        target = VertexTarget(model_name="digits-classifier", project="proj", location="europe-west4",
+                              api_endpoint=recorder.url, serving_image=image)  # fmt: skip
         registry = f"{gcs_bucket}/vreg"
         on_gcs = {}
         for name in ("weak", "better", "good"):
@@ -260,30 +261,35 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
             evaluate.evaluate(on_gcs[name], digits, out, registry=registry)
             outcomes.append(promote.promote(on_gcs[name], f"{out}/metrics.json", registry, vertex=target))
         assert [o["promoted"] for o in outcomes] == [True, True, False]
-        assert [o["vertex"]["champion"] for o in outcomes] == [True, True, False]
+        assert [bool(o["vertex"]) for o in outcomes] == [True, True, False]  # the refused one: not uploaded
         parent = "projects/proj/locations/europe-west4"
+        assert [o["vertex"]["versioned_name"] for o in outcomes[:2]] == [
+            f"{parent}/models/4200@1", f"{parent}/models/4200@2"]  # fmt: skip
         uploads = [
             r
             for r in recorder.requests
             if r["method"] == "POST" and r["path"] == f"/v1/{parent}/models:upload"
         ]
         assert [u["body"]["model"]["artifactUri"] for u in uploads] == [
-            f"{registry}/versions/1", f"{registry}/versions/2", on_gcs["good"]]  # fmt: skip
+            f"{registry}/versions/1", f"{registry}/versions/2"]  # fmt: skip
         assert "parentModel" not in uploads[0]["body"]
-        assert (
-            uploads[1]["body"]["parentModel"] == uploads[2]["body"]["parentModel"] == f"{parent}/models/4200"
-        )
-        assert all(u["body"]["model"]["containerSpec"]["imageUri"] == DEFAULT_SERVING_IMAGE for u in uploads)
+        assert uploads[1]["body"]["parentModel"] == f"{parent}/models/4200"
+        assert all(u["body"]["model"]["containerSpec"]["imageUri"] == image for u in uploads)
         assert uploads[0]["body"]["model"]["labels"]["tpustream_version"] == "1"
-        assert "challenger" in uploads[2]["body"]["model"]["versionAliases"]
         merges = [r for r in recorder.requests if r["path"].endswith(":mergeVersionAliases")]
         assert [(m["path"].rsplit("/", 1)[1], m["body"]) for m in merges] == [
             ("4200@1:mergeVersionAliases", {"versionAliases": ["champion"]}),
             ("4200@2:mergeVersionAliases", {"versionAliases": ["champion"]}),
-        ]  # the refused candidate never gets the champion alias
+        ]
         versions = recorder.models["4200"]["versions"]
         assert "champion" in versions["2"]["aliases"] and "champion" not in versions["1"]["aliases"]
-        assert versions["3"]["aliases"] == ["challenger"]
+        assert recorder.rejected == []
+        with pytest.raises(promote.RegistryError, match="needs a gs:// registry"):
+            promote.promote(models["better"], f"{gcs_bucket}/eval/better/metrics.json", str(tmp_path / "r"),
+                            vertex=target)  # fmt: skip
+        assert not (tmp_path / "r").exists()  # refused before anything was promoted
+        with pytest.raises(ValueError, match="--serving-image"):
+            VertexTarget(model_name="m", project="proj", serving_image="")
     finally:
         recorder.close()
 
