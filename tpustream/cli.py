@@ -242,24 +242,86 @@ def promote_cmd(
         str | None, typer.Option(help="Vertex project (default GOOGLE_CLOUD_PROJECT).")
     ] = None,
     vertex_region: Annotated[str | None, typer.Option(help="Vertex region (default us-central1).")] = None,
+    serving_image: Annotated[
+        str | None,
+        typer.Option(
+            help="With --vertex-model: the pushed serve image (containers/serve; Cloud Build's serve.ref). "
+            "Default TPUSTREAM_SERVING_IMAGE."
+        ),
+    ] = None,
 ) -> None:
-    """Promote the candidate if it beats the champion on the same data; atomic, idempotent."""
+    """Promote the candidate if it beats the champion on the same data; atomic, idempotent.
+
+    With --vertex-model, a promoted model is uploaded to the Vertex AI Model Registry from its immutable
+    registry version with the serving image, and gets the `champion` alias there (deployable as is)."""
     from tpustream import promote, vertex
 
+    errors: tuple[type[Exception], ...] = (promote.RegistryError, storage_errors(), *cloud_errors())
     try:
-        target = vertex.target_from_env(vertex_model, vertex_project, vertex_region)
+        target = vertex.target_from_env(vertex_model, vertex_project, vertex_region, serving_image)
         outcome = promote.promote(
             candidate, metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop,
             vertex=target,
         )  # fmt: skip
-    except (promote.RegistryError, storage_errors(), ValueError) as exc:
-        _fail(str(exc))
-    if "vertex" in outcome:
-        typer.echo(f"vertex: {outcome['vertex']['resource_name']} version {outcome['vertex']['version_id']}")
+    except errors as exc:
+        _fail(_cloud_message(exc))
+    if outcome.get("vertex"):
+        typer.echo(f"vertex: {outcome['vertex']['versioned_name']} (alias champion)")
+    elif "vertex" in outcome:
+        typer.echo("vertex: nothing uploaded (only promoted models are)")
     if outcome["promoted"]:
         typer.echo(f"promoted: version {outcome['version']} is the champion ({outcome['reason']})")
     else:
         typer.echo(f"not promoted: {outcome['reason']}")
+
+
+@app.command("predict")
+def predict_cmd(
+    inputs: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="IMAGE_OR_URI...",
+            help="Images (.jpg/.jpeg/.png/.ppm), directories or gs:// prefixes of images, .tar shards, or "
+            "datasets (manifest.json: their val split).",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[
+        str, typer.Option(help="Model directory (model.pt + model.json), or a registry: its champion.")
+    ] = "",
+    top_k: Annotated[int, typer.Option(min=1, help="Classes to show per image.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per image (JSON lines).")] = False,
+    limit: Annotated[int | None, typer.Option(min=1, help="Stop after this many images.")] = None,
+    sample_val: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Also predict N images of the val split the model was trained on (model.json)."
+        ),
+    ] = 0,
+    batch_size: Annotated[int, typer.Option(min=1, help="Images per forward pass.")] = 32,
+    max_pixels: Annotated[
+        int,
+        typer.Option(
+            min=64,
+            help="Pixel budget: an image whose header claims more pixels is refused, never decoded "
+            "(default 16 Mi, as the serving container).",
+        ),
+    ] = 1 << 24,
+) -> None:
+    """Top-k classes per image with the model (CPU; XLA when PJRT_DEVICE is set), as the serving container answers.
+
+    Where the true class is known (a shard's .cls, or an image in a folder named after a class) it is printed too,
+    with a count of correct answers. Exit 1 when an image could not be classified."""
+    from tpustream import predict, serving
+
+    if not model:
+        _fail("--model is required: a model directory or a registry (its champion)")
+    try:
+        code = predict.run(model, list(inputs or []), top_k=top_k, as_json=as_json, limit=limit, sample_val=sample_val,
+                           batch_size=batch_size, max_pixels=max_pixels, echo=typer.echo)  # fmt: skip
+    except (predict.PredictError, serving.BadModel, storage_errors()) as exc:
+        _fail(str(exc))
+    raise typer.Exit(code)
 
 
 @champion_app.command("show")
