@@ -26,8 +26,9 @@ test: $(STAMP) ## Run the whole test suite (unit + integration: GCS server on lo
 test-unit: $(STAMP) ## Run the fast unit tests only.
 	$(BIN)/pytest -m "not integration and not slow"
 
-demo: $(STAMP) ## Run the whole pipeline locally (kfp.local, XLA CPU) on the bundled digits; prints the champion. Again: challenger vs that champion (`make clean` starts over).
+demo: $(STAMP) ## Run the whole pipeline locally (kfp.local, XLA CPU) on the bundled digits; prints the champion and its answers on a few val images. Again: challenger vs that champion (`make clean` starts over).
 	$(BIN)/tpustream pipeline run-local --root $(DEMO_DIR)/pipeline
+	$(BIN)/tpustream predict --model $(DEMO_DIR)/pipeline/registry --sample-val 8 --top-k 1
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy.
 	$(BIN)/ruff check .

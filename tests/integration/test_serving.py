@@ -1,0 +1,380 @@
+"""A promoted model you can deploy: the upload's container spec, the real CPR model server started from it
+as Vertex AI would start it, and `tpustream predict`.
+
+Real parts: aiplatform's own model server (`python -m google.cloud.aiplatform.prediction.model_server`,
+FastAPI + uvicorn) in a subprocess, real HTTP, a model trained here, the registry on the GCS-API test
+server (fake-gcs-server), the real aiplatform client. Stood in for, because they cannot be reached from
+here: Vertex AI's REST API (tests/vertex_fake.py records and proto-validates the requests) and Vertex's
+container launcher (this test sets the AIP_* variables from the recorded upload the way Vertex documents
+it; the artifact is read straight from the gs:// registry version instead of Vertex's copy of it).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import types
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tests.gcs import make_bucket
+from tests.integration.test_evaluate_promote import DIGITS, make_model
+from tpustream import evaluate, shards, storage
+from tpustream.cli import app
+from tpustream.tario import iter_tar_samples
+
+pytestmark = pytest.mark.integration
+
+SERVING_IMAGE = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "c" * 64
+PARENT = "projects/proj/locations/europe-west4"
+
+
+def _jpeg_folder(root) -> str:
+    """An ImageFolder of real JPEGs: scikit-learn's digits, 32x32 RGB, 10 per class."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    counts = dict.fromkeys(range(10), 0)
+    for image, label in zip(data.images, data.target, strict=True):
+        if counts[int(label)] == 10:
+            continue
+        counts[int(label)] += 1
+        pixels = np.kron((image * 255 / 16).astype(np.uint8), np.ones((4, 4), np.uint8))
+        folder = root / str(label)
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pixels).convert("RGB").save(folder / f"{counts[int(label)]:02d}.jpg", quality=90)
+    return str(root)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(env: dict[str, str], port: int, log_path) -> subprocess.Popen:
+    log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
+    process = subprocess.Popen(
+        [sys.executable, "-m", "google.cloud.aiplatform.prediction.model_server"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"model server exited {process.returncode}:\n{log_path.read_text()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{env['AIP_HEALTH_ROUTE']}", timeout=2) as r:
+                if r.status == 200:
+                    return process
+        except OSError:
+            time.sleep(0.3)
+    process.kill()
+    raise AssertionError(f"model server not healthy in 90 s:\n{log_path.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def world(gcs_server, tmp_path_factory):
+    """A model trained here, evaluated and promoted into a gs:// registry with `--vertex-model` (the
+    recording Vertex endpoint), and the model server started from the recorded upload."""
+    from tests.vertex_fake import VertexRecorder
+
+    tmp = tmp_path_factory.mktemp("serving")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
+        make_bucket(gcs_server.url, "serving")
+        digits = str(tmp / "digits")
+        shards.create_shards(shards.ShardConfig(source="digits", output=digits, num_shards=2), progress=False)
+        folder = _jpeg_folder(tmp / "jpegs")
+        jpegs = str(tmp / "jpeg-shards")
+        shards.create_shards(
+            shards.ShardConfig(source=folder, output=jpegs, num_shards=1, val_fraction=0.5), progress=False
+        )
+        local_model = make_model(tmp / "model", digits, seed=2, steps=40)
+        model = "gs://serving/runs/r1"
+        for name in ("model.pt", "model.json"):
+            storage.copy(f"{local_model}/{name}", f"{model}/{name}")
+        registry = "gs://serving/registry"
+        metrics = evaluate.evaluate(model, digits, "gs://serving/eval/r1", registry=registry, workers=0)
+        recorder = VertexRecorder()
+        mp.setenv("TPUSTREAM_VERTEX_ENDPOINT", recorder.url)
+        mp.setenv("GOOGLE_CLOUD_PROJECT", "proj")
+        promoted = CliRunner().invoke(app, [
+            "promote", "--candidate", model, "--metrics", "gs://serving/eval/r1", "--registry", registry,
+            "--vertex-model", "digits-classifier", "--vertex-region", "europe-west4",
+            "--serving-image", SERVING_IMAGE,
+        ])  # fmt: skip
+        assert promoted.exit_code == 0, promoted.output
+        (upload,) = [r for r in recorder.requests if r["path"].endswith("/models:upload")]
+        spec = upload["body"]["model"]["containerSpec"]
+        # As Vertex starts a custom container (custom-container-requirements): the spec's env, AIP_HTTP_PORT =
+        # its first port (remapped to a free one here), its routes, AIP_STORAGE_URI = the model's artifacts.
+        port = _free_port()
+        env = {**os.environ, **{e["name"]: e["value"] for e in spec["env"]}}
+        env.update(
+            AIP_HTTP_PORT=str(port), AIP_HEALTH_ROUTE=spec["healthRoute"], AIP_PREDICT_ROUTE=spec["predictRoute"],
+            AIP_STORAGE_URI=upload["body"]["model"]["artifactUri"],
+            VERTEX_CPR_WEB_CONCURRENCY="1",  # one uvicorn worker on this 2-core machine (default: one per core)
+            STORAGE_EMULATOR_HOST=gcs_server.url,
+        )  # fmt: skip
+        env.pop("PJRT_DEVICE", None)
+        server = _start_server(env, port, tmp / "server.log")
+        try:
+            yield types.SimpleNamespace(
+                url=f"http://127.0.0.1:{port}", env=env, server=server, spec=spec, upload=upload, recorder=recorder,
+                promoted=promoted.output, registry=registry, model=model, metrics=metrics, digits=digits,
+                jpegs=jpegs, folder=folder, log=tmp / "server.log",
+            )  # fmt: skip
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+            recorder.close()
+
+
+def _post(world, body, content_type="application/json"):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(
+        world.url + world.env["AIP_PREDICT_ROUTE"], data, {"Content-Type": content_type}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _healthy(world) -> bool:
+    with urllib.request.urlopen(world.url + world.env["AIP_HEALTH_ROUTE"], timeout=5) as response:
+        return response.status == 200
+
+
+def _instances(images):
+    return {"instances": [{"b64": base64.b64encode(image).decode()} for image in images]}
+
+
+def _val_samples(dataset):
+    manifest = shards.read_manifest(dataset)
+    out = []
+    for shard in manifest["splits"]["val"]["shards"]:
+        with open(f"{dataset}/{shard['path']}", "rb") as f:
+            for _, fields in iter_tar_samples(f):
+                ext = next(e for e in ("ppm", "jpg", "jpeg", "png") if e in fields)
+                out.append((fields[ext], int(fields["cls"])))
+    return out
+
+
+def _served_confusion(world, samples):
+    confusion = np.zeros((10, 10), int)
+    for start in range(0, len(samples), 64):
+        chunk = samples[start : start + 64]
+        status, answer = _post(world, _instances([image for image, _ in chunk]))
+        assert status == 200, answer
+        for (_, label), prediction in zip(chunk, answer["predictions"], strict=True):
+            assert prediction["classes"][0] == DIGITS[prediction["class_indices"][0]]
+            assert len(prediction["classes"]) == 5 and prediction["probabilities"] == sorted(
+                prediction["probabilities"], reverse=True)  # fmt: skip
+            confusion[label, prediction["class_indices"][0]] += 1
+    return confusion
+
+
+def test_upload_is_the_servable_champion(world):
+    """What reaches Vertex parses as an aiplatform v1 UploadModelRequest (the recorder validates every
+    body against the protos) and names the serving container: image, port, routes, the predictor's env."""
+    from tpustream.serving import SERVING_ENV
+
+    assert world.recorder.rejected == []
+    model = world.upload["body"]["model"]
+    assert model["artifactUri"] == f"{world.registry}/versions/1"  # the immutable version, not the run
+    assert world.spec["imageUri"] == SERVING_IMAGE
+    assert world.spec["ports"] == [{"containerPort": 8080}]
+    assert (world.spec["predictRoute"], world.spec["healthRoute"]) == ("/predict", "/health")
+    assert {e["name"]: e["value"] for e in world.spec["env"]} == SERVING_ENV
+    assert model["labels"]["tpustream_version"] == "1"
+    merges = [r for r in world.recorder.requests if r["path"].endswith(":mergeVersionAliases")]
+    assert [(m["path"].rsplit("/", 1)[1], m["body"]) for m in merges] == [
+        ("4200@1:mergeVersionAliases", {"versionAliases": ["champion"]})]  # fmt: skip
+    assert f"vertex: {PARENT}/models/4200@1" in world.promoted
+
+
+def test_served_answers_equal_evaluation_on_the_val_digits(world):
+    assert _healthy(world)
+    samples = _val_samples(world.digits)
+    assert len(samples) == world.metrics["candidate"]["num_samples"] == 179
+    confusion = _served_confusion(world, samples)
+    assert confusion.tolist() == world.metrics["candidate"]["confusion_matrix"]
+    assert np.trace(confusion) / len(samples) == pytest.approx(world.metrics["candidate"]["top1"])
+    assert _healthy(world)
+
+
+def test_served_answers_on_jpegs_equal_tpustream_evaluate(world, tmp_path):
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            "--model",
+            world.model,
+            "--data",
+            world.jpegs,
+            "--output",
+            str(tmp_path),
+            "--workers",
+            "0",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    measured = json.loads((tmp_path / "metrics.json").read_text())["candidate"]
+    samples = _val_samples(world.jpegs)
+    assert (
+        all(image[:3] == b"\xff\xd8\xff" for image, _ in samples) and len(samples) == measured["num_samples"]
+    )
+    assert _served_confusion(world, samples).tolist() == measured["confusion_matrix"]
+
+
+def _png(width, height):
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("L", (width, height)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_a_bad_instance_is_a_400_naming_it_and_the_server_keeps_serving(world):
+    (good, _), (other, _) = _val_samples(world.digits)[:2]
+    status, alone = _post(world, _instances([good]))
+    assert status == 200
+    jpeg = _val_samples(world.jpegs)[0][0]
+    bomb = _png(4200, 4100)  # 17.2 MP in a few KB: over the 16.8 MP budget, refused from its header
+    bad = [
+        (_instances([good, jpeg[: len(jpeg) // 2]]), "instance 1: undecodable JPEG"),
+        (_instances([b"GIF89a not ours"]), "instance 0: not a JPEG, PNG or PPM image"),
+        ({"instances": [{"b64": "%%%not base64"}]}, "instance 0: not valid base64"),
+        ({"instances": ["raw string"]}, 'expected {"b64"'),
+        (_instances([bomb]), "exceeds the pixel budget of 16.8 MP"),
+        (_instances([good, b"P6\n" + b"9" * (9 << 20)]), "instance 1: 12582916 base64 characters exceed"),
+        (_instances([good] * 65), "65 instances exceed the limit of 64"),
+        ({"instances": []}, "no instances"),
+        ({"inputs": [1]}, '{"instances"'),
+        ({**_instances([good]), "parameters": {"top_k": "3"}}, "top_k must be a positive integer"),
+        (b"{not json", "JSON deserialization failed"),  # the SDK's own serializer answers this one
+    ]
+    assert len(bomb) < 100_000
+    for body, message in bad:
+        status, answer = _post(world, body)
+        assert status == 400 and message in answer["detail"], (message, answer)
+        assert _healthy(world)
+    # still serving, and an image's answer does not depend on the others in its request
+    status, batch = _post(world, {**_instances([other, good, jpeg]), "parameters": {"top_k": 2}})
+    assert status == 200 and len(batch["predictions"]) == 3
+    assert batch["predictions"][1]["classes"] == alone["predictions"][0]["classes"][:2]
+    assert batch["predictions"][1]["probabilities"] == pytest.approx(
+        alone["predictions"][0]["probabilities"][:2], abs=1e-5
+    )
+    assert world.server.poll() is None  # the same process served all of it
+
+
+def test_predict_cli_on_images_shards_and_prefixes(world, tmp_path, gcs_server, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
+    runner = CliRunner()
+    help_text = runner.invoke(app, ["predict", "--help"])
+    assert help_text.exit_code == 0 and "--json" in help_text.output and "--sample-val" in help_text.output
+    # the registry's champion, on an ImageFolder directory: JSON lines, true classes from the folders
+    result = runner.invoke(
+        app, ["predict", "--model", world.registry, world.folder, "--json", "--top-k", "5"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert len(lines) == 100 and all(line["true_class"] == line["input"].rsplit("/", 2)[1] for line in lines)
+    # the same answers as the model server for the same bytes
+    first = [storage.read_bytes(line["input"]) for line in lines[:20]]
+    status, served = _post(world, _instances(first))
+    assert status == 200
+    for line, answer in zip(lines, served["predictions"], strict=False):
+        assert line["classes"] == answer["classes"]
+        assert line["probabilities"] == pytest.approx(answer["probabilities"], abs=1e-5)
+    # a gs:// prefix of images, a shard, and a bad file among them: reported, the rest still predicted
+    for line in lines[:3]:
+        storage.upload_file(line["input"], f"gs://serving/images/{line['input'].rsplit('/', 1)[1]}")
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff broken")
+    shard = f"{world.digits}/val/val-000000.tar"
+    result = runner.invoke(app, ["predict", "--model", f"{world.registry}/versions/1", "gs://serving/images",
+                                 str(tmp_path / "broken.jpg"), shard, "--limit", "10"])  # fmt: skip
+    assert result.exit_code == 1
+    out = result.output.splitlines()
+    assert [o.split()[0] for o in out[:3]] == [
+        f"gs://serving/images/{line['input'].rsplit('/', 1)[1]}" for line in lines[:3]
+    ]
+    assert "broken.jpg  error: " in out[3] and "undecodable JPEG" in out[3]
+    assert all(" true " in o and " predicted " in o for o in out[4:10]) and out[4].startswith(
+        "val-000000.tar:"
+    )
+    assert out[10].endswith(f"correct ({world.registry}/versions/1)")
+    bad = runner.invoke(app, ["predict", "--model", world.registry, str(tmp_path / "nothing-here")])
+    assert bad.exit_code == 2 and "no such file, directory or gs:// object/prefix" in bad.output
+    nomodel = runner.invoke(app, ["predict", "--model", str(tmp_path), str(tmp_path / "broken.jpg")])
+    assert nomodel.exit_code == 2 and "neither a model directory" in nomodel.output
+
+
+def test_promote_component_exposes_a_vertex_model_for_model_deploy_op(
+    world, gcs_server, monkeypatch, tmp_path
+):
+    """The KFP promote step (its plain function, as the executor calls it) fills GCPC's google.VertexModel
+    output; the compiled pipeline takes `vertex_model` / `serving_image` (empty: no Vertex upload)."""
+    from google_cloud_pipeline_components.types import artifact_types
+    from kfp import compiler, dsl
+
+    from components.promote import promote_model
+    from pipelines.training import build_pipeline
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
+    monkeypatch.setenv("TPUSTREAM_VERTEX_ENDPOINT", world.recorder.url)
+    output = artifact_types.VertexModel(name="vertex_model", uri=str(tmp_path / "out"), metadata={})
+    line = promote_model(
+        model=dsl.Model(uri=world.model), evaluation=dsl.Metrics(uri="gs://serving/eval/r1/metrics.json"),
+        registry="gs://serving/registry-component", metric="top1", min_delta=0.0, vertex_model=output,
+        vertex_model_name="digits-classifier", serving_image=SERVING_IMAGE, project="proj",
+        location="europe-west4",
+    )  # fmt: skip
+    name = output.metadata["resourceName"]
+    assert line == f"promoted version 1, Vertex AI model {name}"
+    assert name == f"{PARENT}/models/4200@2"  # a second version of the same Vertex model
+    versions = world.recorder.models["4200"]["versions"]
+    assert "champion" in versions["2"]["aliases"] and "champion" not in versions["1"]["aliases"]  # moved
+    assert versions["2"]["artifactUri"] == "gs://serving/registry-component/versions/1"
+    assert output.uri == f"https://europe-west4-aiplatform.googleapis.com/v1/{name}"
+    path = tmp_path / "pipeline.yaml"
+    compiler.Compiler().compile(build_pipeline(tpu=None), str(path))
+    spec = yaml_load(path)
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["vertex_model"]["defaultValue"] == "" and params["serving_image"]["defaultValue"] == ""
+    component = spec["components"]["comp-promote-model"]
+    assert (
+        component["outputDefinitions"]["artifacts"]["vertex_model"]["artifactType"]["schemaTitle"]
+        == "google.VertexModel"
+    )
+    assert (
+        component["inputDefinitions"]["parameters"]["project"]["defaultValue"]
+        == "{{$.pipeline_google_cloud_project_id}}"
+    )
+    tasks = {}
+    for comp in spec["components"].values():
+        tasks.update(comp.get("dag", {}).get("tasks", {}))
+    inputs = tasks["promote-model"]["inputs"]["parameters"]
+    assert inputs["vertex_model_name"]["componentInputParameter"].endswith("vertex_model")
+    assert inputs["serving_image"]["componentInputParameter"].endswith("serving_image")
+
+
+def yaml_load(path):
+    import yaml
+
+    with open(path) as f:
+        return yaml.safe_load(f)
