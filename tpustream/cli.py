@@ -574,6 +574,25 @@ def bench_train_cmd(
         typer.echo(line)
 
 
+@bench_app.command("preempt")
+def bench_preempt_cmd(
+    images: Annotated[
+        int, typer.Option(help="synthetic-imagenet images (500x375 JPEGs) to train on.", min=64)
+    ] = 1200,
+    batch_size: Annotated[int, typer.Option(help="Batch size.", min=1)] = 16,
+    workers: Annotated[int, typer.Option(help="Loader workers.", min=0)] = 2,
+    input_size: Annotated[int, typer.Option(help="Training input side.", min=16)] = 224,
+) -> None:
+    """SIGTERM mid-epoch and restart, at three positions: signal->exit, restart->first step, and the loader's
+    way back to the position (ours: nothing skipped is decoded) against replaying the epoch. JSON lines."""
+    from tpustream import bench_preempt
+
+    for line in bench_preempt.bench_preempt(
+        images=images, batch_size=batch_size, workers=workers, input_size=input_size
+    ):
+        typer.echo(line)
+
+
 @bench_app.command("load")
 def bench_load(
     data: Annotated[

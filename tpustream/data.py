@@ -31,7 +31,7 @@ from tpustream.epoch_plan import LoaderError, WorkerPlan, plan_epoch  # re-expor
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS
 from tpustream.manifest import read_manifest
 from tpustream.tario import TarFormatError, iter_tar_samples
-from tpustream.transforms import Augment, Prepared, prepare_image, render_batch
+from tpustream.transforms import Augment, Prepared, prepare_image, render_batch, skip_image
 
 __all__ = [
     "LoaderConfig",
@@ -116,6 +116,8 @@ class EpochReport:
     # manifest samples that bad shards did not yield (negative: a shard held more than its manifest says);
     # val: samples + undecodable + unread == the manifest's samples for this replica
     unread: int = 0
+    # a resumed epoch's first batches: read and shuffled, drawn from the same random stream, not decoded
+    skipped_on_resume: int = 0
     problems: list[str] = field(default_factory=list)
     wait_seconds: float = 0.0
     seconds: float = 0.0
@@ -134,6 +136,7 @@ class EpochReport:
         self.repeated += stats["repeated"]
         self.undecodable += stats["undecodable"]
         self.unread += stats["unread"]
+        self.skipped_on_resume += stats["skipped_on_resume"]
         self.bad_shards += len(stats["problems"])
         room = MAX_PROBLEMS_KEPT - len(self.problems)
         self.problems.extend(stats["problems"][: max(0, room)])
@@ -142,7 +145,12 @@ class EpochReport:
         return (
             f"epoch {self.epoch}: {self.steps} steps, {self.samples} samples, {self.repeated} repeated, "
             f"{self.padded} padding, {self.undecodable} undecodable, {self.bad_shards} bad shard(s), "
-            f"{self.samples_per_s:,.0f} samples/s, data wait {100 * self.data_wait_fraction:.1f}%"
+            + (
+                f"{self.skipped_on_resume} skipped on resume (not decoded), "
+                if self.skipped_on_resume
+                else ""
+            )
+            + f"{self.samples_per_s:,.0f} samples/s, data wait {100 * self.data_wait_fraction:.1f}%"
         )
 
 
@@ -153,13 +161,16 @@ class _Stats:
         self.reset()
 
     def reset(self) -> None:
-        self.samples = self.padded = self.repeated = self.undecodable = self.unread = 0
+        self.samples = self.padded = self.repeated = self.undecodable = self.unread = (
+            self.skipped_on_resume
+        ) = 0
         self.problems: list[str] = []
 
     def take(self) -> dict[str, Any]:
         out = {
             "samples": self.samples, "padded": self.padded, "repeated": self.repeated,
             "undecodable": self.undecodable, "unread": self.unread, "problems": self.problems,
+            "skipped_on_resume": self.skipped_on_resume,
         }  # fmt: skip
         self.reset()
         return out
@@ -168,10 +179,11 @@ class _Stats:
 class _EpochStream:
     """The torch IterableDataset body for one (replica, epoch): each DataLoader worker runs its plan."""
 
-    def __init__(self, loader: ShardLoader, epoch: int, plans: list[WorkerPlan]) -> None:
+    def __init__(self, loader: ShardLoader, epoch: int, plans: list[WorkerPlan], skip: list[int]) -> None:
         self.loader = loader
         self.epoch = epoch
         self.plans = plans
+        self.skip = skip  # per worker: its first batches a resumed epoch does not need (not decoded)
         self._reported: set[int] = set()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -180,10 +192,10 @@ class _EpochStream:
         info = torch.utils.data.get_worker_info()
         worker = info.id if info is not None else 0
         if info is None and len(self.plans) > 1:  # no worker processes: run every plan in turn
-            for plan in self.plans:
-                yield from self._run(plan)
+            for plan, skip in zip(self.plans, self.skip, strict=True):
+                yield from self._run(plan, skip)
             return
-        yield from self._run(self.plans[worker])
+        yield from self._run(self.plans[worker], self.skip[worker])
 
     # ---------------------------------------------------------------- reading
 
@@ -231,21 +243,29 @@ class _EpochStream:
         yield from buffer
 
     def _decoded(
-        self, samples: Iterator[tuple[bytes, str, int]], rng: random.Random, stats: _Stats
-    ) -> Iterator[tuple[Prepared, int]]:
+        self, samples: Iterator[tuple[bytes, str, int]], rng: random.Random, stats: _Stats, skip: list[int]
+    ) -> Iterator[tuple[Prepared | None, int]]:
+        """Decoded samples; the first ``skip[0]`` are only drawn for (``skip_image``) and come out as None."""
         augment = self.loader.augment
         for data, ext, label in samples:
             try:
-                yield prepare_image(data, ext, augment, rng), label
+                if skip[0] > 0:
+                    skip_image(data, ext, augment, rng)
+                    skip[0] -= 1
+                    yield None, label
+                else:
+                    yield prepare_image(data, ext, augment, rng), label
             except Exception:  # any decoder failure means "undecodable sample": skip and count
                 stats.undecodable += 1
 
     # ---------------------------------------------------------------- batching
 
-    def _run(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
+    def _run(self, plan: WorkerPlan, skip_batches: int) -> Iterator[dict[str, Any]]:
         if self.loader.config.split == "train":
-            yield from self._train(plan)
+            yield from self._train(plan, skip_batches)
         else:
+            if skip_batches:
+                raise ValueError("start_batch applies to the train split only")
             yield from self._val(plan)
 
     def _batch(self, pending: list[Prepared], labels: list[int], stats: _Stats) -> dict[str, Any]:
@@ -273,10 +293,11 @@ class _EpochStream:
             "_stats": stats.take(),
         }
 
-    def _train(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
+    def _train(self, plan: WorkerPlan, skip_batches: int = 0) -> Iterator[dict[str, Any]]:
         cfg = self.loader.config
         stats = _Stats()
         needed = plan.num_batches * cfg.batch_size
+        skip = [skip_batches * cfg.batch_size]  # samples of this plan's first batches, drawn for, not decoded
         pending: list[Prepared] = []
         labels: list[int] = []
         produced = 0
@@ -288,8 +309,15 @@ class _EpochStream:
             if repeat_pass:
                 rng.shuffle(shard_ids)
             delivered_this_pass = 0
-            stream = self._decoded(self._shuffled(self._raw_samples(shard_ids, stats), rng), rng, stats)
+            stream = self._decoded(self._shuffled(self._raw_samples(shard_ids, stats), rng), rng, stats, skip)
             for prepared, label in stream:
+                if prepared is None:  # part of a batch the resumed run already trained on
+                    produced += 1
+                    delivered_this_pass += 1
+                    stats.skipped_on_resume += 1
+                    if produced == needed:
+                        break
+                    continue
                 pending.append(prepared)
                 labels.append(label)
                 produced += 1
@@ -320,7 +348,8 @@ class _EpochStream:
         labels: list[int] = []
         emitted = 0
         capacity = plan.num_batches * cfg.batch_size
-        for prepared, label in self._decoded(self._raw_samples(plan.shards, stats), rng, stats):
+        for prepared, label in self._decoded(self._raw_samples(plan.shards, stats), rng, stats, [0]):
+            assert prepared is not None  # nothing is skipped on the val split
             if emitted * cfg.batch_size + len(pending) >= capacity:
                 stats.problems.append("more val samples than the manifest lists: extra samples ignored")
                 break
@@ -351,6 +380,34 @@ def first_image_side(dataset: str, manifest: dict[str, Any], split: str = "train
             if ext is not None:
                 return min(Image.open(io.BytesIO(fields[ext])).size)
     raise LoaderError(f"no image in {storage.join(dataset, shard['path'])}")
+
+
+def _round_robin(counts: list[int]) -> list[int]:
+    """The order in which torch's DataLoader takes batches from workers with these batch counts: in turn,
+    skipping exhausted workers (in-order delivery). Returns the worker index of each batch."""
+    return [w for r in range(max(counts, default=0)) for w, count in enumerate(counts) if r < count]
+
+
+def _resume_layout(start: int, per_plan: list[int], workers: int) -> tuple[list[int], list[int]]:
+    """For an epoch resumed at global batch ``start``: which plan each worker runs and how many of that
+    plan's batches it skips, so that the DataLoader's order from ``start`` on is the uninterrupted one.
+
+    Without worker processes the plans run one after the other. With them, the DataLoader cycles
+    through the workers from worker 0, so the plans are handed to the workers in the order in which the
+    uninterrupted epoch next visits them.
+    """
+    if workers == 0 or len(per_plan) == 1:
+        skip = [min(count, max(0, start - sum(per_plan[:i]))) for i, count in enumerate(per_plan)]
+        return list(range(len(per_plan))), skip
+    order = _round_robin(per_plan)
+    skip = [order[:start].count(plan) for plan in range(len(per_plan))]
+    tail = order[start:]
+    assignment = list(dict.fromkeys(tail))  # plans in order of their next turn
+    assignment += [plan for plan in range(len(per_plan)) if plan not in assignment]  # finished ones
+    remaining = [per_plan[plan] - skip[plan] for plan in assignment]
+    if [assignment[w] for w in _round_robin(remaining)] != tail:
+        raise LoaderError(f"cannot resume this epoch's worker order at batch {start}")  # never seen; be loud
+    return assignment, [skip[plan] for plan in assignment]
 
 
 def _rng(*key: int) -> random.Random:
@@ -424,12 +481,21 @@ class ShardLoader:
     def __len__(self) -> int:
         return self.steps_per_epoch
 
-    def epoch(self, epoch: int) -> Iterator[dict[str, Any]]:
-        """Yield this replica's batches of ``epoch``: exactly ``steps_per_epoch`` of them, or raise."""
+    def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[dict[str, Any]]:
+        """Yield this replica's batches of ``epoch``: exactly ``steps_per_epoch`` of them, or raise.
+
+        ``start_batch`` (train): resume an epoch at that batch. The batches before it are not decoded:
+        their samples are read and shuffled as before (the shuffle buffer needs them) and their random
+        draws replayed from image headers, so batch ``k`` onwards equals an uninterrupted epoch's.
+        """
         import torch
         import torch.utils.data
 
         steps, plans = self._plan(epoch)
+        if not 0 <= start_batch <= steps:
+            raise ValueError(f"start_batch {start_batch} outside this epoch's {steps} batches")
+        order, skip = _resume_layout(start_batch, [plan.num_batches for plan in plans], self.config.workers)
+        plans = [plans[index] for index in order]
 
         class _Dataset(torch.utils.data.IterableDataset):
             def __init__(self, stream: _EpochStream) -> None:
@@ -440,7 +506,7 @@ class ShardLoader:
 
         cfg = self.config
         loader = torch.utils.data.DataLoader(
-            _Dataset(_EpochStream(self, epoch, plans)),
+            _Dataset(_EpochStream(self, epoch, plans, skip)),
             batch_size=None,
             num_workers=cfg.workers,
             prefetch_factor=cfg.prefetch_factor if cfg.workers > 0 else None,
@@ -449,7 +515,7 @@ class ShardLoader:
         report = EpochReport(epoch=epoch, steps=steps)
         self.last_report = report
         started = time.perf_counter()
-        delivered = 0
+        delivered = start_batch
         iterator = iter(loader)
         try:
             while delivered < steps:

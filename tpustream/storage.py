@@ -26,6 +26,7 @@ __all__ = [
     "StorageError",
     "NotFound",
     "PreconditionFailed",
+    "PathKindError",
     "ObjectInfo",
     "is_gcs",
     "join",
@@ -66,6 +67,10 @@ class PreconditionFailed(StorageError):
     """A compare-and-swap or create-only write lost: the object changed (or exists)."""
 
 
+class PathKindError(StorageError):
+    """A local file where a directory is expected, or a directory where a file is expected."""
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     """One listed object: its full URI, size in bytes, and version (GCS generation, local mtime in ns):
@@ -92,8 +97,8 @@ def check_uri(uri: str) -> str:
         raise StorageError(
             f"refusing {uri!r}: pipe: URLs run shell commands; give a local path or a gs:// URI instead"
         )
-    if uri.startswith("file://"):
-        return uri[len("file://") :]
+    if uri.startswith("file:"):
+        return _file_uri_path(uri)
     if is_gcs(uri):
         bucket, _ = _split_gcs(uri)
         if not bucket:
@@ -105,6 +110,49 @@ def check_uri(uri: str) -> str:
             f"unsupported URI scheme {scheme.group(0)!r} in {uri!r}: tpustream reads and writes local paths and gs:// only"
         )
     return uri
+
+
+def _file_uri_path(uri: str) -> str:
+    """The local path of a ``file:`` URI: ``file:///p``, ``file://localhost/p`` and ``file:/p`` are ``/p``;
+    ``file://p`` stays the relative path ``p``. A bare ``file:p`` is refused: as a path it would create a
+    directory literally named ``file:``."""
+    if uri.startswith("file://localhost/"):
+        return uri[len("file://localhost") :]
+    if uri.startswith("file://"):
+        path = uri[len("file://") :]
+    elif uri.startswith("file:/"):
+        path = uri[len("file:") :]
+    else:
+        path = ""
+    if not path:
+        raise StorageError(f"{uri!r} is not a file URI with a path: give file:///ABSOLUTE/PATH or a plain path")
+    return path
+
+
+def _file_in_the_way(path: str) -> PathKindError:
+    """The error for a local path one of whose parents is a file (NotADirectoryError), naming that file."""
+    parent = os.path.dirname(path)
+    while parent and not os.path.isdir(parent):
+        if os.path.lexists(parent):
+            return PathKindError(
+                f"{parent} is a file where a directory is expected (for {path}): "
+                "give a directory or a gs:// prefix instead"
+            )
+        parent = os.path.dirname(parent)
+    return PathKindError(f"{path}: part of this path is a file, not a directory: fix the path")
+
+
+@contextlib.contextmanager
+def _local_errors(path: str) -> Iterator[None]:
+    """Turn the OS errors of a local read into ours: the path, what is wrong and what to do, in one line."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise NotFound(f"{path} does not exist") from exc
+    except IsADirectoryError as exc:
+        raise PathKindError(f"{path} is a directory, not a file: give the path of a file") from exc
+    except NotADirectoryError as exc:
+        raise _file_in_the_way(path) from exc
 
 
 def join(base: str, *parts: str) -> str:
@@ -262,12 +310,8 @@ def open_read(uri: str) -> IO[bytes]:
             _idempotent(lambda: blob.reload(retry=_retry()))
             reader = blob.open("rb", chunk_size=_READ_CHUNK, retry=_retry())
             return io.BufferedReader(_RawBlobStream(reader), buffer_size=1 << 20)
-    try:
+    with _local_errors(uri):
         return open(uri, "rb", buffering=_READ_CHUNK)
-    except FileNotFoundError as exc:
-        raise NotFound(f"{uri} does not exist") from exc
-    except IsADirectoryError as exc:
-        raise StorageError(f"{uri} is a directory, not a file") from exc
 
 
 def read_bytes(uri: str) -> bytes:
@@ -276,13 +320,8 @@ def read_bytes(uri: str) -> bytes:
         with _gcs_errors(uri):
             blob = _blob(uri)
             return _idempotent(lambda: blob.download_as_bytes(retry=_retry()))
-    try:
-        with open(uri, "rb") as f:
-            return f.read()
-    except FileNotFoundError as exc:
-        raise NotFound(f"{uri} does not exist") from exc
-    except IsADirectoryError as exc:
-        raise StorageError(f"{uri} is a directory, not a file") from exc
+    with _local_errors(uri), open(uri, "rb") as f:
+        return f.read()
 
 
 def read_text(uri: str) -> str:
@@ -380,7 +419,7 @@ def _ensure_local_parent(path: str) -> None:
     try:
         os.makedirs(parent, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:
-        raise StorageError(f"cannot create directory {parent}: a file is in the way") from exc
+        raise _file_in_the_way(path) from exc
 
 
 def _file_mode() -> int:
@@ -450,10 +489,10 @@ def read_with_generation(uri: str) -> tuple[bytes | None, int]:
         except PreconditionFailed:  # replaced between reload and download: read again
             return read_with_generation(uri)
     try:
-        with open(uri, "rb") as f:
+        with _local_errors(uri), open(uri, "rb") as f:
             st = os.fstat(f.fileno())
             return f.read(), _local_generation(st)
-    except FileNotFoundError:
+    except NotFound:
         return None, 0
 
 
@@ -519,16 +558,7 @@ def exists(uri: str) -> bool:
 
 
 def size(uri: str) -> int:
-    uri = check_uri(uri)
-    if is_gcs(uri):
-        blob = _blob(uri)
-        with _gcs_errors(uri):
-            _idempotent(lambda: blob.reload(retry=_retry()))
-        return int(blob.size)
-    try:
-        return os.path.getsize(uri)
-    except FileNotFoundError as exc:
-        raise NotFound(f"{uri} does not exist") from exc
+    return stat(uri).size
 
 
 def stat(uri: str) -> ObjectInfo:
@@ -539,10 +569,8 @@ def stat(uri: str) -> ObjectInfo:
         with _gcs_errors(uri):
             _idempotent(lambda: blob.reload(retry=_retry()))
         return ObjectInfo(uri, int(blob.size or 0), str(blob.generation or ""))
-    try:
+    with _local_errors(uri):
         st = os.stat(uri)
-    except FileNotFoundError as exc:
-        raise NotFound(f"{uri} does not exist") from exc
     return ObjectInfo(uri, st.st_size, str(st.st_mtime_ns))
 
 
@@ -631,7 +659,10 @@ def copy(src: str, dst: str) -> None:
         return
     if not is_gcs(src):
         if not os.path.isfile(src):
-            raise NotFound(f"{src} does not exist")
+            with _local_errors(src):
+                os.stat(src)  # missing, or a file in the way: raises the matching error
+            if os.path.isdir(src):
+                raise PathKindError(f"{src} is a directory, not a file: give the path of a file")
         upload_file(src, dst)
         return
     with tempfile.NamedTemporaryFile(prefix="tpustream-copy-") as tmp:
@@ -652,12 +683,12 @@ def ensure_prefix_writable(uri: str) -> None:
             raise StorageError(f"{uri} is an object, not a directory prefix: choose another output URI")
         return
     if os.path.isfile(uri):
-        raise StorageError(f"{uri} is a file, not a directory: choose another output path")
+        raise PathKindError(f"{uri} is a file, not a directory: choose another output path")
     try:
         os.makedirs(uri, exist_ok=True)
     except OSError as exc:
         if exc.errno in (errno.ENOTDIR, errno.EEXIST):
-            raise StorageError(f"cannot create {uri}: a file is in the way") from exc
+            raise _file_in_the_way(uri) from exc
         raise StorageError(f"cannot create {uri}: {exc.strerror}") from exc
     if not os.access(uri, os.W_OK):
         raise StorageError(f"{uri} is not writable")

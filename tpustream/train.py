@@ -15,7 +15,6 @@ Nothing in a step syncs with the host: logging goes through ``xm.add_step_closur
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 import math
@@ -435,7 +434,8 @@ def _run(config: TrainConfig, rt: Runtime, loaders: dict[str, Any], model: Any, 
         epoch = state.epoch
         epoch_started = time.perf_counter()
         wait = 0.0
-        batches = itertools.islice(loaders["train"].epoch(epoch), state.batches_done, None)
+        # resumed mid-epoch: the loader skips the batches already trained on without decoding them
+        batches = loaders["train"].epoch(epoch, start_batch=state.batches_done)
         iterator = iter(device_loader(batches, rt))
         loss_sum = torch.zeros((), device=rt.device)
         steps_this_run = 0

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tpustream.imagecodec import DEFAULT_MAX_PIXELS, check_pixels, decode_ppm, to_rgb
+from tpustream.imagecodec import DEFAULT_MAX_PIXELS, check_pixels, decode_ppm, ppm_header, to_rgb
 
 if TYPE_CHECKING:
     import torch
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Augment",
     "decode_image",
+    "skip_image",
+    "image_size",
     "prepare_image",
     "render",
     "render_batch",
@@ -189,6 +191,33 @@ def prepare_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -
     box = pick_box(image.shape[1], image.shape[0])
     flip = augment.train and augment.flip and rng.random() < 0.5
     return Prepared(image, tuple(float(v) for v in box), flip)  # type: ignore[arg-type]
+
+
+def image_size(data: bytes, ext: str) -> tuple[int, int]:
+    """(width, height) from the header alone: JPEG SOF, PPM header, or Pillow's lazy open (no decode)."""
+    dims = _jpeg_size(data) if ext in ("jpg", "jpeg") else None
+    if dims is not None:
+        return dims
+    if ext == "ppm" and data[:2] == b"P6":
+        width, height, _ = ppm_header(data)
+        return width, height
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data), formats=_PIL_FORMATS) as img:  # reads the header only
+        return img.width, img.height
+
+
+def skip_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -> None:
+    """Draw from ``rng`` exactly what ``prepare_image`` draws for this sample (its crop box and flip)
+    from the header alone, decoding nothing: a resumed epoch skips its first batches this way and the
+    samples after them get the same crops and flips as in an uninterrupted epoch. (A sample that would
+    fail to decode is counted as decoded-and-skipped here; only a corrupt image can tell the two apart.)"""
+    width, height = image_size(data, ext)
+    check_pixels(width, height, augment.max_pixels)
+    if augment.train:
+        random_resized_crop_box(width, height, rng, (augment.min_crop_scale, 1.0), (3 / 4, 4 / 3))
+        if augment.flip:
+            rng.random()
 
 
 def _as_tensor(out: np.ndarray | torch.Tensor) -> torch.Tensor:
