@@ -3,8 +3,11 @@ promoted version is also uploaded to the Vertex AI Model Registry with the servi
 ``vertex_model`` output (GCPC's ``google.VertexModel``: ``metadata.resourceName`` = ``projects/P/locations/
 L/models/ID@VERSION``, as GCPC's own ModelUploadOp writes it) can feed ``ModelDeployOp`` or batch prediction.
 
-``project`` and ``location`` default to GCPC's placeholders, which Vertex AI Pipelines resolves to the
-run's own project and region (google_cloud_pipeline_components/_placeholders.py).
+``project`` and ``location``: empty = the environment (GOOGLE_CLOUD_PROJECT / GOOGLE_CLOUD_REGION, else
+CLOUD_ML_PROJECT_ID / CLOUD_ML_REGION, which Vertex AI sets in its job containers, else the credentials'
+project). GCPC's placeholders ({{$.pipeline_google_cloud_project_id}}, _placeholders.py) would be resolved by
+Vertex but make kfp.local fail (kfp/local/placeholder_utils.py cannot resolve them), so they are not defaults;
+a value that is one and arrives unresolved is ignored.
 """
 
 from google_cloud_pipeline_components.types import artifact_types
@@ -14,17 +17,27 @@ from kfp.dsl import Input, Metrics, Model, Output
 def promote_model(
     model: Input[Model], evaluation: Input[Metrics], registry: str, metric: str, min_delta: float,
     vertex_model: Output[artifact_types.VertexModel], vertex_model_name: str = "", serving_image: str = "",
-    project: str = "{{$.pipeline_google_cloud_project_id}}", location: str = "{{$.pipeline_google_cloud_location}}",
+    project: str = "", location: str = "",
 ) -> str:  # fmt: skip
     """Returns the outcome line; the registry's champion.json is the source of truth. Without
     ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName."""
+    import os
+
     from tpustream.promote import promote
     from tpustream.vertex import target_from_env
 
-    def resolved(value: str) -> str | None:  # an unresolved placeholder (kfp.local): use the environment
-        return None if not value or value.startswith("{{$") else value
+    def resolved(value: str, *env: str) -> str | None:
+        if value and not value.startswith("{{$"):
+            return value
+        return next((os.environ[name] for name in env if os.environ.get(name)), None)
 
-    target = target_from_env(vertex_model_name, resolved(project), resolved(location), serving_image)
+    project_id = resolved(project, "GOOGLE_CLOUD_PROJECT", "CLOUD_ML_PROJECT_ID")
+    if vertex_model_name and not project_id:
+        import google.auth
+
+        project_id = google.auth.default()[1]  # the pipeline's service account's project
+    region = resolved(location, "GOOGLE_CLOUD_REGION", "CLOUD_ML_REGION")
+    target = target_from_env(vertex_model_name, project_id, region, serving_image)
     outcome = promote(model.uri, evaluation.uri, registry, metric=metric, min_delta=min_delta, vertex=target)
     published = outcome.get("vertex")
     if published:
