@@ -106,6 +106,16 @@ def build_pipeline(
     """The pipeline function, for kfp's compiler or kfp.local (``tpu=None``: every step runs as is)."""
     ops = build_components(cpu_image, tpu_image, tpu, capacity)
     train_extra = {"worker_pool_specs": ops["train_pools"]} if tpu else {}
+    promote_extra = {}
+    if (
+        cpu_image != LOCAL_IMAGE
+    ):  # compiled for Vertex: the run's own project and region (kfp.local lacks them)
+        from google_cloud_pipeline_components import _placeholders
+
+        promote_extra = {
+            "project": _placeholders.PROJECT_ID_PLACEHOLDER,
+            "location": _placeholders.LOCATION_PLACEHOLDER,
+        }
 
     @dsl.pipeline(
         name="tpustream-training",
@@ -167,6 +177,7 @@ def build_pipeline(
                 promote = ops["promote"](
                     model=train.outputs["model"], evaluation=evaluate.outputs["evaluation"], registry=registry,
                     metric=metric, min_delta=min_delta, vertex_model_name=vertex_model, serving_image=serving_image,
+                    **promote_extra,
                 ).set_display_name("promote")  # fmt: skip
                 promote.set_caching_options(False)
         return check.outputs["Output"]  # "train" or "skip" (no new data): what this run did

@@ -66,6 +66,9 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     # No step installs anything at run time: the images carry kfp (install_kfp_package=False).
     assert "pip install" not in text and "ensurepip" not in text
     assert "serviceAccount" not in text and "credentials" not in text.lower()
+    promote_inputs = tasks["promote-model"]["inputs"]["parameters"]  # the run's own project and region
+    assert promote_inputs["project"]["runtimeValue"]["constant"] == "{{$.pipeline_google_cloud_project_id}}"
+    assert promote_inputs["location"]["runtimeValue"]["constant"] == "{{$.pipeline_google_cloud_location}}"
 
 
 @pytest.mark.parametrize("tpu", ["v2-8", "v3-8", "v5e-4", "v5e-16", "v6e-8", "v6e-32"])
