@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -112,6 +113,13 @@ def latest_checkpoint_uri(output: str, which: str = "last") -> str | None:
         pointer = json.loads(storage.read_bytes(_pointer(output, which)))
     except storage.NotFound:
         return None
+    except storage.PathKindError as exc:
+        if not storage.is_gcs(output) and os.path.isfile(storage.check_uri(output)):
+            raise CheckpointError(
+                f"{output} is a file, not a training output directory: give the output directory, or a "
+                "checkpoint file whose name ends in .pt"
+            ) from exc
+        raise
     except ValueError as exc:
         raise CheckpointError(
             f"{_pointer(output, which)} is corrupt ({exc}): delete it to start over"
@@ -124,8 +132,22 @@ def latest_checkpoint_uri(output: str, which: str = "last") -> str | None:
     return uri
 
 
-def load_torch_file(uri: str, *, what: str = "checkpoint") -> tuple[Any, str]:
-    """Load a torch file (local or gs://) with ``weights_only=True``; returns (object, sha256 of its bytes)."""
+def _why_unreadable(exc: Exception) -> str:
+    """One line for why ``torch.load(weights_only=True)`` failed (torch explains over many lines)."""
+    text = str(exc)
+    if "Weights only load failed" in text:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if found:
+            return f"it pickles {found.group(1)}, which a weights-only load refuses to run"
+        return "not a file torch.load(weights_only=True) can read"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return first if len(first) <= 200 else first[:197] + "..."
+
+
+def load_torch_file(uri: str, *, what: str = "checkpoint", fix: str = "") -> tuple[Any, str]:
+    """Load a torch file (local or gs://) with ``weights_only=True``; returns (object, sha256 of its bytes).
+
+    Raises ``CheckpointError`` with one line: the file, why it cannot be read, then ``fix`` when given."""
     import hashlib
 
     fd, tmp = tempfile.mkstemp(prefix="tpustream-", suffix=".pt")
@@ -136,13 +158,17 @@ def load_torch_file(uri: str, *, what: str = "checkpoint") -> tuple[Any, str]:
             digest = hashlib.sha256(f.read()).hexdigest()
         return torch.load(tmp, map_location="cpu", weights_only=True), digest
     except storage.NotFound as exc:
-        raise CheckpointError(f"{what} {uri} does not exist") from exc
+        raise CheckpointError(f"{what} {uri} does not exist" + (f": {fix}" if fix else "")) from exc
+    except storage.StorageError as exc:  # a directory, a file in the way, permissions: its message says which
+        raise CheckpointError(f"{what}: {exc}") from exc
     except Exception as exc:  # unpickling errors come in many types
-        raise CheckpointError(f"{what} {uri} is unreadable: {exc}") from exc
+        reason = _why_unreadable(exc)
+        raise CheckpointError(f"{what} {uri} is unreadable ({reason})" + (f": {fix}" if fix else "")) from exc
     finally:
         os.unlink(tmp)
 
 
 def load_checkpoint(uri: str) -> dict[str, Any]:
     """Load a checkpoint file (local or gs://) with ``weights_only=True``."""
-    return load_torch_file(uri)[0]
+    fix = "resume from another checkpoint (a .pt under OUTPUT/checkpoints/, or OUTPUT), or use --resume never"
+    return load_torch_file(uri, fix=fix)[0]

@@ -125,7 +125,9 @@ def _file_uri_path(uri: str) -> str:
     else:
         path = ""
     if not path:
-        raise StorageError(f"{uri!r} is not a file URI with a path: give file:///ABSOLUTE/PATH or a plain path")
+        raise StorageError(
+            f"{uri!r} is not a file URI with a path: give file:///ABSOLUTE/PATH or a plain path"
+        )
     return path
 
 
