@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from typing import Annotated, Any
@@ -145,6 +146,32 @@ def shards_verify(
     typer.echo(f"ok: {checked} shards match {uri}/manifest.json")
 
 
+class _EarlySigterm:
+    """SIGTERM in `tpustream train`'s first seconds (importing torch and torch_xla, setting up), before the
+    trainer's own handler exists: recorded instead of fatal (exit 143). The trainer's handler takes over
+    and finds it ``requested``, so it stops before the first step: exit 75, run again to resume."""
+
+    requested = False
+
+    def __init__(self) -> None:
+        self.previous: Any = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def install(self) -> _EarlySigterm:
+        try:
+            self.previous = signal.signal(signal.SIGTERM, self)
+        except ValueError:  # not the main thread (a test runner's): leave SIGTERM alone
+            self.previous = None
+        return self
+
+    def uninstall(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+            self.previous = None
+
+
 @app.command("train")
 def train_cmd(
     data: Annotated[str, typer.Option(help="Dataset URI (holds manifest.json).")],
@@ -177,6 +204,7 @@ def train_cmd(
     seed: Annotated[int, typer.Option(help="Seed of init, data order and augmentation.")] = 0,
 ) -> None:
     """Train a ResNet with PyTorch/XLA (SPMD or replicas), checkpointing to --output; resumable."""
+    early = _EarlySigterm().install()  # before these imports, which take seconds
     from tpustream import checkpoint, train
 
     try:
@@ -187,11 +215,17 @@ def train_cmd(
             resume=resume, log_steps=log_steps, checkpoint_minutes=checkpoint_minutes, workers=workers,
             input_size=input_size, seed=seed,
         )  # fmt: skip
+        if config.strategy == "replicas":  # one process per device, each with its own handler from its start
+            if early.requested:
+                raise train.Preempted("SIGTERM before training started: nothing to save")
+            early.uninstall()
         card = train.train(config)
     except train.Preempted as exc:
         train.exit_preempted(exc)  # exit 75
     except (ValueError, checkpoint.CheckpointError, storage_errors()) as exc:
         _fail(str(exc))
+    finally:
+        early.uninstall()
     if card:
         metrics = card["metrics"]
         typer.echo(f"model: {output} (best epoch {metrics['epoch']}, val top-1 {metrics['val_top1']:.4f})")

@@ -230,6 +230,7 @@ class _Preemption:
     def __enter__(self) -> _Preemption:
         try:
             self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self.requested = getattr(self._previous, "requested", False) is True  # caught early by the CLI
         except ValueError:  # not the main thread: no handler (e.g. inside a test runner thread)
             self._previous = None
         return self
