@@ -110,12 +110,12 @@ def open_source(spec: str) -> Source:
     if sep and kind == "cifar10":
         return _cifar10_source(arg)
     try:
-        storage.check_uri(spec)  # refuses pipe: (shell commands) and unsupported schemes
+        path = storage.check_uri(spec)  # refuses pipe: and unsupported schemes; file:///x is /x
     except storage.StorageError as exc:
         raise SourceError(f"source {spec!r}: {exc}") from exc
-    if storage.is_gcs(spec) or os.path.isdir(spec):
-        return _image_folder_source(spec)
-    if os.path.exists(spec):
+    if storage.is_gcs(path) or os.path.isdir(path):
+        return _image_folder_source(path)
+    if os.path.exists(path):
         raise SourceError(
             f"source {spec!r} is a file; give a directory of class sub-folders (ImageFolder layout) "
             "or cifar10:PATH for CIFAR-10 batches"
@@ -212,6 +212,10 @@ def _cifar_files(path: str) -> dict[str, bytes]:
 def _cifar10_source(path: str) -> Source:
     if not path:
         raise SourceError("source 'cifar10:' needs a path: cifar10:DIR or cifar10:FILE.tar.gz")
+    try:
+        path = storage.check_uri(path)  # file:///x -> /x
+    except storage.StorageError as exc:
+        raise SourceError(f"source cifar10:{path}: {exc}") from exc
     files = _cifar_files(path)
     batches = [name for name in CIFAR10_BATCHES if name in files]
     if not batches:

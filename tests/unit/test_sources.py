@@ -303,3 +303,11 @@ def test_sixteen_bit_png_is_scaled_to_eight_bits_not_clipped_white():
 def test_eight_bit_png_modes_keep_their_bytes(mode):
     data = _png(np.full((4, 4, 3), 77, dtype=np.uint8), mode)
     assert prepare_image_bytes(data, ".png", None, "x.png") == (data, "png")
+
+
+def test_file_uri_sources_are_their_local_paths(tmp_path):
+    # issue 15: `--source file:///dir` was an "unknown source", `cifar10:file:///dir` "does not exist"
+    root = make_image_folder(tmp_path / "data")
+    assert open_source(f"file://{root}").items == open_source(str(root)).items
+    _write_cifar(tmp_path / "cifar-10-batches-py")
+    assert len(open_source(f"cifar10:file://{tmp_path}").items) == 120
