@@ -399,6 +399,18 @@ ParamOption = Annotated[
 LabelOption = Annotated[list[str] | None, typer.Option("--label", help="Run label KEY=VALUE (repeatable).")]
 
 
+def _local_file(value: str) -> str:
+    """An option naming a local file (the pipeline YAML): ``file:///x`` is ``/x``, as in every other option."""
+    if not value.startswith("file:"):
+        return value
+    from tpustream import storage
+
+    try:
+        return storage.check_uri(value)
+    except storage.StorageError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 @pipeline_app.command("compile")
 def pipeline_compile(
     output: Annotated[str, typer.Option(help="Pipeline YAML to write.")] = "tpustream-pipeline.yaml",
@@ -429,9 +441,12 @@ def pipeline_compile(
         from pipelines.tpu import Capacity
 
         plan = Capacity(kind=capacity, max_wait=max_wait, timeout=timeout)
+        output = _local_file(output)
         submit.compile_pipeline(output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image, capacity=plan)
     except ValueError as exc:
         _fail(str(exc))
+    except OSError as exc:
+        _fail(f"--output {output}: cannot write the YAML ({exc.strerror or exc}): give a local file path")
     typer.echo(f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity)")
 
 
@@ -456,7 +471,7 @@ def pipeline_submit(
 
     try:
         name = submit.submit_pipeline(
-            template, project=project, region=region, pipeline_root=pipeline_root,
+            _local_file(template), project=project, region=region, pipeline_root=pipeline_root,
             parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
             labels={k: str(v) for k, v in _params(label or []).items()}, no_cache=no_cache,
         )  # fmt: skip
@@ -484,7 +499,7 @@ def pipeline_schedule(
 
     try:
         name = submit.schedule_pipeline(
-            template, cron=cron, project=project, region=region, pipeline_root=pipeline_root,
+            _local_file(template), cron=cron, project=project, region=region, pipeline_root=pipeline_root,
             parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
             labels={k: str(v) for k, v in _params(label or []).items()},
         )  # fmt: skip

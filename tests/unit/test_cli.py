@@ -127,6 +127,29 @@ def test_pipeline_commands_check_their_input_before_any_cloud_call(tmp_path, mon
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+def test_pipeline_yaml_options_take_file_uris(tmp_path, monkeypatch):
+    # issue 15: `pipeline compile --output file:///x.yaml` was a FileNotFoundError traceback
+    monkeypatch.chdir(tmp_path)
+    images = [
+        "--image",
+        "europe-docker.pkg.dev/p/r/cpu@sha256:" + "c" * 64,
+        "--tpu-image",
+        "europe-docker.pkg.dev/p/r/tpu:7",
+    ]
+    result = runner.invoke(app, ["pipeline", "compile", "--output", f"file://{tmp_path}/p.yaml", *images])
+    assert result.exit_code == 0 and (tmp_path / "p.yaml").is_file(), result.output
+    result = runner.invoke(app, ["pipeline", "compile", "--output", "gs://b/p.yaml", *images])
+    assert (
+        result.exit_code == 2
+        and "give a local file path" in result.output
+        and "Traceback" not in result.output
+    )
+    assert os.listdir(tmp_path) == ["p.yaml"]
+    common = ["--project", "p", "--pipeline-root", "gs://b/runs", "--registry", "gs://b/registry"]
+    result = runner.invoke(app, ["pipeline", "submit", "--template", f"file://{tmp_path}/nope.yaml", *common])
+    assert result.exit_code == 2 and f"--template {tmp_path}/nope.yaml: no such file" in result.output
+
+
 def test_run_local_rejects_a_bad_source_up_front(tmp_path):
     result = runner.invoke(
         app, ["pipeline", "run-local", "--root", str(tmp_path), "--source", str(tmp_path / "none")]
