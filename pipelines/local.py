@@ -80,7 +80,9 @@ def run_local(
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     os.environ.setdefault("CPU_NUM_DEVICES", "4")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    root = os.path.abspath(root)
+    from tpustream import storage
+
+    root = os.path.abspath(storage.check_uri(root))  # file:///x is /x, never a directory named "file:"
     registry = registry or os.path.join(root, "registry")
     local.init(
         runner=local.SubprocessRunner(use_venv=False), pipeline_root=os.path.join(root, "pipeline-root")

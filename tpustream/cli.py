@@ -539,8 +539,14 @@ def pipeline_run_local(
     except (SourceError, storage_errors()) as exc:
         _fail(str(exc))
     log_path = None
+    try:
+        root = _local_file(root)
+    except ValueError as exc:
+        _fail(f"--root: {exc}")
     if not verbose:
-        log_path = os.path.join(os.path.abspath(root), "logs", time.strftime("run-local-%Y%m%d-%H%M%S.log"))
+        log_path = os.path.join(
+            os.path.abspath(_local_file(root)), "logs", time.strftime("run-local-%Y%m%d-%H%M%S.log")
+        )
         typer.echo(f"running the pipeline locally; full logs: {log_path}")
     try:
         out = run_local(root=root, log_path=log_path, **parameters)
