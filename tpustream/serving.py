@@ -219,20 +219,11 @@ class Classifier:
         images always upscaled by the batched resample, also when one is alone in its request."""
         import torch
 
-        from tpustream.transforms import render, render_upscales
+        from tpustream.transforms import render_batch
 
         size = self.input_size
         out = torch.empty((len(prepared), 3, size, size), dtype=torch.uint8)
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i, item in enumerate(prepared):
-            if item.batchable(size):
-                groups.setdefault(item.image.shape, []).append(i)
-            else:
-                render(item, size, out[i])
-        for indices in groups.values():
-            block = torch.empty((len(indices), 3, size, size), dtype=torch.uint8)
-            render_upscales([prepared[i] for i in indices], size, block)
-            out[indices] = block
+        render_batch(prepared, size, out, batch_alone=True)
         return out
 
     # ------------------------------------------------------------------ pixels -> top-k

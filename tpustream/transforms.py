@@ -278,10 +278,13 @@ def render_upscales(items: list[Prepared], size: int, out: np.ndarray | torch.Te
     _as_tensor(out).copy_(result.round_().clamp_(0, 255))
 
 
-def render_batch(items: list[Prepared], size: int, out: np.ndarray | torch.Tensor) -> None:
+def render_batch(
+    items: list[Prepared], size: int, out: np.ndarray | torch.Tensor, *, batch_alone: bool = False
+) -> None:
     """Render prepared images into ``out[i]`` (N x 3 x size x size, a numpy array or uint8 tensor):
     upscaling crops of small same-shaped images in one batched call, everything else one by one with
-    the antialiased resize."""
+    the antialiased resize. ``batch_alone``: a small image alone of its shape takes the batched call
+    too, so its pixels do not depend on what else is in the batch (serving)."""
     target = _as_tensor(out)
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, prepared in enumerate(items):
@@ -290,7 +293,7 @@ def render_batch(items: list[Prepared], size: int, out: np.ndarray | torch.Tenso
         else:
             render(prepared, size, target[i])
     for indices in groups.values():
-        if len(indices) == 1:
+        if len(indices) == 1 and not batch_alone:
             render(items[indices[0]], size, target[indices[0]])
         elif indices == list(range(indices[0], indices[-1] + 1)):
             render_upscales([items[i] for i in indices], size, target[indices[0] : indices[-1] + 1])
