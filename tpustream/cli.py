@@ -36,11 +36,24 @@ app.add_typer(pipeline_app, name="pipeline")
 log = logging.getLogger("tpustream")
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not the stream of the first call:
+    an embedding caller (a test runner's CliRunner, a notebook) may swap and close stderr between calls."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def _setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[_CurrentStderr()],
     )
 
 

@@ -161,3 +161,24 @@ def test_run_local_rejects_a_bad_source_up_front(tmp_path):
 def test_bench_counts_must_be_positive():
     result = runner.invoke(app, ["bench", "write", "--repeats", "0"])
     assert result.exit_code == 2 and "--repeats" in result.output
+
+
+def test_logging_follows_the_current_stderr(monkeypatch):
+    """The CLI's log handler writes to the stderr of the moment: a caller that swaps and closes stderr
+    between invocations (CliRunner does) gets no "--- Logging error ---" in the next one's output."""
+    import io
+    import logging
+
+    from tpustream.cli import _setup_logging
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    first = io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    _setup_logging()
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr("sys.stderr", second)
+    _setup_logging()
+    logging.getLogger("tpustream.test").warning("after the first stream closed")
+    assert "after the first stream closed" in second.getvalue() and "Logging error" not in second.getvalue()
