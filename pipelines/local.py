@@ -55,16 +55,25 @@ class _Summary(io.TextIOBase):
 def _quiet(log_path: str) -> Iterator[None]:
     """kfp.local prints every task's full executor log to stdout: send it to ``log_path`` instead."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    root_logger = logging.getLogger()
-    handlers = root_logger.handlers[:]  # they hold the terminal's stderr: park them during the run
     with open(log_path, "w") as log:
         summary = _Summary(log, sys.stdout)
-        root_logger.handlers.clear()
-        try:
-            with contextlib.redirect_stdout(summary), contextlib.redirect_stderr(log):
-                yield
-        finally:
-            root_logger.handlers[:] = handlers
+        logging.getLogger().handlers.clear()  # they hold the terminal's stderr (restored by _root_logging)
+        with contextlib.redirect_stdout(summary), contextlib.redirect_stderr(log):
+            yield
+
+
+@contextlib.contextmanager
+def _root_logging() -> Iterator[None]:
+    """Put the root logger's handlers and level back after the run. kfp.local swaps them per task, and two
+    tasks of a ParallelFor running in threads can restore each other's handler: a StreamHandler on a
+    stdout that no longer exists would be left on the root logger."""
+    root_logger = logging.getLogger()
+    handlers, level = root_logger.handlers[:], root_logger.level
+    try:
+        yield
+    finally:
+        root_logger.handlers[:] = handlers
+        root_logger.setLevel(level)
 
 
 def run_local(
@@ -88,6 +97,6 @@ def run_local(
         runner=local.SubprocessRunner(use_venv=False), pipeline_root=os.path.join(root, "pipeline-root")
     )
     pipeline = build_pipeline(tpu=None)
-    with _quiet(log_path) if log_path else contextlib.nullcontext():
+    with _root_logging(), _quiet(log_path) if log_path else contextlib.nullcontext():
         run = pipeline(registry=registry, **parameters)
     return {"pipeline_root": os.path.join(root, "pipeline-root"), "registry": registry, "data": run.output}

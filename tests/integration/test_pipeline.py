@@ -2,6 +2,7 @@
 client to a recording endpoint, and the whole pipeline run locally through kfp.local."""
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -220,6 +221,7 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     settings = dict(source=str(source), num_shards=8, shards_per_task=4, model_name="tiny", epochs=3, batch_size=16,
                     lr=0.2, bf16=False, workers=2)  # fmt: skip
     root = str(tmp_path / "run")
+    handlers_before = logging.getLogger().handlers[:]
     first = run_local(root=root, **settings)
     registry = first["registry"]
     assert first["data"] == "train"
@@ -241,6 +243,7 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert "no new data since" in printed and "check-source: SUCCESS" in printed
     assert len(printed.splitlines()) <= 4 and "KFP Executor" not in printed
     assert "KFP Executor" in Path(log_path).read_text()  # the full executor log is in the file
+    assert logging.getLogger().handlers == handlers_before  # kfp.local's per-task swaps leave nothing behind
     assert len(trained_models()) == 1 and os.listdir(os.path.join(registry, "datasets")) == [dataset]
     assert promote.champion_status(registry)["champion"] == status["champion"]
 
