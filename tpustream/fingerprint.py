@@ -106,7 +106,8 @@ def check_source(
     )
     complete = storage.exists(storage.join(dataset, MANIFEST_NAME))
     trained = complete and storage.exists(marker)
-    seen = f"{len(objects)} object(s), {sum(o.size for o in objects)} bytes" if objects else "built-in data"
+    num_bytes = sum(o.size for o in objects)
+    seen = f"{len(objects)} object(s), {num_bytes} bytes" if objects else "built-in data"
     if trained and not retrain:
         record = json.loads(storage.read_bytes(marker))
         reason = (
@@ -122,7 +123,7 @@ def check_source(
         reason = f"new data: source {config.source} ({seen}), fingerprint {fp[:12]} -> shards at {dataset}"
     log.info("%s (checked in %.1f s)", reason, time.perf_counter() - started)
     return DataCheck(
-        fingerprint=fp, num_objects=len(objects), num_bytes=sum(o.size for o in objects), dataset=dataset,
+        fingerprint=fp, num_objects=len(objects), num_bytes=num_bytes, dataset=dataset,
         marker=marker, train=retrain or not trained, reason=reason,
     )  # fmt: skip
 

@@ -46,6 +46,7 @@ __all__ = [
     "TrainError",
     "Preempted",
     "exit_preempted",
+    "exit_now",
     "PREEMPTED_EXIT_CODE",
     "lr_at",
     "train",
