@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from tpustream import storage
+from tpustream.errors import TpustreamError
 
 __all__ = [
     "CheckpointError",
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoints"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(TpustreamError, ValueError):
     """A checkpoint is missing, unreadable or incompatible with this run; the message says what to do."""
 
 

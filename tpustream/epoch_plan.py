@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpustream.errors import TpustreamError
+
 __all__ = ["LoaderError", "WorkerPlan", "plan_epoch"]
 
 
-class LoaderError(ValueError):
+class LoaderError(TpustreamError, ValueError):
     """The loader cannot be built as asked; the message names the numbers and the fix."""
 
 

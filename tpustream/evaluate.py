@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
+from tpustream.errors import TpustreamError
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
 
 __all__ = ["EvaluationError", "METRICS_FORMAT", "evaluate_model", "evaluate", "load_model_card"]
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 METRICS_FORMAT = "tpustream.metrics/v1"
 
 
-class EvaluationError(ValueError):
+class EvaluationError(TpustreamError, ValueError):
     """The model or data cannot be evaluated as given; the message says what and what to do."""
 
 

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tpustream.errors import TpustreamError
+
 if TYPE_CHECKING:
     from PIL import Image as PILImage
 
@@ -44,7 +46,7 @@ _BUDGET: contextvars.ContextVar[int] = contextvars.ContextVar(
 HIGH_DEPTH_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N", "I", "F"})
 
 
-class CorruptImage(ValueError):
+class CorruptImage(TpustreamError, ValueError):
     """One item could not be read or decoded (skipped and counted unless --strict)."""
 
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tpustream import storage
+from tpustream.errors import TpustreamError
 from tpustream.tario import HashingReader, iter_tar_samples
 
 __all__ = [
@@ -28,7 +29,7 @@ _IMAGE_EXTS = ("jpg", "jpeg", "png", "ppm")  # the loader's order (data.IMAGE_EX
 MANIFEST_FORMAT = "tpustream.shards/v1"
 
 
-class ShardError(RuntimeError):
+class ShardError(TpustreamError, RuntimeError):
     """Shard creation or verification cannot proceed; the message says what and what to do."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpustream import storage
+from tpustream.errors import TpustreamError
 
 __all__ = ["Item", "PredictError", "iter_items", "predict_items", "val_items_of_model"]
 
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".ppm")
 
 
-class PredictError(ValueError):
+class PredictError(TpustreamError, ValueError):
     """An input cannot be read as given; the message names it and what to do."""
 
 

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tpustream.errors import TpustreamError
+
 __all__ = [
     "METRICS", "Decision", "RegistryError", "decide", "decide_for_metrics", "champion_to_compare",
     "is_finite_number",
@@ -20,7 +22,7 @@ __all__ = [
 METRICS = {"top1": True, "top5": True, "loss": False}  # name -> higher is better
 
 
-class RegistryError(ValueError):
+class RegistryError(TpustreamError, ValueError):
     """The registry or the inputs to a promotion are unusable; the message says what and the repair."""
 
 

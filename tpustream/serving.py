@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tpustream import storage
+from tpustream.errors import TpustreamError
 
 if TYPE_CHECKING:
     import torch
@@ -70,7 +71,7 @@ PREDICT_ROUTE = "/predict"
 _MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"P6", "ppm"))
 
 
-class BadImage(ValueError):
+class BadImage(TpustreamError, ValueError):
     """One image cannot be classified (not an image, too large, undecodable); the message says which."""
 
 
@@ -139,7 +140,7 @@ def resolve_model_uri(uri: str) -> str:
     )
 
 
-class BadModel(ValueError):
+class BadModel(TpustreamError, ValueError):
     """The model artifact cannot be served; the message says what and what to do."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
+from tpustream.errors import TpustreamError
 from tpustream.imagecodec import (  # re-exported: sources hand out encoded images
     CorruptImage,
     decode_ppm,
@@ -54,7 +55,7 @@ CIFAR10_CLASSES = [
 log = logging.getLogger(__name__)
 
 
-class SourceError(ValueError):
+class SourceError(TpustreamError, ValueError):
     """The source is unusable as given; the message names it and says what to do."""
 
 

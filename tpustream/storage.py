@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
+from tpustream.errors import TpustreamError
+
 T = TypeVar("T")
 
 __all__ = [
@@ -55,7 +57,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _READ_CHUNK = 8 * 1024 * 1024  # large buffered range reads: few round trips per shard
 
 
-class StorageError(RuntimeError):
+class StorageError(TpustreamError, RuntimeError):
     """A storage operation failed in a way the user must act on (message says what and how)."""
 
 

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
+from tpustream.errors import TpustreamError
+
 __all__ = [
     "ShardStats",
     "TarShardWriter",
@@ -136,7 +138,7 @@ class HashingReader:
             pass
 
 
-class TarFormatError(ValueError):
+class TarFormatError(TpustreamError, ValueError):
     """A tar stream is malformed or ends early (truncated shard)."""
 
 

@@ -36,6 +36,7 @@ from tpustream.checkpoint import (
     save_checkpoint,
     to_cpu,
 )
+from tpustream.errors import TpustreamError
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
 from tpustream.models import MODEL_NAMES, build_model, parameter_groups, small_input
 from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
@@ -59,7 +60,7 @@ PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "try again" — the job is restarted an
 MODEL_FORMAT = "tpustream.model/v1"
 
 
-class TrainError(ValueError):
+class TrainError(TpustreamError, ValueError):
     """Training cannot start as configured; the message names the input and the fix."""
 
 
