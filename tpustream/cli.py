@@ -8,13 +8,55 @@ import os
 import signal
 import sys
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
+
+from tpustream.errors import TpustreamError
 
 __all__ = ["app"]
 
+log = logging.getLogger("tpustream")
+
+
+def _user_error_message(exc: Exception) -> str | None:
+    """The one line to print for an error the user can act on, or None for a bug (keep its traceback).
+
+    User errors: the `TpustreamError` family; ``ValueError``, which the config dataclasses raise for an
+    option out of range (``__post_init__``); and a cloud API's refusal or missing credentials."""
+    if isinstance(exc, TpustreamError | ValueError):
+        return str(exc)
+    from google.api_core.exceptions import GoogleAPIError
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
+
+    if isinstance(exc, DefaultCredentialsError):
+        return (
+            "no Google Cloud credentials found: run `gcloud auth application-default login`, or set "
+            "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file"
+        )
+    if isinstance(exc, GoogleAPIError | GoogleAuthError):
+        return str(exc)
+    return None
+
+
+class _OneLineErrors(TyperGroup):
+    """Every command runs inside this group's ``invoke``: the one place a user error becomes one line on
+    stderr and exit code 2 (with ``-v`` its traceback is logged too). Anything else keeps its traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            message = _user_error_message(exc)
+            if message is None:
+                raise
+            log.debug("traceback of the error below", exc_info=exc)
+            _fail(message)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     help="tpustream: image dataset -> WebDataset shards on GCS -> ResNet on TPU pods -> evaluated, promoted model.",
     no_args_is_help=True,
     add_completion=False,
@@ -32,8 +74,6 @@ champion_app = typer.Typer(help="Inspect the model registry's champion.", no_arg
 app.add_typer(bench_app, name="bench")
 app.add_typer(champion_app, name="champion")
 app.add_typer(pipeline_app, name="pipeline")
-
-log = logging.getLogger("tpustream")
 
 
 class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
@@ -57,7 +97,7 @@ def _setup_logging(verbose: bool = False) -> None:
     )
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code)
 
@@ -119,17 +159,14 @@ def shards_create(
     ] = False,
 ) -> None:
     """Plan, write and commit WebDataset shards; resumes an interrupted run at the same --output."""
-    from tpustream import shards, sources, storage
+    from tpustream import shards
 
-    try:
-        config = shards.ShardConfig(
-            source=source, output=output, num_shards=num_shards, val_shards=val_shards,
-            val_fraction=val_fraction, upsample=upsample, seed=seed, max_side=max_side,
-            max_pixels=max_pixels, workers=workers, overwrite=overwrite, strict=strict,
-        )  # fmt: skip
-        _, summary = shards.create_shards(config)
-    except (ValueError, sources.SourceError, shards.ShardError, storage.StorageError) as exc:
-        _fail(str(exc))
+    config = shards.ShardConfig(
+        source=source, output=output, num_shards=num_shards, val_shards=val_shards,
+        val_fraction=val_fraction, upsample=upsample, seed=seed, max_side=max_side,
+        max_pixels=max_pixels, workers=workers, overwrite=overwrite, strict=strict,
+    )  # fmt: skip
+    _, summary = shards.create_shards(config)
     typer.echo(summary.line())
 
 
@@ -143,12 +180,9 @@ def shards_verify(
     max_pixels: Annotated[int, MaxPixelsOption] = DEFAULT_MAX_PIXELS,
 ) -> None:
     """Re-read every shard; check sample counts, sizes and sha256 against the manifest (--deep: and images)."""
-    from tpustream import shards, storage
+    from tpustream import shards
 
-    try:
-        checked, problems = shards.verify_shards(uri, workers=workers, deep=deep, max_pixels=max_pixels)
-    except (shards.ShardError, storage.StorageError) as exc:
-        _fail(str(exc))
+    checked, problems = shards.verify_shards(uri, workers=workers, deep=deep, max_pixels=max_pixels)
     if problems:
         for problem in problems:
             typer.echo(f"BAD {problem}", err=True)
@@ -218,7 +252,7 @@ def train_cmd(
 ) -> None:
     """Train a ResNet with PyTorch/XLA (SPMD or replicas), checkpointing to --output; resumable."""
     early = _EarlySigterm().install()  # before these imports, which take seconds
-    from tpustream import checkpoint, train
+    from tpustream import train
 
     try:
         config = train.TrainConfig(
@@ -235,8 +269,6 @@ def train_cmd(
         card = train.train(config)
     except train.Preempted as exc:
         train.exit_preempted(exc)  # exit 75
-    except (ValueError, checkpoint.CheckpointError, storage_errors()) as exc:
-        _fail(str(exc))
     finally:
         early.uninstall()
     if card:
@@ -255,12 +287,9 @@ def evaluate_cmd(
     workers: Annotated[int, typer.Option(help="Loader worker processes.")] = 2,
 ) -> None:
     """Top-1/top-5/loss, per-class accuracy and confusion matrix on the val split (XLA if PJRT_DEVICE is set)."""
-    from tpustream import evaluate, promote
+    from tpustream import evaluate
 
-    try:
-        result = evaluate.evaluate(model, data, output, registry=registry, workers=workers)
-    except (evaluate.EvaluationError, promote.RegistryError, storage_errors()) as exc:
-        _fail(str(exc))
+    result = evaluate.evaluate(model, data, output, registry=registry, workers=workers)
     for role in ("candidate", "champion"):
         entry = result[role]
         if entry:
@@ -303,15 +332,11 @@ def promote_cmd(
     registry version with the serving image, and gets the `champion` alias there (deployable as is)."""
     from tpustream import promote, vertex
 
-    errors: tuple[type[Exception], ...] = (promote.RegistryError, storage_errors(), *cloud_errors())
-    try:
-        target = vertex.target_from_env(vertex_model, vertex_project, vertex_region, serving_image)
-        outcome = promote.promote(
-            candidate, metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop,
-            vertex=target,
-        )  # fmt: skip
-    except errors as exc:
-        _fail(_cloud_message(exc))
+    target = vertex.target_from_env(vertex_model, vertex_project, vertex_region, serving_image)
+    outcome = promote.promote(
+        candidate, metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop,
+        vertex=target,
+    )  # fmt: skip
     if outcome.get("vertex"):
         typer.echo(f"vertex: {outcome['vertex']['versioned_name']} (alias champion)")
     elif "vertex" in outcome:
@@ -359,15 +384,12 @@ def predict_cmd(
 
     Where the true class is known (a shard's .cls, or an image in a folder named after a class) it is printed too,
     with a count of correct answers. Exit 1 when an image could not be classified."""
-    from tpustream import predict, serving
+    from tpustream import predict
 
     if not model:
         _fail("--model is required: a model directory or a registry (its champion)")
-    try:
-        code = predict.run(model, list(inputs or []), top_k=top_k, as_json=as_json, limit=limit, sample_val=sample_val,
-                           batch_size=batch_size, max_pixels=max_pixels, echo=typer.echo)  # fmt: skip
-    except (predict.PredictError, serving.BadModel, storage_errors()) as exc:
-        _fail(str(exc))
+    code = predict.run(model, list(inputs or []), top_k=top_k, as_json=as_json, limit=limit, sample_val=sample_val,
+                       batch_size=batch_size, max_pixels=max_pixels, echo=typer.echo)  # fmt: skip
     raise typer.Exit(code)
 
 
@@ -376,10 +398,7 @@ def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) 
     """Print the champion pointer and check that the version it names is complete."""
     from tpustream import promote
 
-    try:
-        status = promote.champion_status(registry)
-    except (promote.RegistryError, storage_errors()) as exc:
-        _fail(str(exc))
+    status = promote.champion_status(registry)
     typer.echo(json.dumps(status, indent=1))
     if not status["ok"]:
         raise typer.Exit(1)
@@ -418,10 +437,7 @@ def _local_file(value: str) -> str:
         return value
     from tpustream import storage
 
-    try:
-        return storage.check_uri(value)
-    except storage.StorageError as exc:
-        raise ValueError(str(exc)) from exc
+    return storage.check_uri(value)
 
 
 @pipeline_app.command("compile")
@@ -449,15 +465,12 @@ def pipeline_compile(
 ) -> None:
     """Compile the DAG for Vertex AI Pipelines (TPU type and pushed images fixed at compile time)."""
     from pipelines import submit
+    from pipelines.tpu import Capacity
 
+    plan = Capacity(kind=capacity, max_wait=max_wait, timeout=timeout)
+    output = _local_file(output)
     try:
-        from pipelines.tpu import Capacity
-
-        plan = Capacity(kind=capacity, max_wait=max_wait, timeout=timeout)
-        output = _local_file(output)
         submit.compile_pipeline(output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image, capacity=plan)
-    except ValueError as exc:
-        _fail(str(exc))
     except OSError as exc:
         _fail(f"--output {output}: cannot write the YAML ({exc.strerror or exc}): give a local file path")
     typer.echo(f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity)")
@@ -482,14 +495,11 @@ def pipeline_submit(
     """Submit one run to Vertex AI Pipelines."""
     from pipelines import submit
 
-    try:
-        name = submit.submit_pipeline(
-            _local_file(template), project=project, region=region, pipeline_root=pipeline_root,
-            parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
-            labels={k: str(v) for k, v in _params(label or []).items()}, no_cache=no_cache,
-        )  # fmt: skip
-    except cloud_errors() as exc:
-        _fail(_cloud_message(exc))
+    name = submit.submit_pipeline(
+        _local_file(template), project=project, region=region, pipeline_root=pipeline_root,
+        parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
+        labels={k: str(v) for k, v in _params(label or []).items()}, no_cache=no_cache,
+    )  # fmt: skip
     typer.echo(f"submitted: {name}")
 
 
@@ -510,14 +520,11 @@ def pipeline_schedule(
     """Schedule retraining (at most one concurrent run)."""
     from pipelines import submit
 
-    try:
-        name = submit.schedule_pipeline(
-            _local_file(template), cron=cron, project=project, region=region, pipeline_root=pipeline_root,
-            parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
-            labels={k: str(v) for k, v in _params(label or []).items()},
-        )  # fmt: skip
-    except cloud_errors() as exc:
-        _fail(_cloud_message(exc))
+    name = submit.schedule_pipeline(
+        _local_file(template), cron=cron, project=project, region=region, pipeline_root=pipeline_root,
+        parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
+        labels={k: str(v) for k, v in _params(label or []).items()},
+    )  # fmt: skip
     typer.echo(f"scheduled: {name}")
 
 
@@ -543,18 +550,15 @@ def pipeline_run_local(
     The executors' full logs go to ROOT/logs/run-local-TIME.log (printed first); -v prints them here."""
     from pipelines.local import run_local
     from tpustream import promote
-    from tpustream.sources import SourceError, open_source
+    from tpustream.sources import open_source
 
     parameters: dict[str, Any] = {"source": source, "model_name": model, "epochs": epochs, "batch_size": batch_size, "lr": lr,
                   "num_shards": num_shards, "bf16": False, "workers": 2, **_params(param or [])}  # fmt: skip
-    try:
-        open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep
-    except (SourceError, storage_errors()) as exc:
-        _fail(str(exc))
+    open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep
     log_path = None
     try:
         root = _local_file(root)
-    except ValueError as exc:
+    except TpustreamError as exc:
         _fail(f"--root: {exc}")
     if not verbose:
         log_path = os.path.join(
@@ -577,31 +581,6 @@ def pipeline_run_local(
                    f"({promote.version_uri(out['registry'], champion['version'])})")  # fmt: skip
     else:
         typer.echo("champion: none")
-
-
-def cloud_errors() -> tuple[type[Exception], ...]:
-    """Errors a Vertex call can end in that are the user's to fix: bad arguments, credentials, API refusals."""
-    from google.api_core.exceptions import GoogleAPIError
-    from google.auth.exceptions import GoogleAuthError
-
-    return ValueError, GoogleAuthError, GoogleAPIError
-
-
-def _cloud_message(exc: Exception) -> str:
-    from google.auth.exceptions import DefaultCredentialsError
-
-    if isinstance(exc, DefaultCredentialsError):
-        return (
-            "no Google Cloud credentials found: run `gcloud auth application-default login`, or set "
-            "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file"
-        )
-    return str(exc)
-
-
-def storage_errors() -> type[Exception]:
-    from tpustream import storage
-
-    return storage.StorageError
 
 
 @bench_app.command("write")

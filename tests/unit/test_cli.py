@@ -182,3 +182,21 @@ def test_logging_follows_the_current_stderr(monkeypatch):
     _setup_logging()
     logging.getLogger("tpustream.test").warning("after the first stream closed")
     assert "after the first stream closed" in second.getvalue() and "Logging error" not in second.getvalue()
+
+
+def test_an_evaluate_error_is_one_line_not_a_traceback(tmp_path):
+    """A manifest.json that is not a manifest ends `evaluate` in a ShardError: one line, exit 2."""
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "manifest.json").write_text("{}")
+    args = [
+        "evaluate",
+        "--model",
+        str(tmp_path / "m"),
+        "--data",
+        str(tmp_path / "ds"),
+        "--output",
+        str(tmp_path / "o"),
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "is not a tpustream manifest" in result.output and "Traceback" not in result.output
