@@ -249,6 +249,9 @@ def train_cmd(
         int | None, typer.Option(help="Input side (default 224, or small images' size).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of init, data order and augmentation.")] = 0,
+    preemption_sync_seconds: Annotated[
+        float, typer.Option(help="Multi-host slice: seconds the hosts wait for each other's stop step.")
+    ] = 10.0,
 ) -> None:
     """Train a ResNet with PyTorch/XLA (SPMD or replicas), checkpointing to --output; resumable."""
     early = _EarlySigterm().install()  # before these imports, which take seconds
@@ -260,7 +263,7 @@ def train_cmd(
             global_batch_size=global_batch_size, lr=lr, weight_decay=weight_decay,
             label_smoothing=label_smoothing, warmup_epochs=warmup_epochs, bf16=bf16, strategy=strategy,
             resume=resume, log_steps=log_steps, checkpoint_minutes=checkpoint_minutes, workers=workers,
-            input_size=input_size, seed=seed,
+            input_size=input_size, seed=seed, preemption_sync_seconds=preemption_sync_seconds,
         )  # fmt: skip
         if config.strategy == "replicas":  # one process per device, each with its own handler from its start
             if early.requested:

@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from tpustream.checkpoint import (
 from tpustream.errors import TpustreamError
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
 from tpustream.models import MODEL_NAMES, build_model, parameter_groups, small_input
+from tpustream.preemption import SigtermFlag, StopAgreement
 from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
 from tpustream.xla_runtime import Runtime, device_loader, runtime
 
@@ -109,6 +109,7 @@ class TrainConfig:
     seed: int = 0
     keep_checkpoints: int = 2
     commit_timeout_minutes: float = 30.0  # hosts other than process 0 wait this long for its model artifact
+    preemption_sync_seconds: float = 10.0  # on a slice: how long hosts wait for each other's stop step
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_NAMES:
@@ -128,6 +129,8 @@ class TrainConfig:
             raise ValueError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.workers < 0:
             raise ValueError(f"--workers must be >= 0, got {self.workers}")
+        if self.preemption_sync_seconds <= 0 or self.commit_timeout_minutes <= 0:
+            raise ValueError("--preemption-sync-seconds and --commit-timeout-minutes must be positive")
 
 
 def lr_at(step: int, *, peak_lr: float, warmup_steps: int, total_steps: int) -> float:
@@ -222,30 +225,6 @@ class _State:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-class _Preemption:
-    """Turns SIGTERM into a flag checked between steps (the step in flight always finishes)."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
-
-    def __enter__(self) -> _Preemption:
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-            self.requested = getattr(self._previous, "requested", False) is True  # caught early by the CLI
-        except ValueError:  # not the main thread: no handler (e.g. inside a test runner thread)
-            self._previous = None
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        log.warning("SIGTERM: finishing the current step, then writing a checkpoint")
-        self.requested = True
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-
-
 def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, Any]) -> int:
     """--input-size, else 224 for photo-size images and the images' own side (at least 16) for small ones."""
     if config.input_size:
@@ -304,11 +283,11 @@ def _replica_main(index: int, config: TrainConfig) -> None:
 
 def _train_process(config: TrainConfig) -> dict[str, Any]:
     # SIGTERM is a preemption from the first instant: setup, loop and waiting for process 0 alike.
-    with _Preemption() as preemption:
+    with SigtermFlag() as preemption:
         return _setup_and_run(config, preemption)
 
 
-def _setup_and_run(config: TrainConfig, preemption: _Preemption) -> dict[str, Any]:
+def _setup_and_run(config: TrainConfig, preemption: SigtermFlag) -> dict[str, Any]:
     import torch
     import torch_xla.core.xla_model as xm
 
@@ -394,10 +373,14 @@ def _setup_and_run(config: TrainConfig, preemption: _Preemption) -> dict[str, An
 
     tb_dir = tempfile.mkdtemp(prefix="tpustream-tb-") if rt.is_master else ""
     writer = _summary_writer(tb_dir) if rt.is_master else None
+    # Every host stops at the same step when any of them is preempted (tpustream/preemption.py).
+    stop = StopAgreement(output, host=rt.replica_index, hosts=rt.num_replicas, from_step=state.global_step,
+                         flag=preemption, sync_seconds=config.preemption_sync_seconds)  # fmt: skip
     try:
         return _run(config, rt, loaders, model, optimizer, state, meta, output, tb_dir, writer,
-                    peak_lr=peak_lr, global_batch=global_batch, preemption=preemption)  # fmt: skip
+                    peak_lr=peak_lr, global_batch=global_batch, stop=stop)  # fmt: skip
     finally:
+        stop.close()
         if writer is not None:
             writer.close()
         if tb_dir:
@@ -406,7 +389,7 @@ def _setup_and_run(config: TrainConfig, preemption: _Preemption) -> dict[str, An
 
 def _run(config: TrainConfig, rt: Runtime, loaders: dict[str, Any], model: Any, optimizer: Any, state: _State,
          meta: dict[str, Any], output: str, tb_dir: str, writer: Any, *, peak_lr: float,
-         global_batch: int, preemption: _Preemption) -> dict[str, Any]:  # fmt: skip
+         global_batch: int, stop: StopAgreement) -> dict[str, Any]:  # fmt: skip
     """The epoch loop; returns the model card (process 0 writes it, the other hosts wait for it)."""
     import torch
     import torch_xla
@@ -428,11 +411,23 @@ def _run(config: TrainConfig, rt: Runtime, loaders: dict[str, Any], model: Any, 
         save_checkpoint(output, Position(state.epoch, state.batches_done, state.global_step), payload,
                         best=best, keep=config.keep_checkpoints)  # fmt: skip
 
+    def preempted(at: int | None) -> Preempted:
+        # process 0 commits `last` at the agreed step (unless nothing new was trained), then every host leaves
+        trained = state.global_step > stop.from_step
+        if trained:
+            torch_xla.sync()
+            checkpoint_now(best=False)
+        stop.close(cleanup=True)
+        how = "without the slice's agreement (see the error above)" if stop.timed_out else "with every host"
+        saved = "`last` written" if trained else "nothing new to save"
+        return Preempted(f"preempted at epoch {state.epoch + 1}, batch {state.batches_done} (step {at}), "
+                         f"stopping {how}: {saved}")  # fmt: skip
+
     model.train()
     tracker = xm.RateTracker()
     last_checkpoint = time.monotonic()
-    if preemption.requested:
-        raise Preempted("SIGTERM before the first step: nothing new to save")
+    if stop.stop_step(state.global_step) == state.global_step:
+        raise preempted(state.global_step)
     while state.epoch < config.epochs:
         epoch = state.epoch
         epoch_started = time.perf_counter()
@@ -461,10 +456,9 @@ def _run(config: TrainConfig, rt: Runtime, loaders: dict[str, Any], model: Any, 
                 xm.add_step_closure(
                     _log_step, args=(loss, state.global_step, epoch, lr, tracker, rt, wait / max(elapsed, 1e-9), writer)
                 )  # fmt: skip
-            if preemption.requested:
-                torch_xla.sync()
-                checkpoint_now(best=False)
-                raise Preempted(f"preempted at epoch {epoch + 1}, batch {state.batches_done}: `last` written")
+            agreed = stop.stop_step(state.global_step)
+            if agreed is not None and state.global_step >= agreed:
+                raise preempted(agreed)
             if time.monotonic() - last_checkpoint > config.checkpoint_minutes * 60:
                 checkpoint_now(best=False)
                 last_checkpoint = time.monotonic()
@@ -510,13 +504,15 @@ def _run(config: TrainConfig, rt: Runtime, loaders: dict[str, Any], model: Any, 
             _upload_tree(tb_dir, storage.join(output, "tensorboard"))
         checkpoint_now(best=best)
         last_checkpoint = time.monotonic()
+    if stop.stop_step(state.global_step) is not None:  # told during the last epoch's validation
+        raise preempted(state.global_step)
     if not rt.is_master:
-        return _wait_for_primary(output, meta["dataset_digest"], state.global_step, config, rt, preemption)
+        return _wait_for_primary(output, meta["dataset_digest"], state.global_step, config, rt, stop)
     return _write_model_artifact(output, meta, state)
 
 
 def _wait_for_primary(
-    output: str, digest: str, steps: int, config: TrainConfig, rt: Runtime, preemption: _Preemption
+    output: str, digest: str, steps: int, config: TrainConfig, rt: Runtime, stop: StopAgreement
 ) -> dict[str, Any]:
     """Hosts other than process 0 return once it has committed this run's model.json (same dataset, same
     final step), so every host of a slice leaves together and only process 0 wrote anything."""
@@ -530,7 +526,8 @@ def _wait_for_primary(
                 return dict(card)
         except (storage.NotFound, ValueError):
             pass
-        if preemption.requested:  # nothing of ours to save: process 0 writes `last`
+        if stop.flag.requested:  # nothing of ours to save: report our step so process 0 stops there too
+            stop.stop_step(steps)
             raise Preempted(f"host {rt.replica_index}: preempted while waiting for process 0 to commit {uri}")
         if time.monotonic() > deadline:
             raise TrainError(

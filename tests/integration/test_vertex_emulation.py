@@ -4,18 +4,24 @@ proto and Vertex's TPU rules), and the job's one worker pool runs on every host 
 a process on XLA CPU. Mocked: nothing but what tests/vertex_emulation.py says cannot run here (the
 image is this venv; the hosts share one machine; the API host and polling interval in the launcher)."""
 
+import io
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
 
 import pytest
+import torch
 from google.cloud import aiplatform_v1
 
 from pipelines.submit import compile_pipeline
 from pipelines.tpu import TPU_TYPES, Capacity
 from tests.vertex_emulation import VertexEmulator, signal_hosts, wait_for
 from tpustream import storage
-from tpustream.shards import ShardConfig, create_shards
+from tpustream.shard_plan import ShardConfig
+from tpustream.shards import create_shards
 
 pytestmark = pytest.mark.integration
 
@@ -90,20 +96,55 @@ def test_train_task_runs_on_every_host_of_the_slice_as_vertex_runs_it(
     assert re.search(r"checkpoint gs://\S+ committed", run.hosts[0].log())
 
 
-def test_sigterm_on_every_host_exits_75_and_the_retry_resumes(tmp_path, gcs_bucket, gcs_server, digits):
-    tpu = "v5e-16"
-    _, emulator, run = _start(tmp_path, gcs_bucket, gcs_server, digits, tpu, epochs=20)
+def _reference_host0(tmp_path, gcs_server, digits, output, epochs):
+    """Host 0 of the same 4-host slice trained without interruption: emulated hosts share no arrays, so
+    its weights depend only on its own data slice and the seed (tpustream/xla_runtime.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "CLOUD_ML"))}
+    env.update(STORAGE_EMULATOR_HOST=gcs_server.url, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1",
+               TPUSTREAM_EMULATE_SLICE="1", TPU_WORKER_ID="0", TPU_SKIP_MDS_QUERY="1",
+               TPU_WORKER_HOSTNAMES=",".join(f"t1v-emulated-w-{i}" for i in range(4)))  # fmt: skip
+    args = ["--data", digits, "--output", output, "--model", "tiny", "--epochs", str(epochs), "--batch-size", "16",
+            "--lr", "0.2", "--workers", "0"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "tpustream.cli", "train", *args], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _state_dict(uri):
+    return torch.load(io.BytesIO(storage.read_bytes(uri)), map_location="cpu", weights_only=True)
+
+
+def test_sigterm_to_one_host_stops_every_host_at_the_same_step_and_the_retry_resumes(
+    tmp_path, gcs_bucket, gcs_server, digits
+):
+    """Issue 12: a preemption notice on ONE host of four stops all four at the same step; process 0
+    commits `last` there once; the retry resumes and ends with the weights of an uninterrupted run."""
+    tpu, epochs = "v5e-16", 12
+    _, emulator, run = _start(tmp_path, gcs_bucket, gcs_server, digits, tpu, epochs=epochs)
     model_dir = f"{gcs_bucket}/run/train-model/model"
     try:
         wait_for(run.hosts_started.is_set, 120, "the custom job's hosts")
         # mid-training: after the first epoch's checkpoint, while the second epoch runs
         wait_for(lambda: any("ckpt-e0001" in o.uri for o in storage.list_objects(f"{model_dir}/checkpoints")),
                  300, "the first epoch's checkpoint")  # fmt: skip
-        signal_hosts(run, signal.SIGTERM)
-        assert run.wait(timeout=120) != 0  # the job failed: the launcher fails the task, KFP retries it
+        signal_hosts(run, signal.SIGTERM, only=[2])
+        assert run.wait(timeout=180) != 0  # the job failed: the launcher fails the task, KFP retries it
         assert run.exit_codes == [75] * 4, run.logs()
+        logs = [h.log() for h in run.hosts]
+        agreed = [re.findall(r"every host stops at step (\d+)", log) for log in logs]
+        assert all(len(a) == 1 for a in agreed) and len({a[0] for a in agreed}) == 1, run.logs()
+        stop = int(agreed[0][0])
+        assert all(f"(step {stop}), stopping with every host" in log for log in logs), run.logs()
+        assert "SIGTERM: finishing the current step" in logs[2]
+        assert all("another host was preempted" in logs[k] for k in (0, 1, 3)), run.logs()
+        last = json.loads(storage.read_bytes(f"{model_dir}/checkpoints/last.json"))
+        assert last["global_step"] == stop
+        commits = re.findall(r"checkpoint (gs://\S+) committed", logs[0])
+        assert commits.count(f"{model_dir}/checkpoints/{last['checkpoint']}") == 1
+        assert not any(re.search(r"checkpoint gs://\S+ committed", log) for log in logs[1:])
+        assert storage.list_objects(f"{model_dir}/_preemption") == []  # the retry starts clean
         retry = emulator.start_task(
-            str(tmp_path / f"{tpu}.yaml"), "train-model", pipeline_params={**PARAMS, "epochs": 20},
+            str(tmp_path / f"{tpu}.yaml"), "train-model", pipeline_params={**PARAMS, "epochs": epochs},
             artifacts={"dataset": digits}, run_root=f"{gcs_bucket}/run", workdir=tmp_path,
             service_account=SERVICE_ACCOUNT,
         )  # fmt: skip
@@ -111,9 +152,55 @@ def test_sigterm_on_every_host_exits_75_and_the_retry_resumes(tmp_path, gcs_buck
     finally:
         emulator.close()
     assert retry.exit_codes == [0] * 4
-    assert "resumed from" in retry.hosts[0].log()
+    assert f"batch {last['batches_done']}" in retry.hosts[0].log() and "resumed from" in retry.hosts[0].log()
     card = json.loads(storage.read_bytes(f"{model_dir}/model.json"))
-    assert len(card["history"]) == 20
+    assert len(card["history"]) == epochs
+    reference = f"{gcs_bucket}/reference-host0"
+    _reference_host0(tmp_path, gcs_server, digits, reference, epochs)
+    expected, got = _state_dict(f"{reference}/model.pt"), _state_dict(f"{model_dir}/model.pt")
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[k], got[k]) for k in expected), (
+        "resumed weights differ from uninterrupted"
+    )
+    ref_card = json.loads(storage.read_bytes(f"{reference}/model.json"))
+    assert [h["val_loss"] for h in ref_card["history"]] == [h["val_loss"] for h in card["history"]]
+
+
+def test_a_host_that_never_gets_the_agreement_times_out_with_a_clear_message(tmp_path, gcs_server, digits):
+    """Hosts 0 and 1 of a 3-host slice run; host 2 never starts (a host lost with its VM). SIGTERM to
+    host 1: both wait --preemption-sync-seconds for host 2's step, say so, and exit 75; process 0 commits
+    `last` at its own step, so the retry resumes from there."""
+    output = f"{digits.rsplit('/', 2)[0]}/lonely"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "CLOUD_ML"))}
+    env.update(STORAGE_EMULATOR_HOST=gcs_server.url, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1",
+               TPUSTREAM_EMULATE_SLICE="1", TPU_SKIP_MDS_QUERY="1",
+               TPU_WORKER_HOSTNAMES=",".join(f"t1v-emulated-w-{i}" for i in range(3)))  # fmt: skip
+    args = ["--data", digits, "--output", output, "--model", "tiny", "--epochs", "30", "--batch-size", "16",
+            "--lr", "0.2", "--workers", "0", "--preemption-sync-seconds", "4"]  # fmt: skip
+    hosts = []
+    for index in range(2):
+        log = open(tmp_path / f"host-{index}.log", "wb")  # noqa: SIM115 (closed below)
+        hosts.append((subprocess.Popen([sys.executable, "-m", "tpustream.cli", "train", *args],
+                                       env={**env, "TPU_WORKER_ID": str(index)}, stdout=log,
+                                       stderr=subprocess.STDOUT, cwd=tmp_path), log))  # fmt: skip
+    try:
+        wait_for(lambda: any("ckpt-e0001" in o.uri for o in storage.list_objects(f"{output}/checkpoints")),
+                 300, "the first epoch's checkpoint")  # fmt: skip
+        hosts[1][0].send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=120) for proc, _ in hosts]
+    finally:
+        for proc, log in hosts:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+    logs = [(tmp_path / f"host-{i}.log").read_text() for i in range(2)]
+    assert codes == [75, 75], logs
+    for index, log in enumerate(logs):
+        assert "host(s) 2 did not report their step within 4 s" in log, log
+        assert f"host {index} stops at its own step" in log
+        assert "without the slice's agreement" in log and "exit 75 (run again to resume)" in log
+    own_step = int(re.search(r"host 0 stops at its own step (\d+)", logs[0]).group(1))
+    assert json.loads(storage.read_bytes(f"{output}/checkpoints/last.json"))["global_step"] == own_step
 
 
 @pytest.mark.parametrize(

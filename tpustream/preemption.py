@@ -1,0 +1,211 @@
+"""Preemption: SIGTERM becomes a flag checked between steps, and every host of a slice stops at the SAME step.
+
+One host is usually told first (Spot/Flex-start capacity is reclaimed VM by VM; the maintenance event
+reaches hosts at different moments). If that host left the loop on its own while the others entered the
+next step's collectives, the slice would hang until Vertex killed it and everything since the last
+periodic checkpoint would be lost. So the hosts agree on a stop step through files under
+``OUTPUT/_preemption/`` (the storage seam: GCS on a slice, local disk in tests):
+
+1. A host that gets SIGTERM writes ``notice.json`` (create-only; the first one wins).
+2. Every host watches for ``notice.json`` in a background thread (one metadata read per
+   ``POLL_SECONDS``; nothing else touches storage while no preemption is under way).
+3. A host that knows of a preemption reports, at its next step boundary, the steps it has completed in
+   ``host-<k>.json``, then waits until all N hosts have reported (at most ``sync_seconds``).
+4. The stop step is the largest reported step. A host behind trains on to it (on a slice each step's
+   collectives span every host, so the steps up to the largest one were already issued by the host that
+   reported it); then process 0 commits ``last`` (``tpustream/train.py``), removes the files, and every
+   host exits 75.
+
+No host waits forever: one that does not see every report within ``sync_seconds`` logs which hosts are
+missing and stops where it is (process 0 still commits ``last`` at its own, consistent step; exit 75, so
+the retry resumes from there). Reports carry the global step the run resumed from, so files left by an
+earlier attempt that resumed elsewhere are ignored; process 0 removes them when it starts.
+
+The default ``sync_seconds`` (10) leaves most of the 30 s Compute Engine gives a preempted Spot VM
+between the preemption notice and the hard stop (cloud.google.com/compute/docs/instances/spot#preemption)
+for the remaining steps and the checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+from tpustream import storage
+
+__all__ = ["SigtermFlag", "StopAgreement", "POLL_SECONDS", "PREEMPTION_DIR"]
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 2.0  # how often each host looks for another host's notice
+PREEMPTION_DIR = "_preemption"
+
+
+class SigtermFlag:
+    """Turns SIGTERM into a flag checked between steps (the step in flight always finishes)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> SigtermFlag:
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self.requested = getattr(self._previous, "requested", False) is True  # caught early by the CLI
+        except ValueError:  # not the main thread: no handler (e.g. inside a test runner thread)
+            self._previous = None
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        log.warning("SIGTERM: finishing the current step, then stopping with the other hosts")
+        self.requested = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+class StopAgreement:
+    """Where this host stops when any host of the job is preempted (see the module docstring).
+
+    ``stop_step(done)`` is called at every step boundary with the steps completed; it returns None while
+    nobody is preempted, else the step at which every host stops (>= ``done``). One host (``hosts`` 1)
+    needs no files: it stops after the step in flight.
+    """
+
+    def __init__(self, output: str, *, host: int, hosts: int, from_step: int, flag: SigtermFlag,
+                 sync_seconds: float, poll_seconds: float = POLL_SECONDS) -> None:  # fmt: skip
+        self.flag = flag
+        self.host, self.hosts, self.from_step = host, hosts, from_step
+        self.sync_seconds = sync_seconds
+        self.directory = storage.join(output, PREEMPTION_DIR)
+        self.agreed: int | None = None
+        self.timed_out = False
+        self._seen = threading.Event()  # another host's notice
+        self._closed = threading.Event()
+        self._watcher: threading.Thread | None = None
+        if hosts > 1:
+            if host == 0:
+                self._remove_stale()
+            self._watcher = threading.Thread(
+                target=self._watch, args=(poll_seconds,), name="tpustream-preemption", daemon=True
+            )
+            self._watcher.start()
+
+    @property
+    def requested(self) -> bool:
+        """This host was told (SIGTERM) or saw another host's notice."""
+        return self.flag.requested or self._seen.is_set()
+
+    def stop_step(self, done: int) -> int | None:
+        if self.agreed is not None:
+            return self.agreed
+        if not self.requested:
+            return None
+        if self.hosts == 1:
+            self.agreed = done
+            return done
+        self.agreed = self._agree(done)
+        return self.agreed
+
+    def close(self, *, cleanup: bool = False) -> None:
+        """Stop watching; with ``cleanup``, process 0 removes this attempt's files (it has left the loop
+        at the agreed step and committed ``last``: the retry must not see them)."""
+        self._closed.set()
+        if cleanup and self.host == 0 and self.hosts > 1 and self.agreed is not None:
+            for obj in storage.list_objects(self.directory):
+                storage.delete(obj.uri)
+
+    # -- the protocol --------------------------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return storage.join(self.directory, name)
+
+    def _watch(self, poll_seconds: float) -> None:
+        notice = self._path("notice.json")
+        while not self._closed.wait(poll_seconds):
+            try:
+                data = storage.read_bytes(notice)
+            except storage.NotFound:
+                continue
+            except storage.StorageError as exc:  # transient: the next poll tries again
+                log.debug("preemption watcher: %s", exc)
+                continue
+            if self._current(data):
+                if not self.flag.requested:
+                    log.warning("another host was preempted (%s): stopping with it", notice)
+                self._seen.set()
+                return
+
+    def _current(self, data: bytes) -> bool:
+        try:
+            return int(json.loads(data).get("from_step", -1)) == self.from_step
+        except (ValueError, AttributeError):
+            return False
+
+    def _report(self, name: str, done: int, *, create_only: bool = False) -> None:
+        body = json.dumps({"host": self.host, "step": done, "from_step": self.from_step, "time": time.time()})
+        with contextlib.suppress(
+            storage.PreconditionFailed
+        ):  # another host's notice came first: one is enough
+            storage.write_bytes(self._path(name), body.encode(), create_only=create_only)
+
+    def _agree(self, done: int) -> int:
+        if self.flag.requested:
+            self._report("notice.json", done, create_only=True)
+        self._report(f"host-{self.host:05d}.json", done)
+        deadline = time.monotonic() + self.sync_seconds
+        while True:
+            steps = self._reports()
+            if len(steps) == self.hosts:
+                stop = max(steps.values())
+                log.warning(
+                    "preemption: all %d hosts reported (steps %d..%d): every host stops at step %d",
+                    self.hosts, min(steps.values()), stop, stop,
+                )  # fmt: skip
+                return stop
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(self.hosts)) - set(steps))
+                log.error(
+                    "preemption: host(s) %s did not report their step within %g s (reported: %s) under %s; "
+                    "host %d stops at its own step %d without the slice's agreement: a re-run resumes from "
+                    "the last committed checkpoint", ", ".join(map(str, missing)), self.sync_seconds,
+                    ", ".join(f"{h}@{s}" for h, s in sorted(steps.items())) or "none", self.directory,
+                    self.host, done,
+                )  # fmt: skip
+                self.timed_out = True
+                return done
+            time.sleep(0.2)
+
+    def _reports(self) -> dict[int, int]:
+        steps: dict[int, int] = {}
+        for obj in storage.list_objects(self.directory):
+            name = obj.uri.rsplit("/", 1)[-1]
+            if not name.startswith("host-"):
+                continue
+            try:
+                report = json.loads(storage.read_bytes(obj.uri))
+            except (storage.NotFound, ValueError):
+                continue
+            if report.get("from_step") == self.from_step and isinstance(report.get("step"), int):
+                steps[int(report["host"])] = report["step"]
+        return steps
+
+    def _remove_stale(self) -> None:
+        """Files of an earlier attempt that resumed from another step: they must not stop this one."""
+        try:
+            objects = storage.list_objects(self.directory)
+        except storage.StorageError:
+            return
+        for obj in objects:
+            try:
+                stale = not self._current(storage.read_bytes(obj.uri))
+            except storage.StorageError:
+                continue
+            if stale:
+                storage.delete(obj.uri)
