@@ -176,26 +176,98 @@ class _Stats:
         return out
 
 
+class _Abandoned(Exception):
+    """The main process left the epoch while a worker waited for a free batch slot."""
+
+
+class _SlotRing:
+    """Preallocated shared-memory image slots, ``depth`` per worker, reused for every batch and epoch.
+
+    A worker renders batch ``j`` straight into its slot ``j % depth`` and ships only the slot's index; the
+    main process copies the images out and counts the slot free. Measured against a new shared-memory
+    segment per batch (torch's ``share_memory_()`` + pickling): that path passes one file descriptor per
+    tensor through the worker's resource-sharer thread, which waits for the worker's GIL, and faults in
+    fresh pages on both sides; it cost most of the main process's time at CIFAR size (bench_load).
+    """
+
+    def __init__(self, workers: int, depth: int, batch_size: int, input_size: int) -> None:
+        import torch
+
+        self.depth = depth
+        self.images = torch.empty((workers, depth, batch_size, 3, input_size, input_size), dtype=torch.uint8)
+        self.images.share_memory_()
+        counters = torch.zeros(workers + 1, dtype=torch.int64)
+        counters.share_memory_()
+        self._counters = counters  # keeps the shared memory alive; the views below are numpy's
+        self.consumed = counters.numpy()[:workers]  # per worker: batches the main process copied out
+        self.generation = counters.numpy()[workers:]  # bumped when the main process leaves an epoch
+        self.in_use = False
+
+    def __getstate__(self) -> dict[str, Any]:  # spawned workers: numpy views are rebuilt on the shared tensor
+        return {"depth": self.depth, "images": self.images, "_counters": self._counters}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, in_use=True)
+        workers = self._counters.shape[0] - 1
+        self.consumed = self._counters.numpy()[:workers]
+        self.generation = self._counters.numpy()[workers:]
+
+    def start_epoch(self) -> int:
+        self.consumed[:] = 0
+        self.in_use = True
+        return int(self.generation[0])
+
+    def end_epoch(self) -> None:
+        self.generation[0] += 1  # a worker waiting for a slot gives up
+        self.in_use = False
+
+    def claim(self, worker: int, written: int, generation: int) -> int:
+        """The slot for this worker's batch ``written``, once the main process has copied its last use."""
+        while written - int(self.consumed[worker]) >= self.depth:
+            if int(self.generation[0]) != generation:
+                raise _Abandoned
+            time.sleep(0.0002)
+        return written % self.depth
+
+    def take(self, worker: int, slot: int) -> Any:
+        """The images of a worker's slot, copied out (the caller may keep them); the slot is free again."""
+        images = self.images[worker, slot].clone()
+        self.consumed[worker] += 1
+        return images
+
+
 class _EpochStream:
     """The torch IterableDataset body for one (replica, epoch): each DataLoader worker runs its plan."""
 
-    def __init__(self, loader: ShardLoader, epoch: int, plans: list[WorkerPlan], skip: list[int]) -> None:
+    def __init__(
+        self, loader: ShardLoader, epoch: int, plans: list[WorkerPlan], skip: list[int],
+        ring: _SlotRing | None = None, generation: int = 0,
+    ) -> None:  # fmt: skip
         self.loader = loader
         self.epoch = epoch
         self.plans = plans
         self.skip = skip  # per worker: its first batches a resumed epoch does not need (not decoded)
+        self.ring = ring  # worker processes render into it; None: fresh tensors (no worker processes)
+        self.generation = generation
         self._reported: set[int] = set()
+        self._worker: int | None = None  # this DataLoader worker's index (None: the main process)
+        self._written = 0  # batches this worker rendered this epoch
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         import torch.utils.data
 
         info = torch.utils.data.get_worker_info()
         worker = info.id if info is not None else 0
+        self._worker = info.id if info is not None else None
+        self._written = 0
         if info is None and len(self.plans) > 1:  # no worker processes: run every plan in turn
             for plan, skip in zip(self.plans, self.skip, strict=True):
                 yield from self._run(plan, skip)
             return
-        yield from self._run(self.plans[worker], self.skip[worker])
+        try:
+            yield from self._run(self.plans[worker], self.skip[worker])
+        except _Abandoned:
+            return
 
     # ---------------------------------------------------------------- reading
 
@@ -271,27 +343,31 @@ class _EpochStream:
     def _batch(self, pending: list[Prepared], labels: list[int], stats: _Stats) -> dict[str, Any]:
         """A full batch: ``pending`` rendered into its first slots, the rest zero padding (mask False)."""
         import torch
-        import torch.utils.data
 
         size, batch = self.loader.config.input_size, self.loader.config.batch_size
-        # Allocated in shared memory, so handing it to the main process copies nothing more; the
-        # images are rendered straight into it (CHW), padding slots zeroed.
-        chw = torch.empty((batch, 3, size, size), dtype=torch.uint8)
-        if torch.utils.data.get_worker_info() is not None:
-            chw.share_memory_()
+        # Rendered straight into place (CHW), padding zeroed: a worker's slot in the shared ring, whose index
+        # alone travels to the main process, or (no worker processes) a fresh tensor.
+        out: dict[str, Any] = {}
+        if self.ring is not None and self._worker is not None:
+            slot = self.ring.claim(self._worker, self._written, self.generation)
+            chw = self.ring.images[self._worker, slot]
+            out["_slot"] = (self._worker, slot)
+        else:
+            chw = torch.empty((batch, 3, size, size), dtype=torch.uint8)
+            out["image"] = chw
+        self._written += 1
         if pending:
             render_batch(pending, size, chw[: len(pending)])
-        chw[len(pending) :].zero_()
+        if len(pending) < batch:
+            chw[len(pending) :].zero_()
+        # numpy, not tensors: pickled inline (a few hundred bytes), where a tensor travels as its own
+        # shared-memory segment and file descriptor; the main process wraps them without a copy.
         label_array = np.zeros(batch, np.int64)
         label_array[: len(labels)] = labels
         mask = np.zeros(batch, np.bool_)
         mask[: len(pending)] = True
-        return {
-            "image": chw,
-            "label": torch.from_numpy(label_array),
-            "mask": torch.from_numpy(mask),
-            "_stats": stats.take(),
-        }
+        out.update(label=label_array, mask=mask, _stats=stats.take())
+        return out
 
     def _train(self, plan: WorkerPlan, skip_batches: int = 0) -> Iterator[dict[str, Any]]:
         cfg = self.loader.config
@@ -410,6 +486,10 @@ def _resume_layout(start: int, per_plan: list[int], workers: int) -> tuple[list[
     return assignment, [skip[plan] for plan in assignment]
 
 
+def _as_is(batch: Any) -> Any:
+    return batch
+
+
 def _rng(*key: int) -> random.Random:
     """A fast scalar RNG seeded from the (seed, epoch, replica, worker, ...) key via numpy's SeedSequence."""
     return random.Random(int(np.random.SeedSequence(list(key)).generate_state(2, np.uint64)[0]))
@@ -459,6 +539,7 @@ class ShardLoader:
         # Validate the layout now (raises LoaderError with the fix) and fix the step count.
         self.steps_per_epoch, _ = self._plan(0)
         self.last_report: EpochReport | None = None
+        self._ring: _SlotRing | None = None
         if config.split == "train" and len(self.shards) % (self.num_replicas * max(1, config.workers)):
             log.info(
                 "%d train shards over %d replica(s) x %d worker(s) do not divide evenly: some workers "
@@ -480,6 +561,16 @@ class ShardLoader:
 
     def __len__(self) -> int:
         return self.steps_per_epoch
+
+    def _slot_ring(self) -> _SlotRing:
+        """This loader's batch slots (allocated once), or new ones while another epoch still uses them."""
+        cfg = self.config
+        if self._ring is None or self._ring.in_use:
+            ring = _SlotRing(cfg.workers, cfg.prefetch_factor + 1, cfg.batch_size, cfg.input_size)
+            if self._ring is None:
+                self._ring = ring
+            return ring
+        return self._ring
 
     def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[dict[str, Any]]:
         """Yield this replica's batches of ``epoch``: exactly ``steps_per_epoch`` of them, or raise.
@@ -505,9 +596,12 @@ class ShardLoader:
                 return iter(self.stream)
 
         cfg = self.config
+        ring = self._slot_ring() if cfg.workers > 0 else None
+        generation = ring.start_epoch() if ring is not None else 0
         loader = torch.utils.data.DataLoader(
-            _Dataset(_EpochStream(self, epoch, plans, skip)),
+            _Dataset(_EpochStream(self, epoch, plans, skip, ring, generation)),
             batch_size=None,
+            collate_fn=_as_is,  # torch's default would turn the numpy labels into shared-memory tensors
             num_workers=cfg.workers,
             prefetch_factor=cfg.prefetch_factor if cfg.workers > 0 else None,
             persistent_workers=False,
@@ -526,6 +620,10 @@ class ShardLoader:
                     raise RuntimeError(
                         f"loader delivered {delivered} of {steps} batches for epoch {epoch} (a bug: please report)"
                     ) from None
+                if ring is not None:
+                    batch["image"] = ring.take(*batch.pop("_slot"))
+                batch["label"] = torch.from_numpy(batch["label"])
+                batch["mask"] = torch.from_numpy(batch["mask"])
                 report.wait_seconds += time.perf_counter() - wait_from
                 report.add(batch.pop("_stats"))
                 delivered += 1
@@ -533,6 +631,8 @@ class ShardLoader:
                 yield batch
         finally:
             report.seconds = time.perf_counter() - started
+            if ring is not None:
+                ring.end_epoch()  # before the workers shut down: one waiting for a slot returns
             del iterator
         if report.problems or report.undecodable:
             log.warning("%s; first problems: %s", report.line(), report.problems[:5])

@@ -4,11 +4,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from tpustream.source_types import Item, Source
 
 from tpustream import shards, storage
 from tpustream.data import LoaderConfig, LoaderError, ShardLoader
 from tpustream.imagecodec import encode_ppm
-from tpustream.sources import Item, Source
+from tpustream.manifest import read_manifest
+from tpustream.shard_plan import ShardConfig
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +33,7 @@ def _ids(batch):
 
 
 def make_id_dataset(output, count=400, num_shards=8, val_shards=3, val_fraction=0.25):
-    config = shards.ShardConfig(
+    config = ShardConfig(
         source="ids", output=output, num_shards=num_shards, val_shards=val_shards, val_fraction=val_fraction
     )
     manifest, _ = shards.create_shards(config, progress=False, source=_id_source(count))
@@ -136,7 +138,7 @@ def test_undecodable_samples_are_skipped_and_counted(tmp_path):
     source.loader = lambda item, m: (
         (b"P6\n6 6\n255\nshort", "ppm") if int(item.ref) % 10 == 0 else good(item, m)
     )
-    shards.create_shards(shards.ShardConfig(source="ids", output=str(tmp_path / "d"), num_shards=4, val_fraction=0.25),
+    shards.create_shards(ShardConfig(source="ids", output=str(tmp_path / "d"), num_shards=4, val_fraction=0.25),
                          progress=False, source=source)  # fmt: skip
     loader, batches = _epoch(str(tmp_path / "d"), "val", 1, 0, 0, 8)
     val_ids = _split_ids_raw(tmp_path / "d")
@@ -151,7 +153,7 @@ def _split_ids_raw(dataset):
     from tpustream.imagecodec import decode_ppm
     from tpustream.tario import iter_tar_samples
 
-    manifest = shards.read_manifest(str(dataset))
+    manifest = read_manifest(str(dataset))
     ids = []
     for shard in manifest["splits"]["val"]["shards"]:
         with open(dataset / shard["path"], "rb") as f:
@@ -204,7 +206,8 @@ def test_resumed_epoch_equals_the_uninterrupted_tail_and_decodes_nothing_skipped
     skipped without decoding. 3 workers over 8 shards: unequal batch counts per worker."""
     import torch
 
-    from tpustream.shards import ShardConfig, create_shards
+    from tpustream.shard_plan import ShardConfig
+    from tpustream.shards import create_shards
 
     dataset = str(tmp_path / "ds")
     create_shards(ShardConfig(source=source, output=dataset, num_shards=num_shards), progress=False)
@@ -227,3 +230,32 @@ def test_resumed_epoch_equals_the_uninterrupted_tail_and_decodes_nothing_skipped
     assert report.last_report.skipped_on_resume == (steps // 2) * 8  # drawn for from headers, not decoded
     assert report.last_report.samples + report.last_report.repeated == decoded_full - (steps // 2) * 8
     assert "skipped on resume (not decoded)" in report.last_report.line()
+
+
+def test_abandoned_and_overlapping_epochs(tmp_path):
+    """Workers render into a small reused ring of shared slots: batches the caller keeps are copies,
+    leaving epochs part-way does not stall the next ones, and two open epochs do not share slots."""
+    import itertools
+    import time
+
+    dataset = str(tmp_path / "ds")
+    make_id_dataset(dataset)
+    loader = ShardLoader(LoaderConfig(data=dataset, batch_size=4, input_size=4, num_replicas=1, replica_index=0,
+                                      workers=2, prefetch_factor=1))  # fmt: skip
+    kept = list(loader.epoch(1))  # 75 batches through 2 slots per worker
+    assert {k: str(v.dtype) for k, v in kept[0].items()} == {
+        "image": "torch.uint8", "label": "torch.int64", "mask": "torch.bool"
+    }  # fmt: skip
+    reference = [_ids(b).tolist() for b in kept]
+    started = time.perf_counter()
+    for _ in range(3):
+        stream = loader.epoch(0)
+        next(stream)
+        time.sleep(0.3)  # the workers fill their slots and wait
+        stream.close()
+    first, second = loader.epoch(1), loader.epoch(1)
+    head = [_ids(b).tolist() for b in itertools.islice(first, 5)]
+    both = [_ids(b).tolist() for b in second]
+    head += [_ids(b).tolist() for b in first]
+    assert head == both == reference
+    assert time.perf_counter() - started < 4.0
