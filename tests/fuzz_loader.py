@@ -55,15 +55,17 @@ def _image_bytes(rng: np.random.Generator, i: int) -> tuple[bytes, str]:
 
 def make_base(root: str, count: int = 48) -> str:
     """A real dataset of PPM, PNG and JPEG samples: 4 train shards, 2 val shards."""
+    from tpustream.source_types import Item, Source
+
     from tpustream import shards
-    from tpustream.sources import Item, Source
+    from tpustream.shard_plan import ShardConfig
 
     rng = np.random.default_rng(0)
     images = [_image_bytes(rng, i) for i in range(count)]
     source = Source("fuzz", "fuzz base", ["a", "b", "c"], [Item(i, i % 3) for i in range(count)],
                     lambda item, _max_side: images[int(item.ref)])  # fmt: skip
     out = os.path.join(root, "base")
-    config = shards.ShardConfig(source="fuzz", output=out, num_shards=4, val_shards=2, val_fraction=0.25)
+    config = ShardConfig(source="fuzz", output=out, num_shards=4, val_shards=2, val_fraction=0.25)
     shards.create_shards(config, progress=False, source=source)
     return out
 

@@ -123,16 +123,16 @@ def _export_image_folder(dataset: str, manifest: dict[str, Any], split: str, roo
 def _resolve_dataset(data: str, workdir: str) -> str:
     """A dataset URI as given, or a SOURCE spec sharded into ``workdir`` first."""
     from tpustream import shards
+    from tpustream.manifest import ShardError, read_manifest
+    from tpustream.shard_plan import ShardConfig
 
     try:
-        shards.read_manifest(data)
+        read_manifest(data)
         return data
-    except (shards.ShardError, storage.StorageError):
+    except (ShardError, storage.StorageError):
         pass
     output = os.path.join(workdir, "dataset")
-    config = shards.ShardConfig(
-        source=data, output=output, num_shards=16, workers=max(1, os.cpu_count() or 1)
-    )
+    config = ShardConfig(source=data, output=output, num_shards=16, workers=max(1, os.cpu_count() or 1))
     shards.create_shards(config, progress=False)
     return output
 
@@ -168,14 +168,14 @@ def bench_load(
     input_size: int | None,
 ) -> Iterator[str]:
     """Yield one JSON line per pipeline (median of ``repeats`` interleaved runs)."""
-    from tpustream import shards
     from tpustream.data import first_image_side
+    from tpustream.manifest import read_manifest
 
     workdir = tempfile.mkdtemp(prefix="tpustream-bench-load-")
     server = None
     try:
         dataset = _resolve_dataset(data, workdir)
-        manifest = shards.read_manifest(dataset)
+        manifest = read_manifest(dataset)
         side = first_image_side(dataset, manifest, split)
         size = input_size or (224 if side >= 128 else side)
         train = split == "train"

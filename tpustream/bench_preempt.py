@@ -98,7 +98,8 @@ def bench_preempt(
     positions: tuple[float, ...] = (0.05, 0.5, 0.9), keep: str | None = None,
 ) -> Iterator[str]:  # fmt: skip
     from tpustream.data import LoaderConfig, ShardLoader
-    from tpustream.shards import ShardConfig, create_shards
+    from tpustream.shard_plan import ShardConfig
+    from tpustream.shards import create_shards
 
     root = keep or tempfile.mkdtemp(prefix="tpustream-bench-preempt-")
     data = os.path.join(root, "data")

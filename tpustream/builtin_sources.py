@@ -9,7 +9,7 @@ import io
 import numpy as np
 
 from tpustream.imagecodec import encode_ppm, prepare_image_bytes, resize_array
-from tpustream.sources import Item, Source
+from tpustream.source_types import Item, Source
 
 __all__ = [
     "digits_source",

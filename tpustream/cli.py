@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from tpustream.errors import TpustreamError
+from tpustream.sources import source_help
 
 __all__ = ["app"]
 
@@ -120,9 +121,7 @@ MaxPixelsOption = typer.Option(
 def shards_create(
     source: Annotated[
         str,
-        typer.Option(
-            help="digits | synthetic-cifar:N | synthetic-imagenet:N | cifar10:PATH | DIR or gs://DIR of class sub-folders."
-        ),
+        typer.Option(help=source_help()),
     ] = "digits",
     output: Annotated[str, typer.Option(help="Dataset URI (local directory or gs://bucket/prefix).")] = ...,  # type: ignore[assignment]
     num_shards: Annotated[
@@ -160,8 +159,9 @@ def shards_create(
 ) -> None:
     """Plan, write and commit WebDataset shards; resumes an interrupted run at the same --output."""
     from tpustream import shards
+    from tpustream.shard_plan import ShardConfig
 
-    config = shards.ShardConfig(
+    config = ShardConfig(
         source=source, output=output, num_shards=num_shards, val_shards=val_shards,
         val_fraction=val_fraction, upsample=upsample, seed=seed, max_side=max_side,
         max_pixels=max_pixels, workers=workers, overwrite=overwrite, strict=strict,
@@ -180,9 +180,9 @@ def shards_verify(
     max_pixels: Annotated[int, MaxPixelsOption] = DEFAULT_MAX_PIXELS,
 ) -> None:
     """Re-read every shard; check sample counts, sizes and sha256 against the manifest (--deep: and images)."""
-    from tpustream import shards
+    from tpustream.manifest import verify_shards
 
-    checked, problems = shards.verify_shards(uri, workers=workers, deep=deep, max_pixels=max_pixels)
+    checked, problems = verify_shards(uri, workers=workers, deep=deep, max_pixels=max_pixels)
     if problems:
         for problem in problems:
             typer.echo(f"BAD {problem}", err=True)

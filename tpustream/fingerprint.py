@@ -25,6 +25,7 @@ from typing import Any
 from tpustream import storage
 from tpustream.manifest import MANIFEST_NAME
 from tpustream.shard_plan import ShardConfig
+from tpustream.sources import source_location
 
 __all__ = [
     "DataCheck",
@@ -38,7 +39,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FINGERPRINT_FORMAT = "tpustream.fingerprint/v1"
-_BUILTIN_PREFIXES = ("synthetic-cifar:", "synthetic-imagenet:")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,10 +59,9 @@ class DataCheck:
 
 def source_objects(spec: str) -> list[storage.ObjectInfo]:
     """The objects a SOURCE reads (sorted); empty for the built-in sources, which never change."""
-    spec = spec.strip()
-    if spec == "digits" or spec.startswith(_BUILTIN_PREFIXES):
+    location = source_location(spec)
+    if location is None:
         return []
-    location = spec[len("cifar10:") :] if spec.startswith("cifar10:") else spec
     return storage.stat_or_list(location)  # one archive (cifar10:...tar.gz) or a directory tree
 
 

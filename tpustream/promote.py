@@ -21,20 +21,15 @@ import uuid
 from typing import Any
 
 from tpustream import storage
-from tpustream.promotion_policy import (  # re-exported: the rules live in promotion_policy.py
+from tpustream.promotion_policy import (
     METRICS,
     Decision,
     RegistryError,
-    decide,
     decide_for_metrics,
     is_finite_number,
 )
 
 __all__ = [
-    "RegistryError",
-    "Decision",
-    "METRICS",
-    "decide",
     "promote",
     "read_champion",
     "version_uri",

@@ -17,7 +17,7 @@ import numpy as np
 
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS
 from tpustream.manifest import MANIFEST_FORMAT, ShardError
-from tpustream.sources import Source
+from tpustream.source_types import Source
 
 __all__ = ["ShardConfig", "ShardSpec", "DatasetPlan", "plan_dataset", "shard_path", "RECORDS_DIR", "SPLITS"]
 

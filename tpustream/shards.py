@@ -28,41 +28,24 @@ from typing import Any
 
 from tpustream import storage
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS, CorruptImage, pixel_budget
-from tpustream.manifest import (  # re-exported: the reading side lives in manifest.py
-    MANIFEST_FORMAT,
-    MANIFEST_NAME,
-    ShardError,
-    manifest_digest,
-    read_manifest,
-    verify_shards,
-)
-from tpustream.shard_plan import (  # re-exported: planning lives in shard_plan.py
-    RECORDS_DIR,
-    SPLITS,
-    DatasetPlan,
-    ShardConfig,
-    ShardSpec,
-    plan_dataset,
-    shard_path,
-)
-from tpustream.sources import Item, Source, SourceError, open_source
+from tpustream.manifest import MANIFEST_FORMAT, MANIFEST_NAME, ShardError, read_manifest
+from tpustream.shard_plan import RECORDS_DIR, SPLITS, DatasetPlan, ShardConfig, ShardSpec, plan_dataset
+from tpustream.source_types import Item, Source
+from tpustream.sources import open_source
 from tpustream.tario import TarShardWriter
 
 __all__ = [
-    "MANIFEST_NAME",
-    "MANIFEST_FORMAT",
-    "ShardConfig",
-    "ShardSpec",
-    "DatasetPlan",
-    "ShardError",
     "CreateSummary",
-    "plan_dataset",
+    "ShardRecord",
     "write_shard",
     "create_shards",
+    "check_output",
+    "retire_dataset",
     "finalize_manifest",
-    "read_manifest",
-    "verify_shards",
-    "shard_path",
+    "config_from_pipeline",
+    "shard_ranges",
+    "write_shard_range",
+    "finalize_dataset",
 ]
 
 log = logging.getLogger(__name__)
@@ -420,25 +403,12 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
 
 
 def _remove_partials(output: str) -> None:
-    """Delete ``*.partial`` temp files that killed writers left in the split and record folders.
-
-    Called only once every writer is done. Local temp files are hidden (``.name.XXXX.partial``), which
-    ``storage.list_objects`` skips, so the local folders are read directly.
-    """
+    """Delete the temp files that killed writers left in the split and record folders (once every
+    writer is done), so the directory holds exactly what the manifest lists."""
     for folder in (*SPLITS, RECORDS_DIR):
-        uri = storage.join(output, folder)
-        if storage.is_gcs(uri):
-            leftovers = [obj.uri for obj in storage.list_objects(uri) if obj.uri.endswith(".partial")]
-        elif os.path.isdir(uri):
-            leftovers = [entry.path for entry in os.scandir(uri) if entry.name.endswith(".partial")]
-        else:
-            continue
-        for leftover in leftovers:
+        for leftover in storage.list_partials(storage.join(output, folder)):
             log.info("removing %s: a temp file left by an interrupted writer", leftover)
             storage.delete(leftover)
-
-
-__all__ += ["manifest_digest", "check_output", "retire_dataset", "ShardRecord", "SourceError"]
 
 
 # --------------------------------------------------------------------------- fan-out (one plan, many writers)
@@ -490,6 +460,3 @@ def finalize_dataset(config: ShardConfig) -> dict[str, Any]:
     plan = plan_dataset(source, config)
     records = [r for r in (_existing_record(spec, output) for spec in plan.shards) if r is not None]
     return finalize_manifest(output, plan, records)
-
-
-__all__ += ["config_from_pipeline", "shard_ranges", "write_shard_range", "finalize_dataset"]

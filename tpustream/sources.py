@@ -1,350 +1,122 @@
-"""Image sources: the SOURCE forms of DESIGN.md, each listing labelled items and loading one as image bytes.
+"""The SOURCE forms: a registry ``{prefix: SourceForm}``, with an ImageFolder directory as the fallback.
 
-``digits`` (scikit-learn's bundled 8x8 digits, real data), ``synthetic-cifar:N``, ``synthetic-imagenet:N``,
-``cifar10:PATH`` (the official python batches, dir or .tar.gz, local or gs://) and an ImageFolder-layout
-directory (local or gs://; optional ``train/`` + ``val/`` top level = the source's own split, while a
-``train/`` with no val images is read as plain class folders).
-Raw arrays are encoded once as binary PPM (the cheapest format for the loader to decode: see
-``tpustream bench write``); image files keep their original bytes unless ``max_side`` shrinks them.
+``open_source`` parses a SOURCE string and lists its items. The registry's keys and usages are the one
+list of forms: they make the CLI's help text, the "unknown source" error and the data fingerprint's
+choice of what to list (``source_location``). Importing this module loads no image code: each form
+imports its module (``builtin_sources``, ``file_sources``) only when opened.
 """
 
 from __future__ import annotations
 
-import io
-import logging
-import os
-import pickle
-import tarfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from tpustream import storage
-from tpustream.errors import TpustreamError
-from tpustream.imagecodec import (  # re-exported: sources hand out encoded images
-    CorruptImage,
-    decode_ppm,
-    encode_ppm,
-    prepare_image_bytes,
-    resize_array,
-)
+from tpustream.source_types import Source, SourceError
 
-__all__ = [
-    "SourceError",
-    "CorruptImage",
-    "Item",
-    "Source",
-    "open_source",
-    "encode_ppm",
-    "decode_ppm",
-    "IMAGE_EXTENSIONS",
-]
+__all__ = ["SourceForm", "SOURCE_FORMS", "open_source", "source_location", "source_help"]
 
-# Extensions we keep byte-for-byte, and the ones we accept but re-encode to PNG.
-KEEP_EXT = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png", ".ppm": "ppm"}
-REENCODE_EXT = {".bmp", ".gif", ".webp", ".tif", ".tiff", ".pgm", ".pbm", ".pnm"}
-IMAGE_EXTENSIONS = frozenset(KEEP_EXT) | REENCODE_EXT
-SPLIT_DIR_NAMES = {"train": "train", "val": "val", "validation": "val", "test": "val"}
-CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")  # an official extraction
-CIFAR10_CLASSES = [
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
-]  # fmt: skip
-
-log = logging.getLogger(__name__)
-
-
-class SourceError(TpustreamError, ValueError):
-    """The source is unusable as given; the message names it and says what to do."""
+IMAGE_FOLDER_USAGE = "DIR or gs://DIR of class sub-folders"  # the fallback: any other SOURCE
 
 
 @dataclass(frozen=True)
-class Item:
-    """One labelled item of a source. ``ref`` is picklable and stable: it goes into the shard plan."""
+class SourceForm:
+    """One SOURCE form: how users write it, and how to open it from what follows ``prefix:``."""
 
-    ref: str | int
-    label: int
-    split: str | None = None  # the source's own split ("train"/"val"), when it has one
-
-
-@dataclass
-class Source:
-    """A listed source: its items, class names, and how to load one item as (bytes, ext)."""
-
-    spec: str
-    description: str
-    classes: list[str]
-    items: list[Item]
-    loader: Callable[[Item, int | None], tuple[bytes, str]]
-    ignored: list[str] = field(default_factory=list)  # non-image files seen and skipped
+    usage: str  # "digits", "synthetic-cifar:N", "cifar10:PATH": a ":" means the form takes an argument
+    open: Callable[[str], Source]
+    reads_path: bool = False  # the argument is a local or gs:// path (a live source, listed to fingerprint)
 
     @property
-    def has_own_split(self) -> bool:
-        return any(item.split is not None for item in self.items)
+    def takes_argument(self) -> bool:
+        return ":" in self.usage
 
-    def load(self, item: Item, max_side: int | None = None) -> tuple[bytes, str]:
-        """Return the item's image bytes and extension (``jpg``/``png``/``ppm``); raises CorruptImage."""
-        return self.loader(item, max_side)
+
+def _digits(_: str) -> Source:
+    from tpustream.builtin_sources import digits_source
+
+    return digits_source()
+
+
+def _count(form: str, argument: str) -> int:
+    try:
+        count = int(argument)
+    except ValueError:
+        count = -1
+    if count <= 0:
+        spec = f"{form}:{argument}"
+        raise SourceError(f"source {spec!r}: N must be a positive integer, e.g. {form}:1000")
+    return count
+
+
+def _synthetic_cifar(argument: str) -> Source:
+    from tpustream.builtin_sources import synthetic_cifar_source
+
+    return synthetic_cifar_source(_count("synthetic-cifar", argument))
+
+
+def _synthetic_imagenet(argument: str) -> Source:
+    from tpustream.builtin_sources import synthetic_imagenet_source
+
+    return synthetic_imagenet_source(_count("synthetic-imagenet", argument))
+
+
+def _cifar10(argument: str) -> Source:
+    from tpustream.file_sources import cifar10_source
+
+    return cifar10_source(argument)
+
+
+SOURCE_FORMS: dict[str, SourceForm] = {
+    "digits": SourceForm("digits", _digits),
+    "synthetic-cifar": SourceForm("synthetic-cifar:N", _synthetic_cifar),
+    "synthetic-imagenet": SourceForm("synthetic-imagenet:N", _synthetic_imagenet),
+    "cifar10": SourceForm("cifar10:PATH", _cifar10, reads_path=True),
+}
+
+
+def source_help() -> str:
+    """The SOURCE forms as the CLI's help lists them."""
+    return " | ".join([*(form.usage for form in SOURCE_FORMS.values()), IMAGE_FOLDER_USAGE]) + "."
+
+
+def _parse(spec: str) -> tuple[SourceForm | None, str]:
+    """The registered form ``spec`` is written in and its argument; ``(None, spec)`` for a directory."""
+    prefix, sep, argument = spec.partition(":")
+    form = SOURCE_FORMS.get(prefix)
+    if form is None or bool(sep) != form.takes_argument:
+        return None, spec
+    return form, argument
 
 
 def open_source(spec: str) -> Source:
     """Parse a SOURCE string and list its items (no image is decoded yet)."""
-    spec = spec.strip()
-    if spec == "digits":
-        from tpustream.builtin_sources import digits_source
-
-        return digits_source()
-    kind, sep, arg = spec.partition(":")
-    if sep and kind in ("synthetic-cifar", "synthetic-imagenet"):
-        try:
-            count = int(arg)
-        except ValueError:
-            count = -1
-        if count <= 0:
-            raise SourceError(f"source {spec!r}: N must be a positive integer, e.g. {kind}:1000")
-        from tpustream import builtin_sources
-
-        if kind == "synthetic-cifar":
-            return builtin_sources.synthetic_cifar_source(count)
-        return builtin_sources.synthetic_imagenet_source(count)
-    if sep and kind == "cifar10":
-        return _cifar10_source(arg)
+    form, argument = _parse(spec.strip())
+    if form is not None:
+        return form.open(argument)
     try:
-        path = storage.check_uri(spec)  # refuses pipe: and unsupported schemes; file:///x is /x
+        path = storage.check_uri(argument)  # refuses pipe: and unsupported schemes; file:///x is /x
     except storage.StorageError as exc:
-        raise SourceError(f"source {spec!r}: {exc}") from exc
-    if storage.is_gcs(path) or os.path.isdir(path):
-        return _image_folder_source(path)
-    if os.path.exists(path):
+        raise SourceError(f"source {argument!r}: {exc}") from exc
+    kind = storage.path_kind(path)
+    if kind == "dir":
+        from tpustream.file_sources import image_folder_source
+
+        return image_folder_source(path)
+    if kind == "file":
         raise SourceError(
-            f"source {spec!r} is a file; give a directory of class sub-folders (ImageFolder layout) "
+            f"source {argument!r} is a file; give a directory of class sub-folders (ImageFolder layout) "
             "or cifar10:PATH for CIFAR-10 batches"
         )
+    usages = ", ".join(form.usage for form in SOURCE_FORMS.values())
     raise SourceError(
-        f"unknown source {spec!r}: use digits, synthetic-cifar:N, synthetic-imagenet:N, cifar10:PATH, "
-        "or a local/gs:// directory of class sub-folders"
+        f"unknown source {argument!r}: use {usages}, or a local/gs:// directory of class sub-folders"
     )
 
 
-# --------------------------------------------------------------------------- CIFAR-10 python batches
-
-
-class _CifarUnpickler(pickle.Unpickler):
-    """Admits only what the official CIFAR-10 batches contain: numpy arrays, dtypes, builtins.
-
-    Anything else (``os.system``, ``builtins.eval``, ...) is refused before it can be called.
-    ``_frombuffer`` is how protocol-5 pickles rebuild an array: a dtype'd view of bytes, no code run.
-    """
-
-    ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "scalar"),
-        ("_codecs", "encode"),  # how protocol-2 pickles spell bytes
-        ("copy_reg", "_reconstructor"),
-        ("copyreg", "_reconstructor"),
-        ("__builtin__", "object"),
-        ("builtins", "object"),
-    }
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in self.ALLOWED:
-            raise pickle.UnpicklingError(
-                f"refusing to load {module}.{name}: not part of a CIFAR-10 batch (possibly a crafted pickle)"
-            )
-        return super().find_class(module, name)
-
-
-def load_cifar_pickle(data: bytes, name: str) -> dict:
-    """Load one CIFAR batch/meta pickle with the restricted unpickler; keys come back as ``str``."""
-    try:
-        obj = _CifarUnpickler(io.BytesIO(data), encoding="bytes").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
-        raise SourceError(f"CIFAR-10 file {name} is not a valid batch: {exc}") from exc
-    if not isinstance(obj, dict):
-        raise SourceError(f"CIFAR-10 file {name}: expected a dict, found {type(obj).__name__}")
-    return {k.decode() if isinstance(k, bytes) else k: v for k, v in obj.items()}
-
-
-def _cifar_files(path: str) -> dict[str, bytes]:
-    """Read the batch files from a directory (or its cifar-10-batches-py/) or a .tar.gz, local or gs://."""
-    wanted = {*CIFAR10_BATCHES, "batches.meta"}
-    files: dict[str, bytes] = {}
-    is_local_file = not storage.is_gcs(path) and os.path.isfile(path)
-    if path.endswith((".tar.gz", ".tgz", ".tar")) or (is_local_file and tarfile.is_tarfile(path)):
-        try:
-            with storage.open_read(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
-                for member in tar:
-                    base = os.path.basename(member.name)
-                    if member.isfile() and base in wanted:
-                        extracted = tar.extractfile(member)
-                        if extracted is not None:
-                            files[base] = extracted.read()
-        except storage.NotFound as exc:
-            raise SourceError(f"cifar10:{path}: {exc}") from exc
-        except tarfile.TarError as exc:
-            raise SourceError(f"cifar10:{path} is not a readable tar archive: {exc}") from exc
-        return files
-    if is_local_file:
-        raise SourceError(
-            f"cifar10:{path} is a file, not a directory or archive: point at the directory holding "
-            "data_batch_1..5 and test_batch (cifar-10-batches-py) or at cifar-10-python.tar.gz"
-        )
-    if not storage.is_gcs(path) and not os.path.exists(path):
-        raise SourceError(f"cifar10:{path} does not exist")
-    for base in sorted(wanted):
-        for candidate in (storage.join(path, base), storage.join(path, "cifar-10-batches-py", base)):
-            try:
-                files[base] = storage.read_bytes(candidate)
-                break
-            except storage.NotFound:
-                continue
-            except storage.StorageError as exc:
-                raise SourceError(f"cifar10:{path}: {exc}") from exc
-    return files
-
-
-def _cifar10_source(path: str) -> Source:
-    if not path:
-        raise SourceError("source 'cifar10:' needs a path: cifar10:DIR or cifar10:FILE.tar.gz")
-    try:
-        path = storage.check_uri(path)  # file:///x -> /x
-    except storage.StorageError as exc:
-        raise SourceError(f"source cifar10:{path}: {exc}") from exc
-    files = _cifar_files(path)
-    batches = [name for name in CIFAR10_BATCHES if name in files]
-    if not batches:
-        raise SourceError(
-            f"cifar10:{path}: no data_batch_N or test_batch found; point at the extracted "
-            "cifar-10-batches-py directory or at cifar-10-python.tar.gz"
-        )
-    missing = [name for name in CIFAR10_BATCHES if name not in files]
-    if missing:  # a partial copy would silently lose training data, or the whole val split
-        raise SourceError(
-            f"cifar10:{path}: missing {', '.join(missing)}; an official extraction has data_batch_1..5 "
-            "and test_batch: copy or extract all of them"
-        )
-    classes = list(CIFAR10_CLASSES)
-    if "batches.meta" in files:
-        meta = load_cifar_pickle(files["batches.meta"], "batches.meta")
-        names = meta.get("label_names")
-        if isinstance(names, list) and names:
-            classes = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
-    arrays: list[np.ndarray] = []
-    items: list[Item] = []
-    for name in batches:
-        batch = load_cifar_pickle(files[name], name)
-        data, labels = batch.get("data"), batch.get("labels")
-        if (
-            not isinstance(data, np.ndarray)
-            or data.dtype != np.uint8
-            or data.ndim != 2
-            or data.shape[1] != 3072
-        ):
-            raise SourceError(f"CIFAR-10 file {name}: 'data' must be a uint8 array of shape (N, 3072)")
-        if not isinstance(labels, Sequence) or len(labels) != len(data):
-            raise SourceError(f"CIFAR-10 file {name}: 'labels' must list one label per row of 'data'")
-        if any(not isinstance(v, int | np.integer) or not 0 <= int(v) < len(classes) for v in labels):
-            raise SourceError(f"CIFAR-10 file {name}: labels must be integers in [0, {len(classes)})")
-        split = "val" if name == "test_batch" else "train"
-        offset = sum(len(a) for a in arrays)
-        arrays.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-        items.extend(Item(offset + i, int(label), split) for i, label in enumerate(labels))
-    images = np.concatenate(arrays)
-
-    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
-        return encode_ppm(resize_array(images[int(item.ref)], max_side)), "ppm"
-
-    return Source(
-        spec=f"cifar10:{path}",
-        description=f"CIFAR-10 python batches at {path}: {len(items)} 32x32 images ({', '.join(batches)})",
-        classes=classes,
-        items=items,
-        loader=load,
-    )
-
-
-# --------------------------------------------------------------------------- ImageFolder
-
-
-def _image_folder_source(root: str) -> Source:
-    root = root.rstrip("/")
-    try:
-        listing = storage.list_objects(root)
-    except storage.StorageError as exc:
-        raise SourceError(f"source {root!r}: {exc}") from exc
-    # "" is the root's own placeholder object (a folder made in the GCS console)
-    rel_paths = [rel for rel in (obj.uri[len(root) + 1 :] for obj in listing) if rel]
-    if not rel_paths:
-        raise SourceError(
-            f"source {root!r} is empty or does not exist: expected class sub-folders with images"
-        )
-    top_dirs = {p.split("/", 1)[0] for p in rel_paths if "/" in p}
-    split_layout = bool(top_dirs) and top_dirs <= set(SPLIT_DIR_NAMES) and "train" in top_dirs
-    by_class: dict[str, list[tuple[str, str | None]]] = {}
-    ignored: list[str] = []
-    for rel in rel_paths:
-        parts = rel.split("/")
-        split = None
-        if split_layout and len(parts) > 1:
-            split = SPLIT_DIR_NAMES[parts[0]]
-            parts = parts[1:]
-        if len(parts) < 2:  # a file beside the class (or split) folders, not inside one
-            ignored.append(rel)
-            continue
-        ext = os.path.splitext(parts[-1])[1].lower()
-        by_class.setdefault(parts[0], [])
-        if ext in IMAGE_EXTENSIONS:
-            by_class[parts[0]].append((rel, split))
-        else:
-            ignored.append(rel)
-    if not storage.is_gcs(root):  # a local folder with no files at all does not show up in the listing
-        for class_parent in [os.path.join(root, d) for d in sorted(top_dirs)] if split_layout else [root]:
-            for entry in os.scandir(class_parent):
-                if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
-                    by_class.setdefault(entry.name, [])
-    if not by_class:
-        raise SourceError(
-            f"source {root!r} has no class sub-folders: expected ROOT/<class>/<image> (ImageFolder layout)"
-        )
-    empty = sorted(name for name, files in by_class.items() if not files)
-    if empty:
-        raise SourceError(
-            f"source {root!r}: class folder(s) {', '.join(empty)} contain no images "
-            f"(accepted extensions: {', '.join(sorted(IMAGE_EXTENSIONS))}); add images or remove the folder"
-        )
-    own_split = split_layout and any(split == "val" for files in by_class.values() for _, split in files)
-    if split_layout and not own_split:  # a train/ alone is not a split: one with an empty val would follow
-        log.warning(
-            "source %s has a train/ folder but no images in a val/, validation/ or test/ folder: its classes "
-            "are read from train/ and the val split is drawn from them (--val-fraction, default 0.1)", root,
-        )  # fmt: skip
-        by_class = {name: [(rel, None) for rel, _ in files] for name, files in by_class.items()}
-    classes = sorted(by_class)
-    items = [
-        Item(rel, label, split) for label, name in enumerate(classes) for rel, split in sorted(by_class[name])
-    ]
-
-    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
-        uri = storage.join(root, str(item.ref))
-        try:
-            data = storage.read_bytes(uri)
-        except storage.StorageError as exc:
-            raise CorruptImage(f"{uri}: cannot read ({exc})") from exc
-        return prepare_image_bytes(data, os.path.splitext(uri)[1], max_side, uri)
-
-    return Source(
-        spec=root,
-        description=f"ImageFolder at {root}: {len(items)} images, {len(classes)} classes"
-        + (" (own train/val split)" if own_split else ""),
-        classes=classes,
-        items=items,
-        loader=load,
-        ignored=ignored,
-    )
+def source_location(spec: str) -> str | None:
+    """The local or gs:// path a SOURCE reads (an archive or a directory), None for the built-in data."""
+    form, argument = _parse(spec.strip())
+    if form is None:
+        return argument
+    return argument if form.reads_path else None

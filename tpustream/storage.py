@@ -46,6 +46,9 @@ __all__ = [
     "stat",
     "stat_or_list",
     "list_objects",
+    "path_kind",
+    "list_dirs",
+    "list_partials",
     "delete",
     "copy",
     "remove_empty_dir",
@@ -620,6 +623,38 @@ def list_objects(prefix: str, *, recursive: bool = True) -> list[ObjectInfo]:
         if not recursive:
             break
     return sorted(out, key=lambda o: o.uri)
+
+
+def path_kind(uri: str) -> str:
+    """``"file"``, ``"dir"`` or ``"missing"`` for a local path. A gs:// URI is always ``"dir"``: GCS has no
+    directories, a prefix exists only through its objects, and listing it says whether it holds any."""
+    uri = check_uri(uri)
+    if is_gcs(uri) or os.path.isdir(uri):
+        return "dir"
+    return "file" if os.path.exists(uri) else "missing"
+
+
+def list_dirs(uri: str) -> list[str]:
+    """Names of the sub-directories directly under a local directory, sorted, hidden ones skipped: an
+    empty one does not show up in ``list_objects``. On GCS none: a prefix with no objects does not exist."""
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        return []
+    with _local_errors(uri):
+        entries = list(os.scandir(uri))
+    return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
+
+
+def list_partials(uri: str) -> list[str]:
+    """The ``*.partial`` temp files that killed writers (``open_write``) left directly in a directory:
+    hidden locally (``.name.XXXX.partial``), so ``list_objects`` skips them. Only for cleanup, once no
+    writer is running; none when the directory does not exist."""
+    uri = check_uri(uri)
+    if is_gcs(uri):
+        return [obj.uri for obj in list_objects(uri) if obj.uri.endswith(".partial")]
+    if not os.path.isdir(uri):
+        return []
+    return [entry.path for entry in os.scandir(uri) if entry.name.endswith(".partial")]
 
 
 def delete(uri: str, *, missing_ok: bool = True) -> None:

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from tpustream import shards
 from tpustream.cli import app
+from tpustream.shard_plan import ShardConfig
 
 pytestmark = pytest.mark.integration
 
@@ -80,9 +81,7 @@ def digits(tmp_path_factory):
             )
             counts[label] += 1
     out = str(base / "digits")
-    config = shards.ShardConfig(
-        source=str(base / "png"), output=out, num_shards=2, val_fraction=0.2, workers=1
-    )
+    config = ShardConfig(source=str(base / "png"), output=out, num_shards=2, val_fraction=0.2, workers=1)
     shards.create_shards(config, progress=False)
     return out
 

@@ -4,13 +4,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from tpustream.source_types import Item, Source
 
 from tpustream import shards, storage
 from tpustream.data import LoaderConfig, LoaderError, ShardLoader
 from tpustream.imagecodec import encode_ppm
 from tpustream.manifest import read_manifest
 from tpustream.shard_plan import ShardConfig
+from tpustream.source_types import Item, Source
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,10 @@ from tpustream.builtin_sources import digits_source
 from tpustream.cli import app
 from tpustream.data import LoaderConfig, ShardLoader
 from tpustream.imagecodec import decode_ppm
+from tpustream.manifest import read_manifest
 from tpustream.models import build_model
+from tpustream.promotion_policy import RegistryError
+from tpustream.shard_plan import ShardConfig
 from tpustream.tario import iter_tar_samples
 from tpustream.transforms import Augment, decode_image, normalize
 
@@ -28,7 +31,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("data") / "digits")
-    shards.create_shards(shards.ShardConfig(source="digits", output=out, num_shards=4), progress=False)
+    shards.create_shards(ShardConfig(source="digits", output=out, num_shards=4), progress=False)
     return out
 
 
@@ -84,7 +87,7 @@ def models(digits, tmp_path_factory):
 def test_evaluation_is_exact(digits, models, tmp_path):
     result = evaluate.evaluate(models["good"], digits, str(tmp_path / "eval"))
     candidate = result["candidate"]
-    manifest = shards.read_manifest(digits)
+    manifest = read_manifest(digits)
     assert candidate["num_samples"] == manifest["splits"]["val"]["num_samples"] and candidate["complete"]
     # independent count: every val sample through the model one at a time
     model = build_model("tiny", num_classes=10, input_size=16)
@@ -216,19 +219,17 @@ def test_bad_inputs(digits, models, tmp_path):
     promote.promote(models["weak"], weak, registry)
     # metrics measured on another dataset than the champion's: refused, not compared
     other = str(tmp_path / "other")
-    shards.create_shards(
-        shards.ShardConfig(source="digits", output=other, num_shards=4, seed=7), progress=False
-    )
+    shards.create_shards(ShardConfig(source="digits", output=other, num_shards=4, seed=7), progress=False)
     out = str(tmp_path / "eval-other")
     evaluate.evaluate(models["better"], other, out)  # no --registry: no same-shards champion numbers
     outcome = promote.promote(models["better"], f"{out}/metrics.json", registry)
     assert not outcome["promoted"] and "same shards" in outcome["reason"]
     (tmp_path / "bad.json").write_text("{nope")
-    with pytest.raises(promote.RegistryError, match="not a tpustream metrics.json"):
+    with pytest.raises(RegistryError, match="not a tpustream metrics.json"):
         promote.promote(models["better"], str(tmp_path / "bad.json"), registry)
-    with pytest.raises(promote.RegistryError, match="does not exist: run tpustream evaluate"):
+    with pytest.raises(RegistryError, match="does not exist: run tpustream evaluate"):
         promote.promote(models["better"], str(tmp_path / "none.json"), registry)
-    with pytest.raises(promote.RegistryError, match="unknown metric"):
+    with pytest.raises(RegistryError, match="unknown metric"):
         promote.promote(models["better"], weak, registry, metric="auc")
     with pytest.raises(evaluate.EvaluationError, match="model.json does not exist"):
         evaluate.evaluate(str(tmp_path / "nomodel"), digits, str(tmp_path / "e"))
@@ -284,7 +285,7 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
         versions = recorder.models["4200"]["versions"]
         assert "champion" in versions["2"]["aliases"] and "champion" not in versions["1"]["aliases"]
         assert recorder.rejected == []
-        with pytest.raises(promote.RegistryError, match="needs a gs:// registry"):
+        with pytest.raises(RegistryError, match="needs a gs:// registry"):
             promote.promote(models["better"], f"{gcs_bucket}/eval/better/metrics.json", str(tmp_path / "r"),
                             vertex=target)  # fmt: skip
         assert not (tmp_path / "r").exists()  # refused before anything was promoted
@@ -384,7 +385,7 @@ def test_a_champion_with_other_classes_is_noted_and_kept(digits, models, tmp_pat
     source.classes = letters  # the same images under a new class set: a new manifest digest
     renamed = str(tmp_path / "letters")
     shards.create_shards(
-        shards.ShardConfig(source="digits", output=renamed, num_shards=4), progress=False, source=source
+        ShardConfig(source="digits", output=renamed, num_shards=4), progress=False, source=source
     )
     candidate = make_model(tmp_path / "letters-model", renamed, seed=4, steps=0, classes=letters)
     out = str(tmp_path / "eval-letters")
@@ -404,14 +405,14 @@ def test_a_champion_with_other_classes_is_noted_and_kept(digits, models, tmp_pat
 
 def test_promote_checks_the_candidate_before_claiming_a_version(digits, models, registry, tmp_path):
     good = _evaluate(models, "good", digits, tmp_path)
-    with pytest.raises(promote.RegistryError, match="belong to a different model.*re-run tpustream evaluate"):
+    with pytest.raises(RegistryError, match="belong to a different model.*re-run tpustream evaluate"):
         promote.promote(models["better"], good, registry)
-    with pytest.raises(promote.RegistryError, match="lacks model.pt"):
+    with pytest.raises(RegistryError, match="lacks model.pt"):
         promote.promote(str(tmp_path / "missing"), good, registry)
     half = tmp_path / "half"
     half.mkdir()
     shutil.copy(f"{models['good']}/model.pt", half / "model.pt")
-    with pytest.raises(promote.RegistryError, match="lacks model.json"):
+    with pytest.raises(RegistryError, match="lacks model.json"):
         promote.promote(str(half), good, registry)
     assert storage.list_objects(f"{registry}/versions") == []  # no version claimed, no number used up
     assert promote.promote(models["good"], good, registry)["version"] == 1

@@ -31,6 +31,8 @@ from tests.gcs import make_bucket
 from tests.integration.test_evaluate_promote import DIGITS, make_model
 from tpustream import evaluate, shards, storage
 from tpustream.cli import app
+from tpustream.manifest import read_manifest
+from tpustream.shard_plan import ShardConfig
 from tpustream.tario import iter_tar_samples
 
 pytestmark = pytest.mark.integration
@@ -94,11 +96,11 @@ def world(gcs_server, tmp_path_factory):
         mp.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
         make_bucket(gcs_server.url, "serving")
         digits = str(tmp / "digits")
-        shards.create_shards(shards.ShardConfig(source="digits", output=digits, num_shards=2), progress=False)
+        shards.create_shards(ShardConfig(source="digits", output=digits, num_shards=2), progress=False)
         folder = _jpeg_folder(tmp / "jpegs")
         jpegs = str(tmp / "jpeg-shards")
         shards.create_shards(
-            shards.ShardConfig(source=folder, output=jpegs, num_shards=1, val_fraction=0.5), progress=False
+            ShardConfig(source=folder, output=jpegs, num_shards=1, val_fraction=0.5), progress=False
         )
         local_model = make_model(tmp / "model", digits, seed=2, steps=40)
         model = "gs://serving/runs/r1"
@@ -163,7 +165,7 @@ def _instances(images):
 
 
 def _val_samples(dataset):
-    manifest = shards.read_manifest(dataset)
+    manifest = read_manifest(dataset)
     out = []
     for shard in manifest["splits"]["val"]["shards"]:
         with open(f"{dataset}/{shard['path']}", "rb") as f:

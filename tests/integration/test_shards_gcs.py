@@ -7,6 +7,8 @@ import pytest
 from tests.unit.test_shards import _crashing
 from tests.unit.test_sources import make_image_folder
 from tpustream import shards, storage
+from tpustream.manifest import ShardError, verify_shards
+from tpustream.shard_plan import ShardConfig
 from tpustream.sources import open_source
 from tpustream.tario import iter_tar_samples
 
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 def _config(output, **kw):
     kw.setdefault("source", "digits")
-    return shards.ShardConfig(output=output, **kw)
+    return ShardConfig(output=output, **kw)
 
 
 def test_create_on_gcs_matches_local_byte_for_byte(gcs_bucket, tmp_path):
@@ -25,7 +27,7 @@ def test_create_on_gcs_matches_local_byte_for_byte(gcs_bucket, tmp_path):
     assert manifest["splits"] == local["splits"]
     names = [o.uri[len(out) + 1 :] for o in storage.list_objects(out)]
     assert names == ["manifest.json", *(f"train/train-{i:06d}.tar" for i in range(4)), "val/val-000000.tar"]
-    assert shards.verify_shards(out, progress=False) == (5, [])
+    assert verify_shards(out, progress=False) == (5, [])
     with storage.open_read(f"{out}/train/train-000000.tar") as f:
         assert sum(1 for _ in iter_tar_samples(f)) == manifest["splits"]["train"]["shards"][0]["num_samples"]
 
@@ -41,7 +43,7 @@ def test_resume_on_gcs_after_crash(gcs_bucket):
     manifest, summary = shards.create_shards(config, progress=False)
     assert summary.reused_shards == len(written)
     assert storage.list_objects(f"{out}/_records") == []
-    assert shards.verify_shards(out, progress=False)[1] == []
+    assert verify_shards(out, progress=False)[1] == []
     assert json.loads(storage.read_bytes(f"{out}/manifest.json")) == manifest
 
 
@@ -62,14 +64,14 @@ def test_missing_bucket_and_existing_dataset(gcs_bucket):
     with pytest.raises(storage.NotFound, match="bucket gs://nope does not exist"):
         shards.create_shards(_config("gs://nope/ds"), progress=False)
     shards.create_shards(_config(f"{gcs_bucket}/ds", num_shards=2), progress=False)
-    with pytest.raises(shards.ShardError, match="--overwrite"):
+    with pytest.raises(ShardError, match="--overwrite"):
         shards.create_shards(_config(f"{gcs_bucket}/ds", num_shards=2), progress=False)
 
 
 def test_create_and_verify_through_five_percent_faults(gcs_bucket, fault_proxy, tmp_path, monkeypatch):
     out = f"{gcs_bucket}/faulty"
     manifest, _ = shards.create_shards(_config(out, num_shards=8, workers=2), progress=False)
-    assert shards.verify_shards(out, progress=False) == (9, [])
+    assert verify_shards(out, progress=False) == (9, [])
     assert fault_proxy.faults > 0
     clean, _ = shards.create_shards(_config(str(tmp_path / "clean"), num_shards=8), progress=False)
     assert manifest["splits"] == clean["splits"]  # nothing lost or duplicated
@@ -147,7 +149,7 @@ def test_killed_writer_rerun_completes(gcs_bucket):
     kept = int(re.search(r"(\d+) shards kept from an earlier run", result.stdout).group(1))
     # a shard uploaded in the instant before the kill, whose record was not yet written, is rewritten
     assert done - 1 <= kept <= done and kept >= 2
-    assert shards.verify_shards(out, progress=False) == (18, [])
+    assert verify_shards(out, progress=False) == (18, [])
 
 
 def test_resume_on_gcs_removes_partial_objects(gcs_bucket):
@@ -159,12 +161,12 @@ def test_resume_on_gcs_removes_partial_objects(gcs_bucket):
     storage.write_bytes(leftover, b"half a shard")
     shards.create_shards(config, progress=False)
     assert not storage.exists(leftover)
-    assert shards.verify_shards(out, progress=False) == (7, [])
+    assert verify_shards(out, progress=False) == (7, [])
 
 
 def test_partial_cifar10_copy_on_gcs_is_an_error(gcs_bucket, tmp_path):
     from tests.unit.test_sources import CIFAR_BATCHES, _write_cifar
-    from tpustream.sources import SourceError
+    from tpustream.source_types import SourceError
 
     _write_cifar(tmp_path / "cifar", batches=CIFAR_BATCHES[:5])
     for path in sorted((tmp_path / "cifar").iterdir()):

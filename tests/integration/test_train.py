@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from tpustream import shards
+from tpustream.manifest import manifest_digest, read_manifest
 from tpustream.models import build_model
+from tpustream.shard_plan import ShardConfig
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +25,7 @@ FAST = ["--model", "tiny", "--batch-size", "16", "--workers", "2", "--lr", "0.2"
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("data") / "digits")
-    shards.create_shards(shards.ShardConfig(source="digits", output=out, num_shards=8), progress=False)
+    shards.create_shards(ShardConfig(source="digits", output=out, num_shards=8), progress=False)
     return out
 
 
@@ -70,14 +72,14 @@ def test_spmd_learns_and_compiles_stay_flat(digits, tmp_path):
     history = card["history"]
     assert history[-1]["train_loss"] < history[0]["train_loss"]
     assert card["metrics"]["val_top1"] > 0.6  # chance is 0.1
-    assert card["metrics"]["val_samples"] == shards.read_manifest(digits)["splits"]["val"]["num_samples"]
+    assert card["metrics"]["val_samples"] == read_manifest(digits)["splits"]["val"]["num_samples"]
     assert len({h["compiles"] for h in history[1:]}) == 1  # no recompilation after epoch 1 (train and eval)
     assert "4 device(s) (spmd), per-device batch 16, global batch 64" in result.stderr
     assert "GlobalRate" in result.stderr and "data wait" in result.stderr
     weights = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
     model = build_model("tiny", num_classes=10, input_size=card["input_size"])
     model.load_state_dict(weights)
-    assert card["dataset"]["manifest_digest"] == shards.manifest_digest(digits)
+    assert card["dataset"]["manifest_digest"] == manifest_digest(digits)
     assert list((tmp_path / "run" / "tensorboard").iterdir())
 
 
@@ -153,9 +155,7 @@ def test_bad_inputs_are_clear_errors(digits, uninterrupted, tmp_path):
     for r in (result,):
         assert "Traceback" not in r.stderr
     other = str(tmp_path / "digits-seed1")  # same classes and images, another order: another manifest
-    shards.create_shards(
-        shards.ShardConfig(source="digits", output=other, num_shards=8, seed=1), progress=False
-    )
+    shards.create_shards(ShardConfig(source="digits", output=other, num_shards=8, seed=1), progress=False)
     before = (uninterrupted / "model.json").read_text()
     result = _run(other, uninterrupted, "--epochs", "4")
     assert (

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 from PIL import Image
+from tpustream.source_types import Item, Source
 from typer.testing import CliRunner
 
 from tpustream import shards
@@ -26,7 +27,8 @@ from tpustream.imagecodec import (
     ppm_header,
     prepare_image_bytes,
 )
-from tpustream.sources import Item, Source
+from tpustream.manifest import read_manifest
+from tpustream.shard_plan import ShardConfig
 from tpustream.tario import TarFormatError, TarShardWriter, iter_tar_samples
 from tpustream.transforms import Augment, prepare_image
 
@@ -162,7 +164,7 @@ def _dataset(tmp_path, bad, count=24):
 
     source = Source("t", "t", ["a", "b"], [Item(i, i % 2) for i in range(count)], load)
     out = str(tmp_path / "ds")
-    config = shards.ShardConfig(source="t", output=out, num_shards=2, val_shards=2, val_fraction=0.5)
+    config = ShardConfig(source="t", output=out, num_shards=2, val_shards=2, val_fraction=0.5)
     manifest, _ = shards.create_shards(config, progress=False, source=source)
     return out, manifest
 
@@ -194,7 +196,7 @@ def test_shards_create_skips_and_counts_a_p6_8_image(tmp_path):
             (tmp_path / "src" / cls / f"{i}.ppm").write_bytes(encode_ppm(np.full((4, 4, 3), i, np.uint8)))
     (tmp_path / "src" / "a" / "cut.ppm").write_bytes(b"P6 8")
     out = str(tmp_path / "ds")
-    config = shards.ShardConfig(source=str(tmp_path / "src"), output=out, num_shards=1, val_shards=1)
+    config = ShardConfig(source=str(tmp_path / "src"), output=out, num_shards=1, val_shards=1)
     with deadline(60):
         manifest, summary = shards.create_shards(config, progress=False)
     assert summary.skipped == 1 and manifest["skipped"]["count"] == 1
@@ -299,7 +301,7 @@ def test_pixel_budget_at_write_time_and_max_side_still_downsizes(tmp_path):
     result = runner.invoke(app, [*args, "--output", str(out), "--max-side", "64"])
     assert result.exit_code == 0, result.output
     assert "1 skipped" in result.output
-    manifest = shards.read_manifest(str(out))
+    manifest = read_manifest(str(out))
     assert manifest["max_pixels"] == DEFAULT_MAX_PIXELS
     assert "bomb.png: 13000x13000" in manifest["skipped"]["examples"][0]
     sides = []

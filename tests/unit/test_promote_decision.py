@@ -2,7 +2,7 @@
 
 import pytest
 
-from tpustream.promote import RegistryError, decide
+from tpustream.promotion_policy import RegistryError, decide
 
 
 def m(top1, loss=1.0, per_class=(0.9, 0.9)):

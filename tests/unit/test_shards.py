@@ -6,13 +6,16 @@ import pytest
 
 from tests.unit.test_sources import make_image_folder
 from tpustream import shards, storage
-from tpustream.sources import Item, Source, open_source
+from tpustream.manifest import MANIFEST_FORMAT, ShardError, read_manifest, verify_shards
+from tpustream.shard_plan import ShardConfig, plan_dataset
+from tpustream.source_types import Item, Source
+from tpustream.sources import open_source
 from tpustream.tario import iter_tar_samples
 
 
 def _config(output, **kw):
     kw.setdefault("source", "digits")
-    return shards.ShardConfig(output=str(output), **kw)
+    return ShardConfig(output=str(output), **kw)
 
 
 def _samples(path):
@@ -22,10 +25,10 @@ def _samples(path):
 
 def test_plan_is_deterministic_balanced_and_mixed():
     source = open_source("digits")
-    plan = shards.plan_dataset(source, _config("/unused", num_shards=7, val_fraction=0.2, seed=3))
-    again = shards.plan_dataset(source, _config("/unused", num_shards=7, val_fraction=0.2, seed=3))
+    plan = plan_dataset(source, _config("/unused", num_shards=7, val_fraction=0.2, seed=3))
+    again = plan_dataset(source, _config("/unused", num_shards=7, val_fraction=0.2, seed=3))
     assert [s.fingerprint for s in plan.shards] == [s.fingerprint for s in again.shards]
-    other = shards.plan_dataset(source, _config("/unused", num_shards=7, val_fraction=0.2, seed=4))
+    other = plan_dataset(source, _config("/unused", num_shards=7, val_fraction=0.2, seed=4))
     assert [s.fingerprint for s in plan.shards] != [s.fingerprint for s in other.shards]
     train = plan.shards_of("train")
     assert len(train) == 7
@@ -43,9 +46,7 @@ def test_plan_is_deterministic_balanced_and_mixed():
 
 def test_upsample_repeats_train_only_and_spreads_copies():
     source = open_source("synthetic-cifar:1000")
-    plan = shards.plan_dataset(
-        source, _config("/u", source="synthetic-cifar:1000", num_shards=10, upsample=5)
-    )
+    plan = plan_dataset(source, _config("/u", source="synthetic-cifar:1000", num_shards=10, upsample=5))
     train = [i for s in plan.shards_of("train") for i in s.items]
     assert len(train) == 900 * 5 and set(Counter(train).values()) == {5}
     assert plan.split_counts["val"] == 100
@@ -61,8 +62,8 @@ def test_upsample_repeats_train_only_and_spreads_copies():
     ],
 )
 def test_plan_errors(kwargs, message):
-    with pytest.raises(shards.ShardError, match=message):
-        shards.plan_dataset(open_source("digits"), _config("/u", **kwargs))
+    with pytest.raises(ShardError, match=message):
+        plan_dataset(open_source("digits"), _config("/u", **kwargs))
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,7 @@ def test_create_writes_exact_shards_and_manifest_last(tmp_path):
     manifest, summary = shards.create_shards(_config(out, num_shards=4, workers=2), progress=False)
     assert summary.num_samples == 1797 and summary.skipped == 0
     on_disk = json.loads((out / "manifest.json").read_text())
-    assert on_disk["splits"] == manifest["splits"] and on_disk["format"] == shards.MANIFEST_FORMAT
+    assert on_disk["splits"] == manifest["splits"] and on_disk["format"] == MANIFEST_FORMAT
     train = manifest["splits"]["train"]
     assert [s["path"] for s in train["shards"]] == [f"train/train-{i:06d}.tar" for i in range(4)]
     assert sum(s["num_samples"] for s in train["shards"]) == train["num_samples"]
@@ -89,18 +90,18 @@ def test_create_writes_exact_shards_and_manifest_last(tmp_path):
         assert all(set(f) == {"ppm", "cls"} for _, f in samples)
     assert sum(train["class_counts"]) == train["num_samples"]
     assert not (out / "_records").exists()  # records removed once the manifest is committed
-    assert shards.verify_shards(str(out), progress=False) == (len(train["shards"]) + 1, [])
+    assert verify_shards(str(out), progress=False) == (len(train["shards"]) + 1, [])
 
 
 def test_existing_dataset_refused_then_overwritten(tmp_path):
     out = tmp_path / "ds"
     shards.create_shards(_config(out, num_shards=5), progress=False)
-    with pytest.raises(shards.ShardError, match="--overwrite"):
+    with pytest.raises(ShardError, match="--overwrite"):
         shards.create_shards(_config(out, num_shards=3), progress=False)
     manifest, _ = shards.create_shards(_config(out, num_shards=3, overwrite=True), progress=False)
     assert len(manifest["splits"]["train"]["shards"]) == 3
     assert sorted(os.listdir(out / "train")) == [f"train-{i:06d}.tar" for i in range(3)]  # stale shards gone
-    assert shards.verify_shards(str(out), progress=False)[1] == []
+    assert verify_shards(str(out), progress=False)[1] == []
 
 
 class _Crash(RuntimeError):
@@ -129,8 +130,8 @@ def test_crash_leaves_no_manifest_and_rerun_resumes(tmp_path):
     finished = sorted(os.listdir(out / "train"))
     assert finished == [f"train-{i:06d}.tar" for i in range(len(finished))] and 0 < len(finished) < 6
     mtimes = {f: os.stat(out / "train" / f).st_mtime_ns for f in finished}
-    with pytest.raises(shards.ShardError, match="no dataset"):
-        shards.read_manifest(str(out))
+    with pytest.raises(ShardError, match="no dataset"):
+        read_manifest(str(out))
     manifest, summary = shards.create_shards(config, progress=False)
     assert summary.reused_shards == len(finished)
     assert {f: os.stat(out / "train" / f).st_mtime_ns for f in finished} == mtimes  # kept, not rewritten
@@ -159,7 +160,7 @@ def test_verify_reports_corrupt_and_missing_shards(tmp_path):
     (out / "train/train-000001.tar").write_bytes(bytes(data))
     (out / "train/train-000002.tar").write_bytes(bytes(data[:20000]))
     os.unlink(out / "train/train-000003.tar")
-    checked, problems = shards.verify_shards(str(out), progress=False)
+    checked, problems = verify_shards(str(out), progress=False)
     assert checked == 5
     assert [p.split(":")[0] for p in problems] == [f"train/train-00000{i}.tar" for i in (1, 2, 3)]
     assert "sha256" in problems[0] and "missing" in problems[2]
@@ -177,7 +178,7 @@ def test_corrupt_images_skipped_and_recorded_or_strict(tmp_path):
     assert manifest["ignored_files"]["examples"] == ["dog/notes.txt"]
     total = sum(s["num_samples"] for s in manifest["splits"].values())
     assert total == 12
-    with pytest.raises(shards.ShardError, match="strict"):
+    with pytest.raises(ShardError, match="strict"):
         shards.create_shards(
             _config(tmp_path / "ds2", source=str(root), num_shards=2, strict=True), progress=False
         )
@@ -196,7 +197,7 @@ def test_output_that_is_a_file_and_bad_schemes(tmp_path):
 
 def test_fewer_samples_than_shards_message(tmp_path):
     with pytest.raises(
-        shards.ShardError, match="10 training samples cannot fill 19 shards: use --num-shards 10 or fewer"
+        ShardError, match="10 training samples cannot fill 19 shards: use --num-shards 10 or fewer"
     ):
         shards.create_shards(
             _config(tmp_path / "d", source="synthetic-cifar:20", num_shards=19), progress=False

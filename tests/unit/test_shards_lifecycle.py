@@ -12,18 +12,20 @@ import pytest
 from tests.unit.test_shards import _config, _crashing
 from tests.unit.test_sources import make_image_folder
 from tpustream import shards, storage
-from tpustream.sources import SourceError, open_source
+from tpustream.manifest import ShardError, verify_shards
+from tpustream.source_types import SourceError
+from tpustream.sources import open_source
 
 
 def _complete_dataset(out):
     shards.create_shards(_config(out, num_shards=4), progress=False)
-    assert shards.verify_shards(str(out), progress=False) == (5, [])
+    assert verify_shards(str(out), progress=False) == (5, [])
 
 
 def test_overwrite_failing_checks_leave_the_old_dataset_readable(tmp_path):
     out = tmp_path / "ds"
     _complete_dataset(out)
-    with pytest.raises(shards.ShardError, match="cannot fill 19 shards"):  # a plan error
+    with pytest.raises(ShardError, match="cannot fill 19 shards"):  # a plan error
         shards.create_shards(
             _config(out, source="synthetic-cifar:20", num_shards=19, overwrite=True), progress=False
         )
@@ -31,11 +33,11 @@ def test_overwrite_failing_checks_leave_the_old_dataset_readable(tmp_path):
         shards.create_shards(_config(out, source=str(tmp_path / "nowhere"), overwrite=True), progress=False)
     images = make_image_folder(tmp_path / "img")
     (images / "cat" / "notes.txt").write_text("x")
-    with pytest.raises(shards.ShardError, match="--strict"):  # a usage error
+    with pytest.raises(ShardError, match="--strict"):  # a usage error
         shards.create_shards(
             _config(out, source=str(images), num_shards=2, overwrite=True, strict=True), progress=False
         )
-    assert shards.verify_shards(str(out), progress=False) == (5, [])
+    assert verify_shards(str(out), progress=False) == (5, [])
     assert shards.check_output(str(out), overwrite=True) is True  # checking changes nothing
     assert (out / "manifest.json").exists()
 
@@ -51,7 +53,7 @@ def test_overwrite_says_when_the_old_dataset_stops_being_one(tmp_path, caplog):
     assert "is no longer a dataset from now on" in caplog.text
     assert not (out / "manifest.json").exists()  # no mixed old/new dataset advertised as complete
     shards.create_shards(_config(out, num_shards=4), progress=False)  # re-running finishes the new one
-    assert shards.verify_shards(str(out), progress=False) == (5, [])
+    assert verify_shards(str(out), progress=False) == (5, [])
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)], ids=["umask022", "umask027"])

@@ -8,7 +8,8 @@ import pytest
 from PIL import Image
 
 from tpustream.imagecodec import CorruptImage, decode_ppm, encode_ppm, prepare_image_bytes
-from tpustream.sources import SourceError, open_source
+from tpustream.source_types import SourceError
+from tpustream.sources import open_source
 
 
 def test_digits_is_real_bundled_data():
