@@ -55,10 +55,9 @@ def _image_bytes(rng: np.random.Generator, i: int) -> tuple[bytes, str]:
 
 def make_base(root: str, count: int = 48) -> str:
     """A real dataset of PPM, PNG and JPEG samples: 4 train shards, 2 val shards."""
-    from tpustream.source_types import Item, Source
-
     from tpustream import shards
     from tpustream.shard_plan import ShardConfig
+    from tpustream.source_types import Item, Source
 
     rng = np.random.default_rng(0)
     images = [_image_bytes(rng, i) for i in range(count)]

@@ -12,7 +12,6 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 from PIL import Image
-from tpustream.source_types import Item, Source
 from typer.testing import CliRunner
 
 from tpustream import shards
@@ -29,6 +28,7 @@ from tpustream.imagecodec import (
 )
 from tpustream.manifest import read_manifest
 from tpustream.shard_plan import ShardConfig
+from tpustream.source_types import Item, Source
 from tpustream.tario import TarFormatError, TarShardWriter, iter_tar_samples
 from tpustream.transforms import Augment, prepare_image
 
