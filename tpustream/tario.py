@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
+import numpy as np
+
 from tpustream.errors import TpustreamError
 
 __all__ = [
@@ -179,6 +181,7 @@ def _check_name(name: bytes) -> None:
 # devices, FIFOs, sparse and multi-volume members) makes the shard bad: a shard never needs one, and a
 # link is how a tar points outside itself.
 _REGULAR = (b"0", b"\0", b"7")
+_REGULAR_BYTES = frozenset(flag[0] for flag in _REGULAR)
 _SKIPPED = (b"5",)  # directories: GNU tar writes them, they hold nothing
 _META = (b"x", b"g", b"L")
 _CHUNK = 16 << 20  # a member's bytes are read in chunks of this size, so memory follows what arrives
@@ -200,8 +203,98 @@ def _read_exact(read: Callable[[int], bytes], size: int) -> bytes:
     return b"".join(parts)
 
 
+class _Reader:
+    """Reads a stream ahead in chunks of ``_READ`` bytes; ``buf[at:]`` holds what is read but not parsed."""
+
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self._read = read
+        self.buf = b""
+        self.at = 0
+        self.base = 0  # stream offset of buf[0]
+        self.direct = False  # large members seen: read each one straight from the stream from now on
+        self._ahead = 64 << 10
+
+    @property
+    def pos(self) -> int:
+        return self.base + self.at
+
+    def fill(self) -> bool:
+        """Read the next chunk in behind what is left; False at the end of the stream."""
+        more = self._read(self._ahead)
+        self._ahead = min(4 * self._ahead, _READ)  # small at first: the first members may be large
+        if not more:
+            return False
+        self.base += self.at
+        self.buf = self.buf[self.at :] + more
+        self.at = 0
+        return True
+
+    def read(self, size: int) -> bytes:
+        """``size`` bytes (fewer at the end of the stream): buffered ones first, then from the stream."""
+        end = self.at + size
+        if end <= len(self.buf):
+            data = self.buf[self.at : end]
+            self.at = end
+            return data
+        head = self.buf[self.at :]
+        self.base += len(self.buf)
+        self.buf, self.at = b"", 0
+        left = size - len(head)
+        tail = self._read(left) if left <= _CHUNK else _read_exact(self._read, left)
+        self.base += len(tail)
+        return head + tail
+
+
+_READ = 1 << 20  # read-ahead chunk: the members wholly inside it are parsed as one group
+# Members up to this size are parsed from read-ahead chunks (CIFAR-size images: ~1.6x faster); a larger one
+# (ImageNet-size JPEGs) is read straight from the stream, and so is every member after it: copying 40 KB
+# members through a chunk and out again cost 3x more than the per-member parsing it saves (measured).
+_SMALL = 16 << 10
+_CHECKSUM_FIELD = slice(148, 156)
+
+
+def _scan(reader: _Reader, limit: int) -> tuple[list[int], list[int], list[int], list[bytes], bool]:
+    """The plain members (regular file, octal numbers, short safe name) wholly inside the reader's buffer,
+    up to the first one that is not: (header offsets, sizes, stored checksums, names, more_needed).
+    ``more_needed``: the scan stopped only because the next member runs past the buffer."""
+    buf, p, end = reader.buf, reader.at, len(reader.buf)
+    offsets: list[int] = []
+    sizes: list[int] = []
+    stored: list[int] = []
+    names: list[bytes] = []
+    room = min(limit - reader.base, end)  # the known size, in buffer offsets
+    find = buf.find
+    while p + BLOCK <= room:
+        size_end, checksum_end = find(b"\0", p + 124, p + 136), find(b"\0", p + 148, p + 156)
+        try:  # a field with no NUL ends at its width
+            member_size = int(buf[p + 124 : size_end if size_end > 0 else p + 136], 8)
+            checksum = int(buf[p + 148 : checksum_end if checksum_end > 0 else p + 156], 8)
+        except ValueError:  # base-256, blank (the end marker) or malformed: the careful path
+            break
+        if member_size < 0 or buf[p + 156] not in _REGULAR_BYTES or buf[p + 345]:  # or a name prefix
+            break
+        if member_size > _SMALL:  # copying it through the read-ahead chunk costs more than it saves
+            reader.direct = True
+            break
+        name_end = find(b"\0", p, p + 100)
+        name = buf[p : name_end if name_end >= 0 else p + 100]
+        after = p + BLOCK + member_size + (-member_size % BLOCK)
+        if after > room or b".." in name or name[:1] == b"/" or not name or b"_" in buf[p + 124 : p + 136]:
+            if after > end and after - p <= _READ and after <= limit - reader.base:
+                return offsets, sizes, stored, names, True
+            break
+        offsets.append(p)
+        sizes.append(member_size)
+        stored.append(checksum)
+        names.append(name)
+        p = after
+    else:
+        return offsets, sizes, stored, names, p + BLOCK > end
+    return offsets, sizes, stored, names, False
+
+
 def iter_tar_members(stream: IO[bytes], size: int | None = None) -> Iterator[tuple[str, bytes]]:
-    """Yield ``(name, data)`` for each regular file of a tar stream, fast (a few µs per member).
+    """Yield ``(name, data)`` for each regular file of a tar stream, fast (~1-2 µs per member).
 
     Reads USTAR/GNU/PAX archives (long names via PAX ``path`` or GNU ``L``) and trusts no header: raises
     ``TarFormatError`` (never another exception) when a header's checksum or number is bad, a member claims
@@ -209,12 +302,39 @@ def iter_tar_members(stream: IO[bytes], size: int | None = None) -> Iterator[tup
     ``num_bytes``), a name is absolute or has ``..``, a member is a link or device, or the stream ends
     before the end-of-archive marker — so a truncated or forged shard is noticed, never silently short.
     Every check is O(1) per member.
+
+    The stream is read ahead in 1 MiB chunks and the plain members inside a chunk are parsed as a group:
+    their header checksums summed by numpy at once (a Python ``sum`` of one 512-byte header costs ~3 µs,
+    as much as the rest of a member). Anything else (long names, metadata, a member larger than a chunk,
+    every error) goes through the one-header-at-a-time path, so errors come in the same order.
     """
-    read = stream.read
+    reader = _Reader(stream.read)
+    read = reader.read
     limit = size if size is not None else 1 << 62
-    pos = 0  # bytes consumed so far
     long_name: bytes | None = None
     while True:
+        if long_name is None and not reader.direct:
+            offsets, sizes, stored, names, more_needed = _scan(reader, limit)
+            if offsets:
+                buf = reader.buf  # starts at a block boundary: its headers are whole rows of blocks
+                blocks = np.frombuffer(buf, np.uint8, len(buf) // BLOCK * BLOCK).reshape(-1, BLOCK)
+                rows = blocks[np.array(offsets) // BLOCK]
+                sums = rows.sum(axis=1) - rows[:, _CHECKSUM_FIELD].sum(axis=1) + 256
+                mismatched = np.flatnonzero(sums != np.array(stored))
+                good = int(mismatched[0]) if mismatched.size else len(offsets)
+                for index in range(good):
+                    start = offsets[index] + BLOCK
+                    yield names[index].decode("utf-8", "replace"), buf[start : start + sizes[index]]
+                if good < len(offsets):
+                    reader.at = offsets[good]
+                    raise TarFormatError("tar header checksum mismatch (corrupt shard)")
+                last = offsets[-1]
+                reader.at = last + BLOCK + sizes[-1] + (-sizes[-1] % BLOCK)
+                continue
+            if more_needed and reader.fill():
+                continue
+        # One header the careful way: the end marker, metadata, long names, large members and errors.
+        pos = reader.pos
         if pos + BLOCK > limit:
             raise TarFormatError(f"tar stream runs past its known size ({limit} bytes) without an end marker")
         header = read(BLOCK)
@@ -225,12 +345,12 @@ def iter_tar_members(stream: IO[bytes], size: int | None = None) -> Iterator[tup
             return
         size_field = header[124:136]
         try:  # the common case, plain octal, inline; int() also takes a sign or "_": refused just below
-            stored = int(header[148:156].split(b"\0", 1)[0], 8)
+            stored_checksum = int(header[148:156].split(b"\0", 1)[0], 8)
             member_size = int(size_field.split(b"\0", 1)[0], 8)
         except ValueError:  # base-256, blank or malformed: the careful parse
-            stored = _number(header[148:156], "checksum")
+            stored_checksum = _number(header[148:156], "checksum")
             member_size = _number(size_field, "size")
-        if stored != sum(header[:148]) + 256 + sum(header[156:]):
+        if stored_checksum != sum(header[:148]) + 256 + sum(header[156:]):
             raise TarFormatError("tar header checksum mismatch (corrupt shard)")
         if member_size < 0 or b"_" in size_field:
             member_size = _number(size_field, "size")  # raises: not a plain octal number
@@ -240,13 +360,12 @@ def iter_tar_members(stream: IO[bytes], size: int | None = None) -> Iterator[tup
                 f"tar member claims {member_size} bytes but only {max(0, limit - pos)} remain (corrupt shard)"
             )
         typeflag = header[156:157]
-        data = read(member_size) if member_size <= _CHUNK else _read_exact(read, member_size)
+        data = read(member_size)
         if len(data) < member_size:
             raise TarFormatError("tar member cut short (truncated shard)")
         pad = padded - member_size
         if pad and len(read(pad)) < pad:
             raise TarFormatError("tar padding cut short (truncated shard)")
-        pos += padded
         if typeflag not in _REGULAR:
             if typeflag in _META:
                 if typeflag == b"L":
@@ -277,9 +396,12 @@ def group_samples(members: Iterator[tuple[str, bytes]]) -> Iterator[tuple[str, d
     current_key: str | None = None
     fields: dict[str, bytes] = {}
     for name, data in members:
-        directory, _, base = name.rpartition("/")
-        stem, _, ext = base.partition(".")
-        key = f"{directory}/{stem}" if directory else stem
+        if "/" in name:
+            directory, _, base = name.rpartition("/")
+            stem, _, ext = base.partition(".")
+            key = f"{directory}/{stem}"
+        else:
+            key, _, ext = name.partition(".")
         if key != current_key:
             if current_key is not None:
                 yield current_key, fields

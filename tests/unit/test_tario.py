@@ -102,3 +102,47 @@ def test_reads_stock_pax_and_long_names(tmp_path):
         tar.addfile(info, io.BytesIO(b"7"))
     with open(tmp_path / "gnu.tar", "rb") as f:
         assert list(iter_tar_samples(f)) == [(long_key, {"cls": b"7"})]
+
+
+def _mixed_samples(count=600, seed=5):
+    """Small members (parsed from read-ahead chunks), some large ones (read straight from the stream) and
+    sizes that put member ends on and across every chunk boundary."""
+    import random
+
+    rng = random.Random(seed)
+    sizes = [rng.choice([0, 1, 511, 512, 513, 3000, 16 << 10, (16 << 10) + 1, 70_000]) for _ in range(count)]
+    return [
+        (f"{i:06d}", {"ppm": bytes([i % 251]) * size, "cls": b"%d" % (i % 10)})
+        for i, size in enumerate(sizes)
+    ]
+
+
+@pytest.mark.parametrize("large_from", [0, 400, None])
+def test_chunked_reading_matches_stdlib_tarfile(large_from):
+    samples = _mixed_samples()
+    if large_from is not None:  # all small until then: chunk mode first, then straight reads
+        samples = [(k, f if i >= large_from else {"ppm": f["ppm"][:3000], "cls": f["cls"]})
+                   for i, (k, f) in enumerate(samples)]  # fmt: skip
+    else:
+        samples = [(k, {"ppm": f["ppm"][:3000], "cls": f["cls"]}) for k, f in samples]
+    data, _ = _shard(samples)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        expected = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    assert [
+        (f"{k}.{e}", v) for k, f in iter_tar_samples(io.BytesIO(data), len(data)) for e, v in f.items()
+    ] == expected
+
+
+@pytest.mark.parametrize("member", [1, 201, 777])
+def test_a_bad_checksum_inside_a_chunk_yields_the_members_before_it_then_raises(member):
+    samples = [(k, {"ppm": f["ppm"][:3000], "cls": f["cls"]}) for k, f in _mixed_samples()]
+    data, _ = _shard(samples)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        offset = tar.getmembers()[member].offset
+    forged = bytearray(data)
+    forged[offset + 5] ^= 0x1  # a name byte: only the checksum can tell
+    got = []
+    with pytest.raises(TarFormatError, match="checksum"):
+        for key, fields in iter_tar_samples(io.BytesIO(bytes(forged)), len(forged)):
+            got.append((key, fields))
+    assert got == samples[: member // 2]
