@@ -3,9 +3,13 @@
 (A) per-file: the same samples as one file per image, torchvision ImageFolder + DataLoader;
 (B) the blog's pipeline: stock webdataset .shuffle().decode("pil").to_tuple().map_tuple(torchvision
     transforms incl. ToTensor + Normalize).batched(B, partial=True) + DataLoader;
-(ours) tpustream.data from local disk; (ours-gcs) tpustream.data from a GCS-API server on loopback.
+(ours) tpustream.data from local disk; (ours-gcs) tpustream.data from a GCS-API server on loopback;
+(peers) ``bench_peers``: each installed peer's documented pipeline and its plumbing with our decoder;
+(ceilings) our decode+crop kernel alone in one process (``kernel-alone``, x cores used) and our whole
+    pipeline with no worker processes (``tpustream-workers0``).
 Every pipeline runs ``repeats`` times, interleaved; each run counts samples for ``seconds`` after its
-first batch (worker start-up excluded); the median is reported with ratios to (B) and (A).
+first batch (worker start-up excluded); the median is reported with ratios to tpustream, (B) and (A),
+once per worker count of ``workers`` (``--workers 1,2,4``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from tpustream import storage
@@ -81,6 +86,59 @@ def _ours_loader(dataset: str, split: str, size: int, batch: int, workers: int) 
             epoch += 1
 
     return forever()
+
+
+def _kernel_alone(
+    dataset: str, manifest: dict[str, Any], split: str, size: int, batch: int
+) -> Callable[[], Iterable[Any]]:
+    """Our decode + crop + render of in-memory samples in this process: no reading, shuffling or IPC."""
+    import random
+
+    import torch
+
+    from tpustream.data import IMAGE_EXTS
+    from tpustream.tario import iter_tar_samples
+    from tpustream.transforms import Augment, prepare_image, render_batch
+
+    samples: list[tuple[bytes, str]] = []
+    for shard in manifest["splits"][split]["shards"]:
+        with storage.open_read(storage.join(dataset, shard["path"])) as stream:
+            for _, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
+                ext = next(e for e in IMAGE_EXTS if e in fields)
+                samples.append((fields[ext], ext))
+        if len(samples) >= 4 * batch:
+            break
+    augment = Augment(output_size=size, train=split == "train", min_crop_scale=0.08 if size >= 128 else 0.35)
+
+    def batches() -> Iterator[Any]:
+        rng = random.Random(0)
+        out = torch.empty((batch, 3, size, size), dtype=torch.uint8)
+        while True:
+            for start in range(0, len(samples) - batch + 1, batch):
+                items = [
+                    prepare_image(data, ext, augment, rng) for data, ext in samples[start : start + batch]
+                ]
+                render_batch(items, size, out)
+                yield (out,)
+
+    return batches
+
+
+def _one_thread(make: Callable[[], Iterable[Any]]) -> Callable[[], Iterable[Any]]:
+    """``make``'s batches with torch on one thread, as in a loader worker: a ceiling per core, not per
+    machine (torch's intra-op threads would also contend with every other process on a shared host)."""
+
+    def batches() -> Iterator[Any]:
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield from make()
+        finally:
+            torch.set_num_threads(threads)
+
+    return batches
 
 
 def _measure(make: Callable[[], Iterable[Any]], seconds: float) -> float:
@@ -162,67 +220,92 @@ def bench_load(
     data: str,
     split: str,
     batch_size: int,
-    workers: int,
+    workers: int | Sequence[int],
     seconds: float,
     repeats: int,
     input_size: int | None,
 ) -> Iterator[str]:
-    """Yield one JSON line per pipeline (median of ``repeats`` interleaved runs)."""
+    """Yield one JSON line per pipeline and worker count (median of ``repeats`` interleaved runs)."""
+    from tpustream import bench_peers, shards
     from tpustream.data import first_image_side
-    from tpustream.manifest import read_manifest
 
+    worker_counts = [workers] if isinstance(workers, int) else list(workers)
     workdir = tempfile.mkdtemp(prefix="tpustream-bench-load-")
     server = None
     try:
         dataset = _resolve_dataset(data, workdir)
-        manifest = read_manifest(dataset)
+        manifest = shards.read_manifest(dataset)
         side = first_image_side(dataset, manifest, split)
         size = input_size or (224 if side >= 128 else side)
         train = split == "train"
         per_file_root = os.path.join(workdir, "per-file")
         _export_image_folder(dataset, manifest, split, per_file_root)
         urls = [storage.join(dataset, s["path"]) for s in manifest["splits"][split]["shards"]]
-        pipelines: dict[str, Callable[[], Iterable[Any]]] = {
-            "A-per-file-imagefolder": lambda: _per_file_loader(
-                per_file_root, size, batch_size, workers, train
-            ),
-            "B-blog-webdataset": lambda: _blog_loader(urls, size, batch_size, workers, train),
-            "tpustream": lambda: _ours_loader(dataset, split, size, batch_size, workers),
-        }
         gcs = _gcs_copy(dataset, manifest)
         if gcs is not None:
             server, gcs_dataset = gcs
-            pipelines["tpustream-gcs"] = lambda: _ours_loader(gcs_dataset, split, size, batch_size, workers)
-        rates: dict[str, list[float]] = {name: [] for name in pipelines}
-        for _ in range(repeats):
-            for name, make in pipelines.items():
-                rates[name].append(_measure(make, seconds))
-        cores = max(1, min(workers, os.cpu_count() or 1))
-        medians = {name: statistics.median(values) for name, values in rates.items()}
-        for name, rate in medians.items():
-            result = {
-                "bench": "load",
-                "data": manifest["source"],
-                "split": split,
-                "pipeline": name,
-                "input_size": size,
-                "batch_size": batch_size,
-                "workers": workers,
-                "cores": cores,
-                "repeats": repeats,
-                "seconds_per_run": seconds,
-                "samples_per_s": round(rate),
-                "samples_per_s_per_core": round(rate / cores),
-                "ratio_vs_B": round(rate / medians["B-blog-webdataset"], 2),
-                "ratio_vs_A": round(rate / medians["A-per-file-imagefolder"], 2),
+        base = {"bench": "load", "data": manifest["source"], "split": split, "input_size": size,
+                "batch_size": batch_size, "repeats": repeats, "seconds_per_run": seconds}  # fmt: skip
+        # The ceilings need no worker processes: measured once, interleaved with the first worker count.
+        ceilings: dict[str, Callable[[], Iterable[Any]]] = {
+            "kernel-alone": _one_thread(_kernel_alone(dataset, manifest, split, size, batch_size)),
+            "tpustream-workers0": _one_thread(lambda: _ours_loader(dataset, split, size, batch_size, 0)),
+        }
+        ceiling_rates: dict[str, float] = {}
+        for count in worker_counts:
+            pipelines: dict[str, Callable[[], Iterable[Any]]] = {
+                "tpustream": partial(_ours_loader, dataset, split, size, batch_size, count),
+                "A-per-file-imagefolder": partial(
+                    _per_file_loader, per_file_root, size, batch_size, count, train
+                ),
+                "B-blog-webdataset": partial(_blog_loader, urls, size, batch_size, count, train),
+                **bench_peers.peer_pipelines(urls, size, batch_size, count, train),
             }
-            if name == "tpustream-gcs":
-                result["ratio_vs_tpustream_local"] = round(rate / medians["tpustream"], 2)
-            yield json.dumps(result)
+            if gcs is not None:
+                pipelines["tpustream-gcs"] = partial(
+                    _ours_loader, gcs_dataset, split, size, batch_size, count
+                )
+            if not ceiling_rates:
+                pipelines.update(ceilings)
+            rates: dict[str, list[float]] = {name: [] for name in pipelines}
+            for _ in range(repeats):
+                for name, make in pipelines.items():
+                    rates[name].append(_measure(make, seconds))
+            medians = {name: statistics.median(values) for name, values in rates.items()}
+            for name in ceilings:
+                ceiling_rates.setdefault(name, medians.pop(name, 0.0))
+            cores = max(1, min(count, os.cpu_count() or 1))
+            ours = medians["tpustream"]
+            for name, rate in medians.items():
+                result = {
+                    **base, "pipeline": name, "workers": count, "cores": cores,
+                    "samples_per_s": round(rate), "samples_per_s_per_core": round(rate / cores),
+                    "ratio_vs_tpustream": round(rate / ours, 2),
+                    "ratio_vs_B": round(rate / medians["B-blog-webdataset"], 2),
+                    "ratio_vs_A": round(rate / medians["A-per-file-imagefolder"], 2),
+                }  # fmt: skip
+                if name == "tpustream":
+                    kernel = ceiling_rates["kernel-alone"]
+                    result["fraction_of_kernel_x_cores"] = round(rate / (kernel * cores), 2)
+                    result["fraction_of_workers0_x_cores"] = round(
+                        rate / (ceiling_rates["tpustream-workers0"] * cores), 2
+                    )
+                if name == "tpustream-gcs":
+                    result["ratio_vs_tpustream_local"] = round(rate / ours, 2)
+                yield json.dumps(result)
+            if count == worker_counts[0]:
+                for name, rate in ceiling_rates.items():
+                    yield json.dumps({
+                        **base, "pipeline": name, "workers": 0, "cores": 1, "samples_per_s": round(rate),
+                        "ratio_vs_tpustream": round(rate / ours, 2), "ceiling": True,
+                        "note": "one process: x cores is the most workers could reach",
+                    })  # fmt: skip
         if gcs is None:
             yield json.dumps(
                 {"bench": "load", "pipeline": "tpustream-gcs", "skipped": "fake-gcs-server not installed"}
             )
+        for name, note in bench_peers.missing_peers().items():
+            yield json.dumps({"bench": "load", "pipeline": name, "skipped": note})
     finally:
         if server is not None:
             server.close()

@@ -653,9 +653,9 @@ def bench_load(
     ] = "synthetic-cifar:20000",
     split: Annotated[str, typer.Option(help="train (augmented) or val.")] = "train",
     batch_size: Annotated[int, typer.Option(help="Batch size of every pipeline.")] = 128,
-    workers: Annotated[int, typer.Option(help="DataLoader workers of every pipeline.")] = max(
-        1, os.cpu_count() or 1
-    ),
+    workers: Annotated[
+        str, typer.Option(help="DataLoader workers of every pipeline; a list (1,2,4) measures each.")
+    ] = str(max(1, os.cpu_count() or 1)),
     seconds: Annotated[
         float, typer.Option(help="Measured seconds per run, after the first batch.", min=0.1)
     ] = 8.0,
@@ -664,11 +664,18 @@ def bench_load(
         int | None, typer.Option(help="Output side (default: 224 for large images, else the image size).")
     ] = None,
 ) -> None:
-    """Per-file ImageFolder (A), the blog's webdataset pipeline (B), ours local and ours from GCS."""
+    """Per-file ImageFolder (A), the blog's webdataset pipeline (B), ours local and from GCS, installed peers,
+    and the ceilings (our kernel alone, our pipeline without workers)."""
     from tpustream import bench_load as bl
 
+    try:
+        worker_counts = [int(count) for count in workers.split(",")]
+    except ValueError:
+        worker_counts = []
+    if not worker_counts or min(worker_counts) < 0:
+        raise typer.BadParameter(f"--workers takes counts like 2 or 1,2,4, got {workers!r}")
     for line in bl.bench_load(
-        data=data, split=split, batch_size=batch_size, workers=workers, seconds=seconds, repeats=repeats,
+        data=data, split=split, batch_size=batch_size, workers=worker_counts, seconds=seconds, repeats=repeats,
         input_size=input_size,
     ):  # fmt: skip
         typer.echo(line)

@@ -1,0 +1,38 @@
+"""``tpustream bench load``: every pipeline, the ceilings and the skipped peers come out as JSON lines."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tpustream.bench_load import bench_load
+from tpustream.cli import app
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.slow
+def test_one_line_per_pipeline_and_worker_count_with_ratios_to_tpustream():
+    lines = [json.loads(line) for line in bench_load(
+        data="synthetic-cifar:400", split="train", batch_size=16, workers=[0, 1], seconds=0.2, repeats=1,
+        input_size=None,
+    )]  # fmt: skip
+    measured = [line for line in lines if "skipped" not in line]
+    by_workers = {
+        count: {line["pipeline"]: line for line in measured if line["workers"] == count} for count in (0, 1)
+    }
+    assert {"tpustream", "A-per-file-imagefolder", "B-blog-webdataset", "webdataset-webloader",
+            "webdataset-webloader+our-decoder"} <= set(by_workers[1])  # fmt: skip
+    assert {"kernel-alone", "tpustream-workers0"} <= set(by_workers[0])  # the ceilings, measured once
+    assert all(line["samples_per_s"] > 0 and line["input_size"] == 32 for line in measured)
+    ours = by_workers[1]["tpustream"]
+    assert ours["ratio_vs_tpustream"] == 1.0 and ours["fraction_of_kernel_x_cores"] > 0
+    peer = by_workers[1]["webdataset-webloader+our-decoder"]
+    assert abs(peer["ratio_vs_tpustream"] - peer["samples_per_s"] / ours["samples_per_s"]) < 0.02
+    skipped = {line["pipeline"]: line["skipped"] for line in lines if "skipped" in line}
+    assert all(name in skipped or name in by_workers[1] for name in ("litdata", "grain", "mosaic-streaming"))
+
+
+def test_workers_takes_a_list_and_refuses_anything_else():
+    result = CliRunner().invoke(app, ["bench", "load", "--workers", "1,x"])
+    assert result.exit_code == 2 and "--workers takes counts like 2 or 1,2,4" in result.output
