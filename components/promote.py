@@ -3,11 +3,10 @@ promoted version is also uploaded to the Vertex AI Model Registry with the servi
 ``vertex_model`` output (GCPC's ``google.VertexModel``: ``metadata.resourceName`` = ``projects/P/locations/
 L/models/ID@VERSION``, as GCPC's own ModelUploadOp writes it) can feed ``ModelDeployOp`` or batch prediction.
 
-``project`` and ``location``: empty = the environment (GOOGLE_CLOUD_PROJECT / GOOGLE_CLOUD_REGION, else
-CLOUD_ML_PROJECT_ID / CLOUD_ML_REGION, which Vertex AI sets in its job containers, else the credentials'
-project). GCPC's placeholders ({{$.pipeline_google_cloud_project_id}}, _placeholders.py) would be resolved by
-Vertex but make kfp.local fail (kfp/local/placeholder_utils.py cannot resolve them), so they are not defaults;
-a value that is one and arrives unresolved is ignored.
+``project`` and ``location``: empty = the environment (``tpustream.vertex.target_from_env``). GCPC's
+placeholders ({{$.pipeline_google_cloud_project_id}}, _placeholders.py) would be resolved by Vertex but make
+kfp.local fail (kfp/local/placeholder_utils.py cannot resolve them), so they are not defaults; a value that
+is one and arrives unresolved is ignored.
 """
 
 from google_cloud_pipeline_components.types import artifact_types
@@ -21,23 +20,10 @@ def promote_model(
 ) -> str:  # fmt: skip
     """Returns the outcome line; the registry's champion.json is the source of truth. Without
     ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName."""
-    import os
-
     from tpustream.promote import promote
     from tpustream.vertex import target_from_env
 
-    def resolved(value: str, *env: str) -> str | None:
-        if value and not value.startswith("{{$"):
-            return value
-        return next((os.environ[name] for name in env if os.environ.get(name)), None)
-
-    project_id = resolved(project, "GOOGLE_CLOUD_PROJECT", "CLOUD_ML_PROJECT_ID")
-    if vertex_model_name and not project_id:
-        import google.auth
-
-        project_id = google.auth.default()[1]  # the pipeline's service account's project
-    region = resolved(location, "GOOGLE_CLOUD_REGION", "CLOUD_ML_REGION")
-    target = target_from_env(vertex_model_name, project_id, region, serving_image)
+    target = target_from_env(vertex_model_name, project, location, serving_image)
     outcome = promote(model.uri, evaluation.uri, registry, metric=metric, min_delta=min_delta, vertex=target)
     published = outcome.get("vertex")
     if published:

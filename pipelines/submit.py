@@ -7,6 +7,7 @@ from typing import Any
 
 from pipelines.tpu import Capacity
 from pipelines.training import build_pipeline, check_image
+from tpustream import storage
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def check_cron(cron: str) -> None:
 
 
 def _check_template(template: str) -> None:
-    if template.startswith(("gs://", "https://")):
+    if storage.is_gcs(template) or template.startswith("https://"):
         return  # Vertex reads these itself
     if not os.path.isfile(template):
         raise ValueError(
@@ -85,7 +86,7 @@ def _check_template(template: str) -> None:
 def _job(template: str, *, project: str, region: str, pipeline_root: str, parameters: dict[str, Any],
          labels: dict[str, str] | None, no_cache: bool, api_endpoint: str | None) -> Any:  # fmt: skip
     _check_template(template)
-    if not pipeline_root.startswith("gs://"):
+    if not storage.is_gcs(pipeline_root):
         raise ValueError(f"--pipeline-root must be a gs:// URI for Vertex AI, got {pipeline_root!r}")
     aiplatform = _init(project, region, api_endpoint or os.environ.get("TPUSTREAM_VERTEX_ENDPOINT"))
     return aiplatform.PipelineJob(

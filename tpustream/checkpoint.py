@@ -8,11 +8,10 @@ never sees half a checkpoint. Files are loadable with ``torch.load(weights_only=
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
-import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -73,13 +72,8 @@ def save_checkpoint(
 ) -> str:
     """Write the checkpoint file, then move ``last`` (and ``best``) to it; prune old files. Returns its URI."""
     uri = storage.join(output, CHECKPOINT_DIR, position.name)
-    fd, tmp = tempfile.mkstemp(prefix="tpustream-ckpt-", suffix=".pt")
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        storage.upload_file(tmp, uri)
-    finally:
-        os.unlink(tmp)
+    with storage.open_write(uri) as f:
+        torch.save(state, f)
     pointer = json.dumps(
         {"checkpoint": position.name, "epoch": position.epoch, "batches_done": position.batches_done,
          "global_step": position.global_step, "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -115,7 +109,7 @@ def latest_checkpoint_uri(output: str, which: str = "last") -> str | None:
     except storage.NotFound:
         return None
     except storage.PathKindError as exc:
-        if not storage.is_gcs(output) and os.path.isfile(storage.check_uri(output)):
+        if storage.path_kind(output) == "file":
             raise CheckpointError(
                 f"{output} is a file, not a training output directory: give the output directory, or a "
                 "checkpoint file whose name ends in .pt"
@@ -151,13 +145,10 @@ def load_torch_file(uri: str, *, what: str = "checkpoint", fix: str = "") -> tup
     Raises ``CheckpointError`` with one line: the file, why it cannot be read, then ``fix`` when given."""
     import hashlib
 
-    fd, tmp = tempfile.mkstemp(prefix="tpustream-", suffix=".pt")
-    os.close(fd)
     try:
-        storage.copy(uri, tmp)
-        with open(tmp, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-        return torch.load(tmp, map_location="cpu", weights_only=True), digest
+        data = storage.read_bytes(uri)
+        digest = hashlib.sha256(data).hexdigest()
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), digest
     except storage.NotFound as exc:
         raise CheckpointError(f"{what} {uri} does not exist" + (f": {fix}" if fix else "")) from exc
     except storage.StorageError as exc:  # a directory, a file in the way, permissions: its message says which
@@ -165,8 +156,6 @@ def load_torch_file(uri: str, *, what: str = "checkpoint", fix: str = "") -> tup
     except Exception as exc:  # unpickling errors come in many types
         reason = _why_unreadable(exc)
         raise CheckpointError(f"{what} {uri} is unreadable ({reason})" + (f": {fix}" if fix else "")) from exc
-    finally:
-        os.unlink(tmp)
 
 
 def load_checkpoint(uri: str) -> dict[str, Any]:

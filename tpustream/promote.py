@@ -308,14 +308,10 @@ def preview_decision(
 
 def _missing_registry(registry: str) -> str | None:
     """Why ``registry`` cannot exist at all (a mistyped path, a bucket that does not exist), else None."""
+    if storage.prefix_exists(registry):
+        return None
     if storage.is_gcs(registry):
-        try:  # listing a prefix never fails in a bucket that exists; this (empty) listing is cheap
-            storage.list_objects(storage.join(registry, CHAMPION))
-        except storage.NotFound:
-            return f"registry {registry} is in a bucket that does not exist: create the bucket or fix the URI"
-        return None
-    if storage.exists(registry):
-        return None
+        return f"registry {registry} is in a bucket that does not exist: create the bucket or fix the URI"
     return (
         f"registry {registry} does not exist: check the path "
         "(a registry directory is created by its first `tpustream promote`)"

@@ -49,6 +49,7 @@ __all__ = [
     "path_kind",
     "list_dirs",
     "list_partials",
+    "prefix_exists",
     "delete",
     "copy",
     "remove_empty_dir",
@@ -643,6 +644,19 @@ def list_dirs(uri: str) -> list[str]:
     with _local_errors(uri):
         entries = list(os.scandir(uri))
     return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
+
+
+def prefix_exists(uri: str) -> bool:
+    """Whether ``uri`` can be there as a directory: a local path that exists, or any prefix of a bucket
+    that exists (a GCS prefix needs no object). Asks GCS for a listing, which needs no bucket-level role."""
+    uri = check_uri(uri).rstrip("/")
+    if is_gcs(uri):
+        try:  # a one-level listing: cheap, and it fails only when the bucket does not exist
+            list_objects(uri, recursive=False)
+        except NotFound:
+            return False
+        return True
+    return os.path.exists(uri)
 
 
 def list_partials(uri: str) -> list[str]:

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tpustream import storage
+
 __all__ = ["VertexTarget", "publish", "container_spec", "target_from_env"]
 
 log = logging.getLogger(__name__)
@@ -90,7 +92,7 @@ def publish(target: VertexTarget, *, artifact_uri: str, labels: dict[str, str]) 
     the serving container, as the default version, then move the ``champion`` alias to it
     (mergeVersionAliases takes an alias off the version that held it; an upload naming an alias another
     version holds is not documented to). Returns the model resource name, version id and versioned name."""
-    if not artifact_uri.startswith("gs://"):
+    if not storage.is_gcs(artifact_uri):
         raise ValueError(f"Vertex AI reads models from gs:// only, not {artifact_uri}: use a gs:// registry")
     aiplatform = _init(target)
     existing = aiplatform.Model.list(filter=f'display_name="{target.model_name}"')
@@ -117,15 +119,41 @@ def publish(target: VertexTarget, *, artifact_uri: str, labels: dict[str, str]) 
     }
 
 
+def _given(value: str | None, *env: str) -> str | None:
+    """``value`` unless empty or a KFP placeholder that arrived unresolved (``{{$...}}``), else the first
+    of the environment variables ``env`` that is set."""
+    if value and not value.startswith("{{$"):
+        return value
+    return next((os.environ[name] for name in env if os.environ.get(name)), None)
+
+
+def _credentials_project() -> str | None:
+    """The project of the application-default credentials (a pipeline's service account), if any."""
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        return google.auth.default()[1]
+    except DefaultCredentialsError:
+        return None
+
+
 def target_from_env(
     model_name: str | None, project: str | None, location: str | None, serving_image: str | None = None
 ) -> VertexTarget | None:
+    """Where to publish, or None without a model name. Each value not given (or an unresolved KFP
+    placeholder) comes from the environment: the project from GOOGLE_CLOUD_PROJECT, then
+    CLOUD_ML_PROJECT_ID (Vertex AI sets it in job containers), then the credentials' project; the region
+    from GOOGLE_CLOUD_REGION, then CLOUD_ML_REGION, then us-central1; the image from
+    TPUSTREAM_SERVING_IMAGE; the API endpoint from TPUSTREAM_VERTEX_ENDPOINT (tests: loopback)."""
     if not model_name:
         return None
     return VertexTarget(
         model_name=model_name,
         serving_image=serving_image or os.environ.get("TPUSTREAM_SERVING_IMAGE", ""),
-        project=project or os.environ.get("GOOGLE_CLOUD_PROJECT", ""),
-        location=location or os.environ.get("GOOGLE_CLOUD_REGION", "us-central1"),
+        project=_given(project, "GOOGLE_CLOUD_PROJECT", "CLOUD_ML_PROJECT_ID")
+        or _credentials_project()
+        or "",
+        location=_given(location, "GOOGLE_CLOUD_REGION", "CLOUD_ML_REGION") or "us-central1",
         api_endpoint=os.environ.get("TPUSTREAM_VERTEX_ENDPOINT") or None,
     )
