@@ -4,7 +4,8 @@ from kfp.dsl import Dataset, Output
 
 
 def check_source(
-    source: str, num_shards: int, val_fraction: float, upsample: int, seed: int, datasets_root: str,
+    source: str, num_shards: int, val_fraction: float, upsample: int, seed: int, max_side: int, strict: bool,
+    datasets_root: str,
     registry: str, model_name: str, epochs: int, batch_size: int, lr: float, bf16: bool, retrain: bool,
     dataset: Output[Dataset],
 ) -> str:  # fmt: skip
@@ -15,7 +16,8 @@ def check_source(
     from tpustream.shards import config_from_pipeline
 
     config = config_from_pipeline(source=source, output=datasets_root, num_shards=num_shards,
-                                  val_fraction=val_fraction, upsample=upsample, seed=seed)  # fmt: skip
+                                  val_fraction=val_fraction, upsample=upsample, seed=seed, max_side=max_side,
+                                  strict=strict)  # fmt: skip
     settings = dict(model_name=model_name, epochs=epochs, batch_size=batch_size, lr=lr, bf16=bf16)
     result = check(config, datasets_root=datasets_root or storage.join(registry, "datasets"),
                    registry=registry, settings=settings, retrain=retrain)  # fmt: skip

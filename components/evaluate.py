@@ -9,12 +9,14 @@ def evaluate_model(
     registry: str,
     metric: str,
     min_delta: float,
+    max_class_drop: float,
     metrics: Output[Metrics],
     confusion: Output[ClassificationMetrics],
     evaluation: Output[Metrics],
 ) -> str:
     """metrics.json under the `evaluation` artifact; KFP metrics and the confusion matrix for the UI.
-    Returns "promote" or "keep" (the DAG's branch; promote decides again under compare-and-swap)."""
+    Returns "promote" or "keep" (the DAG's branch; promote decides again under compare-and-swap).
+    ``max_class_drop`` < 0: no per-class check."""
     import logging
 
     from tpustream.evaluate import evaluate
@@ -26,7 +28,10 @@ def evaluate_model(
         metrics.log_metric(key, float(candidate[key]))
     metrics.log_metric("num_samples", float(candidate["num_samples"]))
     confusion.log_confusion_matrix(result["classes"], candidate["confusion_matrix"])
-    decision = preview_decision(result, registry or None, metric=metric, min_delta=min_delta)
+    decision = preview_decision(
+        result, registry or None, metric=metric, min_delta=min_delta,
+        max_class_drop=max_class_drop if max_class_drop >= 0 else None,
+    )  # fmt: skip
     logging.getLogger("tpustream").info(
         "decision: %s (%s)", "promote" if decision.promote else "keep", decision.reason
     )

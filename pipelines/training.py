@@ -129,6 +129,8 @@ def build_pipeline(
         val_fraction: float = -1.0,
         upsample: int = 1,
         seed: int = 0,
+        max_side: int = 0,  # downsize images whose longer side exceeds this at write time (0: keep sizes)
+        strict: bool = False,  # fail on the first unreadable image instead of skipping and counting it
         shards_per_task: int = 4,
         model_name: str = "resnet50",
         epochs: int = 10,
@@ -138,13 +140,15 @@ def build_pipeline(
         workers: int = 8,
         metric: str = "top1",
         min_delta: float = 0.0,
+        max_class_drop: float = -1.0,  # refuse a candidate if a class's accuracy drops more (< 0: no check)
         retrain: bool = False,
         vertex_model: str = "",  # also upload a promoted model to this Vertex AI Model Registry model
         serving_image: str = "",  # ... with this serving image (containers/serve; Cloud Build's serve.ref)
     ) -> str:
         shard_args = dict(
-            source=source, num_shards=num_shards, val_fraction=val_fraction, upsample=upsample, seed=seed
-        )
+            source=source, num_shards=num_shards, val_fraction=val_fraction, upsample=upsample, seed=seed,
+            max_side=max_side, strict=strict,
+        )  # fmt: skip
         check = ops["check"](
             datasets_root=datasets_root, registry=registry, model_name=model_name, epochs=epochs,
             batch_size=batch_size, lr=lr, bf16=bf16, retrain=retrain, **shard_args,
@@ -170,13 +174,13 @@ def build_pipeline(
             train.set_retry(num_retries=2, backoff_duration="60s").set_caching_options(False)
             evaluate = ops["evaluate"](
                 model=train.outputs["model"], dataset=finalize.outputs["dataset"], registry=registry,
-                metric=metric, min_delta=min_delta,
+                metric=metric, min_delta=min_delta, max_class_drop=max_class_drop,
             ).set_display_name("evaluate vs champion")  # fmt: skip
             evaluate.set_caching_options(False)
             with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
                 promote = ops["promote"](
                     model=train.outputs["model"], evaluation=evaluate.outputs["evaluation"], registry=registry,
-                    metric=metric, min_delta=min_delta, vertex_model_name=vertex_model, serving_image=serving_image,
+                    metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, vertex_model_name=vertex_model, serving_image=serving_image,
                     **promote_extra,
                 ).set_display_name("promote")  # fmt: skip
                 promote.set_caching_options(False)

@@ -232,6 +232,7 @@ def train_cmd(
         int | None, typer.Option(help="Global batch instead of --batch-size (must divide over the devices).")
     ] = None,
     lr: Annotated[float | None, typer.Option(help="Peak LR (default 0.1 x global batch / 256).")] = None,
+    momentum: Annotated[float, typer.Option(help="SGD momentum.")] = 0.9,
     weight_decay: Annotated[float, typer.Option(help="SGD weight decay (not on norms/biases).")] = 1e-4,
     label_smoothing: Annotated[float, typer.Option(help="Label smoothing.")] = 0.1,
     warmup_epochs: Annotated[float, typer.Option(help="Linear LR warmup, in epochs.")] = 1.0,
@@ -244,6 +245,9 @@ def train_cmd(
     ] = "auto",
     log_steps: Annotated[int, typer.Option(help="Log every N steps.", min=1)] = 20,
     checkpoint_minutes: Annotated[float, typer.Option(help="Also write `last` every N minutes.")] = 30.0,
+    keep_checkpoints: Annotated[
+        int, typer.Option(help="Newest checkpoint files kept (and always those `last` and `best` name).")
+    ] = 2,
     workers: Annotated[int, typer.Option(help="Loader worker processes per host.")] = 4,
     input_size: Annotated[
         int | None, typer.Option(help="Input side (default 224, or small images' size).")
@@ -260,9 +264,10 @@ def train_cmd(
     try:
         config = train.TrainConfig(
             data=data, output=output, model=model, epochs=epochs, batch_size=batch_size,
-            global_batch_size=global_batch_size, lr=lr, weight_decay=weight_decay,
+            global_batch_size=global_batch_size, lr=lr, momentum=momentum, weight_decay=weight_decay,
             label_smoothing=label_smoothing, warmup_epochs=warmup_epochs, bf16=bf16, strategy=strategy,
-            resume=resume, log_steps=log_steps, checkpoint_minutes=checkpoint_minutes, workers=workers,
+            resume=resume, log_steps=log_steps, checkpoint_minutes=checkpoint_minutes,
+            keep_checkpoints=keep_checkpoints, workers=workers,
             input_size=input_size, seed=seed, preemption_sync_seconds=preemption_sync_seconds,
         )  # fmt: skip
         if config.strategy == "replicas":  # one process per device, each with its own handler from its start

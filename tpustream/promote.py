@@ -296,14 +296,17 @@ def _promote(
 
 
 def preview_decision(
-    metrics: dict[str, Any], registry: str | None, *, metric: str = "top1", min_delta: float = 0.0
-) -> Decision:
+    metrics: dict[str, Any], registry: str | None, *, metric: str = "top1", min_delta: float = 0.0,
+    max_class_drop: float | None = None,
+) -> Decision:  # fmt: skip
     """The decision `promote` would take now for a metrics.json document (the DAG's branch condition;
     `promote` decides again under compare-and-swap)."""
     current = read_champion(registry) if registry else None
     if current is not None and current.get("model_sha256") == metrics["candidate"]["model_sha256"]:
         return Decision(False, "already the champion")
-    return decide_for_metrics(metrics, current, metric=metric, min_delta=min_delta)
+    return decide_for_metrics(
+        metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
+    )
 
 
 def _missing_registry(registry: str) -> str | None:

@@ -415,13 +415,22 @@ def _remove_partials(output: str) -> None:
 
 
 def config_from_pipeline(
-    *, source: str, output: str, num_shards: int, val_fraction: float, upsample: int, seed: int
+    *,
+    source: str,
+    output: str,
+    num_shards: int,
+    val_fraction: float,
+    upsample: int,
+    seed: int,
+    max_side: int = 0,
+    strict: bool = False,
 ) -> ShardConfig:
     """ShardConfig from pipeline parameters, which cannot be None: 0 shards = auto, val_fraction < 0 =
-    the source's own split."""
+    the source's own split, max_side 0 = keep every image's size."""
     return ShardConfig(
         source=source, output=output, num_shards=num_shards or None,
         val_fraction=val_fraction if val_fraction >= 0 else None, upsample=upsample, seed=seed,
+        max_side=max_side or None, strict=strict,
     )  # fmt: skip
 
 

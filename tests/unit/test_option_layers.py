@@ -1,0 +1,112 @@
+"""One default per option. The config dataclasses own them (``ShardConfig``, ``TrainConfig``, ``promote``'s
+keyword arguments); the CLI's options and the pipeline's parameters must agree, or say here why not.
+
+A test rather than a derivation: ``tpustream --help`` must not import torch to read ``TrainConfig``, and
+KFP compiles literal parameter defaults. A new option in any layer fails here until it is classified.
+"""
+
+import dataclasses
+import inspect
+
+import pytest
+import typer.main
+
+from tpustream.cli import app
+from tpustream.shard_plan import ShardConfig
+
+# Config fields that are not CLI options, on purpose.
+CONFIG_ONLY = {
+    "commit_timeout_minutes": "a multi-host detail: how long hosts wait for process 0's model artifact",
+}
+# CLI defaults that differ from the config's, on purpose.
+CLI_DIFFERS = {
+    ("shards", "workers"): "the CLI writes with one process per CPU; library callers get one process",
+}
+# Pipeline parameters with no config field: wiring of the DAG and the registry.
+PIPELINE_ONLY = {"registry", "datasets_root", "shards_per_task", "retrain", "vertex_model", "serving_image"}
+# Pipeline parameter -> (layer, option). KFP parameters cannot be None: 0 or -1 stand for "none".
+PIPELINE_OPTIONS = {
+    "source": ("shards", "source"), "num_shards": ("shards", "num_shards"),
+    "val_fraction": ("shards", "val_fraction"), "upsample": ("shards", "upsample"), "seed": ("shards", "seed"),
+    "max_side": ("shards", "max_side"), "strict": ("shards", "strict"),
+    "model_name": ("train", "model"), "epochs": ("train", "epochs"), "batch_size": ("train", "batch_size"),
+    "lr": ("train", "lr"), "bf16": ("train", "bf16"), "workers": ("train", "workers"),
+    "metric": ("promote", "metric"), "min_delta": ("promote", "min_delta"),
+    "max_class_drop": ("promote", "max_class_drop"),
+}  # fmt: skip
+PIPELINE_NONE = {"num_shards": 0, "val_fraction": -1.0, "lr": 0.0, "max_side": 0, "max_class_drop": -1.0}
+PIPELINE_DIFFERS = {
+    "num_shards": "8 shards for the bundled digits the pipeline defaults to (0 = auto, the CLI's default)",
+    "bf16": "the pipeline trains on TPUs, where bfloat16 is the fast path; the CLI also runs on CPUs",
+    "workers": "a TPU host's loader workers; the CLI's 4 suits a workstation",
+}
+RUN_LOCAL_NAMES = {"model": "model_name"}  # run-local option -> pipeline parameter
+
+
+def _cli_defaults(*path: str) -> dict[str, object]:
+    command = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    return {p.name: p.default for p in command.params if p.name}
+
+
+def _config_defaults() -> dict[str, dict[str, object]]:
+    from tpustream import promote, train
+
+    def fields(cls: type) -> dict[str, object]:
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    promote_kwargs = inspect.signature(promote.promote).parameters.values()
+    return {
+        "shards": fields(ShardConfig),
+        "train": fields(train.TrainConfig),
+        "promote": {p.name: p.default for p in promote_kwargs if p.kind is p.KEYWORD_ONLY},
+    }
+
+
+@pytest.mark.parametrize("layer, command", [("shards", ("shards", "create")), ("train", ("train",))])
+def test_cli_options_are_the_config_fields_with_their_defaults(layer, command):
+    config = _config_defaults()[layer]
+    cli = _cli_defaults(*command)
+    assert set(config) - set(cli) == set(CONFIG_ONLY) & set(config), "config fields missing on the CLI"
+    for name, default in config.items():
+        if name in CONFIG_ONLY or (layer, name) in CLI_DIFFERS or default is dataclasses.MISSING:
+            continue
+        assert cli[name] == default, (
+            f"tpustream {' '.join(command)} --{name.replace('_', '-')}: {cli[name]!r}"
+        )
+
+
+def test_promote_options_have_promotes_defaults():
+    cli = _cli_defaults("promote")
+    for name, default in _config_defaults()["promote"].items():
+        if name in cli:
+            assert cli[name] == default, name
+    assert {"metric", "min_delta", "max_class_drop"} <= set(cli)
+
+
+def test_pipeline_parameters_are_config_options_with_their_defaults():
+    from pipelines.training import build_pipeline
+
+    inputs = build_pipeline(tpu=None).component_spec.inputs
+    assert set(inputs) - PIPELINE_ONLY == set(PIPELINE_OPTIONS), "classify the new pipeline parameter here"
+    configs = _config_defaults()
+    cli_source = _cli_defaults("shards", "create")["source"]
+    for name, (layer, option) in PIPELINE_OPTIONS.items():
+        if name in PIPELINE_DIFFERS:
+            continue
+        expected = cli_source if name == "source" else configs[layer][option]
+        default = inputs[name].default
+        if name in PIPELINE_NONE and default == PIPELINE_NONE[name]:
+            default = None
+        assert default == expected, (
+            f"pipeline parameter {name}: {inputs[name].default!r}, {layer} has {expected!r}"
+        )
+
+
+def test_run_local_options_are_pipeline_parameters():
+    from pipelines.training import build_pipeline
+
+    inputs = build_pipeline(tpu=None).component_spec.inputs
+    options = set(_cli_defaults("pipeline", "run-local")) - {"root", "param", "verbose"}
+    assert {RUN_LOCAL_NAMES.get(name, name) for name in options} <= set(inputs)
