@@ -1,6 +1,6 @@
 """Champion/challenger promotion: the decision (``promotion_policy``), then an atomic registry update.
 
-Registry layout (DESIGN.md):
+Registry layout (docs/ARCHITECTURE.md):
     REGISTRY/versions/<n>/     immutable: version.json (claimed create-only), model.pt, model.json, metrics.json
     REGISTRY/champion.json     pointer, replaced only by compare-and-swap on its generation
     REGISTRY/events/<time>-<id>.json   append-only log (each event a create-only object)

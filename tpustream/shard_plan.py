@@ -29,7 +29,7 @@ MIN_TRAIN_SHARDS = 8  # enough for a host's loader workers to each stream their 
 
 @dataclass(frozen=True, kw_only=True)
 class ShardConfig:
-    """Options of ``tpustream shards create`` (DESIGN.md contract)."""
+    """Options of ``tpustream shards create`` (the CLI contract in docs/ARCHITECTURE.md)."""
 
     source: str
     output: str

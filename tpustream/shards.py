@@ -1,6 +1,6 @@
 """Shard creation: plan first (seeded shuffle, upsample, split), then write tar shards, manifest LAST.
 
-Layout written under the output URI (DESIGN.md):
+Layout written under the output URI (docs/ARCHITECTURE.md):
     train/train-000000.tar ...  val/val-000000.tar ...   manifest.json (written last)
     _records/<split>-NNNNNN.json   one per finished shard while the dataset is being made (resume);
                                    removed once the manifest is committed.
@@ -244,7 +244,7 @@ def check_output(output: str, *, overwrite: bool) -> bool:
 def retire_dataset(output: str) -> None:
     """Remove the manifest (and any resume records) of the dataset at ``output``: it stops being one.
 
-    Its shards are then overwritten in place under the same names (DESIGN.md), so the old manifest
+    Its shards are then overwritten in place under the same names (docs/ARCHITECTURE.md), so the old manifest
     could not stay valid: it goes first, and a failure from here on leaves no dataset, not a mixed one.
     """
     log.warning(

@@ -86,7 +86,7 @@ def exit_now(code: int) -> NoReturn:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """Options of ``tpustream train`` (DESIGN.md contract)."""
+    """Options of ``tpustream train`` (the CLI contract in docs/ARCHITECTURE.md)."""
 
     data: str
     output: str

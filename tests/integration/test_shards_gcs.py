@@ -80,7 +80,8 @@ def test_create_and_verify_through_five_percent_faults(gcs_bucket, fault_proxy, 
 def test_stock_webdataset_reads_upsampled_digits_from_gcs(gcs_bucket):
     """digits x10 into 16 train shards on the GCS server, decoded by stock webdataset's own tar
     expander, grouping and .decode("pil").to_tuple(...): counts and labels match the manifest.
-    (Shards are opened with our in-process reader: webdataset's gs:// runs gsutil, see DESIGN.md.)"""
+    (Shards are opened with our in-process reader: webdataset's gs:// runs gsutil, see
+    docs/ARCHITECTURE.md.)"""
     from collections import Counter
 
     import webdataset as wds
