@@ -29,9 +29,12 @@ def evaluate_model(
     metrics.log_metric("num_samples", float(candidate["num_samples"]))
     confusion.log_confusion_matrix(result["classes"], candidate["confusion_matrix"])
     decision = preview_decision(
-        result, registry or None, metric=metric, min_delta=min_delta,
+        result,
+        registry or None,
+        metric=metric,
+        min_delta=min_delta,
         max_class_drop=max_class_drop if max_class_drop >= 0 else None,
-    )  # fmt: skip
+    )
     logging.getLogger("tpustream").info(
         "decision: %s (%s)", "promote" if decision.promote else "keep", decision.reason
     )

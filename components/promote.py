@@ -14,18 +14,33 @@ from kfp.dsl import Input, Metrics, Model, Output
 
 
 def promote_model(
-    model: Input[Model], evaluation: Input[Metrics], registry: str, metric: str, min_delta: float,
-    max_class_drop: float, vertex_model: Output[artifact_types.VertexModel], vertex_model_name: str = "",
-    serving_image: str = "", project: str = "", location: str = "",
-) -> str:  # fmt: skip
+    model: Input[Model],
+    evaluation: Input[Metrics],
+    registry: str,
+    metric: str,
+    min_delta: float,
+    max_class_drop: float,
+    vertex_model: Output[artifact_types.VertexModel],
+    vertex_model_name: str = "",
+    serving_image: str = "",
+    project: str = "",
+    location: str = "",
+) -> str:
     """Returns the outcome line; the registry's champion.json is the source of truth. Without
     ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName."""
     from tpustream.promote import promote
     from tpustream.vertex import target_from_env
 
     target = target_from_env(vertex_model_name, project, location, serving_image)
-    outcome = promote(model.uri, evaluation.uri, registry, metric=metric, min_delta=min_delta,
-                      max_class_drop=max_class_drop if max_class_drop >= 0 else None, vertex=target)  # fmt: skip
+    outcome = promote(
+        model.uri,
+        evaluation.uri,
+        registry,
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop if max_class_drop >= 0 else None,
+        vertex=target,
+    )
     published = outcome.get("vertex")
     if published:
         vertex_model.uri = published["uri"]

@@ -75,9 +75,14 @@ def save_checkpoint(
     with storage.open_write(uri) as f:
         torch.save(state, f)
     pointer = json.dumps(
-        {"checkpoint": position.name, "epoch": position.epoch, "batches_done": position.batches_done,
-         "global_step": position.global_step, "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    ).encode()  # fmt: skip
+        {
+            "checkpoint": position.name,
+            "epoch": position.epoch,
+            "batches_done": position.batches_done,
+            "global_step": position.global_step,
+            "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    ).encode()
     storage.write_bytes(_pointer(output, "last"), pointer, content_type="application/json")
     if best:
         storage.write_bytes(_pointer(output, "best"), pointer, content_type="application/json")

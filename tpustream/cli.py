@@ -111,10 +111,11 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug lo
 # 2**26 px (see tpustream.imagecodec.DEFAULT_MAX_PIXELS for why): literal here so --help needs no numpy.
 DEFAULT_MAX_PIXELS = 1 << 26
 MaxPixelsOption = typer.Option(
-    "--max-pixels", min=64,
+    "--max-pixels",
+    min=64,
     help="Pixel budget: images whose header claims more pixels (width x height) are skipped and counted, "
     "never decoded (default 64 Mi = 8192x8192: above real photos, below decompression bombs).",
-)  # fmt: skip
+)
 
 
 @shards_app.command("create")
@@ -263,13 +264,28 @@ def train_cmd(
 
     try:
         config = train.TrainConfig(
-            data=data, output=output, model=model, epochs=epochs, batch_size=batch_size,
-            global_batch_size=global_batch_size, lr=lr, momentum=momentum, weight_decay=weight_decay,
-            label_smoothing=label_smoothing, warmup_epochs=warmup_epochs, bf16=bf16, strategy=strategy,
-            resume=resume, log_steps=log_steps, checkpoint_minutes=checkpoint_minutes,
-            keep_checkpoints=keep_checkpoints, workers=workers,
-            input_size=input_size, seed=seed, preemption_sync_seconds=preemption_sync_seconds,
-        )  # fmt: skip
+            data=data,
+            output=output,
+            model=model,
+            epochs=epochs,
+            batch_size=batch_size,
+            global_batch_size=global_batch_size,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            label_smoothing=label_smoothing,
+            warmup_epochs=warmup_epochs,
+            bf16=bf16,
+            strategy=strategy,
+            resume=resume,
+            log_steps=log_steps,
+            checkpoint_minutes=checkpoint_minutes,
+            keep_checkpoints=keep_checkpoints,
+            workers=workers,
+            input_size=input_size,
+            seed=seed,
+            preemption_sync_seconds=preemption_sync_seconds,
+        )
         if config.strategy == "replicas":  # one process per device, each with its own handler from its start
             if early.requested:
                 raise train.Preempted("SIGTERM before training started: nothing to save")
@@ -342,9 +358,14 @@ def promote_cmd(
 
     target = vertex.target_from_env(vertex_model, vertex_project, vertex_region, serving_image)
     outcome = promote.promote(
-        candidate, metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop,
+        candidate,
+        metrics,
+        registry,
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
         vertex=target,
-    )  # fmt: skip
+    )
     if outcome.get("vertex"):
         typer.echo(f"vertex: {outcome['vertex']['versioned_name']} (alias champion)")
     elif "vertex" in outcome:
@@ -396,8 +417,17 @@ def predict_cmd(
 
     if not model:
         _fail("--model is required: a model directory or a registry (its champion)")
-    code = predict.run(model, list(inputs or []), top_k=top_k, as_json=as_json, limit=limit, sample_val=sample_val,
-                       batch_size=batch_size, max_pixels=max_pixels, echo=typer.echo)  # fmt: skip
+    code = predict.run(
+        model,
+        list(inputs or []),
+        top_k=top_k,
+        as_json=as_json,
+        limit=limit,
+        sample_val=sample_val,
+        batch_size=batch_size,
+        max_pixels=max_pixels,
+        echo=typer.echo,
+    )
     raise typer.Exit(code)
 
 
@@ -560,8 +590,17 @@ def pipeline_run_local(
     from tpustream import promote
     from tpustream.sources import open_source
 
-    parameters: dict[str, Any] = {"source": source, "model_name": model, "epochs": epochs, "batch_size": batch_size, "lr": lr,
-                  "num_shards": num_shards, "bf16": False, "workers": 2, **_params(param or [])}  # fmt: skip
+    parameters: dict[str, Any] = {
+        "source": source,
+        "model_name": model,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "num_shards": num_shards,
+        "bf16": False,
+        "workers": 2,
+        **_params(param or []),
+    }
     open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep
     log_path = None
     try:
@@ -579,14 +618,18 @@ def pipeline_run_local(
         _fail(f"{exc}: the failing task's log {'in ' + log_path if log_path else 'above'} says why")
     status = promote.champion_status(out["registry"])
     if out["data"] == "skip":
-        typer.echo("data: no new data since the last run: shards and training skipped (--param retrain=true "
-                   "trains anyway)")  # fmt: skip
+        typer.echo(
+            "data: no new data since the last run: shards and training skipped (--param retrain=true "
+            "trains anyway)"
+        )
     typer.echo(f"pipeline root (shards, model, metrics): {out['pipeline_root']}")
     typer.echo(f"registry: {out['registry']}")
     champion = status["champion"]
     if champion:
-        typer.echo(f"champion: version {champion['version']}, top-1 {champion['metrics']['top1']:.4f} "
-                   f"({promote.version_uri(out['registry'], champion['version'])})")  # fmt: skip
+        typer.echo(
+            f"champion: version {champion['version']}, top-1 {champion['metrics']['top1']:.4f} "
+            f"({promote.version_uri(out['registry'], champion['version'])})"
+        )
     else:
         typer.echo("champion: none")
 
@@ -680,9 +723,14 @@ def bench_load(
     if not worker_counts or min(worker_counts) < 0:
         raise typer.BadParameter(f"--workers takes counts like 2 or 1,2,4, got {workers!r}")
     for line in bl.bench_load(
-        data=data, split=split, batch_size=batch_size, workers=worker_counts, seconds=seconds, repeats=repeats,
+        data=data,
+        split=split,
+        batch_size=batch_size,
+        workers=worker_counts,
+        seconds=seconds,
+        repeats=repeats,
         input_size=input_size,
-    ):  # fmt: skip
+    ):
         typer.echo(line)
 
 

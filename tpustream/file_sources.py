@@ -233,8 +233,9 @@ def image_folder_source(root: str) -> Source:
     if split_layout and not own_split:  # a train/ alone is not a split: one with an empty val would follow
         log.warning(
             "source %s has a train/ folder but no images in a val/, validation/ or test/ folder: its classes "
-            "are read from train/ and the val split is drawn from them (--val-fraction, default 0.1)", root,
-        )  # fmt: skip
+            "are read from train/ and the val split is drawn from them (--val-fraction, default 0.1)",
+            root,
+        )
         by_class = {name: [(rel, None) for rel, _ in files] for name, files in by_class.items()}
     classes = sorted(by_class)
     items = [

@@ -68,10 +68,17 @@ def source_objects(spec: str) -> list[storage.ObjectInfo]:
 def fingerprint(config: ShardConfig, objects: list[storage.ObjectInfo]) -> str:
     """sha256 over the shard parameters and every object's relative name, size and version."""
     params = {
-        "format": FINGERPRINT_FORMAT, "source": config.source.strip(), "num_shards": config.num_shards,
-        "val_shards": config.val_shards, "val_fraction": config.val_fraction, "upsample": config.upsample,
-        "seed": config.seed, "max_side": config.max_side, "strict": config.strict, "max_pixels": config.max_pixels,
-    }  # fmt: skip
+        "format": FINGERPRINT_FORMAT,
+        "source": config.source.strip(),
+        "num_shards": config.num_shards,
+        "val_shards": config.val_shards,
+        "val_fraction": config.val_fraction,
+        "upsample": config.upsample,
+        "seed": config.seed,
+        "max_side": config.max_side,
+        "strict": config.strict,
+        "max_pixels": config.max_pixels,
+    }
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for obj in objects:  # the source URI is in params: the full object URIs add nothing but length
         digest.update(f"{obj.uri}\t{obj.size}\t{obj.version}\n".encode())
@@ -122,9 +129,14 @@ def check_source(
         reason = f"new data: source {config.source} ({seen}), fingerprint {fp[:12]} -> shards at {dataset}"
     log.info("%s (checked in %.1f s)", reason, time.perf_counter() - started)
     return DataCheck(
-        fingerprint=fp, num_objects=len(objects), num_bytes=num_bytes, dataset=dataset,
-        marker=marker, train=retrain or not trained, reason=reason,
-    )  # fmt: skip
+        fingerprint=fp,
+        num_objects=len(objects),
+        num_bytes=num_bytes,
+        dataset=dataset,
+        marker=marker,
+        train=retrain or not trained,
+        reason=reason,
+    )
 
 
 def record_trained(marker: str, *, dataset: str, model: str, decision: str) -> None:

@@ -106,8 +106,12 @@ def _claim_version(registry: str, model_sha256: str, source: str) -> int:
             if record.get("model_sha256") == model_sha256:
                 return number
         number = max(versions, default=0) + 1
-        record = {"version": number, "model_sha256": model_sha256, "source": source,
-                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        record = {
+            "version": number,
+            "model_sha256": model_sha256,
+            "source": source,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         try:
             storage.write_bytes(
                 storage.join(version_uri(registry, number), "version.json"),
@@ -212,8 +216,15 @@ def promote(
         raise RegistryError(
             f"--vertex-model needs a gs:// registry (Vertex AI reads models from Cloud Storage), not {registry}"
         )
-    outcome = _promote(candidate_uri, metrics_uri, registry, metric=metric, min_delta=min_delta,
-                       max_class_drop=max_class_drop, max_attempts=max_attempts)  # fmt: skip
+    outcome = _promote(
+        candidate_uri,
+        metrics_uri,
+        registry,
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
+        max_attempts=max_attempts,
+    )
     if vertex is not None:
         outcome["vertex"] = None
         if outcome["promoted"]:
@@ -231,9 +242,15 @@ def promote(
 
 
 def _promote(
-    candidate_uri: str, metrics_uri: str, registry: str, *, metric: str, min_delta: float,
-    max_class_drop: float | None, max_attempts: int,
-) -> dict[str, Any]:  # fmt: skip
+    candidate_uri: str,
+    metrics_uri: str,
+    registry: str,
+    *,
+    metric: str,
+    min_delta: float,
+    max_class_drop: float | None,
+    max_attempts: int,
+) -> dict[str, Any]:
     if metric not in METRICS:
         raise RegistryError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
     candidate_uri = storage.check_uri(candidate_uri).rstrip("/")
@@ -263,8 +280,12 @@ def _promote(
             metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
         )
         if not decision.promote:
-            outcome = {"promoted": False, "version": None, "reason": decision.reason,
-                       "champion_version": current["version"] if current else None}  # fmt: skip
+            outcome = {
+                "promoted": False,
+                "version": None,
+                "reason": decision.reason,
+                "champion_version": current["version"] if current else None,
+            }
             _log_event(
                 registry,
                 {"event": "refused", **outcome, "candidate": candidate_uri, metric: candidate.get(metric)},
@@ -276,18 +297,26 @@ def _promote(
         number = _claim_version(registry, sha, candidate_uri)
         _fill_version(registry, number, candidate_uri, metrics_uri, sha)
         pointer = {
-            "version": number, "model_sha256": sha, "dataset_digest": digest,
-            "metrics": {k: candidate[k] for k in ("top1", "top5", "loss", "per_class_accuracy", "num_samples")},
+            "version": number,
+            "model_sha256": sha,
+            "dataset_digest": digest,
+            "metrics": {
+                k: candidate[k] for k in ("top1", "top5", "loss", "per_class_accuracy", "num_samples")
+            },
             "previous_version": current["version"] if current else None,
             "promoted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }  # fmt: skip
+        }
         try:
             storage.replace_if_generation(storage.join(registry, CHAMPION), json_bytes(pointer), generation)
         except storage.PreconditionFailed:
             log.info("champion changed while promoting version %d: re-reading and deciding again", number)
             continue
-        outcome = {"promoted": True, "version": number, "reason": decision.reason,
-                   "previous_version": pointer["previous_version"]}  # fmt: skip
+        outcome = {
+            "promoted": True,
+            "version": number,
+            "reason": decision.reason,
+            "previous_version": pointer["previous_version"],
+        }
         _log_event(registry, {"event": "promoted", **outcome, "candidate": candidate_uri, "pointer": pointer})
         return {**outcome, **context}
     raise RegistryError(
@@ -296,9 +325,13 @@ def _promote(
 
 
 def preview_decision(
-    metrics: dict[str, Any], registry: str | None, *, metric: str = "top1", min_delta: float = 0.0,
+    metrics: dict[str, Any],
+    registry: str | None,
+    *,
+    metric: str = "top1",
+    min_delta: float = 0.0,
     max_class_drop: float | None = None,
-) -> Decision:  # fmt: skip
+) -> Decision:
     """The decision `promote` would take now for a metrics.json document (the DAG's branch condition;
     `promote` decides again under compare-and-swap)."""
     current = read_champion(registry) if registry else None
@@ -336,11 +369,13 @@ def champion_status(registry: str) -> dict[str, Any]:
     if missing:
         versions = sorted(_versions(registry))
         return {
-            "registry": registry, "champion": pointer, "ok": False,
+            "registry": registry,
+            "champion": pointer,
+            "ok": False,
             "message": f"champion.json names version {pointer['version']}, but {target} lacks {', '.join(missing)}. "
             f"Repair: restore that version's files, or point champion.json at a complete version "
             f"(present: {versions or 'none'}) taken from the newest 'promoted' event under {registry}/events",
-        }  # fmt: skip
+        }
     return {
         "registry": registry,
         "champion": pointer,

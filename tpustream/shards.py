@@ -124,9 +124,14 @@ def _iter_encoded(
 
 
 def write_shard(
-    source: Source, spec: ShardSpec, output: str, *, max_side: int | None, strict: bool,
+    source: Source,
+    spec: ShardSpec,
+    output: str,
+    *,
+    max_side: int | None,
+    strict: bool,
     max_pixels: int = DEFAULT_MAX_PIXELS,
-) -> ShardRecord:  # fmt: skip
+) -> ShardRecord:
     """Write one planned shard to ``output/spec.path`` atomically and record what it holds. Images whose
     header claims more than ``max_pixels`` are skipped (counted) without being decoded."""
     final = storage.join(output, spec.path)
@@ -143,9 +148,17 @@ def write_shard(
             class_counts[name] = class_counts.get(name, 0) + 1
         stats = writer.finish()
     record = ShardRecord(
-        spec.split, spec.index, spec.path, stats.num_samples, stats.num_bytes, stats.sha256,
-        spec.fingerprint, class_counts, [message for _, message in skipped], [ref for ref, _ in skipped],
-    )  # fmt: skip
+        spec.split,
+        spec.index,
+        spec.path,
+        stats.num_samples,
+        stats.num_bytes,
+        stats.sha256,
+        spec.fingerprint,
+        class_counts,
+        [message for _, message in skipped],
+        [ref for ref, _ in skipped],
+    )
     storage.write_bytes(storage.join(output, spec.record_path), json.dumps(asdict(record)).encode())
     return record
 
@@ -199,9 +212,13 @@ def _exit_with_parent(parent_pid: int) -> None:
 def _worker_write(spec: ShardSpec) -> ShardRecord:
     state = _WORKER_STATE
     return write_shard(
-        state["source"], spec, state["output"], max_side=state["max_side"], strict=state["strict"],
+        state["source"],
+        spec,
+        state["output"],
+        max_side=state["max_side"],
+        strict=state["strict"],
         max_pixels=state["max_pixels"],
-    )  # fmt: skip
+    )
 
 
 def _run_parallel(
@@ -217,9 +234,11 @@ def _run_parallel(
     # fork: workers inherit the listed source (CIFAR arrays, photos) without pickling it
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(
-        max_workers=min(workers, len(specs)), mp_context=ctx,
-        initializer=_exit_with_parent, initargs=(os.getpid(),),
-    ) as pool:  # fmt: skip
+        max_workers=min(workers, len(specs)),
+        mp_context=ctx,
+        initializer=_exit_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
         for record in pool.map(fn, specs):
             on_done(record)
 
@@ -250,8 +269,9 @@ def retire_dataset(output: str) -> None:
     log.warning(
         "--overwrite: %s is no longer a dataset from now on (its %s is removed before the new shards are "
         "written); if this run fails, run it again to finish the new dataset",
-        output, MANIFEST_NAME,
-    )  # fmt: skip
+        output,
+        MANIFEST_NAME,
+    )
     storage.delete(storage.join(output, MANIFEST_NAME))
     for obj in storage.list_objects(storage.join(output, RECORDS_DIR)):
         storage.delete(obj.uri)
@@ -268,8 +288,10 @@ def create_shards(
     if source.ignored:
         log.warning(
             "ignoring %d non-image file(s) in %s, e.g. %s",
-            len(source.ignored), source.spec, ", ".join(source.ignored[:3]),
-        )  # fmt: skip
+            len(source.ignored),
+            source.spec,
+            ", ".join(source.ignored[:3]),
+        )
         if config.strict:
             raise ShardError(
                 f"--strict: {len(source.ignored)} non-image file(s) in {source.spec}, e.g. {source.ignored[0]}"
@@ -301,8 +323,13 @@ def create_shards(
 
     if replacing:
         retire_dataset(output)
-    _WORKER_STATE.update(source=source, output=output, max_side=config.max_side, strict=config.strict,
-                         max_pixels=config.max_pixels)  # fmt: skip
+    _WORKER_STATE.update(
+        source=source,
+        output=output,
+        max_side=config.max_side,
+        strict=config.strict,
+        max_pixels=config.max_pixels,
+    )
     try:
         _run_parallel(_worker_write, todo, config.workers, done)
     finally:
@@ -428,10 +455,15 @@ def config_from_pipeline(
     """ShardConfig from pipeline parameters, which cannot be None: 0 shards = auto, val_fraction < 0 =
     the source's own split, max_side 0 = keep every image's size."""
     return ShardConfig(
-        source=source, output=output, num_shards=num_shards or None,
-        val_fraction=val_fraction if val_fraction >= 0 else None, upsample=upsample, seed=seed,
-        max_side=max_side or None, strict=strict,
-    )  # fmt: skip
+        source=source,
+        output=output,
+        num_shards=num_shards or None,
+        val_fraction=val_fraction if val_fraction >= 0 else None,
+        upsample=upsample,
+        seed=seed,
+        max_side=max_side or None,
+        strict=strict,
+    )
 
 
 def shard_ranges(config: ShardConfig, shards_per_task: int) -> list[list[int]]:
@@ -454,8 +486,9 @@ def write_shard_range(config: ShardConfig, start: int, end: int) -> int:
     storage.ensure_prefix_writable(output)
     todo = [spec for spec in plan.shards[start:end] if _existing_record(spec, output) is None]
     for spec in todo:
-        write_shard(source, spec, output, max_side=config.max_side, strict=config.strict,
-                    max_pixels=config.max_pixels)  # fmt: skip
+        write_shard(
+            source, spec, output, max_side=config.max_side, strict=config.strict, max_pixels=config.max_pixels
+        )
     return len(todo)
 
 
