@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from typing import Any
 
 import numpy as np
 
 from tpustream import storage
+from tpustream.batch import BATCH_KEYS
 from tpustream.errors import TpustreamError
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
+from tpustream.metrics import masked_sums, summarize
+from tpustream.xla_runtime import single_device
 
 __all__ = ["EvaluationError", "METRICS_FORMAT", "evaluate_model", "evaluate", "load_model_card"]
 
@@ -67,26 +69,11 @@ def _load_weights(model_uri: str) -> tuple[dict[str, Any], str]:
         raise EvaluationError(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
 
 
-def _device() -> Any:
-    """XLA when a PJRT device is configured (TPU, or CPU in tests), plain CPU otherwise."""
-    if os.environ.get("PJRT_DEVICE"):
-        try:
-            import torch_xla
-
-            return torch_xla.device()
-        except ImportError:
-            pass
-    import torch
-
-    return torch.device("cpu")
-
-
 def evaluate_model(
     model_uri: str, data_uri: str, *, batch_size: int = 64, workers: int = 2
 ) -> dict[str, Any]:
     """Top-1, top-5, loss, per-class accuracy and the confusion matrix of one model on the val split."""
     import torch
-    import torch.nn.functional as F
 
     from tpustream.data import LoaderConfig, ShardLoader
     from tpustream.models import build_model
@@ -114,30 +101,30 @@ def evaluate_model(
         raise EvaluationError(
             f"{model_uri}/model.pt does not match its model.json ({card['arch']}): {exc}"
         ) from exc
-    device = _device()
+    device = single_device()
     model = model.to(device).eval()
     loader = ShardLoader(
-        LoaderConfig(data=data_uri, split="val", batch_size=batch_size, input_size=int(card["input_size"]),
-                     num_replicas=1, replica_index=0, workers=workers),
+        LoaderConfig(
+            data=data_uri,
+            split="val",
+            batch_size=batch_size,
+            input_size=int(card["input_size"]),
+            num_replicas=1,
+            replica_index=0,
+            workers=workers,
+        ),
         manifest=manifest,
-    )  # fmt: skip
+    )
     num_classes = len(classes)
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device)
-    sums = torch.zeros(3, dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
+    sums = torch.zeros(4, dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
     started = time.perf_counter()
     with torch.no_grad():
         for batch in loader.epoch(0):
-            images, labels, mask = (batch[k].to(device) for k in ("image", "label", "mask"))
+            images, labels, mask = (batch[k].to(device) for k in BATCH_KEYS)
             logits = model(normalize(images)).float()
-            loss = F.cross_entropy(logits, labels, reduction="none")
-            top5 = logits.topk(min(5, num_classes), dim=1).indices
-            predicted = top5[:, 0]
-            valid = mask.to(sums.dtype)
-            sums += torch.stack([
-                (loss.to(sums.dtype) * valid).sum(),
-                ((predicted == labels).to(sums.dtype) * valid).sum(),
-                ((top5 == labels[:, None]).any(dim=1).to(sums.dtype) * valid).sum(),
-            ])  # fmt: skip
+            batch_sums, predicted = masked_sums(logits, labels, mask, sums.dtype)
+            sums += batch_sums
             cells = labels * num_classes + predicted
             confusion += torch.bincount(cells, weights=mask.to(torch.float32), minlength=num_classes**2).to(
                 torch.int64
@@ -146,7 +133,7 @@ def evaluate_model(
                 import torch_xla
 
                 torch_xla.sync()
-    loss_sum, top1, top5_sum = sums.cpu().tolist()
+    metrics = summarize(sums)
     matrix = confusion.cpu().numpy().reshape(num_classes, num_classes)
     count = int(matrix.sum())
     report = loader.last_report
@@ -167,9 +154,9 @@ def evaluate_model(
         "model": model_uri,
         "model_sha256": model_digest,
         "arch": card["arch"],
-        "top1": top1 / max(count, 1),
-        "top5": top5_sum / max(count, 1),
-        "loss": loss_sum / max(count, 1),
+        "top1": metrics["top1"],
+        "top5": metrics["top5"],
+        "loss": metrics["loss"],
         "num_samples": count,
         "complete": count == expected,
         "per_class_accuracy": [float(v) for v in per_class],

@@ -78,8 +78,17 @@ class StopAgreement:
     needs no files: it stops after the step in flight.
     """
 
-    def __init__(self, output: str, *, host: int, hosts: int, from_step: int, flag: SigtermFlag,
-                 sync_seconds: float, poll_seconds: float = POLL_SECONDS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        output: str,
+        *,
+        host: int,
+        hosts: int,
+        from_step: int,
+        flag: SigtermFlag,
+        sync_seconds: float,
+        poll_seconds: float = POLL_SECONDS,
+    ) -> None:
         self.flag = flag
         self.host, self.hosts, self.from_step = host, hosts, from_step
         self.sync_seconds = sync_seconds
@@ -166,18 +175,25 @@ class StopAgreement:
                 stop = max(steps.values())
                 log.warning(
                     "preemption: all %d hosts reported (steps %d..%d): every host stops at step %d",
-                    self.hosts, min(steps.values()), stop, stop,
-                )  # fmt: skip
+                    self.hosts,
+                    min(steps.values()),
+                    stop,
+                    stop,
+                )
                 return stop
             if time.monotonic() > deadline:
                 missing = sorted(set(range(self.hosts)) - set(steps))
                 log.error(
                     "preemption: host(s) %s did not report their step within %g s (reported: %s) under %s; "
                     "host %d stops at its own step %d without the slice's agreement: a re-run resumes from "
-                    "the last committed checkpoint", ", ".join(map(str, missing)), self.sync_seconds,
-                    ", ".join(f"{h}@{s}" for h, s in sorted(steps.items())) or "none", self.directory,
-                    self.host, done,
-                )  # fmt: skip
+                    "the last committed checkpoint",
+                    ", ".join(map(str, missing)),
+                    self.sync_seconds,
+                    ", ".join(f"{h}@{s}" for h, s in sorted(steps.items())) or "none",
+                    self.directory,
+                    self.host,
+                    done,
+                )
                 self.timed_out = True
                 return done
             time.sleep(0.2)

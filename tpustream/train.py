@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NoReturn
 
 from tpustream import storage
+from tpustream.batch import Batch
 from tpustream.checkpoint import (
     CheckpointError,
     Position,
@@ -37,6 +38,7 @@ from tpustream.checkpoint import (
 )
 from tpustream.errors import TpustreamError
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
+from tpustream.metrics import masked_sums, summarize
 from tpustream.models import MODEL_NAMES, build_model, parameter_groups, small_input
 from tpustream.preemption import SigtermFlag, StopAgreement
 from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
@@ -151,9 +153,7 @@ def _normalize(images: Any) -> Any:
     return normalize(images)
 
 
-def train_step(
-    model: Any, optimizer: Any, batch: dict[str, Any], lr: float, config: TrainConfig, rt: Runtime
-) -> Any:
+def train_step(model: Any, optimizer: Any, batch: Batch, lr: float, config: TrainConfig, rt: Runtime) -> Any:
     """One optimizer step on a device batch; returns the (device) loss. No host sync."""
     import torch
     import torch.nn.functional as F
@@ -177,9 +177,8 @@ def train_step(
 
 
 def evaluate(model: Any, loader: Any, epoch: int, config: TrainConfig, rt: Runtime) -> dict[str, float]:
-    """Exact val metrics: masked sums on the device, one host transfer per epoch."""
+    """Exact val metrics (tpustream/metrics.py): masked sums on the device, one host transfer per epoch."""
     import torch
-    import torch.nn.functional as F
     import torch_xla
     import torch_xla.core.xla_model as xm
 
@@ -189,27 +188,17 @@ def evaluate(model: Any, loader: Any, epoch: int, config: TrainConfig, rt: Runti
         for batch in device_loader(loader.epoch(epoch), rt):
             with torch.autocast("xla", dtype=torch.bfloat16, enabled=config.bf16):
                 logits = model(_normalize(batch["image"]))
-            logits = logits.float()
-            mask = batch["mask"].float()
-            labels = batch["label"]
-            loss = F.cross_entropy(logits, labels, reduction="none")
-            top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
-            hit1 = (top5[:, 0] == labels).float()
-            hit5 = (top5 == labels[:, None]).any(dim=1).float()
-            sums = sums + torch.stack(
-                [(loss * mask).sum(), (hit1 * mask).sum(), (hit5 * mask).sum(), mask.sum()]
-            )
+            sums = sums + masked_sums(logits.float(), batch["label"], batch["mask"])[0]
             torch_xla.sync()
     if rt.strategy == "replicas" and rt.num_replicas > 1:
         sums = xm.all_reduce(xm.REDUCE_SUM, sums)  # type: ignore[assignment]
-    loss_sum, top1, top5_sum, count = sums.cpu().tolist()
     model.train()
-    count = max(count, 1.0)
+    metrics = summarize(sums)
     return {
-        "val_loss": loss_sum / count,
-        "val_top1": top1 / count,
-        "val_top5": top5_sum / count,
-        "val_samples": int(count),
+        "val_loss": metrics["loss"],
+        "val_top1": metrics["top1"],
+        "val_top5": metrics["top5"],
+        "val_samples": metrics["samples"],
     }
 
 
@@ -223,6 +212,16 @@ class _State:
     global_step: int = 0
     best_top1: float = -1.0
     history: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _EpochRun:
+    """What ``run_epoch`` measured, for ``finish_epoch``'s record."""
+
+    started: float
+    loss_sum: Any  # on the device: read once, at the end of the epoch
+    steps: int = 0
+    wait: float = 0.0  # seconds spent waiting for the loader
 
 
 def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, Any]) -> int:
@@ -284,213 +283,286 @@ def _replica_main(index: int, config: TrainConfig) -> None:
 def _train_process(config: TrainConfig) -> dict[str, Any]:
     # SIGTERM is a preemption from the first instant: setup, loop and waiting for process 0 alike.
     with SigtermFlag() as preemption:
-        return _setup_and_run(config, preemption)
-
-
-def _setup_and_run(config: TrainConfig, preemption: SigtermFlag) -> dict[str, Any]:
-    import torch
-    import torch_xla.core.xla_model as xm
-
-    from tpustream.data import LoaderConfig, LoaderError, ShardLoader
-
-    output = storage.check_uri(config.output).rstrip("/")
-    dataset = storage.check_uri(config.data).rstrip("/")
-    try:
-        manifest = read_manifest(dataset)
-    except ShardError as exc:
-        raise TrainError(f"--data {dataset}: {exc}") from exc
-    for split in ("train", "val"):
-        if not manifest["splits"].get(split, {}).get("shards"):
-            raise TrainError(
-                f"--data {dataset} has no {split!r} split: re-create it with a validation fraction"
-            )
-    digest = manifest_digest(dataset)
-    classes = list(manifest["classes"])
-    rt = runtime(config.strategy)
-    if rt.is_master:
+        trainer = Trainer(config, preemption)
         try:
-            storage.ensure_prefix_writable(output)
-        except storage.StorageError as exc:
-            raise TrainError(f"--output {output}: {exc}") from exc
-    per_device = config.batch_size
-    if config.global_batch_size is not None:
-        if config.global_batch_size % rt.num_devices:
-            raise TrainError(
-                f"--global-batch-size {config.global_batch_size} does not divide over {rt.num_devices} devices: "
-                f"use a multiple of {rt.num_devices}, e.g. {rt.num_devices * max(1, config.global_batch_size // rt.num_devices)}"
-            )
-        per_device = config.global_batch_size // rt.num_devices
-    global_batch = per_device * rt.num_devices
-    input_size = resolve_input_size(config, dataset, manifest)
-    try:
-        loaders = {
-            split: ShardLoader(
-                LoaderConfig(
-                    data=dataset, split=split, batch_size=rt.host_batch(per_device), input_size=input_size,
-                    num_replicas=rt.num_replicas, replica_index=rt.replica_index, workers=config.workers,
-                    seed=config.seed,
-                ),
-                manifest=manifest,
-            )
-            for split in ("train", "val")
-        }  # fmt: skip
-    except LoaderError as exc:
-        raise TrainError(str(exc)) from exc
-    steps_per_epoch = loaders["train"].steps_per_epoch
-    peak_lr = config.lr or 0.1 * global_batch / 256
+            return trainer.fit()
+        finally:
+            trainer.close()
 
-    torch.manual_seed(config.seed)
-    model = build_model(config.model, num_classes=len(classes), input_size=input_size).to(rt.device)
-    optimizer = torch.optim.SGD(
-        parameter_groups(model, config.weight_decay), lr=peak_lr, momentum=config.momentum
-    )
-    state = _State()
-    resume_uri = None
-    if config.resume == "auto":
-        resume_uri = latest_checkpoint_uri(output)
-    elif config.resume != "never":
-        resume_uri = (
-            latest_checkpoint_uri(config.resume) if not config.resume.endswith(".pt") else config.resume
+
+class Trainer:
+    """One training process of the job. ``fit()`` is the whole story; each step of it is a method.
+
+    Built (``__init__``): the dataset, this process's place in the job, the loaders, model and optimizer.
+    ``restore()``: continue from a checkpoint. Per epoch: ``run_epoch()`` (the steps; a preemption stops
+    it at the step every host agreed on) and ``finish_epoch()`` (validate, record, log, checkpoint).
+    Finally process 0 writes the model artifact and the other hosts wait for it.
+    """
+
+    def __init__(self, config: TrainConfig, preemption: SigtermFlag) -> None:
+        import torch
+
+        self.config, self.preemption = config, preemption
+        self.output = storage.check_uri(config.output).rstrip("/")
+        self.dataset = storage.check_uri(config.data).rstrip("/")
+        self.manifest = self._read_manifest()
+        self.digest = manifest_digest(self.dataset)
+        self.classes = list(self.manifest["classes"])
+        self.rt = runtime(config.strategy)
+        if self.rt.is_master:
+            try:
+                storage.ensure_prefix_writable(self.output)
+            except storage.StorageError as exc:
+                raise TrainError(f"--output {self.output}: {exc}") from exc
+        self.per_device = self._per_device_batch()
+        self.global_batch = self.per_device * self.rt.num_devices
+        self.input_size = resolve_input_size(config, self.dataset, self.manifest)
+        self.loaders = self._loaders()
+        self.steps_per_epoch = self.loaders["train"].steps_per_epoch
+        self.peak_lr = config.lr or 0.1 * self.global_batch / 256
+        torch.manual_seed(config.seed)
+        self.model = build_model(config.model, num_classes=len(self.classes), input_size=self.input_size)
+        self.model = self.model.to(self.rt.device)
+        self.optimizer = torch.optim.SGD(
+            parameter_groups(self.model, config.weight_decay), lr=self.peak_lr, momentum=config.momentum
         )
-        if resume_uri is None:
-            raise CheckpointError(f"--resume {config.resume}: no committed checkpoint there")
-    if resume_uri:
-        checkpoint = load_checkpoint(resume_uri)
-        _check_resume(checkpoint, config, classes, input_size, resume_uri, digest)
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
+        self.state = _State()
+        self.meta = {
+            "model": config.model,
+            "classes": self.classes,
+            "input_size": self.input_size,
+            "dataset": self.dataset,
+            "dataset_digest": self.digest,
+            "config": asdict(config),
+        }
+        self.tb_dir = tempfile.mkdtemp(prefix="tpustream-tb-") if self.rt.is_master else ""
+        self.writer = _summary_writer(self.tb_dir) if self.rt.is_master else None
+        self.stop: StopAgreement | None = None
+        self.tracker: Any = None  # xm.RateTracker over the whole run, made in fit()
+
+    def fit(self) -> dict[str, Any]:
+        """Train to ``config.epochs``; returns the model card. Raises Preempted (every host at one step)."""
+        import torch_xla.core.xla_model as xm
+
+        self.restore()
+        self._log_plan()
+        # Every host stops at the same step when any of them is preempted (tpustream/preemption.py).
+        self.stop = StopAgreement(
+            self.output,
+            host=self.rt.replica_index,
+            hosts=self.rt.num_replicas,
+            from_step=self.state.global_step,
+            flag=self.preemption,
+            sync_seconds=self.config.preemption_sync_seconds,
+        )
+        if self.stop.stop_step(self.state.global_step) == self.state.global_step:
+            raise self.preempted(self.state.global_step)
+        self.model.train()
+        self.tracker = xm.RateTracker()
+        while self.state.epoch < self.config.epochs:
+            run = self.run_epoch()
+            self.finish_epoch(run)
+        if self.stop.stop_step(self.state.global_step) is not None:  # told during the last validation
+            raise self.preempted(self.state.global_step)
+        if not self.rt.is_master:
+            return _wait_for_primary(
+                self.output, self.digest, self.state.global_step, self.config, self.rt, self.stop
+            )
+        return _write_model_artifact(self.output, self.meta, self.state)
+
+    def close(self) -> None:
+        if self.stop is not None:
+            self.stop.close()
+        if self.writer is not None:
+            self.writer.close()
+        if self.tb_dir:
+            shutil.rmtree(self.tb_dir, ignore_errors=True)
+
+    # -- setup ---------------------------------------------------------------------------------------
+
+    def _read_manifest(self) -> dict[str, Any]:
+        try:
+            manifest = read_manifest(self.dataset)
+        except ShardError as exc:
+            raise TrainError(f"--data {self.dataset}: {exc}") from exc
+        for split in ("train", "val"):
+            if not manifest["splits"].get(split, {}).get("shards"):
+                raise TrainError(
+                    f"--data {self.dataset} has no {split!r} split: re-create it with a validation fraction"
+                )
+        return manifest
+
+    def _per_device_batch(self) -> int:
+        wanted, devices = self.config.global_batch_size, self.rt.num_devices
+        if wanted is None:
+            return self.config.batch_size
+        if wanted % devices:
+            raise TrainError(
+                f"--global-batch-size {wanted} does not divide over {devices} devices: "
+                f"use a multiple of {devices}, e.g. {devices * max(1, wanted // devices)}"
+            )
+        return wanted // devices
+
+    def _loaders(self) -> dict[str, Any]:
+        from tpustream.data import LoaderConfig, LoaderError, ShardLoader
+
+        rt = self.rt
+        try:
+            return {
+                split: ShardLoader(
+                    LoaderConfig(
+                        data=self.dataset,
+                        split=split,
+                        batch_size=rt.host_batch(self.per_device),
+                        input_size=self.input_size,
+                        num_replicas=rt.num_replicas,
+                        replica_index=rt.replica_index,
+                        workers=self.config.workers,
+                        seed=self.config.seed,
+                    ),
+                    manifest=self.manifest,
+                )
+                for split in ("train", "val")
+            }
+        except LoaderError as exc:
+            raise TrainError(str(exc)) from exc
+
+    def restore(self) -> None:
+        """Continue from ``--resume`` (auto: this output's `last`), mid-epoch included."""
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        config = self.config
+        uri = None
+        if config.resume == "auto":
+            uri = latest_checkpoint_uri(self.output)
+        elif config.resume != "never":
+            uri = latest_checkpoint_uri(config.resume) if not config.resume.endswith(".pt") else config.resume
+            if uri is None:
+                raise CheckpointError(f"--resume {config.resume}: no committed checkpoint there")
+        if not uri:
+            return
+        checkpoint = load_checkpoint(uri)
+        _check_resume(checkpoint, config, self.classes, self.input_size, uri, self.digest)
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
         xm.set_rng_state(int(checkpoint["rng"]["xla"]))
         torch.set_rng_state(checkpoint["rng"]["torch"])
-        state = _State(**checkpoint["state"])
-        log.info("resumed from %s at epoch %d, batch %d", resume_uri, state.epoch + 1, state.batches_done)
-    meta = {"model": config.model, "classes": classes, "input_size": input_size, "dataset": dataset,
-            "dataset_digest": digest, "config": asdict(config)}  # fmt: skip
-    log.info(
-        "training %s on %s: %d classes, %dpx, %d device(s) (%s), per-device batch %d, global batch %d, "
-        "%d steps/epoch x %d epochs, peak lr %.4g", config.model, dataset, len(classes), input_size,
-        rt.num_devices, config.strategy, per_device, global_batch, steps_per_epoch, config.epochs, peak_lr,
-    )  # fmt: skip
+        self.state = _State(**checkpoint["state"])
+        log.info("resumed from %s at epoch %d, batch %d", uri, self.state.epoch + 1, self.state.batches_done)
 
-    tb_dir = tempfile.mkdtemp(prefix="tpustream-tb-") if rt.is_master else ""
-    writer = _summary_writer(tb_dir) if rt.is_master else None
-    # Every host stops at the same step when any of them is preempted (tpustream/preemption.py).
-    stop = StopAgreement(output, host=rt.replica_index, hosts=rt.num_replicas, from_step=state.global_step,
-                         flag=preemption, sync_seconds=config.preemption_sync_seconds)  # fmt: skip
-    try:
-        return _run(config, rt, loaders, model, optimizer, state, meta, output, tb_dir, writer,
-                    peak_lr=peak_lr, global_batch=global_batch, stop=stop)  # fmt: skip
-    finally:
-        stop.close()
-        if writer is not None:
-            writer.close()
-        if tb_dir:
-            shutil.rmtree(tb_dir, ignore_errors=True)
+    def _log_plan(self) -> None:
+        log.info(
+            "training %s on %s: %d classes, %dpx, %d device(s) (%s), per-device batch %d, global batch %d, "
+            "%d steps/epoch x %d epochs, peak lr %.4g",
+            self.config.model,
+            self.dataset,
+            len(self.classes),
+            self.input_size,
+            self.rt.num_devices,
+            self.config.strategy,
+            self.per_device,
+            self.global_batch,
+            self.steps_per_epoch,
+            self.config.epochs,
+            self.peak_lr,
+        )
 
+    # -- the epoch -----------------------------------------------------------------------------------
 
-def _run(config: TrainConfig, rt: Runtime, loaders: dict[str, Any], model: Any, optimizer: Any, state: _State,
-         meta: dict[str, Any], output: str, tb_dir: str, writer: Any, *, peak_lr: float,
-         global_batch: int, stop: StopAgreement) -> dict[str, Any]:  # fmt: skip
-    """The epoch loop; returns the model card (process 0 writes it, the other hosts wait for it)."""
-    import torch
-    import torch_xla
-    import torch_xla.core.xla_model as xm
-    import torch_xla.debug.metrics as met
+    def run_epoch(self) -> _EpochRun:
+        """The steps of ``state.epoch`` from ``state.batches_done`` on; no host sync per step."""
+        import torch
+        import torch_xla.core.xla_model as xm
 
-    steps_per_epoch = loaders["train"].steps_per_epoch
-    total_steps = steps_per_epoch * config.epochs
-    warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
-
-    def checkpoint_now(best: bool) -> None:
-        if not rt.is_master:
-            return
-        payload = {
-            "model": to_cpu(model.state_dict()), "optimizer": to_cpu(optimizer.state_dict()),
-            "state": asdict(state), "meta": meta,
-            "rng": {"xla": str(xm.get_rng_state()), "torch": torch.get_rng_state()},  # uint64: as text
-        }  # fmt: skip
-        save_checkpoint(output, Position(state.epoch, state.batches_done, state.global_step), payload,
-                        best=best, keep=config.keep_checkpoints)  # fmt: skip
-
-    def preempted(at: int | None) -> Preempted:
-        # process 0 commits `last` at the agreed step (unless nothing new was trained), then every host leaves
-        trained = state.global_step > stop.from_step
-        if trained:
-            torch_xla.sync()
-            checkpoint_now(best=False)
-        stop.close(cleanup=True)
-        how = "without the slice's agreement (see the error above)" if stop.timed_out else "with every host"
-        saved = "`last` written" if trained else "nothing new to save"
-        return Preempted(f"preempted at epoch {state.epoch + 1}, batch {state.batches_done} (step {at}), "
-                         f"stopping {how}: {saved}")  # fmt: skip
-
-    model.train()
-    tracker = xm.RateTracker()
-    last_checkpoint = time.monotonic()
-    if stop.stop_step(state.global_step) == state.global_step:
-        raise preempted(state.global_step)
-    while state.epoch < config.epochs:
-        epoch = state.epoch
-        epoch_started = time.perf_counter()
-        wait = 0.0
+        config, state, rt = self.config, self.state, self.rt
+        assert self.stop is not None
+        total_steps = self.steps_per_epoch * config.epochs
+        warmup_steps = int(round(config.warmup_epochs * self.steps_per_epoch))
+        run = _EpochRun(started=time.perf_counter(), loss_sum=torch.zeros((), device=rt.device))
+        last_checkpoint = time.monotonic()
         # resumed mid-epoch: the loader skips the batches already trained on without decoding them
-        batches = loaders["train"].epoch(epoch, start_batch=state.batches_done)
-        iterator = iter(device_loader(batches, rt))
-        loss_sum = torch.zeros((), device=rt.device)
-        steps_this_run = 0
+        batches = iter(
+            device_loader(self.loaders["train"].epoch(state.epoch, start_batch=state.batches_done), rt)
+        )
         while True:
             waited = time.perf_counter()
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                break
-            wait += time.perf_counter() - waited
-            lr = lr_at(state.global_step, peak_lr=peak_lr, warmup_steps=warmup_steps, total_steps=total_steps)
-            loss = train_step(model, optimizer, batch, lr, config, rt)
-            loss_sum = loss_sum + loss
+            batch = next(batches, None)
+            if batch is None:
+                return run
+            run.wait += time.perf_counter() - waited
+            lr = lr_at(
+                state.global_step, peak_lr=self.peak_lr, warmup_steps=warmup_steps, total_steps=total_steps
+            )
+            loss = train_step(self.model, self.optimizer, batch, lr, config, rt)
+            run.loss_sum = run.loss_sum + loss
             state.global_step += 1
             state.batches_done += 1
-            steps_this_run += 1
-            tracker.add(global_batch / rt.num_replicas)
+            run.steps += 1
+            self.tracker.add(self.global_batch / rt.num_replicas)
             if state.global_step % config.log_steps == 0:
-                elapsed = time.perf_counter() - epoch_started
+                wait_fraction = run.wait / max(time.perf_counter() - run.started, 1e-9)
                 xm.add_step_closure(
-                    _log_step, args=(loss, state.global_step, epoch, lr, tracker, rt, wait / max(elapsed, 1e-9), writer)
-                )  # fmt: skip
-            agreed = stop.stop_step(state.global_step)
+                    _log_step,
+                    args=(
+                        loss,
+                        state.global_step,
+                        state.epoch,
+                        lr,
+                        self.tracker,
+                        rt,
+                        wait_fraction,
+                        self.writer,
+                    ),
+                )
+            agreed = self.stop.stop_step(state.global_step)
             if agreed is not None and state.global_step >= agreed:
-                raise preempted(agreed)
+                raise self.preempted(agreed)
             if time.monotonic() - last_checkpoint > config.checkpoint_minutes * 60:
-                checkpoint_now(best=False)
+                self.checkpoint(best=False)
                 last_checkpoint = time.monotonic()
-        metrics = evaluate(model, loaders["val"], epoch, config, rt)
-        train_loss = (loss_sum / max(steps_this_run, 1)).item()
+
+    def finish_epoch(self, run: _EpochRun) -> None:
+        """Validate, record, log (and TensorBoard), then commit the epoch's checkpoint."""
+        state = self.state
+        metrics = evaluate(self.model, self.loaders["val"], state.epoch, self.config, self.rt)
+        train_loss = (run.loss_sum / max(run.steps, 1)).item()
         if not math.isfinite(train_loss):
             # Nothing of this epoch is checkpointed: `last` stays the previous, finite epoch.
             raise TrainError(
-                f"training diverged: mean train loss is {train_loss} in epoch {epoch + 1}; lower --lr "
-                f"(this run: peak {peak_lr:g}) or raise --warmup-epochs, then re-run: --resume auto "
+                f"training diverged: mean train loss is {train_loss} in epoch {state.epoch + 1}; lower --lr "
+                f"(this run: peak {self.peak_lr:g}) or raise --warmup-epochs, then re-run: --resume auto "
                 "continues from the last finite checkpoint"
             )
-        seconds = time.perf_counter() - epoch_started
-        samples = steps_this_run * global_batch
-        record = {
-            "epoch": epoch + 1, "train_loss": train_loss, **metrics, "epoch_seconds": seconds,
-            "samples_per_s": samples / seconds, "samples_per_s_per_device": samples / seconds / rt.num_devices,
-            "data_wait_fraction": wait / seconds, "compiles": _compiles(met),
-        }  # fmt: skip
+        record = self._record(run, train_loss, metrics)
         state.history.append(record)
         best = metrics["val_top1"] > state.best_top1
         if best:
             state.best_top1 = metrics["val_top1"]
-        state.epoch, state.batches_done = epoch + 1, 0
+        state.epoch, state.batches_done = state.epoch + 1, 0
+        self._report(record)
+        self.checkpoint(best=best)
+
+    def _record(self, run: _EpochRun, train_loss: float, metrics: dict[str, float]) -> dict[str, Any]:
+        import torch_xla.debug.metrics as met
+
+        seconds = time.perf_counter() - run.started
+        samples_per_s = run.steps * self.global_batch / seconds
+        return {
+            "epoch": self.state.epoch + 1, "train_loss": train_loss, **metrics, "epoch_seconds": seconds,
+            "samples_per_s": samples_per_s, "samples_per_s_per_device": samples_per_s / self.rt.num_devices,
+            "data_wait_fraction": run.wait / seconds, "compiles": _compiles(met),
+        }  # fmt: skip
+
+    def _report(self, r: dict[str, Any]) -> None:
         log.info(
             "epoch %d/%d: train loss %.4f, val top-1 %.4f top-5 %.4f loss %.4f (%d samples), %.1f s, "
             "%.0f samples/s (%.0f per device), data wait %.1f%%, XLA compiles so far %d",
-            epoch + 1, config.epochs, train_loss, metrics["val_top1"], metrics["val_top5"], metrics["val_loss"],
-            metrics["val_samples"], seconds, record["samples_per_s"], record["samples_per_s_per_device"],
-            100 * record["data_wait_fraction"], record["compiles"],
+            r["epoch"], self.config.epochs, r["train_loss"], r["val_top1"], r["val_top5"], r["val_loss"],
+            r["val_samples"], r["epoch_seconds"], r["samples_per_s"], r["samples_per_s_per_device"],
+            100 * r["data_wait_fraction"], r["compiles"],
         )  # fmt: skip
-        if writer is not None:
+        if self.writer is not None:
             for key in (
                 "train_loss",
                 "val_loss",
@@ -499,16 +571,56 @@ def _run(config: TrainConfig, rt: Runtime, loaders: dict[str, Any], model: Any, 
                 "samples_per_s",
                 "data_wait_fraction",
             ):
-                writer.add_scalar(f"epoch/{key}", record[key], epoch + 1)
-            writer.flush()
-            _upload_tree(tb_dir, storage.join(output, "tensorboard"))
-        checkpoint_now(best=best)
-        last_checkpoint = time.monotonic()
-    if stop.stop_step(state.global_step) is not None:  # told during the last epoch's validation
-        raise preempted(state.global_step)
-    if not rt.is_master:
-        return _wait_for_primary(output, meta["dataset_digest"], state.global_step, config, rt, stop)
-    return _write_model_artifact(output, meta, state)
+                self.writer.add_scalar(f"epoch/{key}", r[key], r["epoch"])
+            self.writer.flush()
+            _upload_tree(self.tb_dir, storage.join(self.output, "tensorboard"))
+
+    # -- checkpoints and preemption ------------------------------------------------------------------
+
+    def checkpoint(self, *, best: bool) -> None:
+        """Process 0 commits the exact training state (weights, optimizer, position, RNG)."""
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        if not self.rt.is_master:
+            return
+        state = self.state
+        payload = {
+            "model": to_cpu(self.model.state_dict()),
+            "optimizer": to_cpu(self.optimizer.state_dict()),
+            "state": asdict(state),
+            "meta": self.meta,
+            "rng": {"xla": str(xm.get_rng_state()), "torch": torch.get_rng_state()},  # uint64: as text
+        }
+        save_checkpoint(
+            self.output,
+            Position(state.epoch, state.batches_done, state.global_step),
+            payload,
+            best=best,
+            keep=self.config.keep_checkpoints,
+        )
+
+    def preempted(self, at: int) -> Preempted:
+        """Leave at the agreed step: process 0 commits `last` (unless nothing new was trained)."""
+        import torch_xla
+
+        assert self.stop is not None
+        state = self.state
+        trained = state.global_step > self.stop.from_step
+        if trained:
+            torch_xla.sync()
+            self.checkpoint(best=False)
+        self.stop.close(cleanup=True)
+        how = (
+            "without the slice's agreement (see the error above)"
+            if self.stop.timed_out
+            else "with every host"
+        )
+        saved = "`last` written" if trained else "nothing new to save"
+        return Preempted(
+            f"preempted at epoch {state.epoch + 1}, batch {state.batches_done} (step {at}), "
+            f"stopping {how}: {saved}"
+        )
 
 
 def _wait_for_primary(
@@ -548,9 +660,14 @@ def _log_step(
     loss_value = loss.item()  # inside a step closure: the step already ran, this is no extra sync
     log.info(
         "epoch %d step %d: loss %.4f lr %.4g Rate %.1f GlobalRate %.1f samples/s per device, data wait %.1f%%",
-        epoch + 1, step, loss_value, lr, tracker.rate() / rt.local_devices, tracker.global_rate() / rt.local_devices,
+        epoch + 1,
+        step,
+        loss_value,
+        lr,
+        tracker.rate() / rt.local_devices,
+        tracker.global_rate() / rt.local_devices,
         100 * wait_fraction,
-    )  # fmt: skip
+    )
     if writer is not None:
         writer.add_scalar("train/loss", loss_value, step)
         writer.add_scalar("train/lr", lr, step)

@@ -10,7 +10,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Runtime", "runtime", "device_loader", "emulated_slice", "is_primary_host", "EMULATE_SLICE_ENV"]
+__all__ = [
+    "Runtime",
+    "runtime",
+    "device_loader",
+    "emulated_slice",
+    "is_primary_host",
+    "process_layout",
+    "single_device",
+    "EMULATE_SLICE_ENV",
+]
 
 # Test-only: XLA on CPU cannot span processes (multi-process collectives crash, pytorch/xla #5005,
 # #9089), so a multi-host slice is emulated in control flow: N processes, each told it is host k of N
@@ -63,6 +72,37 @@ def is_primary_host() -> bool:
     return xr.process_index() == 0
 
 
+def process_layout() -> tuple[int, int]:
+    """``(process index, process count)`` of this process in the job without building a Runtime: the
+    emulated slice's host, torch_xla's PJRT runtime when one is configured, else ``(0, 1)``."""
+    emulated = emulated_slice()
+    if emulated is not None:
+        return emulated
+    if os.environ.get("PJRT_DEVICE"):
+        try:
+            import torch_xla.runtime as xr
+
+            return int(xr.process_index()), int(xr.process_count())
+        except Exception:  # torch_xla absent or not initialised: a single process
+            pass
+    return 0, 1
+
+
+def single_device() -> Any:
+    """One device for a single-process job (evaluation): XLA when a PJRT device is configured (TPU, or
+    CPU in tests), plain CPU otherwise."""
+    if os.environ.get("PJRT_DEVICE"):
+        try:
+            import torch_xla
+
+            return torch_xla.device()
+        except ImportError:
+            pass
+    import torch
+
+    return torch.device("cpu")
+
+
 def runtime(strategy: str) -> Runtime:
     """This process's place in the job: ``spmd`` (one process per host, a 1-D data mesh over every
     device) or ``replicas`` (one process per device)."""
@@ -80,19 +120,35 @@ def runtime(strategy: str) -> Runtime:
         if emulated is not None:  # host k of N in control flow only: a mesh over this host's devices
             index, hosts = emulated
             return Runtime(
-                device=torch_xla.device(), strategy=strategy, num_devices=num_devices * hosts,
-                local_devices=num_devices, replica_index=index, num_replicas=hosts, is_master=index == 0,
-                mesh=mesh, emulated=True,
-            )  # fmt: skip
+                device=torch_xla.device(),
+                strategy=strategy,
+                num_devices=num_devices * hosts,
+                local_devices=num_devices,
+                replica_index=index,
+                num_replicas=hosts,
+                is_master=index == 0,
+                mesh=mesh,
+                emulated=True,
+            )
         return Runtime(
-            device=torch_xla.device(), strategy=strategy, num_devices=num_devices,
-            local_devices=xr.addressable_runtime_device_count(), replica_index=xr.process_index(),
-            num_replicas=xr.process_count(), is_master=xr.process_index() == 0, mesh=mesh,
-        )  # fmt: skip
+            device=torch_xla.device(),
+            strategy=strategy,
+            num_devices=num_devices,
+            local_devices=xr.addressable_runtime_device_count(),
+            replica_index=xr.process_index(),
+            num_replicas=xr.process_count(),
+            is_master=xr.process_index() == 0,
+            mesh=mesh,
+        )
     return Runtime(
-        device=torch_xla.device(), strategy=strategy, num_devices=xr.world_size(), local_devices=1,
-        replica_index=xr.global_ordinal(), num_replicas=xr.world_size(), is_master=xr.global_ordinal() == 0,
-    )  # fmt: skip
+        device=torch_xla.device(),
+        strategy=strategy,
+        num_devices=xr.world_size(),
+        local_devices=1,
+        replica_index=xr.global_ordinal(),
+        num_replicas=xr.world_size(),
+        is_master=xr.global_ordinal() == 0,
+    )
 
 
 def device_loader(batches: Any, rt: Runtime) -> Any:
