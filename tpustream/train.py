@@ -345,6 +345,11 @@ class Trainer:
         import torch_xla.core.xla_model as xm
 
         self.restore()
+        if self.state.epoch >= self.config.epochs and latest_checkpoint_uri(self.output, "best") is None:
+            raise TrainError(
+                f"--resume {self.config.resume}: that run has already trained {self.state.epoch} epochs and "
+                f"--epochs is {self.config.epochs}: raise --epochs to train on from it, or use the model it wrote"
+            )
         self._log_plan()
         # Every host stops at the same step when any of them is preempted (tpustream/preemption.py).
         self.stop = StopAgreement(

@@ -154,7 +154,8 @@ def test_a_file_where_a_directory_is_expected_is_one_line(digits, trained, tmp_p
 
 
 def test_bad_resume_inputs_are_one_line(digits, trained, tmp_path):
-    """--resume a plain file, and a pickle a weights-only load refuses (a truncated file: test_checkpoint.py)."""
+    """--resume a plain file, a pickle a weights-only load refuses (a truncated file: test_checkpoint.py),
+    and a finished run with no more epochs to train."""
     notes = tmp_path / "notes.txt"
     notes.write_text("not a checkpoint\n")
     pickled = tmp_path / "pickled.pt"
@@ -163,6 +164,8 @@ def test_bad_resume_inputs_are_one_line(digits, trained, tmp_path):
     cases = {
         notes: [f"{notes} is a file, not a training output directory", "ends in .pt"],
         pickled: [f"checkpoint {pickled} is unreadable (it pickles pathlib", "--resume never"],
+        # a finished run resumed into a new output with the same --epochs: nothing to train, no best there
+        trained["output"]: ["that run has already trained", "raise --epochs to train on from it"],
     }
     procs = {  # started together: each spends its seconds importing torch and setting up XLA
         resume: subprocess.Popen(_train(digits, tmp_path / f"out-{resume.stem}", "--resume", str(resume)),
