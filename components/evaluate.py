@@ -9,10 +9,10 @@ def evaluate_model(
     registry: str,
     metric: str,
     min_delta: float,
-    max_class_drop: float,
     metrics: Output[Metrics],
     confusion: Output[ClassificationMetrics],
     evaluation: Output[Metrics],
+    max_class_drop: float = -1.0,
 ) -> str:
     """metrics.json under the `evaluation` artifact; KFP metrics and the confusion matrix for the UI.
     Returns "promote" or "keep" (the DAG's branch; promote decides again under compare-and-swap).

@@ -19,15 +19,16 @@ def promote_model(
     registry: str,
     metric: str,
     min_delta: float,
-    max_class_drop: float,
     vertex_model: Output[artifact_types.VertexModel],
+    max_class_drop: float = -1.0,
     vertex_model_name: str = "",
     serving_image: str = "",
     project: str = "",
     location: str = "",
 ) -> str:
     """Returns the outcome line; the registry's champion.json is the source of truth. Without
-    ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName."""
+    ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName.
+    ``max_class_drop`` < 0: no per-class check."""
     from tpustream.promote import promote
     from tpustream.vertex import target_from_env
 
