@@ -164,9 +164,9 @@ def _true_class(item: Item, classes: list[str]) -> str | None:
 
 def device_for_cli() -> Any:
     """XLA when PJRT_DEVICE is set (as ``tpustream evaluate``), plain CPU otherwise."""
-    from tpustream.evaluate import _device
+    from tpustream.xla_runtime import single_device
 
-    return _device()
+    return single_device()
 
 
 def default_batch_size() -> int:
