@@ -15,8 +15,8 @@ from typing import Any
 
 __all__ = ["peer_pipelines", "missing_peers"]
 
-# The peers the issue measured; those without an adapter here or without their package installed are
-# reported as skipped with the reason.
+# The peers the issue measured that have no adapter here yet (their packages are not in this machine's
+# package index, so none could be written and tested): reported as skipped, with the reason.
 _NOT_ADAPTED = {
     "litdata": "litdata",
     "grain": "grain",
@@ -29,7 +29,7 @@ def missing_peers() -> dict[str, str]:
     notes = {}
     for name, module in _NOT_ADAPTED.items():
         if importlib.util.find_spec(module) is None:
-            notes[name] = f"{module} not installed (pip install '.[bench]')"
+            notes[name] = f"{module} not installed (and no adapter writes its own format here yet)"
         else:
             notes[name] = f"{module} installed, but no adapter for its own format writer yet"
     if importlib.util.find_spec("webdataset") is None:
