@@ -101,10 +101,11 @@ class StopAgreement:
         if hosts > 1:
             if host == 0:
                 self._remove_stale()
-            self._watcher = threading.Thread(
-                target=self._watch, args=(poll_seconds,), name="tpustream-preemption", daemon=True
-            )
-            self._watcher.start()
+            if not self._noticed():  # a host started late sees an earlier notice before its first step
+                self._watcher = threading.Thread(
+                    target=self._watch, args=(poll_seconds,), name="tpustream-preemption", daemon=True
+                )
+                self._watcher.start()
 
     @property
     def requested(self) -> bool:
@@ -136,20 +137,26 @@ class StopAgreement:
         return storage.join(self.directory, name)
 
     def _watch(self, poll_seconds: float) -> None:
-        notice = self._path("notice.json")
         while not self._closed.wait(poll_seconds):
-            try:
-                data = storage.read_bytes(notice)
-            except storage.NotFound:
-                continue
-            except storage.StorageError as exc:  # transient: the next poll tries again
-                log.debug("preemption watcher: %s", exc)
-                continue
-            if self._current(data):
-                if not self.flag.requested:
-                    log.warning("another host was preempted (%s): stopping with it", notice)
-                self._seen.set()
+            if self._noticed():
                 return
+
+    def _noticed(self) -> bool:
+        """One look for another host's notice (of this attempt); sets the flag when there is one."""
+        notice = self._path("notice.json")
+        try:
+            data = storage.read_bytes(notice)
+        except storage.NotFound:
+            return False
+        except storage.StorageError as exc:  # transient: the next poll tries again
+            log.debug("preemption watcher: %s", exc)
+            return False
+        if not self._current(data):
+            return False
+        if not self.flag.requested:
+            log.warning("another host was preempted (%s): stopping with it", notice)
+        self._seen.set()
+        return True
 
     def _current(self, data: bytes) -> bool:
         try:

@@ -616,15 +616,17 @@ class Trainer:
             torch_xla.sync()
             self.checkpoint(best=False)
         self.stop.close(cleanup=True)
-        how = (
-            "without the slice's agreement (see the error above)"
-            if self.stop.timed_out
-            else "with every host"
-        )
-        saved = "`last` written" if trained else "nothing new to save"
+        if self.stop.hosts == 1:
+            how = ""
+        elif self.stop.timed_out:
+            how = ", stopping without the slice's agreement (see the error above)"
+        else:
+            how = ", stopping with every host"
+        if not trained:
+            cause = "SIGTERM" if self.preemption.requested else "another host's preemption"
+            return Preempted(f"{cause} before the first step (step {at}){how}: nothing new to save")
         return Preempted(
-            f"preempted at epoch {state.epoch + 1}, batch {state.batches_done} (step {at}), "
-            f"stopping {how}: {saved}"
+            f"preempted at epoch {state.epoch + 1}, batch {state.batches_done} (step {at}){how}: `last` written"
         )
 
 
