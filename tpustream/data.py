@@ -17,7 +17,6 @@ reported per epoch in ``EpochReport``. Stats travel in-band with each batch (no 
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -27,20 +26,17 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
-from tpustream.epoch_plan import LoaderError, WorkerPlan, plan_epoch  # re-exported
+from tpustream.epoch_plan import LoaderError, WorkerPlan, plan_epoch
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS
 from tpustream.manifest import read_manifest
 from tpustream.tario import TarFormatError, iter_tar_samples
 from tpustream.transforms import Augment, Prepared, prepare_image, render_batch, skip_image
+from tpustream.xla_runtime import process_layout
 
 __all__ = [
     "LoaderConfig",
     "ShardLoader",
     "EpochReport",
-    "WorkerPlan",
-    "plan_epoch",
-    "runtime_layout",
-    "LoaderError",
     "IMAGE_EXTS",
     "first_image_side",
 ]
@@ -49,18 +45,6 @@ log = logging.getLogger(__name__)
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "ppm")
 MAX_PROBLEMS_KEPT = 50
-
-
-def runtime_layout() -> tuple[int, int]:
-    """(process_index, process_count) from torch_xla's runtime when running under PJRT, else (0, 1)."""
-    if os.environ.get("PJRT_DEVICE"):
-        try:
-            import torch_xla.runtime as xr
-
-            return int(xr.process_index()), int(xr.process_count())
-        except Exception:  # torch_xla absent or not initialised: a single process
-            pass
-    return 0, 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -528,7 +512,7 @@ class ShardLoader:
         self.shards: list[dict[str, Any]] = split["shards"]
         self.num_classes = len(self.manifest["classes"])
         if config.num_replicas is None:
-            self.replica_index, self.num_replicas = runtime_layout()
+            self.replica_index, self.num_replicas = process_layout()
         else:
             self.replica_index, self.num_replicas = int(config.replica_index or 0), config.num_replicas
         min_scale = config.min_crop_scale or (0.08 if config.input_size >= 128 else 0.35)

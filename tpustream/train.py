@@ -409,7 +409,8 @@ class Trainer:
         return wanted // devices
 
     def _loaders(self) -> dict[str, Any]:
-        from tpustream.data import LoaderConfig, LoaderError, ShardLoader
+        from tpustream.data import LoaderConfig, ShardLoader
+        from tpustream.epoch_plan import LoaderError
 
         rt = self.rt
         try:

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from tpustream import shards, storage
-from tpustream.data import LoaderConfig, LoaderError, ShardLoader
+from tpustream.data import LoaderConfig, ShardLoader
+from tpustream.epoch_plan import LoaderError
 from tpustream.imagecodec import encode_ppm
 from tpustream.manifest import read_manifest
 from tpustream.shard_plan import ShardConfig

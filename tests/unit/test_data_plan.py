@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from tpustream.data import LoaderError, plan_epoch
+from tpustream.epoch_plan import LoaderError, plan_epoch
 
 LAYOUTS = list(itertools.product([8, 9, 13, 17, 40], [1, 2, 4], [0, 1, 2, 3], [4, 7, 16]))
 
