@@ -96,7 +96,7 @@ def _kernel_alone(
 
     import torch
 
-    from tpustream.data import IMAGE_EXTS
+    from tpustream.imagecodec import image_member
     from tpustream.tario import iter_tar_samples
     from tpustream.transforms import Augment, prepare_image, render_batch
 
@@ -104,7 +104,7 @@ def _kernel_alone(
     for shard in manifest["splits"][split]["shards"]:
         with storage.open_read(storage.join(dataset, shard["path"])) as stream:
             for _, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
-                ext = next(e for e in IMAGE_EXTS if e in fields)
+                ext = image_member(fields) or ""
                 samples.append((fields[ext], ext))
         if len(samples) >= 4 * batch:
             break
@@ -162,14 +162,14 @@ def _measure(make: Callable[[], Iterable[Any]], seconds: float) -> float:
 
 def _export_image_folder(dataset: str, manifest: dict[str, Any], split: str, root: str) -> int:
     """Write the split's samples as one file per image (class folders) for pipeline (A)."""
-    from tpustream.data import IMAGE_EXTS
+    from tpustream.imagecodec import image_member
     from tpustream.tario import iter_tar_samples
 
     count = 0
     for shard in manifest["splits"][split]["shards"]:
         with storage.open_read(storage.join(dataset, shard["path"])) as stream:
             for key, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
-                ext = next(e for e in IMAGE_EXTS if e in fields)
+                ext = image_member(fields) or ""
                 label = manifest["classes"][int(fields["cls"])]
                 os.makedirs(os.path.join(root, label), exist_ok=True)
                 with open(os.path.join(root, label, f"{key}.{ext}"), "wb") as f:

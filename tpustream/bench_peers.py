@@ -65,12 +65,12 @@ class _OurDecoder:
         self.rng: random.Random | None = None
 
     def __call__(self, sample: dict[str, Any]) -> tuple[Any, int]:
-        from tpustream.data import IMAGE_EXTS
+        from tpustream.imagecodec import image_member
         from tpustream.transforms import prepare_image
 
         if self.rng is None:  # per worker process: forked copies must not draw the same crops
             self.rng = random.Random(os.getpid())
-        ext = next(e for e in IMAGE_EXTS if e in sample)
+        ext = image_member(sample) or ""
         return prepare_image(sample[ext], ext, self.augment, self.rng), int(sample["cls"])
 
     def collate(self, items: list[tuple[Any, int]]) -> tuple[Any, Any]:

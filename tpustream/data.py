@@ -27,7 +27,7 @@ import numpy as np
 
 from tpustream import storage
 from tpustream.epoch_plan import LoaderError, WorkerPlan, plan_epoch
-from tpustream.imagecodec import DEFAULT_MAX_PIXELS
+from tpustream.imagecodec import DEFAULT_MAX_PIXELS, image_member
 from tpustream.manifest import read_manifest
 from tpustream.tario import TarFormatError, iter_tar_samples
 from tpustream.transforms import Augment, Prepared, prepare_image, render_batch, skip_image
@@ -37,13 +37,11 @@ __all__ = [
     "LoaderConfig",
     "ShardLoader",
     "EpochReport",
-    "IMAGE_EXTS",
     "first_image_side",
 ]
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTS = ("jpg", "jpeg", "png", "ppm")
 MAX_PROBLEMS_KEPT = 50
 
 
@@ -436,7 +434,7 @@ def first_image_side(dataset: str, manifest: dict[str, Any], split: str = "train
     shard = manifest["splits"][split]["shards"][0]
     with storage.open_read(storage.join(dataset, shard["path"])) as stream:
         for _, fields in iter_tar_samples(stream, int(shard["num_bytes"])):  # type: ignore[arg-type]
-            ext = next((e for e in IMAGE_EXTS if e in fields), None)
+            ext = image_member(fields)
             if ext is not None:
                 return min(Image.open(io.BytesIO(fields[ext])).size)
     raise LoaderError(f"no image in {storage.join(dataset, shard['path'])}")
@@ -487,10 +485,8 @@ def _pick(fields: dict[str, bytes], num_classes: int) -> tuple[bytes, str, int] 
         return None
     if not 0 <= label < num_classes:
         return None
-    for ext in IMAGE_EXTS:
-        if ext in fields:
-            return fields[ext], ext, label
-    return None
+    ext = image_member(fields)
+    return None if ext is None else (fields[ext], ext, label)
 
 
 class ShardLoader:

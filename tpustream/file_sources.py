@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
-from tpustream.imagecodec import CorruptImage, encode_ppm, prepare_image_bytes, resize_array
+from tpustream.imagecodec import IMAGE_EXTS, CorruptImage, encode_ppm, prepare_image_bytes, resize_array
 from tpustream.source_types import Item, Source, SourceError
 
 __all__ = ["cifar10_source", "image_folder_source", "load_cifar_pickle", "IMAGE_EXTENSIONS"]
 
 # Extensions we keep byte-for-byte, and the ones we accept but re-encode to PNG.
-KEEP_EXT = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png", ".ppm": "ppm"}
+KEEP_EXT = {f".{ext}": "jpg" if ext == "jpeg" else ext for ext in IMAGE_EXTS}
 REENCODE_EXT = {".bmp", ".gif", ".webp", ".tif", ".tiff", ".pgm", ".pbm", ".pnm"}
 IMAGE_EXTENSIONS = frozenset(KEEP_EXT) | REENCODE_EXT
 SPLIT_DIR_NAMES = {"train": "train", "val": "val", "validation": "val", "test": "val"}

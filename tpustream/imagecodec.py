@@ -7,8 +7,8 @@ import contextlib
 import contextvars
 import io
 import re
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,8 @@ __all__ = [
     "resize_array",
     "prepare_image_bytes",
     "to_rgb",
+    "IMAGE_EXTS",
+    "image_member",
 ]
 
 # The pixel budget (--max-pixels): images whose header claims more pixels are refused before any decoding.
@@ -44,6 +46,16 @@ _BUDGET: contextvars.ContextVar[int] = contextvars.ContextVar(
 # Pillow modes holding more than 8 bits per pixel (16-bit PNG/TIFF grey, 32-bit int, float): a plain
 # ``convert("RGB")`` clips them at 255, so a 16-bit grey photo comes out solid white.
 HIGH_DEPTH_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N", "I", "F"})
+
+
+# A shard sample's image member, by extension, in the order a reader looks for it (shards hold the
+# original bytes of a JPEG, PNG or PPM file; other formats are re-encoded when the shards are written).
+IMAGE_EXTS = ("jpg", "jpeg", "png", "ppm")
+
+
+def image_member(fields: Mapping[str, Any]) -> str | None:
+    """The extension of a tar sample's image member (``fields``: member extension -> bytes), or None."""
+    return next((ext for ext in IMAGE_EXTS if ext in fields), None)
 
 
 class CorruptImage(TpustreamError, ValueError):

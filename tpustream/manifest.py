@@ -13,6 +13,7 @@ from typing import Any
 
 from tpustream import storage
 from tpustream.errors import TpustreamError
+from tpustream.imagecodec import image_member
 from tpustream.tario import HashingReader, iter_tar_samples
 
 __all__ = [
@@ -25,7 +26,6 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
-_IMAGE_EXTS = ("jpg", "jpeg", "png", "ppm")  # the loader's order (data.IMAGE_EXTS)
 MANIFEST_FORMAT = "tpustream.shards/v1"
 
 
@@ -76,7 +76,7 @@ def _check_sample(key: str, fields: dict[str, bytes], num_classes: int, max_pixe
         return f"sample {key}: no valid .cls"
     if not 0 <= label < num_classes:
         return f"sample {key}: class {label} out of range for {num_classes} classes"
-    ext = next((e for e in _IMAGE_EXTS if e in fields), None)
+    ext = image_member(fields)
     if ext is None:
         return f"sample {key}: no image (members {sorted(fields)})"
     try:

@@ -17,12 +17,13 @@ from typing import Any
 
 from tpustream import storage
 from tpustream.errors import TpustreamError
+from tpustream.imagecodec import IMAGE_EXTS, image_member
 
 __all__ = ["Item", "PredictError", "iter_items", "predict_items", "val_items_of_model"]
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".ppm")
+IMAGE_SUFFIXES = tuple(f".{ext}" for ext in IMAGE_EXTS)
 
 
 class PredictError(TpustreamError, ValueError):
@@ -38,7 +39,7 @@ class Item:
 
 
 def _is_dataset(uri: str) -> bool:
-    return not uri.endswith((".tar", *IMAGE_EXTS)) and storage.exists(storage.join(uri, "manifest.json"))
+    return not uri.endswith((".tar", *IMAGE_SUFFIXES)) and storage.exists(storage.join(uri, "manifest.json"))
 
 
 def _shard_items(uri: str) -> Iterator[Item]:
@@ -48,7 +49,7 @@ def _shard_items(uri: str) -> Iterator[Item]:
     try:
         with storage.open_read(uri) as stream:
             for key, fields in iter_tar_samples(stream, storage.size(uri)):
-                ext = next((e for e in ("jpg", "jpeg", "png", "ppm") if e in fields), None)
+                ext = image_member(fields)
                 if ext is None:
                     continue
                 label = fields.get("cls")
@@ -94,7 +95,7 @@ def iter_items(inputs: list[str]) -> Iterator[Item]:
             if lower.endswith(".tar"):
                 found += 1
                 yield from _shard_items(obj.uri)
-            elif lower.endswith(IMAGE_EXTS) or single:
+            elif lower.endswith(IMAGE_SUFFIXES) or single:
                 found += 1
                 parts = obj.uri.rsplit("/", 2)
                 yield Item(
