@@ -15,6 +15,7 @@ Nothing in a step syncs with the host: logging goes through ``xm.add_step_closur
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import math
@@ -705,16 +706,10 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> d
     if best_uri is None:
         raise CheckpointError(f"no best checkpoint under {output}")
     best = load_checkpoint(best_uri)
-    fd, tmp = tempfile.mkstemp(suffix=".pt")
-    os.close(fd)
-    try:
-        with open(tmp, "wb") as f:  # a file object: the archive name is fixed, so equal weights hash equal
-            torch.save(best["model"], f)
-        storage.upload_file(tmp, storage.join(output, "model.pt"))
-        with open(tmp, "rb") as f:
-            model_digest = hashlib.sha256(f.read()).hexdigest()
-    finally:
-        os.unlink(tmp)
+    buffer = io.BytesIO()  # a file object: the archive name is fixed, so equal weights hash equal
+    torch.save(best["model"], buffer)
+    storage.write_bytes(storage.join(output, "model.pt"), buffer.getvalue())
+    model_digest = hashlib.sha256(buffer.getbuffer()).hexdigest()
     best_epoch = max(state.history, key=lambda r: r["val_top1"]) if state.history else {}
     card = {
         "format": MODEL_FORMAT,
