@@ -69,6 +69,35 @@ def _load_weights(model_uri: str) -> tuple[dict[str, Any], str]:
         raise EvaluationError(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
 
 
+def _val_manifest(card: dict[str, Any], model_uri: str, data_uri: str) -> dict[str, Any]:
+    """The dataset's manifest, once it is known to have a val split with the model's classes."""
+    try:
+        manifest = read_manifest(data_uri)
+    except ShardError as exc:
+        raise EvaluationError(f"--data {data_uri}: {exc}") from exc
+    mismatch = _class_mismatch(card, list(manifest["classes"]), model_uri, data_uri)
+    if mismatch:
+        raise EvaluationError(f"{mismatch}; evaluate on a dataset with the same classes")
+    if not int(manifest["splits"].get("val", {}).get("num_samples", 0)):
+        raise EvaluationError(f"--data {data_uri} has no val split to evaluate on")
+    return manifest
+
+
+def _load_model(card: dict[str, Any], model_uri: str, num_classes: int) -> tuple[Any, str]:
+    """The artifact's network with its weights (on the CPU), and the sha256 of model.pt."""
+    from tpustream.models import build_model
+
+    weights, model_digest = _load_weights(model_uri)
+    model = build_model(card["arch"], num_classes=num_classes, input_size=int(card["input_size"]))
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        raise EvaluationError(
+            f"{model_uri}/model.pt does not match its model.json ({card['arch']}): {exc}"
+        ) from exc
+    return model, model_digest
+
+
 def evaluate_model(
     model_uri: str, data_uri: str, *, batch_size: int = 64, workers: int = 2
 ) -> dict[str, Any]:
@@ -76,32 +105,16 @@ def evaluate_model(
     import torch
 
     from tpustream.data import LoaderConfig, ShardLoader
-    from tpustream.models import build_model
     from tpustream.transforms import normalize
 
     model_uri = storage.check_uri(model_uri).rstrip("/")
     data_uri = storage.check_uri(data_uri).rstrip("/")
     card = load_model_card(model_uri)
-    try:
-        manifest = read_manifest(data_uri)
-    except ShardError as exc:
-        raise EvaluationError(f"--data {data_uri}: {exc}") from exc
+    manifest = _val_manifest(card, model_uri, data_uri)
     classes = list(manifest["classes"])
-    mismatch = _class_mismatch(card, classes, model_uri, data_uri)
-    if mismatch:
-        raise EvaluationError(f"{mismatch}; evaluate on a dataset with the same classes")
-    expected = int(manifest["splits"].get("val", {}).get("num_samples", 0))
-    if not expected:
-        raise EvaluationError(f"--data {data_uri} has no val split to evaluate on")
-    weights, model_digest = _load_weights(model_uri)
-    model = build_model(card["arch"], num_classes=len(classes), input_size=int(card["input_size"]))
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as exc:
-        raise EvaluationError(
-            f"{model_uri}/model.pt does not match its model.json ({card['arch']}): {exc}"
-        ) from exc
+    expected = int(manifest["splits"]["val"]["num_samples"])
     device = single_device()
+    model, model_digest = _load_model(card, model_uri, len(classes))
     model = model.to(device).eval()
     loader = ShardLoader(
         LoaderConfig(
