@@ -220,15 +220,12 @@ class VertexEmulator:
         assert run is not None
         pool = job["jobSpec"]["workerPoolSpecs"][0]
         container = pool["containerSpec"]
-        names = ",".join(f"t1v-emulated-w-{i}" for i in range(hosts))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "CLOUD_ML", "CLUSTER_SPEC"))}
+        env = host_environment()
         env.update({e["name"]: e.get("value", "") for e in container.get("env", [])})
         env.update(self.env)
         env.update(
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",  # python3 = the "image"
-            PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(self.devices_per_host), TF_CPP_MIN_LOG_LEVEL="2",
-            TPU_WORKER_HOSTNAMES=names, TPU_SKIP_MDS_QUERY="1", TPUSTREAM_EMULATE_SLICE="1",
-            CLOUD_ML_JOB_ID=job.get("displayName", "job"),
+            **emulated_slice_vars(hosts, self.devices_per_host), CLOUD_ML_JOB_ID=job.get("displayName", "job"),
         )  # fmt: skip
         self._remember_gcs_dirs(run.executor_input)
         for index in range(hosts):
@@ -264,6 +261,21 @@ def _protojson(value: Any) -> Any:
     if isinstance(value, list):
         return [_protojson(v) for v in value]
     return value
+
+
+def host_environment() -> dict[str, str]:
+    """This process's environment without the variables that say where a process sits in a job."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "CLOUD_ML", "CLUSTER_SPEC"))}
+
+
+def emulated_slice_vars(hosts: int, devices_per_host: int = 1) -> dict[str, str]:
+    """What makes a process a host of an emulated ``hosts``-host slice on XLA CPU (tpustream/xla_runtime.py);
+    each host process adds its own ``TPU_WORKER_ID``."""
+    return {
+        "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices_per_host), "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TPU_WORKER_HOSTNAMES": ",".join(f"t1v-emulated-w-{i}" for i in range(hosts)),
+        "TPU_SKIP_MDS_QUERY": "1", "TPUSTREAM_EMULATE_SLICE": "1",
+    }  # fmt: skip
 
 
 def signal_hosts(run: SliceRun, signum: int = signal.SIGTERM, only: list[int] | None = None) -> None:

@@ -6,7 +6,6 @@ image is this venv; the hosts share one machine; the API host and polling interv
 
 import io
 import json
-import os
 import re
 import signal
 import subprocess
@@ -18,7 +17,13 @@ from google.cloud import aiplatform_v1
 
 from pipelines.submit import compile_pipeline
 from pipelines.tpu import TPU_TYPES, Capacity
-from tests.vertex_emulation import VertexEmulator, signal_hosts, wait_for
+from tests.vertex_emulation import (
+    VertexEmulator,
+    emulated_slice_vars,
+    host_environment,
+    signal_hosts,
+    wait_for,
+)
 from tpustream import storage
 from tpustream.shard_plan import ShardConfig
 from tpustream.shards import create_shards
@@ -96,17 +101,24 @@ def test_train_task_runs_on_every_host_of_the_slice_as_vertex_runs_it(
     assert re.search(r"checkpoint gs://\S+ committed", run.hosts[0].log())
 
 
+def _host_env(gcs_server, *, hosts, index):
+    """Host ``index`` of an emulated slice started by hand (not through a CustomJob), on the GCS server."""
+    return {**host_environment(), **emulated_slice_vars(hosts), "STORAGE_EMULATOR_HOST": gcs_server.url,
+            "TPU_WORKER_ID": str(index)}  # fmt: skip
+
+
+def _train_cmd(digits, output, epochs, *extra):
+    """`tpustream train` with the train task's PARAMS."""
+    return [sys.executable, "-m", "tpustream.cli", "train", "--data", digits, "--output", output, "--model", "tiny",
+            "--epochs", str(epochs), "--batch-size", "16", "--lr", "0.2", "--workers", "0", *extra]  # fmt: skip
+
+
 def _reference_host0(tmp_path, gcs_server, digits, output, epochs):
     """Host 0 of the same 4-host slice trained without interruption: emulated hosts share no arrays, so
     its weights depend only on its own data slice and the seed (tpustream/xla_runtime.py)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "CLOUD_ML"))}
-    env.update(STORAGE_EMULATOR_HOST=gcs_server.url, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1",
-               TPUSTREAM_EMULATE_SLICE="1", TPU_WORKER_ID="0", TPU_SKIP_MDS_QUERY="1",
-               TPU_WORKER_HOSTNAMES=",".join(f"t1v-emulated-w-{i}" for i in range(4)))  # fmt: skip
-    args = ["--data", digits, "--output", output, "--model", "tiny", "--epochs", str(epochs), "--batch-size", "16",
-            "--lr", "0.2", "--workers", "0"]  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "tpustream.cli", "train", *args], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=tmp_path)  # fmt: skip
+    env = _host_env(gcs_server, hosts=4, index=0)
+    done = subprocess.run(_train_cmd(digits, output, epochs), env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -174,17 +186,11 @@ def test_a_host_that_never_gets_the_agreement_times_out_with_a_clear_message(tmp
     host 1: both wait --preemption-sync-seconds for host 2's step, say so, and exit 75; process 0 commits
     `last` at its own step, so the retry resumes from there."""
     output = f"{digits.rsplit('/', 2)[0]}/lonely"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "CLOUD_ML"))}
-    env.update(STORAGE_EMULATOR_HOST=gcs_server.url, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1",
-               TPUSTREAM_EMULATE_SLICE="1", TPU_SKIP_MDS_QUERY="1",
-               TPU_WORKER_HOSTNAMES=",".join(f"t1v-emulated-w-{i}" for i in range(3)))  # fmt: skip
-    args = ["--data", digits, "--output", output, "--model", "tiny", "--epochs", "30", "--batch-size", "16",
-            "--lr", "0.2", "--workers", "0", "--preemption-sync-seconds", "4"]  # fmt: skip
+    cmd = _train_cmd(digits, output, 30, "--preemption-sync-seconds", "4")
     hosts = []
     for index in range(2):
         log = open(tmp_path / f"host-{index}.log", "wb")  # noqa: SIM115 (closed below)
-        hosts.append((subprocess.Popen([sys.executable, "-m", "tpustream.cli", "train", *args],
-                                       env={**env, "TPU_WORKER_ID": str(index)}, stdout=log,
+        hosts.append((subprocess.Popen(cmd, env=_host_env(gcs_server, hosts=3, index=index), stdout=log,
                                        stderr=subprocess.STDOUT, cwd=tmp_path), log))  # fmt: skip
     try:
         wait_for(lambda: any("ckpt-e0001" in o.uri for o in storage.list_objects(f"{output}/checkpoints")),
