@@ -176,8 +176,9 @@ class StopAgreement:
             self._report("notice.json", done, create_only=True)
         self._report(f"host-{self.host:05d}.json", done)
         deadline = time.monotonic() + self.sync_seconds
+        steps: dict[int, int] = {}
         while True:
-            steps = self._reports()
+            self._read_reports(steps)
             if len(steps) == self.hosts:
                 stop = max(steps.values())
                 log.warning(
@@ -205,11 +206,13 @@ class StopAgreement:
                 return done
             time.sleep(0.2)
 
-    def _reports(self) -> dict[int, int]:
-        steps: dict[int, int] = {}
+    def _read_reports(self, steps: dict[int, int]) -> None:
+        """Add this attempt's reports that have appeared since the last look: a host reports once per
+        attempt, so each poll lists the directory and reads only the hosts not yet heard from (a file
+        left by an earlier attempt is read again until its host overwrites it)."""
         for obj in storage.list_objects(self.directory):
             name = obj.uri.rsplit("/", 1)[-1]
-            if not name.startswith("host-"):
+            if not name.startswith("host-") or _host_of(name) in steps:
                 continue
             try:
                 report = json.loads(storage.read_bytes(obj.uri))
@@ -217,7 +220,6 @@ class StopAgreement:
                 continue
             if report.get("from_step") == self.from_step and isinstance(report.get("step"), int):
                 steps[int(report["host"])] = report["step"]
-        return steps
 
     def _remove_stale(self) -> None:
         """Files of an earlier attempt that resumed from another step: they must not stop this one."""
@@ -232,3 +234,11 @@ class StopAgreement:
                 continue
             if stale:
                 storage.delete(obj.uri)
+
+
+def _host_of(name: str) -> int | None:
+    """``host-00003.json`` -> 3 (None for a name this protocol did not write)."""
+    try:
+        return int(name[len("host-") : -len(".json")])
+    except ValueError:
+        return None
