@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,24 +179,29 @@ class _SlotRing:
         self.depth = depth
         self.images = torch.empty((workers, depth, batch_size, 3, input_size, input_size), dtype=torch.uint8)
         self.images.share_memory_()
-        counters = torch.zeros(workers + 1, dtype=torch.int64)
+        counters = torch.zeros(workers + 3, dtype=torch.int64)
         counters.share_memory_()
         self._counters = counters  # keeps the shared memory alive; the views below are numpy's
-        self.consumed = counters.numpy()[:workers]  # per worker: batches the main process copied out
-        self.generation = counters.numpy()[workers:]  # bumped when the main process leaves an epoch
+        self._views()
         self.in_use = False
+
+    def _views(self) -> None:
+        counters = self._counters.numpy()
+        workers = counters.shape[0] - 3
+        self.consumed = counters[:workers]  # per worker: batches the main process copied out
+        self.generation = counters[workers : workers + 1]  # bumped when the main process leaves an epoch
+        self.epoch_spec = counters[workers + 1 :]  # (epoch, start_batch): what persistent workers run next
 
     def __getstate__(self) -> dict[str, Any]:  # spawned workers: numpy views are rebuilt on the shared tensor
         return {"depth": self.depth, "images": self.images, "_counters": self._counters}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, in_use=True)
-        workers = self._counters.shape[0] - 1
-        self.consumed = self._counters.numpy()[:workers]
-        self.generation = self._counters.numpy()[workers:]
+        self._views()
 
-    def start_epoch(self) -> int:
+    def start_epoch(self, epoch: int = 0, start_batch: int = 0) -> int:
         self.consumed[:] = 0
+        self.epoch_spec[:] = (epoch, start_batch)
         self.in_use = True
         return int(self.generation[0])
 
@@ -205,9 +211,12 @@ class _SlotRing:
 
     def claim(self, worker: int, written: int, generation: int) -> int:
         """The slot for this worker's batch ``written``, once the main process has copied its last use."""
-        while written - int(self.consumed[worker]) >= self.depth:
+        while True:
+            # the epoch first: a persistent worker still on a left epoch must not write the next one's slots
             if int(self.generation[0]) != generation:
                 raise _Abandoned
+            if written - int(self.consumed[worker]) < self.depth:
+                break
             time.sleep(0.0002)
         return written % self.depth
 
@@ -223,19 +232,54 @@ class _SlotRing:
         return images
 
 
+@dataclass(frozen=True)
+class _Split:
+    """What a loader's workers need of it: the split's shards, this replica's place and the augmentation.
+    Nothing in it refers back to the ShardLoader, so the worker pool the loader holds forms no reference
+    cycle (the pool's workers shut down as soon as the loader is dropped, not at some later collection)."""
+
+    config: LoaderConfig
+    dataset: str
+    shards: list[dict[str, Any]]
+    num_classes: int
+    replica_index: int
+    num_replicas: int
+    augment: Augment
+
+    def plan(self, epoch: int) -> tuple[int, list[WorkerPlan]]:
+        cfg = self.config
+        return plan_epoch(
+            [int(s["num_samples"]) for s in self.shards], split=cfg.split, epoch=epoch, seed=cfg.seed,
+            num_replicas=self.num_replicas, replica_index=self.replica_index, workers=cfg.workers,
+            batch_size=cfg.batch_size,
+        )  # fmt: skip
+
+    def layout(self, epoch: int, start_batch: int) -> tuple[list[WorkerPlan], list[int]]:
+        """Per worker: the plan it runs in ``epoch`` resumed at ``start_batch``, and how many of that plan's
+        batches it skips (drawn for, not decoded)."""
+        _, plans = self.plan(epoch)
+        order, skip = _resume_layout(start_batch, [plan.num_batches for plan in plans], self.config.workers)
+        return [plans[index] for index in order], skip
+
+
 class _EpochStream:
-    """The torch IterableDataset body for one (replica, epoch): each DataLoader worker runs its plan."""
+    """The torch IterableDataset body for one (replica, epoch): each DataLoader worker runs its plan.
+
+    ``persistent``: the workers outlive the epoch (``persistent_workers``); each time the main process
+    starts an epoch, they read which one (and its resume batch) from the slot ring's shared spec.
+    """
 
     def __init__(
-        self, loader: ShardLoader, epoch: int, plans: list[WorkerPlan], skip: list[int],
-        ring: _SlotRing | None = None, generation: int = 0,
+        self, split: _Split, epoch: int, plans: list[WorkerPlan], skip: list[int],
+        ring: _SlotRing | None = None, generation: int = 0, *, persistent: bool = False,
     ) -> None:  # fmt: skip
-        self.loader = loader
+        self.split = split
         self.epoch = epoch
         self.plans = plans
         self.skip = skip  # per worker: its first batches a resumed epoch does not need (not decoded)
         self.ring = ring  # worker processes render into it; None: fresh tensors (no worker processes)
         self.generation = generation
+        self.persistent = persistent
         self._reported: set[int] = set()
         self._worker: int | None = None  # this DataLoader worker's index (None: the main process)
         self._written = 0  # batches this worker rendered this epoch
@@ -247,6 +291,11 @@ class _EpochStream:
         worker = info.id if info is not None else 0
         self._worker = info.id if info is not None else None
         self._written = 0
+        if self.persistent and self.ring is not None:  # the epoch the main process has just started
+            self.generation = int(self.ring.generation[0])
+            self.epoch, start_batch = (int(value) for value in self.ring.epoch_spec)
+            self.plans, self.skip = self.split.layout(self.epoch, start_batch)
+            self._reported = set()
         if info is None and len(self.plans) > 1:  # no worker processes: run every plan in turn
             for plan, skip in zip(self.plans, self.skip, strict=True):
                 yield from self._run(plan, skip)
@@ -259,7 +308,7 @@ class _EpochStream:
     # ---------------------------------------------------------------- reading
 
     def _raw_samples(self, shard_ids: Sequence[int], stats: _Stats) -> Iterator[tuple[bytes, str, int]]:
-        loader = self.loader
+        loader = self.split
         for shard_id in shard_ids:
             shard = loader.shards[shard_id]
             uri = storage.join(loader.dataset, shard["path"])
@@ -289,7 +338,7 @@ class _EpochStream:
                 stats.unread += int(shard["num_samples"]) - count
 
     def _shuffled(self, samples: Iterator[Any], rng: random.Random) -> Iterator[Any]:
-        size = self.loader.config.shuffle_buffer
+        size = self.split.config.shuffle_buffer
         buffer: list[Any] = []
         for sample in samples:
             if len(buffer) < size:
@@ -305,7 +354,7 @@ class _EpochStream:
         self, samples: Iterator[tuple[bytes, str, int]], rng: random.Random, stats: _Stats, skip: list[int]
     ) -> Iterator[tuple[Prepared | None, int]]:
         """Decoded samples; the first ``skip[0]`` are only drawn for (``skip_image``) and come out as None."""
-        augment = self.loader.augment
+        augment = self.split.augment
         for data, ext, label in samples:
             try:
                 if skip[0] > 0:
@@ -320,7 +369,7 @@ class _EpochStream:
     # ---------------------------------------------------------------- batching
 
     def _run(self, plan: WorkerPlan, skip_batches: int) -> Iterator[dict[str, Any]]:
-        if self.loader.config.split == "train":
+        if self.split.config.split == "train":
             yield from self._train(plan, skip_batches)
         else:
             if skip_batches:
@@ -331,7 +380,7 @@ class _EpochStream:
         """A full batch: ``pending`` rendered into its first slots, the rest zero padding (mask False)."""
         import torch
 
-        size, batch = self.loader.config.input_size, self.loader.config.batch_size
+        size, batch = self.split.config.input_size, self.split.config.batch_size
         # Rendered straight into place (CHW), padding zeroed: a worker's slot in the shared ring, whose index
         # alone travels to the main process, or (no worker processes) a fresh tensor.
         out: dict[str, Any] = {}
@@ -357,7 +406,7 @@ class _EpochStream:
         return out
 
     def _train(self, plan: WorkerPlan, skip_batches: int = 0) -> Iterator[dict[str, Any]]:
-        cfg = self.loader.config
+        cfg = self.split.config
         stats = _Stats()
         needed = plan.num_batches * cfg.batch_size
         skip = [skip_batches * cfg.batch_size]  # samples of this plan's first batches, drawn for, not decoded
@@ -367,7 +416,7 @@ class _EpochStream:
         candidates = [plan.shards, plan.fallback]
         source_index, repeat_pass = 0, 0
         while produced < needed:
-            rng = _rng(cfg.seed, self.epoch, self.loader.replica_index, plan.worker, repeat_pass)
+            rng = _rng(cfg.seed, self.epoch, self.split.replica_index, plan.worker, repeat_pass)
             shard_ids = list(candidates[source_index])
             if repeat_pass:
                 rng.shuffle(shard_ids)
@@ -398,15 +447,15 @@ class _EpochStream:
                 source_index += 1  # nothing readable in these shards: borrow the replica's/others'
                 if source_index >= len(candidates) or not candidates[source_index]:
                     raise RuntimeError(
-                        f"replica {self.loader.replica_index} worker {plan.worker}: no readable train "
-                        f"sample in any shard of {self.loader.dataset}; problems: {stats.problems[:3]}"
+                        f"replica {self.split.replica_index} worker {plan.worker}: no readable train "
+                        f"sample in any shard of {self.split.dataset}; problems: {stats.problems[:3]}"
                     )
             repeat_pass += 1
 
     def _val(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
-        cfg = self.loader.config
+        cfg = self.split.config
         stats = _Stats()
-        rng = _rng(cfg.seed, self.epoch, self.loader.replica_index, plan.worker)
+        rng = _rng(cfg.seed, self.epoch, self.split.replica_index, plan.worker)
         pending: list[Prepared] = []
         labels: list[int] = []
         emitted = 0
@@ -477,6 +526,35 @@ def _as_is(batch: Any) -> Any:
     return batch
 
 
+def _data_loader(stream: _EpochStream, config: LoaderConfig, *, persistent: bool = False) -> Any:
+    import torch.utils.data
+
+    class _Dataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+        def __init__(self, stream: _EpochStream) -> None:
+            self.stream = stream
+
+        def __iter__(self) -> Iterator[dict[str, Any]]:
+            return iter(self.stream)
+
+    return torch.utils.data.DataLoader(
+        _Dataset(stream),
+        batch_size=None,
+        collate_fn=_as_is,  # torch's default would turn the numpy labels into shared-memory tensors
+        num_workers=config.workers,
+        prefetch_factor=config.prefetch_factor if config.workers > 0 else None,
+        persistent_workers=persistent,
+    )
+
+
+def _shut_down(loader: Any) -> None:
+    """Stop a persistent DataLoader's workers now: what its iterator's finaliser would do, without
+    waiting for the iterator to be collected."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None:
+        iterator._shutdown_workers()
+        loader._iterator = None
+
+
 def _rng(*key: int) -> random.Random:
     """A fast scalar RNG seeded from the (seed, epoch, replica, worker, ...) key via numpy's SeedSequence."""
     return random.Random(int(np.random.SeedSequence(list(key)).generate_state(2, np.uint64)[0]))
@@ -521,10 +599,16 @@ class ShardLoader:
             output_size=config.input_size, train=config.split == "train", min_crop_scale=min_scale,
             max_pixels=config.max_pixels,
         )  # fmt: skip
+        self._split = _Split(
+            config, self.dataset, self.shards, self.num_classes, self.replica_index, self.num_replicas,
+            self.augment,
+        )  # fmt: skip
         # Validate the layout now (raises LoaderError with the fix) and fix the step count.
-        self.steps_per_epoch, _ = self._plan(0)
+        self.steps_per_epoch, _ = self._split.plan(0)
         self.last_report: EpochReport | None = None
         self._ring: _SlotRing | None = None
+        self._pool: Any = None  # the DataLoader whose persistent workers render into self._ring
+        self._close_pool: weakref.finalize | None = None
         if config.split == "train" and len(self.shards) % (self.num_replicas * max(1, config.workers)):
             log.info(
                 "%d train shards over %d replica(s) x %d worker(s) do not divide evenly: some workers "
@@ -536,16 +620,19 @@ class ShardLoader:
     def num_samples(self) -> int:
         return sum(int(s["num_samples"]) for s in self.shards)
 
-    def _plan(self, epoch: int) -> tuple[int, list[WorkerPlan]]:
-        cfg = self.config
-        return plan_epoch(
-            [int(s["num_samples"]) for s in self.shards], split=cfg.split, epoch=epoch, seed=cfg.seed,
-            num_replicas=self.num_replicas, replica_index=self.replica_index, workers=cfg.workers,
-            batch_size=cfg.batch_size,
-        )  # fmt: skip
-
     def __len__(self) -> int:
         return self.steps_per_epoch
+
+    def close(self) -> None:
+        """Shut the worker processes down now (dropping the loader does too; so does interpreter exit)."""
+        if self._close_pool is not None:
+            self._close_pool()
+
+    def __enter__(self) -> ShardLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _slot_ring(self) -> _SlotRing:
         """This loader's batch slots (allocated once), or new ones while another epoch still uses them."""
@@ -565,32 +652,24 @@ class ShardLoader:
         draws replayed from image headers, so batch ``k`` onwards equals an uninterrupted epoch's.
         """
         import torch
-        import torch.utils.data
 
-        steps, plans = self._plan(epoch)
+        steps = self._split.plan(epoch)[0]
         if not 0 <= start_batch <= steps:
             raise ValueError(f"start_batch {start_batch} outside this epoch's {steps} batches")
-        order, skip = _resume_layout(start_batch, [plan.num_batches for plan in plans], self.config.workers)
-        plans = [plans[index] for index in order]
-
-        class _Dataset(torch.utils.data.IterableDataset):
-            def __init__(self, stream: _EpochStream) -> None:
-                self.stream = stream
-
-            def __iter__(self) -> Iterator[dict[str, Any]]:
-                return iter(self.stream)
-
+        plans, skip = self._split.layout(epoch, start_batch)
         cfg = self.config
         ring = self._slot_ring() if cfg.workers > 0 else None
-        generation = ring.start_epoch() if ring is not None else 0
-        loader = torch.utils.data.DataLoader(
-            _Dataset(_EpochStream(self, epoch, plans, skip, ring, generation)),
-            batch_size=None,
-            collate_fn=_as_is,  # torch's default would turn the numpy labels into shared-memory tensors
-            num_workers=cfg.workers,
-            prefetch_factor=cfg.prefetch_factor if cfg.workers > 0 else None,
-            persistent_workers=False,
-        )
+        generation = ring.start_epoch(epoch, start_batch) if ring is not None else 0
+        if ring is not None and ring is self._ring:
+            # The loader's own slots: its workers live from epoch to epoch (persistent_workers), which
+            # saves a fork, a start-up and a first fill per epoch; each reads the new epoch off the ring.
+            if self._pool is None:
+                stream = _EpochStream(self._split, epoch, plans, skip, ring, generation, persistent=True)
+                self._pool = _data_loader(stream, cfg, persistent=True)
+                self._close_pool = weakref.finalize(self, _shut_down, self._pool)
+            loader = self._pool
+        else:  # no worker processes, or a second epoch open at once: workers and slots of its own
+            loader = _data_loader(_EpochStream(self._split, epoch, plans, skip, ring, generation), cfg)
         report = EpochReport(epoch=epoch, steps=steps)
         self.last_report = report
         started = time.perf_counter()

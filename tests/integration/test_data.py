@@ -260,3 +260,51 @@ def test_abandoned_and_overlapping_epochs(tmp_path):
     head += [_ids(b).tolist() for b in first]
     assert head == both == reference
     assert time.perf_counter() - started < 15.0  # a worker left waiting would cost 5 s each (torch kills it)
+
+
+def test_workers_live_across_epochs_and_shut_down_with_the_loader(tmp_path):
+    """Issue 13: a loader's worker processes serve every epoch (no fork and start-up per epoch), each new
+    epoch (or resumed epoch) read off the shared ring gives exactly a fresh loader's batches, and the
+    workers end with the loader: at close(), or as soon as it is dropped."""
+    import multiprocessing
+    import time
+
+    dataset = str(tmp_path / "ds")
+    make_id_dataset(dataset)
+    config = LoaderConfig(
+        data=dataset, batch_size=8, input_size=4, num_replicas=1, replica_index=0, workers=2
+    )
+
+    def fresh(epoch, start=0):
+        with ShardLoader(config) as loader:
+            return [_ids(b).tolist() for b in loader.epoch(epoch, start_batch=start)]
+
+    before = set(multiprocessing.active_children())
+    loader = ShardLoader(config)
+    pids = []
+    epochs = []
+    for epoch in range(3):
+        batches = []
+        for batch in loader.epoch(epoch):
+            if not batches:
+                pids.append({p.pid for p in set(multiprocessing.active_children()) - before})
+            batches.append(_ids(batch).tolist())
+        epochs.append(batches)
+    assert len(pids[0]) == 2 and pids[0] == pids[1] == pids[2]  # the same two workers every epoch
+    assert epochs == [fresh(epoch) for epoch in range(3)]
+    assert epochs[1] != epochs[2]  # and each epoch is its own shuffle
+
+    left = loader.epoch(3)
+    next(left), next(left)
+    left.close()  # abandoned part-way; then the same workers resume that epoch at batch 4
+    assert [_ids(b).tolist() for b in loader.epoch(3, start_batch=4)] == fresh(3, start=4)
+
+    started = time.perf_counter()
+    loader.close()
+    assert not set(multiprocessing.active_children()) - before
+    dropped = ShardLoader(config)
+    next(dropped.epoch(0))
+    assert len(set(multiprocessing.active_children()) - before) == 2
+    del dropped  # no reference cycle: the workers go at once, not at a later garbage collection
+    assert not set(multiprocessing.active_children()) - before
+    assert time.perf_counter() - started < 4.0  # no worker left to torch's 5 s join timeout
