@@ -4,7 +4,8 @@
 (B) the blog's pipeline: stock webdataset .shuffle().decode("pil").to_tuple().map_tuple(torchvision
     transforms incl. ToTensor + Normalize).batched(B, partial=True) + DataLoader;
 (ours) tpustream.data from local disk; (ours-gcs) tpustream.data from a GCS-API server on loopback;
-(peers) ``bench_peers``: each installed peer's documented pipeline and its plumbing with our decoder;
+(peers) ``bench_peers``: each installed peer's documented pipeline and its plumbing with our decoder, over
+    the same samples (webdataset: our shards; litdata, grain, mosaic-streaming: written in their own formats);
 (ceilings) our decode+crop kernel alone in one process (``kernel-alone``, x cores used) and our whole
     pipeline with no worker processes (``tpustream-workers0``).
 Every pipeline runs ``repeats`` times, interleaved; each run counts samples for ``seconds`` after its
@@ -160,21 +161,29 @@ def _measure(make: Callable[[], Iterable[Any]], seconds: float) -> float:
     return samples / elapsed
 
 
-def _export_image_folder(dataset: str, manifest: dict[str, Any], split: str, root: str) -> int:
-    """Write the split's samples as one file per image (class folders) for pipeline (A)."""
+def _split_samples(
+    dataset: str, manifest: dict[str, Any], split: str
+) -> Iterator[tuple[str, bytes, str, int]]:
+    """The split's samples as stored in its shards: (key, image bytes, image extension, class index)."""
     from tpustream.imagecodec import image_member
     from tpustream.tario import iter_tar_samples
 
-    count = 0
     for shard in manifest["splits"][split]["shards"]:
         with storage.open_read(storage.join(dataset, shard["path"])) as stream:
             for key, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
                 ext = image_member(fields) or ""
-                label = manifest["classes"][int(fields["cls"])]
-                os.makedirs(os.path.join(root, label), exist_ok=True)
-                with open(os.path.join(root, label, f"{key}.{ext}"), "wb") as f:
-                    f.write(fields[ext])
-                count += 1
+                yield key, fields[ext], ext, int(fields["cls"])
+
+
+def _export_image_folder(dataset: str, manifest: dict[str, Any], split: str, root: str) -> int:
+    """Write the split's samples as one file per image (class folders) for pipeline (A)."""
+    count = 0
+    for key, data, ext, cls in _split_samples(dataset, manifest, split):
+        label = manifest["classes"][cls]
+        os.makedirs(os.path.join(root, label), exist_ok=True)
+        with open(os.path.join(root, label, f"{key}.{ext}"), "wb") as f:
+            f.write(data)
+        count += 1
     return count
 
 
@@ -241,6 +250,9 @@ def bench_load(
         per_file_root = os.path.join(workdir, "per-file")
         _export_image_folder(dataset, manifest, split, per_file_root)
         urls = [storage.join(dataset, s["path"]) for s in manifest["splits"][split]["shards"]]
+        peer_copies = bench_peers.write_peer_formats(
+            os.path.join(workdir, "peers"), partial(_split_samples, dataset, manifest, split)
+        )
         gcs = _gcs_copy(dataset, manifest)
         if gcs is not None:
             server, gcs_dataset = gcs
@@ -259,7 +271,7 @@ def bench_load(
                     _per_file_loader, per_file_root, size, batch_size, count, train
                 ),
                 "B-blog-webdataset": partial(_blog_loader, urls, size, batch_size, count, train),
-                **bench_peers.peer_pipelines(urls, size, batch_size, count, train),
+                **bench_peers.peer_pipelines(urls, size, batch_size, count, train, peer_copies),
             }
             if gcs is not None:
                 pipelines["tpustream-gcs"] = partial(
@@ -304,8 +316,8 @@ def bench_load(
             yield json.dumps(
                 {"bench": "load", "pipeline": "tpustream-gcs", "skipped": "fake-gcs-server not installed"}
             )
-        for name, note in bench_peers.missing_peers().items():
-            yield json.dumps({"bench": "load", "pipeline": name, "skipped": note})
+        for line in bench_peers.skipped_lines():
+            yield json.dumps(line)
     finally:
         if server is not None:
             server.close()

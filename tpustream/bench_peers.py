@@ -1,6 +1,13 @@
 """Peer loaders for ``tpustream bench load``: each reads the same samples and delivers the same output
-(RandomResizedCrop + flip -> uint8 CHW batches), in two variants: its documented pipeline, and its plumbing
-with our decoder (``transforms.prepare_image`` + ``render_batch``), so that only the plumbing differs.
+(RandomResizedCrop + flip -> uint8 CHW batches), in two variants: its documented pipeline (PIL decode +
+torchvision transforms), and its plumbing with our decoder (``transforms.prepare_image`` + ``render_batch``),
+so that only the plumbing differs.
+
+webdataset reads our tar shards as they are. litdata, grain and mosaic-streaming each get the split's samples
+(the image bytes as stored in our shards, their extension and class) written once per bench run into their
+own format by their own writer (``write_peer_formats``): litdata's ``BinaryWriter`` chunks, an ArrayRecord
+file for grain, mosaic's MDS shards. Every variant shuffles (training split), uses the bench's batch size and
+worker count, and yields full batches only.
 
 Peers whose package is not installed are reported as one ``skipped`` line each, never an error.
 """
@@ -8,33 +15,53 @@ Peers whose package is not installed are reported as one ``skipped`` line each, 
 from __future__ import annotations
 
 import importlib.util
+import io
+import logging
 import os
+import pickle
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
-__all__ = ["peer_pipelines", "missing_peers"]
+__all__ = ["Sample", "missing_peers", "peer_pipelines", "skipped_lines", "write_peer_formats"]
 
-# The peers with no adapter here yet (litdata and grain install from PyPI, but the adapters that write
-# each one's own format with its own writer are not written): reported as skipped, with the reason.
-_NOT_ADAPTED = {
+# One sample as the peers' writers get it: key, image bytes as stored in our shards, their extension, class.
+Sample = tuple[str, bytes, str, int]
+
+# Peer -> the module it needs. webdataset is a main dependency; the others are the `bench` extra (pyproject).
+_PEER_MODULES = {
+    "webdataset-webloader": "webdataset",
     "litdata": "litdata",
     "grain": "grain",
     "mosaic-streaming": "streaming",
 }
+# Each peer's install hint. mosaic-streaming has its own extra: it caps numpy < 2.2 and
+# google-cloud-storage < 3.3, which would downgrade this project's environment (pyproject.toml).
+_INSTALL_HINTS = {
+    "webdataset-webloader": "pip install -e .",
+    "litdata": "pip install -e '.[bench]'",
+    "grain": "pip install -e '.[bench]'",
+    "mosaic-streaming": "pip install -e '.[bench-mosaic]'",
+}
+
+
+def _installed(peer: str) -> bool:
+    return importlib.util.find_spec(_PEER_MODULES[peer]) is not None
 
 
 def missing_peers() -> dict[str, str]:
-    """Peer name -> why it is not run (its package is absent, or no adapter writes its format yet)."""
-    notes = {}
-    for name, module in _NOT_ADAPTED.items():
-        if importlib.util.find_spec(module) is None:
-            notes[name] = f"{module} not installed (and no adapter writes its own format here yet)"
-        else:
-            notes[name] = f"{module} installed, but no adapter for its own format writer yet"
-    if importlib.util.find_spec("webdataset") is None:
-        notes["webdataset-webloader"] = "webdataset not installed"
-    return notes
+    """Peer name -> why it is not run (its package is absent, and how to install it)."""
+    return {
+        peer: f"{module} not installed: {_INSTALL_HINTS[peer]}"
+        for peer, module in _PEER_MODULES.items()
+        if importlib.util.find_spec(module) is None
+    }
+
+
+def skipped_lines() -> list[dict[str, str]]:
+    """The bench's line for each peer not run."""
+    return [{"bench": "load", "pipeline": peer, "skipped": note} for peer, note in missing_peers().items()]
 
 
 def _documented_transform(size: int, train: bool) -> Any:
@@ -83,6 +110,37 @@ class _OurDecoder:
         return images, torch.tensor([label for _, label in items])
 
 
+class _DecodeRecord:
+    """Picklable: a peer's stored record ``{"image", "ext", "cls"}`` -> (pixels, label). Documented: PIL
+    decode + torchvision (a uint8 CHW tensor); ours: ``_OurDecoder`` (a Prepared, rendered by its collate)."""
+
+    def __init__(self, size: int, train: bool, ours: bool) -> None:
+        self.ours = _OurDecoder(size, train) if ours else None
+        self.transform = None if ours else _documented_transform(size, train)
+
+    def __call__(self, record: Mapping[str, Any]) -> tuple[Any, int]:
+        data = bytes(record["image"])  # litdata hands out a memoryview
+        if self.ours is not None:
+            return self.ours({record["ext"]: data, "cls": record["cls"]})
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as image:
+            return self.transform(image.convert("RGB")), int(record["cls"])  # type: ignore[misc]
+
+    def collate(self, items: list[tuple[Any, int]]) -> tuple[Any, Any]:
+        return self.ours.collate(items) if self.ours is not None else _stack(items)
+
+
+def _full_batches(batches: Iterable[Any], batch: int) -> Iterator[Any]:
+    """The batches of ``batch`` samples (a loader over an IterableDataset may end a worker's share short)."""
+    for images, labels in batches:
+        if len(images) == batch:
+            yield images, labels
+
+
+# --------------------------------------------------------------------------- webdataset (our shards as-is)
+
+
 def _webloader(
     urls: list[str], size: int, batch: int, workers: int, train: bool, ours: bool
 ) -> Iterable[Any]:
@@ -105,14 +163,199 @@ def _webloader(
     return wds.WebLoader(dataset, batch_size=None, num_workers=workers)
 
 
-def peer_pipelines(
-    urls: list[str], size: int, batch: int, workers: int, train: bool
-) -> dict[str, Callable[[], Iterable[Any]]]:
-    """Name -> a maker of an iterable of batches (image tensor first), for each installed peer."""
-    pipelines: dict[str, Callable[[], Iterable[Any]]] = {}
-    if importlib.util.find_spec("webdataset") is not None:
-        pipelines["webdataset-webloader"] = lambda: _webloader(urls, size, batch, workers, train, ours=False)
-        pipelines["webdataset-webloader+our-decoder"] = lambda: _webloader(
-            urls, size, batch, workers, train, ours=True
+# --------------------------------------------------------------------------- litdata
+
+
+def _write_litdata(out: str, samples: Iterable[Sample]) -> None:
+    """litdata's chunk writer (what ``litdata.optimize`` runs in each of its workers), in this process."""
+    from litdata.streaming.writer import BinaryWriter
+
+    os.makedirs(out, exist_ok=True)
+    writer = BinaryWriter(out, chunk_bytes="64MB")
+    for index, (_, data, ext, label) in enumerate(samples):
+        writer[index] = {"image": data, "ext": ext, "cls": label}
+    writer.done()
+    writer.merge()
+
+
+def _litdata(root: str, size: int, batch: int, workers: int, train: bool, ours: bool) -> Iterable[Any]:
+    import litdata
+
+    decode = _DecodeRecord(size, train, ours)
+    dataset = litdata.StreamingDataset(root, shuffle=train, drop_last=True, transform=decode)
+    loader = litdata.StreamingDataLoader(
+        dataset, batch_size=batch, num_workers=workers, collate_fn=decode.collate if ours else None
+    )
+    return _full_batches(loader, batch)
+
+
+# --------------------------------------------------------------------------- grain (ArrayRecord)
+
+_ARRAY_RECORD = "samples.array_record"
+
+
+def _write_grain(out: str, samples: Iterable[Sample]) -> None:
+    """One ArrayRecord file (group_size:1, grain's random-access layout); each record a pickled dict."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    os.makedirs(out, exist_ok=True)
+    writer = ArrayRecordWriter(os.path.join(out, _ARRAY_RECORD), "group_size:1")
+    try:
+        for _, data, ext, label in samples:
+            writer.write(pickle.dumps({"image": data, "ext": ext, "cls": label}))
+    finally:
+        writer.close()
+
+
+def _grain(root: str, size: int, batch: int, workers: int, train: bool, ours: bool) -> Iterator[Any]:
+    import grain.python as grain
+    import numpy as np
+    import torch
+
+    decode = _DecodeRecord(size, train, ours)
+
+    class Decode(grain.MapTransform):  # type: ignore[misc,name-defined]
+        """Unpickle + decode. torchvision's crops draw from torch's RNG, which grain's spawned workers would
+        all start from torch's one default seed: seeded once per process (as torch's DataLoader does)."""
+
+        seeded_in: int | None = None
+
+        def map(self, element: bytes) -> Any:
+            if not ours and self.seeded_in != os.getpid():
+                self.seeded_in = os.getpid()
+                torch.manual_seed(self.seeded_in)
+            images, label = decode(pickle.loads(element))
+            return (images, label) if ours else (images.numpy(), label)
+
+    def collate(items: list[tuple[Any, int]]) -> tuple[Any, Any]:
+        images, labels = decode.collate(items)
+        return images.numpy(), labels.numpy()
+
+    source = grain.ArrayRecordDataSource([os.path.join(root, _ARRAY_RECORD)])
+    sampler = grain.IndexSampler(
+        len(source), shard_options=grain.NoSharding(), shuffle=train, num_epochs=None, seed=0
+    )
+    # grain's defaults throughout, ReadOptions included: 16 reader threads and a 500-record buffer whose ready
+    # prefix grain 0.2.18 scans at every record (measured at 32 px on 2 cores: +our-decoder at half the rate
+    # it reaches with ReadOptions(num_threads=2, prefetch_buffer_size=64)).
+    # Documented: grain's own batching (numpy, in shared memory from its workers). Ours: our collate renders
+    # the batch, handed over as numpy (torch tensors would cross grain's queues as file descriptors, which
+    # its shutdown cannot drain once the workers are gone). Either way torch tensors here, without a copy.
+    operations = [Decode(), grain.Batch(batch, drop_remainder=True, batch_fn=collate if ours else None)]
+    loader = grain.DataLoader(
+        data_source=source, sampler=sampler, operations=operations, worker_count=workers
+    )
+    for images, labels in loader:
+        yield torch.from_numpy(np.asarray(images)), torch.from_numpy(np.asarray(labels))
+
+
+# --------------------------------------------------------------------------- mosaic-streaming (MDS)
+
+
+def _write_mosaic(out: str, samples: Iterable[Sample]) -> None:
+    from streaming import MDSWriter
+
+    with MDSWriter(out=out, columns={"image": "bytes", "ext": "str", "cls": "int"}) as writer:
+        for _, data, ext, label in samples:
+            writer.write({"image": data, "ext": ext, "cls": label})
+
+
+class _Mosaic:
+    """A maker: one mosaic ``StreamingDataset`` (built at the first call), a torch DataLoader over it each call.
+    One dataset per pipeline rather than per call: each instance takes a shared-memory prefix and creates two
+    lock files that mosaic never removes, in the temp dir (here: next to the MDS copy, in the bench's workdir)."""
+
+    def __init__(self, root: str, size: int, batch: int, workers: int, train: bool, ours: bool) -> None:
+        self.root, self.batch, self.workers, self.train = root, batch, workers, train
+        self.decode = _DecodeRecord(size, train, ours)
+        self.dataset: Any = None
+
+    def _build(self) -> Any:
+        import tempfile
+
+        from streaming import StreamingDataset
+
+        decode = self.decode
+
+        class Decoded(StreamingDataset):  # type: ignore[misc]
+            """mosaic's documented way to transform: a subclass whose ``__getitem__`` decodes."""
+
+            def __getitem__(self, index: Any) -> Any:
+                return decode(super().__getitem__(index))
+
+        saved, tempfile.tempdir = tempfile.tempdir, os.path.dirname(self.root)
+        try:
+            return Decoded(local=self.root, shuffle=self.train, batch_size=self.batch)
+        finally:
+            tempfile.tempdir = saved
+
+    def __call__(self) -> Iterable[Any]:
+        import torch.utils.data
+
+        if self.dataset is None:
+            self.dataset = self._build()
+        return torch.utils.data.DataLoader(
+            self.dataset,
+            batch_size=self.batch,
+            num_workers=self.workers,
+            drop_last=True,
+            collate_fn=self.decode.collate if self.decode.ours is not None else None,
         )
+
+
+# --------------------------------------------------------------------------- the peers
+
+_Maker = Callable[[], Iterable[Any]]
+# (source, size, batch, workers, train, ours) -> a maker
+_MakerFactory = Callable[[Any, int, int, int, bool, bool], _Maker]
+
+
+def _per_call(read: Callable[..., Iterable[Any]]) -> _MakerFactory:
+    """A maker that builds the whole loader at each call."""
+    return lambda *args: partial(read, *args)
+
+
+# Peer -> (its writer into a directory, its makers over that directory). webdataset reads our shards as-is.
+_FORMATS: dict[str, tuple[Callable[[str, Iterable[Sample]], None], _MakerFactory]] = {
+    "litdata": (_write_litdata, _per_call(_litdata)),
+    "grain": (_write_grain, _per_call(_grain)),
+    "mosaic-streaming": (_write_mosaic, _Mosaic),
+}
+
+
+def write_peer_formats(
+    workdir: str, samples: Callable[[], Iterable[Sample]], peers: Iterable[str] | None = None
+) -> dict[str, str]:
+    """Write the samples (``samples()``: a fresh iterator each call) in each installed peer's own format
+    (of ``peers``, default all), with its own writer, under ``workdir``; peer name -> its directory."""
+    written = {}
+    for peer, (write, _) in _FORMATS.items():
+        if _installed(peer) and (peers is None or peer in peers):
+            written[peer] = os.path.join(workdir, peer)
+            write(written[peer], samples())
+    return written
+
+
+def peer_pipelines(
+    urls: list[str],
+    size: int,
+    batch: int,
+    workers: int,
+    train: bool,
+    written: Mapping[str, str] | None = None,
+) -> dict[str, _Maker]:
+    """Name -> a maker of an iterable of batches (image tensor first), for each installed peer: webdataset
+    over ``urls``, the others over their copies in ``written`` (from ``write_peer_formats``)."""
+    for logger in ("litdata", "streaming"):  # their INFO lines repeat at every loader they build
+        logging.getLogger(logger).setLevel(logging.WARNING)
+    pipelines: dict[str, _Maker] = {}
+
+    def add(name: str, makers: _MakerFactory, source: Any) -> None:
+        pipelines[name] = makers(source, size, batch, workers, train, False)
+        pipelines[name + "+our-decoder"] = makers(source, size, batch, workers, train, True)
+
+    if _installed("webdataset-webloader"):
+        add("webdataset-webloader", _per_call(_webloader), urls)
+    for peer, root in (written or {}).items():
+        add(peer, _FORMATS[peer][1], root)
     return pipelines
