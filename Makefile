@@ -11,11 +11,13 @@ DEMO_DIR ?= demo-output
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# .[bench]: the peers of `tpustream bench load` (seconds more to install, no pin changes), so the suite runs
+# their adapters; not .[bench-mosaic] (mosaic-streaming would downgrade numpy and google-cloud-storage).
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "tpustream needs Python >= 3.10"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	@touch $(STAMP)
 
 install: $(STAMP) ## Build .venv (pinned torch 2.9.0 / torchvision 0.24.0 / torch_xla 2.9.0 + the rest).
