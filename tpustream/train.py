@@ -647,7 +647,9 @@ def _wait_for_primary(
                 return dict(card)
         except (storage.NotFound, ValueError):
             pass
-        if stop.flag.requested:  # nothing of ours to save: report our step so process 0 stops there too
+        # Told (SIGTERM) or seeing another host's notice: nothing of ours to save; report our final step so
+        # process 0 stops there too, rather than time out waiting for us and leave us waiting for it.
+        if stop.requested:
             stop.stop_step(steps)
             raise Preempted(f"host {rt.replica_index}: preempted while waiting for process 0 to commit {uri}")
         if time.monotonic() > deadline:

@@ -134,3 +134,32 @@ def test_sync_seconds_must_be_positive(tmp_path, sync_seconds):
 
     with pytest.raises(ValueError, match="--preemption-sync-seconds"):
         TrainConfig(data="d", output=str(tmp_path), preemption_sync_seconds=sync_seconds)
+
+
+def test_a_host_waiting_for_process_0_reports_its_final_step_when_another_host_is_preempted(tmp_path):
+    """A host that finished its steps and waits for process 0's model.json sees the notice of a
+    preemption elsewhere: it reports its final step and stops (exit 75), and process 0, behind it,
+    trains on to that step. (It used to report only when SIGTERMed itself: process 0 then timed out
+    waiting for its report and exited without a model, and the host waited for model.json forever.)"""
+    from types import SimpleNamespace
+
+    from tpustream.train import Preempted, _wait_for_primary
+
+    total = 60
+    primary, finished = _agreement(tmp_path, 0, 2, sync_seconds=5.0), _agreement(tmp_path, 1, 2)
+    outcome: dict[str, object] = {}
+
+    def wait() -> None:
+        try:
+            _wait_for_primary(str(tmp_path), "digest", total, SimpleNamespace(commit_timeout_minutes=0.25),
+                              SimpleNamespace(replica_index=1), finished)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the test looks at what came out
+            outcome["error"] = exc
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    stops: dict[int, int] = {}
+    _train(primary, stops, 0, step_seconds=0.01, told_at=10, total=total)
+    waiter.join(timeout=20)
+    assert isinstance(outcome.get("error"), Preempted), outcome
+    assert stops[0] == primary.agreed == total and not primary.timed_out
