@@ -215,15 +215,19 @@ def _grain(root: str, size: int, batch: int, workers: int, train: bool, ours: bo
     decode = _DecodeRecord(size, train, ours)
 
     class Decode(grain.MapTransform):  # type: ignore[misc,name-defined]
-        """Unpickle + decode. torchvision's crops draw from torch's RNG, which grain's spawned workers would
-        all start from torch's one default seed: seeded once per process (as torch's DataLoader does)."""
+        """Unpickle + decode. Once per worker process, what torch's DataLoader does in its workers and grain
+        (not torch-specific) does not: one torch thread (our collate's resize runs torch ops; with torch's
+        default of a thread per core, N workers oversubscribe the cores), and a torch seed of its own
+        (torchvision's crops draw from torch's RNG, which spawned workers all start from one default seed)."""
 
-        seeded_in: int | None = None
+        in_process: int | None = None
 
         def map(self, element: bytes) -> Any:
-            if not ours and self.seeded_in != os.getpid():
-                self.seeded_in = os.getpid()
-                torch.manual_seed(self.seeded_in)
+            if self.in_process != os.getpid():
+                self.in_process = os.getpid()
+                torch.manual_seed(self.in_process)
+                if workers > 0:
+                    torch.set_num_threads(1)
             images, label = decode(pickle.loads(element))
             return (images, label) if ours else (images.numpy(), label)
 
