@@ -264,66 +264,49 @@ def _write_mosaic(out: str, samples: Iterable[Sample]) -> None:
             writer.write({"image": data, "ext": ext, "cls": label})
 
 
-class _Mosaic:
-    """A maker: one mosaic ``StreamingDataset`` (built at the first call), a torch DataLoader over it each call.
-    One dataset per pipeline rather than per call: each instance takes a shared-memory prefix and creates two
-    lock files that mosaic never removes, in the temp dir (here: next to the MDS copy, in the bench's workdir)."""
+def _mosaic(root: str, size: int, batch: int, workers: int, train: bool, ours: bool) -> Iterable[Any]:
+    """A new ``StreamingDataset`` for every loader: the bench abandons loaders mid-epoch, which kills their
+    workers, possibly inside the dataset's shared-memory barrier, and the next loader's workers over the same
+    dataset then wait on that barrier forever (seen). Each instance takes a shared-memory prefix and creates two
+    lock files, which mosaic never removes, in the temp dir: here the bench's workdir, next to the MDS copy."""
+    import tempfile
 
-    def __init__(self, root: str, size: int, batch: int, workers: int, train: bool, ours: bool) -> None:
-        self.root, self.batch, self.workers, self.train = root, batch, workers, train
-        self.decode = _DecodeRecord(size, train, ours)
-        self.dataset: Any = None
+    import torch.utils.data
+    from streaming import StreamingDataset
 
-    def _build(self) -> Any:
-        import tempfile
+    decode = _DecodeRecord(size, train, ours)
 
-        from streaming import StreamingDataset
+    class Decoded(StreamingDataset):  # type: ignore[misc]
+        """mosaic's documented way to transform: a subclass whose ``__getitem__`` decodes."""
 
-        decode = self.decode
+        def __getitem__(self, index: Any) -> Any:
+            return decode(super().__getitem__(index))
 
-        class Decoded(StreamingDataset):  # type: ignore[misc]
-            """mosaic's documented way to transform: a subclass whose ``__getitem__`` decodes."""
-
-            def __getitem__(self, index: Any) -> Any:
-                return decode(super().__getitem__(index))
-
-        saved, tempfile.tempdir = tempfile.tempdir, os.path.dirname(self.root)
-        try:
-            return Decoded(local=self.root, shuffle=self.train, batch_size=self.batch)
-        finally:
-            tempfile.tempdir = saved
-
-    def __call__(self) -> Iterable[Any]:
-        import torch.utils.data
-
-        if self.dataset is None:
-            self.dataset = self._build()
-        return torch.utils.data.DataLoader(
-            self.dataset,
-            batch_size=self.batch,
-            num_workers=self.workers,
-            drop_last=True,
-            collate_fn=self.decode.collate if self.decode.ours is not None else None,
-        )
+    saved, tempfile.tempdir = tempfile.tempdir, os.path.dirname(root)
+    try:
+        dataset = Decoded(local=root, shuffle=train, batch_size=batch)
+    finally:
+        tempfile.tempdir = saved
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_size=batch,
+        num_workers=workers,
+        drop_last=True,
+        collate_fn=decode.collate if ours else None,
+    )
 
 
 # --------------------------------------------------------------------------- the peers
 
 _Maker = Callable[[], Iterable[Any]]
-# (source, size, batch, workers, train, ours) -> a maker
-_MakerFactory = Callable[[Any, int, int, int, bool, bool], _Maker]
+# (source, size, batch, workers, train, ours) -> the loader's batches
+_Reader = Callable[[Any, int, int, int, bool, bool], Iterable[Any]]
 
-
-def _per_call(read: Callable[..., Iterable[Any]]) -> _MakerFactory:
-    """A maker that builds the whole loader at each call."""
-    return lambda *args: partial(read, *args)
-
-
-# Peer -> (its writer into a directory, its makers over that directory). webdataset reads our shards as-is.
-_FORMATS: dict[str, tuple[Callable[[str, Iterable[Sample]], None], _MakerFactory]] = {
-    "litdata": (_write_litdata, _per_call(_litdata)),
-    "grain": (_write_grain, _per_call(_grain)),
-    "mosaic-streaming": (_write_mosaic, _Mosaic),
+# Peer -> (its writer into a directory, its loader over that directory). webdataset reads our shards as-is.
+_FORMATS: dict[str, tuple[Callable[[str, Iterable[Sample]], None], _Reader]] = {
+    "litdata": (_write_litdata, _litdata),
+    "grain": (_write_grain, _grain),
+    "mosaic-streaming": (_write_mosaic, _mosaic),
 }
 
 
@@ -354,12 +337,12 @@ def peer_pipelines(
         logging.getLogger(logger).setLevel(logging.WARNING)
     pipelines: dict[str, _Maker] = {}
 
-    def add(name: str, makers: _MakerFactory, source: Any) -> None:
-        pipelines[name] = makers(source, size, batch, workers, train, False)
-        pipelines[name + "+our-decoder"] = makers(source, size, batch, workers, train, True)
+    def add(name: str, read: _Reader, source: Any) -> None:
+        pipelines[name] = partial(read, source, size, batch, workers, train, False)
+        pipelines[name + "+our-decoder"] = partial(read, source, size, batch, workers, train, True)
 
     if _installed("webdataset-webloader"):
-        add("webdataset-webloader", _per_call(_webloader), urls)
+        add("webdataset-webloader", _webloader, urls)
     for peer, root in (written or {}).items():
         add(peer, _FORMATS[peer][1], root)
     return pipelines
