@@ -627,6 +627,7 @@ class ShardLoader:
         """Shut the worker processes down now (dropping the loader does too; so does interpreter exit)."""
         if self._close_pool is not None:
             self._close_pool()
+        self._pool = self._close_pool = None  # a later epoch starts workers (and their finaliser) anew
 
     def __enter__(self) -> ShardLoader:
         return self

@@ -308,3 +308,9 @@ def test_workers_live_across_epochs_and_shut_down_with_the_loader(tmp_path):
     del dropped  # no reference cycle: the workers go at once, not at a later garbage collection
     assert not set(multiprocessing.active_children()) - before
     assert time.perf_counter() - started < 4.0  # no worker left to torch's 5 s join timeout
+
+    assert [_ids(b).tolist() for b in loader.epoch(1)] == epochs[1]  # a closed loader starts workers anew
+    started = time.perf_counter()
+    loader.close()  # and closes them again
+    assert not set(multiprocessing.active_children()) - before
+    assert time.perf_counter() - started < 4.0
