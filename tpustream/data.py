@@ -254,12 +254,14 @@ class _Split:
             batch_size=cfg.batch_size,
         )  # fmt: skip
 
-    def layout(self, epoch: int, start_batch: int) -> tuple[list[WorkerPlan], list[int]]:
-        """Per worker: the plan it runs in ``epoch`` resumed at ``start_batch``, and how many of that plan's
-        batches it skips (drawn for, not decoded)."""
-        _, plans = self.plan(epoch)
+    def layout(self, epoch: int, start_batch: int) -> tuple[int, list[WorkerPlan], list[int]]:
+        """The epoch's steps; per worker, the plan it runs in ``epoch`` resumed at ``start_batch`` and how
+        many of that plan's batches it skips (drawn for, not decoded)."""
+        steps, plans = self.plan(epoch)
+        if not 0 <= start_batch <= steps:
+            raise ValueError(f"start_batch {start_batch} outside this epoch's {steps} batches")
         order, skip = _resume_layout(start_batch, [plan.num_batches for plan in plans], self.config.workers)
-        return [plans[index] for index in order], skip
+        return steps, [plans[index] for index in order], skip
 
 
 class _EpochStream:
@@ -294,7 +296,7 @@ class _EpochStream:
         if self.persistent and self.ring is not None:  # the epoch the main process has just started
             self.generation = int(self.ring.generation[0])
             self.epoch, start_batch = (int(value) for value in self.ring.epoch_spec)
-            self.plans, self.skip = self.split.layout(self.epoch, start_batch)
+            _, self.plans, self.skip = self.split.layout(self.epoch, start_batch)
             self._reported = set()
         if info is None and len(self.plans) > 1:  # no worker processes: run every plan in turn
             for plan, skip in zip(self.plans, self.skip, strict=True):
@@ -308,10 +310,10 @@ class _EpochStream:
     # ---------------------------------------------------------------- reading
 
     def _raw_samples(self, shard_ids: Sequence[int], stats: _Stats) -> Iterator[tuple[bytes, str, int]]:
-        loader = self.split
+        split = self.split
         for shard_id in shard_ids:
-            shard = loader.shards[shard_id]
-            uri = storage.join(loader.dataset, shard["path"])
+            shard = split.shards[shard_id]
+            uri = storage.join(split.dataset, shard["path"])
             count = 0  # samples read from the tar, usable or not
             try:
                 with storage.open_read(uri) as stream:
@@ -319,7 +321,7 @@ class _EpochStream:
                     # an error, never an allocation.
                     for _key, fields in iter_tar_samples(stream, int(shard["num_bytes"])):  # type: ignore[arg-type]
                         count += 1
-                        sample = _pick(fields, loader.num_classes)
+                        sample = _pick(fields, split.num_classes)
                         if sample is None:
                             stats.undecodable += 1
                             continue
@@ -654,10 +656,7 @@ class ShardLoader:
         """
         import torch
 
-        steps = self._split.plan(epoch)[0]
-        if not 0 <= start_batch <= steps:
-            raise ValueError(f"start_batch {start_batch} outside this epoch's {steps} batches")
-        plans, skip = self._split.layout(epoch, start_batch)
+        steps, plans, skip = self._split.layout(epoch, start_batch)
         cfg = self.config
         ring = self._slot_ring() if cfg.workers > 0 else None
         generation = ring.start_epoch(epoch, start_batch) if ring is not None else 0
