@@ -9,7 +9,7 @@ Output is byte-for-byte deterministic for the same samples, so re-written shards
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -21,6 +21,7 @@ __all__ = [
     "ShardStats",
     "TarShardWriter",
     "iter_tar_samples",
+    "iter_tar_sample_runs",
     "iter_tar_members",
     "group_samples",
     "HashingReader",
@@ -250,47 +251,81 @@ _READ = 1 << 20  # read-ahead chunk: the members wholly inside it are parsed as 
 # (ImageNet-size JPEGs) is read straight from the stream, and so is every member after it: copying 40 KB
 # members through a chunk and out again cost 3x more than the per-member parsing it saves (measured).
 _SMALL = 16 << 10
-_CHECKSUM_FIELD = slice(148, 156)
 
 
-def _scan(reader: _Reader, limit: int) -> tuple[list[int], list[int], list[int], list[bytes], bool]:
-    """The plain members (regular file, octal numbers, short safe name) wholly inside the reader's buffer,
-    up to the first one that is not: (header offsets, sizes, stored checksums, names, more_needed).
-    ``more_needed``: the scan stopped only because the next member runs past the buffer."""
+_OCTAL_11 = 8 ** np.arange(10, -1, -1, dtype=np.int64)  # a size field's 11 digits
+_OCTAL_6 = 8 ** np.arange(5, -1, -1, dtype=np.uint32)  # a checksum field's 6 digits
+_FIELD_LIMITS = np.full(33, 255, np.uint8)  # header bytes 124-156, less 48: digits 0-7, others not checked
+_FIELD_LIMITS[0:11] = _FIELD_LIMITS[24:30] = 7
+_REGULAR_FLAGS = np.zeros(256, np.bool_)
+_REGULAR_FLAGS[list(_REGULAR_BYTES)] = True
+
+
+def _scan(reader: _Reader, limit: int) -> tuple[list[int], list[int], list[int], bool, bool]:
+    """The plain members wholly inside the reader's buffer, up to the first one that is not:
+    (header offsets, sizes, name lengths, checksums_ok, more_needed). Plain: a regular file whose
+    header has the layout our writer, Python's tarfile and GNU tar write (size: 11 octal digits then NUL
+    or space; checksum: 6 octal digits, NUL, space) and a short safe name (no prefix, no "..", not
+    absolute). ``checksums_ok`` False: the last returned member's stored checksum is wrong. ``more_needed``:
+    the scan stopped only because the next member runs past the buffer.
+
+    The walk from header to header reads only the size field, in Python; every other check runs on all
+    the walked headers at once in numpy. Against checking each header in Python: a CIFAR-size sample (two
+    members) parsed in ~4.9 µs, not ~6.8 (A/B in one process, median of 5 runs)."""
     buf, p, end = reader.buf, reader.at, len(reader.buf)
-    offsets: list[int] = []
-    sizes: list[int] = []
-    stored: list[int] = []
-    names: list[bytes] = []
     room = min(limit - reader.base, end)  # the known size, in buffer offsets
-    find = buf.find
-    while p + BLOCK <= room:
-        size_end, checksum_end = find(b"\0", p + 124, p + 136), find(b"\0", p + 148, p + 156)
-        try:  # a field with no NUL ends at its width
-            member_size = int(buf[p + 124 : size_end if size_end > 0 else p + 136], 8)
-            checksum = int(buf[p + 148 : checksum_end if checksum_end > 0 else p + 156], 8)
+    offsets: list[int] = []
+    more_needed = False
+    while True:
+        if p + BLOCK > room:
+            more_needed = p + BLOCK > end
+            break
+        try:
+            member_size = int(buf[p + 124 : p + 135], 8)  # checked digit by digit below
         except ValueError:  # base-256, blank (the end marker) or malformed: the careful path
             break
-        if member_size < 0 or buf[p + 156] not in _REGULAR_BYTES or buf[p + 345]:  # or a name prefix
+        if member_size > _SMALL or member_size < 0:
+            reader.direct = member_size > _SMALL  # copying it through the read-ahead chunk costs more
             break
-        if member_size > _SMALL:  # copying it through the read-ahead chunk costs more than it saves
-            reader.direct = True
-            break
-        name_end = find(b"\0", p, p + 100)
-        name = buf[p : name_end if name_end >= 0 else p + 100]
         after = p + BLOCK + member_size + (-member_size % BLOCK)
-        if after > room or b".." in name or name[:1] == b"/" or not name or b"_" in buf[p + 124 : p + 136]:
-            if after > end and after - p <= _READ and after <= limit - reader.base:
-                return offsets, sizes, stored, names, True
+        if after > room:
+            more_needed = after > end and after - p <= _READ and after <= limit - reader.base
             break
         offsets.append(p)
-        sizes.append(member_size)
-        stored.append(checksum)
-        names.append(name)
         p = after
-    else:
-        return offsets, sizes, stored, names, p + BLOCK > end
-    return offsets, sizes, stored, names, False
+    if not offsets:
+        return offsets, [], [], True, more_needed
+    blocks = np.frombuffer(buf, np.uint8, len(buf) // BLOCK * BLOCK).reshape(-1, BLOCK)
+    rows = blocks[np.array(offsets, np.int64) // BLOCK]  # the buffer starts at a block boundary
+    # Columns 124-156: the size field's 11 octal digits, its NUL or space, mtime (not checked), the checksum
+    # field's 6 digits, NUL and space, the type flag. A byte under "0" wraps around to a large value.
+    fields = rows[:, 124:157] - np.uint8(48)
+    first_nul = (rows[:, :100] == 0).argmax(axis=1)  # 0 when there is none: a 100-byte name, or empty
+    name_lengths = np.where((first_nul == 0) & (rows[:, 0] != 0), 100, first_nul)
+    names = rows[:, : max(2, int(name_lengths.max()))]
+    plain = (
+        (fields <= _FIELD_LIMITS).all(axis=1)
+        & ((rows[:, 135] == 0) | (rows[:, 135] == 32))
+        & (rows[:, 154] == 0)
+        & (rows[:, 155] == 32)
+        & _REGULAR_FLAGS[rows[:, 156]]
+        & (rows[:, 345] == 0)  # no ustar name prefix
+        & (name_lengths > 0)
+        & (rows[:, 0] != ord("/"))
+        & ~((names[:, :-1] == ord(".")) & (names[:, 1:] == ord("."))).any(axis=1)  # "..": a closer look
+    )
+    count = int(np.argmin(plain)) if not plain.all() else len(offsets)
+    if count < len(offsets):
+        more_needed = False  # the careful path takes the member that is not plain
+    sums = (
+        rows[:count].sum(axis=1, dtype=np.uint32) - rows[:count, 148:156].sum(axis=1, dtype=np.uint32) + 256
+    )
+    mismatched = np.flatnonzero(sums != fields[:count, 24:30].astype(np.uint32) @ _OCTAL_6)
+    checksums_ok = not mismatched.size
+    if not checksums_ok:
+        count = int(mismatched[0]) + 1
+    sizes = (fields[:count, :11].astype(np.int64) @ _OCTAL_11).tolist()
+    return offsets[:count], sizes, name_lengths[:count].tolist(), checksums_ok, more_needed
 
 
 def iter_tar_members(stream: IO[bytes], size: int | None = None) -> Iterator[tuple[str, bytes]]:
@@ -303,33 +338,36 @@ def iter_tar_members(stream: IO[bytes], size: int | None = None) -> Iterator[tup
     before the end-of-archive marker — so a truncated or forged shard is noticed, never silently short.
     Every check is O(1) per member.
 
-    The stream is read ahead in 1 MiB chunks and the plain members inside a chunk are parsed as a group:
-    their header checksums summed by numpy at once (a Python ``sum`` of one 512-byte header costs ~3 µs,
-    as much as the rest of a member). Anything else (long names, metadata, a member larger than a chunk,
-    every error) goes through the one-header-at-a-time path, so errors come in the same order.
+    The stream is read ahead in 1 MiB chunks and the plain members inside a chunk are parsed as a group
+    (``_scan``): Python walks from size field to size field, numpy checks the headers all at once.
+    Anything else (long names, metadata, a member larger than a chunk, every error) goes through the
+    one-header-at-a-time path, so errors come in the same order.
     """
+    for run in _member_runs(stream, size):
+        yield from run
+
+
+def _member_runs(stream: IO[bytes], size: int | None) -> Iterator[list[tuple[str, bytes]]]:
+    """``iter_tar_members``' members in lists: one per read-ahead chunk's plain members, one per member
+    taken the careful way (a consumer's loop over a list costs less than a generator step per member)."""
     reader = _Reader(stream.read)
     read = reader.read
     limit = size if size is not None else 1 << 62
     long_name: bytes | None = None
     while True:
         if long_name is None and not reader.direct:
-            offsets, sizes, stored, names, more_needed = _scan(reader, limit)
+            offsets, sizes, name_lengths, checksums_ok, more_needed = _scan(reader, limit)
             if offsets:
-                buf = reader.buf  # starts at a block boundary: its headers are whole rows of blocks
-                blocks = np.frombuffer(buf, np.uint8, len(buf) // BLOCK * BLOCK).reshape(-1, BLOCK)
-                rows = blocks[np.array(offsets) // BLOCK]
-                sums = rows.sum(axis=1) - rows[:, _CHECKSUM_FIELD].sum(axis=1) + 256
-                mismatched = np.flatnonzero(sums != np.array(stored))
-                good = int(mismatched[0]) if mismatched.size else len(offsets)
-                for index in range(good):
-                    start = offsets[index] + BLOCK
-                    yield names[index].decode("utf-8", "replace"), buf[start : start + sizes[index]]
-                if good < len(offsets):
-                    reader.at = offsets[good]
+                buf = reader.buf
+                last = len(offsets) - (not checksums_ok)
+                yield [
+                    (buf[start : start + length].decode("utf-8", "replace"), buf[start + BLOCK : start + BLOCK + n])
+                    for start, length, n in zip(offsets[:last], name_lengths[:last], sizes[:last], strict=True)
+                ]  # fmt: skip
+                if not checksums_ok:
+                    reader.at = offsets[last]
                     raise TarFormatError("tar header checksum mismatch (corrupt shard)")
-                last = offsets[-1]
-                reader.at = last + BLOCK + sizes[-1] + (-sizes[-1] % BLOCK)
+                reader.at = offsets[-1] + BLOCK + sizes[-1] + (-sizes[-1] % BLOCK)
                 continue
             if more_needed and reader.fill():
                 continue
@@ -385,7 +423,7 @@ def iter_tar_members(stream: IO[bytes], size: int | None = None) -> Iterator[tup
                 name = header[345:500].split(b"\0", 1)[0] + b"/" + name
         if name[:1] == b"/" or b".." in name or not name:
             _check_name(name)  # the rare suspicious name: a closer look (".." inside a file name is fine)
-        yield name.decode("utf-8", "replace"), data
+        yield [(name.decode("utf-8", "replace"), data)]
 
 
 def group_samples(members: Iterator[tuple[str, bytes]]) -> Iterator[tuple[str, dict[str, bytes]]]:
@@ -393,25 +431,45 @@ def group_samples(members: Iterator[tuple[str, bytes]]) -> Iterator[tuple[str, d
 
     The key is the path up to the first '.' of the file name (WebDataset's rule).
     """
+    for samples in _sample_runs([members]):
+        yield from samples
+
+
+def _sample_runs(runs: Iterable[Iterable[tuple[str, bytes]]]) -> Iterator[list[tuple[str, dict[str, bytes]]]]:
+    """The samples completed in each run of members; a sample whose members continue in the next run comes
+    out with that run."""
     current_key: str | None = None
     fields: dict[str, bytes] = {}
-    for name, data in members:
-        if "/" in name:
-            directory, _, base = name.rpartition("/")
-            stem, _, ext = base.partition(".")
-            key = f"{directory}/{stem}"
-        else:
-            key, _, ext = name.partition(".")
-        if key != current_key:
-            if current_key is not None:
-                yield current_key, fields
-            current_key, fields = key, {}
-        fields[ext] = data
+    for run in runs:
+        done: list[tuple[str, dict[str, bytes]]] = []
+        for name, data in run:
+            if "/" in name:
+                directory, _, base = name.rpartition("/")
+                stem, _, ext = base.partition(".")
+                key = f"{directory}/{stem}"
+            else:
+                key, _, ext = name.partition(".")
+            if key != current_key:
+                if current_key is not None:
+                    done.append((current_key, fields))
+                current_key, fields = key, {}
+            fields[ext] = data
+        if done:
+            yield done
     if current_key is not None:
-        yield current_key, fields
+        yield [(current_key, fields)]
 
 
 def iter_tar_samples(stream: IO[bytes], size: int | None = None) -> Iterator[tuple[str, dict[str, bytes]]]:
     """WebDataset samples of a tar stream, via the fast reader; raises TarFormatError when truncated or
     forged (``size``: the shard's known length in bytes, which no member may claim to run past)."""
-    return group_samples(iter_tar_members(stream, size))
+    for samples in iter_tar_sample_runs(stream, size):
+        yield from samples
+
+
+def iter_tar_sample_runs(
+    stream: IO[bytes], size: int | None = None
+) -> Iterator[list[tuple[str, dict[str, bytes]]]]:
+    """``iter_tar_samples``' samples in lists, about one per 1 MiB read: for a consumer whose loop over a
+    list costs less than a generator step per sample (the loader). Samples before an error come first."""
+    return _sample_runs(_member_runs(stream, size))

@@ -146,3 +146,61 @@ def test_a_bad_checksum_inside_a_chunk_yields_the_members_before_it_then_raises(
         for key, fields in iter_tar_samples(io.BytesIO(bytes(forged)), len(forged)):
             got.append((key, fields))
     assert got == samples[: member // 2]
+
+
+def _rewrite_header(data, offset, start, value):
+    """``data`` with one header's bytes ``start:start+len(value)`` replaced and its checksum redone the way
+    GNU tar writes it (6 digits, NUL, space)."""
+    out = bytearray(data)
+    out[offset + start : offset + start + len(value)] = value
+    out[offset + 148 : offset + 156] = b" " * 8
+    out[offset + 148 : offset + 156] = b"%06o\0 " % sum(out[offset : offset + 512])
+    return bytes(out)
+
+
+# Valid header encodings that writers other than ours use: the batch scan (_scan) takes only the layout
+# ours, tarfile's and GNU tar's share, and hands these to the one-header path, which must read them all.
+OTHER_ENCODINGS = {
+    "size with leading spaces": lambda size: (124, b"    %07o\0" % size),
+    "size ending in a space": lambda size: (124, b"%011o " % size),
+    "size of 10 digits, two NULs": lambda size: (124, b"%010o\0\0" % size),
+    "old V7 type flag NUL": lambda size: (156, b"\0"),
+    "contiguous-file type flag": lambda size: (156, b"7"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTHER_ENCODINGS))
+@pytest.mark.parametrize("member", [0, 101])
+def test_other_writers_header_encodings_read_as_stdlib_reads_them(case, member):
+    samples = [(k, {"ppm": f["ppm"][:3000], "cls": f["cls"]}) for k, f in _mixed_samples(300)]
+    data, _ = _shard(samples)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        info = tar.getmembers()[member]
+    data = _rewrite_header(data, info.offset, *OTHER_ENCODINGS[case](info.size))
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        expected = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    assert [
+        (f"{k}.{e}", v) for k, f in iter_tar_samples(io.BytesIO(data), len(data)) for e, v in f.items()
+    ] == expected
+
+
+def test_seven_digit_checksum_and_ustar_name_prefix_read_as_stdlib_reads_them():
+    samples = [(k, {"ppm": f["ppm"][:3000], "cls": f["cls"]}) for k, f in _mixed_samples(300)]
+    data, _ = _shard(samples)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = tar.getmembers()
+    seven = bytearray(data)  # "%07o\0": 7 digits then NUL, as some old writers store it
+    at = members[57].offset
+    seven[at + 148 : at + 156] = b" " * 8
+    seven[at + 148 : at + 156] = b"%07o\0" % sum(seven[at : at + 512])
+    prefixed = _rewrite_header(data, members[80].offset, 345, b"dir\0")  # ustar prefix: "dir/<name>"
+    for forged in (bytes(seven), prefixed):
+        with tarfile.open(fileobj=io.BytesIO(forged)) as tar:
+            expected = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+        got = [
+            (f"{k}.{e}", v)
+            for k, f in iter_tar_samples(io.BytesIO(forged), len(forged))
+            for e, v in f.items()
+        ]
+        assert got == expected
+    assert "dir/" in expected[80][0]
