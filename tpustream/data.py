@@ -30,7 +30,7 @@ from tpustream import storage
 from tpustream.epoch_plan import LoaderError, WorkerPlan, plan_epoch
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS, image_member
 from tpustream.manifest import read_manifest
-from tpustream.tario import TarFormatError, iter_tar_samples
+from tpustream.tario import TarFormatError, iter_tar_sample_runs, iter_tar_samples
 from tpustream.transforms import Augment, Prepared, prepare_image, render_batch, skip_image
 from tpustream.xla_runtime import process_layout
 
@@ -319,13 +319,15 @@ class _EpochStream:
                 with storage.open_read(uri) as stream:
                     # No member may claim more bytes than the manifest's shard size: a forged size costs
                     # an error, never an allocation.
-                    for _key, fields in iter_tar_samples(stream, int(shard["num_bytes"])):  # type: ignore[arg-type]
-                        count += 1
-                        sample = _pick(fields, split.num_classes)
-                        if sample is None:
-                            stats.undecodable += 1
-                            continue
-                        yield sample
+                    # In runs (a list per 1 MiB read): a generator step less per sample.
+                    for run in iter_tar_sample_runs(stream, int(shard["num_bytes"])):  # type: ignore[arg-type]
+                        for _key, fields in run:
+                            count += 1
+                            sample = _pick(fields, split.num_classes)
+                            if sample is None:
+                                stats.undecodable += 1
+                                continue
+                            yield sample
             except (TarFormatError, storage.StorageError, OSError) as exc:
                 problem = f"{shard['path']}: read {count} of {shard['num_samples']} samples ({exc})"
             except Exception as exc:  # anything else a forged shard trips is still one bad shard, not a crash

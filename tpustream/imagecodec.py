@@ -55,7 +55,10 @@ IMAGE_EXTS = ("jpg", "jpeg", "png", "ppm")
 
 def image_member(fields: Mapping[str, Any]) -> str | None:
     """The extension of a tar sample's image member (``fields``: member extension -> bytes), or None."""
-    return next((ext for ext in IMAGE_EXTS if ext in fields), None)
+    for ext in IMAGE_EXTS:  # a loop, not next(generator): called once per sample by the loader
+        if ext in fields:
+            return ext
+    return None
 
 
 class CorruptImage(TpustreamError, ValueError):
