@@ -6,8 +6,10 @@
 (ours) tpustream.data from local disk; (ours-gcs) tpustream.data from a GCS-API server on loopback;
 (peers) ``bench_peers``: each installed peer's documented pipeline and its plumbing with our decoder, over
     the same samples (webdataset: our shards; litdata, grain, mosaic-streaming: written in their own formats);
-(ceilings) our decode+crop kernel alone in one process (``kernel-alone``, x cores used) and our whole
-    pipeline with no worker processes (``tpustream-workers0``).
+(ceilings) our decode+crop kernel alone in one process (``kernel-alone``, x cores used), the same kernel
+    run in as many processes at once as the worker count uses cores (``kernel-in-N-processes``: what the
+    cores really give together, shared caches and memory bandwidth included) and our whole pipeline with
+    no worker processes (``tpustream-workers0``).
 Every pipeline runs ``repeats`` times, interleaved; each run counts samples for ``seconds`` after its
 first batch (worker start-up excluded); the median is reported with ratios to tpustream, (B) and (A),
 once per worker count of ``workers`` (``--workers 1,2,4``).
@@ -140,6 +142,31 @@ def _one_thread(make: Callable[[], Iterable[Any]]) -> Callable[[], Iterable[Any]
             torch.set_num_threads(threads)
 
     return batches
+
+
+def _kernel_process(args: tuple[Any, ...], seconds: float, barrier: Any, results: Any) -> None:
+    make = _one_thread(_kernel_alone(*args))  # samples read before the barrier: all start measuring at once
+    barrier.wait()
+    results.put(_measure(make, seconds))
+
+
+def _kernel_in_processes(args: tuple[Any, ...], processes: int, seconds: float) -> list[float]:
+    """The kernel's samples/s in each of ``processes`` spawned processes measuring at the same time."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(processes), context.Queue()
+    children = [
+        context.Process(target=_kernel_process, args=(args, seconds, barrier, results), daemon=True)
+        for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    try:
+        return [results.get(timeout=600) for _ in children]
+    finally:
+        for child in children:
+            child.join(timeout=30)
 
 
 def _measure(make: Callable[[], Iterable[Any]], seconds: float) -> float:
@@ -279,14 +306,19 @@ def bench_load(
                 )
             if not ceiling_rates:
                 pipelines.update(ceilings)
-            rates: dict[str, list[float]] = {name: [] for name in pipelines}
+            cores = max(1, min(count, os.cpu_count() or 1))
+            parallel = f"kernel-in-{cores}-processes"
+            rates: dict[str, list[float]] = {name: [] for name in [*pipelines, parallel]}
             for _ in range(repeats):
                 for name, make in pipelines.items():
                     rates[name].append(_measure(make, seconds))
+                rates[parallel].append(
+                    sum(_kernel_in_processes((dataset, manifest, split, size, batch_size), cores, seconds))
+                )
             medians = {name: statistics.median(values) for name, values in rates.items()}
             for name in ceilings:
                 ceiling_rates.setdefault(name, medians.pop(name, 0.0))
-            cores = max(1, min(count, os.cpu_count() or 1))
+            parallel_rate = medians.pop(parallel)
             ours = medians["tpustream"]
             for name, rate in medians.items():
                 result = {
@@ -299,12 +331,19 @@ def bench_load(
                 if name == "tpustream":
                     kernel = ceiling_rates["kernel-alone"]
                     result["fraction_of_kernel_x_cores"] = round(rate / (kernel * cores), 2)
+                    result["fraction_of_kernel_in_processes"] = round(rate / parallel_rate, 2)
                     result["fraction_of_workers0_x_cores"] = round(
                         rate / (ceiling_rates["tpustream-workers0"] * cores), 2
                     )
                 if name == "tpustream-gcs":
                     result["ratio_vs_tpustream_local"] = round(rate / ours, 2)
                 yield json.dumps(result)
+            yield json.dumps({
+                **base, "pipeline": parallel, "workers": count, "cores": cores,
+                "samples_per_s": round(parallel_rate), "ratio_vs_tpustream": round(parallel_rate / ours, 2),
+                "ratio_vs_kernel_x_cores": round(parallel_rate / (ceiling_rates["kernel-alone"] * cores), 2),
+                "ceiling": True, "note": f"the kernel in {cores} process(es) at once, summed",
+            })  # fmt: skip
             if count == worker_counts[0]:
                 for name, rate in ceiling_rates.items():
                     yield json.dumps({

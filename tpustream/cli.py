@@ -713,7 +713,8 @@ def bench_load(
     ] = None,
 ) -> None:
     """Per-file ImageFolder (A), the blog's webdataset pipeline (B), ours local and from GCS, installed peers,
-    and the ceilings (our kernel alone, our pipeline without workers)."""
+    and the ceilings (our kernel alone, the kernel in as many processes as cores used, our pipeline without
+    workers)."""
     from tpustream import bench_load as bl
 
     try:
