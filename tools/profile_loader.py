@@ -119,7 +119,7 @@ def main() -> None:
         )  # fmt: skip
         if done.returncode != 0 or not os.path.exists(raw):
             sys.exit(f"py-spy failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-        print(done.stdout.strip().splitlines()[-1])
+        print(*[line for line in done.stdout.splitlines() if line.startswith("{")], sep="\n")  # the rate
         with open(raw) as f:
             per_process = attribute(f.readlines())
     for name, parts in per_process.items():
