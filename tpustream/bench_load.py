@@ -35,9 +35,11 @@ __all__ = ["bench_load"]
 def _blog_transform(size: int, train: bool) -> Any:
     from torchvision import transforms as T
 
+    from tpustream.transforms import default_min_crop_scale
+
     normalize = T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     if train:
-        scale = (0.08, 1.0) if size >= 128 else (0.35, 1.0)
+        scale = (default_min_crop_scale(size), 1.0)
         return T.Compose(
             [T.RandomResizedCrop(size, scale=scale), T.RandomHorizontalFlip(), T.ToTensor(), normalize]
         )
@@ -101,7 +103,7 @@ def _kernel_alone(
 
     from tpustream.imagecodec import image_member
     from tpustream.tario import iter_tar_samples
-    from tpustream.transforms import Augment, prepare_image, render_batch
+    from tpustream.transforms import Augment, default_min_crop_scale, prepare_image, render_batch
 
     samples: list[tuple[bytes, str]] = []
     for shard in manifest["splits"][split]["shards"]:
@@ -111,7 +113,7 @@ def _kernel_alone(
                 samples.append((fields[ext], ext))
         if len(samples) >= 4 * batch:
             break
-    augment = Augment(output_size=size, train=split == "train", min_crop_scale=0.08 if size >= 128 else 0.35)
+    augment = Augment(output_size=size, train=split == "train", min_crop_scale=default_min_crop_scale(size))
 
     def batches() -> Iterator[Any]:
         rng = random.Random(0)

@@ -68,8 +68,10 @@ def _documented_transform(size: int, train: bool) -> Any:
     """torchvision's uint8 pipeline: the same crop sampling and output as ours, PIL doing the pixels."""
     from torchvision import transforms as T
 
+    from tpustream.transforms import default_min_crop_scale
+
     if train:
-        scale = (0.08, 1.0) if size >= 128 else (0.35, 1.0)
+        scale = (default_min_crop_scale(size), 1.0)
         return T.Compose([T.RandomResizedCrop(size, scale=scale), T.RandomHorizontalFlip(), T.PILToTensor()])
     return T.Compose([T.Resize(int(size / 0.875)), T.CenterCrop(size), T.PILToTensor()])
 
@@ -85,10 +87,10 @@ class _OurDecoder:
     """Picklable: raw sample -> (Prepared, label); a batch of them -> (uint8 [B,3,S,S], labels)."""
 
     def __init__(self, size: int, train: bool) -> None:
-        from tpustream.transforms import Augment
+        from tpustream.transforms import Augment, default_min_crop_scale
 
         self.size = size
-        self.augment = Augment(output_size=size, train=train, min_crop_scale=0.08 if size >= 128 else 0.35)
+        self.augment = Augment(output_size=size, train=train, min_crop_scale=default_min_crop_scale(size))
         self.rng: random.Random | None = None
 
     def __call__(self, sample: dict[str, Any]) -> tuple[Any, int]:

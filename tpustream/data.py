@@ -31,7 +31,14 @@ from tpustream.epoch_plan import LoaderError, WorkerPlan, plan_epoch
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS, image_member
 from tpustream.manifest import read_manifest
 from tpustream.tario import TarFormatError, iter_tar_sample_runs, iter_tar_samples
-from tpustream.transforms import Augment, Prepared, prepare_image, render_batch, skip_image
+from tpustream.transforms import (
+    Augment,
+    Prepared,
+    default_min_crop_scale,
+    prepare_image,
+    render_batch,
+    skip_image,
+)
 from tpustream.xla_runtime import process_layout
 
 __all__ = [
@@ -60,7 +67,7 @@ class LoaderConfig:
     workers: int = 2
     seed: int = 0
     shuffle_buffer: int = 1024
-    min_crop_scale: float | None = None  # default: 0.08, or 0.35 for inputs under 128 px
+    min_crop_scale: float | None = None  # default: transforms.default_min_crop_scale(input_size)
     prefetch_factor: int = 4
     max_pixels: int = DEFAULT_MAX_PIXELS  # images whose header claims more are skipped as undecodable
 
@@ -598,7 +605,7 @@ class ShardLoader:
             self.replica_index, self.num_replicas = process_layout()
         else:
             self.replica_index, self.num_replicas = int(config.replica_index or 0), config.num_replicas
-        min_scale = config.min_crop_scale or (0.08 if config.input_size >= 128 else 0.35)
+        min_scale = config.min_crop_scale or default_min_crop_scale(config.input_size)
         self.augment = Augment(
             output_size=config.input_size, train=config.split == "train", min_crop_scale=min_scale,
             max_pixels=config.max_pixels,
