@@ -13,8 +13,11 @@ periodic checkpoint would be lost. So the hosts agree on a stop step through fil
    ``host-<k>.json``, then waits until all N hosts have reported (at most ``sync_seconds``).
 4. The stop step is the largest reported step. A host behind trains on to it (on a slice each step's
    collectives span every host, so the steps up to the largest one were already issued by the host that
-   reported it); then process 0 commits ``last`` (``tpustream/train.py``), removes the files, and every
-   host exits 75.
+   reported it); then process 0 commits ``last`` (``tpustream/train.py``), and every host exits 75.
+5. Each host, once it knows where it stops, writes ``agreed-<k>.json``. Process 0 removes the files only
+   when every host has (or ``sync_seconds`` after it left the loop): removing them as soon as process 0
+   itself had agreed left a host still reading the reports without process 0's, to time out and stop at
+   its own step (seen in the Vertex emulation under load).
 
 No host waits forever: one that does not see every report within ``sync_seconds`` logs which hosts are
 missing and stops where it is (process 0 still commits ``last`` at its own, consistent step; exit 75, so
@@ -125,9 +128,24 @@ class StopAgreement:
 
     def close(self, *, cleanup: bool = False) -> None:
         """Stop watching; with ``cleanup``, process 0 removes this attempt's files (it has left the loop
-        at the agreed step and committed ``last``: the retry must not see them)."""
+        at the agreed step and committed ``last``: the retry must not see them), once every host has
+        confirmed that it knows where it stops, or ``sync_seconds`` on."""
         self._closed.set()
         if cleanup and self.host == 0 and self.hosts > 1 and self.agreed is not None:
+            confirmed: dict[int, int] = {}
+            deadline = time.monotonic() + self.sync_seconds
+            while True:
+                self._read_reports(confirmed, prefix="agreed-")
+                if len(confirmed) == self.hosts:
+                    break
+                if time.monotonic() > deadline:
+                    missing = sorted(set(range(self.hosts)) - set(confirmed))
+                    log.warning(
+                        "preemption: host(s) %s did not confirm the stop step within %g s; removing %s anyway",
+                        ", ".join(map(str, missing)), self.sync_seconds, self.directory,
+                    )  # fmt: skip
+                    break
+                time.sleep(0.2)
             for obj in storage.list_objects(self.directory):
                 storage.delete(obj.uri)
 
@@ -172,6 +190,11 @@ class StopAgreement:
             storage.write_bytes(self._path(name), body.encode(), create_only=create_only)
 
     def _agree(self, done: int) -> int:
+        stop = self._agree_on(done)
+        self._report(f"agreed-{self.host:05d}.json", stop)  # process 0 waits for these before cleaning up
+        return stop
+
+    def _agree_on(self, done: int) -> int:
         if self.flag.requested:
             self._report("notice.json", done, create_only=True)
         self._report(f"host-{self.host:05d}.json", done)
@@ -206,13 +229,13 @@ class StopAgreement:
                 return done
             time.sleep(0.2)
 
-    def _read_reports(self, steps: dict[int, int]) -> None:
-        """Add this attempt's reports that have appeared since the last look: a host reports once per
-        attempt, so each poll lists the directory and reads only the hosts not yet heard from (a file
-        left by an earlier attempt is read again until its host overwrites it)."""
+    def _read_reports(self, steps: dict[int, int], prefix: str = "host-") -> None:
+        """Add this attempt's reports (``prefix``-<k>.json) that have appeared since the last look: a host
+        reports once per attempt, so each poll lists the directory and reads only the hosts not yet heard
+        from (a file left by an earlier attempt is read again until its host overwrites it)."""
         for obj in storage.list_objects(self.directory):
             name = obj.uri.rsplit("/", 1)[-1]
-            if not name.startswith("host-") or _host_of(name) in steps:
+            if not name.startswith(prefix) or _host_of(name, prefix) in steps:
                 continue
             try:
                 report = json.loads(storage.read_bytes(obj.uri))
@@ -236,9 +259,9 @@ class StopAgreement:
                 storage.delete(obj.uri)
 
 
-def _host_of(name: str) -> int | None:
+def _host_of(name: str, prefix: str = "host-") -> int | None:
     """``host-00003.json`` -> 3 (None for a name this protocol did not write)."""
     try:
-        return int(name[len("host-") : -len(".json")])
+        return int(name[len(prefix) : -len(".json")])
     except ValueError:
         return None

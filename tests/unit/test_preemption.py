@@ -163,3 +163,22 @@ def test_a_host_waiting_for_process_0_reports_its_final_step_when_another_host_i
     waiter.join(timeout=20)
     assert isinstance(outcome.get("error"), Preempted), outcome
     assert stops[0] == primary.agreed == total and not primary.timed_out
+
+
+def test_process_0_keeps_the_files_until_every_host_knows_the_stop_step(tmp_path):
+    """Process 0 agrees, leaves and cleans up at once; host 1, told first, still polls for the reports.
+    Removing the files then took process 0's report away before host 1 had read it: host 1 timed out and
+    stopped at its own step (the Vertex emulation's multi-host SIGTERM test failed so under load)."""
+    told, primary = _agreement(tmp_path, 1, 2, sync_seconds=3.0), _agreement(tmp_path, 0, 2, sync_seconds=3.0)
+    told.flag.requested = True
+    agreed: dict[str, int] = {}
+    waiting = threading.Thread(target=lambda: agreed.setdefault("told", told.stop_step(5)))
+    waiting.start()  # writes the notice and its report, then polls for process 0's every 0.2 s
+    deadline = time.monotonic() + 5
+    while not primary.requested and time.monotonic() < deadline:  # process 0's watcher sees the notice
+        time.sleep(0.01)
+    assert primary.stop_step(7) == 7  # both reports are there: process 0 stops at 7 ...
+    primary.close(cleanup=True)  # ... commits `last` and cleans up, as Trainer.preempted does
+    waiting.join(timeout=10)
+    assert agreed["told"] == 7 and not told.timed_out
+    assert storage.list_objects(str(tmp_path / PREEMPTION_DIR)) == []
