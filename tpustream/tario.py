@@ -454,7 +454,7 @@ def group_samples(members: Iterator[tuple[str, bytes]]) -> Iterator[tuple[str, d
 
     The key is the path up to the first '.' of the file name (WebDataset's rule).
     """
-    for samples in _sample_runs([members]):
+    for samples in _sample_runs([member] for member in members):  # a sample as soon as it is complete
         yield from samples
 
 

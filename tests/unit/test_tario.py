@@ -278,3 +278,17 @@ def test_a_tar_laid_out_otherwise_reads_right_and_the_batch_scan_backs_off(case,
     # Each scan walks headers and may hand back none; if every scan walked on to the end of the chunk, a
     # tar like this would cost ~members^2 / 2 walked headers (it did: 10-40x slower than one at a time).
     assert readers[0].walked <= 4 * len(expected)
+
+
+def test_group_samples_hands_out_each_sample_as_it_completes_and_keeps_them_on_an_error():
+    from tpustream.tario import group_samples
+
+    def members():
+        yield from [("a.x", b"1"), ("a.y", b"2"), ("b.x", b"3"), ("c.x", b"4")]
+        raise TarFormatError("truncated")
+
+    got = []
+    with pytest.raises(TarFormatError):
+        for sample in group_samples(members()):
+            got.append(sample)
+    assert got == [("a", {"x": b"1", "y": b"2"}), ("b", {"x": b"3"})]  # "c" was not known to be complete
