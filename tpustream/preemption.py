@@ -132,22 +132,31 @@ class StopAgreement:
         confirmed that it knows where it stops, or ``sync_seconds`` on."""
         self._closed.set()
         if cleanup and self.host == 0 and self.hosts > 1 and self.agreed is not None:
-            confirmed: dict[int, int] = {}
-            deadline = time.monotonic() + self.sync_seconds
-            while True:
-                self._read_reports(confirmed, prefix="agreed-")
-                if len(confirmed) == self.hosts:
-                    break
-                if time.monotonic() > deadline:
-                    missing = sorted(set(range(self.hosts)) - set(confirmed))
-                    log.warning(
-                        "preemption: host(s) %s did not confirm the stop step within %g s; removing %s anyway",
-                        ", ".join(map(str, missing)), self.sync_seconds, self.directory,
-                    )  # fmt: skip
-                    break
-                time.sleep(0.2)
+            # Process 0 timed out: a host never reported, and every other one times out on it as well, so
+            # no host is still reading the reports; waiting would only eat the 30 s notice.
+            if not self.timed_out:
+                self._wait_for_confirmations()
             for obj in storage.list_objects(self.directory):
                 storage.delete(obj.uri)
+
+    def _wait_for_confirmations(self) -> None:
+        confirmed: dict[int, int] = {}
+        deadline = time.monotonic() + self.sync_seconds
+        while True:
+            try:
+                self._read_reports(confirmed, prefix="agreed-")
+            except storage.StorageError as exc:  # transient: the next poll tries again
+                log.debug("preemption: %s", exc)
+            if len(confirmed) == self.hosts:
+                return
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(self.hosts)) - set(confirmed))
+                log.warning(
+                    "preemption: host(s) %s did not confirm the stop step within %g s; removing %s anyway",
+                    ", ".join(map(str, missing)), self.sync_seconds, self.directory,
+                )  # fmt: skip
+                return
+            time.sleep(0.2)
 
     # -- the protocol --------------------------------------------------------------------------------
 
@@ -191,7 +200,10 @@ class StopAgreement:
 
     def _agree(self, done: int) -> int:
         stop = self._agree_on(done)
-        self._report(f"agreed-{self.host:05d}.json", stop)  # process 0 waits for these before cleaning up
+        try:  # process 0 waits for these before it cleans up; without one it only waits longer
+            self._report(f"agreed-{self.host:05d}.json", stop)
+        except storage.StorageError as exc:
+            log.warning("preemption: could not confirm stop step %d (%s)", stop, exc)
         return stop
 
     def _agree_on(self, done: int) -> int:
@@ -245,14 +257,17 @@ class StopAgreement:
                 steps[int(report["host"])] = report["step"]
 
     def _remove_stale(self) -> None:
-        """Files of an earlier attempt that resumed from another step: they must not stop this one."""
+        """Files of an earlier attempt that resumed from another step: they must not stop this one. And
+        every confirmation (``agreed-*``): one left by an attempt that resumed from this same step would
+        let this attempt's process 0 clean up before its hosts have read the reports."""
         try:
             objects = storage.list_objects(self.directory)
         except storage.StorageError:
             return
         for obj in objects:
             try:
-                stale = not self._current(storage.read_bytes(obj.uri))
+                name = obj.uri.rsplit("/", 1)[-1]
+                stale = name.startswith("agreed-") or not self._current(storage.read_bytes(obj.uri))
             except storage.StorageError:
                 continue
             if stale:

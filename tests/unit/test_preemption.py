@@ -182,3 +182,18 @@ def test_process_0_keeps_the_files_until_every_host_knows_the_stop_step(tmp_path
     waiting.join(timeout=10)
     assert agreed["told"] == 7 and not told.timed_out
     assert storage.list_objects(str(tmp_path / PREEMPTION_DIR)) == []
+
+
+def test_process_0_removes_old_confirmations_and_does_not_wait_for_hosts_that_never_reported(tmp_path):
+    directory = tmp_path / PREEMPTION_DIR
+    directory.mkdir()
+    # An attempt that resumed from this same step left a confirmation: it must not count for this one.
+    (directory / "agreed-00001.json").write_text(json.dumps({"host": 1, "step": 0, "from_step": 0}))
+    primary = _agreement(tmp_path, 0, 3, sync_seconds=1.0)  # hosts 1 and 2 never start
+    assert not (directory / "agreed-00001.json").exists()
+    primary.flag.requested = True
+    assert primary.stop_step(4) == 4 and primary.timed_out  # no host reported within 1 s
+    started = time.monotonic()
+    primary.close(cleanup=True)  # the others time out on the missing hosts too: nothing to wait for
+    assert time.monotonic() - started < 0.5
+    assert storage.list_objects(str(directory)) == []
