@@ -148,13 +148,14 @@ def _one_thread(make: Callable[[], Iterable[Any]]) -> Callable[[], Iterable[Any]
 
 def _kernel_process(args: tuple[Any, ...], seconds: float, barrier: Any, results: Any) -> None:
     make = _one_thread(_kernel_alone(*args))  # samples read before the barrier: all start measuring at once
-    barrier.wait()
+    barrier.wait(timeout=600)
     results.put(_measure(make, seconds))
 
 
 def _kernel_in_processes(args: tuple[Any, ...], processes: int, seconds: float) -> list[float]:
     """The kernel's samples/s in each of ``processes`` spawned processes measuring at the same time."""
     import multiprocessing
+    import queue
 
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(processes), context.Queue()
@@ -164,11 +165,21 @@ def _kernel_in_processes(args: tuple[Any, ...], processes: int, seconds: float) 
     ]
     for child in children:
         child.start()
+    rates: list[float] = []
     try:
-        return [results.get(timeout=600) for _ in children]
+        while len(rates) < processes:
+            try:
+                rates.append(results.get(timeout=1))
+            except queue.Empty:
+                failed = [child.exitcode for child in children if child.exitcode not in (None, 0)]
+                if failed:  # one that died before the barrier leaves the others waiting there
+                    raise RuntimeError(f"a kernel measuring process exited with code {failed[0]}") from None
+        return rates
     finally:
         for child in children:
-            child.join(timeout=30)
+            child.join(timeout=30 if len(rates) == processes else 0)
+            if child.is_alive():
+                child.terminate()
 
 
 def _measure(make: Callable[[], Iterable[Any]], seconds: float) -> float:
