@@ -592,27 +592,24 @@ class ShardLoader:
 
     def __init__(self, config: LoaderConfig, manifest: dict[str, Any] | None = None) -> None:
         self.config = config
-        self.dataset = storage.check_uri(config.data).rstrip("/")
-        if self.dataset.endswith(".json"):
-            self.dataset = self.dataset.rsplit("/", 1)[0]
-        self.manifest = manifest if manifest is not None else read_manifest(self.dataset)
+        dataset = storage.check_uri(config.data).rstrip("/")
+        if dataset.endswith(".json"):
+            dataset = dataset.rsplit("/", 1)[0]
+        self.manifest = manifest if manifest is not None else read_manifest(dataset)
         split = self.manifest["splits"].get(config.split)
         if not split or not split.get("shards"):
-            raise LoaderError(f"dataset {self.dataset} has no {config.split!r} split")
-        self.shards: list[dict[str, Any]] = split["shards"]
-        self.num_classes = len(self.manifest["classes"])
+            raise LoaderError(f"dataset {dataset} has no {config.split!r} split")
         if config.num_replicas is None:
-            self.replica_index, self.num_replicas = process_layout()
+            replica_index, num_replicas = process_layout()
         else:
-            self.replica_index, self.num_replicas = int(config.replica_index or 0), config.num_replicas
+            replica_index, num_replicas = int(config.replica_index or 0), config.num_replicas
         min_scale = config.min_crop_scale or default_min_crop_scale(config.input_size)
-        self.augment = Augment(
+        augment = Augment(
             output_size=config.input_size, train=config.split == "train", min_crop_scale=min_scale,
             max_pixels=config.max_pixels,
         )  # fmt: skip
         self._split = _Split(
-            config, self.dataset, self.shards, self.num_classes, self.replica_index, self.num_replicas,
-            self.augment,
+            config, dataset, split["shards"], len(self.manifest["classes"]), replica_index, num_replicas, augment,
         )  # fmt: skip
         # Validate the layout now (raises LoaderError with the fix) and fix the step count.
         self.steps_per_epoch, _ = self._split.plan(0)
@@ -626,6 +623,31 @@ class ShardLoader:
                 "repeat a few samples per epoch to keep every replica at %d steps",
                 len(self.shards), self.num_replicas, max(1, config.workers), self.steps_per_epoch,
             )  # fmt: skip
+
+    # What the workers get (``_Split``), read through the loader.
+    @property
+    def dataset(self) -> str:
+        return self._split.dataset
+
+    @property
+    def shards(self) -> list[dict[str, Any]]:
+        return self._split.shards
+
+    @property
+    def num_classes(self) -> int:
+        return self._split.num_classes
+
+    @property
+    def replica_index(self) -> int:
+        return self._split.replica_index
+
+    @property
+    def num_replicas(self) -> int:
+        return self._split.num_replicas
+
+    @property
+    def augment(self) -> Augment:
+        return self._split.augment
 
     @property
     def num_samples(self) -> int:
