@@ -135,28 +135,15 @@ class StopAgreement:
             # Process 0 timed out: a host never reported, and every other one times out on it as well, so
             # no host is still reading the reports; waiting would only eat the 30 s notice.
             if not self.timed_out:
-                self._wait_for_confirmations()
+                confirmed = self._await_all("agreed-", retry_storage_errors=True)
+                if len(confirmed) < self.hosts:
+                    missing = sorted(set(range(self.hosts)) - set(confirmed))
+                    log.warning(
+                        "preemption: host(s) %s did not confirm the stop step within %g s; removing %s anyway",
+                        ", ".join(map(str, missing)), self.sync_seconds, self.directory,
+                    )  # fmt: skip
             for obj in storage.list_objects(self.directory):
                 storage.delete(obj.uri)
-
-    def _wait_for_confirmations(self) -> None:
-        confirmed: dict[int, int] = {}
-        deadline = time.monotonic() + self.sync_seconds
-        while True:
-            try:
-                self._read_reports(confirmed, prefix="agreed-")
-            except storage.StorageError as exc:  # transient: the next poll tries again
-                log.debug("preemption: %s", exc)
-            if len(confirmed) == self.hosts:
-                return
-            if time.monotonic() > deadline:
-                missing = sorted(set(range(self.hosts)) - set(confirmed))
-                log.warning(
-                    "preemption: host(s) %s did not confirm the stop step within %g s; removing %s anyway",
-                    ", ".join(map(str, missing)), self.sync_seconds, self.directory,
-                )  # fmt: skip
-                return
-            time.sleep(0.2)
 
     # -- the protocol --------------------------------------------------------------------------------
 
@@ -210,35 +197,43 @@ class StopAgreement:
         if self.flag.requested:
             self._report("notice.json", done, create_only=True)
         self._report(f"host-{self.host:05d}.json", done)
+        steps = self._await_all("host-")
+        if len(steps) == self.hosts:
+            stop = max(steps.values())
+            log.warning(
+                "preemption: all %d hosts reported (steps %d..%d): every host stops at step %d",
+                self.hosts, min(steps.values()), stop, stop,
+            )  # fmt: skip
+            return stop
+        missing = sorted(set(range(self.hosts)) - set(steps))
+        log.error(
+            "preemption: host(s) %s did not report their step within %g s (reported: %s) under %s; "
+            "host %d stops at its own step %d without the slice's agreement: a re-run resumes from "
+            "the last committed checkpoint",
+            ", ".join(map(str, missing)),
+            self.sync_seconds,
+            ", ".join(f"{h}@{s}" for h, s in sorted(steps.items())) or "none",
+            self.directory,
+            self.host,
+            done,
+        )
+        self.timed_out = True
+        return done
+
+    def _await_all(self, prefix: str, *, retry_storage_errors: bool = False) -> dict[int, int]:
+        """Host -> step of this attempt's ``<prefix><k>.json`` files, polled for until every host's is there
+        or ``sync_seconds`` have passed (then the ones that came)."""
+        found: dict[int, int] = {}
         deadline = time.monotonic() + self.sync_seconds
-        steps: dict[int, int] = {}
         while True:
-            self._read_reports(steps)
-            if len(steps) == self.hosts:
-                stop = max(steps.values())
-                log.warning(
-                    "preemption: all %d hosts reported (steps %d..%d): every host stops at step %d",
-                    self.hosts,
-                    min(steps.values()),
-                    stop,
-                    stop,
-                )
-                return stop
-            if time.monotonic() > deadline:
-                missing = sorted(set(range(self.hosts)) - set(steps))
-                log.error(
-                    "preemption: host(s) %s did not report their step within %g s (reported: %s) under %s; "
-                    "host %d stops at its own step %d without the slice's agreement: a re-run resumes from "
-                    "the last committed checkpoint",
-                    ", ".join(map(str, missing)),
-                    self.sync_seconds,
-                    ", ".join(f"{h}@{s}" for h, s in sorted(steps.items())) or "none",
-                    self.directory,
-                    self.host,
-                    done,
-                )
-                self.timed_out = True
-                return done
+            try:
+                self._read_reports(found, prefix)
+            except storage.StorageError as exc:
+                if not retry_storage_errors:
+                    raise
+                log.debug("preemption: %s", exc)  # transient: the next poll tries again
+            if len(found) == self.hosts or time.monotonic() > deadline:
+                return found
             time.sleep(0.2)
 
     def _read_reports(self, steps: dict[int, int], prefix: str = "host-") -> None:
