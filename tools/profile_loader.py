@@ -27,11 +27,13 @@ WAITING = ("_PollLikeSelector.select", "Condition.wait", "Event.wait", "time.sle
 
 
 def run_loader(data: str, workers: int, seconds: float, batch_size: int, input_size: int | None) -> None:
-    from tpustream.data import LoaderConfig, ShardLoader, first_image_side
+    from tpustream.bench_load import input_size_for
+    from tpustream.data import LoaderConfig, ShardLoader
     from tpustream.manifest import read_manifest
 
-    side = first_image_side(data, read_manifest(data))
-    size = input_size or (224 if side >= 128 else side)
+    size = input_size_for(
+        data, read_manifest(data), "train", input_size
+    )  # as `tpustream bench load` picks it
     config = LoaderConfig(data=data, batch_size=batch_size, input_size=size, workers=workers, num_replicas=1,
                           replica_index=0)  # fmt: skip
     with ShardLoader(config) as loader:

@@ -29,7 +29,7 @@ from typing import Any
 
 from tpustream import storage
 
-__all__ = ["bench_load"]
+__all__ = ["bench_load", "input_size_for"]
 
 
 def _blog_transform(size: int, train: bool) -> Any:
@@ -101,16 +101,11 @@ def _kernel_alone(
 
     import torch
 
-    from tpustream.imagecodec import image_member
-    from tpustream.tario import iter_tar_samples
     from tpustream.transforms import Augment, default_min_crop_scale, prepare_image, render_batch
 
     samples: list[tuple[bytes, str]] = []
-    for shard in manifest["splits"][split]["shards"]:
-        with storage.open_read(storage.join(dataset, shard["path"])) as stream:
-            for _, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
-                ext = image_member(fields) or ""
-                samples.append((fields[ext], ext))
+    for shard in manifest["splits"][split]["shards"]:  # whole shards, until there are 4 batches
+        samples += [(data, ext) for _, data, ext, _ in _shard_samples(dataset, shard)]
         if len(samples) >= 4 * batch:
             break
     augment = Augment(output_size=size, train=split == "train", min_crop_scale=default_min_crop_scale(size))
@@ -201,18 +196,31 @@ def _measure(make: Callable[[], Iterable[Any]], seconds: float) -> float:
     return samples / elapsed
 
 
+def _shard_samples(dataset: str, shard: dict[str, Any]) -> Iterator[tuple[str, bytes, str, int]]:
+    """One shard's samples as stored: (key, image bytes, image extension, class index)."""
+    from tpustream.imagecodec import image_member
+    from tpustream.tario import iter_tar_samples
+
+    with storage.open_read(storage.join(dataset, shard["path"])) as stream:
+        for key, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
+            ext = image_member(fields) or ""
+            yield key, fields[ext], ext, int(fields["cls"])
+
+
 def _split_samples(
     dataset: str, manifest: dict[str, Any], split: str
 ) -> Iterator[tuple[str, bytes, str, int]]:
     """The split's samples as stored in its shards: (key, image bytes, image extension, class index)."""
-    from tpustream.imagecodec import image_member
-    from tpustream.tario import iter_tar_samples
-
     for shard in manifest["splits"][split]["shards"]:
-        with storage.open_read(storage.join(dataset, shard["path"])) as stream:
-            for key, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
-                ext = image_member(fields) or ""
-                yield key, fields[ext], ext, int(fields["cls"])
+        yield from _shard_samples(dataset, shard)
+
+
+def input_size_for(dataset: str, manifest: dict[str, Any], split: str, requested: int | None = None) -> int:
+    """The output side the bench measures at: ``requested``, else 224 for large images, else their side."""
+    from tpustream.data import first_image_side
+
+    side = first_image_side(dataset, manifest, split)  # also checks that the split has an image to measure
+    return requested or (224 if side >= 128 else side)
 
 
 def _export_image_folder(dataset: str, manifest: dict[str, Any], split: str, root: str) -> int:
@@ -276,7 +284,6 @@ def bench_load(
 ) -> Iterator[str]:
     """Yield one JSON line per pipeline and worker count (median of ``repeats`` interleaved runs)."""
     from tpustream import bench_peers, shards
-    from tpustream.data import first_image_side
 
     worker_counts = [workers] if isinstance(workers, int) else list(workers)
     workdir = tempfile.mkdtemp(prefix="tpustream-bench-load-")
@@ -284,8 +291,7 @@ def bench_load(
     try:
         dataset = _resolve_dataset(data, workdir)
         manifest = shards.read_manifest(dataset)
-        side = first_image_side(dataset, manifest, split)
-        size = input_size or (224 if side >= 128 else side)
+        size = input_size_for(dataset, manifest, split, input_size)
         train = split == "train"
         per_file_root = os.path.join(workdir, "per-file")
         _export_image_folder(dataset, manifest, split, per_file_root)
