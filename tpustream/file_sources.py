@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
-from tpustream.imagecodec import IMAGE_EXTS, CorruptImage, encode_ppm, prepare_image_bytes, resize_array
+from tpustream.imagecodec import IMAGE_EXTS, UnreadableImage, encode_ppm, prepare_image_bytes, resize_array
 from tpustream.source_types import Item, Source, SourceError
 
 __all__ = ["cifar10_source", "image_folder_source", "load_cifar_pickle", "IMAGE_EXTENSIONS"]
@@ -247,7 +247,7 @@ def image_folder_source(root: str) -> Source:
         try:
             data = storage.read_bytes(uri)
         except storage.StorageError as exc:
-            raise CorruptImage(f"{uri}: cannot read ({exc})") from exc
+            raise UnreadableImage(f"{uri}: cannot read ({exc})") from exc
         return prepare_image_bytes(data, os.path.splitext(uri)[1], max_side, uri)
 
     return Source(
@@ -258,4 +258,5 @@ def image_folder_source(root: str) -> Source:
         items=items,
         loader=load,
         ignored=ignored,
+        locator=lambda item: storage.join(root, str(item.ref)),
     )

@@ -25,7 +25,7 @@ from typing import Any
 from tpustream import storage
 from tpustream.manifest import MANIFEST_NAME
 from tpustream.shard_plan import ShardConfig
-from tpustream.sources import source_location
+from tpustream.sources import source_kind, source_location
 
 __all__ = [
     "DataCheck",
@@ -59,6 +59,15 @@ class DataCheck:
 
 def source_objects(spec: str) -> list[storage.ObjectInfo]:
     """The objects a SOURCE reads (sorted); empty for the built-in sources, which never change."""
+    kind = source_kind(spec)
+    if kind == "import-files":  # the files themselves and every image they list
+        from tpustream.import_files import import_file_objects
+
+        return import_file_objects(spec.strip())
+    if kind == "managed-dataset":  # the dataset resource's version, and what its export lists
+        from tpustream.vertex_datasets import managed_dataset_objects
+
+        return managed_dataset_objects(spec.strip())
     location = source_location(spec)
     if location is None:
         return []

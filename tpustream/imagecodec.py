@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CorruptImage",
     "ImageTooLarge",
+    "UnreadableImage",
     "DEFAULT_MAX_PIXELS",
     "check_pixels",
     "pixel_budget",
@@ -63,6 +64,10 @@ def image_member(fields: Mapping[str, Any]) -> str | None:
 
 class CorruptImage(TpustreamError, ValueError):
     """One item could not be read or decoded (skipped and counted unless --strict)."""
+
+
+class UnreadableImage(CorruptImage):
+    """An item's file or object is missing or cannot be read (skipped as "missing-object")."""
 
 
 class ImageTooLarge(CorruptImage):

@@ -8,15 +8,29 @@ imports its module (``builtin_sources``, ``file_sources``) only when opened.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tpustream import storage
 from tpustream.source_types import Source, SourceError
 
-__all__ = ["SourceForm", "SOURCE_FORMS", "open_source", "source_location", "source_help"]
+__all__ = [
+    "SourceForm",
+    "SOURCE_FORMS",
+    "open_source",
+    "source_kind",
+    "source_location",
+    "source_help",
+]
 
 IMAGE_FOLDER_USAGE = "DIR or gs://DIR of class sub-folders"  # the fallback: any other SOURCE
+# Forms recognised by their shape rather than a prefix (docs/ARCHITECTURE.md, "SOURCE forms"):
+IMPORT_FILES_USAGE = "FILE.jsonl|FILE.csv (Vertex AI import files; a comma list or PREFIX*.jsonl)"
+MANAGED_DATASET_USAGE = "projects/P/locations/L/datasets/ID (a Vertex AI managed image dataset)"
+SHARDS_USAGE = "DIR of .tar shards or SHARD.tar (WebDataset shards written by other tools)"
+IMPORT_FILE_SUFFIXES = (".jsonl", ".csv")
+MANAGED_DATASET = re.compile(r"^projects/[^/]+/locations/[^/]+/datasets/[^/]+$")
 
 
 @dataclass(frozen=True)
@@ -77,7 +91,36 @@ SOURCE_FORMS: dict[str, SourceForm] = {
 
 def source_help() -> str:
     """The SOURCE forms as the CLI's help lists them."""
-    return " | ".join([*(form.usage for form in SOURCE_FORMS.values()), IMAGE_FOLDER_USAGE]) + "."
+    usages = [*(form.usage for form in SOURCE_FORMS.values()), IMPORT_FILES_USAGE, MANAGED_DATASET_USAGE]
+    return " | ".join([*usages, SHARDS_USAGE, IMAGE_FOLDER_USAGE]) + "."
+
+
+def _is_import_files(spec: str) -> bool:
+    """A SOURCE naming Vertex AI import files: each comma-separated part ends in .jsonl or .csv."""
+    parts = [part.strip() for part in spec.split(",")]
+    return all(part.lower().endswith(IMPORT_FILE_SUFFIXES) for part in parts) and all(parts)
+
+
+def _is_shard_files(spec: str) -> bool:
+    """A SOURCE naming tar shards directly: ``x.tar`` or a brace pattern ``train-{000000..000009}.tar``."""
+    return spec.lower().endswith(".tar")
+
+
+def source_kind(spec: str) -> str:
+    """Which family a SOURCE belongs to, from its text alone (nothing is read): "builtin" (digits,
+    synthetic), a registered form's prefix ("cifar10"), "import-files", "managed-dataset", "shards" (tar
+    files named directly) or "directory" (ImageFolder, or a directory of shards: told apart when listed)."""
+    spec = spec.strip()
+    form, _ = _parse(spec)
+    if form is not None:
+        return next(name for name, f in SOURCE_FORMS.items() if f is form) if form.reads_path else "builtin"
+    if MANAGED_DATASET.match(spec):
+        return "managed-dataset"
+    if _is_import_files(spec):
+        return "import-files"
+    if _is_shard_files(spec):
+        return "shards"
+    return "directory"
 
 
 def _parse(spec: str) -> tuple[SourceForm | None, str]:
@@ -89,17 +132,40 @@ def _parse(spec: str) -> tuple[SourceForm | None, str]:
     return form, argument
 
 
-def open_source(spec: str) -> Source:
-    """Parse a SOURCE string and list its items (no image is decoded yet)."""
+def open_source(spec: str, *, staging: str | None = None) -> Source:
+    """Parse a SOURCE string and list its items (no image is decoded yet).
+
+    Args:
+        spec: the SOURCE string (``tpustream shards create --help`` lists the forms).
+        staging: a writable location for what a source must materialise first (a Vertex AI managed
+            dataset is exported to import files under it); the dataset's own output when creating shards.
+    """
     form, argument = _parse(spec.strip())
     if form is not None:
         return form.open(argument)
+    kind = source_kind(argument)
+    if kind == "managed-dataset":
+        from tpustream.vertex_datasets import managed_dataset_source
+
+        return managed_dataset_source(argument.strip(), staging=staging)
+    if kind == "import-files":
+        from tpustream.import_files import import_files_source
+
+        return import_files_source(argument.strip())
+    if kind == "shards":
+        from tpustream.wds_source import webdataset_source
+
+        return webdataset_source(argument.strip())
     try:
         path = storage.check_uri(argument)  # refuses pipe: and unsupported schemes; file:///x is /x
     except storage.StorageError as exc:
         raise SourceError(f"source {argument!r}: {exc}") from exc
     kind = storage.path_kind(path)
     if kind == "dir":
+        from tpustream.wds_source import is_shard_directory, webdataset_source
+
+        if is_shard_directory(path):
+            return webdataset_source(path)
         from tpustream.file_sources import image_folder_source
 
         return image_folder_source(path)
