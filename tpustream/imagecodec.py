@@ -30,6 +30,8 @@ __all__ = [
     "resize_array",
     "prepare_image_bytes",
     "to_rgb",
+    "exif_orientation",
+    "orient",
     "IMAGE_EXTS",
     "image_member",
 ]
@@ -172,6 +174,40 @@ def to_rgb(img: PILImage.Image) -> PILImage.Image:
     return Image.fromarray(grey).convert("RGB")
 
 
+# EXIF Orientation (tag 0x0112): how a camera's pixels must be turned to show the scene upright; each value as
+# Pillow's ImageOps.exif_transpose applies it (2: mirror, 3: 180, 4: flip, 5: transpose, 6: 90 clockwise,
+# 7: transverse, 8: 90 counter-clockwise). Phones store portrait photos as landscape pixels + 6 or 8.
+_ORIENTATION_TAG = 0x0112
+
+
+def exif_orientation(img: PILImage.Image) -> int:
+    """The EXIF orientation (1-8) of an opened image (header only); 1 when absent or unreadable."""
+    try:
+        value = img.getexif().get(_ORIENTATION_TAG, 1)
+    except Exception:  # a damaged EXIF block: the pixels are still the image, shown as stored
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def orient(image: np.ndarray, orientation: int) -> np.ndarray:
+    """``image`` (HxW[xC]) turned upright for EXIF ``orientation``, as ImageOps.exif_transpose does it."""
+    if orientation == 2:
+        return image[:, ::-1]
+    if orientation == 3:
+        return image[::-1, ::-1]
+    if orientation == 4:
+        return image[::-1]
+    if orientation == 5:
+        return image.swapaxes(0, 1)
+    if orientation == 6:
+        return np.rot90(image, -1)
+    if orientation == 7:
+        return image[::-1, ::-1].swapaxes(0, 1)
+    if orientation == 8:
+        return np.rot90(image, 1)
+    return image
+
+
 def prepare_image_bytes(
     data: bytes, ext_hint: str, max_side: int | None, name: str, max_pixels: int | None = None
 ) -> tuple[bytes, str]:
@@ -180,7 +216,9 @@ def prepare_image_bytes(
     An image whose header claims more than ``max_pixels`` (None: the ``pixel_budget`` in force, 64 Mi px by
     default) is refused (ImageTooLarge) before any pixel is decoded. JPEG is checked with a reduced-size
     (draft) decode, which still reads the whole entropy-coded stream and so catches truncation, at a
-    fraction of the cost of a full decode.
+    fraction of the cost of a full decode. An image with an EXIF orientation other than "upright" (a phone's
+    portrait photo) is turned upright and re-encoded, so every reader (the loader's JPEG decoder ignores EXIF)
+    sees it as the camera showed it.
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -189,8 +227,9 @@ def prepare_image_bytes(
             fmt = img.format
             width, height = img.size
             check_pixels(width, height, max_pixels, name)
+            orientation = exif_orientation(img)
             too_big = bool(max_side) and max(width, height) > (max_side or 0)
-            if fmt == "JPEG" and not too_big:
+            if fmt == "JPEG" and not too_big and orientation == 1:  # kept as is: checking suffices
                 img.draft("RGB", (max(1, width // 8), max(1, height // 8)))
             img.load()
             keep = {"JPEG": "jpg", "PNG": "png", "PPM": "ppm"}.get(fmt or "")
@@ -198,7 +237,7 @@ def prepare_image_bytes(
                 keep = None  # PGM/PBM or ASCII PPM: re-encode so the loader's fast PPM path applies
             if img.mode in HIGH_DEPTH_MODES:
                 keep = None  # 16-bit PNG: re-encode to 8 bits, which every decoder reads right
-            if keep and not too_big:
+            if keep and not too_big and orientation == 1:
                 return data, keep
             if fmt == "JPEG" and too_big:
                 img.draft("RGB", (max_side, max_side))  # type: ignore[arg-type]
@@ -213,6 +252,8 @@ def prepare_image_bytes(
         raise CorruptImage(f"{name}: cannot decode image ({type(exc).__name__}: {exc})") from exc
     if too_big:
         rgb.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)  # type: ignore[arg-type]
+    if orientation != 1:
+        rgb = Image.fromarray(np.ascontiguousarray(orient(np.asarray(rgb), orientation)))
     out = io.BytesIO()
     if fmt == "JPEG":
         rgb.save(out, format="JPEG", quality=90)

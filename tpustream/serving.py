@@ -188,7 +188,9 @@ class Classifier:
             ) from exc
         self.device = device if device is not None else torch.device("cpu")
         self.model = model.to(self.device).eval()
-        self.augment = Augment(output_size=self.input_size, train=False, max_pixels=self.limits.max_pixels)
+        self.augment = Augment(
+            output_size=self.input_size, train=False, max_pixels=self.limits.max_pixels, exif=True
+        )
 
     # ------------------------------------------------------------------ images -> uint8 pixels
 

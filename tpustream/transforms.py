@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tpustream.imagecodec import DEFAULT_MAX_PIXELS, check_pixels, decode_ppm, ppm_header, to_rgb
+from tpustream.imagecodec import (
+    DEFAULT_MAX_PIXELS,
+    check_pixels,
+    decode_ppm,
+    exif_orientation,
+    orient,
+    ppm_header,
+    to_rgb,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -60,6 +68,9 @@ class Augment:
     min_crop_scale: float = 0.08
     flip: bool = True
     max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are refused by their header, never decoded
+    # Turn images upright by their EXIF orientation: for images as users send them (serving, predict).
+    # Shards need none: shard creation wrote every image upright (imagecodec.prepare_image_bytes).
+    exif: bool = False
 
     def __post_init__(self) -> None:
         if self.output_size < 1:
@@ -153,6 +164,19 @@ def _decode_jpeg_reduced(
 _PIL_FORMATS = ("JPEG", "PNG", "PPM")
 
 
+def _orientation(data: bytes) -> int:
+    """The EXIF orientation of encoded image bytes (header only); 1 for a PPM or an undecodable header."""
+    if data[:2] == b"P6":
+        return 1
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data), formats=_PIL_FORMATS) as img:
+            return exif_orientation(img)
+    except Exception:  # the decode that follows reports what is wrong with the image
+        return 1
+
+
 def _decode_any(data: bytes, ext: str, max_pixels: int) -> np.ndarray:
     if ext == "ppm" and data[:2] == b"P6":
         return decode_ppm(data, max_pixels)
@@ -192,6 +216,13 @@ def prepare_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -
             return random_resized_crop_box(width, height, rng, scale, ratio)
         return center_crop_box(width, height, size)
 
+    if augment.exif:
+        orientation = _orientation(data)
+        if orientation != 1:  # rare (a phone photo): decoded whole, turned, then cropped as any image
+            image = np.ascontiguousarray(orient(_decode_any(data, ext, augment.max_pixels), orientation))
+            box = pick_box(image.shape[1], image.shape[0])
+            flip = augment.train and augment.flip and rng.random() < 0.5
+            return Prepared(image, tuple(float(v) for v in box), flip)  # type: ignore[arg-type]
     dims = _jpeg_size(data) if ext in ("jpg", "jpeg") else None
     if dims is not None:
         check_pixels(dims[0], dims[1], augment.max_pixels)
