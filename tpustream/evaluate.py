@@ -108,7 +108,7 @@ def evaluate_model(
     from tpustream.transforms import normalize
 
     model_uri = storage.check_uri(model_uri).rstrip("/")
-    data_uri = storage.check_uri(data_uri).rstrip("/")
+    data_uri = storage.absolute(data_uri)  # metrics.json names it: valid from any directory
     card = load_model_card(model_uri)
     manifest = _val_manifest(card, model_uri, data_uri)
     classes = list(manifest["classes"])
@@ -160,9 +160,21 @@ def evaluate_model(
             data_uri,
         )
     per_class_total = matrix.sum(axis=1)
-    per_class = np.divide(
-        np.diag(matrix), per_class_total, out=np.zeros(num_classes), where=per_class_total > 0
-    )
+    # A class with no val sample is not measured (None), not 0% accurate: a 0.0 there would read as a drop
+    # of the champion's whole accuracy to max_class_drop.
+    per_class = [
+        float(hits / total) if total else None
+        for hits, total in zip(np.diag(matrix), per_class_total, strict=True)
+    ]
+    unmeasured = [str(classes[i]) for i, total in enumerate(per_class_total) if not total]
+    if unmeasured:
+        log.warning(
+            "%d class(es) have no val sample in %s and are not measured: %s (add val images of them, or "
+            "re-create the dataset with a larger --val-fraction)",
+            len(unmeasured),
+            data_uri,
+            ", ".join(unmeasured[:10]),
+        )
     return {
         "model": model_uri,
         "model_sha256": model_digest,
@@ -172,7 +184,8 @@ def evaluate_model(
         "loss": metrics["loss"],
         "num_samples": count,
         "complete": count == expected,
-        "per_class_accuracy": [float(v) for v in per_class],
+        "per_class_accuracy": per_class,  # None: the class has no val sample (not measured)
+        "unmeasured_classes": unmeasured,
         "confusion_matrix": matrix.tolist(),
         "seconds": round(time.perf_counter() - started, 2),
     }
@@ -189,7 +202,7 @@ def evaluate(
     """
     from tpustream import promote
 
-    data_uri = storage.check_uri(data_uri).rstrip("/")
+    data_uri = storage.absolute(data_uri)  # metrics.json names it: valid from any directory
     digest = manifest_digest(data_uri)
     manifest = read_manifest(data_uri)
     candidate = evaluate_model(model_uri, data_uri, workers=workers)

@@ -102,8 +102,9 @@ def decide(
             for i, (cand, champ) in enumerate(
                 zip(candidate["per_class_accuracy"], champion["per_class_accuracy"], strict=True)
             )
+            if cand is not None and champ is not None  # a class without val samples is not measured
         ]
-        worst = max(drops, key=lambda d: d[1])
+        worst = max(drops, key=lambda d: d[1], default=(None, 0.0))
         if worst[1] > max_class_drop:
             return Decision(
                 False,

@@ -25,6 +25,7 @@ from tpustream.errors import TpustreamError
 T = TypeVar("T")
 
 __all__ = [
+    "absolute",
     "StorageError",
     "NotFound",
     "PreconditionFailed",
@@ -116,6 +117,13 @@ def check_uri(uri: str) -> str:
             f"unsupported URI scheme {scheme.group(0)!r} in {uri!r}: tpustream reads and writes local paths and gs:// only"
         )
     return uri
+
+
+def absolute(uri: str) -> str:
+    """``uri`` checked, with a local path made absolute: what a record that outlives the current directory
+    (model.json, metrics.json) stores, so it still names the same place when read from elsewhere."""
+    uri = check_uri(uri).rstrip("/") or "/"
+    return uri if is_gcs(uri) else os.path.abspath(uri)
 
 
 def _file_uri_path(uri: str) -> str:

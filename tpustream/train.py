@@ -304,8 +304,8 @@ class Trainer:
         import torch
 
         self.config, self.preemption = config, preemption
-        self.output = storage.check_uri(config.output).rstrip("/")
-        self.dataset = storage.check_uri(config.data).rstrip("/")
+        self.output = storage.absolute(config.output)  # model.json names both: valid from any directory
+        self.dataset = storage.absolute(config.data)
         self.manifest = self._read_manifest()
         self.digest = manifest_digest(self.dataset)
         self.classes = list(self.manifest["classes"])
@@ -334,7 +334,7 @@ class Trainer:
             "input_size": self.input_size,
             "dataset": self.dataset,
             "dataset_digest": self.digest,
-            "config": asdict(config),
+            "config": {**asdict(config), "data": self.dataset, "output": self.output},
         }
         self.tb_dir = tempfile.mkdtemp(prefix="tpustream-tb-") if self.rt.is_master else ""
         self.writer = _summary_writer(self.tb_dir) if self.rt.is_master else None

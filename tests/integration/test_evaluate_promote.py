@@ -464,3 +464,30 @@ def test_promote_reports_what_happened_when_write_answers_are_lost(digits, model
     events = [json.loads(storage.read_bytes(o.uri)) for o in storage.list_objects(f"{registry}/events")]
     assert sorted(e["event"] for e in events) == ["promoted", "promoted"]  # each written exactly once
     assert result.exit_code == 0 and json.loads(result.output)["champion"]["version"] == 2
+
+
+def test_a_class_without_val_samples_is_not_measured_and_metrics_name_the_dataset_absolutely(
+    tmp_path, monkeypatch, caplog
+):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name, count in (("a", 6), ("b", 6), ("c", 1)):  # c's one image cannot be in both splits
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i in range(count):
+            pixels = rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "photos" / name / f"{i}.png")
+    monkeypatch.chdir(tmp_path)
+    shards.create_shards(
+        ShardConfig(source="photos", output="data", num_shards=2, val_fraction=0.5), progress=False
+    )
+    assert read_manifest("data")["splits"]["val"]["class_counts"] == [3, 3, 0]
+    model = make_model(tmp_path / "model", "data", seed=0, steps=0, classes=["a", "b", "c"])
+    with caplog.at_level(logging.WARNING):
+        result = evaluate.evaluate_model(model, "data", workers=0)
+    assert result["per_class_accuracy"][2] is None and result["unmeasured_classes"] == ["c"]
+    assert all(isinstance(v, float) for v in result["per_class_accuracy"][:2])
+    assert "not measured: c" in caplog.text
+    evaluate.evaluate(model, "data", "eval")
+    written = json.loads(storage.read_bytes(str(tmp_path / "eval" / "metrics.json")))
+    assert written["dataset"]["uri"] == str(tmp_path / "data")  # readable from any directory

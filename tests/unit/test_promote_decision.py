@@ -34,6 +34,20 @@ def m(top1, loss=1.0, per_class=(0.9, 0.9)):
             True,
             "beats",
         ),
+        (  # class 1 has no val sample (not measured): no drop is judged on it
+            m(0.95, per_class=(1.0, None)),
+            m(0.90, per_class=(0.85, None)),
+            {"max_class_drop": 0.1},
+            True,
+            "beats",
+        ),
+        (  # ... while a measured class still is
+            m(0.95, per_class=(0.70, None)),
+            m(0.90, per_class=(0.85, None)),
+            {"max_class_drop": 0.1},
+            False,
+            "class 0",
+        ),
     ],
 )
 def test_decision_table(candidate, champion, kwargs, promote, reason):
