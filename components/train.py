@@ -5,9 +5,10 @@ from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
 def train_model(
     dataset: Input[Dataset], model_name: str, epochs: int, batch_size: int, lr: float, bf16: bool,
-    workers: int, model: Output[Model], metrics: Output[Metrics],
+    workers: int, model: Output[Model], metrics: Output[Metrics], input_size: int = 0,
 ) -> None:  # fmt: skip
     """Train with --resume auto into the model artifact's URI: a retried task continues, not restarts.
+    ``input_size`` 0: the dataset's rule (the images' median shorter side, within [16, 224]).
 
     On a multi-host slice every host runs this same command (one Vertex worker pool, one replica);
     only process 0 writes checkpoints, the model and KFP's outputs. KFP's executor would have every
@@ -19,7 +20,8 @@ def train_model(
 
     try:
         card = train(TrainConfig(data=dataset.uri, output=model.uri, model=model_name, epochs=epochs,
-                                 batch_size=batch_size, lr=lr or None, bf16=bf16, workers=workers, resume="auto"))  # fmt: skip
+                                 batch_size=batch_size, lr=lr or None, bf16=bf16, workers=workers, resume="auto",
+                                 input_size=input_size or None))  # fmt: skip
     except Preempted as exc:  # exit 75: the job (or KFP's retry) runs again and resumes from `last`
         exit_preempted(exc)
     if not is_primary_host():

@@ -216,11 +216,12 @@ def _split_samples(
 
 
 def input_size_for(dataset: str, manifest: dict[str, Any], split: str, requested: int | None = None) -> int:
-    """The output side the bench measures at: ``requested``, else 224 for large images, else their side."""
-    from tpustream.data import first_image_side
+    """The output side the bench measures at: ``requested``, else the trainer's default for the dataset."""
+    from tpustream.data import default_input_size
 
-    side = first_image_side(dataset, manifest, split)  # also checks that the split has an image to measure
-    return requested or (224 if side >= 128 else side)
+    if not manifest["splits"].get(split, {}).get("num_samples"):
+        raise ValueError(f"{dataset} has no {split} samples to measure")
+    return requested or default_input_size(dataset, manifest)[0]
 
 
 def _export_image_folder(dataset: str, manifest: dict[str, Any], split: str, root: str) -> int:

@@ -50,7 +50,7 @@ def bench_train(
     )
     manifest = read_manifest(data)
     rt = runtime("spmd")
-    input_size = resolve_input_size(config, data, manifest)
+    input_size, _ = resolve_input_size(config, data, manifest)
     host_batch = rt.host_batch(batch_size)
     global_batch = batch_size * rt.num_devices
     loader = ShardLoader(

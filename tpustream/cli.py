@@ -251,7 +251,11 @@ def train_cmd(
     ] = 2,
     workers: Annotated[int, typer.Option(help="Loader worker processes per host.")] = 4,
     input_size: Annotated[
-        int | None, typer.Option(help="Input side (default 224, or small images' size).")
+        int | None,
+        typer.Option(
+            help="Input side (default: the images' median shorter side, rounded down to a multiple of 8, "
+            "within [16, 224]; model.json records how it was chosen)."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of init, data order and augmentation.")] = 0,
     preemption_sync_seconds: Annotated[

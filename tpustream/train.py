@@ -108,7 +108,7 @@ class TrainConfig:
     log_steps: int = 20
     checkpoint_minutes: float = 30.0
     workers: int = 4
-    input_size: int | None = None  # default: 224, or the images' size when they are small
+    input_size: int | None = None  # default: the images' median shorter side, multiple of 8 in [16, 224]
     seed: int = 0
     keep_checkpoints: int = 2
     commit_timeout_minutes: float = 30.0  # hosts other than process 0 wait this long for its model artifact
@@ -225,14 +225,13 @@ class _EpochRun:
     wait: float = 0.0  # seconds spent waiting for the loader
 
 
-def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, Any]) -> int:
-    """--input-size, else 224 for photo-size images and the images' own side (at least 16) for small ones."""
+def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, Any]) -> tuple[int, str]:
+    """--input-size, else the dataset's rule (``data.default_input_size``); and how it was chosen."""
     if config.input_size:
-        return config.input_size
-    from tpustream.data import first_image_side
+        return config.input_size, f"--input-size {config.input_size}"
+    from tpustream.data import default_input_size
 
-    side = first_image_side(dataset, manifest)
-    return 224 if side >= 128 else max(16, side)  # tiny sources (8x8 digits) are upscaled to 16
+    return default_input_size(dataset, manifest)
 
 
 def _check_resume(
@@ -317,7 +316,8 @@ class Trainer:
                 raise TrainError(f"--output {self.output}: {exc}") from exc
         self.per_device = self._per_device_batch()
         self.global_batch = self.per_device * self.rt.num_devices
-        self.input_size = resolve_input_size(config, self.dataset, self.manifest)
+        self.input_size, self.input_size_reason = resolve_input_size(config, self.dataset, self.manifest)
+        log.info("input size %d: %s", self.input_size, self.input_size_reason)
         self.loaders = self._loaders()
         self.steps_per_epoch = self.loaders["train"].steps_per_epoch
         self.peak_lr = config.lr or 0.1 * self.global_batch / 256
@@ -332,6 +332,7 @@ class Trainer:
             "model": config.model,
             "classes": self.classes,
             "input_size": self.input_size,
+            "input_size_reason": self.input_size_reason,
             "dataset": self.dataset,
             "dataset_digest": self.digest,
             "config": {**asdict(config), "data": self.dataset, "output": self.output},
@@ -719,6 +720,7 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> d
         "num_classes": len(meta["classes"]),
         "classes": meta["classes"],
         "input_size": meta["input_size"],
+        "input_size_reason": meta.get("input_size_reason", ""),  # checkpoints written before it lack it
         "in_channels": 3,
         "small_input_stem": small_input(meta["input_size"]),
         "normalization": {"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD), "scale": 255},

@@ -81,6 +81,7 @@ def test_spmd_learns_and_compiles_stay_flat(digits, tmp_path):
     model.load_state_dict(weights)
     assert card["dataset"]["manifest_digest"] == manifest_digest(digits)
     assert list((tmp_path / "run" / "tensorboard").iterdir())
+    assert card["input_size"] == 16 and "median shorter side 8 px" in card["input_size_reason"]
 
 
 def test_kill_and_resume_equals_uninterrupted(digits, uninterrupted, tmp_path):
