@@ -38,6 +38,36 @@ def _manifest_uri(uri: str) -> tuple[str, str]:
     return uri, uri if uri.endswith(".json") else storage.join(uri, MANIFEST_NAME)
 
 
+def _why_no_manifest(uri: str) -> str:
+    """What ``uri`` holds instead of a dataset, and what to run: the hint of read_manifest's error."""
+    import os
+
+    from tpustream.file_sources import IMAGE_EXTENSIONS
+
+    where = "" if storage.is_gcs(uri) or os.path.isabs(uri) else f", relative to {os.getcwd()}"
+    try:
+        found = [obj.uri[len(uri) + 1 :] for obj in storage.sample_objects(uri)]
+    except storage.StorageError:
+        found = []
+    if not found:
+        return (
+            f"nothing is there{where}: check the path, or create the dataset with `tpustream shards create`"
+        )
+    if any(name.startswith("_records/") for name in found):
+        return "an unfinished `shards create` left shards without a manifest: re-run it to resume"
+    if any(os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS for name in found):
+        return (
+            f"it holds images, not shards{where}: make a dataset from them first with `tpustream shards "
+            f"create --source {uri} --output DATASET` and pass DATASET"
+        )
+    if any(name.endswith(".tar") for name in found):
+        return (
+            f"it holds .tar files but no manifest{where}: shards from another tool are re-sharded with "
+            f"`tpustream shards create --source {uri} --output DATASET`"
+        )
+    return f"it holds no shards{where}, e.g. {found[0]}: pass the directory `tpustream shards create` wrote"
+
+
 def read_manifest(uri: str) -> dict[str, Any]:
     """Load a dataset's manifest from the dataset URI (or the manifest's own URI) and check its shape."""
     uri, manifest_uri = _manifest_uri(uri)
@@ -45,8 +75,7 @@ def read_manifest(uri: str) -> dict[str, Any]:
         manifest = json.loads(storage.read_bytes(manifest_uri))
     except storage.NotFound as exc:
         raise ShardError(
-            f"no dataset at {uri}: {manifest_uri} does not exist (an unfinished `shards create` "
-            "leaves no manifest; re-run it to resume)"
+            f"no dataset at {uri}: {manifest_uri} does not exist ({_why_no_manifest(uri)})"
         ) from exc
     except ValueError as exc:
         raise ShardError(f"{manifest_uri} is not valid JSON: {exc}") from exc

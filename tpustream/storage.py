@@ -26,6 +26,7 @@ T = TypeVar("T")
 
 __all__ = [
     "absolute",
+    "sample_objects",
     "StorageError",
     "NotFound",
     "PreconditionFailed",
@@ -632,6 +633,31 @@ def list_objects(prefix: str, *, recursive: bool = True) -> list[ObjectInfo]:
         if not recursive:
             break
     return sorted(out, key=lambda o: o.uri)
+
+
+def sample_objects(prefix: str, limit: int = 100) -> list[ObjectInfo]:
+    """Up to ``limit`` objects under a directory URI, in listing order: a cheap look at what it holds
+    (an error message's hint), where ``list_objects`` would page through all of a large bucket."""
+    prefix = check_uri(prefix)
+    if is_gcs(prefix):
+        bucket, name = _split_gcs(prefix)
+        if name and not name.endswith("/"):
+            name += "/"
+        with _gcs_errors(prefix):
+            blobs = _client().list_blobs(bucket, prefix=name, max_results=limit, retry=_retry())
+            return [
+                ObjectInfo(f"gs://{bucket}/{b.name}", int(b.size or 0), str(b.generation or ""))
+                for b in blobs
+            ]
+    out: list[ObjectInfo] = []
+    for root, dirs, files in os.walk(prefix):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for fname in sorted(f for f in files if not f.startswith(".")):
+            path = os.path.join(root, fname)
+            out.append(ObjectInfo(path, os.path.getsize(path), ""))
+            if len(out) == limit:
+                return out
+    return out
 
 
 def path_kind(uri: str) -> str:
