@@ -36,6 +36,8 @@ def compile_pipeline(
         if "@sha256:" not in image:
             log.warning("%s %s is a tag: tags move; pin the digest (IMAGE@sha256:...) for reproducible runs",
                         flag, image)  # fmt: skip
+    if tpu:
+        (capacity or Capacity()).check_tpu(tpu)  # what Vertex would reject or never schedule, refused now
     pipeline = build_pipeline(tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image, capacity=capacity)
     compiler.Compiler().compile(pipeline, output)
     return output
@@ -110,14 +112,20 @@ def submit_pipeline(template: str, *, project: str, region: str, pipeline_root: 
 def schedule_pipeline(template: str, *, cron: str, project: str, region: str, pipeline_root: str,
                       parameters: dict[str, Any], service_account: str | None = None,
                       labels: dict[str, str] | None = None, api_endpoint: str | None = None) -> str:  # fmt: skip
-    """Create a schedule (at most one run at a time: a slow retrain is never overlapped); returns its name."""
+    """Create a schedule (at most one run in flight: a tick while a run is active is skipped); returns its name."""
     check_cron(cron)
     job = _job(template, project=project, region=region, pipeline_root=pipeline_root, parameters=parameters,
                labels=labels, no_cache=True, api_endpoint=api_endpoint)  # fmt: skip
+    # max_concurrent_run_count limits runs *started* at once; max_concurrent_active_run_count limits runs in a
+    # non-terminal state (aiplatform_v1 types/schedule.py): a run still training at the next tick keeps that
+    # tick from starting a second one, which would see no trained-on marker yet and train the same data
+    # on a second slice. allow_queueing=False: such a tick is skipped, not queued behind the running one.
     schedule = job.create_schedule(
         cron=cron,
         display_name="tpustream-retraining",
         max_concurrent_run_count=1,
+        max_concurrent_active_run_count=1,
+        allow_queueing=False,
         service_account=service_account,
     )
     return str(schedule.resource_name)

@@ -112,9 +112,16 @@ def tpu_table_text() -> str:
     return "; ".join(lines)
 
 
-# Capacity: how Vertex provisions the job (CustomJobSpec.scheduling.strategy, aiplatform v1 Scheduling.Strategy;
-# https://cloud.google.com/vertex-ai/docs/training/use-spot-vms and .../training/schedule-jobs-dws).
+# Capacity: how Vertex provisions the job (CustomJobSpec.scheduling.strategy, aiplatform v1 Scheduling.Strategy).
+# What Vertex AI custom training accepts for TPUs, as Google documents it (re-check on upgrade):
+# - "Use Spot VMs with training" (https://cloud.google.com/vertex-ai/docs/training/use-spot-vms), Limitations:
+#   "Using Spot VMs with TPU Pods isn't supported": Spot on a single TPU VM only, never a multi-host slice.
+# - "Schedule training jobs based on resource availability" (Dynamic Workload Scheduler, FLEX_START;
+#   https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws), Requirements: GPUs (L4, A100, H100,
+#   H200, B200) only. tpustream trains on TPUs, so flex-start is refused whatever the type.
 CAPACITY = {"on-demand": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START"}
+SPOT_DOC = "https://cloud.google.com/vertex-ai/docs/training/use-spot-vms"
+FLEX_START_DOC = "https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -128,20 +135,31 @@ def duration(text: str, flag: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Capacity:
-    """Which capacity the TPU job runs on, how long it may wait for it, and how long it may run."""
+    """Which capacity the TPU job runs on, and how long it may run."""
 
     kind: str = "on-demand"
-    max_wait: str = ""  # flex-start only: how long to wait for capacity (Vertex's default when empty)
     timeout: str = "1d"  # a hung job stops costing TPU time after a day; raise it for long runs
 
     def __post_init__(self) -> None:
         if self.kind not in CAPACITY:
             raise ValueError(f"--capacity {self.kind!r}: choose one of {', '.join(CAPACITY)}")
-        if self.max_wait and self.kind != "flex-start":
-            raise ValueError("--max-wait applies to --capacity flex-start only")
         duration(self.timeout, "--timeout")
-        if self.max_wait:
-            duration(self.max_wait, "--max-wait")
+
+    def check_tpu(self, tpu: str) -> None:
+        """Refuse a capacity Vertex AI does not offer for ``tpu`` (the rules above), naming the rule and doc."""
+        spec = tpu_spec(tpu)
+        if self.kind == "flex-start":
+            raise ValueError(
+                "--capacity flex-start: Vertex AI's Dynamic Workload Scheduler for custom training requires "
+                f"GPUs (L4, A100, H100, H200, B200), not TPUs ({FLEX_START_DOC}, Requirements): use on-demand"
+                + (", or spot on a single-host TPU type" if spec.hosts == 1 else "")
+            )
+        if self.kind == "spot" and spec.hosts > 1:
+            raise ValueError(
+                f"--capacity spot: {tpu} is a multi-host slice ({spec.hosts} hosts), and Vertex AI does not "
+                f"support Spot VMs with TPU Pods ({SPOT_DOC}, Limitations): use on-demand, or spot on a "
+                "single-host type (v5e-8, v6e-8, ...)"
+            )
 
     @property
     def strategy(self) -> str:
@@ -149,8 +167,5 @@ class Capacity:
 
     @property
     def scheduling(self) -> dict[str, str]:
-        """GCPC custom-job inputs: strategy, max_wait_duration (dropped by GCPC's launcher unless FLEX_START), timeout."""
-        out = {"strategy": self.strategy, "timeout": duration(self.timeout, "--timeout")}
-        if self.max_wait:
-            out["max_wait_duration"] = duration(self.max_wait, "--max-wait")
-        return out
+        """GCPC custom-job inputs: strategy and timeout."""
+        return {"strategy": self.strategy, "timeout": duration(self.timeout, "--timeout")}

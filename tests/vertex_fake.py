@@ -51,7 +51,7 @@ TPU_MACHINES = re.compile(r"^(cloud-tpu|ct\d+\w*-\w+-(\d+)t)$")
 
 
 def tpu_job_hosts(body: dict) -> int:
-    """Check a CustomJob's worker pools against Vertex's documented TPU rules; returns the number of TPU
+    """Check a CustomJob's worker pools and capacity against Vertex's documented TPU rules; returns the number of TPU
     VMs (hosts) its one pool runs on (1 for a non-TPU job). Raises ValueError as Vertex would reject it.
 
     Rules (https://cloud.google.com/vertex-ai/docs/training/training-with-tpu-vm; google-cloud-aiplatform
@@ -72,6 +72,13 @@ def tpu_job_hosts(body: dict) -> int:
             f"{[p.replica_count for p in pools]}"
         )
     spec = pools[0].machine_spec
+    strategy = job.job_spec.scheduling.strategy
+    if (
+        strategy == v1.Scheduling.Strategy.FLEX_START
+    ):  # "Schedule training jobs based on resource availability"
+        raise ValueError(
+            "the Dynamic Workload Scheduler (FLEX_START) for custom training requires GPUs, not TPUs"
+        )
     if spec.machine_type == "cloud-tpu":
         accelerators = (v1.AcceleratorType.TPU_V2, v1.AcceleratorType.TPU_V3)
         if spec.accelerator_type not in accelerators or spec.accelerator_count != 8:
@@ -83,7 +90,25 @@ def tpu_job_hosts(body: dict) -> int:
     per_vm = int(TPU_MACHINES.match(spec.machine_type).group(2))  # type: ignore[union-attr]
     if chips % per_vm or (chips > per_vm and per_vm != 4):
         raise ValueError(f"tpuTopology {spec.tpu_topology} does not fit machineType {spec.machine_type}")
+    if (
+        strategy == v1.Scheduling.Strategy.SPOT and chips > per_vm
+    ):  # "Use Spot VMs with training", Limitations
+        raise ValueError("Using Spot VMs with TPU Pods isn't supported (a multi-host tpuTopology with SPOT)")
     return chips // per_vm
+
+
+def schedule_tick(body: dict, active_runs: int) -> str:
+    """What Vertex's scheduler does with a Schedule at a cron tick while ``active_runs`` of its runs are in a
+    non-terminal state: "start", "queue" or "skip" (aiplatform_v1 types/schedule.py: max_concurrent_run_count
+    limits runs being started at once; max_concurrent_active_run_count limits runs in a non-terminal state,
+    and allow_queueing queues a tick that the limit holds back instead of skipping it)."""
+    from google.cloud import aiplatform_v1 as v1
+
+    schedule = v1.Schedule.from_json(json.dumps(body), ignore_unknown_fields=False)
+    limit = schedule.max_concurrent_active_run_count
+    if limit and active_runs >= limit:
+        return "queue" if schedule.allow_queueing else "skip"
+    return "start"
 
 
 class VertexRecorder:

@@ -495,21 +495,18 @@ def pipeline_compile(
     capacity: Annotated[
         str,
         typer.Option(
-            help="TPU capacity: on-demand (default); spot (discounted, can be preempted at any time: the "
-            "step resumes from `last`); flex-start (Dynamic Workload Scheduler: waits up to --max-wait for "
-            "the whole slice, then runs uninterrupted)."
+            help="TPU capacity: on-demand (default); spot (single-host TPU types only: Vertex does not offer "
+            "Spot VMs for TPU Pods; discounted, can be preempted at any time: the step resumes from `last`). "
+            "flex-start is refused: Vertex's Dynamic Workload Scheduler is for GPUs only."
         ),
     ] = "on-demand",
-    max_wait: Annotated[
-        str, typer.Option(help="flex-start only: how long to wait for capacity (e.g. 6h; default Vertex's).")
-    ] = "",
     timeout: Annotated[str, typer.Option(help="Stop the TPU job after this long (e.g. 36h, 3d).")] = "1d",
 ) -> None:
     """Compile the DAG for Vertex AI Pipelines (TPU type and pushed images fixed at compile time)."""
     from pipelines import submit
     from pipelines.tpu import Capacity
 
-    plan = Capacity(kind=capacity, max_wait=max_wait, timeout=timeout)
+    plan = Capacity(kind=capacity, timeout=timeout)
     output = _local_file(output)
     try:
         submit.compile_pipeline(output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image, capacity=plan)

@@ -114,7 +114,7 @@ def test_compile_refuses_placeholder_images(tmp_path):
 def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatch):
     from google.cloud.aiplatform.utils import gcs_utils
 
-    from tests.vertex_fake import VertexRecorder
+    from tests.vertex_fake import VertexRecorder, schedule_tick
 
     # Patched: PipelineJob.submit checks the pipeline-root bucket's owner through Cloud Resource
     # Manager, a Google service that cannot be reached from here (it would retry for a minute).
@@ -157,6 +157,11 @@ def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatc
     assert len(schedules) == 1
     sbody = schedules[0]["body"]
     assert sbody["cron"] == "0 3 * * 1" and str(sbody["maxConcurrentRunCount"]) == "1"
+    # A run still training at the next tick: the tick is skipped, not started beside it (nor queued).
+    assert schedule_tick(sbody, active_runs=0) == "start"
+    assert schedule_tick(sbody, active_runs=1) == "skip"
+    started_only = {k: v for k, v in sbody.items() if k != "maxConcurrentActiveRunCount"}
+    assert schedule_tick(started_only, active_runs=1) == "start"  # what max_concurrent_run_count alone did
     scheduled = sbody["createPipelineJobRequest"]["pipelineJob"]
     assert scheduled["serviceAccount"] == "sa@proj.iam.gserviceaccount.com"
     assert scheduled["runtimeConfig"]["parameterValues"]["source"] == source

@@ -14,6 +14,7 @@ import sys
 import pytest
 import torch
 from google.cloud import aiplatform_v1
+from google.protobuf import json_format
 
 from pipelines.submit import compile_pipeline
 from pipelines.tpu import TPU_TYPES, Capacity
@@ -212,14 +213,11 @@ def test_a_host_that_never_gets_the_agreement_times_out_with_a_clear_message(tmp
     assert json.loads(storage.read_bytes(f"{output}/checkpoints/last.json"))["global_step"] == own_step
 
 
-@pytest.mark.parametrize(
-    ("capacity", "strategy", "max_wait"),
-    [(Capacity(kind="spot"), "SPOT", None), (Capacity(kind="flex-start", max_wait="6h", timeout="2d"), "FLEX_START", "21600s")],
-)  # fmt: skip
-def test_capacity_reaches_the_custom_job_as_vertex_documents_it(tmp_path, capacity, strategy, max_wait):
-    """Spot and Flex-start, through GCPC's real launcher into a CustomJob the aiplatform v1 proto accepts."""
+def test_spot_on_a_single_host_tpu_reaches_the_custom_job_as_vertex_documents_it(tmp_path):
+    """Spot, through GCPC's real launcher into a CustomJob the aiplatform v1 proto and Vertex's rules accept."""
     template = str(tmp_path / "p.yaml")
-    compile_pipeline(template, tpu="v6e-32", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE, capacity=capacity)
+    capacity = Capacity(kind="spot", timeout="2d")
+    compile_pipeline(template, tpu="v6e-8", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE, capacity=capacity)
     emulator = VertexEmulator(run_hosts=False)
     try:
         run = emulator.start_task(
@@ -233,21 +231,56 @@ def test_capacity_reaches_the_custom_job_as_vertex_documents_it(tmp_path, capaci
     (job,) = [r["body"] for r in emulator.recorder.requests if r["path"].endswith("/customJobs")]
     parsed = aiplatform_v1.CustomJob.from_json(json.dumps(job))  # enums travel as numbers over REST
     scheduling = parsed.job_spec.scheduling
-    assert scheduling.strategy.name == strategy
-    assert (f"{int(scheduling.max_wait_duration.total_seconds())}s" if max_wait else None) == max_wait
-    assert (
-        not max_wait or "maxWaitDuration" in job["jobSpec"]["scheduling"]
-    )  # GCPC drops it unless FLEX_START
-    assert scheduling.timeout.total_seconds() == (172800 if max_wait else 86400)
+    assert scheduling.strategy.name == "SPOT"
+    assert scheduling.timeout.total_seconds() == 172800
     assert scheduling.restart_job_on_worker_restart is True
     (pool,) = parsed.job_spec.worker_pool_specs
-    assert (pool.machine_spec.machine_type, pool.machine_spec.tpu_topology) == ("ct6e-standard-4t", "4x8")
+    assert (pool.machine_spec.machine_type, pool.machine_spec.tpu_topology) == ("ct6e-standard-8t", "2x4")
+
+
+@pytest.mark.parametrize(
+    ("tpu", "capacity", "rule"),
+    [
+        ("v6e-32", "spot", "Spot VMs with TPU Pods"),
+        ("v5e-16", "spot", "Spot VMs with TPU Pods"),
+        ("v5e-8", "flex-start", "requires GPUs"),
+        ("v3-8", "flex-start", "requires GPUs"),
+    ],
+)
+def test_capacity_vertex_does_not_offer_for_the_tpu_is_refused_at_compile_and_by_the_endpoint(
+    tmp_path, tpu, capacity, rule
+):
+    """Refused before anything is written (naming the rule and its doc); and the recording endpoint refuses
+    the same CustomJob, so these tests cannot drift from Vertex's rules again."""
+    import requests
+
+    from pipelines.tpu import worker_pool_spec
+    from tests.vertex_fake import VertexRecorder
+
+    template = tmp_path / "p.yaml"
+    with pytest.raises(ValueError, match=rf"{rule}.*https://cloud.google.com/vertex-ai/docs/training/"):
+        compile_pipeline(
+            str(template), tpu=tpu, cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE, capacity=Capacity(kind=capacity)
+        )
+    assert not template.exists()
+    pool = worker_pool_spec(TPU_TYPES[tpu], {"image_uri": TPU_IMAGE})
+    body = {
+        "displayName": "t",
+        "jobSpec": {
+            "workerPoolSpecs": [json_format.MessageToDict(aiplatform_v1.WorkerPoolSpec(**pool)._pb)],
+            "scheduling": {"strategy": {"spot": "SPOT", "flex-start": "FLEX_START"}[capacity]},
+        },
+    }
+    recorder = VertexRecorder()
+    try:
+        answer = requests.post(f"{recorder.url}/v1/projects/p/locations/us-central1/customJobs", json=body)
+    finally:
+        recorder.close()
+    assert answer.status_code == 400 and rule.split()[0] in answer.text
 
 
 def test_capacity_options_are_checked_before_compiling():
     with pytest.raises(ValueError, match="--capacity"):
         Capacity(kind="preemptible")
-    with pytest.raises(ValueError, match="flex-start only"):
-        Capacity(kind="spot", max_wait="1h")
     with pytest.raises(ValueError, match="--timeout"):
         Capacity(timeout="tomorrow")
