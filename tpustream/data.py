@@ -17,6 +17,7 @@ reported per epoch in ``EpochReport``. Stats travel in-band with each batch (no 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 import weakref
@@ -46,6 +47,8 @@ __all__ = [
     "ShardLoader",
     "EpochReport",
     "default_input_size",
+    "ring_depth",
+    "shm_free_bytes",
     "input_size_rule",
 ]
 
@@ -169,6 +172,47 @@ class _Stats:
 
 class _Abandoned(Exception):
     """The main process left the epoch while a worker waited for a free batch slot."""
+
+
+SHM_DIR = "/dev/shm"  # where torch's share_memory_() puts the ring (shm_open); Docker's default is 64 MB
+
+
+def shm_free_bytes() -> int | None:
+    """Free bytes in /dev/shm, or None where it cannot be read (no such mount: torch then uses files)."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def ring_depth(wanted: int, bytes_per_depth: int, free: int | None, what: str) -> int:
+    """How many batch slots per worker the ring gets: ``wanted``, fewer when /dev/shm cannot hold them (a
+    worker writing past the end of a full /dev/shm dies of SIGBUS, with no message), at least 1 or a
+    LoaderError naming the size needed and how to get it."""
+    if free is None or wanted * bytes_per_depth <= free:
+        return wanted
+    depth = free // bytes_per_depth
+    mib = 1 << 20
+    if depth < 1:
+        raise LoaderError(
+            f"{what}: the loader's shared-memory batch slots need {bytes_per_depth / mib:,.1f} MiB in "
+            f"{SHM_DIR} at least ({wanted * bytes_per_depth / mib:,.1f} MiB to prefetch {wanted} batches per "
+            f"worker), and {free / mib:,.1f} MiB are free: give the container a larger {SHM_DIR} (docker run "
+            f"--shm-size={-(-wanted * bytes_per_depth // (1 << 30)) + 1}g), or lower --workers, "
+            "--batch-size or the input size"
+        )
+    log.warning(
+        "%s: %s has %.1f MiB free, not the %.1f MiB for %d prefetched batches per worker: using %d "
+        "(a larger /dev/shm, e.g. docker run --shm-size, restores the full prefetch)",
+        what,
+        SHM_DIR,
+        free / mib,
+        wanted * bytes_per_depth / mib,
+        wanted,
+        depth,
+    )
+    return int(depth)
 
 
 class _SlotRing:
@@ -706,7 +750,12 @@ class ShardLoader:
         """This loader's batch slots (allocated once), or new ones while another epoch still uses them."""
         cfg = self.config
         if self._ring is None or self._ring.in_use:
-            ring = _SlotRing(cfg.workers, cfg.prefetch_factor + 1, cfg.batch_size, cfg.input_size)
+            per_depth = cfg.workers * cfg.batch_size * 3 * cfg.input_size**2  # one slot per worker
+            what = (
+                f"{cfg.split} loader ({cfg.workers} workers x batch {cfg.batch_size} x {cfg.input_size} px)"
+            )
+            depth = ring_depth(cfg.prefetch_factor + 1, per_depth, shm_free_bytes(), what)
+            ring = _SlotRing(cfg.workers, depth, cfg.batch_size, cfg.input_size)
             if self._ring is None:
                 self._ring = ring
             return ring
