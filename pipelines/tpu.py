@@ -20,8 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "TpuSpec", "TPU_TYPES", "tpu_spec", "worker_pool_spec", "tpu_table_text", "CAPACITY", "Capacity", "duration",
-]  # fmt: skip
+    "TpuSpec",
+    "TPU_TYPES",
+    "tpu_spec",
+    "worker_pool_spec",
+    "tpu_table_text",
+    "CAPACITY",
+    "Capacity",
+    "duration",
+    "FRESH_JOB_LAUNCHER",
+    "fresh_job_command",
+]
 
 
 @dataclass(frozen=True)
@@ -169,3 +178,31 @@ class Capacity:
     def scheduling(self) -> dict[str, str]:
         """GCPC custom-job inputs: strategy and timeout."""
         return {"strategy": self.strategy, "timeout": duration(self.timeout, "--timeout")}
+
+
+# The train task's launcher, run by Vertex in GCPC's image: GCPC's CustomJob launcher, after one check.
+# GCPC's launcher continues polling any job its gcp_resources output already names (remote_runner.py:
+# "if the launcher container experienced unexpected termination, such as preemption"), so a KFP retry of
+# a task whose job FAILED would re-poll that job and fail again, every retry. A job that ended without
+# success is forgotten here, so the retry creates a new CustomJob, which resumes from `last`; a job still
+# running or succeeded is polled as before (no second slice for one task).
+FRESH_JOB_LAUNCHER = """\
+import logging, sys
+from google_cloud_pipeline_components.container.v1.custom_job import launcher, remote_runner
+from google_cloud_pipeline_components.container.v1.gcp_launcher import job_remote_runner
+args = sys.argv[1:]
+value = lambda flag: args[args.index(flag) + 1]
+runner = job_remote_runner.JobRemoteRunner("CustomJob", value("--project"), value("--location"), value("--gcp_resources"))
+name = runner.check_if_job_exists()
+if name:
+    state = remote_runner.get_custom_job_with_client(runner.job_client, name).state
+    if state.name in ("JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"):
+        logging.warning("%s ended %s: this attempt creates a new CustomJob, which resumes from `last`", name, state.name)
+        open(value("--gcp_resources"), "w").close()
+launcher.main(args)
+"""
+
+
+def fresh_job_command() -> list[str]:
+    """The train task's container command: FRESH_JOB_LAUNCHER (GCPC's launcher keeps its own arguments)."""
+    return ["python3", "-u", "-c", FRESH_JOB_LAUNCHER]

@@ -16,7 +16,7 @@ from typing import Any
 from kfp import dsl
 
 import components
-from pipelines.tpu import TPU_TYPES, Capacity, tpu_spec, worker_pool_spec
+from pipelines.tpu import TPU_TYPES, Capacity, fresh_job_command, tpu_spec, worker_pool_spec
 
 __all__ = ["TPU_TYPES", "build_components", "build_pipeline", "check_image", "LOCAL_IMAGE"]
 
@@ -53,12 +53,18 @@ def _tpu_training_op(train_op: Any, tpu: str, capacity: Capacity) -> tuple[Any, 
         display_name="tpustream-train",
         machine_type=spec.machine_type,
         replica_count=1,
-        **capacity.scheduling,  # strategy (on-demand / Spot / Flex-start), max_wait_duration, timeout
+        **capacity.scheduling,  # strategy (on-demand or Spot: pipelines/tpu.py), timeout
         restart_job_on_worker_restart=True,  # a VM of the slice restarted: restart all, resume from `last`
         service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,  # the pipeline run's service account
         network=_placeholders.NETWORK_PLACEHOLDER,  # and its VPC network, when it has one
         labels={"tpustream-step": "train", "tpustream-tpu": tpu},  # the launcher adds the run's labels
     )
+    launcher = job_op.component_spec.implementation.container
+    if not launcher.command[-1].endswith("custom_job.launcher"):  # GCPC's, wrapped as it is
+        raise RuntimeError(
+            f"unexpected GCPC CustomJob launcher command {launcher.command}: re-check pipelines/tpu.py"
+        )
+    launcher.command = fresh_job_command()  # a retried task never re-polls its failed job (pipelines/tpu.py)
     container = job_op.component_spec.inputs["worker_pool_specs"].default[0]["container_spec"]
     return job_op, [worker_pool_spec(spec, container)]
 

@@ -1,8 +1,9 @@
-"""Run GCPC's real CustomJob launcher against the recording Vertex endpoint on loopback.
+"""Run the train task's launcher (GCPC's real CustomJob launcher behind pipelines/tpu.py's FRESH_JOB_LAUNCHER)
+against the recording Vertex endpoint on loopback.
 
-Vertex runs ``python3 -u -m google_cloud_pipeline_components.container.v1.custom_job.launcher ARGS`` in
-the GCPC image with the task's resolved arguments. This shim runs that same module with the same
-arguments, changing only what cannot work here (said in each line): the API host and credentials
+Vertex runs ``python3 -u -c SCRIPT ARGS`` (the compiled command) in the GCPC image with the task's resolved
+arguments. This shim runs that same script with the same arguments, changing only what cannot work here
+(said in each line): the API host and credentials
 (``{location}-aiplatform.googleapis.com`` over gRPC with application default credentials -> the
 recording endpoint over REST, anonymously) and the 20 s polling interval.
 """
@@ -13,7 +14,6 @@ import sys
 
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1
-from google_cloud_pipeline_components.container.v1.custom_job import launcher
 from google_cloud_pipeline_components.container.v1.gcp_launcher import job_remote_runner
 
 
@@ -30,4 +30,6 @@ if __name__ == "__main__":
         _client
     )
     job_remote_runner._POLLING_INTERVAL_IN_SECONDS = 0.5  # 20 s on Vertex: only the wait is shorter
-    launcher.main(sys.argv[1:])
+    script, args = sys.argv[1], sys.argv[2:]
+    sys.argv = ["-c", *args]  # as `python3 -c SCRIPT ARGS` sets it
+    exec(compile(script, "<the train task's command>", "exec"), {"__name__": "__main__"})

@@ -70,8 +70,10 @@ class SliceRun:
     """One run of the task: the launcher's outcome and every host of the custom job it created."""
 
     workdir: Path
-    hosts: list[Host] = field(default_factory=list)
+    hosts: list[Host] = field(default_factory=list)  # the job's first start
     hosts_started: threading.Event = field(default_factory=threading.Event)
+    attempts: list[list[Host]] = field(default_factory=list)  # every start of the job (Vertex's job retries)
+    restarts: list[list[Host]] = field(default_factory=list)  # hosts restarted in place after a non-zero exit
     launcher: subprocess.Popen | None = None
     launcher_log: Path | None = None
     executor_input: dict[str, Any] = field(default_factory=dict)
@@ -103,10 +105,16 @@ class VertexEmulator:
     """A recording Vertex endpoint whose CustomJobs run on emulated TPU hosts (see the module doc)."""
 
     def __init__(
-        self, *, env: dict[str, str] | None = None, devices_per_host: int = 1, run_hosts: bool = True
-    ) -> None:
+        self, *, env: dict[str, str] | None = None, devices_per_host: int = 1, run_hosts: bool = True,
+        worker_restarts: int = 5, job_retries: int = 3,
+    ) -> None:  # fmt: skip
         self.env = env or {}
         self.devices_per_host = devices_per_host
+        # What Vertex does with a worker that exits non-zero ("Understand the Vertex AI serverless training
+        # service", Restart workers during the training job): restarts it at once on the same VM, up to 5
+        # times, then retries the whole job up to 3 times before it fails.
+        self.worker_restarts = worker_restarts
+        self.job_retries = job_retries
         # run_hosts=False: the job succeeds as soon as Vertex accepted it (tests of the request alone)
         self.recorder = VertexRecorder(job_runner=self._run_hosts if run_hosts else None)
         self.current: SliceRun | None = None
@@ -122,8 +130,10 @@ class VertexEmulator:
         self, template: str, task: str, *, pipeline_params: dict[str, Any], artifacts: dict[str, str],
         run_root: str, workdir: Path, project: str = "proj", location: str = "us-central1",
         service_account: str = "", network: str = "", run_labels: dict[str, str] | None = None,
+        retry_of: SliceRun | None = None,
     ) -> SliceRun:  # fmt: skip
-        """Start ``task`` of the compiled ``template`` as Vertex would; returns at once (``.wait()``)."""
+        """Start ``task`` of the compiled ``template`` as Vertex would; returns at once (``.wait()``).
+        ``retry_of``: a KFP retry of that run, whose output files (gcp_resources) it finds as they were."""
         spec = yaml.safe_load(Path(template).read_text())
         task_spec = find_task(spec, task)
         component = spec["components"][task_spec["componentRef"]["name"]]
@@ -134,7 +144,9 @@ class VertexEmulator:
             "{{$.pipeline_persistent_resource_id}}": "", "{{$.pipeline_encryption_key_name}}": "",
         }  # fmt: skip
         params = self._parameters(spec, task_spec, component, pipeline_params, placeholders)
-        workdir = Path(tempfile.mkdtemp(prefix=f"vertex-{task}-", dir=workdir))
+        workdir = (
+            retry_of.workdir if retry_of else Path(tempfile.mkdtemp(prefix=f"vertex-{task}-", dir=workdir))
+        )
         run = SliceRun(workdir=workdir)
         run.executor_input = self._executor_input(component, task, params, artifacts, run_root, workdir)
         args = [self._resolve(arg, params, run.executor_input) for arg in container["args"]]
@@ -142,12 +154,13 @@ class VertexEmulator:
         env["VERTEX_AI_PIPELINES_RUN_LABELS"] = json.dumps(
             {"vertex-ai-pipelines-run-billing-id": "1234567890", **(run_labels or {})}
         )
-        assert container["command"][:4] == ["python3", "-u", "-m", "google_cloud_pipeline_components.container.v1.custom_job.launcher"]  # fmt: skip
-        run.launcher_log = workdir / "launcher.log"
+        assert container["command"][:3] == ["python3", "-u", "-c"], container["command"]  # FRESH_JOB_LAUNCHER
+        run.launcher_log = workdir / ("launcher-retry.log" if retry_of else "launcher.log")
         self.current = run
         with open(run.launcher_log, "wb") as log:
             run.launcher = subprocess.Popen(
-                [sys.executable, "-u", "-m", "tests.gcpc_launcher_shim", *args], cwd=ROOT, env=env,
+                [sys.executable, "-u", "-m", "tests.gcpc_launcher_shim", container["command"][3], *args],
+                cwd=ROOT, env=env,
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         return run
@@ -228,20 +241,56 @@ class VertexEmulator:
             **emulated_slice_vars(hosts, self.devices_per_host), CLOUD_ML_JOB_ID=job.get("displayName", "job"),
         )  # fmt: skip
         self._remember_gcs_dirs(run.executor_input)
-        for index in range(hosts):
-            log_path = run.workdir / f"host-{index}.log"
-            with open(log_path, "wb") as log:
-                process = subprocess.Popen(
-                    [*container["command"], *container.get("args", [])], cwd=ROOT,  # the image's WORKDIR
-                    env={**env, "TPU_WORKER_ID": str(index)}, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )  # fmt: skip
-            run.hosts.append(Host(index, process, log_path))
-        run.hosts_started.set()
-        codes = [h.process.wait() for h in run.hosts]
-        if all(code == 0 for code in codes):
-            return True, ""
-        return False, f"hosts exited {codes}"
+        restart_all = bool(job["jobSpec"].get("scheduling", {}).get("restartJobOnWorkerRestart"))
+        codes: list[int] = []
+        for attempt in range(self.job_retries + 1):
+            hosts_now = [self._start_host(run, container, env, index, attempt, 0) for index in range(hosts)]
+            run.attempts.append(hosts_now)
+            if attempt == 0:
+                run.hosts = list(hosts_now)  # the first start, as it ran (restarts replace entries below)
+                run.hosts_started.set()
+            for restart in range(self.worker_restarts + 1):
+                codes = self._wait_hosts(hosts_now, restart_all)
+                if all(code == 0 for code in codes):
+                    return True, ""
+                if restart == self.worker_restarts:
+                    break
+                # "Non-zero exits": restarted at once on the same VM; with restartJobOnWorkerRestart, all of them
+                again = range(hosts) if restart_all else [i for i, code in enumerate(codes) if code != 0]
+                for index in again:
+                    hosts_now[index] = self._start_host(run, container, env, index, attempt, restart + 1)
+                run.restarts.append([hosts_now[i] for i in again])
+        return (
+            False,
+            f"hosts exited {codes} after {self.worker_restarts} restarts and {self.job_retries} job retries",
+        )
+
+    @staticmethod
+    def _start_host(
+        run: SliceRun, container: dict, env: dict, index: int, attempt: int, restart: int
+    ) -> Host:
+        suffix = "".join(f"-{k}{n}" for k, n in (("job", attempt), ("restart", restart)) if n)
+        log_path = run.workdir / f"host-{index}{suffix}.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [*container["command"], *container.get("args", [])], cwd=ROOT,  # the image's WORKDIR
+                env={**env, "TPU_WORKER_ID": str(index)}, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        return Host(index, process, log_path)
+
+    @staticmethod
+    def _wait_hosts(hosts: list[Host], restart_all: bool) -> list[int]:
+        """Every host's exit code; with ``restart_all``, a host that failed has the others stopped (SIGTERM,
+        as a restarting VM's container gets it) so that all restart together."""
+        while any(h.process.poll() is None for h in hosts):
+            if restart_all and any(h.process.poll() not in (None, 0) for h in hosts):
+                for host in hosts:
+                    if host.process.poll() is None:
+                        host.process.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.2)
+        return [h.process.wait() for h in hosts]
 
     def _remember_gcs_dirs(self, executor_input: dict) -> None:
         for outputs in executor_input["outputs"]["artifacts"].values():

@@ -127,11 +127,13 @@ def _state_dict(uri):
     return torch.load(io.BytesIO(storage.read_bytes(uri)), map_location="cpu", weights_only=True)
 
 
-def test_sigterm_to_one_host_stops_every_host_at_the_same_step_and_the_retry_resumes(
+def test_sigterm_to_one_host_stops_every_host_at_the_same_step_and_vertex_restarts_them_in_place(
     tmp_path, gcs_bucket, gcs_server, digits
 ):
     """Issue 12: a preemption notice on ONE host of four stops all four at the same step; process 0
-    commits `last` there once; the retry resumes and ends with the weights of an uninterrupted run."""
+    commits `last` there once. Then what Vertex does with a non-zero exit: it restarts the worker in place
+    (restartJobOnWorkerRestart: every host), the restarted hosts resume from `last`, the job succeeds, and
+    the weights are those of an uninterrupted run."""
     tpu, epochs = "v5e-16", 12
     _, emulator, run = _start(tmp_path, gcs_bucket, gcs_server, digits, tpu, epochs=epochs)
     model_dir = f"{gcs_bucket}/run/train-model/model"
@@ -142,8 +144,8 @@ def test_sigterm_to_one_host_stops_every_host_at_the_same_step_and_the_retry_res
             lambda: all(f"epoch 1/{epochs}:" in h.log() for h in run.hosts), 300, "every host's first epoch"
         )
         signal_hosts(run, signal.SIGTERM, only=[2])
-        assert run.wait(timeout=180) != 0  # the job failed: the launcher fails the task, KFP retries it
-        assert run.exit_codes == [75] * 4, run.logs()
+        wait_for(lambda: all(h.process.poll() is not None for h in run.hosts), 180, "the hosts to stop")
+        assert [h.process.returncode for h in run.hosts] == [75] * 4, run.logs()
         logs = [h.log() for h in run.hosts]
         agreed = [re.findall(r"every host stops at step (\d+)", log) for log in logs]
         assert all(len(a) == 1 for a in agreed) and len({a[0] for a in agreed}) == 1, run.logs()
@@ -153,22 +155,21 @@ def test_sigterm_to_one_host_stops_every_host_at_the_same_step_and_the_retry_res
         )
         assert "SIGTERM: finishing the current step" in logs[2]
         assert all("another host was preempted" in logs[k] for k in (0, 1, 3)), run.logs()
-        last = json.loads(storage.read_bytes(f"{model_dir}/checkpoints/last.json"))
-        assert last["global_step"] == stop
         commits = re.findall(r"checkpoint (gs://\S+) committed", logs[0])
-        assert commits.count(f"{model_dir}/checkpoints/{last['checkpoint']}") == 1
         assert not any(re.search(r"checkpoint gs://\S+ committed", log) for log in logs[1:])
-        assert storage.list_objects(f"{model_dir}/_preemption") == []  # the retry starts clean
-        retry = emulator.start_task(
-            str(tmp_path / f"{tpu}.yaml"), "train-model", pipeline_params={**PARAMS, "epochs": epochs},
-            artifacts={"dataset": digits}, run_root=f"{gcs_bucket}/run", workdir=tmp_path,
-            service_account=SERVICE_ACCOUNT,
-        )  # fmt: skip
-        assert retry.wait(timeout=480) == 0, retry.logs()
+        assert run.wait(timeout=480) == 0, run.logs()  # restarted in place: the job itself succeeds
     finally:
         emulator.close()
-    assert retry.exit_codes == [0] * 4
-    assert f"batch {last['batches_done']}" in retry.hosts[0].log() and "resumed from" in retry.hosts[0].log()
+    (restarted,) = run.restarts
+    assert [h.index for h in restarted] == [0, 1, 2, 3]  # every host, not only the one preempted
+    assert [h.process.returncode for h in restarted] == [0] * 4
+    resumed = restarted[0].log()
+    assert f"resumed from {model_dir}/checkpoints/" in resumed, resumed
+    assert len(commits) == len(set(commits))  # each checkpoint committed once, the stop's `last` included
+    jobs = [
+        r for r in emulator.recorder.requests if r["method"] == "POST" and r["path"].endswith("/customJobs")
+    ]
+    assert len(jobs) == 1  # no second job, no KFP retry: Vertex's own restart resumed it
     card = json.loads(storage.read_bytes(f"{model_dir}/model.json"))
     assert len(card["history"]) == epochs
     reference = f"{gcs_bucket}/reference-host0"
@@ -180,6 +181,45 @@ def test_sigterm_to_one_host_stops_every_host_at_the_same_step_and_the_retry_res
     )
     ref_card = json.loads(storage.read_bytes(f"{reference}/model.json"))
     assert [h["val_loss"] for h in ref_card["history"]] == [h["val_loss"] for h in card["history"]]
+
+
+def test_a_kfp_retry_of_a_task_whose_job_failed_runs_a_new_job_that_resumes(
+    tmp_path, gcs_bucket, gcs_server, digits
+):
+    """GCPC's launcher continues polling the job its gcp_resources output names (remote_runner.py), so a KFP
+    retry that finds the failed job there would fail again at once. The compiled launcher forgets a job that
+    ended without success: the retry creates a new CustomJob, which resumes from `last`."""
+    tpu, epochs = "v5e-8", 6
+    template = str(tmp_path / "p.yaml")
+    compile_pipeline(template, tpu=tpu, cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
+    # No in-place restarts or job retries left: the first job fails on the preemption (Vertex's limits spent)
+    emulator = VertexEmulator(env={"STORAGE_EMULATOR_HOST": gcs_server.url}, worker_restarts=0, job_retries=0)
+    task = dict(
+        pipeline_params={**PARAMS, "epochs": epochs}, artifacts={"dataset": digits}, run_root=f"{gcs_bucket}/run",
+        workdir=tmp_path, service_account=SERVICE_ACCOUNT,
+    )  # fmt: skip
+    model_dir = f"{gcs_bucket}/run/train-model/model"
+    try:
+        run = emulator.start_task(template, "train-model", **task)
+        wait_for(run.hosts_started.is_set, 120, "the custom job's host")
+        wait_for(lambda: f"epoch 2/{epochs}:" in run.hosts[0].log(), 300, "the second epoch")
+        signal_hosts(run, signal.SIGTERM)
+        assert run.wait(timeout=180) != 0, run.logs()  # the job failed, and with it the task
+        assert run.exit_codes == [75]
+        gcp_resources = run.workdir / "outputs" / "gcp_resources"
+        failed_job = json.loads(gcp_resources.read_text())["resources"][0]["resourceUri"]
+        retry = emulator.start_task(template, "train-model", retry_of=run, **task)
+        assert retry.wait(timeout=480) == 0, retry.logs()
+    finally:
+        emulator.close()
+    jobs = [
+        r for r in emulator.recorder.requests if r["method"] == "POST" and r["path"].endswith("/customJobs")
+    ]
+    assert len(jobs) == 2  # a new job, not the failed one polled again
+    assert "ended JOB_STATE_FAILED: this attempt creates a new CustomJob" in retry.launcher_log.read_text()
+    assert json.loads(gcp_resources.read_text())["resources"][0]["resourceUri"] != failed_job
+    assert "resumed from" in retry.hosts[0].log()
+    assert len(json.loads(storage.read_bytes(f"{model_dir}/model.json"))["history"]) == epochs
 
 
 def test_a_host_that_never_gets_the_agreement_times_out_with_a_clear_message(tmp_path, gcs_server, digits):
