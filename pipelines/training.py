@@ -189,7 +189,8 @@ def build_pipeline(
                     metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, vertex_model_name=vertex_model, serving_image=serving_image,
                     **promote_extra,
                 ).set_display_name("promote")  # fmt: skip
-                promote.set_caching_options(False)
+                # A retry repairs a failed Model Registry upload: promote finds its champion and uploads it then.
+                promote.set_caching_options(False).set_retry(num_retries=2, backoff_duration="60s")
         return check.outputs["Output"]  # "train" or "skip" (no new data): what this run did
 
     return tpustream_training

@@ -118,6 +118,9 @@ class VertexRecorder:
         self.models: dict[str, dict] = {}  # model id -> {"displayName", "versions": {vid: {...}}}
         self.jobs: dict[str, dict] = {}  # custom job name -> {"body", "state", "hosts", "error"}
         self.job_runner = job_runner  # (job body, hosts) -> (succeeded, message); runs in a thread
+        self.fail_uploads = (
+            0  # answer this many models:upload requests with a 403, as Vertex does without IAM
+        )
         recorder = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -150,7 +153,7 @@ class VertexRecorder:
                         {"error": {"code": 400, "message": problem, "status": "INVALID_ARGUMENT"}}, 400
                     )
                     return
-                self._reply(*recorder.route(self.command, unquote(url.path), body))
+                self._reply(*recorder.route(self.command, unquote(url.path), body, request["query"]))
 
             do_GET = do_POST = do_PATCH = do_DELETE = _handle
 
@@ -184,11 +187,31 @@ class VertexRecorder:
             "artifactUri": info["artifactUri"],
         }
 
-    def route(self, method: str, path: str, body: dict | None) -> tuple[dict, int]:
+    def route(
+        self, method: str, path: str, body: dict | None, query: dict[str, list[str]] | None = None
+    ) -> tuple[dict, int]:
         m = re.match(r"^/v1/(projects/[^/]+/locations/[^/]+)(/.*)$", path)
         if not m:
             return {"error": {"code": 404, "message": f"unknown path {path}"}}, 404
         parent, rest = m.groups()
+        m_versions = re.match(r"^/models/(\d+):listVersions$", rest)
+        if method == "GET" and m_versions:  # ModelService.ListModelVersions, with its labels filter
+            model_id = m_versions.group(1)
+            if model_id not in self.models:
+                return {"error": {"code": 404, "message": "model not found"}}, 404
+            wanted = dict(re.findall(r'labels\.(\w+)="([^"]*)"', (query or {}).get("filter", [""])[0]))
+            versions = self.models[model_id]["versions"]
+            return {
+                "models": [
+                    self._model_json(parent, model_id, vid)
+                    for vid, info in versions.items()
+                    if all(info["labels"].get(k) == v for k, v in wanted.items())
+                ]
+            }, 200
+        if method == "POST" and rest == "/models:upload" and self.fail_uploads:
+            self.fail_uploads -= 1
+            message = "Permission 'aiplatform.models.upload' denied on resource (or it may not exist)."
+            return {"error": {"code": 403, "message": message, "status": "PERMISSION_DENIED"}}, 403
         if method == "GET" and rest == "/models":
             return {
                 "models": [

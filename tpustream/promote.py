@@ -41,6 +41,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CHAMPION = "champion.json"
+ALREADY_CHAMPION = "already the champion"  # the outcome of promoting the champion's own weights again
 
 
 def json_bytes(document: Any, *, indent: int | None = None) -> bytes:
@@ -227,18 +228,43 @@ def promote(
     )
     if vertex is not None:
         outcome["vertex"] = None
-        if outcome["promoted"]:
-            from tpustream import vertex as vertex_registry
-
-            labels = {"dataset": outcome["dataset_digest"][:12], "tpustream_version": str(outcome["version"])}
-            if is_finite_number(outcome["value"]):
-                labels[f"{metric}_permille"] = str(round(1000 * outcome["value"]))
-            outcome["vertex"] = vertex_registry.publish(
-                vertex, artifact_uri=version_uri(outcome["registry"], outcome["version"]), labels=labels
-            )
-    for key in ("registry", "candidate", "dataset_digest", "value"):
+        # A promoted candidate, and the champion again (a retried or re-run promote after an upload failed:
+        # the registry moved, Vertex did not). publish() uploads only what Vertex does not have yet.
+        if outcome["promoted"] or outcome["reason"] == ALREADY_CHAMPION:
+            outcome["vertex"] = _publish_champion(vertex, outcome, metric)
+    for key in ("registry", "candidate", "dataset_digest", "model_sha256", "value"):
         outcome.pop(key, None)
     return outcome
+
+
+def _publish_champion(vertex: Any, outcome: dict[str, Any], metric: str) -> dict[str, Any]:
+    """Upload the champion version to the Vertex AI Model Registry (if not there yet); a failure leaves the
+    registry as it is (the champion stays) and fails loudly with how to repair it."""
+    from tpustream import vertex as vertex_registry
+
+    labels = {
+        "dataset": outcome["dataset_digest"][:12],
+        "tpustream_version": str(outcome["version"]),
+        "model_sha256": outcome["model_sha256"][:16],
+    }
+    if is_finite_number(outcome["value"]):
+        labels[f"{metric}_permille"] = str(round(1000 * outcome["value"]))
+    artifact = version_uri(outcome["registry"], outcome["version"])
+    try:
+        return vertex_registry.publish(vertex, artifact_uri=artifact, labels=labels)
+    except Exception as exc:
+        failure = {
+            "event": "vertex-upload-failed",
+            "version": outcome["version"],
+            "error": f"{type(exc).__name__}: {exc}"[:500],
+        }
+        _log_event(outcome["registry"], failure)
+        raise RegistryError(
+            f"version {outcome['version']} is the champion in {outcome['registry']}, but publishing it to the "
+            f"Vertex AI Model Registry ({vertex.model_name}) failed: {type(exc).__name__}: {exc}. Fix that "
+            "(IAM, the bucket's region, the serving image) and run promote again, or retry the pipeline's "
+            "promote task: it uploads the champion when Vertex does not have it yet"
+        ) from exc
 
 
 def _promote(
@@ -267,13 +293,14 @@ def _promote(
         "registry": registry,
         "candidate": candidate_uri,
         "dataset_digest": digest,
+        "model_sha256": sha,
         "value": candidate.get(metric),
     }
     checked = False
     for _attempt in range(max_attempts):
         current, generation = _read_pointer(registry)
         if current is not None and current.get("model_sha256") == sha:
-            outcome = {"promoted": False, "version": current["version"], "reason": "already the champion"}
+            outcome = {"promoted": False, "version": current["version"], "reason": ALREADY_CHAMPION}
             _log_event(registry, {"event": "already-champion", **outcome, "candidate": candidate_uri})
             return {**outcome, **context}
         decision = decide_for_metrics(
@@ -336,7 +363,7 @@ def preview_decision(
     `promote` decides again under compare-and-swap)."""
     current = read_champion(registry) if registry else None
     if current is not None and current.get("model_sha256") == metrics["candidate"]["model_sha256"]:
-        return Decision(False, "already the champion")
+        return Decision(False, ALREADY_CHAMPION)
     return decide_for_metrics(
         metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
     )

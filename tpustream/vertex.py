@@ -87,26 +87,54 @@ def _init(target: VertexTarget) -> Any:
     return aiplatform
 
 
+def _published_version(aiplatform: Any, parent: str, artifact_uri: str, labels: dict[str, str]) -> Any:
+    """The version of ``parent`` already uploaded from ``artifact_uri`` (found by its labels, checked by its
+    artifact URI), or None: what makes a retried or re-run publish upload nothing twice."""
+    registry = aiplatform.models.ModelRegistry(parent)
+    query = " AND ".join(
+        f'labels.{_label(k)}="{_label(v)}"' for k, v in sorted(labels.items()) if k in _IDENTITY
+    )
+    for info in registry.list_versions(filter=query):
+        version = registry.get_model(version=info.version_id)
+        if version.uri == artifact_uri:
+            return version
+    return None
+
+
+# The labels that identify what was uploaded (the registry version and the weights), not how well it scored.
+_IDENTITY = ("tpustream_version", "model_sha256")
+
+
 def publish(target: VertexTarget, *, artifact_uri: str, labels: dict[str, str]) -> dict[str, Any]:
-    """Upload ``artifact_uri`` (a gs:// registry version) as a new version of ``target.model_name`` with
-    the serving container, as the default version, then move the ``champion`` alias to it
-    (mergeVersionAliases takes an alias off the version that held it; an upload naming an alias another
-    version holds is not documented to). Returns the model resource name, version id and versioned name."""
+    """Make ``artifact_uri`` (a gs:// registry version) the ``champion`` version of ``target.model_name``.
+
+    Idempotent, so a failed upload is repaired by running promote again: a version already uploaded from
+    this artifact (found by its ``tpustream_version`` + ``model_sha256`` labels and checked by its artifact
+    URI) is reused; otherwise it is uploaded with the serving container as the default version. Then the
+    ``champion`` alias moves to it (mergeVersionAliases takes an alias off the version that held it; an upload
+    naming an alias another version holds is not documented to). Returns the model resource name, version
+    id, versioned name and whether this call uploaded it."""
     if not storage.is_gcs(artifact_uri):
         raise ValueError(f"Vertex AI reads models from gs:// only, not {artifact_uri}: use a gs:// registry")
     aiplatform = _init(target)
     existing = aiplatform.Model.list(filter=f'display_name="{target.model_name}"')
     parent = existing[0].resource_name if existing else None
-    model = aiplatform.Model.upload(
-        display_name=target.model_name,
-        artifact_uri=artifact_uri,
-        parent_model=parent,
-        is_default_version=True,
-        labels={_label(k): _label(v) for k, v in labels.items()},
-        sync=True,
-        **container_spec(target.serving_image),
-    )
-    model.versioning_registry.add_version_aliases(["champion"], version=model.version_id)
+    model = _published_version(aiplatform, parent, artifact_uri, labels) if parent else None
+    uploaded = model is None
+    if model is None:
+        model = aiplatform.Model.upload(
+            display_name=target.model_name,
+            artifact_uri=artifact_uri,
+            parent_model=parent,
+            is_default_version=True,
+            labels={_label(k): _label(v) for k, v in labels.items()},
+            sync=True,
+            **container_spec(target.serving_image),
+        )
+    else:
+        log.info("Vertex AI: %s@%s was uploaded from %s already", parent, model.version_id, artifact_uri)
+    if "champion" not in (model.version_aliases or []):
+        model.versioning_registry.add_version_aliases(["champion"], version=model.version_id)
     versioned = f"{model.resource_name}@{model.version_id}"
     log.info("Vertex AI: %s is the champion (%s)", versioned, artifact_uri)
     host = f"{target.location}-aiplatform.googleapis.com"
@@ -116,6 +144,7 @@ def publish(target: VertexTarget, *, artifact_uri: str, labels: dict[str, str]) 
         "versioned_name": versioned,  # what GCPC's VertexModel artifact carries (upload_model/remote_runner.py)
         "uri": f"https://{host}/v1/{versioned}",
         "champion": True,
+        "uploaded": uploaded,
     }
 
 

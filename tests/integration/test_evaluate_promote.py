@@ -295,6 +295,52 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
         recorder.close()
 
 
+def test_a_failed_vertex_upload_keeps_the_registry_and_a_rerun_of_promote_repairs_it(
+    digits, models, gcs_bucket
+):
+    """Promotion moves champion.json first; when the Model Registry upload then fails (here a 403, as
+    without IAM), the step fails loudly, the registry keeps its champion, and promote run again uploads the
+    champion Vertex lacks (found missing by its labels), once: a third run uploads nothing."""
+    from tests.vertex_fake import VertexRecorder
+    from tpustream.vertex import VertexTarget
+
+    image = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "e" * 64
+    recorder = VertexRecorder()
+    recorder.fail_uploads = 1
+    registry = f"{gcs_bucket}/reg"
+    candidate = f"{gcs_bucket}/models/good"
+    for filename in ("model.pt", "model.json"):
+        storage.copy(f"{models['good']}/{filename}", f"{candidate}/{filename}")
+    evaluate.evaluate(candidate, digits, f"{gcs_bucket}/eval", registry=registry)
+    metrics = f"{gcs_bucket}/eval/metrics.json"
+    try:
+        target = VertexTarget(model_name="digits", project="proj", location="europe-west4",
+                              api_endpoint=recorder.url, serving_image=image)  # fmt: skip
+        with pytest.raises(
+            RegistryError, match=r"version 1 is the champion .* publishing it to the Vertex AI"
+        ):
+            promote.promote(candidate, metrics, registry, vertex=target)
+        assert promote.read_champion(registry)["version"] == 1  # the registry state is kept
+        events = [json.loads(storage.read_bytes(o.uri)) for o in storage.list_objects(f"{registry}/events")]
+        assert sorted(e["event"] for e in events) == ["promoted", "vertex-upload-failed"]
+        repaired = promote.promote(candidate, metrics, registry, vertex=target)
+        again = promote.promote(candidate, metrics, registry, vertex=target)
+    finally:
+        recorder.close()
+    assert repaired["reason"] == "already the champion" and repaired["vertex"]["uploaded"] is True
+    assert again["vertex"]["uploaded"] is False
+    assert again["vertex"]["versioned_name"] == repaired["vertex"]["versioned_name"]
+    uploads = [r for r in recorder.requests if r["path"].endswith("/models:upload")]
+    assert len(uploads) == 2  # the refused one and the repair; none from the third run
+    assert uploads[1]["body"]["model"]["artifactUri"] == f"{registry}/versions/1"
+    assert uploads[1]["body"]["model"]["labels"]["tpustream_version"] == "1"
+    (version,) = recorder.models["4200"]["versions"].values()
+    assert "champion" in version["aliases"]
+    merges = [r for r in recorder.requests if r["path"].endswith(":mergeVersionAliases")]
+    assert len(merges) == 1  # the third run found the alias in place
+    assert recorder.rejected == []
+
+
 def _strict_json(raw):
     """Parse as JSON proper: the bare NaN/Infinity that json.dumps writes by default is refused."""
 
