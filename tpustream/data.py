@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
-from tpustream.epoch_plan import LoaderError, WorkerPlan, plan_epoch
+from tpustream.epoch_plan import LoaderError, WorkerPlan, idle_workers, plan_epoch
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS, image_member
 from tpustream.manifest import read_manifest
 from tpustream.tario import TarFormatError, iter_tar_sample_runs, iter_tar_samples
@@ -690,12 +690,24 @@ class ShardLoader:
             config, dataset, split["shards"], len(self.manifest["classes"]), replica_index, num_replicas, augment,
         )  # fmt: skip
         # Validate the layout now (raises LoaderError with the fix) and fix the step count.
-        self.steps_per_epoch, _ = self._split.plan(0)
+        self.steps_per_epoch, first_plans = self._split.plan(0)
         self.last_report: EpochReport | None = None
         self._ring: _SlotRing | None = None
         self._pool: Any = None  # the DataLoader whose persistent workers render into self._ring
         self._close_pool: weakref.finalize | None = None
-        if config.split == "train" and len(self.shards) % (self.num_replicas * max(1, config.workers)):
+        readers = self.num_replicas * max(1, config.workers)
+        idle = idle_workers(first_plans) if config.split == "train" else 0
+        if idle:
+            log.warning(
+                "%d train shards over %d replica(s) x %d loader worker(s): %d of this replica's workers have "
+                "no shard and stay idle; re-create the shards with --num-shards %d to use them all",
+                len(self.shards),
+                self.num_replicas,
+                max(1, config.workers),
+                idle,
+                readers,
+            )
+        elif config.split == "train" and len(self.shards) % readers:
             log.info(
                 "%d train shards over %d replica(s) x %d worker(s) do not divide evenly: some workers "
                 "repeat a few samples per epoch to keep every replica at %d steps",

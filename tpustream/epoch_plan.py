@@ -2,7 +2,8 @@
 
 Train: every replica takes ``samples // (batch x replicas)`` steps; its shards (a seeded permutation per
 epoch, dealt round-robin to replicas, then to loader workers) give each worker a step quota in proportion
-to its samples. Val: every shard read by exactly one worker; the replica with the most batches sets the
+to its samples. A replica needs one shard of its own; with fewer shards than its workers, the workers
+without one idle (quota 0) and ``idle_workers`` says how many. Val: every shard read by exactly one worker; the replica with the most batches sets the
 step count and the others pad with all-masked batches.
 """
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from tpustream.errors import TpustreamError
 
-__all__ = ["LoaderError", "WorkerPlan", "plan_epoch"]
+__all__ = ["LoaderError", "WorkerPlan", "plan_epoch", "idle_workers"]
 
 
 class LoaderError(TpustreamError, ValueError):
@@ -54,11 +55,11 @@ def plan_epoch(
     num_shards = len(shard_sizes)
     readers = max(1, workers)
     if split == "train":
-        if num_shards < num_replicas * readers:
+        if num_shards < num_replicas:  # a replica with no shard of its own would read another's: duplicates
             raise LoaderError(
-                f"the train split has {num_shards} shards but {num_replicas} replica(s) x {readers} loader "
-                f"worker(s) = {num_replicas * readers} readers each need one: re-create the shards with "
-                f"--num-shards {num_replicas * readers} (or a multiple), or use fewer workers"
+                f"the train split has {num_shards} shards but {num_replicas} replicas (hosts) each need one "
+                f"of their own: re-create the shards with --num-shards {num_replicas * readers} (one per "
+                f"loader worker of every host), or at least {num_replicas}"
             )
         steps = sum(shard_sizes) // (batch_size * num_replicas)
         if steps == 0:
@@ -89,3 +90,8 @@ def plan_epoch(
     counts = batches(groups)
     counts[-1] += steps - sum(counts)  # all-padding batches so every replica takes `steps` steps
     return steps, [WorkerPlan(w, tuple(groups[w]), counts[w]) for w in range(readers)]
+
+
+def idle_workers(plans: Sequence[WorkerPlan]) -> int:
+    """How many of a replica's train workers have no shard of their own this epoch (fewer shards than readers)."""
+    return sum(1 for plan in plans if not plan.shards)

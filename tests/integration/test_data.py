@@ -167,11 +167,11 @@ def _split_ids_raw(dataset):
     return ids
 
 
-def test_too_few_shards_is_a_clear_error(tmp_path):
-    make_id_dataset(str(tmp_path / "ds"), num_shards=4)
-    with pytest.raises(LoaderError, match=r"4 shards but 2 replica\(s\) x 4 loader worker\(s\) = 8 readers"):
+def test_fewer_shards_than_hosts_is_a_clear_error(tmp_path):
+    make_id_dataset(str(tmp_path / "ds"), num_shards=4, val_shards=1)
+    with pytest.raises(LoaderError, match=r"4 shards but 8 replicas \(hosts\) each need one.*--num-shards 32"):
         ShardLoader(
-            LoaderConfig(data=str(tmp_path / "ds"), batch_size=4, num_replicas=2, replica_index=0, workers=4)
+            LoaderConfig(data=str(tmp_path / "ds"), batch_size=4, num_replicas=8, replica_index=0, workers=4)
         )
 
 
@@ -314,3 +314,21 @@ def test_workers_live_across_epochs_and_shut_down_with_the_loader(tmp_path):
     loader.close()  # and closes them again
     assert not set(multiprocessing.active_children()) - before
     assert time.perf_counter() - started < 4.0
+
+
+def test_more_loader_workers_than_shards_leave_the_extra_workers_idle(tmp_path, caplog):
+    """A slice's defaults can ask for more readers than the dataset has shards: the workers without a shard
+    idle (said in the log), the others deliver every step, and no sample is read twice in an epoch."""
+    dataset = str(tmp_path / "ds")
+    manifest = make_id_dataset(dataset, count=400, num_shards=3)
+    config = LoaderConfig(data=dataset, batch_size=16, input_size=8, workers=4, num_replicas=1, replica_index=0)
+    loader = ShardLoader(config)
+    try:
+        batches = list(loader.epoch(0))
+    finally:
+        loader.close()
+    assert "1 of this replica's workers have no shard and stay idle" in caplog.text
+    assert "--num-shards 4" in caplog.text
+    assert len(batches) == loader.steps_per_epoch == manifest["splits"]["train"]["num_samples"] // 16
+    ids = np.concatenate([_ids(b) for b in batches])
+    assert len(ids) == len(set(ids.tolist())) == len(batches) * 16

@@ -4,9 +4,9 @@ import itertools
 
 import pytest
 
-from tpustream.epoch_plan import LoaderError, plan_epoch
+from tpustream.epoch_plan import LoaderError, idle_workers, plan_epoch
 
-LAYOUTS = list(itertools.product([8, 9, 13, 17, 40], [1, 2, 4], [0, 1, 2, 3], [4, 7, 16]))
+LAYOUTS = list(itertools.product([3, 8, 9, 13, 17, 40], [1, 2, 4], [0, 1, 2, 3, 8], [4, 7, 16]))
 
 
 def _sizes(num_shards, total=1000):
@@ -17,7 +17,7 @@ def _sizes(num_shards, total=1000):
 @pytest.mark.parametrize("num_shards, replicas, workers, batch", LAYOUTS)
 def test_train_every_replica_gets_exactly_steps_batches(num_shards, replicas, workers, batch):
     sizes = _sizes(num_shards)
-    if num_shards < replicas * max(1, workers):
+    if num_shards < replicas:
         with pytest.raises(LoaderError, match=f"--num-shards {replicas * max(1, workers)}"):
             plan_epoch(sizes, split="train", epoch=0, seed=0, num_replicas=replicas, replica_index=0,
                        workers=workers, batch_size=batch)  # fmt: skip
@@ -28,7 +28,9 @@ def test_train_every_replica_gets_exactly_steps_batches(num_shards, replicas, wo
                                   replica_index=rank, workers=workers, batch_size=batch)  # fmt: skip
         assert steps == sum(sizes) // (batch * replicas)
         assert sum(p.num_batches for p in plans) == steps
-        assert all(p.shards for p in plans)  # every worker streams its own shard(s)
+        own = len(range(rank, num_shards, replicas))  # the shards dealt to this replica
+        assert idle_workers(plans) == max(0, max(1, workers) - own)
+        assert all(p.num_batches == 0 for p in plans if not p.shards)  # an idle worker reads nothing
         seen += [s for p in plans for s in p.shards]
     assert sorted(seen) == list(range(num_shards))  # each shard read by exactly one (replica, worker)
 
