@@ -24,7 +24,7 @@ from typing import Any
 
 from tpustream import storage
 from tpustream.manifest import MANIFEST_NAME
-from tpustream.shard_plan import ShardConfig
+from tpustream.shard_plan import MIN_TRAIN_SHARDS, ShardConfig
 from tpustream.sources import source_kind, source_location
 
 __all__ = [
@@ -68,6 +68,10 @@ def source_objects(spec: str) -> list[storage.ObjectInfo]:
         from tpustream.vertex_datasets import managed_dataset_objects
 
         return managed_dataset_objects(spec.strip())
+    if kind == "shards":  # .tar files named directly (a list, a pattern, a brace range)
+        from tpustream.wds_source import shard_objects
+
+        return shard_objects(spec.strip())
     location = source_location(spec)
     if location is None:
         return []
@@ -88,6 +92,8 @@ def fingerprint(config: ShardConfig, objects: list[storage.ObjectInfo]) -> str:
         "strict": config.strict,
         "max_pixels": config.max_pixels,
     }
+    if config.min_train_shards != MIN_TRAIN_SHARDS:  # another plan; the default keeps earlier fingerprints
+        params["min_train_shards"] = config.min_train_shards
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for obj in objects:  # the source URI is in params: the full object URIs add nothing but length
         digest.update(f"{obj.uri}\t{obj.size}\t{obj.version}\n".encode())

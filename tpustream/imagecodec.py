@@ -246,7 +246,11 @@ def prepare_image_bytes(
         raise
     except Image.DecompressionBombError as exc:  # Pillow's own limit (2x 89 MP): only above our budget
         raise ImageTooLarge(f"{name}: refused as a decompression bomb ({exc})") from exc
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError) as exc:
+    except UnidentifiedImageError as exc:  # its message names the BytesIO object, not the file: say it here
+        raise CorruptImage(
+            f"{name}: cannot decode image (no image format recognised: damaged, or not an image file)"
+        ) from exc
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise CorruptImage(f"{name}: cannot decode image ({exc})") from exc
     except Exception as exc:  # a malformed file can trip a decoder in other ways: still one bad image
         raise CorruptImage(f"{name}: cannot decode image ({type(exc).__name__}: {exc})") from exc

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
 
 from tpustream import storage
 from tpustream.errors import TpustreamError
@@ -19,7 +22,14 @@ from tpustream.tario import HashingReader, iter_tar_samples
 __all__ = [
     "MANIFEST_NAME",
     "MANIFEST_FORMAT",
+    "INDEX_DIR",
     "ShardError",
+    "SampleIndexEntry",
+    "SkippedSummary",
+    "skipped_summary",
+    "index_path",
+    "has_sample_index",
+    "iter_sample_index",
     "read_manifest",
     "manifest_digest",
     "verify_shards",
@@ -27,10 +37,140 @@ __all__ = [
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "tpustream.shards/v1"
+# The sample index: one JSONL file per shard, one line per sample (SampleIndexEntry), named in the manifest's
+# shard entry ("sample_index", "sample_index_sha256"). Datasets written before it have none: it is optional.
+INDEX_DIR = "index"
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class ShardError(TpustreamError, RuntimeError):
     """Shard creation or verification cannot proceed; the message says what and what to do."""
+
+
+_json_string = json.JSONEncoder().encode  # a str's JSON form, without json.dumps' per-call setup
+
+
+class SampleIndexEntry(NamedTuple):
+    """One line of a shard's sample index: which source image a shard sample came from, and what it is.
+
+    A NamedTuple, not a dataclass: the writer makes one per sample, and that is the hot path of a CIFAR-size
+    write (a frozen dataclass costs several times more to build)."""
+
+    key: str  # the sample's key in the shard
+    sha256: str  # of the image bytes written (equal bytes: the same image, whatever its name)
+    width: int  # from the header; 0 when the header could not be read
+    height: int
+    format: str  # the image member's extension: jpg, png or ppm
+    source: str  # where it came from (Source.locate: a gs:// or local path, cifar10:PATH#17)
+    label: str  # the class name
+
+    def to_json_line(self) -> str:
+        # by hand, for the same reason; key, sha256 and format never need JSON's escaping
+        return (
+            f'{{"key":"{self.key}","sha256":"{self.sha256}","width":{self.width},"height":{self.height},'
+            f'"format":"{self.format}","source":{_json_string(self.source)},"class":{_json_string(self.label)}}}'
+        )
+
+    @classmethod
+    def from_json_line(cls, line: str) -> SampleIndexEntry:
+        row = json.loads(line)
+        return cls(
+            key=str(row["key"]),
+            sha256=str(row["sha256"]),
+            width=int(row["width"]),
+            height=int(row["height"]),
+            format=str(row["format"]),
+            source=str(row["source"]),
+            label=str(row["class"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SkippedSummary:
+    """The manifest's ``skipped``: source images and import-file rows that are not in the dataset."""
+
+    count: int  # images skipped while writing + rows the source rejected while listing
+    sample_slots: int  # the planned samples lost (an upsampled train image counts once per copy)
+    by_reason: dict[str, int]  # source_types.SKIP_REASONS -> count; empty for datasets written before it
+    rejected_rows: int  # of ``count``: rows or items the source refused before any image was read
+    examples: list[str]
+
+
+def skipped_summary(manifest: dict[str, Any]) -> SkippedSummary:
+    """The manifest's skipped images and rows; a manifest written before ``by_reason`` existed reads as
+    having none by reason (its count and examples are kept)."""
+    skipped = manifest.get("skipped") or {}
+    return SkippedSummary(
+        count=int(skipped.get("count", 0)),
+        sample_slots=int(skipped.get("sample_slots", skipped.get("count", 0))),
+        by_reason={str(k): int(v) for k, v in (skipped.get("by_reason") or {}).items()},
+        rejected_rows=int(skipped.get("rejected_rows", 0)),
+        examples=[str(e) for e in skipped.get("examples", [])],
+    )
+
+
+def index_path(shard_path: str) -> str:
+    """The sample index beside a shard: ``train/train-000003.tar`` -> ``index/train-000003.jsonl``."""
+    name = shard_path.rsplit("/", 1)[-1]
+    return f"{INDEX_DIR}/{name[: -len('.tar')] if name.endswith('.tar') else name}.jsonl"
+
+
+def has_sample_index(manifest: dict[str, Any]) -> bool:
+    """Whether every shard of the dataset lists its sample index (datasets written before it have none)."""
+    shards = [s for split in manifest["splits"].values() for s in split["shards"]]
+    return bool(shards) and all(s.get("sample_index") for s in shards)
+
+
+def iter_sample_index(
+    uri: str, manifest: dict[str, Any], split: str, *, workers: int = 8
+) -> Iterator[SampleIndexEntry]:
+    """Every sample index entry of ``split``, shard by shard in manifest order (files read concurrently)."""
+    uri = storage.check_uri(uri).rstrip("/")
+    shards = manifest["splits"].get(split, {}).get("shards", [])
+
+    def read(shard: dict[str, Any]) -> bytes:
+        if not shard.get("sample_index"):
+            raise ShardError(f"{uri}: shard {shard['path']} has no sample index (re-create the dataset)")
+        try:
+            return storage.read_bytes(storage.join(uri, shard["sample_index"]))
+        except storage.NotFound as exc:
+            raise ShardError(
+                f"{uri}: the sample index {shard['sample_index']} listed in the manifest is missing: "
+                "re-create the dataset (tpustream shards create --overwrite)"
+            ) from exc
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for shard, data in _in_order(pool, read, shards, window=2 * max(1, workers)):
+            yield from _index_lines(uri, shard, data)
+
+
+def _in_order(
+    pool: ThreadPoolExecutor, fn: Callable[[T], R], items: list[T], *, window: int
+) -> Iterator[tuple[T, R]]:
+    """(item, fn(item)) in order, at most ``window`` running or done ahead of the consumer: a large
+    dataset's index (~200 bytes a sample) is never all in memory at once."""
+    pending: deque[tuple[T, Future[R]]] = deque()
+    for item in items:
+        pending.append((item, pool.submit(fn, item)))
+        if len(pending) >= window:
+            done, future = pending.popleft()
+            yield done, future.result()
+    while pending:
+        done, future = pending.popleft()
+        yield done, future.result()
+
+
+def _index_lines(uri: str, shard: dict[str, Any], data: bytes) -> Iterator[SampleIndexEntry]:
+    for number, line in enumerate(data.decode().splitlines(), 1):
+        try:
+            yield SampleIndexEntry.from_json_line(line)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ShardError(
+                f"{storage.join(uri, shard['sample_index'])}:{number} is not a sample index line ({exc}): "
+                "re-create the dataset"
+            ) from exc
 
 
 def _manifest_uri(uri: str) -> tuple[str, str]:
@@ -148,7 +288,26 @@ def _check_shard(
         problems.append(f"{samples} samples, manifest says {shard['num_samples']}")
     if reader.sha256.hexdigest() != shard["sha256"]:
         problems.append("sha256 differs from the manifest")
+    if shard.get("sample_index"):
+        problems.extend(_check_index(dataset, shard))
     return ([f"{shard['path']}: " + "; ".join(problems)] if problems else []) + bad_samples
+
+
+def _check_index(dataset: str, shard: dict[str, Any]) -> list[str]:
+    """The shard's sample index against the manifest: present, unchanged, one line per sample."""
+    try:
+        data = storage.read_bytes(storage.join(dataset, shard["sample_index"]))
+    except storage.NotFound:
+        return [f"sample index {shard['sample_index']} missing"]
+    problems = []
+    if shard.get("sample_index_sha256") and hashlib.sha256(data).hexdigest() != shard["sample_index_sha256"]:
+        problems.append(f"sample index {shard['sample_index']}: sha256 differs from the manifest")
+    lines = data.count(b"\n")
+    if lines != shard["num_samples"]:
+        problems.append(
+            f"sample index {shard['sample_index']}: {lines} lines, manifest says {shard['num_samples']}"
+        )
+    return problems
 
 
 def verify_shards(

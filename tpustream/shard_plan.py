@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,11 +19,21 @@ from tpustream.imagecodec import DEFAULT_MAX_PIXELS
 from tpustream.manifest import MANIFEST_FORMAT, ShardError
 from tpustream.source_types import Source
 
-__all__ = ["ShardConfig", "ShardSpec", "DatasetPlan", "plan_dataset", "shard_path", "RECORDS_DIR", "SPLITS"]
+__all__ = [
+    "ShardConfig",
+    "ShardSpec",
+    "DatasetPlan",
+    "plan_dataset",
+    "shard_path",
+    "RECORDS_DIR",
+    "SPLITS",
+    "MIN_TRAIN_SHARDS",
+]
 
 RECORDS_DIR = "_records"
 SPLITS = ("train", "val")
 SAMPLES_PER_SHARD_TARGET = 2000  # the blog's 1.28M samples / 640 shards
+DEFAULT_VAL_FRACTION = 0.1  # ShardConfig.val_fraction None: the val share drawn from items without a split
 MIN_TRAIN_SHARDS = 8  # enough for a host's loader workers to each stream their own shards
 
 
@@ -33,7 +43,12 @@ class ShardConfig:
 
     source: str
     output: str
-    num_shards: int | None = None  # train shards; None = about 2,000 samples per shard, at least 8
+    num_shards: int | None = (
+        None  # train shards; None = about 2,000 samples per shard, at least min_train_shards
+    )
+    # The least train shards when num_shards is None: one per loader worker of every host that reads them (the
+    # compiled pipeline sets hosts x 8 for its TPU slice), capped at the number of train samples.
+    min_train_shards: int = MIN_TRAIN_SHARDS
     val_shards: int | None = None  # None = as many as keep val shards about the size of train shards
     val_fraction: float | None = None  # None = the source's own split, else 0.1
     upsample: int = 1
@@ -45,6 +60,8 @@ class ShardConfig:
     strict: bool = False
 
     def __post_init__(self) -> None:
+        if self.min_train_shards < 1:
+            raise ValueError(f"min_train_shards must be at least 1, got {self.min_train_shards}")
         if self.num_shards is not None and self.num_shards < 1:
             raise ValueError(f"--num-shards must be at least 1, got {self.num_shards}")
         if self.val_shards is not None and self.val_shards < 1:
@@ -98,16 +115,33 @@ def shard_path(split: str, index: int) -> str:
 
 
 def _split_items(source: Source, config: ShardConfig, rng: np.random.Generator) -> dict[str, list[int]]:
-    """Train/val item indices: the source's own split, or a stratified ``val_fraction`` split."""
+    """Train/val item indices: the source's own split, or a stratified ``val_fraction`` split.
+
+    Without ``val_fraction``, items that carry a split keep it and items without one (import-file rows with
+    no ml_use) get a stratified split of their own at the default 0.1; ``val_fraction`` re-splits them all.
+    """
     if source.has_own_split and config.val_fraction is None:
         splits: dict[str, list[int]] = {"train": [], "val": []}
+        unassigned: list[int] = []
         for i, item in enumerate(source.items):
-            splits[item.split or "train"].append(i)
+            (splits[item.split] if item.split is not None else unassigned).append(i)
+        if unassigned:  # no rng draw otherwise: fully split sources keep the plans they always had
+            train, val = _stratified(source, unassigned, DEFAULT_VAL_FRACTION, rng)
+            splits["train"].extend(train)
+            splits["val"].extend(val)
         return splits
-    fraction = 0.1 if config.val_fraction is None else config.val_fraction
+    fraction = DEFAULT_VAL_FRACTION if config.val_fraction is None else config.val_fraction
+    train, val = _stratified(source, range(len(source.items)), fraction, rng)
+    return {"train": train, "val": val}
+
+
+def _stratified(
+    source: Source, indices: Iterable[int], fraction: float, rng: np.random.Generator
+) -> tuple[list[int], list[int]]:
+    """``fraction`` of each class's ``indices`` (at least one while the class has two) to val, seeded."""
     by_class: dict[int, list[int]] = {}
-    for i, item in enumerate(source.items):
-        by_class.setdefault(item.label, []).append(i)
+    for i in indices:
+        by_class.setdefault(source.items[i].label, []).append(i)
     train: list[int] = []
     val: list[int] = []
     for label in sorted(by_class):
@@ -118,7 +152,7 @@ def _split_items(source: Source, config: ShardConfig, rng: np.random.Generator) 
             n_val = min(max(n_val, 1), len(members) - 1)  # every class in both splits when possible
         val.extend(members[:n_val].tolist())
         train.extend(members[n_val:].tolist())
-    return {"train": train, "val": val}
+    return train, val
 
 
 def _fingerprint(
@@ -152,7 +186,7 @@ def plan_dataset(source: Source, config: ShardConfig) -> DatasetPlan:
     }
     num_train = len(order["train"])
     train_shards = config.num_shards or max(
-        min(MIN_TRAIN_SHARDS, num_train), math.ceil(num_train / SAMPLES_PER_SHARD_TARGET)
+        min(config.min_train_shards, num_train), math.ceil(num_train / SAMPLES_PER_SHARD_TARGET)
     )
     if train_shards > num_train:
         raise ShardError(

@@ -2,45 +2,83 @@
 
 Layout written under the output URI (docs/ARCHITECTURE.md):
     train/train-000000.tar ...  val/val-000000.tar ...   manifest.json (written last)
+    index/<split>-NNNNNN.jsonl     the sample index: one line per sample of the shard of the same name (its
+                                   key, content sha256, size, format, class and source file), written after
+                                   the shard and before its record; listed per shard in the manifest.
     _records/<split>-NNNNNN.json   one per finished shard while the dataset is being made (resume);
                                    removed once the manifest is committed.
 A shard appears under its final name only when complete (local: temp file + rename; GCS: an object
 exists only once its upload finished). Re-running after a crash keeps every shard whose record
-matches the plan and writes the rest; a complete dataset (manifest present) is refused unless
-``overwrite``, which retires it (manifest removed) only once every check has passed and writing starts.
+matches the plan (and whose index is there) and writes the rest; a complete dataset (manifest present)
+is refused unless ``overwrite``. Under ``overwrite`` the new dataset is written beside the old one, in
+``_replacement/`` (its own records, resumable the same way), and swapped in only once it is complete: the
+old manifest is removed, the new shards and indexes are moved into place, the new manifest is written last.
+Until then the old dataset stays valid (a ``--strict`` stop or a crash leaves it as it was); a swap cut off
+midway is finished by the next ``shards create`` on that output.
 """
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
+import hashlib
 import json
 import logging
 import multiprocessing
 import os
 import signal
+import struct
 import sys
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpustream import storage
-from tpustream.imagecodec import DEFAULT_MAX_PIXELS, CorruptImage, pixel_budget
-from tpustream.manifest import MANIFEST_FORMAT, MANIFEST_NAME, ShardError, read_manifest
-from tpustream.shard_plan import RECORDS_DIR, SPLITS, DatasetPlan, ShardConfig, ShardSpec, plan_dataset
-from tpustream.source_types import Item, Source
+from tpustream.imagecodec import (
+    DEFAULT_MAX_PIXELS,
+    CorruptImage,
+    ImageTooLarge,
+    UnreadableImage,
+    pixel_budget,
+    ppm_header,
+)
+from tpustream.manifest import (
+    INDEX_DIR,
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    SampleIndexEntry,
+    ShardError,
+    index_path,
+    read_manifest,
+)
+from tpustream.shard_plan import (
+    MIN_TRAIN_SHARDS,
+    RECORDS_DIR,
+    SPLITS,
+    DatasetPlan,
+    ShardConfig,
+    ShardSpec,
+    plan_dataset,
+)
+from tpustream.source_types import SKIP_REASONS, Item, Source
 from tpustream.sources import open_source
 from tpustream.tario import TarShardWriter
 
 __all__ = [
     "CreateSummary",
     "ShardRecord",
+    "LOAD_WINDOW",
+    "skip_reason",
     "write_shard",
     "create_shards",
     "check_output",
-    "retire_dataset",
+    "check_source_listing",
+    "REPLACEMENT_DIR",
+    "finish_replacement",
     "finalize_manifest",
     "config_from_pipeline",
     "shard_ranges",
@@ -51,6 +89,16 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MAX_SKIPS_LISTED = 100
+REPLACEMENT_DIR = "_replacement"  # where --overwrite writes the new dataset until it is complete
+# Images a writer loads ahead of the one it writes, on threads, when they are objects on GCS: an import file
+# lists images in other buckets, one GET (~tens of ms) each, so a writer that fetched one at a time would wait
+# on the network nearly all of its time (400 JPEGs with 30 ms per request: 12 samples/s one at a time, 59
+# with 8 ahead). Eight leaves two of the 10 connections google-cloud-storage's session keeps per host
+# (requests' default pool) to the shard's own upload: with 10 or 16 ahead, urllib3 warned "Connection pool is
+# full" and threw connections away (a new TLS handshake each, on real GCS). Items made in memory or read from
+# local disk load in the writer's own thread: that is CPU-bound Python, which threads only slow down (3x on
+# synthetic-cifar, the GIL handed around). More writers (--workers) is what adds parallelism there.
+LOAD_WINDOW = 8
 
 
 @dataclass
@@ -99,28 +147,138 @@ class ShardRecord:
     class_counts: dict[str, int]
     skipped: list[str]  # one message per sample not written
     skipped_items: list[str] = field(default_factory=list)  # the source item (ref) of each, in order
+    skipped_reasons: list[str] = field(default_factory=list)  # SKIP_REASONS, one per skipped sample
+    sample_index: str = ""  # its path, relative to the dataset ("" in records written before it)
+    sample_index_sha256: str = ""
+    formats: dict[str, int] = field(default_factory=dict)  # image member extension -> samples
+    sizes: dict[str, int] = field(default_factory=dict)  # "WxH" -> samples (0x0: header unreadable)
 
     @classmethod
     def from_json(cls, data: bytes) -> ShardRecord:
         return cls(**json.loads(data))
 
 
+def skip_reason(exc: CorruptImage) -> str:
+    """The manifest's reason (source_types.SKIP_REASONS) for an image a source could not load."""
+    if isinstance(exc, ImageTooLarge):
+        return "too-large"
+    if isinstance(exc, UnreadableImage):
+        return "missing-object"
+    return "undecodable"
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# JPEG start-of-frame markers (baseline, progressive, lossless...): 0xC0-0xCF but DHT, JPG and DAC
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def _image_size(data: bytes, ext: str) -> tuple[int, int]:
+    """(width, height) from the image's header alone; (0, 0) when it cannot be read.
+
+    Read by hand rather than with ``PIL.Image.open``, which parses every JPEG marker segment (EXIF included)
+    and cost ~15% of an ImageFolder write; the source's loader has already checked that the image decodes.
+    """
+    try:
+        if ext == "ppm":
+            width, height, _ = ppm_header(data)
+            return width, height
+        if ext == "png" and data[:8] == _PNG_SIGNATURE and data[12:16] == b"IHDR":
+            width, height = struct.unpack_from(">II", data, 16)
+            return width, height
+        if ext == "jpg" and data[:2] == b"\xff\xd8":
+            return _jpeg_size(data)
+    except (ValueError, struct.error):
+        pass
+    return 0, 0
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int]:
+    """The frame size in a JPEG's SOF segment, found by walking the segment lengths from the start."""
+    position = 2  # after SOI
+    while position + 9 <= len(data):
+        if data[position] != 0xFF:
+            break
+        marker = data[position + 1]
+        if marker == 0xFF:  # a fill byte before the marker
+            position += 1
+        elif marker in _JPEG_SOF:  # FF Cn, length, precision, height, width
+            height, width = struct.unpack_from(">HH", data, position + 5)
+            return width, height
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length (TEM, RSTn, SOI)
+            position += 2
+        else:
+            position += 2 + struct.unpack_from(">H", data, position + 2)[0]
+    return 0, 0
+
+
+class _Loaded(NamedTuple):
+    """One source item as it goes into a shard, with what the sample index records about it."""
+
+    data: bytes
+    ext: str
+    sha256: str
+    width: int
+    height: int
+
+
+def _load(source: Source, item: Item, max_side: int | None) -> _Loaded | CorruptImage:
+    """The item's image and what the sample index records about it, or the CorruptImage saying why it
+    cannot be written (returned, not raised: whether it is skipped or fatal is the writer's choice)."""
+    try:
+        data, ext = source.load(item, max_side)
+    except CorruptImage as exc:
+        return exc
+    width, height = _image_size(data, ext)
+    return _Loaded(data, ext, hashlib.sha256(data).hexdigest(), width, height)
+
+
+def _loaded_in_order(
+    source: Source, spec: ShardSpec, max_side: int | None, pool: ThreadPoolExecutor | None
+) -> Iterator[tuple[str, Item, _Loaded | CorruptImage]]:
+    """The shard's items in plan order, loaded on ``pool`` at most LOAD_WINDOW ahead (None: in this thread)."""
+    items = ((key, source.items[i]) for key, i in zip(spec.keys, spec.items, strict=True))
+    if pool is None:
+        for key, item in items:
+            yield key, item, _load(source, item, max_side)
+        return
+    pending: deque[tuple[str, Item, Future[_Loaded | CorruptImage]]] = deque()
+    for key, item in items:
+        # in a copy of this thread's context: the pixel budget (pixel_budget) is a ContextVar
+        pending.append(
+            (key, item, pool.submit(contextvars.copy_context().run, _load, source, item, max_side))
+        )
+        if len(pending) >= LOAD_WINDOW:
+            done_key, done_item, future = pending.popleft()
+            yield done_key, done_item, future.result()
+    for key, item, future in pending:
+        yield key, item, future.result()
+
+
 def _iter_encoded(
-    source: Source, spec: ShardSpec, max_side: int | None, strict: bool, skipped: list[tuple[str, str]]
-) -> Iterator[tuple[str, Item, bytes, str]]:
-    for key, i in zip(spec.keys, spec.items, strict=True):
-        item = source.items[i]
-        try:
-            data, ext = source.load(item, max_side)
-        except CorruptImage as exc:
-            if strict:
-                raise ShardError(
-                    f"{exc} (--strict: stopping; drop --strict to skip and count bad images)"
-                ) from exc
-            log.warning("skipping %s", exc)
-            skipped.append((str(item.ref), str(exc)))
-            continue
-        yield key, item, data, ext
+    source: Source,
+    spec: ShardSpec,
+    max_side: int | None,
+    strict: bool,
+    skipped: list[tuple[str, str, str]],
+) -> Iterator[tuple[str, Item, _Loaded]]:
+    """The shard's loaded items in plan order; an image that cannot be loaded is skipped and recorded in
+    ``skipped`` as (item ref, message, reason), or stops the shard under ``strict``."""
+    remote = bool(spec.items) and storage.is_gcs(source.locate(source.items[spec.items[0]]))
+    pool = ThreadPoolExecutor(LOAD_WINDOW, thread_name_prefix="tpustream-load") if remote else None
+    try:
+        for key, item, loaded in _loaded_in_order(source, spec, max_side, pool):
+            if isinstance(loaded, CorruptImage):
+                if strict:
+                    raise ShardError(
+                        f"{loaded} (--strict: stopping; drop --strict to skip and count bad images)"
+                    ) from loaded
+                log.warning("skipping %s", loaded)
+                skipped.append((str(item.ref), str(loaded), skip_reason(loaded)))
+                continue
+            yield key, item, loaded
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)  # a stopped shard leaves no load running
 
 
 def write_shard(
@@ -135,18 +293,38 @@ def write_shard(
     """Write one planned shard to ``output/spec.path`` atomically and record what it holds. Images whose
     header claims more than ``max_pixels`` are skipped (counted) without being decoded."""
     final = storage.join(output, spec.path)
-    skipped: list[tuple[str, str]] = []  # (item ref, message)
-    class_counts: dict[str, int] = {}
+    skipped: list[tuple[str, str, str]] = []  # (item ref, message, reason)
+    class_counts: Counter[str] = Counter()
+    formats: Counter[str] = Counter()
+    sizes: Counter[tuple[int, int]] = Counter()
+    index_lines: list[str] = []
     with (
         pixel_budget(max_pixels),
         storage.open_write(final, content_type="application/x-tar") as f,
         TarShardWriter(f) as writer,
     ):
-        for key, item, data, ext in _iter_encoded(source, spec, max_side, strict, skipped):
-            writer.write(key, {ext: data, "cls": str(item.label).encode("ascii")})
+        for key, item, loaded in _iter_encoded(source, spec, max_side, strict, skipped):
+            writer.write(key, {loaded.ext: loaded.data, "cls": str(item.label).encode("ascii")})
             name = source.classes[item.label]
-            class_counts[name] = class_counts.get(name, 0) + 1
+            class_counts[name] += 1
+            formats[loaded.ext] += 1
+            sizes[loaded.width, loaded.height] += 1
+            entry = SampleIndexEntry(
+                key=key,
+                sha256=loaded.sha256,
+                width=loaded.width,
+                height=loaded.height,
+                format=loaded.ext,
+                source=source.locate(item),
+                label=name,
+            )
+            index_lines.append(entry.to_json_line() + "\n")
         stats = writer.finish()
+    # The index before the record: a recorded shard always has its index (resume trusts the record).
+    index = "".join(index_lines).encode()
+    storage.write_bytes(
+        storage.join(output, index_path(spec.path)), index, content_type="application/x-ndjson"
+    )
     record = ShardRecord(
         spec.split,
         spec.index,
@@ -155,9 +333,14 @@ def write_shard(
         stats.num_bytes,
         stats.sha256,
         spec.fingerprint,
-        class_counts,
-        [message for _, message in skipped],
-        [ref for ref, _ in skipped],
+        dict(class_counts),
+        [message for _, message, _ in skipped],
+        [ref for ref, _, _ in skipped],
+        [reason for _, _, reason in skipped],
+        sample_index=index_path(spec.path),
+        sample_index_sha256=hashlib.sha256(index).hexdigest(),
+        formats=dict(formats),
+        sizes={f"{width}x{height}": count for (width, height), count in sizes.items()},
     )
     storage.write_bytes(storage.join(output, spec.record_path), json.dumps(asdict(record)).encode())
     return record
@@ -169,12 +352,14 @@ def _existing_record(spec: ShardSpec, output: str) -> ShardRecord | None:
         record = ShardRecord.from_json(storage.read_bytes(storage.join(output, spec.record_path)))
     except (storage.NotFound, ValueError, TypeError):
         return None
-    if record.fingerprint != spec.fingerprint:
+    if record.fingerprint != spec.fingerprint or not record.sample_index:  # no index: an older writer's
         return None
     try:
         if storage.size(storage.join(output, spec.path)) != record.num_bytes:
             return None
     except storage.NotFound:
+        return None
+    if not storage.exists(storage.join(output, record.sample_index)):
         return None
     return record
 
@@ -246,8 +431,8 @@ def _run_parallel(
 def check_output(output: str, *, overwrite: bool) -> bool:
     """Make sure ``output`` can hold a dataset; refuse a complete one there unless ``overwrite``.
 
-    Changes nothing that exists. Returns whether a complete dataset is there, to be retired
-    (``retire_dataset``) once writing starts.
+    Changes nothing that exists. Returns whether a complete dataset is there, to be replaced
+    (written in REPLACEMENT_DIR, then ``finish_replacement``).
     """
     storage.ensure_prefix_writable(output)
     if not storage.exists(storage.join(output, MANIFEST_NAME)):
@@ -260,21 +445,35 @@ def check_output(output: str, *, overwrite: bool) -> bool:
     return True
 
 
-def retire_dataset(output: str) -> None:
-    """Remove the manifest (and any resume records) of the dataset at ``output``: it stops being one.
-
-    Its shards are then overwritten in place under the same names (docs/ARCHITECTURE.md), so the old manifest
-    could not stay valid: it goes first, and a failure from here on leaves no dataset, not a mixed one.
-    """
-    log.warning(
-        "--overwrite: %s is no longer a dataset from now on (its %s is removed before the new shards are "
-        "written); if this run fails, run it again to finish the new dataset",
-        output,
-        MANIFEST_NAME,
-    )
-    storage.delete(storage.join(output, MANIFEST_NAME))
-    for obj in storage.list_objects(storage.join(output, RECORDS_DIR)):
-        storage.delete(obj.uri)
+def check_source_listing(source: Source, *, strict: bool) -> None:
+    """Warn about the files and rows the source left out while listing; under ``strict`` refuse them, before
+    anything is written."""
+    if source.ignored:
+        log.warning(
+            "ignoring %d non-image file(s) in %s, e.g. %s",
+            len(source.ignored),
+            source.spec,
+            ", ".join(source.ignored[:3]),
+        )
+        if strict:
+            raise ShardError(
+                f"--strict: {len(source.ignored)} non-image file(s) in {source.spec}, e.g. {source.ignored[0]}"
+            )
+    if source.rejected:
+        first = source.rejected[0]
+        log.warning(
+            "%d row(s) of %s rejected while listing, e.g. %s (%s): %s",
+            len(source.rejected),
+            source.spec,
+            first.ref,
+            first.reason,
+            first.message,
+        )
+        if strict:
+            raise ShardError(
+                f"--strict: {len(source.rejected)} row(s) of {source.spec} rejected, the first {first.ref} "
+                f"({first.reason}: {first.message}); fix the rows or drop --strict to skip and count them"
+            )
 
 
 def create_shards(
@@ -283,27 +482,25 @@ def create_shards(
     """Plan, write every shard (in parallel), then commit the manifest. Returns (manifest, summary)."""
     started = time.perf_counter()
     output = storage.check_uri(config.output).rstrip("/")
+    finish_replacement(output)  # a swap an earlier --overwrite run did not finish
     if source is None:
-        source = open_source(config.source)
-    if source.ignored:
-        log.warning(
-            "ignoring %d non-image file(s) in %s, e.g. %s",
-            len(source.ignored),
-            source.spec,
-            ", ".join(source.ignored[:3]),
-        )
-        if config.strict:
-            raise ShardError(
-                f"--strict: {len(source.ignored)} non-image file(s) in {source.spec}, e.g. {source.ignored[0]}"
-            )
-    # Every check that can fail (source, plan, output) runs before the old dataset is touched.
+        source = open_source(config.source, staging=output)
+    check_source_listing(source, strict=config.strict)
+    # Every check that can fail (source, plan, output) runs before anything is written.
     plan = plan_dataset(source, config)
     replacing = check_output(output, overwrite=config.overwrite)
+    # Replacing a complete dataset: the new one is made beside it and swapped in when complete.
+    target = storage.join(output, REPLACEMENT_DIR) if replacing else output
+    if replacing:
+        log.info(
+            "--overwrite: writing the new dataset in %s; %s stays valid until it is complete", target, output
+        )
 
     records: dict[tuple[str, int], ShardRecord] = {}
     todo: list[ShardSpec] = []
     for spec in plan.shards:
-        record = None if config.overwrite else _existing_record(spec, output)
+        # --overwrite of an unfinished dataset starts over; a replacement resumes its own earlier attempt
+        record = None if config.overwrite and not replacing else _existing_record(spec, target)
         if record is None:
             todo.append(spec)
         else:
@@ -321,11 +518,9 @@ def create_shards(
         records[(record.split, record.index)] = record
         bar.update(record.num_samples + len(record.skipped))
 
-    if replacing:
-        retire_dataset(output)
     _WORKER_STATE.update(
         source=source,
-        output=output,
+        output=target,
         max_side=config.max_side,
         strict=config.strict,
         max_pixels=config.max_pixels,
@@ -336,7 +531,9 @@ def create_shards(
         bar.close()
         _WORKER_STATE.clear()
 
-    manifest = finalize_manifest(output, plan, list(records.values()))
+    manifest = finalize_manifest(target, plan, list(records.values()))
+    if replacing:
+        finish_replacement(output)
     summary = CreateSummary(
         output=output,
         num_samples=sum(s["num_samples"] for s in manifest["splits"].values()),
@@ -365,7 +562,8 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
         )
     config, source = plan.config, plan.source
     splits: dict[str, Any] = {}
-    skipped: dict[str, str] = {}  # item ref -> message: an upsampled image is skipped once per copy
+    # item ref -> (message, reason): an upsampled image is skipped once per copy, counted once
+    skipped: dict[str, tuple[str, str]] = {}
     skipped_slots = 0
     for split in SPLITS:
         split_records = sorted(
@@ -374,21 +572,39 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
         if not split_records:
             continue
         class_counts = [0] * len(source.classes)
+        formats: Counter[str] = Counter()
+        sizes: Counter[str] = Counter()
         for r in split_records:
             for name, count in r.class_counts.items():
                 class_counts[source.classes.index(name)] += count
-            skipped.update(zip(r.skipped_items or r.skipped, r.skipped, strict=True))
+            reasons = r.skipped_reasons or ["undecodable"] * len(r.skipped)
+            refs = r.skipped_items or r.skipped
+            for ref, message, reason in zip(refs, r.skipped, reasons, strict=True):
+                skipped[ref] = (message, reason)
             skipped_slots += len(r.skipped)
+            formats.update(r.formats)
+            sizes.update(r.sizes)
         splits[split] = {
             "num_samples": sum(r.num_samples for r in split_records),
             "num_bytes": sum(r.num_bytes for r in split_records),
             "class_counts": class_counts,
+            "stats": {"formats": dict(sorted(formats.items())), **_size_stats(sizes)},
             "shards": [
-                {"path": r.path, "num_samples": r.num_samples, "num_bytes": r.num_bytes, "sha256": r.sha256}
+                {
+                    "path": r.path,
+                    "num_samples": r.num_samples,
+                    "num_bytes": r.num_bytes,
+                    "sha256": r.sha256,
+                    "sample_index": r.sample_index,
+                    "sample_index_sha256": r.sample_index_sha256,
+                }
                 for r in split_records
             ],
         }
-    examples = list(skipped.values())
+    rejected = source.rejected
+    by_reason = Counter(reason for _, reason in skipped.values()) + Counter(r.reason for r in rejected)
+    examples = [message for message, _ in skipped.values()]
+    examples += [r.message if r.message.startswith(r.ref) else f"{r.ref}: {r.message}" for r in rejected]
     manifest = {
         "format": MANIFEST_FORMAT,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -402,21 +618,18 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
         "max_side": config.max_side,
         "max_pixels": config.max_pixels,
         "splits": splits,
-        # count: source images skipped; sample_slots: the samples they cost (x upsample in train)
+        # count: source images skipped + rows the source rejected while listing; sample_slots: the samples
+        # the images cost (x upsample in train); by_reason: tpustream.source_types.SKIP_REASONS
         "skipped": {
-            "count": len(skipped),
+            "count": len(skipped) + len(rejected),
             "sample_slots": skipped_slots,
+            "by_reason": {reason: by_reason[reason] for reason in SKIP_REASONS if by_reason[reason]},
+            "rejected_rows": len(rejected),
             "examples": examples[:MAX_SKIPS_LISTED],
         },
         "ignored_files": {"count": len(source.ignored), "examples": source.ignored[:MAX_SKIPS_LISTED]},
     }
-    planned = {s.path for s in plan.shards}
-    for split in SPLITS:
-        for obj in storage.list_objects(storage.join(output, split)):
-            relative = obj.uri[len(output) + 1 :]
-            if relative not in planned and relative.endswith(".tar"):
-                log.info("removing %s: not part of this dataset's plan", obj.uri)
-                storage.delete(obj.uri)
+    _remove_unplanned(output, {s.path for s in plan.shards} | {index_path(s.path) for s in plan.shards})
     _remove_partials(output)
     storage.write_bytes(
         storage.join(output, MANIFEST_NAME),
@@ -426,13 +639,99 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
     for r in records:
         storage.delete(storage.join(output, f"{RECORDS_DIR}/{r.split}-{r.index:06d}.json"))
     storage.remove_empty_dir(storage.join(output, RECORDS_DIR))
+    _warn_missing_classes(manifest)
     return manifest
+
+
+def _size_stats(sizes: Counter[str]) -> dict[str, dict[str, int]]:
+    """min / median / max of the width, height and shorter side over samples (``sizes``: "WxH" -> samples)."""
+    pairs = [(*map(int, size.split("x")), count) for size, count in sizes.items()]
+    pairs = [(w, h, count) for w, h, count in pairs if w > 0 and h > 0]
+    if not pairs:
+        return {}
+
+    def summary(values: list[tuple[int, int]]) -> dict[str, int]:
+        ordered = sorted(values)
+        middle, seen = (sum(count for _, count in ordered) - 1) // 2, 0  # the lower median: a real size
+        for value, count in ordered:
+            seen += count
+            if seen > middle:
+                return {"min": ordered[0][0], "median": value, "max": ordered[-1][0]}
+        raise AssertionError("unreachable: the counts are positive")
+
+    return {
+        "width": summary([(w, count) for w, _, count in pairs]),
+        "height": summary([(h, count) for _, h, count in pairs]),
+        "short_side": summary([(min(w, h), count) for w, h, count in pairs]),
+    }
+
+
+def _warn_missing_classes(manifest: dict[str, Any]) -> None:
+    """A class with no sample in a split: training never sees it, or evaluation never measures it."""
+    for split, info in manifest["splits"].items():
+        empty = [
+            name for name, count in zip(manifest["classes"], info["class_counts"], strict=True) if not count
+        ]
+        if empty:
+            log.warning(
+                "class(es) %s have 0 %s samples: %s; add images of them or drop their folders",
+                ", ".join(empty),
+                split,
+                "the model cannot learn them" if split == "train" else "their accuracy is never measured",
+            )
+
+
+def _remove_unplanned(output: str, planned: set[str]) -> None:
+    """Delete the shards and indexes under ``output`` that ``planned`` (relative paths) does not name."""
+    for folder, suffix in (*((split, ".tar") for split in SPLITS), (INDEX_DIR, ".jsonl")):
+        for obj in storage.list_objects(storage.join(output, folder)):
+            relative = obj.uri[len(output) + 1 :]
+            if relative not in planned and relative.endswith(suffix):
+                log.info("removing %s: not part of this dataset's plan", obj.uri)
+                storage.delete(obj.uri)
+
+
+def finish_replacement(output: str) -> bool:
+    """Swap a complete replacement dataset (``output/_replacement``, written by ``--overwrite``) into place.
+
+    The old manifest goes first, so no reader sees old and new shards under one manifest; every step after it
+    can be redone, so a swap cut off midway is finished by calling this again. Returns whether there was one.
+    """
+    staging = storage.join(output, REPLACEMENT_DIR)
+    try:
+        data = storage.read_bytes(storage.join(staging, MANIFEST_NAME))
+    except storage.NotFound:
+        return False
+    manifest = json.loads(data)
+    log.warning("--overwrite: replacing the dataset at %s with the new one completed in %s", output, staging)
+    storage.delete(storage.join(output, MANIFEST_NAME))
+    planned: set[str] = set()
+    for info in manifest["splits"].values():
+        for shard in info["shards"]:
+            for relative in (shard["path"], shard.get("sample_index")):
+                if not relative:
+                    continue
+                planned.add(relative)
+                moved_already = not storage.exists(storage.join(staging, relative))
+                if not moved_already:
+                    storage.move(storage.join(staging, relative), storage.join(output, relative))
+    _remove_unplanned(output, planned)
+    for obj in storage.list_objects(storage.join(output, RECORDS_DIR)):  # an earlier unfinished run's
+        storage.delete(obj.uri)
+    storage.remove_empty_dir(storage.join(output, RECORDS_DIR))
+    storage.write_bytes(storage.join(output, MANIFEST_NAME), data, content_type="application/json")
+    storage.delete(storage.join(staging, MANIFEST_NAME))
+    for obj in storage.list_objects(staging):  # nothing is left there but empty folders and temp files
+        storage.delete(obj.uri)
+    for folder in (*SPLITS, INDEX_DIR, RECORDS_DIR, ""):
+        storage.remove_empty_dir(storage.join(staging, folder) if folder else staging)
+    return True
 
 
 def _remove_partials(output: str) -> None:
     """Delete the temp files that killed writers left in the split and record folders (once every
     writer is done), so the directory holds exactly what the manifest lists."""
-    for folder in (*SPLITS, RECORDS_DIR):
+    for folder in (*SPLITS, INDEX_DIR, RECORDS_DIR):
         for leftover in storage.list_partials(storage.join(output, folder)):
             log.info("removing %s: a temp file left by an interrupted writer", leftover)
             storage.delete(leftover)
@@ -451,6 +750,7 @@ def config_from_pipeline(
     seed: int,
     max_side: int = 0,
     strict: bool = False,
+    min_train_shards: int = MIN_TRAIN_SHARDS,
 ) -> ShardConfig:
     """ShardConfig from pipeline parameters, which cannot be None: 0 shards = auto, val_fraction < 0 =
     the source's own split, max_side 0 = keep every image's size."""
@@ -463,6 +763,7 @@ def config_from_pipeline(
         seed=seed,
         max_side=max_side or None,
         strict=strict,
+        min_train_shards=min_train_shards,
     )
 
 
@@ -470,7 +771,9 @@ def shard_ranges(config: ShardConfig, shards_per_task: int) -> list[list[int]]:
     """``[[start, end), ...]`` over the plan's shards (train then val) for parallel writers (KFP ParallelFor)."""
     if shards_per_task < 1:
         raise ValueError(f"shards_per_task must be at least 1, got {shards_per_task}")
-    plan = plan_dataset(open_source(config.source), config)
+    source = open_source(config.source, staging=storage.check_uri(config.output).rstrip("/"))
+    check_source_listing(source, strict=config.strict)  # the pipeline's --strict stops here, before writing
+    plan = plan_dataset(source, config)
     total = len(plan.shards)
     return [[start, min(start + shards_per_task, total)] for start in range(0, total, shards_per_task)]
 
@@ -481,7 +784,7 @@ def write_shard_range(config: ShardConfig, start: int, end: int) -> int:
     output = storage.check_uri(config.output).rstrip("/")
     if storage.exists(storage.join(output, MANIFEST_NAME)):
         return 0  # complete already (an earlier run wrote it): nothing to write
-    source = open_source(config.source)
+    source = open_source(config.source, staging=output)
     plan = plan_dataset(source, config)
     storage.ensure_prefix_writable(output)
     todo = [spec for spec in plan.shards[start:end] if _existing_record(spec, output) is None]
@@ -498,7 +801,7 @@ def finalize_dataset(config: ShardConfig) -> dict[str, Any]:
     output = storage.check_uri(config.output).rstrip("/")
     if storage.exists(storage.join(output, MANIFEST_NAME)):
         return read_manifest(output)
-    source = open_source(config.source)
+    source = open_source(config.source, staging=output)
     plan = plan_dataset(source, config)
     records = [r for r in (_existing_record(spec, output) for spec in plan.shards) if r is not None]
     return finalize_manifest(output, plan, records)

@@ -16,6 +16,7 @@ __all__ = ["SourceError", "Item", "Rejected", "Source", "SKIP_REASONS"]
 # Why a source item (or a row naming one) is not in the dataset: the manifest counts skips by these.
 SKIP_REASONS = (
     "malformed-row",  # an import-file line that does not parse, or lacks the image URI
+    "malformed-sample",  # a shard sample (another tool's tar) without an image member, or a damaged tar
     "empty-label",  # a row without a class name
     "conflicting-labels",  # one image listed twice with two different labels (single-label datasets)
     "missing-object",  # the listed file or object does not exist or cannot be read

@@ -37,6 +37,7 @@ __all__ = [
     "check_uri",
     "open_read",
     "read_bytes",
+    "read_range",
     "read_text",
     "write_bytes",
     "upload_file",
@@ -54,8 +55,11 @@ __all__ = [
     "prefix_exists",
     "delete",
     "copy",
+    "move",
     "remove_empty_dir",
     "ensure_prefix_writable",
+    "BucketInfo",
+    "bucket_info",
 ]
 
 GCS_SCHEME = "gs://"
@@ -339,6 +343,22 @@ def read_bytes(uri: str) -> bytes:
             return _idempotent(lambda: blob.download_as_bytes(retry=_retry()))
     with _local_errors(uri), open(uri, "rb") as f:
         return f.read()
+
+
+def read_range(uri: str, start: int, length: int) -> bytes:
+    """``length`` bytes of the object or file at ``start`` (one ranged GET on GCS); fewer only at its end."""
+    uri = check_uri(uri)
+    if length <= 0:
+        return b""
+    if is_gcs(uri):
+        with _gcs_errors(uri):
+            blob = _blob(uri)
+            return _idempotent(
+                lambda: blob.download_as_bytes(start=start, end=start + length - 1, retry=_retry())
+            )
+    with _local_errors(uri), open(uri, "rb") as f:
+        f.seek(start)
+        return f.read(length)
 
 
 def read_text(uri: str) -> str:
@@ -759,6 +779,19 @@ def copy(src: str, dst: str) -> None:
         upload_file(tmp.name, dst)
 
 
+def move(src: str, dst: str) -> None:
+    """Move one object/file to ``dst`` (replacing it): a rename on local disk, a server-side copy and a delete
+    on GCS. ``dst`` holds either its old content or all of ``src``, never a part."""
+    src, dst = check_uri(src), check_uri(dst)
+    if not is_gcs(src) and not is_gcs(dst):
+        _ensure_local_parent(dst)
+        with _local_errors(src):
+            os.replace(src, dst)
+        return
+    copy(src, dst)
+    delete(src)
+
+
 def ensure_prefix_writable(uri: str) -> None:
     """Fail early, with the fix in the message, if ``uri`` cannot hold a dataset/model directory."""
     uri = check_uri(uri)
@@ -779,3 +812,37 @@ def ensure_prefix_writable(uri: str) -> None:
         raise StorageError(f"cannot create {uri}: {exc.strerror}") from exc
     if not os.access(uri, os.W_OK):
         raise StorageError(f"{uri} is not writable")
+
+
+@dataclass(frozen=True)
+class BucketInfo:
+    """Where a bucket keeps its data: ``location`` as GCS names it (``US-CENTRAL1``, ``US``, ``NAM4``), its
+    ``location_type`` (region, dual-region, multi-region) and a configurable dual-region's regions."""
+
+    name: str
+    location: str
+    location_type: str
+    data_locations: tuple[str, ...] = ()
+
+
+def bucket_info(uri: str, *, timeout: float = 30.0) -> BucketInfo:
+    """The placement of the bucket of gs:// ``uri``: raises NotFound (no such bucket) or StorageError (no
+    ``storage.buckets.get`` on it). Retries transient errors for ``timeout`` seconds at most: a preflight
+    check, not a data path."""
+    from google.api_core import exceptions as gexc
+
+    if not is_gcs(check_uri(uri)):
+        raise StorageError(f"{uri} is not a gs:// URI: a bucket's placement exists on GCS only")
+    bucket, _ = _split_gcs(uri)
+    try:
+        found = _client().get_bucket(bucket, timeout=timeout, retry=_retry().with_timeout(timeout))
+    except gexc.NotFound as exc:
+        raise NotFound(f"bucket gs://{bucket} does not exist") from exc
+    except gexc.Forbidden as exc:
+        raise StorageError(f"permission denied reading bucket gs://{bucket} (storage.buckets.get)") from exc
+    return BucketInfo(
+        name=bucket,
+        location=str(found.location or ""),
+        location_type=str(found.location_type or ""),
+        data_locations=tuple(found.data_locations or ()),
+    )

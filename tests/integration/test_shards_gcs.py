@@ -26,7 +26,13 @@ def test_create_on_gcs_matches_local_byte_for_byte(gcs_bucket, tmp_path):
     local, _ = shards.create_shards(_config(str(tmp_path / "d"), num_shards=4), progress=False)
     assert manifest["splits"] == local["splits"]
     names = [o.uri[len(out) + 1 :] for o in storage.list_objects(out)]
-    assert names == ["manifest.json", *(f"train/train-{i:06d}.tar" for i in range(4)), "val/val-000000.tar"]
+    assert names == [
+        *(f"index/train-{i:06d}.jsonl" for i in range(4)),
+        "index/val-000000.jsonl",
+        "manifest.json",
+        *(f"train/train-{i:06d}.tar" for i in range(4)),
+        "val/val-000000.tar",
+    ]
     assert verify_shards(out, progress=False) == (5, [])
     with storage.open_read(f"{out}/train/train-000000.tar") as f:
         assert sum(1 for _ in iter_tar_samples(f)) == manifest["splits"]["train"]["shards"][0]["num_samples"]
@@ -66,6 +72,13 @@ def test_missing_bucket_and_existing_dataset(gcs_bucket):
     shards.create_shards(_config(f"{gcs_bucket}/ds", num_shards=2), progress=False)
     with pytest.raises(ShardError, match="--overwrite"):
         shards.create_shards(_config(f"{gcs_bucket}/ds", num_shards=2), progress=False)
+    # --overwrite on GCS: written under _replacement/, then copied into place with the manifest last
+    manifest, _ = shards.create_shards(
+        _config(f"{gcs_bucket}/ds", num_shards=3, overwrite=True), progress=False
+    )
+    assert len(manifest["splits"]["train"]["shards"]) == 3
+    assert verify_shards(f"{gcs_bucket}/ds", progress=False) == (4, [])
+    assert not storage.list_objects(f"{gcs_bucket}/ds/{shards.REPLACEMENT_DIR}")
 
 
 def test_create_and_verify_through_five_percent_faults(gcs_bucket, fault_proxy, tmp_path, monkeypatch):

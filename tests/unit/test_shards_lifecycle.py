@@ -1,6 +1,7 @@
 """What `shards create` leaves behind around the shards: an old dataset under --overwrite, file modes,
 temp files of killed writers, and the writer processes themselves."""
 
+import json
 import os
 import signal
 import subprocess
@@ -42,18 +43,65 @@ def test_overwrite_failing_checks_leave_the_old_dataset_readable(tmp_path):
     assert (out / "manifest.json").exists()
 
 
-def test_overwrite_says_when_the_old_dataset_stops_being_one(tmp_path, caplog):
+def test_overwrite_keeps_the_old_dataset_valid_until_the_new_one_is_complete(tmp_path, caplog):
     out = tmp_path / "ds"
     _complete_dataset(out)
-    with caplog.at_level("WARNING"), pytest.raises(RuntimeError, match="power cut"):
+    old_manifest = (out / "manifest.json").read_bytes()
+    with pytest.raises(RuntimeError, match="power cut"):
         shards.create_shards(
-            _config(out, num_shards=4, overwrite=True), progress=False,
-            source=_crashing(open_source("digits"), after=100),
+            _config(out, num_shards=3, overwrite=True), progress=False,
+            source=_crashing(open_source("digits"), after=700),
         )  # fmt: skip
-    assert "is no longer a dataset from now on" in caplog.text
-    assert not (out / "manifest.json").exists()  # no mixed old/new dataset advertised as complete
-    shards.create_shards(_config(out, num_shards=4), progress=False)  # re-running finishes the new one
+    # the old dataset as it was: same manifest, every shard matching it; the new one waits beside it
+    assert (out / "manifest.json").read_bytes() == old_manifest
     assert verify_shards(str(out), progress=False) == (5, [])
+    assert (out / shards.REPLACEMENT_DIR / "_records").is_dir()
+    with caplog.at_level("WARNING"):  # re-running resumes the replacement, then swaps it in
+        manifest, summary = shards.create_shards(_config(out, num_shards=3, overwrite=True), progress=False)
+    assert summary.reused_shards > 0 and "replacing the dataset" in caplog.text
+    assert len(manifest["splits"]["train"]["shards"]) == 3
+    assert verify_shards(str(out), progress=False) == (4, [])  # 3 train + 1 val, no old shard left over
+    assert sorted(os.listdir(out / "train")) == [f"train-{i:06d}.tar" for i in range(3)]
+    assert not (out / shards.REPLACEMENT_DIR).exists() and not (out / "_records").exists()
+
+
+def test_overwrite_strict_stopping_on_a_bad_image_leaves_the_old_dataset(tmp_path):
+    """The issue's case: `shards create --overwrite --strict` used to delete a good dataset, then stop."""
+    out = tmp_path / "ds"
+    images = make_image_folder(tmp_path / "img")
+    shards.create_shards(_config(out, source=str(images), num_shards=2), progress=False)
+    before = (out / "manifest.json").read_bytes()
+    (images / "cat" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    with pytest.raises(ShardError, match="--strict: stopping"):
+        shards.create_shards(
+            _config(out, source=str(images), num_shards=2, overwrite=True, strict=True), progress=False
+        )
+    assert (out / "manifest.json").read_bytes() == before
+    assert verify_shards(str(out), progress=False)[1] == []
+
+
+def test_a_swap_cut_off_midway_is_finished_by_the_next_run(tmp_path, monkeypatch):
+    out = tmp_path / "ds"
+    _complete_dataset(out)
+    real_move, moves = storage.move, []
+
+    def move_then_die(src, dst):
+        if len(moves) == 2:
+            raise RuntimeError("power cut")
+        moves.append(dst)
+        real_move(src, dst)
+
+    monkeypatch.setattr(storage, "move", move_then_die)
+    with pytest.raises(RuntimeError, match="power cut"):
+        shards.create_shards(_config(out, num_shards=2, overwrite=True), progress=False)
+    assert not (out / "manifest.json").exists()  # neither the old dataset nor a mixed one is advertised
+    monkeypatch.setattr(storage, "move", real_move)
+    assert shards.finish_replacement(str(out)) is True
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["splits"]["train"]["shards"]) == 2
+    assert verify_shards(str(out), progress=False) == (3, [])
+    assert not (out / shards.REPLACEMENT_DIR).exists()
+    assert shards.finish_replacement(str(out)) is False
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)], ids=["umask022", "umask027"])

@@ -1,0 +1,40 @@
+"""Another tool's WebDataset shards on the GCS test server: listed by streaming each tar, re-sharded with one
+ranged GET per image into a gs:// dataset; the directory and the pattern forms read the same samples."""
+
+import pytest
+
+from tests.unit.test_wds_source import write_stock_shards
+from tpustream import fingerprint, storage
+from tpustream.manifest import verify_shards
+from tpustream.shard_plan import ShardConfig
+from tpustream.shards import create_shards
+from tpustream.sources import open_source
+
+pytestmark = pytest.mark.integration
+
+
+def test_shards_on_gcs_are_resharded_into_a_gcs_dataset(gcs_bucket, tmp_path):
+    write_stock_shards(str(tmp_path))
+    for tar in sorted(tmp_path.glob("*.tar")):
+        storage.upload_file(str(tar), f"{gcs_bucket}/theirs/{tar.name}")
+    directory, pattern = f"{gcs_bucket}/theirs", f"{gcs_bucket}/theirs/*.tar"
+    by_directory, by_pattern = open_source(directory), open_source(pattern)
+    assert [i.ref for i in by_directory.items] == [i.ref for i in by_pattern.items]
+    assert len(by_directory.items) == 36 and by_directory.classes == ["0", "1", "2"]
+    assert by_directory.locate(by_directory.items[0]).startswith(f"{gcs_bucket}/theirs/train-0000.tar#")
+
+    output = f"{gcs_bucket}/datasets/resharded"
+    manifest, summary = create_shards(
+        ShardConfig(source=pattern, output=output, num_shards=2), progress=False
+    )
+    assert manifest["splits"]["train"]["class_counts"] == [6, 6, 6]
+    assert manifest["splits"]["val"]["class_counts"] == [6, 6, 6]
+    assert manifest["skipped"]["count"] == 0 and manifest["source"] == pattern
+    verify_shards(output)
+
+    config = ShardConfig(source=pattern, output=output)
+    before = fingerprint.fingerprint(config, fingerprint.source_objects(pattern))
+    storage.upload_file(
+        str(tmp_path / "val-0000.tar"), f"{gcs_bucket}/theirs/val-0000.tar"
+    )  # a new generation
+    assert fingerprint.fingerprint(config, fingerprint.source_objects(pattern)) != before

@@ -1,0 +1,411 @@
+"""Vertex AI import files (JSONL, CSV) as a SOURCE, on local files: parsing, rejected rows, splits, loading."""
+
+import io
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tpustream import fingerprint, storage
+from tpustream.imagecodec import CorruptImage, UnreadableImage
+from tpustream.import_files import import_file_objects, import_files_source
+from tpustream.shard_plan import ShardConfig, plan_dataset
+from tpustream.source_types import SKIP_REASONS, Item, Source, SourceError
+from tpustream.sources import open_source, source_kind
+
+
+def _jpeg(seed: int, size: tuple[int, int] = (12, 10)) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG")
+    return out.getvalue()
+
+
+def _images(directory, count: int) -> list[str]:
+    """``count`` small JPEGs flat in ``directory`` (no class folders), their paths."""
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for i in range(count):
+        path = os.path.join(directory, f"IMG_{i:04d}.jpg")
+        with open(path, "wb") as f:
+            f.write(_jpeg(i))
+        paths.append(str(path))
+    return paths
+
+
+def _row(image: str, label: str | None, ml_use: str | None = None) -> str:
+    row: dict = {"imageGcsUri": image}
+    if label is not None:
+        row["classificationAnnotation"] = {"displayName": label}
+    if ml_use is not None:
+        row["dataItemResourceLabels"] = {"aiplatform.googleapis.com/ml_use": ml_use}
+    return json.dumps(row)
+
+
+def _write(path, lines: list[str]) -> str:
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_jsonl_rows_become_items_with_splits_and_sorted_classes(tmp_path):
+    images = _images(tmp_path / "raw", 6)
+    spec = _write(
+        tmp_path / "labels.jsonl",
+        [
+            _row(images[5], "tulip", "training"),
+            _row(images[0], "daisy", "TRAINING"),
+            _row(images[1], "daisy", "validation"),
+            "",  # a blank line is not a row
+            _row(images[2], "rose", "test"),
+            _row(images[3], "rose"),
+            _row(images[4], "tulip", "unassigned"),
+        ],
+    )
+    assert source_kind(spec) == "import-files"
+    source = open_source(spec)
+    assert source.classes == ["daisy", "rose", "tulip"]
+    assert [item.ref for item in source.items] == sorted(images)  # sorted by URI, not row order
+    by_ref = {item.ref: item for item in source.items}
+    assert (by_ref[images[0]].label, by_ref[images[0]].split) == (0, "train")
+    assert by_ref[images[1]].split == "val" and by_ref[images[2]].split == "val"  # test joins val
+    assert by_ref[images[3]].split is None and by_ref[images[4]].split is None
+    assert source.rejected == []
+    assert source.description == (
+        f"Vertex AI import file(s) {spec}: 6 images, 3 classes (2 train / 2 val / 2 unassigned), 0 rows rejected"
+    )
+    data, ext = source.load(by_ref[images[5]])
+    assert ext == "jpg" and data == Path(images[5]).read_bytes()
+    assert source.locate(by_ref[images[5]]) == images[5]
+
+
+def test_row_order_does_not_change_the_dataset(tmp_path):
+    images = _images(tmp_path / "raw", 8)
+    rows = [_row(path, "ab"[i % 2]) for i, path in enumerate(images)]
+    first = import_files_source(_write(tmp_path / "a.jsonl", rows))
+    second = import_files_source(_write(tmp_path / "b.jsonl", rows[::-1]))
+    assert first.items == second.items and first.classes == second.classes == ["a", "b"]
+
+
+def test_csv_mixes_two_and_three_columns_quoted_fields_and_case(tmp_path):
+    images = _images(tmp_path / "raw", 5)
+    (tmp_path / "raw" / "with, comma.jpg").write_bytes(_jpeg(99))
+    text = (
+        f"TRAINING,{images[0]},daisy\n"
+        f"validation,{images[1]},rose\n"
+        f"{images[2]},daisy\n"  # no ML_USE column: unassigned
+        f",{images[3]},rose\n"  # an empty ML_USE: unassigned
+        f'Test,"{tmp_path}/raw/with, comma.jpg","rose"\r\n'
+        f"test,{images[4]}\n"  # ML_USE,GCS_FILE_PATH: no label
+    )
+    (tmp_path / "labels.csv").write_text(text)
+    source = open_source(str(tmp_path / "labels.csv"))
+    splits = {
+        os.path.basename(str(item.ref)): (source.classes[item.label], item.split) for item in source.items
+    }
+    assert splits == {
+        "IMG_0000.jpg": ("daisy", "train"),
+        "IMG_0001.jpg": ("rose", "val"),
+        "IMG_0002.jpg": ("daisy", None),
+        "IMG_0003.jpg": ("rose", None),
+        "with, comma.jpg": ("rose", "val"),
+    }
+    assert [(r.ref, r.reason) for r in source.rejected] == [(f"{tmp_path}/labels.csv:6", "empty-label")]
+
+
+def test_bad_rows_are_rejected_with_file_and_line_never_raised(tmp_path):
+    images = _images(tmp_path / "raw", 6)
+    spec = _write(
+        tmp_path / "labels.jsonl",
+        [
+            _row(images[0], "daisy", "training"),  # 1: good
+            '{"imageGcsUri": "gs://b/x.jpg", ',  # 2: bad JSON
+            json.dumps({"classificationAnnotation": {"displayName": "daisy"}}),  # 3: no imageGcsUri
+            _row(images[1], ""),  # 4: empty label
+            _row(images[2], None),  # 5: no annotation at all
+            _row(images[3], "daisy"),  # 6: conflict with 7
+            _row(images[3], "rose"),  # 7
+            _row(images[4], "rose", "holdout"),  # 8: unknown ml_use
+            _row("pipe:cat /etc/passwd", "rose"),  # 9: refused scheme
+            _row("s3://bucket/x.jpg", "rose"),  # 10
+            "[1, 2]",  # 11: not an object
+            _row(images[5], "rose"),  # 12: good
+            _row(images[3], "daisy"),  # 13: a third row of the conflicting image: rejected too
+        ],
+    )
+    source = import_files_source(spec)
+    assert sorted(str(item.ref) for item in source.items) == [images[0], images[5]]
+    reasons = {int(r.ref.rsplit(":", 1)[1]): r.reason for r in source.rejected}
+    assert reasons == {
+        2: "malformed-row",
+        3: "malformed-row",
+        4: "empty-label",
+        5: "empty-label",
+        6: "conflicting-labels",
+        7: "conflicting-labels",
+        8: "malformed-row",
+        9: "malformed-row",
+        10: "malformed-row",
+        11: "malformed-row",
+        13: "conflicting-labels",
+    }
+    assert all(r.ref.startswith(f"{spec}:") and r.reason in SKIP_REASONS for r in source.rejected)
+    conflict = next(r for r in source.rejected if r.ref.endswith(":7"))
+    assert images[3] in conflict.message and "daisy and as rose" in conflict.message
+    assert "pipe:" in next(r for r in source.rejected if r.ref.endswith(":9")).message
+    assert source.classes == ["daisy", "rose"]  # daisy still has a valid row (line 1)
+    assert "2 images" in source.description and "11 rows rejected" in source.description
+
+
+def test_csv_wrong_column_counts_and_bad_ml_use(tmp_path):
+    images = _images(tmp_path / "raw", 2)
+    text = f"TRAINING,{images[0]},daisy\nTRAINING,{images[1]},daisy,rose\nHOLDOUT,{images[1]},daisy\n,,rose\n"
+    (tmp_path / "l.csv").write_text(text)
+    source = import_files_source(str(tmp_path / "l.csv"))
+    assert len(source.items) == 1
+    assert [(r.ref.rsplit(":", 1)[1], r.reason) for r in source.rejected] == [
+        ("2", "malformed-row"),
+        ("3", "malformed-row"),
+        ("4", "malformed-row"),
+    ]
+    assert "single-label" in source.rejected[0].message
+
+
+def test_duplicates_with_the_same_label_are_one_item(tmp_path, caplog):
+    images = _images(tmp_path / "raw", 2)
+    spec = _write(
+        tmp_path / "l.jsonl",
+        [
+            _row(images[0], "a", "training"),
+            _row(images[0], "a", "test"),
+            _row(images[1], "a"),
+            _row(images[0], "a"),
+        ],
+    )
+    with caplog.at_level("INFO", logger="tpustream.import_files"):
+        source = import_files_source(spec)
+    assert len(source.items) == 2 and source.rejected == []
+    assert source.items[0].split == "train"  # the first row's ml_use
+    assert "2 duplicate row(s) merged" in caplog.text and "2 with another ml_use" in caplog.text
+
+
+def test_multi_label_file_is_refused(tmp_path):
+    images = _images(tmp_path / "raw", 2)
+    one = {"imageGcsUri": images[0], "classificationAnnotations": [{"displayName": "daisy"}]}
+    two = {
+        "imageGcsUri": images[1],
+        "classificationAnnotations": [{"displayName": "a"}, {"displayName": "b"}],
+    }
+    single = import_files_source(_write(tmp_path / "one.jsonl", [json.dumps(one)]))
+    assert single.classes == ["daisy"]  # one label in the multi-label form is still single-label
+    spec = _write(tmp_path / "multi.jsonl", [json.dumps(one), json.dumps(two)])
+    with pytest.raises(SourceError, match=r"multi.jsonl:2 gives one image 2 labels \(a, b\).*single-label"):
+        import_files_source(spec)
+
+
+def test_relative_and_file_uris_resolve_against_the_import_file(tmp_path, monkeypatch):
+    images = _images(tmp_path / "data" / "raw", 3)
+    spec = _write(
+        tmp_path / "data" / "labels.jsonl",
+        [
+            _row("raw/IMG_0000.jpg", "a"),
+            _row("./raw/../raw/IMG_0001.jpg", "a"),
+            _row(f"file://{images[2]}", "b"),
+        ],
+    )
+    monkeypatch.chdir(tmp_path)  # elsewhere: relative paths follow the import file, not the cwd
+    source = import_files_source(os.path.relpath(spec))
+    assert [item.ref for item in source.items] == images
+    assert all(source.load(item)[1] == "jpg" for item in source.items)
+
+
+def test_several_files_and_a_pattern_make_one_dataset(tmp_path):
+    images = _images(tmp_path / "raw", 4)
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    a = _write(labels / "export-0.jsonl", [_row(images[0], "a", "training"), _row(images[1], "b")])
+    b = _write(labels / "export-1.jsonl", [_row(images[2], "a"), _row(images[3], "c", "validation")])
+    _write(labels / "other.jsonl", ["not json"])  # not matched by export-*
+    (labels / "sub").mkdir()
+    c = _write(labels / "sub" / "export-2.csv", [f"{images[0]},a"])  # a duplicate, same label
+    listed = import_files_source(f"{a}, {b}")
+    pattern = import_files_source(f"{labels}/export-*.jsonl")
+    assert listed.items == pattern.items and len(listed.items) == 4 and pattern.classes == ["a", "b", "c"]
+    assert f"{a}, {b}:" in pattern.description
+    mixed = import_files_source(f"{labels}/export-*.jsonl,{labels}/sub/*.csv")  # '*' reaches sub-folders
+    assert mixed.items == listed.items and c in mixed.description
+    every = import_files_source(f"file://{labels}/*.jsonl")
+    assert len(every.rejected) == 1 and every.rejected[0].ref == f"{labels}/other.jsonl:1"
+
+
+@pytest.mark.parametrize(
+    "make_spec, message",
+    [
+        (lambda d: f"{d}/nope.jsonl", "nope.jsonl does not exist"),
+        (lambda d: f"{d}/*.csv", "no file matches"),
+        (lambda d: f"{d}/a*b*.csv", "more than one"),
+        (lambda d: _write(d / "empty.jsonl", [""]), "no valid row in 1 import file"),
+        (lambda d: _write(d / "bad.jsonl", ["{", _row("x.jpg", "")]), r"2 rejected \(e.g. .*bad.jsonl:1"),
+        (lambda d: f"{d}/x.jsonl,pipe:cat.csv", "pipe:"),
+    ],
+)
+def test_unusable_sources_fail_with_one_clear_error(tmp_path, make_spec, message):
+    with pytest.raises(SourceError, match=message):
+        open_source(make_spec(tmp_path))
+
+
+def test_missing_or_corrupt_images_fail_when_loaded_naming_the_row(tmp_path):
+    images = _images(tmp_path / "raw", 1)
+    (tmp_path / "raw" / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    spec = _write(
+        tmp_path / "l.jsonl",
+        [_row(images[0], "a"), _row(str(tmp_path / "raw" / "gone.jpg"), "a"), _row("raw/broken.jpg", "a")],
+    )
+    source = import_files_source(spec)
+    by_name = {os.path.basename(str(item.ref)): item for item in source.items}
+    with pytest.raises(UnreadableImage, match=rf"gone.jpg \(listed at {spec}:2\).*does not exist"):
+        source.load(by_name["gone.jpg"])
+    with pytest.raises(CorruptImage, match=rf"broken.jpg \(listed at {spec}:3\): cannot decode"):
+        source.load(by_name["broken.jpg"])
+
+
+def test_not_utf8_and_csv_errors_are_rows_not_crashes(tmp_path):
+    images = _images(tmp_path / "raw", 2)
+    path = tmp_path / "l.jsonl"
+    path.write_bytes(_row(images[0], "a").encode() + b"\n" + b'{"imageGcsUri": "\xff\xfe.jpg"}\n')
+    source = import_files_source(str(path))
+    assert len(source.items) == 1 and [r.reason for r in source.rejected] == ["malformed-row"]
+    assert "UTF-8" in source.rejected[0].message
+    csv_path = tmp_path / "l.csv"
+    huge = "x" * 200_000  # over the csv module's field limit: the rest of the file cannot be read
+    csv_path.write_text(f"\ufeff{images[1]},b\n{huge}.jpg,a\n{images[0]},a\n", encoding="utf-8")  # BOM first
+    source = import_files_source(str(csv_path))
+    assert [item.ref for item in source.items] == [images[1]]
+    assert [(r.ref, r.reason) for r in source.rejected] == [(f"{csv_path}:2", "malformed-row")]
+    assert "rest of the file not read" in source.rejected[0].message
+    unclosed = tmp_path / "q.csv"
+    unclosed.write_text(f'{images[1]},b\n"{images[0]},a\n{images[0]},a\n')
+    source = import_files_source(str(unclosed))
+    assert [(r.ref, r.reason) for r in source.rejected] == [(f"{unclosed}:2", "malformed-row")]
+    assert "unclosed quote" in source.rejected[0].message
+
+
+# --------------------------------------------------------------------------- the plan's split
+
+
+def _mixed_source(assigned: dict[int, str], total: int, classes: int = 2) -> Source:
+    items = [Item(f"img-{i:04d}", i % classes, assigned.get(i)) for i in range(total)]
+    return Source("mixed", "mixed", [str(c) for c in range(classes)], items, lambda item, side: (b"", "ppm"))
+
+
+def test_rows_without_ml_use_are_split_by_the_default_fraction_and_the_others_keep_theirs():
+    assigned = {i: "train" for i in range(0, 40)} | {i: "val" for i in range(40, 50)}
+    source = _mixed_source(assigned, 250)  # 200 unassigned rows, 100 per class
+    plan = plan_dataset(source, ShardConfig(source="mixed", output="/unused", num_shards=4))
+    val = {i for spec in plan.shards_of("val") for i in spec.items}
+    train = {i for spec in plan.shards_of("train") for i in spec.items}
+    assert set(range(40)) <= train and set(range(40, 50)) <= val
+    unassigned_val = sorted(val - set(range(40, 50)))
+    assert len(unassigned_val) == 20  # 0.1 of the 200 unassigned, stratified: 10 per class
+    assert Counter(source.items[i].label for i in unassigned_val) == {0: 10, 1: 10}
+    assert train | val == set(range(250)) and not train & val
+    again = plan_dataset(source, ShardConfig(source="mixed", output="/unused", num_shards=4))
+    assert [s.fingerprint for s in again.shards] == [s.fingerprint for s in plan.shards]
+
+
+def test_an_explicit_val_fraction_resplits_every_item():
+    source = _mixed_source({i: "train" for i in range(100)}, 200)
+    plan = plan_dataset(source, ShardConfig(source="mixed", output="/unused", num_shards=4, val_fraction=0.5))
+    assert plan.split_counts == {"train": 100, "val": 100}
+    val = {i for spec in plan.shards_of("val") for i in spec.items}
+    assert val & set(range(100))  # assigned rows are re-split too, as --val-fraction does for every source
+
+
+def test_fully_split_sources_keep_their_split_and_plan():
+    source = _mixed_source({i: "train" if i % 5 else "val" for i in range(100)}, 100)
+    plan = plan_dataset(source, ShardConfig(source="mixed", output="/unused", num_shards=2))
+    assert plan.split_counts == {"train": 80, "val": 20}
+    # the first draw of the seed's rng is still the train permutation: no split draw came before it
+    rng = np.random.default_rng(0)
+    expected = rng.permutation(np.array([i for i in range(100) if i % 5], dtype=np.int64))
+    assert [i for spec in plan.shards_of("train") for i in spec.items] == expected.tolist()
+
+
+# --------------------------------------------------------------------------- fingerprint and scale
+
+
+def test_fingerprint_follows_the_import_file_and_the_images(tmp_path):
+    images = _images(tmp_path / "raw", 3)
+    _images(tmp_path / "raw2", 1)
+    spec = _write(
+        tmp_path / "l.jsonl",
+        [_row(images[0], "a"), _row(images[1], "b"), _row(str(tmp_path / "raw2" / "IMG_0000.jpg"), "b")],
+    )
+    config = ShardConfig(source=spec, output="/unused")
+    objects = fingerprint.source_objects(spec)
+    assert [obj.uri for obj in objects] == sorted(
+        [spec, images[0], images[1], f"{tmp_path}/raw2/IMG_0000.jpg"]
+    )
+    assert all(obj.version and obj.version != "missing" for obj in objects)
+    before = fingerprint.fingerprint(config, objects)
+    assert fingerprint.fingerprint(config, fingerprint.source_objects(spec)) == before  # nothing changed
+    os.utime(images[2], ns=(1, 1))  # an image the file does not list: no change
+    assert fingerprint.fingerprint(config, fingerprint.source_objects(spec)) == before
+    with open(images[1], "wb") as f:  # a listed image replaced
+        f.write(_jpeg(1000))
+    os.utime(images[1], ns=(time.time_ns() + 10**9,) * 2)
+    replaced = fingerprint.fingerprint(config, fingerprint.source_objects(spec))
+    assert replaced != before
+    with open(spec, "a") as f:  # the import file edited
+        f.write(_row(images[2], "a") + "\n")
+    os.utime(spec, ns=(time.time_ns() + 2 * 10**9,) * 2)
+    assert fingerprint.fingerprint(config, fingerprint.source_objects(spec)) != replaced
+
+
+def test_fingerprint_marks_missing_images(tmp_path):
+    images = _images(tmp_path / "raw", 1)
+    spec = _write(tmp_path / "l.jsonl", [_row(images[0], "a"), _row(f"{tmp_path}/gone/x.jpg", "a")])
+    objects = {obj.uri: obj for obj in import_file_objects(spec)}
+    assert objects[f"{tmp_path}/gone/x.jpg"] == storage.ObjectInfo(f"{tmp_path}/gone/x.jpg", 0, "missing")
+    assert objects[images[0]].version != "missing"
+
+
+def test_a_large_jsonl_lists_quickly(tmp_path):
+    rows = 100_000
+    with open(tmp_path / "big.jsonl", "w") as f:
+        for i in range(rows):
+            ml_use = ("training", "validation", "test")[i % 3]
+            f.write(_row(f"gs://big/raw/IMG_{i:07d}.jpg", f"class-{i % 50}", ml_use) + "\n")
+    started = time.perf_counter()
+    source = import_files_source(str(tmp_path / "big.jsonl"))
+    seconds = time.perf_counter() - started
+    assert len(source.items) == rows and len(source.classes) == 50
+    assert seconds < 10, f"{rows} rows took {seconds:.1f} s"  # ~1 s here; a loose bound on a shared machine
+
+
+@pytest.mark.parametrize(
+    "image, expected",
+    [
+        ("gs://other/raw/a.jpg", "gs://other/raw/a.jpg"),
+        ("raw/a.jpg", "gs://b/labels/raw/a.jpg"),
+        ("../raw/a.jpg", "gs://b/raw/a.jpg"),
+        ("/mnt/disk/a.jpg", "/mnt/disk/a.jpg"),
+        ("file:///mnt/disk/../a.jpg", "/mnt/a.jpg"),
+        ("../../a.jpg", "outside the import file's bucket"),
+        ("gs://bucket-only", "names a bucket"),
+        ("s3://b/a.jpg", "unsupported URI scheme"),
+    ],
+)
+def test_images_in_an_import_file_on_gcs_resolve_within_its_bucket(image, expected):
+    from tpustream.import_files import _BadRow, _resolve
+
+    if expected.startswith(("gs://", "/")):
+        assert _resolve(image, "gs://b/labels") == expected
+    else:
+        with pytest.raises(_BadRow, match=expected):
+            _resolve(image, "gs://b/labels")

@@ -1,0 +1,208 @@
+"""WebDataset shards written by other tools as a SOURCE: stock ``webdataset.ShardWriter`` output (PAX headers,
+jpg/png/webp, .cls and .json labels) re-sharded into our layout; bad samples counted, never raised."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+import webdataset as wds
+from PIL import Image
+from typer.testing import CliRunner
+
+from tpustream import fingerprint
+from tpustream.cli import app
+from tpustream.manifest import read_manifest, verify_shards
+from tpustream.shard_plan import ShardConfig
+from tpustream.shards import create_shards
+from tpustream.source_types import SourceError
+from tpustream.sources import open_source, source_kind
+
+
+def _pixels(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 255, (20, 24, 3), dtype=np.uint8)
+
+
+def _encoded(seed: int, fmt: str, **options: object) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(_pixels(seed)).save(out, format=fmt, **options)
+    return out.getvalue()
+
+
+def write_stock_shards(directory: str, *, per_split: int = 18, maxcount: int = 7) -> dict[str, int]:
+    """train-NNNN.tar / val-NNNN.tar by webdataset's own ShardWriter; returns {sample key: seed}. Class c of
+    sample i is i % 3; labels as .cls ints, .json {"label"} and .json {"cls"}; jpg, png and lossless webp."""
+    seeds = {}
+    for split_number, split in enumerate(("train", "val")):
+        with wds.ShardWriter(f"{directory}/{split}-%04d.tar", maxcount=maxcount, verbose=0) as writer:
+            for i in range(per_split):
+                seed = split_number * 1000 + i
+                key = f"{split}/s{i:05d}"
+                seeds[key] = seed
+                if i % 3 == 0:
+                    sample = {"jpg": _encoded(seed, "JPEG", quality=95), "cls": i % 3}
+                elif i % 3 == 1:
+                    sample = {"png": _encoded(seed, "PNG"), "json": {"label": i % 3}}
+                else:
+                    sample = {"webp": _encoded(seed, "WEBP", lossless=True), "json": {"cls": i % 3}}
+                writer.write({"__key__": key, **sample})
+    return seeds
+
+
+def test_stock_shardwriter_shards_are_resharded_with_their_splits_labels_and_pixels(tmp_path):
+    src = str(tmp_path / "theirs")
+    (tmp_path / "theirs").mkdir()
+    seeds = write_stock_shards(src)
+    assert source_kind(src) == "directory"  # told apart from an ImageFolder when listed
+    source = open_source(src)
+    assert source.classes == ["0", "1", "2"] and len(source.items) == 36 and not source.rejected
+    assert {item.split for item in source.items} == {"train", "val"}
+
+    out = str(tmp_path / "ours")
+    manifest, _ = create_shards(ShardConfig(source=src, output=out, num_shards=2), progress=False)
+    assert manifest["splits"]["train"]["class_counts"] == [6, 6, 6]
+    assert manifest["splits"]["val"]["class_counts"] == [6, 6, 6]
+    assert manifest["classes"] == ["0", "1", "2"] and manifest["skipped"]["count"] == 0
+    verify_shards(out)
+
+    # stock webdataset reads our shards back: jpg and png keep their bytes, webp became png of the same pixels
+    index = {}
+    for line in (tmp_path / "ours" / "index").glob("*.jsonl"):  # keys are unique within a split
+        for row in line.read_text().splitlines():
+            entry = json.loads(row)
+            index[line.name.split("-")[0], entry["key"]] = entry["source"]
+    seen = 0
+    for shard in manifest["splits"]["train"]["shards"] + manifest["splits"]["val"]["shards"]:
+        split = shard["path"].split("/")[0]
+        for sample in wds.WebDataset(f"{out}/{shard['path']}", shardshuffle=False):
+            their_key = index[split, sample["__key__"]].split("#", 1)[1]
+            seed, kind = seeds[their_key], int(their_key[-5:]) % 3
+            assert int(sample["cls"]) == kind
+            if kind == 0:
+                assert sample["jpg"] == _encoded(seed, "JPEG", quality=95)
+            elif kind == 1:
+                assert sample["png"] == _encoded(seed, "PNG")
+            else:
+                assert np.array_equal(np.asarray(Image.open(io.BytesIO(sample["png"]))), _pixels(seed))
+            seen += 1
+    assert seen == 36
+
+
+def test_every_form_of_naming_the_tars_lists_the_same_samples_and_the_fingerprint_follows_them(tmp_path):
+    seeds = write_stock_shards(str(tmp_path))
+    assert len(seeds) == 36
+    forms = [
+        str(tmp_path),
+        f"{tmp_path}/train-*.tar,{tmp_path}/val-*.tar",
+        f"{tmp_path}/train-{{0000..0002}}.tar,{tmp_path}/val-{{0000..0002}}.tar",
+        ",".join(f"{tmp_path}/{s}-{i:04d}.tar" for s in ("train", "val") for i in range(3)),
+    ]
+    refs = [sorted(str(item.ref) for item in open_source(form).items) for form in forms]
+    assert all(r == refs[0] for r in refs) and len(refs[0]) == 36
+    assert all(source_kind(form) == "shards" for form in forms[1:])
+
+    config = ShardConfig(source=forms[2], output=str(tmp_path / "out"))
+    before = fingerprint.fingerprint(config, fingerprint.source_objects(forms[2]))
+    assert fingerprint.fingerprint(config, fingerprint.source_objects(forms[2])) == before
+    with wds.TarWriter(f"{tmp_path}/val-0002.tar") as writer:  # another tool rewrote one shard
+        writer.write({"__key__": "val/new", "jpg": _encoded(7, "JPEG"), "cls": 1})
+    assert fingerprint.fingerprint(config, fingerprint.source_objects(forms[2])) != before
+
+
+def _tar(path: str, members: list[tuple[str, bytes]]) -> None:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_bad_samples_and_a_damaged_tar_are_counted_by_reason_never_raised(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    good = [(f"a{i}.png", _encoded(i, "PNG")) for i in range(6)]
+    _tar(
+        str(src / "part-0.tar"),
+        [
+            *(
+                m
+                for i, (name, data) in enumerate(good)
+                for m in ((name, data), (f"a{i}.cls", b"cat dog"[:3]))
+            ),
+            ("b0.cls", b"1"),  # no image member
+            ("b1.png", _encoded(50, "PNG")),  # no label at all
+            ("b2.png", _encoded(51, "PNG")),
+            ("b2.json", b"{not json"),
+            ("b3.png", _encoded(52, "PNG")),
+            ("b3.json", json.dumps({"label": [1, 2]}).encode()),  # multi-label: not ours
+            ("b4.jpg", b"\xff\xd8 not a jpeg"),  # listed fine, undecodable when written
+            ("b4.cls", b"dog"),
+            *((f"d{i}.png", _encoded(60 + i, "PNG")) for i in range(1)),
+            ("d0.cls", b"dog"),
+        ],
+    )
+    (src / "part-1.tar").write_bytes((src / "part-0.tar").read_bytes()[:3000])  # cut inside a member
+    source = open_source(str(src))
+    reasons = sorted(r.reason for r in source.rejected)
+    assert reasons == [
+        "empty-label",
+        "malformed-sample",
+        "malformed-sample",
+        "malformed-sample",
+        "malformed-sample",
+    ]
+    damaged = next(r for r in source.rejected if r.ref.endswith("part-1.tar"))
+    assert "damaged tar" in damaged.message
+    assert source.classes == ["cat", "dog"]  # names as written, ordered by name
+
+    manifest, _ = create_shards(
+        ShardConfig(source=str(src), output=str(tmp_path / "out"), num_shards=1), progress=False
+    )
+    skipped = manifest["skipped"]
+    assert skipped["by_reason"] == {"malformed-sample": 4, "empty-label": 1, "undecodable": 1}
+    assert skipped["count"] == 6 and skipped["rejected_rows"] == 5
+    assert any("part-0.tar#b4" in example for example in skipped["examples"])
+    total = sum(info["num_samples"] for info in manifest["splits"].values())
+    assert total == 7  # a0..a5 and d0 in part-0; part-1's first sample survives only if complete
+    assert len(read_manifest(str(tmp_path / "out"))["splits"]) == 2
+
+    result = CliRunner().invoke(
+        app, ["shards", "create", "--source", str(src), "--output", str(tmp_path / "strict"), "--strict"]
+    )
+    assert result.exit_code != 0
+    assert "--strict: 5 row(s)" in result.output and "Traceback" not in result.output
+
+
+def test_names_without_a_split_word_go_through_val_fraction(tmp_path):
+    for i in range(2):
+        _tar(
+            str(tmp_path / f"shard-{i}.tar"),
+            [
+                m
+                for j in range(10)
+                for m in (
+                    (f"k{i}{j}.png", _encoded(i * 10 + j, "PNG")),
+                    (f"k{i}{j}.cls", str(j % 2).encode()),
+                )
+            ],
+        )
+    source = open_source(str(tmp_path))
+    assert all(item.split is None for item in source.items)
+    manifest, _ = create_shards(
+        ShardConfig(source=str(tmp_path), output=str(tmp_path / "out"), num_shards=1, val_fraction=0.2),
+        progress=False,
+    )
+    assert manifest["splits"]["val"]["class_counts"] == [2, 2]
+
+
+def test_no_tar_or_no_labelled_sample_is_one_clear_error(tmp_path):
+    with pytest.raises(SourceError, match=r"no file matches"):
+        open_source(f"{tmp_path}/nothing-*.tar")
+    _tar(str(tmp_path / "x.tar"), [("a.png", _encoded(1, "PNG"))])
+    with pytest.raises(
+        SourceError, match=r"no labelled image sample in 1 tar file\(s\); e.g. .*x.tar#a: no label"
+    ):
+        open_source(str(tmp_path / "x.tar"))
