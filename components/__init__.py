@@ -5,6 +5,7 @@ The functions here are plain; ``pipelines.training.build_components`` wraps them
 """
 
 from components.check import check_source
+from components.check_data import check_data
 from components.evaluate import evaluate_model
 from components.promote import promote_model
 from components.shards import finalize_shards, plan_shards, write_shards
@@ -15,6 +16,7 @@ __all__ = [
     "plan_shards",
     "write_shards",
     "finalize_shards",
+    "check_data",
     "train_model",
     "evaluate_model",
     "promote_model",

@@ -1,0 +1,43 @@
+"""Check data step: between "finalize manifest" and "train", is the dataset fit to spend a TPU run on?
+
+Duplicates, train/val leakage, empty classes, the skipped rate, and drift from the data the current champion
+trained on (tpustream/datacheck.py). The Markdown report is the ``report`` artifact (shown in the KFP UI); an
+anomaly fails the task, naming it, unless ``data_check`` is "warn" ("off": nothing is checked).
+"""
+
+from kfp.dsl import Dataset, Input, Markdown, Output
+
+
+def check_data(
+    dataset: Input[Dataset],
+    registry: str,
+    data_check: str,
+    max_duplicate_fraction: float,
+    max_leaked_images: int,
+    max_skipped_rate: float,
+    max_class_share_shift: float,
+    max_skipped_rate_increase: float,
+    report: Output[Markdown],
+) -> None:
+    """Write the report; raise DataCheckFailed (the task fails) on an anomaly when ``data_check`` is "fail"."""
+    from tpustream.datacheck import DataCheckThresholds, check_for_pipeline
+
+    thresholds = DataCheckThresholds(
+        max_duplicate_fraction=max_duplicate_fraction,
+        max_leaked_images=int(max_leaked_images),
+        max_skipped_rate=max_skipped_rate,
+        max_class_share_shift=max_class_share_shift,
+        max_skipped_rate_increase=max_skipped_rate_increase,
+    )
+    result = check_for_pipeline(
+        dataset.uri,
+        registry=registry,
+        mode=data_check,
+        thresholds=thresholds,
+        report_path=report.path,
+        report_uri=report.uri,
+    )
+    report.metadata["data_check"] = data_check
+    if result is not None:
+        report.metadata["anomalies"] = [anomaly.code for anomaly in result.anomalies]
+        report.metadata["baseline"] = result.baseline or ""

@@ -1,0 +1,74 @@
+"""The pipeline's "check data" step through the real kfp.local DAG: a source with a val image copied into
+train stops the run before training, naming the leak; the next run, on the fixed source, trains."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tpustream import promote
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _digit_images_with_split(root, count):
+    """scikit-learn's bundled digits as PNGs in train/<class>/ and val/<class>/ (every fifth image to val)."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    for i in range(count):
+        folder = root / ("val" if i % 5 == 0 else "train") / str(digits.target[i])
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = (digits.images[i] * (255 / 16)).astype(np.uint8)
+        Image.fromarray(pixels).convert("RGB").save(folder / f"{i:05d}.png")
+
+
+def _models(pipeline_root):
+    return sorted(path for path, _, files in os.walk(pipeline_root) if "model.json" in files)
+
+
+def test_a_leaky_source_stops_before_training_and_the_fixed_source_trains(tmp_path):
+    from pipelines.local import run_local
+
+    source = tmp_path / "images"
+    _digit_images_with_split(source, 500)
+    val_three = sorted((source / "val" / "3").iterdir())[0]
+    leaked = source / "train" / "3" / "copied-from-val.png"
+    shutil.copy(val_three, leaked)  # the same image in both splits: val would score it after training on it
+    settings = {
+        "source": str(source),
+        "num_shards": 4,
+        "shards_per_task": 4,
+        "model_name": "tiny",
+        "epochs": 1,
+        "batch_size": 16,
+        "lr": 0.2,
+        "bf16": False,
+        "workers": 2,
+    }
+    root = str(tmp_path / "run")
+    log_path = tmp_path / "logs" / "leaky.log"
+
+    with pytest.raises(RuntimeError, match="check-data"):
+        run_local(root=root, log_path=str(log_path), **settings)
+    log = log_path.read_text()
+    assert "train-val-leak" in log and "copied-from-val.png" in log and val_three.name in log
+    assert "data_check=warn" in log  # the way to train anyway
+    pipeline_root = os.path.join(root, "pipeline-root")
+    assert _models(pipeline_root) == []  # stopped before training: no model, nothing promoted
+    registry = os.path.join(root, "registry")
+    assert promote.read_champion(registry) is None
+    (report,) = Path(pipeline_root).glob("*/check-data/report")  # the Markdown artifact
+    assert "`train-val-leak`" in report.read_text() and "copied-from-val.png" in report.read_text()
+
+    leaked.unlink()  # the source is fixed
+    fixed = run_local(root=root, log_path=str(tmp_path / "logs" / "fixed.log"), **settings)
+    assert fixed["data"] == "train"
+    assert len(_models(pipeline_root)) == 1
+    champion = promote.read_champion(registry)
+    assert champion is not None and champion["version"] == 1
+    fixed_log = (tmp_path / "logs" / "fixed.log").read_text()
+    assert "data check passed" in fixed_log and "no champion yet" in fixed_log

@@ -1,0 +1,524 @@
+"""The data check before training: is this dataset fit to spend a TPU run on? (TFX StatisticsGen +
+ExampleValidator, for tpustream datasets.)
+
+A scheduled retraining run trains on whatever landed in the bucket. This reads the dataset's manifest (class
+counts, skipped images, image statistics) and its sample index (one content sha256 per sample) and reports:
+
+- exact duplicates within a split: the same bytes under different source names (the upsampled copies of one
+  source image are not duplicates);
+- train/val leakage: an image in both splits, which val then measures on data the model trained on;
+- a class with no train or no val samples, a split with none at all;
+- the skipped rate: images that could not be read or decoded and rows the source rejected, per source item;
+- against a baseline dataset (the current champion's training data): new classes (a typo'd folder), vanished
+  classes, a class whose share of the images moved, and a skipped rate that jumped.
+
+Each finding past its threshold is an ``Anomaly`` (a code, a one-line reason, details). Datasets written
+before the sample index existed are checked on what their manifest holds, and the report says the hash
+checks were skipped. Torch-free: the pipeline's "check data" step runs it on a CPU machine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tpustream import storage
+from tpustream.errors import TpustreamError
+from tpustream.manifest import (
+    SkippedSummary,
+    has_sample_index,
+    iter_sample_index,
+    manifest_digest,
+    read_manifest,
+    skipped_summary,
+)
+
+__all__ = [
+    "ANOMALY_CODES",
+    "DATA_CHECK_MODES",
+    "REPORT_FORMAT",
+    "Anomaly",
+    "DataCheckFailed",
+    "DataCheckReport",
+    "DataCheckThresholds",
+    "champion_baseline",
+    "check_dataset",
+    "check_for_pipeline",
+]
+
+log = logging.getLogger(__name__)
+
+REPORT_FORMAT = "tpustream.datacheck/v1"
+DATA_CHECK_MODES = ("fail", "warn", "off")  # the pipeline's data_check parameter
+ANOMALY_CODES = (
+    "missing-split",  # the dataset has no train or no val samples at all
+    "empty-class",  # a class with 0 train or 0 val samples
+    "train-val-leak",  # images (by content) in both train and val
+    "duplicate-images",  # one image under several names within a split
+    "skipped-rate",  # skipped images + rejected rows per source item
+    "new-classes",  # classes the baseline does not have
+    "vanished-classes",  # baseline classes this dataset lacks
+    "class-share-shift",  # a class's share of the images moved vs the baseline
+    "skipped-rate-increase",  # the skipped rate rose vs the baseline's
+)
+
+
+class DataCheckFailed(TpustreamError, RuntimeError):
+    """The data check found anomalies and the run was asked to stop on them (``data_check=fail``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataCheckThresholds:
+    """How far a dataset may go before the check calls it anomalous (a finding above its limit)."""
+
+    # Extra copies of one image under other names, per distinct image of a split. Scraped and user-uploaded
+    # data hold a few (a photo saved twice); a folder uploaded twice or a sync gone wrong is several percent.
+    max_duplicate_fraction: float = 0.01
+    # Images (by content) in both train and val. Each one is scored on data the model trained on, inflating
+    # val accuracy and so the champion comparison; the count is exact and the fix cheap: none by default.
+    max_leaked_images: int = 0
+    # Skipped images and rejected rows per source item. A truncated upload now and then is normal; one in
+    # twenty means the source (or an exporter, or a decoder) broke and the model trains on what is left.
+    max_skipped_rate: float = 0.05
+    # A class's share of the images vs the baseline's, absolute (0.10 = 10 points). Fresh data moves shares
+    # by a point or two; ten points is a class flooded or half gone, which changes what the model learns.
+    max_class_share_shift: float = 0.10
+    # The skipped rate's rise vs the baseline's, absolute (0.02 = 2 points): a steady trickle of bad files
+    # is the source's normal; a jump means something upstream changed since the champion's data.
+    max_skipped_rate_increase: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_duplicate_fraction",
+            "max_skipped_rate",
+            "max_class_share_shift",
+            "max_skipped_rate_increase",
+        ):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"--{name.replace('_', '-')} must be a fraction in [0, 1], got {value}")
+        if self.max_leaked_images < 0:
+            raise ValueError(f"--max-leaked-images must be 0 or more, got {self.max_leaked_images}")
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """One finding past its threshold: ``code`` (ANOMALY_CODES), a one-line ``reason``, and its details."""
+
+    code: str
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataCheckReport:
+    """What the check found: the anomalies first, then the facts they were judged on."""
+
+    dataset: str
+    baseline: str | None
+    thresholds: DataCheckThresholds
+    anomalies: list[Anomaly]
+    facts: dict[str, Any]
+    notes: list[str]
+    max_examples: int = 5
+
+    @property
+    def ok(self) -> bool:
+        return not self.anomalies
+
+    def failure_line(self, report_uri: str = "") -> str:
+        """One line naming the anomalies, where the report is and what to do."""
+        count = len(self.anomalies)
+        first = self.anomalies[0]
+        more = (
+            f" (and {count - 1} more: {', '.join(a.code for a in self.anomalies[1:])})" if count > 1 else ""
+        )
+        where = f"; report: {report_uri}" if report_uri else ""
+        return (
+            f"data check of {self.dataset}: {count} anomal{'y' if count == 1 else 'ies'}, {first.code}: "
+            f"{first.reason}{more}{where}. Fix the source, or train anyway with data_check=warn"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": REPORT_FORMAT,
+            "dataset": self.dataset,
+            "baseline": self.baseline,
+            "ok": self.ok,
+            "anomalies": [asdict(a) for a in self.anomalies],
+            "thresholds": asdict(self.thresholds),
+            "facts": self.facts,
+            "notes": self.notes,
+        }
+
+    def to_markdown(self) -> str:
+        from tpustream.datacheck_report import render_markdown
+
+        return render_markdown(self)
+
+
+# --------------------------------------------------------------------------- the facts
+
+
+@dataclass
+class _SplitHashes:
+    """A split's content hashes: the first source seen for each, and every source for those seen under two
+    or more names (few, so the full set is kept only for them)."""
+
+    first: dict[str, str] = field(default_factory=dict)
+    more: dict[str, set[str]] = field(default_factory=dict)
+
+    def add(self, sha256: str, source: str) -> None:
+        seen = self.first.setdefault(sha256, source)
+        if seen != source:
+            self.more.setdefault(sha256, {seen}).add(source)
+
+    def sources(self, sha256: str) -> list[str]:
+        return sorted(self.more.get(sha256) or {self.first[sha256]})
+
+    @property
+    def extra_copies(self) -> int:
+        return sum(len(sources) - 1 for sources in self.more.values())
+
+    @property
+    def distinct_images(self) -> int:  # a source has one content: distinct (hash, source) pairs
+        return len(self.first) + self.extra_copies
+
+
+def _class_images(manifest: dict[str, Any]) -> dict[str, int]:
+    """Source images per class over both splits (train counts divided by the upsample factor)."""
+    upsample = max(1, int(manifest.get("upsample") or 1))
+    images = dict.fromkeys(manifest["classes"], 0)
+    for split, info in manifest["splits"].items():
+        for name, count in zip(manifest["classes"], info["class_counts"], strict=True):
+            images[name] += count // upsample if split == "train" else count
+    return images
+
+
+def _skipped_rate(manifest: dict[str, Any], skipped: SkippedSummary) -> float:
+    images = sum(_class_images(manifest).values())
+    return skipped.count / (images + skipped.count) if images + skipped.count else 0.0
+
+
+def _shares(images: dict[str, int]) -> dict[str, float]:
+    total = sum(images.values())
+    return {name: count / total if total else 0.0 for name, count in images.items()}
+
+
+def _split_facts(manifest: dict[str, Any], split: str) -> dict[str, Any]:
+    info = manifest["splits"][split]
+    stats = info.get("stats") or {}  # datasets written before the statistics have none
+    return {
+        "samples": info["num_samples"],
+        "class_counts": dict(zip(manifest["classes"], info["class_counts"], strict=True)),
+        "formats": stats.get("formats", {}),
+        **{key: stats[key] for key in ("width", "height", "short_side") if key in stats},
+    }
+
+
+# --------------------------------------------------------------------------- the check
+
+
+def check_dataset(
+    dataset_uri: str,
+    baseline_uri: str | None = None,
+    thresholds: DataCheckThresholds | None = None,
+    *,
+    max_examples: int = 5,
+    baseline_note: str = "",
+) -> DataCheckReport:
+    """Check the dataset at ``dataset_uri`` (against ``baseline_uri``'s when given).
+
+    Args:
+        dataset_uri: the dataset (the directory holding manifest.json), local or gs://.
+        baseline_uri: the dataset to compare with (the champion's training data); None: no comparison.
+        thresholds: the limits (the defaults: ``DataCheckThresholds()``).
+        max_examples: file names listed per duplicate or leak finding.
+        baseline_note: how the baseline was chosen (or why there is none), for the report.
+
+    Returns:
+        The report; ``report.anomalies`` is empty when the dataset passed.
+    """
+    thresholds = thresholds or DataCheckThresholds()
+    dataset_uri = storage.check_uri(dataset_uri).rstrip("/")
+    manifest = read_manifest(dataset_uri)
+    classes = list(manifest["classes"])
+    splits = [split for split in ("train", "val") if manifest["splits"].get(split, {}).get("num_samples")]
+    anomalies: list[Anomaly] = []
+    notes: list[str] = []
+    facts: dict[str, Any] = {
+        "manifest_digest": manifest_digest(dataset_uri),
+        "source": manifest.get("source"),
+        "classes": len(classes),
+        "splits": {split: _split_facts(manifest, split) for split in splits},
+    }
+
+    missing = [split for split in ("train", "val") if split not in splits]
+    if missing:
+        anomalies.append(
+            Anomaly(
+                "missing-split",
+                f"the dataset has no {' and no '.join(missing)} samples: training needs both "
+                "(re-create it with a validation fraction, or add images to the split)",
+                {"splits": missing},
+            )
+        )
+    empty = [
+        {"class": name, "split": split}
+        for split in splits
+        for name, count in facts["splits"][split]["class_counts"].items()
+        if not count
+    ]
+    facts["empty_classes"] = empty
+    if empty:
+        named = ", ".join(f"{e['class']!r} (0 {e['split']})" for e in empty[:max_examples])
+        anomalies.append(
+            Anomaly(
+                "empty-class",
+                f"{len(empty)} class/split pair(s) without samples: {named}"
+                + (f" and {len(empty) - max_examples} more" if len(empty) > max_examples else "")
+                + ": the model cannot learn a class it never sees, nor is it measured on one val lacks",
+                {"empty": empty},
+            )
+        )
+
+    if has_sample_index(manifest):
+        anomalies += _hash_checks(dataset_uri, manifest, splits, thresholds, facts, max_examples)
+        facts["hash_checks"] = True
+    else:
+        facts["hash_checks"] = False
+        notes.append(
+            "Hash checks (exact duplicates, train/val leakage) skipped: the dataset has no sample index "
+            "(written before tpustream kept one). Re-create it with `tpustream shards create --overwrite` "
+            "to check them."
+        )
+
+    skipped = skipped_summary(manifest)
+    rate = _skipped_rate(manifest, skipped)
+    facts["skipped"] = {**asdict(skipped), "examples": skipped.examples[:max_examples], "rate": rate}
+    if rate > thresholds.max_skipped_rate:
+        reasons = ", ".join(f"{reason} {count}" for reason, count in skipped.by_reason.items())
+        anomalies.append(
+            Anomaly(
+                "skipped-rate",
+                f"{rate:.1%} of the source's items were skipped ({skipped.count}"
+                + (f": {reasons}" if reasons else "")
+                + f"), above {thresholds.max_skipped_rate:.1%}"
+                + (f"; e.g. {skipped.examples[0]}" if skipped.examples else ""),
+                {"rate": rate, "count": skipped.count, "by_reason": skipped.by_reason},
+            )
+        )
+
+    baseline = None
+    if baseline_uri:
+        baseline = storage.check_uri(baseline_uri).rstrip("/")
+        anomalies += _baseline_checks(
+            manifest, read_manifest(baseline), rate, thresholds, facts, max_examples
+        )
+    facts["baseline_note"] = baseline_note
+    anomalies.sort(key=lambda a: ANOMALY_CODES.index(a.code))  # the most serious first
+    return DataCheckReport(dataset_uri, baseline, thresholds, anomalies, facts, notes, max_examples)
+
+
+def _hash_checks(
+    uri: str,
+    manifest: dict[str, Any],
+    splits: list[str],
+    thresholds: DataCheckThresholds,
+    facts: dict[str, Any],
+    max_examples: int,
+) -> list[Anomaly]:
+    """Duplicates within each split and leakage between them, from the sample index's content hashes."""
+    anomalies: list[Anomaly] = []
+    hashes: dict[str, _SplitHashes] = {}
+    for split in splits:
+        hashes[split] = found = _SplitHashes()
+        for entry in iter_sample_index(uri, manifest, split):
+            found.add(entry.sha256, entry.source)
+        fraction = found.extra_copies / found.distinct_images if found.distinct_images else 0.0
+        groups = sorted(found.more, key=lambda h: (-len(found.more[h]), h))
+        examples = [
+            {"sha256": h, "sources": found.sources(h)[: max(2, max_examples)]} for h in groups[:max_examples]
+        ]
+        facts["splits"][split].update(
+            images=found.distinct_images,
+            duplicate_groups=len(found.more),
+            duplicate_copies=found.extra_copies,
+            duplicate_fraction=fraction,
+            duplicate_examples=examples,
+        )
+        if fraction > thresholds.max_duplicate_fraction:
+            first = examples[0]["sources"]
+            anomalies.append(
+                Anomaly(
+                    "duplicate-images",
+                    f"{found.extra_copies} {split} image(s) are exact copies of another under a different name "
+                    f"({fraction:.1%} of {found.distinct_images}, above {thresholds.max_duplicate_fraction:.1%}), "
+                    f"e.g. {' = '.join(first[:2])}",
+                    {
+                        "split": split,
+                        "copies": found.extra_copies,
+                        "fraction": fraction,
+                        "examples": examples,
+                    },
+                )
+            )
+    leaked = sorted(set(hashes["train"].first) & set(hashes["val"].first)) if len(hashes) == 2 else []
+    leaks: list[dict[str, Any]] = [
+        {
+            "sha256": h,
+            "train": hashes["train"].sources(h)[:max_examples],
+            "val": hashes["val"].sources(h)[:max_examples],
+        }
+        for h in leaked[:max_examples]
+    ]
+    facts["leaked_images"] = len(leaked)
+    facts["leak_examples"] = leaks
+    if len(leaked) > thresholds.max_leaked_images:
+        leak = leaks[0]
+        anomalies.append(
+            Anomaly(
+                "train-val-leak",
+                f"{len(leaked)} image(s) are in both train and val (limit {thresholds.max_leaked_images}): val "
+                f"scores them after training on them, e.g. {leak['train'][0]} (train) = {leak['val'][0]} (val)",
+                {"count": len(leaked), "examples": leaks},
+            )
+        )
+    return anomalies
+
+
+def _baseline_checks(
+    manifest: dict[str, Any],
+    baseline: dict[str, Any],
+    rate: float,
+    thresholds: DataCheckThresholds,
+    facts: dict[str, Any],
+    max_examples: int,
+) -> list[Anomaly]:
+    """New and vanished classes, class shares that moved, a skipped rate that rose: vs the baseline."""
+    anomalies: list[Anomaly] = []
+    images, base_images = _class_images(manifest), _class_images(baseline)
+    new = [name for name in images if name not in base_images]
+    vanished = [name for name in base_images if name not in images]
+    shares, base_shares = _shares(images), _shares(base_images)
+    shifts: list[dict[str, Any]] = sorted(
+        (
+            {
+                "class": name,
+                "baseline": base_shares[name],
+                "share": shares[name],
+                "change": shares[name] - base_shares[name],
+            }
+            for name in images
+            if name in base_shares
+        ),
+        key=lambda s: (-abs(s["change"]), s["class"]),
+    )
+    base_rate = _skipped_rate(baseline, skipped_summary(baseline))
+    facts["baseline"] = {
+        "classes": len(base_images),
+        "images": sum(base_images.values()),
+        "new_classes": new,
+        "vanished_classes": vanished,
+        "share_shifts": shifts,
+        "baseline_shares": base_shares,
+        "skipped_rate": base_rate,
+    }
+    for code, names, what in (
+        ("new-classes", new, "not in the baseline (a new class, or a typo'd folder or label?)"),
+        ("vanished-classes", vanished, "of the baseline are gone (an export or a folder missing?)"),
+    ):
+        if names:
+            listed = ", ".join(repr(n) for n in names[:max_examples]) + (
+                " ..." if len(names) > max_examples else ""
+            )
+            anomalies.append(Anomaly(code, f"{len(names)} class(es) {what}: {listed}", {"classes": names}))
+    moved = [s for s in shifts if abs(s["change"]) > thresholds.max_class_share_shift]
+    if moved:
+        listed = ", ".join(
+            f"{s['class']!r} {s['baseline']:.1%} -> {s['share']:.1%}" for s in moved[:max_examples]
+        )
+        anomalies.append(
+            Anomaly(
+                "class-share-shift",
+                f"{len(moved)} class(es) moved more than {thresholds.max_class_share_shift * 100:.0f} points in "
+                f"share of the images vs the baseline: {listed}",
+                {"shifts": moved},
+            )
+        )
+    if rate - base_rate > thresholds.max_skipped_rate_increase:
+        anomalies.append(
+            Anomaly(
+                "skipped-rate-increase",
+                f"the skipped rate rose from {base_rate:.1%} (baseline) to {rate:.1%}, more than "
+                f"{thresholds.max_skipped_rate_increase:.1%} points: something upstream changed",
+                {"baseline": base_rate, "rate": rate},
+            )
+        )
+    return anomalies
+
+
+# --------------------------------------------------------------------------- the pipeline's step
+
+
+def champion_baseline(registry: str) -> tuple[str | None, str]:
+    """The dataset the registry's champion was trained on (from its model.json), and how it was found; or
+    None and why there is none (no champion yet, its dataset gone or changed)."""
+    from tpustream.promote import read_champion, version_uri
+
+    champion = read_champion(registry)
+    if champion is None:
+        return None, "no champion yet: the first run has nothing to compare with"
+    card_uri = storage.join(version_uri(registry, champion["version"]), "model.json")
+    try:
+        card = json.loads(storage.read_bytes(card_uri))
+        dataset, digest = card["dataset"]["uri"], card["dataset"]["manifest_digest"]
+    except (storage.NotFound, ValueError, KeyError, TypeError) as exc:
+        return None, f"the champion's model card {card_uri} names no dataset ({type(exc).__name__})"
+    try:
+        found = manifest_digest(dataset)
+    except storage.StorageError:
+        return None, f"the champion's training data {dataset} is gone: nothing to compare with"
+    if found != digest:
+        return (
+            None,
+            f"the champion's training data {dataset} changed since it trained (manifest digest differs)",
+        )
+    return dataset, f"the training data of champion version {champion['version']}"
+
+
+def check_for_pipeline(
+    dataset: str,
+    *,
+    registry: str,
+    mode: str,
+    thresholds: DataCheckThresholds,
+    report_path: str,
+    report_uri: str = "",
+) -> DataCheckReport | None:
+    """The pipeline's "check data" step: check ``dataset`` against the champion's training data, write the
+    Markdown report to ``report_path``, log each anomaly; raise DataCheckFailed on any when ``mode`` is
+    "fail" ("warn": only log them; "off": check nothing)."""
+    if mode not in DATA_CHECK_MODES:
+        raise ValueError(f"data_check {mode!r} is not one of {', '.join(DATA_CHECK_MODES)}")
+    if mode == "off":
+        storage.write_bytes(
+            report_path, f"# Data check: `{dataset}`\n\nNot checked: the run set `data_check=off`.\n".encode()
+        )
+        log.warning("data check off (data_check=off): %s goes to training unchecked", dataset)
+        return None
+    baseline, note = champion_baseline(registry) if registry else (None, "no registry given")
+    log.info("data check of %s; baseline: %s (%s)", dataset, baseline or "none", note)
+    report = check_dataset(dataset, baseline, thresholds, baseline_note=note)
+    storage.write_bytes(report_path, report.to_markdown().encode(), content_type="text/markdown")
+    for anomaly in report.anomalies:
+        log.warning("data check anomaly %s: %s", anomaly.code, anomaly.reason)
+    if report.anomalies and mode == "fail":
+        raise DataCheckFailed(report.failure_line(report_uri))
+    if report.anomalies:
+        log.warning("data_check=warn: training on %s despite %d anomalies", dataset, len(report.anomalies))
+    else:
+        log.info("data check passed: %s", dataset)
+    return report
