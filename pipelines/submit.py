@@ -85,11 +85,147 @@ def _check_template(template: str) -> None:
         )
 
 
-def _job(template: str, *, project: str, region: str, pipeline_root: str, parameters: dict[str, Any],
-         labels: dict[str, str] | None, no_cache: bool, api_endpoint: str | None) -> Any:  # fmt: skip
+def _find(node: Any, key: str) -> Any:
+    """The first value under ``key`` anywhere in a parsed YAML document, or None."""
+    if isinstance(node, dict):
+        if key in node:
+            return node[key]
+        node = list(node.values())
+    if isinstance(node, list):
+        for child in node:
+            found = _find(child, key)
+            if found is not None:
+                return found
+    return None
+
+
+def compiled_slice(spec: dict[str, Any]) -> tuple[str | None, int]:
+    """The TPU type a compiled pipeline trains on (None: the CPU image) and its number of hosts."""
+    from pipelines.tpu import TPU_TYPES
+
+    pools = _find(spec, "worker_pool_specs")
+    default = pools.get("runtimeValue", {}).get("constant") if isinstance(pools, dict) else pools
+    machine = (default or [{}])[0].get("machine_spec", {}) if isinstance(default, list) else {}
+    for name, tpu in TPU_TYPES.items():
+        if tpu.machine_spec() == {k: v for k, v in machine.items() if k in tpu.machine_spec()} and machine:
+            return name, tpu.hosts
+    return None, 1
+
+
+def check_slice_parameters(template: str, parameters: dict[str, Any]) -> None:
+    """Refuse parameters that cannot train on the template's compiled TPU slice, before anything is written
+    or rented: every host needs a train shard of its own (tpustream/epoch_plan.py). A local template is
+    read here; a gs:// or https:// one is Vertex's to read."""
+    if not os.path.isfile(template):
+        return
+    import yaml
+
+    with open(template) as f:
+        spec = yaml.safe_load(f)
+    tpu, hosts = compiled_slice(spec)
+    defaults = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+
+    def value(name: str) -> int:
+        raw = parameters.get(name, defaults.get(name, {}).get("defaultValue", 0))
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"--param {name}={raw!r}: expected an integer") from None
+
+    num_shards, workers = value("num_shards"), value("workers")
+    if num_shards and num_shards < hosts:
+        raise ValueError(
+            f"--param num_shards={num_shards} cannot train on {tpu} ({hosts} hosts): every host needs a train "
+            f"shard of its own; give at least {hosts}, {hosts * max(1, workers)} to keep every loader worker "
+            "busy, or 0 (auto: one per loader worker of the slice)"
+        )
+    if num_shards and num_shards < hosts * max(1, workers):
+        log.warning(
+            "--param num_shards=%d on %s: fewer train shards than the slice's %d hosts x %d loader workers; "
+            "the workers without a shard idle (0 = auto gives every one a shard)",
+            num_shards, tpu or "the CPU image", hosts, max(1, workers),
+        )  # fmt: skip
+
+
+def _check_template_parameters(template: str, parameters: dict[str, Any]) -> None:
+    """Refuse ``--param`` names and types the template does not declare: free, no credentials, so it runs
+    even with --skip-preflight (pipelines/preflight.py)."""
+    from pipelines import preflight
+
+    spec = preflight.load_template(template)
+    findings = preflight.check_parameters(preflight.template_parameters(spec) if spec else None, parameters)
+    for finding in findings:
+        if finding.status == preflight.WARN:
+            log.warning("preflight %s", finding.line())
+    preflight.raise_on_failure(findings, "`tpustream pipeline submit --help` lists the parameters")
+
+
+def _run_preflight(
+    template: str,
+    *,
+    project: str,
+    region: str,
+    pipeline_root: str,
+    parameters: dict[str, Any],
+    service_account: str | None,
+    schedule: bool,
+    endpoints: Any = None,
+) -> None:
+    """The cloud checks of pipelines/preflight.py, logged one line each; raises PreflightFailed on a failure,
+    before anything is sent to Vertex AI."""
+    from pipelines import preflight
+    from pipelines.preflight_cloud import check_cloud
+
+    findings = check_cloud(
+        preflight.load_template(template),
+        project=project,
+        region=region,
+        pipeline_root=pipeline_root,
+        registry=None,
+        service_account=service_account,
+        parameters=parameters,
+        schedule=schedule,
+        api_endpoints=endpoints,
+    )
+    levels = {preflight.OK: logging.INFO, preflight.WARN: logging.WARNING, preflight.FAIL: logging.ERROR}
+    for finding in findings:
+        log.log(levels[finding.status], "preflight %s", finding.line())
+    preflight.raise_on_failure(findings, "fix them, or pass --skip-preflight to submit anyway")
+
+
+def _job(
+    template: str,
+    *,
+    project: str,
+    region: str,
+    pipeline_root: str,
+    parameters: dict[str, Any],
+    labels: dict[str, str] | None,
+    no_cache: bool,
+    api_endpoint: str | None,
+    service_account: str | None,
+    schedule: bool,
+    skip_preflight: bool,
+    preflight_endpoints: Any,
+) -> Any:
+    # The free checks first (template, parameters, slice), then the cloud's, then Vertex: a mistake is
+    # reported before the first credential or TPU is needed.
     _check_template(template)
+    _check_template_parameters(template, parameters)
+    check_slice_parameters(template, parameters)
     if not storage.is_gcs(pipeline_root):
         raise ValueError(f"--pipeline-root must be a gs:// URI for Vertex AI, got {pipeline_root!r}")
+    if not skip_preflight:
+        _run_preflight(
+            template,
+            project=project,
+            region=region,
+            pipeline_root=pipeline_root,
+            parameters=parameters,
+            service_account=service_account,
+            schedule=schedule,
+            endpoints=preflight_endpoints,
+        )
     aiplatform = _init(project, region, api_endpoint or os.environ.get("TPUSTREAM_VERTEX_ENDPOINT"))
     return aiplatform.PipelineJob(
         display_name="tpustream-training", template_path=template, pipeline_root=pipeline_root,
@@ -99,23 +235,73 @@ def _job(template: str, *, project: str, region: str, pipeline_root: str, parame
     )  # fmt: skip
 
 
-def submit_pipeline(template: str, *, project: str, region: str, pipeline_root: str, parameters: dict[str, Any],
-                    service_account: str | None = None, labels: dict[str, str] | None = None,
-                    no_cache: bool = False, api_endpoint: str | None = None) -> str:  # fmt: skip
-    """Submit one run; returns its resource name. The service account is set here, never compiled in."""
-    job = _job(template, project=project, region=region, pipeline_root=pipeline_root, parameters=parameters,
-               labels=labels, no_cache=no_cache, api_endpoint=api_endpoint)  # fmt: skip
+def submit_pipeline(
+    template: str,
+    *,
+    project: str,
+    region: str,
+    pipeline_root: str,
+    parameters: dict[str, Any],
+    service_account: str | None = None,
+    labels: dict[str, str] | None = None,
+    no_cache: bool = False,
+    api_endpoint: str | None = None,
+    skip_preflight: bool = False,
+    preflight_endpoints: Any = None,
+) -> str:
+    """Submit one run; returns its resource name. The service account is set here, never compiled in.
+
+    The preflight (pipelines/preflight.py) runs first; ``skip_preflight`` skips all of it but the
+    parameter check. ``preflight_endpoints``: its ``ApiEndpoints`` (default: Google's)."""
+    job = _job(
+        template,
+        project=project,
+        region=region,
+        pipeline_root=pipeline_root,
+        parameters=parameters,
+        labels=labels,
+        no_cache=no_cache,
+        api_endpoint=api_endpoint,
+        service_account=service_account,
+        schedule=False,
+        skip_preflight=skip_preflight,
+        preflight_endpoints=preflight_endpoints,
+    )
     job.submit(service_account=service_account)
     return str(job.resource_name)
 
 
-def schedule_pipeline(template: str, *, cron: str, project: str, region: str, pipeline_root: str,
-                      parameters: dict[str, Any], service_account: str | None = None,
-                      labels: dict[str, str] | None = None, api_endpoint: str | None = None) -> str:  # fmt: skip
-    """Create a schedule (at most one run in flight: a tick while a run is active is skipped); returns its name."""
+def schedule_pipeline(
+    template: str,
+    *,
+    cron: str,
+    project: str,
+    region: str,
+    pipeline_root: str,
+    parameters: dict[str, Any],
+    service_account: str | None = None,
+    labels: dict[str, str] | None = None,
+    api_endpoint: str | None = None,
+    skip_preflight: bool = False,
+    preflight_endpoints: Any = None,
+) -> str:
+    """Create a schedule (at most one run in flight: a tick while a run is active is skipped); returns its name.
+    The preflight runs first, as for ``submit_pipeline``."""
     check_cron(cron)
-    job = _job(template, project=project, region=region, pipeline_root=pipeline_root, parameters=parameters,
-               labels=labels, no_cache=True, api_endpoint=api_endpoint)  # fmt: skip
+    job = _job(
+        template,
+        project=project,
+        region=region,
+        pipeline_root=pipeline_root,
+        parameters=parameters,
+        labels=labels,
+        no_cache=True,
+        api_endpoint=api_endpoint,
+        service_account=service_account,
+        schedule=True,
+        skip_preflight=skip_preflight,
+        preflight_endpoints=preflight_endpoints,
+    )
     # max_concurrent_run_count limits runs *started* at once; max_concurrent_active_run_count limits runs in a
     # non-terminal state (aiplatform_v1 types/schedule.py): a run still training at the next tick keeps that
     # tick from starting a second one, which would see no trained-on marker yet and train the same data

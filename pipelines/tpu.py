@@ -30,6 +30,8 @@ __all__ = [
     "duration",
     "FRESH_JOB_LAUNCHER",
     "fresh_job_command",
+    "PIPELINE_WORKERS",
+    "min_train_shards",
 ]
 
 
@@ -97,6 +99,18 @@ def tpu_spec(name: str) -> TpuSpec:
     if name not in TPU_TYPES:
         raise ValueError(f"unknown TPU type {name!r}: choose one of {', '.join(TPU_TYPES)}")
     return TPU_TYPES[name]
+
+
+# The pipeline's default loader workers per host (its `workers` parameter): the compiled shard floor gives each
+# of them a train shard of its own on every host of the slice.
+PIPELINE_WORKERS = 8
+
+
+def min_train_shards(tpu: str | None) -> int:
+    """The least train shards the compiled pipeline writes (when ``num_shards`` is 0, auto): one per loader
+    worker of every host at the pipeline's default workers (8 for one host, 32 for v5e-16, 512 for
+    v5e-256), capped by the dataset's train samples when the shards are planned."""
+    return (tpu_spec(tpu).hosts if tpu else 1) * PIPELINE_WORKERS
 
 
 def worker_pool_spec(spec: TpuSpec, container_spec: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The training DAG: check source -> If(new data): shards (fanned out) -> train (a TPU custom job on
-Vertex) -> evaluate -> If(candidate wins): promote.
+"""The training DAG: check source -> If(new data): shards (fanned out) -> check data -> train (a TPU custom
+job on Vertex) -> evaluate -> If(candidate wins): promote.
 
 ``build_pipeline(tpu=..., cpu_image=..., tpu_image=...)`` fixes the TPU type and images at compile
 time; everything a scheduled run varies (source, model, epochs, thresholds) is a pipeline parameter.
@@ -16,7 +16,15 @@ from typing import Any
 from kfp import dsl
 
 import components
-from pipelines.tpu import TPU_TYPES, Capacity, fresh_job_command, tpu_spec, worker_pool_spec
+from pipelines.tpu import (
+    PIPELINE_WORKERS,
+    TPU_TYPES,
+    Capacity,
+    fresh_job_command,
+    min_train_shards,
+    tpu_spec,
+    worker_pool_spec,
+)
 
 __all__ = ["TPU_TYPES", "build_components", "build_pipeline", "check_image", "LOCAL_IMAGE"]
 
@@ -86,6 +94,7 @@ def build_components(
         for name, func in (
             ("check", components.check_source), ("plan", components.plan_shards),
             ("write", components.write_shards), ("finalize", components.finalize_shards),
+            ("check_data", components.check_data),
             ("evaluate", components.evaluate_model), ("promote", components.promote_model),
         )
     }  # fmt: skip
@@ -131,7 +140,7 @@ def build_pipeline(
         registry: str,
         source: str = "digits",
         datasets_root: str = "",
-        num_shards: int = 8,
+        num_shards: int = 0,  # train shards; 0 = auto: ~2,000 samples each, at least one per loader worker of the slice
         val_fraction: float = -1.0,
         upsample: int = 1,
         seed: int = 0,
@@ -143,17 +152,23 @@ def build_pipeline(
         batch_size: int = 128,
         lr: float = 0.0,
         bf16: bool = True,
-        workers: int = 8,
+        workers: int = PIPELINE_WORKERS,
         metric: str = "top1",
         min_delta: float = 0.0,
         max_class_drop: float = -1.0,  # refuse a candidate if a class's accuracy drops more (< 0: no check)
         retrain: bool = False,
+        data_check: str = "fail",  # an anomaly in the new dataset stops the run before train; "warn": log it; "off"
+        max_duplicate_fraction: float = 0.01,  # the data check's limits: tpustream/datacheck.py says why each
+        max_leaked_images: int = 0,
+        max_skipped_rate: float = 0.05,
+        max_class_share_shift: float = 0.10,
+        max_skipped_rate_increase: float = 0.02,
         vertex_model: str = "",  # also upload a promoted model to this Vertex AI Model Registry model
         serving_image: str = "",  # ... with this serving image (containers/serve; Cloud Build's serve.ref)
     ) -> str:
         shard_args = dict(
             source=source, num_shards=num_shards, val_fraction=val_fraction, upsample=upsample, seed=seed,
-            max_side=max_side, strict=strict,
+            max_side=max_side, strict=strict, min_train_shards=min_train_shards(tpu),
         )  # fmt: skip
         check = ops["check"](
             datasets_root=datasets_root, registry=registry, model_name=model_name, epochs=epochs,
@@ -172,10 +187,22 @@ def build_pipeline(
                 planned=check.outputs["dataset"], written=dsl.Collected(write.output), **shard_args
             ).set_display_name("finalize manifest")
             finalize.set_caching_options(False)
+            check_data = ops["check_data"](
+                dataset=finalize.outputs["dataset"],
+                registry=registry,
+                data_check=data_check,
+                max_duplicate_fraction=max_duplicate_fraction,
+                max_leaked_images=max_leaked_images,
+                max_skipped_rate=max_skipped_rate,
+                max_class_share_shift=max_class_share_shift,
+                max_skipped_rate_increase=max_skipped_rate_increase,
+            ).set_display_name("check data")
+            check_data.set_caching_options(False)
             train = ops["train"](
                 dataset=finalize.outputs["dataset"], model_name=model_name, epochs=epochs, batch_size=batch_size,
                 lr=lr, bf16=bf16, workers=workers, **train_extra,
             ).set_display_name("train")  # fmt: skip
+            train.after(check_data)  # no TPU time on data the check refused (data_check=fail)
             # A retried task resumes from `last` in its own output (resume=auto): it continues, not restarts.
             train.set_retry(num_retries=2, backoff_duration="60s").set_caching_options(False)
             evaluate = ops["evaluate"](

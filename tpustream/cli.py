@@ -11,7 +11,7 @@ import time
 from typing import Annotated, Any, NoReturn
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from tpustream.errors import TpustreamError
 from tpustream.sources import source_help
@@ -192,6 +192,70 @@ def shards_verify(
             _fail(f"{len(problems)} problems in {bad} of {checked} shards", code=1)
         _fail(f"{len(problems)} of {checked} shards failed verification", code=1)
     typer.echo(f"ok: {checked} shards match {uri}/manifest.json")
+
+
+# The defaults are tpustream.datacheck.DataCheckThresholds' (repeated so --help imports nothing more), each
+# explained there; tests/unit/test_option_layers.py keeps them equal.
+@shards_app.command("check")
+def shards_check(
+    dataset: Annotated[str, typer.Argument(help="Dataset URI (the directory holding manifest.json).")],
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="Compare with this dataset: new/vanished classes, class shares, skipped rate."),
+    ] = None,
+    report: Annotated[
+        str | None,
+        typer.Option(help="Write the Markdown report to FILE.md (local or gs://) instead of printing it."),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON (stdout) instead of Markdown.")
+    ] = False,
+    warn_only: Annotated[bool, typer.Option(help="List anomalies but exit 0.")] = False,
+    max_duplicate_fraction: Annotated[
+        float, typer.Option(help="Exact copies under other names, per distinct image of a split.")
+    ] = 0.01,
+    max_leaked_images: Annotated[int, typer.Option(help="Images (by content) in both train and val.")] = 0,
+    max_skipped_rate: Annotated[
+        float, typer.Option(help="Skipped images and rejected rows per source item.")
+    ] = 0.05,
+    max_class_share_shift: Annotated[
+        float,
+        typer.Option(help="A class's share of the images vs --baseline's (absolute, 0.10 = 10 points)."),
+    ] = 0.10,
+    max_skipped_rate_increase: Annotated[
+        float, typer.Option(help="Rise of the skipped rate vs --baseline's (absolute).")
+    ] = 0.02,
+    examples: Annotated[int, typer.Option(help="File names listed per finding.", min=1)] = 5,
+) -> None:
+    """Is this dataset fit to train on? Duplicates, train/val leakage, empty classes, skipped rate, and
+    drift from --baseline. Exit 1 with one line per anomaly on stderr (0 with --warn-only)."""
+    from tpustream import storage
+    from tpustream.datacheck import DataCheckThresholds, check_dataset
+
+    thresholds = DataCheckThresholds(
+        max_duplicate_fraction=max_duplicate_fraction,
+        max_leaked_images=max_leaked_images,
+        max_skipped_rate=max_skipped_rate,
+        max_class_share_shift=max_class_share_shift,
+        max_skipped_rate_increase=max_skipped_rate_increase,
+    )
+    result = check_dataset(dataset, baseline, thresholds, max_examples=examples)
+    document_on_stdout = json_output or not report  # then every other line goes to stderr
+    if report:
+        storage.write_bytes(report, result.to_markdown().encode(), content_type="text/markdown")
+        typer.echo(f"report: {report}", err=document_on_stdout)
+    if document_on_stdout:
+        typer.echo(json.dumps(result.to_json(), indent=1) if json_output else result.to_markdown())
+    for anomaly in result.anomalies:
+        typer.echo(f"ANOMALY {anomaly.code}: {anomaly.reason}", err=True)
+    count = len(result.anomalies)
+    if count and not warn_only:
+        _fail(
+            f"{count} anomal{'y' if count == 1 else 'ies'} in {result.dataset} (--warn-only to accept)",
+            code=1,
+        )
+    if not count:
+        typer.echo(f"ok: no anomalies in {result.dataset}", err=document_on_stdout)
 
 
 class _EarlySigterm:
@@ -446,18 +510,47 @@ def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) 
         raise typer.Exit(1)
 
 
-def _params(values: list[str]) -> dict[str, object]:
-    """KEY=VALUE pairs; values parsed as JSON when they are JSON (numbers, booleans), else strings."""
-    out: dict[str, object] = {}
+def _pairs(values: list[str]) -> dict[str, str]:
+    """KEY=VALUE pairs, values as typed."""
+    out: dict[str, str] = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep:
             _fail(f"--param {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def _params(values: list[str]) -> dict[str, object]:
+    """KEY=VALUE pairs; values parsed as JSON when they are JSON (numbers, booleans), else strings."""
+    out: dict[str, object] = {}
+    for key, value in _pairs(values).items():
         try:
             out[key] = json.loads(value)
         except ValueError:
             out[key] = value
     return out
+
+
+def _pipeline_params(template: str, registry: str, values: list[str]) -> dict[str, Any]:
+    """The run's parameters, each typed as the template declares it (``--param source=123`` stays a string);
+    what is wrong with a name or a value is the preflight's to report."""
+    from pipelines import preflight
+
+    spec = preflight.load_template(template)
+    declared = preflight.template_parameters(spec) if spec is not None else None
+    return preflight.parse_parameters(declared, {"registry": registry, **_pairs(values)})
+
+
+class _ParametersHelp(TyperCommand):
+    """A pipeline command whose ``--help`` ends with the pipeline's parameters, built only when help is
+    shown (it imports kfp, never torch)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from pipelines.preflight import parameters_help, pipeline_parameters
+
+        self.epilog = parameters_help(pipeline_parameters())
+        super().format_help(ctx, formatter)
 
 
 def _tpu_help() -> str:
@@ -515,7 +608,53 @@ def pipeline_compile(
     typer.echo(f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity)")
 
 
-@pipeline_app.command("submit")
+SkipPreflightOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-preflight",
+        help="Skip the IAM, bucket, TPU region and quota checks of `pipeline preflight` (the parameter names "
+        "and types are still checked: that needs no credentials).",
+    ),
+]
+
+
+@pipeline_app.command("preflight", cls=_ParametersHelp)
+def pipeline_preflight(
+    template: Annotated[str, typer.Option(help="Compiled pipeline YAML (local or gs://).")],
+    project: Annotated[str, typer.Option(help="Google Cloud project.")],
+    pipeline_root: Annotated[str, typer.Option(help="gs:// root for run artifacts.")],
+    registry: Annotated[str, typer.Option(help="gs:// model registry.")],
+    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
+    service_account: Annotated[str | None, typer.Option(help="Service account the run acts as.")] = None,
+    schedule: Annotated[
+        bool, typer.Option("--schedule", help="Also check what `pipeline schedule` needs.")
+    ] = False,
+    param: ParamOption = None,
+) -> None:
+    """Check a run before submitting it: parameter names and types (no credentials needed), the TPU type's
+    region, IAM (actAs on the service account, project roles), the buckets and their regions, TPU quota.
+
+    One line per check (ok, warn or fail, and its fix); exit 1 if any fails. Submit and schedule run it."""
+    from pipelines import preflight
+
+    template = _local_file(template)
+    findings = preflight.preflight(
+        template,
+        project=project,
+        region=region,
+        pipeline_root=pipeline_root,
+        registry=registry,
+        service_account=service_account,
+        parameters=_pipeline_params(template, registry, param or []),
+        schedule=schedule,
+    )
+    for finding in findings:
+        typer.echo(finding.line())
+    if any(finding.status == preflight.FAIL for finding in findings):
+        raise typer.Exit(1)
+
+
+@pipeline_app.command("submit", cls=_ParametersHelp)
 def pipeline_submit(
     template: Annotated[str, typer.Option(help="Compiled pipeline YAML.")],
     project: Annotated[str, typer.Option(help="Google Cloud project.")],
@@ -530,19 +669,27 @@ def pipeline_submit(
     ] = False,
     param: ParamOption = None,
     label: LabelOption = None,
+    skip_preflight: SkipPreflightOption = False,
 ) -> None:
-    """Submit one run to Vertex AI Pipelines."""
+    """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`)."""
     from pipelines import submit
 
+    template = _local_file(template)
     name = submit.submit_pipeline(
-        _local_file(template), project=project, region=region, pipeline_root=pipeline_root,
-        parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
-        labels={k: str(v) for k, v in _params(label or []).items()}, no_cache=no_cache,
-    )  # fmt: skip
+        template,
+        project=project,
+        region=region,
+        pipeline_root=pipeline_root,
+        parameters=_pipeline_params(template, registry, param or []),
+        service_account=service_account,
+        labels={k: str(v) for k, v in _params(label or []).items()},
+        no_cache=no_cache,
+        skip_preflight=skip_preflight,
+    )
     typer.echo(f"submitted: {name}")
 
 
-@pipeline_app.command("schedule")
+@pipeline_app.command("schedule", cls=_ParametersHelp)
 def pipeline_schedule(
     template: Annotated[str, typer.Option(help="Compiled pipeline YAML.")],
     cron: Annotated[
@@ -555,15 +702,23 @@ def pipeline_schedule(
     service_account: Annotated[str | None, typer.Option(help="Service account the runs act as.")] = None,
     param: ParamOption = None,
     label: LabelOption = None,
+    skip_preflight: SkipPreflightOption = False,
 ) -> None:
-    """Schedule retraining (at most one concurrent run)."""
+    """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`."""
     from pipelines import submit
 
+    template = _local_file(template)
     name = submit.schedule_pipeline(
-        _local_file(template), cron=cron, project=project, region=region, pipeline_root=pipeline_root,
-        parameters={"registry": registry, **_params(param or [])}, service_account=service_account,
+        template,
+        cron=cron,
+        project=project,
+        region=region,
+        pipeline_root=pipeline_root,
+        parameters=_pipeline_params(template, registry, param or []),
+        service_account=service_account,
         labels={k: str(v) for k, v in _params(label or []).items()},
-    )  # fmt: skip
+        skip_preflight=skip_preflight,
+    )
     typer.echo(f"scheduled: {name}")
 
 
@@ -651,6 +806,27 @@ def bench_write(
         repeats=repeats,
         samples_per_shard=samples_per_shard,
     ):
+        typer.echo(line)
+
+
+@bench_app.command("import")
+def bench_import_cmd(
+    images: Annotated[
+        int, typer.Option(help="Small JPEGs, uploaded flat with an import file and as ImageFolder.", min=10)
+    ] = 2000,
+    rows: Annotated[
+        int, typer.Option(help="Rows of a local JSONL whose parsing is timed (0 skips it).", min=0)
+    ] = 1_000_000,
+    repeats: Annotated[int, typer.Option(help="Runs per source (the median is reported).", min=1)] = 3,
+    workers: Annotated[
+        int, typer.Option(help="shards create writer processes, the same for both sources.", min=1)
+    ] = max(1, os.cpu_count() or 1),
+) -> None:
+    """Vertex AI import file vs ImageFolder on the GCS test server: listing rows/s and shards create images/s,
+    and the parse rate of a large JSONL."""
+    from tpustream import bench_import
+
+    for line in bench_import.bench_import(images=images, rows=rows, repeats=repeats, workers=workers):
         typer.echo(line)
 
 

@@ -44,14 +44,15 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     spec, text = _compiled(tmp_path, None)
     assert set(spec["root"]["dag"]["tasks"]) == {"check-source", "condition-1"}
     tasks = _all_tasks(spec)
-    assert {"plan-shards", "for-loop-2", "finalize-shards", "train-model", "evaluate-model", "promote-model",
-            "write-shards", "condition-3"} <= set(tasks)  # fmt: skip
+    assert {"plan-shards", "for-loop-2", "finalize-shards", "check-data", "train-model", "evaluate-model",
+            "promote-model", "write-shards", "condition-3"} <= set(tasks)  # fmt: skip
     assert (
         spec["root"]["dag"]["tasks"]["condition-1"]["triggerPolicy"]["condition"]
         == "inputs.parameter_values['pipelinechannel--check-source-Output'] == 'train'"
     )
     assert set(tasks["finalize-shards"]["dependentTasks"]) == {"for-loop-2"}
-    assert tasks["train-model"]["dependentTasks"] == ["finalize-shards"]
+    assert tasks["check-data"]["dependentTasks"] == ["finalize-shards"]
+    assert sorted(tasks["train-model"]["dependentTasks"]) == ["check-data", "finalize-shards"]
     assert "train-model" in tasks["evaluate-model"]["dependentTasks"]
     # No task is ever served from KFP's cache: the source URI never changes between scheduled runs,
     # and whether there is new data is the check step's fingerprint's decision (tpustream/fingerprint.py).
@@ -133,13 +134,13 @@ def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatc
             template, project="proj", region="europe-west4", pipeline_root=root,
             parameters={"registry": f"{gcs_bucket}/registry", "source": source, "epochs": 3},
             service_account="sa@proj.iam.gserviceaccount.com", labels={"team": "vision"}, no_cache=True,
-            api_endpoint=recorder.url,
+            api_endpoint=recorder.url, skip_preflight=True,  # preflight: test_preflight.py
         )  # fmt: skip
         assert name.startswith("projects/proj/locations/europe-west4/pipelineJobs/")
         schedule = schedule_pipeline(
             template, cron="0 3 * * 1", project="proj", region="europe-west4", pipeline_root=root,
             parameters={"registry": f"{gcs_bucket}/registry", "source": source},
-            service_account="sa@proj.iam.gserviceaccount.com", api_endpoint=recorder.url,
+            service_account="sa@proj.iam.gserviceaccount.com", api_endpoint=recorder.url, skip_preflight=True,
         )  # fmt: skip
         assert schedule.startswith("projects/proj/locations/europe-west4/schedules/")
     finally:

@@ -10,17 +10,19 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from google.cloud import aiplatform_v1
 from google.protobuf import json_format
 
-from pipelines.submit import compile_pipeline
+from pipelines.submit import compile_pipeline, submit_pipeline
 from pipelines.tpu import TPU_TYPES, Capacity
 from tests.vertex_emulation import (
     VertexEmulator,
     emulated_slice_vars,
+    find_task,
     host_environment,
     signal_hosts,
     wait_for,
@@ -100,6 +102,63 @@ def test_train_task_runs_on_every_host_of_the_slice_as_vertex_runs_it(
         assert "Wrote executor output file" not in log
     assert "Wrote executor output file" in run.hosts[0].log()
     assert re.search(r"checkpoint gs://\S+ committed", run.hosts[0].log())
+
+
+@pytest.mark.slow
+def test_the_readme_v5e_16_example_trains_with_the_pipelines_own_shard_and_worker_defaults(
+    tmp_path, gcs_bucket, gcs_server
+):
+    """The shards the compiled pipeline writes by default (num_shards 0 = auto, with the slice's floor compiled
+    into its shard steps) and its default 8 loader workers on each of v5e-16's 4 hosts: the job trains."""
+    import yaml
+
+    from tpustream.shards import config_from_pipeline
+
+    template = str(tmp_path / "p.yaml")
+    compile_pipeline(template, tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
+    spec = yaml.safe_load(Path(template).read_text())
+    defaults = {k: v.get("defaultValue") for k, v in spec["root"]["inputDefinitions"]["parameters"].items()}
+    assert defaults["num_shards"] == 0 and defaults["workers"] == 8
+    floor = find_task(spec, "check-source")["inputs"]["parameters"]["min_train_shards"]["runtimeValue"]
+    assert floor["constant"] == 32  # 4 hosts x 8 workers
+    dataset = f"{gcs_bucket}/datasets/auto"
+    config = config_from_pipeline(source="digits", output=dataset, num_shards=int(defaults["num_shards"]),
+                                  val_fraction=defaults["val_fraction"], upsample=1, seed=0,
+                                  min_train_shards=int(floor["constant"]))  # fmt: skip
+    manifest, _ = create_shards(config, progress=False)
+    assert len(manifest["splits"]["train"]["shards"]) == 32
+    emulator = VertexEmulator(env={"STORAGE_EMULATOR_HOST": gcs_server.url})
+    params = {"registry": "gs://unused/registry", "model_name": "tiny", "epochs": 1, "bf16": False, "lr": 0.2}
+    try:
+        run = emulator.start_task(
+            template, "train-model", pipeline_params=params, artifacts={"dataset": dataset},
+            run_root=f"{gcs_bucket}/run", workdir=tmp_path, service_account=SERVICE_ACCOUNT,
+        )  # fmt: skip
+        assert run.wait(timeout=540) == 0, run.logs()
+    finally:
+        emulator.close()
+    assert run.exit_codes == [0] * 4 and not run.restarts, run.logs()
+    assert "no shard and stay idle" not in "".join(h.log() for h in run.hosts)
+
+
+def test_submit_refuses_parameters_the_compiled_slice_cannot_train_on(tmp_path, gcs_bucket):
+    """Before any credential, bucket or Vertex call: 2 train shards cannot feed v5e-16's 4 hosts."""
+    from tests.vertex_fake import VertexRecorder
+
+    template = str(tmp_path / "p.yaml")
+    compile_pipeline(template, tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
+    recorder = VertexRecorder()
+    try:
+        with pytest.raises(
+            ValueError, match=r"num_shards=2 cannot train on v5e-16 \(4 hosts\).*at least 4, 32"
+        ):
+            submit_pipeline(
+                template, project="proj", region="us-central1", pipeline_root=f"{gcs_bucket}/root",
+                parameters={"registry": f"{gcs_bucket}/r", "num_shards": 2}, api_endpoint=recorder.url,
+            )  # fmt: skip
+    finally:
+        recorder.close()
+    assert recorder.requests == []
 
 
 def _host_env(gcs_server, *, hosts, index):

@@ -17,13 +17,24 @@ from tpustream.shard_plan import ShardConfig
 # Config fields that are not CLI options, on purpose.
 CONFIG_ONLY = {
     "commit_timeout_minutes": "a multi-host detail: how long hosts wait for process 0's model artifact",
+    "min_train_shards": "the compiled pipeline's floor for its TPU slice (pipelines/tpu.py); on the CLI "
+    "--num-shards sets the count itself",
 }
 # CLI defaults that differ from the config's, on purpose.
 CLI_DIFFERS = {
     ("shards", "workers"): "the CLI writes with one process per CPU; library callers get one process",
 }
 # Pipeline parameters with no config field: wiring of the DAG and the registry.
-PIPELINE_ONLY = {"registry", "datasets_root", "shards_per_task", "retrain", "vertex_model", "serving_image"}
+# data_check (fail/warn/off): on the CLI, `shards check` exits 1 on anomalies, or 0 with --warn-only.
+PIPELINE_ONLY = {
+    "registry",
+    "datasets_root",
+    "shards_per_task",
+    "retrain",
+    "vertex_model",
+    "serving_image",
+    "data_check",
+}
 # Pipeline parameter -> (layer, option). KFP parameters cannot be None: 0 or -1 stand for "none".
 PIPELINE_OPTIONS = {
     "source": ("shards", "source"), "num_shards": ("shards", "num_shards"),
@@ -33,10 +44,11 @@ PIPELINE_OPTIONS = {
     "lr": ("train", "lr"), "bf16": ("train", "bf16"), "workers": ("train", "workers"),
     "metric": ("promote", "metric"), "min_delta": ("promote", "min_delta"),
     "max_class_drop": ("promote", "max_class_drop"),
+    **{name: ("check", name) for name in ("max_duplicate_fraction", "max_leaked_images", "max_skipped_rate",
+                                           "max_class_share_shift", "max_skipped_rate_increase")},
 }  # fmt: skip
 PIPELINE_NONE = {"num_shards": 0, "val_fraction": -1.0, "lr": 0.0, "max_side": 0, "max_class_drop": -1.0}
 PIPELINE_DIFFERS = {
-    "num_shards": "8 shards for the bundled digits the pipeline defaults to (0 = auto, the CLI's default)",
     "bf16": "the pipeline trains on TPUs, where bfloat16 is the fast path; the CLI also runs on CPUs",
     "workers": "a TPU host's loader workers; the CLI's 4 suits a workstation",
 }
@@ -52,6 +64,7 @@ def _cli_defaults(*path: str) -> dict[str, object]:
 
 def _config_defaults() -> dict[str, dict[str, object]]:
     from tpustream import promote, train
+    from tpustream.datacheck import DataCheckThresholds
 
     def fields(cls: type) -> dict[str, object]:
         return {f.name: f.default for f in dataclasses.fields(cls)}
@@ -61,10 +74,14 @@ def _config_defaults() -> dict[str, dict[str, object]]:
         "shards": fields(ShardConfig),
         "train": fields(train.TrainConfig),
         "promote": {p.name: p.default for p in promote_kwargs if p.kind is p.KEYWORD_ONLY},
+        "check": fields(DataCheckThresholds),
     }
 
 
-@pytest.mark.parametrize("layer, command", [("shards", ("shards", "create")), ("train", ("train",))])
+@pytest.mark.parametrize(
+    "layer, command",
+    [("shards", ("shards", "create")), ("train", ("train",)), ("check", ("shards", "check"))],
+)
 def test_cli_options_are_the_config_fields_with_their_defaults(layer, command):
     config = _config_defaults()[layer]
     cli = _cli_defaults(*command)
