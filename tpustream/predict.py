@@ -9,6 +9,7 @@ ImageFolder dataset), a ``.tar`` shard (its samples, true class from ``.cls``), 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -36,16 +37,30 @@ class Item:
     data: bytes
     true_index: int | None = None  # from a shard's .cls
     folder: str | None = None  # the image's parent folder name (a class name in an ImageFolder layout)
+    source: str | None = None  # the file a dataset's sample came from (its sample index), when known
 
 
 def _is_dataset(uri: str) -> bool:
     return not uri.endswith((".tar", *IMAGE_SUFFIXES)) and storage.exists(storage.join(uri, "manifest.json"))
 
 
-def _shard_items(uri: str) -> Iterator[Item]:
+def _sample_sources(index_uri: str | None) -> dict[str, str]:
+    """key -> source file, from a shard's sample index; empty when the dataset has none (or it is unreadable:
+    the names are a help to the reader, not worth failing a prediction for)."""
+    if not index_uri:
+        return {}
+    try:
+        lines = storage.read_bytes(index_uri).splitlines()
+        return {entry["key"]: entry["source"] for entry in map(json.loads, lines) if entry.get("source")}
+    except (storage.StorageError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _shard_items(uri: str, index_uri: str | None = None) -> Iterator[Item]:
     from tpustream.tario import TarFormatError, iter_tar_samples
 
     name = uri.rsplit("/", 1)[-1]
+    sources = _sample_sources(index_uri)
     try:
         with storage.open_read(uri) as stream:
             for key, fields in iter_tar_samples(stream, storage.size(uri)):
@@ -54,14 +69,15 @@ def _shard_items(uri: str) -> Iterator[Item]:
                     continue
                 label = fields.get("cls")
                 true_index = int(label) if label and label.strip().isdigit() else None
-                yield Item(f"{name}:{key}", fields[ext], true_index)
+                yield Item(f"{name}:{key}", fields[ext], true_index, source=sources.get(key))
     except TarFormatError as exc:
         raise PredictError(
             f"{uri}: not a readable tar shard ({exc}): check it with `tpustream shards verify`"
         ) from exc
 
 
-def _dataset_shards(uri: str) -> list[str]:
+def _dataset_shards(uri: str) -> list[tuple[str, str | None]]:
+    """(shard, its sample index or None) for every val shard of the dataset at ``uri``."""
     from tpustream.manifest import ShardError, read_manifest
 
     try:
@@ -71,7 +87,13 @@ def _dataset_shards(uri: str) -> list[str]:
     split = manifest["splits"].get("val") or {}
     if not split.get("shards"):
         raise PredictError(f"dataset {uri} has no val split: give its train shards or images instead")
-    return [storage.join(uri, shard["path"]) for shard in split["shards"]]
+    return [
+        (
+            storage.join(uri, shard["path"]),
+            storage.join(uri, shard["sample_index"]) if shard.get("sample_index") else None,
+        )
+        for shard in split["shards"]
+    ]
 
 
 def iter_items(inputs: list[str]) -> Iterator[Item]:
@@ -79,8 +101,8 @@ def iter_items(inputs: list[str]) -> Iterator[Item]:
     for raw in inputs:
         uri = storage.check_uri(raw).rstrip("/") if storage.is_gcs(raw) else raw.rstrip("/") or raw
         if _is_dataset(uri):
-            for shard in _dataset_shards(uri):
-                yield from _shard_items(shard)
+            for shard, index in _dataset_shards(uri):
+                yield from _shard_items(shard, index)
             continue
         try:
             objects = storage.stat_or_list(uri)
@@ -106,7 +128,8 @@ def iter_items(inputs: list[str]) -> Iterator[Item]:
 
 
 def val_items_of_model(model_uri: str) -> list[str]:
-    """The val shards of the dataset the model was trained on (model.json's dataset.uri)."""
+    """The dataset the model was trained on (model.json's dataset.uri), checked to have val shards: as an input
+    of ``iter_items``, which reads its val split with the source file of every sample."""
     from tpustream.evaluate import load_model_card
 
     card = load_model_card(model_uri)
@@ -115,7 +138,8 @@ def val_items_of_model(model_uri: str) -> list[str]:
         raise PredictError(
             f"{model_uri}/model.json names no dataset: give images to predict instead of --sample-val"
         )
-    return _dataset_shards(dataset)
+    _dataset_shards(dataset)
+    return [dataset]
 
 
 def predict_items(
@@ -131,6 +155,8 @@ def predict_items(
         )
         for item, prepared in batch:
             result: dict[str, Any] = {"input": item.name}
+            if item.source:
+                result["source"] = item.source
             true_class = _true_class(item, classifier.classes)
             if true_class is not None:
                 result["true_class"] = true_class
@@ -227,6 +253,8 @@ def run(
 
 
 def _text(result: dict[str, Any]) -> str:
+    if "source" in result:  # a dataset's sample: name the file it came from too
+        result = {**result, "input": f"{result['input']} ({result['source']})"}
     if "error" in result:
         return f"{result['input']}  error: {result['error']}"
     top = ", ".join(f"{c} {p:.1%}" for c, p in zip(result["classes"], result["probabilities"], strict=True))

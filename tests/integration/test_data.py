@@ -169,7 +169,9 @@ def _split_ids_raw(dataset):
 
 def test_fewer_shards_than_hosts_is_a_clear_error(tmp_path):
     make_id_dataset(str(tmp_path / "ds"), num_shards=4, val_shards=1)
-    with pytest.raises(LoaderError, match=r"4 shards but 8 replicas \(hosts\) each need one.*--num-shards 32"):
+    with pytest.raises(
+        LoaderError, match=r"4 shards but 8 replicas \(hosts\) each need one.*--num-shards 32"
+    ):
         ShardLoader(
             LoaderConfig(data=str(tmp_path / "ds"), batch_size=4, num_replicas=8, replica_index=0, workers=4)
         )
@@ -321,7 +323,9 @@ def test_more_loader_workers_than_shards_leave_the_extra_workers_idle(tmp_path, 
     idle (said in the log), the others deliver every step, and no sample is read twice in an epoch."""
     dataset = str(tmp_path / "ds")
     manifest = make_id_dataset(dataset, count=400, num_shards=3)
-    config = LoaderConfig(data=dataset, batch_size=16, input_size=8, workers=4, num_replicas=1, replica_index=0)
+    config = LoaderConfig(
+        data=dataset, batch_size=16, input_size=8, workers=4, num_replicas=1, replica_index=0
+    )
     loader = ShardLoader(config)
     try:
         batches = list(loader.epoch(0))

@@ -15,6 +15,7 @@ import base64
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -320,6 +321,15 @@ def test_predict_cli_on_images_shards_and_prefixes(world, tmp_path, gcs_server, 
         "val-000000.tar:"
     )
     assert out[10].endswith(f"correct ({world.registry}/versions/1)")
+    # a dataset's val samples name the file each came from (the sample index), so a WRONG line can be traced
+    from_dataset = runner.invoke(app, ["predict", "--model", world.registry, world.jpegs, "--limit", "6"])
+    assert from_dataset.exit_code == 0, from_dataset.output
+    traced = [line for line in from_dataset.output.splitlines() if line.startswith("val-000000.tar:")]
+    assert len(traced) == 6
+    for line in traced:
+        named = re.match(r"val-000000\.tar:\S+ \((\S+)\)  true (\S+) ", line)
+        assert named and named.group(1).startswith(world.folder), line
+        assert named.group(1).rsplit("/", 2)[1] == named.group(2)  # the file's class folder is the true class
     bad = runner.invoke(app, ["predict", "--model", world.registry, str(tmp_path / "nothing-here")])
     assert bad.exit_code == 2 and "no such file, directory or gs:// object/prefix" in bad.output
     nomodel = runner.invoke(app, ["predict", "--model", str(tmp_path), str(tmp_path / "broken.jpg")])
