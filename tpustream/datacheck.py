@@ -183,7 +183,8 @@ class _SplitHashes:
         return sum(len(sources) - 1 for sources in self.more.values())
 
     @property
-    def distinct_images(self) -> int:  # a source has one content: distinct (hash, source) pairs
+    def distinct_images(self) -> int:
+        """Source files (an upsampled copy is the same file): distinct (content, source) pairs."""
         return len(self.first) + self.extra_copies
 
 
@@ -355,7 +356,7 @@ def _hash_checks(
                 Anomaly(
                     "duplicate-images",
                     f"{found.extra_copies} {split} image(s) are exact copies of another under a different name "
-                    f"({fraction:.1%} of {found.distinct_images}, above {thresholds.max_duplicate_fraction:.1%}), "
+                    f"({fraction:.1%} of {found.distinct_images} source images, above {thresholds.max_duplicate_fraction:.1%}), "
                     f"e.g. {' = '.join(first[:2])}",
                     {
                         "split": split,

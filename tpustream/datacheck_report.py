@@ -97,7 +97,7 @@ def render_markdown(report: DataCheckReport) -> str:
     per_split = [facts["splits"][split] for split in splits]
     lines.append("| samples | " + " | ".join(str(s["samples"]) for s in per_split) + " |")
     if facts["hash_checks"]:
-        lines.append("| distinct images | " + " | ".join(str(s["images"]) for s in per_split) + " |")
+        lines.append("| source images | " + " | ".join(str(s["images"]) for s in per_split) + " |")
     formats = [", ".join(f"{ext} {n}" for ext, n in s["formats"].items()) or "-" for s in per_split]
     lines.append("| formats | " + " | ".join(formats) + " |")
     for key, label in (("width", "width"), ("height", "height"), ("short_side", "shorter side")):
