@@ -19,9 +19,10 @@ def train_model(
     from tpustream.xla_runtime import is_primary_host
 
     try:
-        card = train(TrainConfig(data=dataset.uri, output=model.uri, model=model_name, epochs=epochs,
-                                 batch_size=batch_size, lr=lr or None, bf16=bf16, workers=workers, resume="auto",
-                                 input_size=input_size or None))  # fmt: skip
+        # int(): an integer parameter can reach the executor as a float (the YAML keeps defaults as 8.0)
+        card = train(TrainConfig(data=dataset.uri, output=model.uri, model=model_name, epochs=int(epochs),
+                                 batch_size=int(batch_size), lr=lr or None, bf16=bf16, workers=int(workers),
+                                 resume="auto", input_size=int(input_size) or None))  # fmt: skip
     except Preempted as exc:  # exit 75: the job (or KFP's retry) runs again and resumes from `last`
         exit_preempted(exc)
     if not is_primary_host():

@@ -50,27 +50,48 @@ PREEMPTION_DIR = "_preemption"
 
 
 class SigtermFlag:
-    """Turns SIGTERM into a flag checked between steps (the step in flight always finishes)."""
+    """Turns SIGTERM (a preemption) and SIGINT (Ctrl-C) into a flag checked between steps: the step in flight
+    finishes, `last` is committed, and the run exits as a preempted one (75: run again to resume). A second
+    Ctrl-C leaves at once (130), saving nothing more."""
+
+    INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
     def __init__(self) -> None:
         self.requested = False
+        self.interrupted = False  # the request came from Ctrl-C
         self._previous: Any = None
+        self._previous_int: Any = None
 
     def __enter__(self) -> SigtermFlag:
         try:
             self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._previous_int = signal.signal(signal.SIGINT, self._handle_int)
             self.requested = getattr(self._previous, "requested", False) is True  # caught early by the CLI
         except ValueError:  # not the main thread: no handler (e.g. inside a test runner thread)
-            self._previous = None
+            self._previous = self._previous_int = None
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         log.warning("SIGTERM: finishing the current step, then stopping with the other hosts")
         self.requested = True
 
+    def _handle_int(self, signum: int, frame: Any) -> None:
+        if self.interrupted:
+            from tpustream.train import exit_now
+
+            print("tpustream: second Ctrl-C: stopping now, without saving", flush=True)
+            exit_now(self.INTERRUPTED_EXIT_CODE)
+        log.warning(
+            "Ctrl-C: finishing the current step and writing `last`, then stopping (run again to resume; "
+            "Ctrl-C again to stop at once without saving)"
+        )
+        self.interrupted = self.requested = True
+
     def __exit__(self, *exc: object) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
+        if self._previous_int is not None:
+            signal.signal(signal.SIGINT, self._previous_int)
 
 
 class StopAgreement:

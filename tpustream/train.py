@@ -113,6 +113,11 @@ class TrainConfig:
     keep_checkpoints: int = 2
     commit_timeout_minutes: float = 30.0  # hosts other than process 0 wait this long for its model artifact
     preemption_sync_seconds: float = 10.0  # on a slice: how long hosts wait for each other's stop step
+    init_from: str | None = (
+        None  # warm start: a model artifact, registry, checkpoint or run (tpustream/warm_start.py)
+    )
+    patience: int = 0  # early stopping: epochs without a val top-1 gain of more than min_delta (0: off)
+    min_delta: float = 0.0
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_NAMES:
@@ -132,6 +137,10 @@ class TrainConfig:
             raise ValueError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.workers < 0:
             raise ValueError(f"--workers must be >= 0, got {self.workers}")
+        if self.patience < 0 or self.min_delta < 0:
+            raise ValueError(
+                f"--patience and --min-delta must be >= 0, got {self.patience} and {self.min_delta}"
+            )
         if self.preemption_sync_seconds <= 0 or self.commit_timeout_minutes <= 0:
             raise ValueError("--preemption-sync-seconds and --commit-timeout-minutes must be positive")
 
@@ -213,6 +222,8 @@ class _State:
     global_step: int = 0
     best_top1: float = -1.0
     history: list[dict[str, Any]] = field(default_factory=list)
+    epochs_without_gain: int = 0  # early stopping's counter: in every checkpoint, so a resumed run counts on
+    stopped_early: bool = False
 
 
 @dataclass
@@ -366,7 +377,7 @@ class Trainer:
             raise self.preempted(self.state.global_step)
         self.model.train()
         self.tracker = xm.RateTracker()
-        while self.state.epoch < self.config.epochs:
+        while self.state.epoch < self.config.epochs and not self.state.stopped_early:
             run = self.run_epoch()
             self.finish_epoch(run)
         if self.stop.stop_step(self.state.global_step) is not None:  # told during the last validation
@@ -449,15 +460,43 @@ class Trainer:
             if uri is None:
                 raise CheckpointError(f"--resume {config.resume}: no committed checkpoint there")
         if not uri:
+            self.warm_start()
             return
         checkpoint = load_checkpoint(uri)
         _check_resume(checkpoint, config, self.classes, self.input_size, uri, self.digest)
+        if not _within(uri, self.output):
+            # Its checkpoints and best stay there: a run continued here could never write its model.
+            raise TrainError(
+                f"--resume {config.resume} is another run's checkpoint: --resume continues a run in its own "
+                f"--output ({config.resume}); to start a new run in {self.output} from its weights, use "
+                f"--init-from {config.resume} (and --resume never, or auto)"
+            )
+        if checkpoint.get("meta", {}).get("init"):
+            self.meta["init"] = checkpoint["meta"]["init"]  # where the run began, kept across restarts
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         xm.set_rng_state(int(checkpoint["rng"]["xla"]))
         torch.set_rng_state(checkpoint["rng"]["torch"])
         self.state = _State(**checkpoint["state"])
         log.info("resumed from %s at epoch %d, batch %d", uri, self.state.epoch + 1, self.state.batches_done)
+
+    def warm_start(self) -> None:
+        """Load --init-from's weights into the fresh model (tpustream/warm_start.py) and record where from."""
+        if not self.config.init_from:
+            return
+        from tpustream.warm_start import WarmStartError, apply_init_weights, load_init_weights
+
+        try:
+            init = load_init_weights(self.config.init_from)
+            self.meta["init"] = apply_init_weights(
+                self.model,
+                init,
+                arch=self.config.model,
+                classes=self.classes,
+                input_size=self.input_size,
+            )
+        except WarmStartError as exc:
+            raise TrainError(str(exc)) from exc
 
     def _log_plan(self) -> None:
         log.info(
@@ -544,12 +583,30 @@ class Trainer:
             )
         record = self._record(run, train_loss, metrics)
         state.history.append(record)
+        gained = metrics["val_top1"] - state.best_top1 > self.config.min_delta
+        state.epochs_without_gain = 0 if gained else state.epochs_without_gain + 1
         best = metrics["val_top1"] > state.best_top1
         if best:
             state.best_top1 = metrics["val_top1"]
         state.epoch, state.batches_done = state.epoch + 1, 0
+        patience = self.config.patience
+        if patience and state.epochs_without_gain >= patience and state.epoch < self.config.epochs:
+            state.stopped_early = True
         self._report(record)
         self.checkpoint(best=best)
+        if state.stopped_early:
+            best_epoch = max(state.history, key=lambda r: r["val_top1"])
+            log.warning(
+                "early stopping after epoch %d of %d: val top-1 has not gained more than %g in %d epoch(s) "
+                "(--patience %d); the model is the best epoch's, %d (val top-1 %.4f)",
+                state.epoch,
+                self.config.epochs,
+                self.config.min_delta,
+                state.epochs_without_gain,
+                patience,
+                best_epoch["epoch"],
+                best_epoch["val_top1"],
+            )
 
     def _record(self, run: _EpochRun, train_loss: float, metrics: dict[str, float]) -> dict[str, Any]:
         import torch_xla.debug.metrics as met
@@ -626,11 +683,18 @@ class Trainer:
         else:
             how = ", stopping with every host"
         if not trained:
-            cause = "SIGTERM" if self.preemption.requested else "another host's preemption"
+            cause = "Ctrl-C" if self.preemption.interrupted else "SIGTERM"
+            cause = cause if self.preemption.requested else "another host's preemption"
             return Preempted(f"{cause} before the first step (step {at}){how}: nothing new to save")
+        what = "interrupted (Ctrl-C)" if self.preemption.interrupted else "preempted"
         return Preempted(
-            f"preempted at epoch {state.epoch + 1}, batch {state.batches_done} (step {at}){how}: `last` written"
+            f"{what} at epoch {state.epoch + 1}, batch {state.batches_done} (step {at}){how}: `last` written"
         )
+
+
+def _within(uri: str, output: str) -> bool:
+    """Whether the checkpoint ``uri`` lies under the run directory ``output``."""
+    return storage.absolute(uri).startswith(storage.absolute(output).rstrip("/") + "/")
 
 
 def _wait_for_primary(
@@ -732,6 +796,8 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> d
         "model_sha256": model_digest,
         "steps": state.global_step,
         "training": meta["config"],
+        "init": meta.get("init"),  # warm start: where the weights began (None: random)
+        "stopped_early": state.stopped_early,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     storage.write_bytes(

@@ -164,8 +164,8 @@ def test_bad_resume_inputs_are_one_line(digits, trained, tmp_path):
     cases = {
         notes: [f"{notes} is a file, not a training output directory", "ends in .pt"],
         pickled: [f"checkpoint {pickled} is unreadable (it pickles pathlib", "--resume never"],
-        # a finished run resumed into a new output with the same --epochs: nothing to train, no best there
-        trained["output"]: ["that run has already trained", "raise --epochs to train on from it"],
+        # another run resumed into a new output: it could never write its model there (its best stays behind)
+        trained["output"]: ["is another run's checkpoint", f"--init-from {trained['output']}"],
     }
     procs = {  # started together: each spends its seconds importing torch and setting up XLA
         resume: subprocess.Popen(_train(digits, tmp_path / f"out-{resume.stem}", "--resume", str(resume)),
