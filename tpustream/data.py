@@ -551,11 +551,13 @@ def input_size_rule(side: int) -> int:
 
 
 def median_short_side(dataset: str, manifest: dict[str, Any]) -> tuple[int, str]:
-    """The median shorter side of the dataset's images and where it was read: the manifest's statistics
-    (every image), else the headers of up to 256 images of the first train shard (a shuffled sample)."""
-    stats = manifest.get("stats") or {}
-    if isinstance(stats.get("short_side_median"), int | float):
-        return int(stats["short_side_median"]), f"the {stats.get('images', 'all')} images in the manifest"
+    """The median shorter side of the dataset's train images and where it was read: the manifest's statistics
+    (every train image: ``splits.train.stats.short_side``), else, for a dataset written before them, the
+    headers of up to 256 images of the first train shard (a shuffled sample)."""
+    train = manifest["splits"]["train"]
+    median = ((train.get("stats") or {}).get("short_side") or {}).get("median")
+    if isinstance(median, int | float) and median > 0:
+        return int(median), f"the {train.get('num_samples', 'all')} train images (manifest statistics)"
     import io
     import statistics
 

@@ -22,8 +22,9 @@ bucket). Any other scheme (``pipe:``, ``s3://``) makes that row a rejected row, 
 Splits: ``training`` -> "train"; ``validation`` and ``test`` both -> "val", because our val split is the one
 ``evaluate`` and the champion comparison run on (Vertex keeps test apart from model selection; we have no
 third split, and a held-out set nobody evaluates on would be wasted labels). Rows without ml_use have no
-split: ``shard_plan`` draws the val share of those by ``--val-fraction`` (default 0.1) per class, while
-rows with ml_use keep theirs.
+split: ``shard_plan`` draws 10% of those per class into val, while rows with ml_use keep theirs. An
+explicit ``--val-fraction`` re-splits every row, ml_use or not, as it does for every source (one rule for
+CIFAR's own split, import files and shards alike).
 
 Bad rows never raise and never vanish: unparseable rows, rows without a label and images listed twice with
 two labels become ``Rejected("<import file>:<line>", ...)`` in ``Source.rejected``. An image listed twice

@@ -109,8 +109,11 @@ class CreateSummary:
     num_samples: int = 0
     num_shards: int = 0
     num_bytes: int = 0
-    skipped: int = 0  # source images that could not be decoded
-    skipped_slots: int = 0  # the samples they would have been: skipped x upsample for train images
+    skipped: int = (
+        0  # source images that could not be loaded + rows/samples the source rejected while listing
+    )
+    skipped_slots: int = 0  # the samples the images would have been: x upsample for train images
+    rejected_rows: int = 0  # of ``skipped``: rows or samples left out before any image was read
     reused_shards: int = 0
     seconds: float = 0.0
     split_samples: dict[str, int] = field(default_factory=dict)
@@ -118,11 +121,12 @@ class CreateSummary:
     def line(self) -> str:
         rate = self.num_samples / self.seconds if self.seconds > 0 else 0.0
         splits = ", ".join(f"{k} {v}" for k, v in self.split_samples.items())
-        skipped = f"{self.skipped} skipped"
-        if self.skipped_slots != self.skipped:
-            skipped = (
-                f"{self.skipped} skipped images ({self.skipped_slots} samples with their upsampled copies)"
-            )
+        images = self.skipped - self.rejected_rows
+        skipped = f"{images} skipped"
+        if self.skipped_slots != images:
+            skipped = f"{images} skipped images ({self.skipped_slots} samples with their upsampled copies)"
+        if self.rejected_rows:
+            skipped += f", {self.rejected_rows} rows rejected"
         return (
             f"wrote {self.num_samples} samples ({splits}) in {self.num_shards} shards, "
             f"{self.num_bytes / 1e6:.1f} MB, {rate:,.0f} samples/s, {skipped}, "
@@ -541,6 +545,7 @@ def create_shards(
         num_bytes=sum(s["num_bytes"] for s in manifest["splits"].values()),
         skipped=manifest["skipped"]["count"],
         skipped_slots=manifest["skipped"]["sample_slots"],
+        rejected_rows=manifest["skipped"].get("rejected_rows", 0),
         reused_shards=reused,
         seconds=time.perf_counter() - started,
         split_samples={k: v["num_samples"] for k, v in manifest["splits"].items()},
@@ -667,7 +672,15 @@ def _size_stats(sizes: Counter[str]) -> dict[str, dict[str, int]]:
 
 
 def _warn_missing_classes(manifest: dict[str, Any]) -> None:
-    """A class with no sample in a split: training never sees it, or evaluation never measures it."""
+    """A split with no sample (train and evaluate need both), or a class with no sample in a split: training
+    never sees it, or evaluation never measures it."""
+    for split in SPLITS:
+        if split not in manifest["splits"]:
+            log.warning(
+                "the dataset has no %s split (every item the source gave was assigned to the other): `train` and "
+                "`evaluate` need both; re-create it with --val-fraction F, which re-splits every item",
+                split,
+            )
     for split, info in manifest["splits"].items():
         empty = [
             name for name, count in zip(manifest["classes"], info["class_counts"], strict=True) if not count

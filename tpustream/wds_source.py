@@ -12,7 +12,7 @@ Class names are the labels as text, ordered numerically when every label is an i
 class "3") and by name otherwise. A shard whose path below the source (or file name) contains the word
 ``train``/``training`` keeps its samples in train, ``val``/``valid``/``validation``/``test``/``testing`` in val
 (test joins val as for Vertex AI import files: ``tpustream/import_files.py`` says why); the rest are split
-by ``--val-fraction``.
+10% to val per class. An explicit ``--val-fraction`` re-splits every sample, as it does for every source.
 
 A SOURCE is a directory (local or gs://) holding ``.tar`` files and no ``manifest.json``, one ``x.tar``, a
 comma list of them, a ``PREFIX*.tar`` pattern or a brace range ``shard-{000000..000009}.tar``.
@@ -63,7 +63,8 @@ _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_
 
 
 def is_shard_directory(path: str) -> bool:
-    """Whether the directory ``path`` holds .tar shards (and no images): read as WebDataset shards."""
+    """Whether the directory ``path`` is read as WebDataset shards: .tar files are more than half of what it
+    holds, and it has no manifest.json (that is a tpustream dataset)."""
     objects = storage.list_objects(path)
     names = [obj.uri[len(path.rstrip("/")) + 1 :] for obj in objects]
     tars = [name for name in names if name.lower().endswith(".tar")]

@@ -41,8 +41,19 @@ def test_the_same_photos_get_the_same_size_whatever_the_seed(tmp_path) -> None:
         )
         size, reason = default_input_size(out, read_manifest(out))
         sizes.add(size)
-        assert "median shorter side 120 px" in reason
+        assert "median shorter side 120 px" in reason and "train images (manifest statistics)" in reason
     assert sizes == {120}
+
+
+def test_the_manifest_statistics_decide_without_reading_a_shard(tmp_path) -> None:
+    source = _photos(tmp_path / "photos", {"a": [48] * 5 + [200] * 2, "b": [48] * 5})
+    out = tmp_path / "ds"
+    shards.create_shards(ShardConfig(source=source, output=str(out), num_shards=2), progress=False)
+    manifest = read_manifest(str(out))
+    for tar in (out / "train").iterdir():
+        tar.unlink()  # nothing left to measure: the statistics of every train image must answer
+    size, reason = default_input_size(str(out), manifest)
+    assert size == 48 and "median shorter side 48 px over the" in reason
 
 
 def test_a_manifest_without_statistics_is_measured_on_its_first_shard(tmp_path) -> None:
@@ -50,6 +61,6 @@ def test_a_manifest_without_statistics_is_measured_on_its_first_shard(tmp_path) 
     out = str(tmp_path / "ds")
     shards.create_shards(ShardConfig(source=source, output=out, num_shards=2), progress=False)
     manifest = read_manifest(out)
-    manifest.pop("stats", None)  # as written before the statistics existed
+    del manifest["splits"]["train"]["stats"]  # as written before the statistics existed
     size, reason = default_input_size(out, manifest)
     assert size == 64 and "images of train/train-000000.tar" in reason

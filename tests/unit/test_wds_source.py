@@ -158,9 +158,10 @@ def test_bad_samples_and_a_damaged_tar_are_counted_by_reason_never_raised(tmp_pa
     assert "damaged tar" in damaged.message
     assert source.classes == ["cat", "dog"]  # names as written, ordered by name
 
-    manifest, _ = create_shards(
+    manifest, summary = create_shards(
         ShardConfig(source=str(src), output=str(tmp_path / "out"), num_shards=1), progress=False
     )
+    assert "1 skipped, 5 rows rejected, 0 shards kept" in summary.line()  # the undecodable image; the rest never loaded
     skipped = manifest["skipped"]
     assert skipped["by_reason"] == {"malformed-sample": 4, "empty-label": 1, "undecodable": 1}
     assert skipped["count"] == 6 and skipped["rejected_rows"] == 5
@@ -206,3 +207,22 @@ def test_no_tar_or_no_labelled_sample_is_one_clear_error(tmp_path):
         SourceError, match=r"no labelled image sample in 1 tar file\(s\); e.g. .*x.tar#a: no label"
     ):
         open_source(str(tmp_path / "x.tar"))
+
+
+def test_shards_that_all_say_train_give_a_warned_dataset_without_val(tmp_path, caplog):
+    src = tmp_path / "src"
+    src.mkdir()
+    _tar(
+        str(src / "train-0.tar"),
+        [
+            m
+            for j in range(8)
+            for m in ((f"k{j}.png", _encoded(j, "PNG")), (f"k{j}.cls", str(j % 2).encode()))
+        ],
+    )
+    with caplog.at_level("WARNING"):
+        manifest, _ = create_shards(
+            ShardConfig(source=str(src), output=str(tmp_path / "out"), num_shards=1), progress=False
+        )
+    assert list(manifest["splits"]) == ["train"]
+    assert "no val split" in caplog.text and "--val-fraction" in caplog.text
