@@ -113,9 +113,10 @@ class TrainConfig:
     keep_checkpoints: int = 2
     commit_timeout_minutes: float = 30.0  # hosts other than process 0 wait this long for its model artifact
     preemption_sync_seconds: float = 10.0  # on a slice: how long hosts wait for each other's stop step
-    init_from: str | None = (
-        None  # warm start: a model artifact, registry, checkpoint or run (tpustream/warm_start.py)
-    )
+    # persistent XLA compilation cache: a local dir or gs:// (tpustream/compile_cache.py)
+    compile_cache: str | None = None
+    # warm start: a model artifact, registry, checkpoint or run (tpustream/warm_start.py)
+    init_from: str | None = None
     patience: int = 0  # early stopping: epochs without a val top-1 gain of more than min_delta (0: off)
     min_delta: float = 0.0
 
@@ -292,13 +293,21 @@ def _replica_main(index: int, config: TrainConfig) -> None:
 
 
 def _train_process(config: TrainConfig) -> dict[str, Any]:
+    from tpustream.compile_cache import open_compile_cache
+
     # SIGTERM is a preemption from the first instant: setup, loop and waiting for process 0 alike.
     with SigtermFlag() as preemption:
-        trainer = Trainer(config, preemption)
+        cache = open_compile_cache(config.compile_cache, strategy=config.strategy)  # before any computation
         try:
-            return trainer.fit()
+            trainer = Trainer(config, preemption)
+            trainer.compile_cache = cache
+            try:
+                return trainer.fit()
+            finally:
+                trainer.close()
         finally:
-            trainer.close()
+            if cache is not None:  # after `last` or the model is committed: a cache never delays those
+                cache.close()
 
 
 class Trainer:
@@ -352,6 +361,7 @@ class Trainer:
         self.writer = _summary_writer(self.tb_dir) if self.rt.is_master else None
         self.stop: StopAgreement | None = None
         self.tracker: Any = None  # xm.RateTracker over the whole run, made in fit()
+        self.compile_cache: Any = None  # CompileCache when --compile-cache is given
 
     def fit(self) -> dict[str, Any]:
         """Train to ``config.epochs``; returns the model card. Raises Preempted (every host at one step)."""
@@ -386,6 +396,10 @@ class Trainer:
             return _wait_for_primary(
                 self.output, self.digest, self.state.global_step, self.config, self.rt, self.stop
             )
+        if self.compile_cache is not None:
+            from tpustream.compile_cache import cache_counters
+
+            self.meta["compile_cache"] = {"uri": self.compile_cache.uri, **cache_counters()}
         return _write_model_artifact(self.output, self.meta, self.state)
 
     def close(self) -> None:
@@ -797,6 +811,7 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> d
         "steps": state.global_step,
         "training": meta["config"],
         "init": meta.get("init"),  # warm start: where the weights began (None: random)
+        "compile_cache": meta.get("compile_cache"),  # its lookups in this process (None: no cache)
         "stopped_early": state.stopped_early,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

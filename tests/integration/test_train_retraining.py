@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from tests.integration.test_train import ENV, _cmd, _run
-from tpustream import shards
+from tpustream import shards, storage
 from tpustream.shard_plan import ShardConfig
 
 pytestmark = pytest.mark.integration
@@ -158,3 +158,55 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
     )
     assert result.returncode == 130 and "second Ctrl-C: stopping now" in result.stdout
     assert "not reached" not in result.stdout
+
+
+def test_a_second_run_finds_every_program_in_a_gcs_compile_cache(digits, gcs_server, gcs_bucket, tmp_path):
+    """Two runs of the same program with --compile-cache gs://...: the first compiles and uploads every program,
+    the second downloads them and misses none. XLA's CPU client cannot load a serialized executable (XLA:
+    "Deserializing serialized executable not supported"), so here the found entries count as load failures and
+    compile again; on a TPU they are hits (tpustream/compile_cache.py)."""
+    cache = f"{gcs_bucket}/xla-cache"
+    env = {**ENV, "STORAGE_EMULATOR_HOST": gcs_server.url}
+    first = _run(digits, tmp_path / "first", "--epochs", "1", "--compile-cache", cache, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    cold = _card(tmp_path / "first")["compile_cache"]
+    uploaded = storage.list_objects(cache)
+    assert cold["misses"] > 0 and cold["hits"] == 0 and len(uploaded) == cold["misses"]
+    second = _run(digits, tmp_path / "second", "--epochs", "1", "--compile-cache", cache, env=env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    warm = _card(tmp_path / "second")["compile_cache"]
+    assert warm["misses"] == 0 and warm["hits"] + warm["load_failures"] == cold["misses"]
+    assert f"{len(uploaded)} entries found, 0 added" in second.stderr
+    assert len(storage.list_objects(cache)) == len(uploaded)
+
+
+def test_only_process_0_of_a_slice_writes_the_cache_and_replicas_get_a_path_each(tmp_path):
+    """Per torch_xla's "Compilation Caching" docs: SPMD hosts share one cache that process 0 writes; processes of
+    torch_xla.launch each have their own. Checked in fresh processes (the cache is set before any computation)."""
+    from tests.vertex_emulation import emulated_slice_vars
+
+    script = (
+        "import os, sys\n"
+        "from tpustream.compile_cache import open_compile_cache\n"
+        "cache = open_compile_cache(sys.argv[1], strategy=sys.argv[2])\n"
+        "print(cache.writer, cache.uri, os.environ['XLA_PERSISTENT_CACHE_READ_ONLY'])\n"
+    )
+    cache = str(tmp_path / "cache")
+    for worker, expected in (("0", f"True {cache} 0"), ("1", f"False {cache} 1")):
+        env = {**ENV, **emulated_slice_vars(2), "TPU_WORKER_ID": worker}
+        result = subprocess.run(
+            [sys.executable, "-c", script, cache, "spmd"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.stdout.split("\n")[-2] == expected, result.stderr[-2000:]
+    result = subprocess.run(
+        [sys.executable, "-c", script, cache, "replicas"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.split("\n")[-2] == f"True {cache}/process-0 0", result.stderr[-2000:]
