@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from pipelines.tpu import Capacity
-from pipelines.training import build_pipeline, check_image
+from pipelines.training import StepResources, build_pipeline, check_image
 from tpustream import storage
 
 log = logging.getLogger(__name__)
@@ -21,10 +21,12 @@ def compile_pipeline(
     cpu_image: str,
     tpu_image: str | None = None,
     capacity: Capacity | None = None,
+    resources: StepResources | None = None,
 ) -> str:
-    """Write the pipeline YAML (TPU type and images fixed now; no credentials inside).
+    """Write the pipeline YAML (TPU type, images and the CPU steps' sizes fixed now; no credentials inside).
 
     Refuses placeholder images: a YAML that names an image nobody pushed fails only on Vertex, hours later.
+    ``resources``: the CPU steps' CPU and memory limits (default ``StepResources()``; pipelines/training.py).
     """
     from kfp import compiler
 
@@ -38,7 +40,9 @@ def compile_pipeline(
                         flag, image)  # fmt: skip
     if tpu:
         (capacity or Capacity()).check_tpu(tpu)  # what Vertex would reject or never schedule, refused now
-    pipeline = build_pipeline(tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image, capacity=capacity)
+    pipeline = build_pipeline(
+        tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image, capacity=capacity, resources=resources
+    )
     compiler.Compiler().compile(pipeline, output)
     return output
 

@@ -1,16 +1,25 @@
 """The training DAG: check source -> If(new data): shards (fanned out) -> check data -> train (a TPU custom
 job on Vertex) -> evaluate -> If(candidate wins): promote.
 
-``build_pipeline(tpu=..., cpu_image=..., tpu_image=...)`` fixes the TPU type and images at compile
-time; everything a scheduled run varies (source, model, epochs, thresholds) is a pipeline parameter.
+``build_pipeline(tpu=..., cpu_image=..., tpu_image=..., resources=...)`` fixes the TPU type, images and
+CPU steps' sizes at compile time; everything a scheduled run varies (source, model, epochs, thresholds)
+is a pipeline parameter.
 No credential or service account is compiled in: the TPU job runs as the pipeline run's own service
 account and network (GCPC placeholders, resolved by Vertex when the task runs).
 
 Caching is off on every task: the first step reads a live source whose URI never changes, and the
 decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/fingerprint.py).
+
+Every CPU step carries explicit CPU and memory limits (``StepResources``), from which Vertex AI Pipelines
+picks the step's machine ("Specify the machine configuration for a pipeline step"; without them every step
+runs on e2-standard-4). They are compile-time constants, not pipeline parameters: kfp 2.17 would compile a
+parameter into ``resourceCpuLimit: '{{$.inputs.parameters[...]}}'`` alone, without the numeric ``cpuLimit``
+that Vertex documents, and Vertex resolving that placeholder is undocumented (kubeflow/pipelines#6681, kfp
+1.8 on Vertex: it did not; closed as stale). A constant is compiled into both fields.
 """
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from kfp import dsl
@@ -26,7 +35,10 @@ from pipelines.tpu import (
     worker_pool_spec,
 )
 
-__all__ = ["TPU_TYPES", "build_components", "build_pipeline", "check_image", "LOCAL_IMAGE"]
+__all__ = [
+    "TPU_TYPES", "build_components", "build_pipeline", "check_image", "LOCAL_IMAGE", "StepResources",
+    "CPU_STEPS", "VERTEX_MAX_CPU", "VERTEX_MAX_MEMORY_GB",
+]  # fmt: skip
 
 LOCAL_IMAGE = "local"  # kfp.local's SubprocessRunner runs in this Python: no image is pulled
 _PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|\$", re.IGNORECASE)
@@ -41,6 +53,76 @@ def check_image(image: str, flag: str) -> str:
             "pushes and compiles against the digests"
         )
     return image
+
+
+# What Vertex AI Pipelines accepts for a step ("Specify the machine configuration for a pipeline step"):
+# CPU "a number ... or a number followed by m" (1/1000), at most 96; memory "a number, or a number followed by
+# K, M or G", at most 624 GB. Vertex "automatically selects the closest match from the supported machine
+# types" for the limits given; without them a step runs on e2-standard-4 (4 vCPU, 16 GB).
+VERTEX_MAX_CPU = 96
+VERTEX_MAX_MEMORY_GB = 624
+_CPU = re.compile(r"^(\d+(\.\d+)?|\d+m)$")
+_MEMORY = re.compile(r"^(\d+)([KMG]?)$")
+_MEMORY_GB = {"": 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0}  # kfp's _memory_to_float: decimal units
+
+# The pipeline's CPU steps (the compiled YAML's task names): every one gets explicit limits. The train task
+# is not one of them: on Vertex it is GCPC's launcher, which only creates and polls the TPU CustomJob.
+CPU_STEPS = (
+    "check-source", "plan-shards", "write-shards", "finalize-shards", "check-data", "evaluate-model",
+    "promote-model",
+)  # fmt: skip
+
+
+def cpu_count(cpu: str) -> float:
+    """CPUs of a limit string (``"16"``, ``"0.5"``, ``"500m"``)."""
+    return int(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+
+
+def memory_gb(memory: str) -> float:
+    """GB (decimal, as kfp compiles ``memoryLimit``) of a limit string (``"64G"``, ``"512M"``)."""
+    number, unit = _MEMORY.match(memory).groups()  # type: ignore[union-attr]
+    return int(number) * _MEMORY_GB[unit]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepResources:
+    """CPU and memory limits of the CPU steps, fixed at compile time (the module doc says why).
+
+    ``cpu``/``memory``: every CPU step but evaluate (check source, plan, write, finalize, check data,
+    promote), e2-standard-4's size by default: each shard writer is one process, and the fan-out
+    (``shards_per_task``) is what scales writing. ``eval_cpu``/``eval_memory``: evaluate, which runs the
+    model over the whole val split twice (candidate, champion) on torch CPU. tools/measure_eval.py measured
+    3 to 4 img/s per vCPU for resnet50 at 224 px, decoding included: 50,000 val images x 2 take about 1.75
+    to 2.4 h on e2-standard-4, so evaluate defaults to 16 vCPU / 64 GB (e2-standard-16's size, so that
+    Vertex's closest match is that type), about 26 to 35 min if it scales linearly (README, "Evaluation
+    and promotion"). Each default is a machine type's exact size.
+    """
+
+    cpu: str = "4"
+    memory: str = "16G"
+    eval_cpu: str = "16"
+    eval_memory: str = "64G"
+
+    def __post_init__(self) -> None:
+        for flag, cpu in (("--step-cpu", self.cpu), ("--eval-cpu", self.eval_cpu)):
+            if not _CPU.match(cpu) or not 0 < cpu_count(cpu) <= VERTEX_MAX_CPU:
+                raise ValueError(
+                    f"{flag} {cpu!r}: give a number of CPUs (4, 0.5) or millicores (500m), more than 0 and "
+                    f"at most {VERTEX_MAX_CPU}, the most Vertex AI Pipelines gives a step"
+                )
+        for flag, memory in (("--step-memory", self.memory), ("--eval-memory", self.eval_memory)):
+            if not _MEMORY.match(memory) or not 0 < memory_gb(memory) <= VERTEX_MAX_MEMORY_GB:
+                raise ValueError(
+                    f"{flag} {memory!r}: give a size such as 16G or 512M (K, M, G: the units Vertex AI "
+                    f"Pipelines documents), more than 0 and at most {VERTEX_MAX_MEMORY_GB}G, the most it gives "
+                    "a step"
+                )
+
+    def limits(self, step: str) -> tuple[str, str]:
+        """(cpu, memory) of the compiled step ``step`` (a CPU_STEPS name)."""
+        if step not in CPU_STEPS:
+            raise ValueError(f"{step!r} is not a CPU step of the pipeline ({', '.join(CPU_STEPS)})")
+        return (self.eval_cpu, self.eval_memory) if step == "evaluate-model" else (self.cpu, self.memory)
 
 
 def _tpu_training_op(train_op: Any, tpu: str, capacity: Capacity) -> tuple[Any, list[dict[str, Any]]]:
@@ -116,10 +198,19 @@ def build_components(
 
 def build_pipeline(
     *, tpu: str | None = None, cpu_image: str = LOCAL_IMAGE, tpu_image: str = LOCAL_IMAGE,
-    capacity: Capacity | None = None,
+    capacity: Capacity | None = None, resources: StepResources | None = None,
 ) -> Any:  # fmt: skip
-    """The pipeline function, for kfp's compiler or kfp.local (``tpu=None``: every step runs as is)."""
+    """The pipeline function, for kfp's compiler or kfp.local (``tpu=None``: every step runs as is).
+
+    ``resources``: the CPU steps' limits (default ``StepResources()``); kfp.local's SubprocessRunner runs
+    every step in this machine's processes and ignores them."""
     ops = build_components(cpu_image, tpu_image, tpu, capacity)
+    sizes = resources or StepResources()
+
+    def sized(task: Any, step: str) -> Any:
+        cpu, memory = sizes.limits(step)
+        return task.set_cpu_limit(cpu).set_memory_limit(memory)
+
     train_extra = {"worker_pool_specs": ops["train_pools"]} if tpu else {}
     promote_extra = {}
     if (
@@ -174,19 +265,20 @@ def build_pipeline(
             datasets_root=datasets_root, registry=registry, model_name=model_name, epochs=epochs,
             batch_size=batch_size, lr=lr, bf16=bf16, retrain=retrain, **shard_args,
         ).set_display_name("check source for new data")  # fmt: skip
-        check.set_caching_options(False)
+        sized(check, "check-source").set_caching_options(False)
         with dsl.If(check.outputs["Output"] == "train", name="new-data"):
             plan = ops["plan"](
                 shards_per_task=shards_per_task, dataset=check.outputs["dataset"], **shard_args
             )
-            plan.set_display_name("plan shards").set_caching_options(False)
+            sized(plan, "plan-shards").set_display_name("plan shards").set_caching_options(False)
             with dsl.ParallelFor(plan.outputs["Output"], name="shard-ranges") as shard_range:
                 write = ops["write"](shard_range=shard_range, dataset=check.outputs["dataset"], **shard_args)
-                write.set_display_name("write shards").set_retry(num_retries=2).set_caching_options(False)
+                sized(write, "write-shards").set_display_name("write shards").set_retry(num_retries=2)
+                write.set_caching_options(False)
             finalize = ops["finalize"](
                 planned=check.outputs["dataset"], written=dsl.Collected(write.output), **shard_args
             ).set_display_name("finalize manifest")
-            finalize.set_caching_options(False)
+            sized(finalize, "finalize-shards").set_caching_options(False)
             check_data = ops["check_data"](
                 dataset=finalize.outputs["dataset"],
                 registry=registry,
@@ -197,7 +289,7 @@ def build_pipeline(
                 max_class_share_shift=max_class_share_shift,
                 max_skipped_rate_increase=max_skipped_rate_increase,
             ).set_display_name("check data")
-            check_data.set_caching_options(False)
+            sized(check_data, "check-data").set_caching_options(False)
             train = ops["train"](
                 dataset=finalize.outputs["dataset"], model_name=model_name, epochs=epochs, batch_size=batch_size,
                 lr=lr, bf16=bf16, workers=workers, **train_extra,
@@ -209,7 +301,7 @@ def build_pipeline(
                 model=train.outputs["model"], dataset=finalize.outputs["dataset"], registry=registry,
                 metric=metric, min_delta=min_delta, max_class_drop=max_class_drop,
             ).set_display_name("evaluate vs champion")  # fmt: skip
-            evaluate.set_caching_options(False)
+            sized(evaluate, "evaluate-model").set_caching_options(False)
             with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
                 promote = ops["promote"](
                     model=train.outputs["model"], evaluation=evaluate.outputs["evaluation"], registry=registry,
@@ -217,7 +309,8 @@ def build_pipeline(
                     **promote_extra,
                 ).set_display_name("promote")  # fmt: skip
                 # A retry repairs a failed Model Registry upload: promote finds its champion and uploads it then.
-                promote.set_caching_options(False).set_retry(num_retries=2, backoff_duration="60s")
+                sized(promote, "promote-model").set_caching_options(False)
+                promote.set_retry(num_retries=2, backoff_duration="60s")
         return check.outputs["Output"]  # "train" or "skip" (no new data): what this run did
 
     return tpustream_training

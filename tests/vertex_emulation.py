@@ -20,6 +20,9 @@ What is not Vertex: the container image is this machine's venv (``python3`` on P
 images install the same package) and the repository root stands for the image's WORKDIR (it holds the
 same kfp_config.ini and components/), and the hosts share one machine, so a slice is emulated in control
 flow only (each host trains on its own data slice without a cross-host all-reduce).
+
+For a plain container task (the CPU steps), ``step_machine`` reads what Vertex is asked for: the task's
+CPU and memory limits from the compiled YAML, or Vertex's default machine without them.
 """
 
 from __future__ import annotations
@@ -53,6 +56,53 @@ def find_task(spec: dict, task: str) -> dict:
         if task in dag["tasks"]:
             return dag["tasks"][task]
     raise KeyError(f"no task {task!r} in the compiled pipeline")
+
+
+@dataclass(frozen=True)
+class StepMachine:
+    """What Vertex AI Pipelines is asked for when it runs a container task as a CustomJob ("Specify the
+    machine configuration for a pipeline step"): ``cpu`` and ``memory_gb`` from the task's limits, or, with
+    none, the documented default e2-standard-4 (4 vCPU, 16 GB). Which machine type Vertex then picks for
+    explicit limits is its "closest match from the supported machine types", a rule it does not publish, so
+    ``machine_type`` is named only for the default."""
+
+    cpu: float
+    memory_gb: float
+    machine_type: str | None = None
+
+
+VERTEX_DEFAULT_STEP_MACHINE = StepMachine(cpu=4.0, memory_gb=16.0, machine_type="e2-standard-4")
+VERTEX_STEP_MAX_CPU, VERTEX_STEP_MAX_MEMORY_GB = 96, 624  # "at most 96 CPUs", "at most 624GB"
+
+
+def step_machine(spec: dict, task: str) -> StepMachine:
+    """The machine Vertex is asked for to run ``task`` of the compiled ``spec``, read from its executor's
+    ``container.resources`` as Vertex reads them: the numeric ``cpuLimit`` / ``memoryLimit`` (CPUs, GB), the
+    fields its documentation describes. A limit compiled from a pipeline parameter has only the
+    ``resourceCpuLimit: '{{$.inputs.parameters[...]}}'`` form, which Vertex does not document resolving:
+    refused here, as is a limit beyond what Vertex gives a step."""
+    task_spec = find_task(spec, task)
+    component = spec["components"][task_spec["componentRef"]["name"]]
+    container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
+    resources = container.get("resources")
+    if not resources:
+        return VERTEX_DEFAULT_STEP_MACHINE
+    for numeric, text in (("cpuLimit", "resourceCpuLimit"), ("memoryLimit", "resourceMemoryLimit")):
+        if numeric not in resources and "{{$" in str(resources.get(text, "")):
+            raise ValueError(
+                f"task {task}: {text} {resources[text]!r} comes from a pipeline parameter; Vertex AI "
+                f"Pipelines documents only constant limits (the numeric {numeric})"
+            )
+    machine = StepMachine(
+        cpu=float(resources.get("cpuLimit", VERTEX_DEFAULT_STEP_MACHINE.cpu)),
+        memory_gb=float(resources.get("memoryLimit", VERTEX_DEFAULT_STEP_MACHINE.memory_gb)),
+    )
+    if not (0 < machine.cpu <= VERTEX_STEP_MAX_CPU and 0 < machine.memory_gb <= VERTEX_STEP_MAX_MEMORY_GB):
+        raise ValueError(
+            f"task {task}: {machine.cpu:g} CPU / {machine.memory_gb:g} GB is beyond what Vertex AI Pipelines "
+            f"gives a step ({VERTEX_STEP_MAX_CPU} CPUs, {VERTEX_STEP_MAX_MEMORY_GB} GB)"
+        )
+    return machine
 
 
 @dataclass

@@ -63,7 +63,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-shards_app = typer.Typer(help="Create and verify WebDataset tar shards + manifest.", no_args_is_help=True)
+shards_app = typer.Typer(
+    help="Create, verify and check WebDataset tar shards + manifest.", no_args_is_help=True
+)
 bench_app = typer.Typer(
     help="Benchmarks: one JSON line per result, ratios against the baseline.", no_args_is_help=True
 )
@@ -325,8 +327,35 @@ def train_cmd(
     preemption_sync_seconds: Annotated[
         float, typer.Option(help="Multi-host slice: seconds the hosts wait for each other's stop step.")
     ] = 10.0,
+    compile_cache: Annotated[
+        str | None,
+        typer.Option(
+            help="Persistent XLA compilation cache (local dir or gs://): a restarted or later run of the same "
+            "program loads its executables instead of compiling (process 0 writes, the other hosts read)."
+        ),
+    ] = None,
+    init_from: Annotated[
+        str | None,
+        typer.Option(
+            help="Warm start from these weights: a model artifact (model.json), a registry (its champion), a "
+            "checkpoint (.pt) or a training output. Same classes: all weights; other classes: the backbone and "
+            "a new head. The optimizer and LR schedule start fresh; model.json records it (init)."
+        ),
+    ] = None,
+    patience: Annotated[
+        int,
+        typer.Option(
+            help="Early stopping: stop after N epochs without a val top-1 gain of more than --min-delta; the "
+            "model is the best epoch's (0: off).",
+            min=0,
+        ),
+    ] = 0,
+    min_delta: Annotated[
+        float, typer.Option(help="Early stopping: the val top-1 gain (0-1) that counts as one.", min=0.0)
+    ] = 0.0,
 ) -> None:
-    """Train a ResNet with PyTorch/XLA (SPMD or replicas), checkpointing to --output; resumable."""
+    """Train a ResNet with PyTorch/XLA (SPMD or replicas), checkpointing to --output; resumable. SIGTERM or
+    Ctrl-C: the step in flight finishes, `last` is written, exit 75 (run again to resume)."""
     early = _EarlySigterm().install()  # before these imports, which take seconds
     from tpustream import train
 
@@ -353,6 +382,10 @@ def train_cmd(
             input_size=input_size,
             seed=seed,
             preemption_sync_seconds=preemption_sync_seconds,
+            compile_cache=compile_cache,
+            init_from=init_from,
+            patience=patience,
+            min_delta=min_delta,
         )
         if config.strategy == "replicas":  # one process per device, each with its own handler from its start
             if early.requested:
@@ -361,11 +394,19 @@ def train_cmd(
         card = train.train(config)
     except train.Preempted as exc:
         train.exit_preempted(exc)  # exit 75
+    except KeyboardInterrupt:  # Ctrl-C before the trainer's handler existed (importing torch, setting up)
+        typer.echo("tpustream: Ctrl-C before the first step: nothing to save; exit 130", err=True)
+        train.exit_now(130)
     finally:
         early.uninstall()
     if card:
         metrics = card["metrics"]
-        typer.echo(f"model: {output} (best epoch {metrics['epoch']}, val top-1 {metrics['val_top1']:.4f})")
+        early_stop = (
+            f"; stopped early after epoch {len(card['history'])}" if card.get("stopped_early") else ""
+        )
+        typer.echo(
+            f"model: {output} (best epoch {metrics['epoch']}, val top-1 {metrics['val_top1']:.4f}{early_stop})"
+        )
 
 
 @app.command("evaluate")
@@ -594,18 +635,45 @@ def pipeline_compile(
         ),
     ] = "on-demand",
     timeout: Annotated[str, typer.Option(help="Stop the TPU job after this long (e.g. 36h, 3d).")] = "1d",
+    step_cpu: Annotated[
+        str,
+        typer.Option(
+            help="CPU limit of every CPU step but evaluate (check source, plan, write, finalize, check data, "
+            "promote): CPUs (4) or millicores (500m), at most 96. Vertex picks each step's machine from its "
+            "CPU and memory limits."
+        ),
+    ] = "4",
+    step_memory: Annotated[
+        str, typer.Option(help="Memory limit of those steps: a size in K, M or G (16G), at most 624G.")
+    ] = "16G",
+    eval_cpu: Annotated[
+        str,
+        typer.Option(
+            help="CPU limit of the evaluate step, which runs the candidate and the champion over the whole val "
+            "split on CPU (README, Evaluation and promotion, has the img/s per core to size it by)."
+        ),
+    ] = "16",
+    eval_memory: Annotated[str, typer.Option(help="Memory limit of the evaluate step (64G).")] = "64G",
 ) -> None:
-    """Compile the DAG for Vertex AI Pipelines (TPU type and pushed images fixed at compile time)."""
+    """Compile the DAG for Vertex AI Pipelines (TPU type, pushed images and the CPU steps' sizes fixed at
+    compile time)."""
     from pipelines import submit
     from pipelines.tpu import Capacity
+    from pipelines.training import StepResources
 
     plan = Capacity(kind=capacity, timeout=timeout)
+    sizes = StepResources(cpu=step_cpu, memory=step_memory, eval_cpu=eval_cpu, eval_memory=eval_memory)
     output = _local_file(output)
     try:
-        submit.compile_pipeline(output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image, capacity=plan)
+        submit.compile_pipeline(
+            output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image, capacity=plan, resources=sizes
+        )
     except OSError as exc:
         _fail(f"--output {output}: cannot write the YAML ({exc.strerror or exc}): give a local file path")
-    typer.echo(f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity)")
+    typer.echo(
+        f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity; CPU steps {step_cpu} CPU "
+        f"{step_memory}, evaluate {eval_cpu} CPU {eval_memory})"
+    )
 
 
 SkipPreflightOption = Annotated[

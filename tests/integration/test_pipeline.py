@@ -103,6 +103,88 @@ def test_tpu_job_is_one_pool_per_slice_as_the_pipeline_identity(tmp_path, tpu):
     assert "pip install" not in text
 
 
+def _resources(spec, task):
+    """The compiled ``container.resources`` of ``task``'s executor (None: none set)."""
+    from tests.vertex_emulation import find_task
+
+    component = spec["components"][find_task(spec, task)["componentRef"]["name"]]
+    return spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"].get("resources")
+
+
+def _limits(cpu, memory_gb, cpu_text, memory_text):
+    # kfp 2.17 compiles a constant limit twice: the numeric field Vertex documents (CPUs, GB) and the string
+    return {"cpuLimit": cpu, "memoryLimit": memory_gb, "resourceCpuLimit": cpu_text,
+            "resourceMemoryLimit": memory_text}  # fmt: skip
+
+
+@pytest.mark.parametrize("tpu", [None, "v5e-16"])
+def test_every_cpu_step_compiles_explicit_cpu_and_memory_limits(tmp_path, tpu):
+    """Issue "Evaluation sized for real data": no CPU step is left to Vertex's default machine, evaluate
+    gets its own larger size, and the train task (GCPC's launcher of the TPU job) gets none."""
+    from pipelines.training import CPU_STEPS
+
+    spec, _ = _compiled(tmp_path, tpu)
+    tasks = _all_tasks(spec)
+    containers = {name for name, t in tasks.items() if not t["componentRef"]["name"].startswith(
+        ("comp-condition", "comp-for-loop"))}  # fmt: skip
+    assert containers - {"train-model"} == set(CPU_STEPS)  # a new CPU step must be sized here too
+    for task in CPU_STEPS:
+        expected = (
+            _limits(16.0, 64.0, "16", "64G") if task == "evaluate-model" else _limits(4.0, 16.0, "4", "16G")
+        )
+        assert _resources(spec, task) == expected, task
+    assert _resources(spec, "train-model") is None
+
+
+def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
+    from typer.testing import CliRunner
+
+    from pipelines.training import CPU_STEPS
+    from tpustream.cli import app
+
+    path = tmp_path / "p.yaml"
+    result = CliRunner().invoke(app, [
+        "pipeline", "compile", "--output", str(path), "--tpu", "v5e-8", "--image", CPU_IMAGE,
+        "--tpu-image", TPU_IMAGE, "--step-cpu", "2", "--step-memory", "8G", "--eval-cpu", "32",
+        "--eval-memory", "128G",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "evaluate 32 CPU 128G" in result.output
+    spec = yaml.safe_load(path.read_text())
+    assert _resources(spec, "evaluate-model") == _limits(32.0, 128.0, "32", "128G")
+    for task in set(CPU_STEPS) - {"evaluate-model"}:
+        assert _resources(spec, task) == _limits(2.0, 8.0, "2", "8G"), task
+    # Millicores and megabytes compile as kfp converts them (CPUs, decimal GB)
+    from pipelines.training import StepResources
+
+    sizes = StepResources(cpu="500m", memory="512M", eval_cpu="8", eval_memory="30G")
+    compile_pipeline(str(path), tpu=None, cpu_image=CPU_IMAGE, resources=sizes)
+    spec = yaml.safe_load(path.read_text())
+    assert _resources(spec, "check-source") == _limits(0.5, 0.512, "500m", "512M")
+    assert _resources(spec, "evaluate-model") == _limits(8.0, 30.0, "8", "30G")
+
+
+@pytest.mark.parametrize(
+    ("sizes", "flag"),
+    [
+        ({"eval_cpu": "97"}, "--eval-cpu"),  # Vertex gives a step at most 96 CPUs
+        ({"cpu": "four"}, "--step-cpu"),
+        ({"cpu": "0"}, "--step-cpu"),
+        ({"eval_memory": "625G"}, "--eval-memory"),  # ... and at most 624 GB
+        ({"memory": "16Gi"}, "--step-memory"),  # Vertex documents K, M and G only
+        ({"memory": "16GB"}, "--step-memory"),
+    ],
+)
+def test_step_sizes_vertex_would_not_give_are_refused_before_compiling(tmp_path, sizes, flag):
+    from pipelines.training import StepResources
+
+    with pytest.raises(ValueError, match=flag):
+        compile_pipeline(
+            str(tmp_path / "p.yaml"), tpu=None, cpu_image=CPU_IMAGE, resources=StepResources(**sizes)
+        )
+    assert not (tmp_path / "p.yaml").exists()
+
+
 def test_compile_refuses_placeholder_images(tmp_path):
     with pytest.raises(ValueError, match="--image"):
         compile_pipeline(str(tmp_path / "p.yaml"), tpu=None, cpu_image="")

@@ -20,11 +20,14 @@ from google.protobuf import json_format
 from pipelines.submit import compile_pipeline, submit_pipeline
 from pipelines.tpu import TPU_TYPES, Capacity
 from tests.vertex_emulation import (
+    VERTEX_DEFAULT_STEP_MACHINE,
+    StepMachine,
     VertexEmulator,
     emulated_slice_vars,
     find_task,
     host_environment,
     signal_hosts,
+    step_machine,
     wait_for,
 )
 from tpustream import storage
@@ -376,6 +379,55 @@ def test_capacity_vertex_does_not_offer_for_the_tpu_is_refused_at_compile_and_by
     finally:
         recorder.close()
     assert answer.status_code == 400 and rule.split()[0] in answer.text
+
+
+def test_the_evaluate_step_asks_vertex_for_its_own_machine_and_no_cpu_step_for_the_default(tmp_path):
+    """The compiled YAML read as Vertex reads a container task's limits (tests/vertex_emulation.py): evaluate
+    asks for the evaluation size, every other CPU step for the step size, and none is left to Vertex's
+    default e2-standard-4; a compile-time override reaches the machine."""
+    import yaml
+
+    from pipelines.training import CPU_STEPS, StepResources
+
+    template = tmp_path / "p.yaml"
+    compile_pipeline(str(template), tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
+    spec = yaml.safe_load(template.read_text())
+    assert step_machine(spec, "evaluate-model") == StepMachine(cpu=16.0, memory_gb=64.0)
+    for task in set(CPU_STEPS) - {"evaluate-model"}:
+        assert step_machine(spec, task) == StepMachine(cpu=4.0, memory_gb=16.0), task
+        assert step_machine(spec, task) != VERTEX_DEFAULT_STEP_MACHINE  # explicit, not the default
+    sizes = StepResources(cpu="2", memory="8G", eval_cpu="48", eval_memory="192G")
+    compile_pipeline(str(template), tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE, resources=sizes)
+    spec = yaml.safe_load(template.read_text())
+    assert step_machine(spec, "evaluate-model") == StepMachine(cpu=48.0, memory_gb=192.0)
+    assert step_machine(spec, "write-shards") == StepMachine(cpu=2.0, memory_gb=8.0)
+
+
+def test_the_emulation_reads_the_default_machine_and_refuses_what_vertex_does_not_document(tmp_path):
+    """What the check above relies on can fail: no limits is Vertex's default machine; a limit from a
+    pipeline parameter (kfp compiles only the placeholder string) and one beyond 96 CPUs are refused."""
+    import yaml
+    from kfp import compiler, dsl
+
+    @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+    def step() -> None:
+        pass
+
+    @dsl.pipeline(name="sized")
+    def sized(cpu: str = "8"):
+        step().set_display_name("default")
+        step().set_cpu_limit(cpu)
+        step().set_cpu_limit("128").set_memory_limit("16G")
+
+    template = tmp_path / "sized.yaml"
+    compiler.Compiler().compile(sized, str(template))
+    spec = yaml.safe_load(template.read_text())
+    assert step_machine(spec, "step") == VERTEX_DEFAULT_STEP_MACHINE
+    assert find_task(spec, "step-2")  # kfp names the second and third tasks step-2, step-3
+    with pytest.raises(ValueError, match="pipeline parameter"):
+        step_machine(spec, "step-2")
+    with pytest.raises(ValueError, match="96 CPUs"):
+        step_machine(spec, "step-3")
 
 
 def test_capacity_options_are_checked_before_compiling():
