@@ -6,9 +6,16 @@ from kfp.dsl import Dataset, Input, Metrics, Model, Output
 def train_model(
     dataset: Input[Dataset], model_name: str, epochs: int, batch_size: int, lr: float, bf16: bool,
     workers: int, model: Output[Model], metrics: Output[Metrics], input_size: int = 0,
+    init_from: str = "", registry: str = "", patience: int = 0, early_stop_min_delta: float = 0.0,
+    compile_cache: str = "", pipeline_root: str = "",
 ) -> None:  # fmt: skip
     """Train with --resume auto into the model artifact's URI: a retried task continues, not restarts.
     ``input_size`` 0: the dataset's rule (the images' median shorter side, within [16, 224]).
+    ``init_from``: "" random weights; "champion" the current champion of ``registry`` (none yet, or one that
+    does not fit the run, e.g. another architecture: random weights, with a warning); else a model artifact,
+    registry or checkpoint URI (one that does not fit fails the task). ``patience`` 0: no early stopping.
+    ``compile_cache``: the persistent XLA compilation cache's URI; "auto": ``pipeline_root``/xla-cache (the run's
+    root, resolved by Vertex or kfp.local from {{$.pipeline_root}}); "" none.
 
     On a multi-host slice every host runs this same command (one Vertex worker pool, one replica);
     only process 0 writes checkpoints, the model and KFP's outputs. KFP's executor would have every
@@ -16,13 +23,32 @@ def train_model(
     kfp/dsl/executor.py), so the other hosts leave with exit 0 once process 0 has committed the model.
     """
     from tpustream.train import Preempted, TrainConfig, exit_now, exit_preempted, train
+    from tpustream.warm_start import CHAMPION
     from tpustream.xla_runtime import is_primary_host
 
+    if compile_cache.strip() == "auto":
+        compile_cache = f"{pipeline_root.rstrip('/')}/xla-cache" if pipeline_root.strip() else ""
+    optional = init_from.strip() == CHAMPION
+    start = (registry if optional else init_from).strip() or None
+    if optional:
+        import logging
+
+        from tpustream.promote import read_champion
+
+        if not registry:
+            raise ValueError("init_from=champion needs the registry parameter")
+        if read_champion(registry) is None:  # the first run of a new registry
+            logging.getLogger(__name__).warning(
+                "no champion in %s yet: training from random weights", registry
+            )
+            start = None
     try:
         # int(): an integer parameter can reach the executor as a float (the YAML keeps defaults as 8.0)
         card = train(TrainConfig(data=dataset.uri, output=model.uri, model=model_name, epochs=int(epochs),
                                  batch_size=int(batch_size), lr=lr or None, bf16=bf16, workers=int(workers),
-                                 resume="auto", input_size=int(input_size) or None))  # fmt: skip
+                                 resume="auto", input_size=int(input_size) or None, init_from=start,
+                                 init_optional=optional, patience=int(patience), min_delta=early_stop_min_delta,
+                                 compile_cache=compile_cache or None))  # fmt: skip
     except Preempted as exc:  # exit 75: the job (or KFP's retry) runs again and resumes from `last`
         exit_preempted(exc)
     if not is_primary_host():

@@ -244,6 +244,11 @@ def build_pipeline(
         lr: float = 0.0,
         bf16: bool = True,
         workers: int = PIPELINE_WORKERS,
+        input_size: int = 0,  # training input side; 0 = the dataset's rule (median shorter side, within [16, 224])
+        init_from: str = "champion",  # warm start: "champion" (none yet: random), "" random, or a model/registry URI
+        patience: int = 0,  # early stopping: epochs without a val top-1 gain of more than early_stop_min_delta
+        early_stop_min_delta: float = 0.0,
+        compile_cache: str = "auto",  # persistent XLA compile cache: auto = PIPELINE_ROOT/xla-cache, "" off, or a URI
         metric: str = "top1",
         min_delta: float = 0.0,
         max_class_drop: float = -1.0,  # refuse a candidate if a class's accuracy drops more (< 0: no check)
@@ -292,7 +297,9 @@ def build_pipeline(
             sized(check_data, "check-data").set_caching_options(False)
             train = ops["train"](
                 dataset=finalize.outputs["dataset"], model_name=model_name, epochs=epochs, batch_size=batch_size,
-                lr=lr, bf16=bf16, workers=workers, **train_extra,
+                lr=lr, bf16=bf16, workers=workers, input_size=input_size, init_from=init_from, registry=registry,
+                patience=patience, early_stop_min_delta=early_stop_min_delta, compile_cache=compile_cache,
+                pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER, **train_extra,
             ).set_display_name("train")  # fmt: skip
             train.after(check_data)  # no TPU time on data the check refused (data_check=fail)
             # A retried task resumes from `last` in its own output (resume=auto): it continues, not restarts.

@@ -117,6 +117,9 @@ class TrainConfig:
     compile_cache: str | None = None
     # warm start: a model artifact, registry, checkpoint or run (tpustream/warm_start.py)
     init_from: str | None = None
+    # a warm start that cannot be used (no champion yet, another architecture) trains from random weights with a
+    # warning instead of failing: the pipeline's init_from=champion, whose champion may predate a model change
+    init_optional: bool = False
     patience: int = 0  # early stopping: epochs without a val top-1 gain of more than min_delta (0: off)
     min_delta: float = 0.0
 
@@ -510,7 +513,9 @@ class Trainer:
                 input_size=self.input_size,
             )
         except WarmStartError as exc:
-            raise TrainError(str(exc)) from exc
+            if not self.config.init_optional:
+                raise TrainError(str(exc)) from exc
+            log.warning("%s: training from random weights instead", exc)
 
     def _log_plan(self) -> None:
         log.info(

@@ -347,5 +347,14 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert {c["dataset"]["uri"].rsplit("/", 1)[1] for c in cards} == {dataset, new_dataset}
     new_card = next(c for c in cards if c["dataset"]["uri"].endswith(new_dataset))
     assert sum(r["val_samples"] for r in new_card["history"][-1:]) > 0
+    # init_from=champion (the default): the first run had no champion, the retraining run starts from it
+    old_card = next(c for c in cards if c is not new_card)
+    assert old_card["init"] is None
+    assert new_card["init"]["kind"] == "champion" and new_card["init"]["weights"] == "all"
+    assert new_card["init"]["resolved"] == os.path.join(promote.version_uri(registry, 1), "model.pt")
+    # compile_cache=auto: one cache under the run's pipeline root, which the second training run found filled
+    cache = os.path.join(first["pipeline_root"], "xla-cache")
+    assert old_card["compile_cache"]["uri"] == new_card["compile_cache"]["uri"] == cache and os.listdir(cache)
+    assert old_card["compile_cache"]["misses"] > 0 and new_card["compile_cache"]["misses"] == 0
     manifest = json.loads(Path(registry, "datasets", new_dataset, "manifest.json").read_text())
     assert sum(split["num_samples"] for split in manifest["splits"].values()) == 1300

@@ -19,6 +19,8 @@ CONFIG_ONLY = {
     "commit_timeout_minutes": "a multi-host detail: how long hosts wait for process 0's model artifact",
     "min_train_shards": "the compiled pipeline's floor for its TPU slice (pipelines/tpu.py); on the CLI "
     "--num-shards sets the count itself",
+    "init_optional": "the pipeline's init_from=champion: a champion that does not fit trains from random weights; "
+    "on the CLI an --init-from that does not fit is an error",
 }
 # CLI defaults that differ from the config's, on purpose.
 CLI_DIFFERS = {
@@ -34,6 +36,7 @@ PIPELINE_ONLY = {
     "vertex_model",
     "serving_image",
     "data_check",
+    "compile_cache",  # "auto" = the run's pipeline root /xla-cache; on the CLI --compile-cache takes the URI itself
 }
 # Pipeline parameter -> (layer, option). KFP parameters cannot be None: 0 or -1 stand for "none".
 PIPELINE_OPTIONS = {
@@ -44,11 +47,17 @@ PIPELINE_OPTIONS = {
     "lr": ("train", "lr"), "bf16": ("train", "bf16"), "workers": ("train", "workers"),
     "metric": ("promote", "metric"), "min_delta": ("promote", "min_delta"),
     "max_class_drop": ("promote", "max_class_drop"),
+    "input_size": ("train", "input_size"), "init_from": ("train", "init_from"), "patience": ("train", "patience"),
+    "early_stop_min_delta": ("train", "min_delta"),
     **{name: ("check", name) for name in ("max_duplicate_fraction", "max_leaked_images", "max_skipped_rate",
                                            "max_class_share_shift", "max_skipped_rate_increase")},
 }  # fmt: skip
-PIPELINE_NONE = {"num_shards": 0, "val_fraction": -1.0, "lr": 0.0, "max_side": 0, "max_class_drop": -1.0}
+PIPELINE_NONE = {
+    "num_shards": 0, "val_fraction": -1.0, "lr": 0.0, "max_side": 0, "max_class_drop": -1.0, "input_size": 0,
+}  # fmt: skip
 PIPELINE_DIFFERS = {
+    "init_from": "scheduled retraining starts from the registry's champion (none yet: random weights); the CLI "
+    "from random weights unless told",
     "bf16": "the pipeline trains on TPUs, where bfloat16 is the fast path; the CLI also runs on CPUs",
     "workers": "a TPU host's loader workers; the CLI's 4 suits a workstation",
 }
