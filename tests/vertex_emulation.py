@@ -192,6 +192,7 @@ class VertexEmulator:
             "{{$.pipeline_service_account}}": service_account, "{{$.pipeline_network}}": network,
             "{{$.pipeline_google_cloud_project_id}}": project, "{{$.pipeline_google_cloud_location}}": location,
             "{{$.pipeline_persistent_resource_id}}": "", "{{$.pipeline_encryption_key_name}}": "",
+            "{{$.pipeline_root}}": run_root,  # kfp's dsl.PIPELINE_ROOT_PLACEHOLDER (train's compile cache)
         }  # fmt: skip
         params = self._parameters(spec, task_spec, component, pipeline_params, placeholders)
         workdir = (

@@ -898,6 +898,25 @@ def bench_import_cmd(
         typer.echo(line)
 
 
+@bench_app.command("warmstart")
+def bench_warmstart_cmd(
+    old: Annotated[
+        int, typer.Option(help="Images of last week's data (the digits' first N; now: all).", min=100)
+    ] = 1000,
+    epochs: Annotated[int, typer.Option(help="Epochs of every run.", min=1)] = 6,
+    model: Annotated[str, typer.Option(help="Model name.")] = "tiny",
+    batch_size: Annotated[int, typer.Option(help="Per-device batch size.", min=1)] = 16,
+    lr: Annotated[float, typer.Option(help="Peak LR of every run.")] = 0.2,
+) -> None:
+    """Epochs and steps to reach the champion's val top-1 after new data lands: from scratch vs --init-from."""
+    from tpustream import bench_warmstart
+
+    for line in bench_warmstart.bench_warmstart(
+        old=old, epochs=epochs, model=model, batch_size=batch_size, lr=lr
+    ):
+        typer.echo(line)
+
+
 @bench_app.command("train")
 def bench_train_cmd(
     data: Annotated[str, typer.Option(help="Dataset URI (train split is streamed).")],

@@ -105,6 +105,11 @@ def test_train_task_runs_on_every_host_of_the_slice_as_vertex_runs_it(
         assert "Wrote executor output file" not in log
     assert "Wrote executor output file" in run.hosts[0].log()
     assert re.search(r"checkpoint gs://\S+ committed", run.hosts[0].log())
+    # compile_cache=auto: {{$.pipeline_root}}/xla-cache, resolved by Vertex; host 0 fills it, the others read it
+    cache = f"{gcs_bucket}/run/xla-cache"
+    assert storage.list_objects(cache)
+    assert f"XLA compile cache {cache}: 0 entries, read-write" in run.hosts[0].log()
+    assert all(f"XLA compile cache {cache}: 0 entries, read-only" in h.log() for h in run.hosts[1:])
 
 
 @pytest.mark.slow
