@@ -109,10 +109,10 @@ def test_kill_and_resume_equals_uninterrupted(digits, uninterrupted, tmp_path):
     assert _equal(_last_weights(output), _last_weights(uninterrupted))
 
 
-def test_sigterm_mid_epoch_writes_last_and_resumes(digits, uninterrupted, tmp_path):
-    output = tmp_path / "preempted"
+def signal_mid_epoch(data, output, signum, at="epoch 2 step 35"):
+    """A 3-epoch run sent ``signum`` once its log shows ``at``; returns (exit code, its whole stderr)."""
     proc = subprocess.Popen(
-        _cmd(digits, output, "--epochs", "3"),
+        _cmd(data, output, "--epochs", "3"),
         env=ENV,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -121,11 +121,18 @@ def test_sigterm_mid_epoch_writes_last_and_resumes(digits, uninterrupted, tmp_pa
     seen = []
     for line in proc.stderr:
         seen.append(line)
-        if "epoch 2 step 35" in line:
-            proc.send_signal(signal.SIGTERM)
+        if at in line:
+            proc.send_signal(signum)
             break
-    rest, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 75, "".join(seen[-20:]) + (rest or "")
+    rest = proc.stderr.read()  # not communicate(): with a timeout it reads the pipe past the text buffer
+    proc.wait(timeout=300)
+    return proc.returncode, "".join(seen) + rest
+
+
+def test_sigterm_mid_epoch_writes_last_and_resumes(digits, uninterrupted, tmp_path):
+    output = tmp_path / "preempted"
+    code, log = signal_mid_epoch(digits, output, signal.SIGTERM)
+    assert code == 75, log[-3000:]
     pointer = json.loads((output / "checkpoints" / "last.json").read_text())
     assert pointer["epoch"] == 1 and pointer["batches_done"] > 0  # mid-epoch 2
     resumed = _run(digits, output, "--epochs", "3")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.integration.test_train import ENV, _cmd, _run
+from tests.integration.test_train import ENV, _run, signal_mid_epoch
 from tpustream import shards, storage
 from tpustream.shard_plan import ShardConfig
 
@@ -111,23 +111,8 @@ def test_early_stopping_stops_keeps_best_and_counts_on_after_a_restart(digits, t
 
 def test_ctrl_c_commits_last_and_exits_like_a_preemption(digits, base, tmp_path):
     output = tmp_path / "interrupted"
-    proc = subprocess.Popen(
-        _cmd(digits, output, "--epochs", "3"),
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if "epoch 2 step 35" in line:
-            proc.send_signal(signal.SIGINT)
-            break
-    rest = proc.stderr.read()  # not communicate(): with a timeout it reads the pipe past the text buffer
-    proc.wait(timeout=300)
-    log = "".join(seen) + rest
-    assert proc.returncode == 75, log[-3000:]
+    code, log = signal_mid_epoch(digits, output, signal.SIGINT)
+    assert code == 75, log[-3000:]
     assert "Ctrl-C: finishing the current step and writing `last`" in log
     assert "interrupted (Ctrl-C) at epoch 2" in log and "`last` written" in log
     pointer = json.loads((output / "checkpoints" / "last.json").read_text())
