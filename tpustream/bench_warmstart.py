@@ -104,7 +104,7 @@ def bench_warmstart(
             warm_card, warm_s = _train(
                 datasets["this-week"], os.path.join(tmp, run.replace("/", "-")), args, env
             )
-            warm = {**base, "run": run, "lr": lr * lr_factor, **_reached(warm_card, top1)}
+            warm = {**base, "run": run, "lr": round(lr * lr_factor, 6), **_reached(warm_card, top1)}
             warm["seconds"] = round(warm_s, 1)
             if warm["steps_to_target"] is not None and scratch["steps_to_target"]:
                 warm["steps_ratio_vs_scratch"] = round(
