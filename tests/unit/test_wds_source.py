@@ -161,7 +161,8 @@ def test_bad_samples_and_a_damaged_tar_are_counted_by_reason_never_raised(tmp_pa
     manifest, summary = create_shards(
         ShardConfig(source=str(src), output=str(tmp_path / "out"), num_shards=1), progress=False
     )
-    assert "1 skipped, 5 rows rejected, 0 shards kept" in summary.line()  # the undecodable image; the rest never loaded
+    # the undecodable image is skipped; the 5 rejected samples were never loaded
+    assert "1 skipped, 5 rows rejected, 0 shards kept" in summary.line()
     skipped = manifest["skipped"]
     assert skipped["by_reason"] == {"malformed-sample": 4, "empty-label": 1, "undecodable": 1}
     assert skipped["count"] == 6 and skipped["rejected_rows"] == 5
