@@ -66,9 +66,7 @@ def _digits_without_nine(root):
     return root
 
 
-def test_other_classes_keep_the_backbone_and_get_a_new_head_and_bad_sources_are_one_line(
-    digits, base, tmp_path
-):
+def test_other_classes_keep_the_backbone_and_get_a_new_head(digits, base, tmp_path):
     data = str(tmp_path / "nine-gone")
     shards.create_shards(
         ShardConfig(source=str(_digits_without_nine(tmp_path / "img")), output=data, num_shards=8),
@@ -82,13 +80,6 @@ def test_other_classes_keep_the_backbone_and_get_a_new_head_and_bad_sources_are_
     card = _card(tmp_path / "warm")
     assert card["init"]["kind"] == "checkpoint" and card["init"]["weights"] == "backbone"
     assert card["init"]["gone_classes"] == ["9"] and card["init"]["head_rows_kept"] == 9
-    # another architecture, and a directory that is none of the four forms: one line each, exit 2
-    other = _run(digits, tmp_path / "r18", "--epochs", "1", "--model", "resnet18", "--init-from", str(base))
-    assert (
-        other.returncode == 2 and "is a tiny, this run trains a resnet18: pass --model tiny" in other.stderr
-    )
-    nothing = _run(digits, tmp_path / "x", "--epochs", "1", "--init-from", str(tmp_path / "img"))
-    assert nothing.returncode == 2 and "neither a model artifact (model.json), a registry" in nothing.stderr
 
 
 def test_early_stopping_stops_keeps_best_and_counts_on_after_a_restart(digits, tmp_path):
@@ -109,7 +100,7 @@ def test_early_stopping_stops_keeps_best_and_counts_on_after_a_restart(digits, t
     assert card["metrics"]["epoch"] == best["epoch"]
 
 
-def test_ctrl_c_commits_last_and_exits_like_a_preemption(digits, base, tmp_path):
+def test_ctrl_c_commits_last_and_exits_like_a_preemption(digits, tmp_path):
     output = tmp_path / "interrupted"
     code, log = signal_mid_epoch(digits, output, signal.SIGINT)
     assert code == 75, log[-3000:]
@@ -117,13 +108,6 @@ def test_ctrl_c_commits_last_and_exits_like_a_preemption(digits, base, tmp_path)
     assert "interrupted (Ctrl-C) at epoch 2" in log and "`last` written" in log
     pointer = json.loads((output / "checkpoints" / "last.json").read_text())
     assert pointer["epoch"] == 1 and pointer["batches_done"] > 0
-
-    # --resume of that run into a new output: one line pointing at --init-from, nothing trained
-    elsewhere = _run(digits, tmp_path / "elsewhere", "--epochs", "3", "--resume", str(output))
-    assert elsewhere.returncode == 2, elsewhere.stderr[-3000:]
-    assert (
-        f"--init-from {output}" in elsewhere.stderr and not (tmp_path / "elsewhere" / "checkpoints").exists()
-    )
 
 
 def test_a_second_ctrl_c_exits_at_once(tmp_path):
