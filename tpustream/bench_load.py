@@ -10,6 +10,12 @@
     run in as many processes at once as the worker count uses cores (``kernel-in-N-processes``: what the
     cores really give together, shared caches and memory bandwidth included) and our whole pipeline with
     no worker processes (``tpustream-workers0``).
+(feed ceilings, at 224 and 32 px whatever the data's size) what one main process can hand out when the
+    workers have nothing to do (``handoff-ceiling``: ShardLoader's own workers, slot ring and main-process
+    loop, every slot holding a batch rendered once), what the host->device transfer alone sustains
+    (``device-transfer-ceiling``: one ready batch through ``device_loader``) and both in one process as
+    the trainer feeds (``feed-ceiling``), the last two in a spawned process on torch_xla (PJRT_DEVICE,
+    default CPU with CPU_NUM_DEVICES=4: a v5e host's 4 chips); at 224 px compared with a v5e host's need.
 Every pipeline runs ``repeats`` times, interleaved; each run counts samples for ``seconds`` after its
 first batch (worker start-up excluded); the median is reported with ratios to tpustream, (B) and (A),
 once per worker count of ``workers`` (``--workers 1,2,4``).
@@ -17,6 +23,7 @@ once per worker count of ``workers`` (``--workers 1,2,4``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -27,7 +34,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from tpustream import storage
+from tpustream.data import _EpochStream, _Stats
 
 __all__ = ["bench_load", "input_size_for"]
 
@@ -177,8 +187,11 @@ def _kernel_in_processes(args: tuple[Any, ...], processes: int, seconds: float) 
                 child.terminate()
 
 
-def _measure(make: Callable[[], Iterable[Any]], seconds: float) -> float:
-    """Samples/s over ``seconds`` after the first batch (worker start-up and first fill excluded)."""
+def _measure(
+    make: Callable[[], Iterable[Any]], seconds: float, finish: Callable[[], Any] | None = None
+) -> float:
+    """Samples/s over ``seconds`` after the first batch (worker start-up and first fill excluded);
+    ``finish`` (waiting for the device's outstanding transfers) runs inside the timed span."""
     iterator = iter(make())
     first = next(iterator)
     del first
@@ -191,9 +204,238 @@ def _measure(make: Callable[[], Iterable[Any]], seconds: float) -> float:
             continue
         images = batch["image"] if isinstance(batch, dict) else batch[0]
         samples += int(images.shape[0])
+    if finish is not None:
+        finish()
     elapsed = time.perf_counter() - started
     del iterator
     return samples / elapsed
+
+
+# ---------------------------------------------------------------- the feed ceiling
+
+FEED_SIZES = (224, 32)  # ImageNet's and CIFAR's input sides, whatever the data's own
+# Images/s a v5e host (ct5lp-hightpu-4t: 4 chips, 112 vCPUs) must be fed at 224 px to keep its chips busy
+# at ResNet-50 speed: the issue's estimate (~2,500 img/s per chip), not a measurement.
+V5E_HOST_NEED_IMG_S = 10_000
+# Batches the hand-off loader's manifest claims per epoch (samples never read): more than a run takes at 32 px
+# (~0.15 ms a batch, 2 cores), few enough for the loader's per-epoch worker order (a list of every batch).
+_LONG_EPOCH_BATCHES = 500_000
+
+
+class _ReadyBatches(_EpochStream):
+    """ShardLoader's worker body with the work taken out: no reading, decoding or rendering. Each batch is
+    the worker's next ring slot, which already holds a rendered batch (written once by the main process),
+    handed out as ShardLoader's workers hand out theirs: the slot claimed in turn (``_SlotRing.claim``, which
+    waits for the main process to free it) and its index, fresh label and mask arrays and a stats delta
+    pickled to the main process through the DataLoader's queue."""
+
+    def _run(self, plan: Any, skip_batches: int) -> Iterator[dict[str, Any]]:
+        assert self.ring is not None and self._worker is not None, "hand-off needs worker processes"
+        batch = self.split.config.batch_size
+        stats = _Stats()
+        for _ in range(plan.num_batches - skip_batches):
+            slot = self.ring.claim(self._worker, self._written, self.generation)
+            self._written += 1
+            stats.samples += batch
+            label, mask = np.zeros(batch, np.int64), np.ones(batch, np.bool_)
+            yield {"_slot": (self._worker, slot), "label": label, "mask": mask, "_stats": stats.take()}
+
+
+def _ready_batch(dataset: str, manifest: dict[str, Any], split: str, size: int, batch: int) -> Any:
+    """One uint8 [batch, 3, size, size] batch of the split's first images, decoded and cropped once at
+    ``size`` (the images cycled when the split has fewer than ``batch``)."""
+    import random
+
+    import torch
+
+    from tpustream.transforms import Augment, default_min_crop_scale, prepare_image, render_batch
+
+    augment = Augment(output_size=size, train=split == "train", min_crop_scale=default_min_crop_scale(size))
+    rng = random.Random(0)
+    items = []
+    for _, data, ext, _ in _split_samples(dataset, manifest, split):
+        items.append(prepare_image(data, ext, augment, rng))
+        if len(items) == batch:
+            break
+    out = torch.empty((batch, 3, size, size), dtype=torch.uint8)
+    render_batch([items[i % len(items)] for i in range(batch)], size, out)
+    return out
+
+
+def _handoff_batches(
+    dataset: str, manifest: dict[str, Any], split: str, size: int, batch: int, workers: int, ready: Any
+) -> Iterator[dict[str, Any]]:
+    """A real ShardLoader's batches (``epoch()``: its main-process loop, slot ring and persistent DataLoader
+    workers) whose workers run ``_ReadyBatches``: every ring slot holds ``ready``. Its manifest claims
+    ``_LONG_EPOCH_BATCHES`` batches (never read), so no epoch boundary falls in a measurement."""
+    import copy
+    import weakref
+
+    from tpustream import data as loader_module
+
+    long = copy.deepcopy(manifest)
+    shards = long["splits"][split]["shards"]
+    for shard in shards:
+        shard["num_samples"] = -(-_LONG_EPOCH_BATCHES * batch // len(shards))
+    loader = loader_module.ShardLoader(
+        loader_module.LoaderConfig(data=dataset, split=split, batch_size=batch, input_size=size,
+                                   workers=workers, num_replicas=1, replica_index=0),
+        manifest=long,
+    )  # fmt: skip
+    # The pool ShardLoader.epoch() would start, with the ready-batch worker body (data.py's own lines).
+    ring = loader._slot_ring()
+    ring.images[:] = ready  # every worker's every slot, before the workers start
+    _, plans, skip = loader._split.layout(0, 0)
+    stream = _ReadyBatches(loader._split, 0, plans, skip, ring, 0, persistent=True)
+    loader._pool = loader_module._data_loader(stream, loader.config, persistent=True)
+    loader._close_pool = weakref.finalize(loader, loader_module._shut_down, loader._pool)
+    epoch = 0
+    try:
+        while True:
+            yield from loader.epoch(epoch)
+            epoch += 1
+    finally:
+        loader.close()
+
+
+def _device_rate(host_batches: Iterator[Any], rt: Any, seconds: float) -> float:
+    """Samples/s of ``host_batches`` through tpustream's ``device_loader`` (torch_xla MpDeviceLoader), device
+    work waited for at the end; the loader's threads are stopped and ``host_batches`` closed after."""
+    import torch_xla.core.xla_model as xm
+
+    from tpustream.xla_runtime import device_loader
+
+    loader = device_loader(host_batches, rt)
+    try:
+        return _measure(lambda: loader, seconds, finish=xm.wait_device_ops)
+    finally:
+        if loader._parallel_loader is not None:
+            loader._parallel_loader.close()
+        close = getattr(host_batches, "close", None)
+        if close is not None:
+            close()
+
+
+def _xla_feed_process(
+    args: tuple[Any, ...], workers: int, seconds: float, repeats: int, results: Any
+) -> None:
+    """In a spawned process (torch_xla initialised here only): per size in FEED_SIZES, the median samples/s
+    of ``device-transfer-ceiling`` and ``feed-ceiling`` over ``repeats`` interleaved runs."""
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    if os.environ["PJRT_DEVICE"] == "CPU":
+        os.environ.setdefault("CPU_NUM_DEVICES", "4")  # a v5e host's 4 chips
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import itertools
+        import multiprocessing
+
+        # A spawned process inherits "spawn" as its default start method, and ShardLoader's DataLoader
+        # dataset (a class local to data.py's _data_loader) cannot be pickled: fork, as in `tpustream train`.
+        multiprocessing.set_start_method("fork", force=True)
+
+        import torch
+        import torch_xla.runtime as xr
+
+        from tpustream.xla_runtime import runtime
+
+        dataset, manifest, split, batch = args
+        rt = runtime("spmd")
+        rates: dict[tuple[str, int], list[float]] = {}
+        ready = {size: _ready_batch(dataset, manifest, split, size, batch) for size in FEED_SIZES}
+        for _ in range(repeats):
+            for size in FEED_SIZES:
+                one = {"image": ready[size], "label": torch.zeros(batch, dtype=torch.int64),
+                       "mask": torch.ones(batch, dtype=torch.bool)}  # fmt: skip
+                rates.setdefault(("device-transfer-ceiling", size), []).append(
+                    _device_rate(itertools.repeat(one), rt, seconds)
+                )
+                handoff = _handoff_batches(dataset, manifest, split, size, batch, workers, ready[size])
+                rates.setdefault(("feed-ceiling", size), []).append(_device_rate(handoff, rt, seconds))
+        medians = {key: statistics.median(values) for key, values in rates.items()}
+        results.put(("ok", {"device": str(xr.device_type()), "devices": rt.local_devices, "rates": medians}))
+    except BaseException as exc:  # the parent reports it as a skipped line
+        results.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _xla_feed(args: tuple[Any, ...], workers: int, seconds: float, repeats: int) -> dict[str, Any]:
+    """``_xla_feed_process``'s result, or ``{"error": why}``."""
+    import multiprocessing
+    import queue
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    child = context.Process(target=_xla_feed_process, args=(args, workers, seconds, repeats, results))
+    child.start()
+    deadline = time.monotonic() + 600 + 4 * repeats * len(FEED_SIZES) * (seconds + 30)
+    try:
+        while True:
+            try:
+                status, value = results.get(timeout=1)
+                break
+            except queue.Empty:
+                if child.exitcode is not None:
+                    return {"error": f"the torch_xla measuring process exited with code {child.exitcode}"}
+                if time.monotonic() > deadline:
+                    return {"error": "the torch_xla measuring process did not finish"}
+        return value if status == "ok" else {"error": value}
+    finally:
+        child.join(timeout=30)
+        if child.is_alive():
+            child.terminate()
+
+
+def _feed_lines(
+    base: dict[str, Any], batch: int, workers: int, handoff: dict[int, float], xla: dict[str, Any] | None
+) -> Iterator[dict[str, Any]]:
+    """The feed-ceiling lines: per size, the hand-off, the device transfer and both together."""
+
+    def line(pipeline: str, size: int, rate: float, note: str, **extra: Any) -> dict[str, Any]:
+        loader_workers = 0 if pipeline == "device-transfer-ceiling" else workers  # that one has no loader
+        out = {**base, "input_size": size, "pipeline": pipeline, "workers": loader_workers, "main_processes": 1,
+               "host_cores": os.cpu_count(), "samples_per_s": round(rate),
+               "ms_per_batch": round(1000 * batch / rate, 3), **extra}  # fmt: skip
+        if size == 224:
+            out["v5e_host_need_img_s"] = V5E_HOST_NEED_IMG_S
+            out["headroom"] = round(rate / V5E_HOST_NEED_IMG_S, 2)
+        return {**out, "ceiling": True, "note": note}
+
+    handoff_note = (
+        f"one main process taking ready batches from {workers} ShardLoader worker process(es) through the "
+        "loader's own path (DataLoader worker queue; shared-memory slot ring: the main process copies each "
+        "batch's images out of its slot; label/mask wrapped, stats counted); the workers read, decode and "
+        "render nothing (every slot holds one batch rendered once), so this is the main process's hand-off "
+        "cost alone; no device transfer, no epoch boundary, start-up and first batch excluded"
+    )
+    for size in FEED_SIZES:
+        yield line("handoff-ceiling", size, handoff[size], handoff_note)
+    if xla is None:
+        return
+    if "error" in xla:
+        for pipeline in ("device-transfer-ceiling", "feed-ceiling"):
+            yield {"bench": "load", "pipeline": pipeline, "skipped": xla["error"]}
+        return
+    where = f"{xla['devices']} XLA {xla['device']} device(s)"
+    cpu = (
+        "; on XLA CPU the transfer is a host memory copy into XLA's buffers, not a PCIe DMA to a chip"
+        if xla["device"] == "CPU"
+        else ""
+    )
+    notes = {
+        "device-transfer-ceiling": (
+            "one host batch (uint8 image, int64 label, bool mask) sent again and again through tpustream's "
+            f"device_loader (torch_xla MpDeviceLoader, SPMD: the batch sharded over {where}), no loader: "
+            f"the host->device transfer alone, device work waited for{cpu}"
+        ),
+        "feed-ceiling": (
+            f"handoff-ceiling's ready batches through device_loader to {where} in the same process, as the "
+            "trainer feeds them: what one main process and the transfer sustain together; no model step, "
+            f"no decode{cpu}"
+        ),
+    }
+    for pipeline in ("device-transfer-ceiling", "feed-ceiling"):
+        for size in FEED_SIZES:
+            rate = xla["rates"][(pipeline, size)]
+            yield line(pipeline, size, rate, notes[pipeline], device=xla["device"], devices=xla["devices"])
 
 
 def _shard_samples(dataset: str, shard: dict[str, Any]) -> Iterator[tuple[str, bytes, str, int]]:
@@ -311,6 +553,17 @@ def bench_load(
             "tpustream-workers0": _one_thread(lambda: _ours_loader(dataset, split, size, batch_size, 0)),
         }
         ceiling_rates: dict[str, float] = {}
+        # The feed ceilings: measured once, with the most workers asked for (at least one: the hand-off is
+        # from worker processes), the hand-off interleaved with the first worker count's pipelines.
+        feed_workers = max(1, *worker_counts)
+        handoff: dict[str, Callable[[], Iterable[Any]]] = {
+            f"handoff-{size}": partial(
+                _handoff_batches, dataset, manifest, split, size, batch_size, feed_workers,
+                _ready_batch(dataset, manifest, split, size, batch_size),
+            )
+            for size in FEED_SIZES
+        }  # fmt: skip
+        handoff_rates: dict[int, float] = {}
         for count in worker_counts:
             pipelines: dict[str, Callable[[], Iterable[Any]]] = {
                 "tpustream": partial(_ours_loader, dataset, split, size, batch_size, count),
@@ -326,6 +579,7 @@ def bench_load(
                 )
             if not ceiling_rates:
                 pipelines.update(ceilings)
+                pipelines.update(handoff)
             cores = max(1, min(count, os.cpu_count() or 1))
             parallel = f"kernel-in-{cores}-processes"
             rates: dict[str, list[float]] = {name: [] for name in [*pipelines, parallel]}
@@ -338,6 +592,9 @@ def bench_load(
             medians = {name: statistics.median(values) for name, values in rates.items()}
             for name in ceilings:
                 ceiling_rates.setdefault(name, medians.pop(name, 0.0))
+            first = count == worker_counts[0]
+            if first:
+                handoff_rates = {size: medians.pop(f"handoff-{size}") for size in FEED_SIZES}
             parallel_rate = medians.pop(parallel)
             ours = medians["tpustream"]
             for name, rate in medians.items():
@@ -364,13 +621,22 @@ def bench_load(
                 "ratio_vs_kernel_x_cores": round(parallel_rate / (ceiling_rates["kernel-alone"] * cores), 2),
                 "ceiling": True, "note": f"the kernel in {cores} process(es) at once, summed",
             })  # fmt: skip
-            if count == worker_counts[0]:
+            if first:
                 for name, rate in ceiling_rates.items():
                     yield json.dumps({
                         **base, "pipeline": name, "workers": 0, "cores": 1, "samples_per_s": round(rate),
                         "ratio_vs_tpustream": round(rate / ours, 2), "ceiling": True,
                         "note": "one process: x cores is the most workers could reach",
                     })  # fmt: skip
+                xla = None
+                if importlib.util.find_spec("torch_xla") is not None:
+                    xla = _xla_feed((dataset, manifest, split, batch_size), feed_workers, seconds, repeats)
+                for line in _feed_lines(base, batch_size, feed_workers, handoff_rates, xla):
+                    yield json.dumps(line)
+                if xla is None:
+                    for pipeline in ("device-transfer-ceiling", "feed-ceiling"):
+                        yield json.dumps({"bench": "load", "pipeline": pipeline,
+                                          "skipped": "torch_xla not installed"})  # fmt: skip
         if gcs is None:
             yield json.dumps(
                 {"bench": "load", "pipeline": "tpustream-gcs", "skipped": "fake-gcs-server not installed"}
