@@ -718,6 +718,7 @@ def finish_replacement(output: str) -> bool:
     manifest = json.loads(data)
     log.warning("--overwrite: replacing the dataset at %s with the new one completed in %s", output, staging)
     storage.delete(storage.join(output, MANIFEST_NAME))
+    waiting = {obj.uri for obj in storage.list_objects(staging)}  # one listing, not a request per file
     planned: set[str] = set()
     for info in manifest["splits"].values():
         for shard in info["shards"]:
@@ -725,8 +726,7 @@ def finish_replacement(output: str) -> bool:
                 if not relative:
                     continue
                 planned.add(relative)
-                moved_already = not storage.exists(storage.join(staging, relative))
-                if not moved_already:
+                if storage.join(staging, relative) in waiting:  # not moved by a cut-off earlier swap
                     storage.move(storage.join(staging, relative), storage.join(output, relative))
     _remove_unplanned(output, planned)
     for obj in storage.list_objects(storage.join(output, RECORDS_DIR)):  # an earlier unfinished run's
