@@ -490,6 +490,7 @@ class Trainer:
             )
         if checkpoint.get("meta", {}).get("init"):
             self.meta["init"] = checkpoint["meta"]["init"]  # where the run began, kept across restarts
+            self._warm_lr()
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         xm.set_rng_state(int(checkpoint["rng"]["xla"]))
@@ -516,6 +517,22 @@ class Trainer:
             if not self.config.init_optional:
                 raise TrainError(str(exc)) from exc
             log.warning("%s: training from random weights instead", exc)
+            return
+        self._warm_lr()
+
+    def _warm_lr(self) -> None:
+        """A warm-started run without --lr: a tenth of the scratch default (warm_start.WARM_LR_FACTOR); the
+        same on every restart of the run, which finds ``init`` in its checkpoint's meta."""
+        from tpustream.warm_start import WARM_LR_FACTOR
+
+        if self.config.lr is not None:
+            return
+        self.peak_lr = WARM_LR_FACTOR * 0.1 * self.global_batch / 256
+        self.meta["init"]["peak_lr"] = self.peak_lr  # in model.json: the LR this warm start trained at
+        log.info(
+            "warm start: peak lr %.4g, %g x the from-scratch default (give --lr to choose another)",
+            self.peak_lr, WARM_LR_FACTOR,
+        )  # fmt: skip
 
     def _log_plan(self) -> None:
         log.info(

@@ -3,6 +3,7 @@ survives a restart, and Ctrl-C that commits `last` like a preemption. Each run i
 process on XLA CPU (4 virtual devices, SPMD), a tiny model on scikit-learn's digits."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.integration.test_train import ENV, _run, signal_mid_epoch
+from tests.integration.test_train import ENV, _cmd, _run, signal_mid_epoch
 from tpustream import shards, storage
 from tpustream.shard_plan import ShardConfig
 
@@ -40,17 +41,21 @@ def _card(output):
 
 def test_warm_start_from_a_model_begins_where_it_ended_and_is_recorded(digits, base, tmp_path):
     scratch = _card(base)["history"][0]  # the same data and settings, epoch 1 from random weights
-    result = _run(digits, tmp_path / "warm", "--epochs", "1", "--init-from", str(base))
+    command = _cmd(digits, tmp_path / "warm", "--epochs", "1", "--init-from", str(base))
+    at = command.index("--lr")
+    del command[at : at + 2]  # no --lr: the warm-start default, a tenth of the scratch default
+    result = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     card = _card(tmp_path / "warm")
     warm = card["history"][0]
     assert warm["train_loss"] < 0.8 * scratch["train_loss"]  # it starts trained, not at chance
-    # at the run's own (full) peak LR it still ends its first epoch ahead of scratch's first (measured: 0.49
-    # vs 0.32, the base 0.88 after 3); fine-tuning usually wants a lower --lr, as the README says
     assert warm["val_top1"] > scratch["val_top1"] + 0.05
     assert card["init"]["from"] == str(base) and card["init"]["kind"] == "model"
     assert card["init"]["weights"] == "all" and card["init"]["resolved"].endswith("model.pt")
     assert "warm start from" in result.stderr and "all weights loaded" in result.stderr
+    global_batch = int(re.search(r"global batch (\d+)", result.stderr).group(1))
+    assert card["init"]["peak_lr"] == pytest.approx(0.1 * 0.1 * global_batch / 256)
+    assert f"peak lr {card['init']['peak_lr']:.4g}" in result.stderr
 
 
 def _digits_without_nine(root):
@@ -80,6 +85,7 @@ def test_other_classes_keep_the_backbone_and_get_a_new_head(digits, base, tmp_pa
     card = _card(tmp_path / "warm")
     assert card["init"]["kind"] == "checkpoint" and card["init"]["weights"] == "backbone"
     assert card["init"]["gone_classes"] == ["9"] and card["init"]["head_rows_kept"] == 9
+    assert "peak_lr" not in card["init"]  # --lr given: the run's LR is the user's
 
 
 def test_early_stopping_stops_keeps_best_and_counts_on_after_a_restart(digits, tmp_path):
