@@ -10,6 +10,7 @@ from components.evaluate import evaluate_model
 from components.promote import promote_model
 from components.shards import finalize_shards, plan_shards, write_shards
 from components.train import train_model
+from components.validate_serving import validate_serving
 
 __all__ = [
     "check_source",
@@ -19,5 +20,6 @@ __all__ = [
     "check_data",
     "train_model",
     "evaluate_model",
+    "validate_serving",
     "promote_model",
 ]

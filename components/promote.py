@@ -20,18 +20,22 @@ def promote_model(
     metric: str,
     min_delta: float,
     vertex_model: Output[artifact_types.VertexModel],
+    validation: Input[Metrics],
     max_class_drop: float = -1.0,
     vertex_model_name: str = "",
     serving_image: str = "",
     project: str = "",
     location: str = "",
 ) -> str:
-    """Returns the outcome line; the registry's champion.json is the source of truth. Without
+    """``validation``: the validate step's report (tpustream/validate_serving.py); nothing moves unless it is
+    a pass for this candidate. Returns the outcome line; the registry's champion.json is the source of truth. Without
     ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName.
     ``max_class_drop`` < 0: no per-class check."""
     from tpustream.promote import promote
+    from tpustream.validate_serving import require_validated
     from tpustream.vertex import target_from_env
 
+    require_validated(validation.uri, model.uri)  # the validate step passed, for this very model.pt
     target = target_from_env(vertex_model_name, project, location, serving_image)
     outcome = promote(
         model.uri,

@@ -22,11 +22,13 @@ def compile_pipeline(
     tpu_image: str | None = None,
     capacity: Capacity | None = None,
     resources: StepResources | None = None,
+    serve_image: str = "",
 ) -> str:
     """Write the pipeline YAML (TPU type, images and the CPU steps' sizes fixed now; no credentials inside).
 
     Refuses placeholder images: a YAML that names an image nobody pushed fails only on Vertex, hours later.
     ``resources``: the CPU steps' CPU and memory limits (default ``StepResources()``; pipelines/training.py).
+    ``serve_image``: the serving image the validate step runs in (default ``cpu_image``).
     """
     from kfp import compiler
 
@@ -34,15 +36,17 @@ def compile_pipeline(
     if tpu:
         tpu_image = check_image(tpu_image or "", "--tpu-image")
     tpu_image = tpu_image or cpu_image
-    for flag, image in (("--image", cpu_image), ("--tpu-image", tpu_image)):
+    serve_image = check_image(serve_image, "--serving-image") if serve_image else cpu_image
+    for flag, image in (("--image", cpu_image), ("--tpu-image", tpu_image), ("--serving-image", serve_image)):
         if "@sha256:" not in image:
             log.warning("%s %s is a tag: tags move; pin the digest (IMAGE@sha256:...) for reproducible runs",
                         flag, image)  # fmt: skip
     if tpu:
         (capacity or Capacity()).check_tpu(tpu)  # what Vertex would reject or never schedule, refused now
     pipeline = build_pipeline(
-        tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image, capacity=capacity, resources=resources
-    )
+        tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image, capacity=capacity, resources=resources,
+        serve_image=serve_image,
+    )  # fmt: skip
     compiler.Compiler().compile(pipeline, output)
     return output
 

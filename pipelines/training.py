@@ -1,5 +1,5 @@
 """The training DAG: check source -> If(new data): shards (fanned out) -> check data -> train (a TPU custom
-job on Vertex) -> evaluate -> If(candidate wins): promote.
+job on Vertex) -> evaluate -> If(candidate wins): validate in the serving container -> promote.
 
 ``build_pipeline(tpu=..., cpu_image=..., tpu_image=..., resources=...)`` fixes the TPU type, images and
 CPU steps' sizes at compile time; everything a scheduled run varies (source, model, epochs, thresholds)
@@ -69,7 +69,7 @@ _MEMORY_GB = {"": 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0}  # kfp's _memory_to_floa
 # is not one of them: on Vertex it is GCPC's launcher, which only creates and polls the TPU CustomJob.
 CPU_STEPS = (
     "check-source", "plan-shards", "write-shards", "finalize-shards", "check-data", "evaluate-model",
-    "promote-model",
+    "validate-serving", "promote-model",
 )  # fmt: skip
 
 
@@ -160,9 +160,11 @@ def _tpu_training_op(train_op: Any, tpu: str, capacity: Capacity) -> tuple[Any, 
 
 
 def build_components(
-    cpu_image: str, tpu_image: str, tpu: str | None, capacity: Capacity | None = None
+    cpu_image: str, tpu_image: str, tpu: str | None, capacity: Capacity | None = None, serve_image: str = ""
 ) -> dict[str, Any]:
     """The step components with their images; the train step becomes a Vertex custom job when ``tpu``.
+    The validate step runs in ``serve_image`` (the serving container; default ``cpu_image``, which holds the
+    same tpustream and model server).
 
     ``install_kfp_package=False``: the images carry the one pinned kfp (pyproject.toml), so no step
     pip-installs anything at run time (kfp/dsl/component_decorator.py installs kfp by default).
@@ -180,6 +182,7 @@ def build_components(
             ("evaluate", components.evaluate_model), ("promote", components.promote_model),
         )
     }  # fmt: skip
+    ops["validate"] = component(components.validate_serving, serve_image or cpu_image)
     train_op = component(components.train_model, tpu_image if tpu else cpu_image)
     if tpu:
         # A containerized component (its code is in the image, found through kfp_config.ini): the command
@@ -198,13 +201,13 @@ def build_components(
 
 def build_pipeline(
     *, tpu: str | None = None, cpu_image: str = LOCAL_IMAGE, tpu_image: str = LOCAL_IMAGE,
-    capacity: Capacity | None = None, resources: StepResources | None = None,
+    capacity: Capacity | None = None, resources: StepResources | None = None, serve_image: str = "",
 ) -> Any:  # fmt: skip
     """The pipeline function, for kfp's compiler or kfp.local (``tpu=None``: every step runs as is).
 
     ``resources``: the CPU steps' limits (default ``StepResources()``); kfp.local's SubprocessRunner runs
     every step in this machine's processes and ignores them."""
-    ops = build_components(cpu_image, tpu_image, tpu, capacity)
+    ops = build_components(cpu_image, tpu_image, tpu, capacity, serve_image)
     sizes = resources or StepResources()
 
     def sized(task: Any, step: str) -> Any:
@@ -310,7 +313,12 @@ def build_pipeline(
             ).set_display_name("evaluate vs champion")  # fmt: skip
             sized(evaluate, "evaluate-model").set_caching_options(False)
             with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
+                # In the serving container, as Vertex would start it: answers as evaluate's, 400 on bad input.
+                validate = ops["validate"](model=train.outputs["model"], dataset=finalize.outputs["dataset"])
+                sized(validate, "validate-serving").set_display_name("validate in serving container")
+                validate.set_caching_options(False)
                 promote = ops["promote"](
+                    validation=validate.outputs["validation"],
                     model=train.outputs["model"], evaluation=evaluate.outputs["evaluation"], registry=registry,
                     metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, vertex_model_name=vertex_model, serving_image=serving_image,
                     **promote_extra,

@@ -458,6 +458,13 @@ def promote_cmd(
             "Default TPUSTREAM_SERVING_IMAGE."
         ),
     ] = None,
+    validation: Annotated[
+        str | None,
+        typer.Option(
+            help="validation.json (or its directory) from `tpustream validate-serving` on this candidate: "
+            "promote only if it passed for this model.pt (the pipeline always gives it)."
+        ),
+    ] = None,
 ) -> None:
     """Promote the candidate if it beats the champion on the same data; atomic, idempotent.
 
@@ -465,6 +472,10 @@ def promote_cmd(
     registry version with the serving image, and gets the `champion` alias there (deployable as is)."""
     from tpustream import promote, vertex
 
+    if validation:
+        from tpustream.validate_serving import require_validated
+
+        require_validated(validation, candidate)
     target = vertex.target_from_env(vertex_model, vertex_project, vertex_region, serving_image)
     outcome = promote.promote(
         candidate,
@@ -483,6 +494,48 @@ def promote_cmd(
         typer.echo(f"promoted: version {outcome['version']} is the champion ({outcome['reason']})")
     else:
         typer.echo(f"not promoted: {outcome['reason']}")
+
+
+@app.command("validate-serving")
+def validate_serving_cmd(
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Candidate model directory (model.pt + model.json), or a registry: its champion."
+        ),
+    ],
+    data: Annotated[
+        str | None,
+        typer.Option(help="Dataset whose val images are sent (default: the one model.json names)."),
+    ] = None,
+    samples: Annotated[
+        int, typer.Option(min=1, help="Val images to send and compare with evaluation's answers.")
+    ] = 64,
+    output: Annotated[
+        str | None, typer.Option(help="Write validation.json here (what `promote --validation` checks).")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(min=1, help="Seconds the server may take to become healthy.")
+    ] = 180,
+) -> None:
+    """Start the serving container's model server on MODEL as Vertex AI would, send it val images and malformed
+    requests, and check its answers equal `tpustream evaluate`'s; exit 1 if any check fails (not promotable)."""
+    from tpustream.validate_serving import ServingValidationError, validate_serving
+
+    try:
+        report = validate_serving(model, data=data, samples=samples, output=output, timeout=timeout)
+    except ServingValidationError as exc:
+        typer.echo(f"validation failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    statuses = ", ".join(f"{case['case']} {case['status']}" for case in report["malformed"])
+    typer.echo(
+        f"validated {report['model']} in the serving container: {report['agreed']}/{report['samples']} val "
+        f"images answered as evaluation did (top-1 probability within {report['max_probability_diff']:.2g}; "
+        f"p50 {report['latency_ms_p50']} ms per request); malformed requests: {statuses}; server up in "
+        f"{report['startup_s']} s"
+    )
+    if output:
+        typer.echo(f"report: {output.rstrip('/')}/validation.json")
 
 
 @app.command("predict")
@@ -626,6 +679,13 @@ def pipeline_compile(
     tpu_image: Annotated[
         str, typer.Option(help="Pushed image for the TPU trainer, best by digest (REPO/tpu@sha256:...).")
     ] = "",
+    serving_image: Annotated[
+        str,
+        typer.Option(
+            help="Pushed serving image (containers/serve; Cloud Build's serve.ref): the validate step starts the "
+            "candidate's model server in it before promotion. Default: the CPU steps' image."
+        ),
+    ] = "",
     capacity: Annotated[
         str,
         typer.Option(
@@ -666,8 +726,9 @@ def pipeline_compile(
     output = _local_file(output)
     try:
         submit.compile_pipeline(
-            output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image, capacity=plan, resources=sizes
-        )
+            output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image, capacity=plan, resources=sizes,
+            serve_image=serving_image,
+        )  # fmt: skip
     except OSError as exc:
         _fail(f"--output {output}: cannot write the YAML ({exc.strerror or exc}): give a local file path")
     typer.echo(

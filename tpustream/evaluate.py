@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,9 @@ from tpustream.manifest import ShardError, manifest_digest, read_manifest
 from tpustream.metrics import masked_sums, summarize
 from tpustream.xla_runtime import single_device
 
-__all__ = ["EvaluationError", "METRICS_FORMAT", "evaluate_model", "evaluate", "load_model_card"]
+__all__ = [
+    "EvaluationError", "METRICS_FORMAT", "evaluate_model", "evaluate", "load_model_card", "val_predictions",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -98,54 +102,110 @@ def _load_model(card: dict[str, Any], model_uri: str, num_classes: int) -> tuple
     return model, model_digest
 
 
+@dataclass
+class _ValPass:
+    """A model artifact ready to run over a dataset's val split: what ``evaluate_model`` and
+    ``val_predictions`` share, so a check against evaluation runs evaluation's own code."""
+
+    model_uri: str
+    data_uri: str
+    card: dict[str, Any]
+    manifest: dict[str, Any]
+    classes: list[str]
+    device: Any
+    model: Any
+    model_digest: str
+    loader: Any
+
+    @classmethod
+    def open(cls, model_uri: str, data_uri: str, *, batch_size: int, workers: int) -> _ValPass:
+        from tpustream.data import LoaderConfig, ShardLoader
+
+        model_uri = storage.check_uri(model_uri).rstrip("/")
+        data_uri = storage.absolute(data_uri)  # metrics.json names it: valid from any directory
+        card = load_model_card(model_uri)
+        manifest = _val_manifest(card, model_uri, data_uri)
+        device = single_device()
+        model, model_digest = _load_model(card, model_uri, len(manifest["classes"]))
+        loader = ShardLoader(
+            LoaderConfig(
+                data=data_uri,
+                split="val",
+                batch_size=batch_size,
+                input_size=int(card["input_size"]),
+                num_replicas=1,
+                replica_index=0,
+                workers=workers,
+            ),
+            manifest=manifest,
+        )
+        return cls(
+            model_uri, data_uri, card, manifest, list(manifest["classes"]), device, model.to(device).eval(),
+            model_digest, loader,
+        )  # fmt: skip
+
+    def batches(self) -> Iterator[tuple[Any, Any, Any]]:
+        """(logits as float32, labels, mask) per val batch, on the device; the val split in manifest order
+        (shards in order, samples in shard order) when the loader has no workers."""
+        import torch
+
+        from tpustream.transforms import normalize
+
+        with torch.no_grad():
+            for batch in self.loader.epoch(0):
+                images, labels, mask = (batch[k].to(self.device) for k in BATCH_KEYS)
+                yield self.model(normalize(images)).float(), labels, mask
+                if self.device.type != "cpu":
+                    import torch_xla
+
+                    torch_xla.sync()
+
+
+def val_predictions(model_uri: str, data_uri: str, *, limit: int, top_k: int = 5) -> list[dict[str, Any]]:
+    """Evaluation's answers for the first ``limit`` val samples in manifest order: per sample its label, the
+    top-k class indices and their softmax probabilities (``tpustream validate-serving`` compares the
+    serving container's answers with these)."""
+    run = _ValPass.open(model_uri, data_uri, batch_size=min(64, max(1, limit)), workers=0)
+    k = min(top_k, len(run.classes))
+    out: list[dict[str, Any]] = []
+    for logits, labels, mask in run.batches():
+        probabilities, indices = logits.softmax(dim=1).topk(k, dim=1)
+        rows = zip(
+            labels.cpu().tolist(),
+            mask.cpu().tolist(),
+            indices.cpu().tolist(),
+            probabilities.cpu().tolist(),
+            strict=True,
+        )
+        for label, valid, top, probs in rows:
+            if valid and len(out) < limit:
+                out.append({"label": int(label), "class_indices": top, "probabilities": probs})
+        if len(out) >= limit:
+            break
+    return out
+
+
 def evaluate_model(
     model_uri: str, data_uri: str, *, batch_size: int = 64, workers: int = 2
 ) -> dict[str, Any]:
     """Top-1, top-5, loss, per-class accuracy and the confusion matrix of one model on the val split."""
     import torch
 
-    from tpustream.data import LoaderConfig, ShardLoader
-    from tpustream.transforms import normalize
-
-    model_uri = storage.check_uri(model_uri).rstrip("/")
-    data_uri = storage.absolute(data_uri)  # metrics.json names it: valid from any directory
-    card = load_model_card(model_uri)
-    manifest = _val_manifest(card, model_uri, data_uri)
-    classes = list(manifest["classes"])
-    expected = int(manifest["splits"]["val"]["num_samples"])
-    device = single_device()
-    model, model_digest = _load_model(card, model_uri, len(classes))
-    model = model.to(device).eval()
-    loader = ShardLoader(
-        LoaderConfig(
-            data=data_uri,
-            split="val",
-            batch_size=batch_size,
-            input_size=int(card["input_size"]),
-            num_replicas=1,
-            replica_index=0,
-            workers=workers,
-        ),
-        manifest=manifest,
-    )
+    run = _ValPass.open(model_uri, data_uri, batch_size=batch_size, workers=workers)
+    model_uri, data_uri, card, device, loader = run.model_uri, run.data_uri, run.card, run.device, run.loader
+    classes, model_digest = run.classes, run.model_digest
+    expected = int(run.manifest["splits"]["val"]["num_samples"])
     num_classes = len(classes)
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device)
     sums = torch.zeros(4, dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
     started = time.perf_counter()
-    with torch.no_grad():
-        for batch in loader.epoch(0):
-            images, labels, mask = (batch[k].to(device) for k in BATCH_KEYS)
-            logits = model(normalize(images)).float()
-            batch_sums, predicted = masked_sums(logits, labels, mask, sums.dtype)
-            sums += batch_sums
-            cells = labels * num_classes + predicted
-            confusion += torch.bincount(cells, weights=mask.to(torch.float32), minlength=num_classes**2).to(
-                torch.int64
-            )
-            if device.type != "cpu":
-                import torch_xla
-
-                torch_xla.sync()
+    for logits, labels, mask in run.batches():
+        batch_sums, predicted = masked_sums(logits, labels, mask, sums.dtype)
+        sums += batch_sums
+        cells = labels * num_classes + predicted
+        confusion += torch.bincount(cells, weights=mask.to(torch.float32), minlength=num_classes**2).to(
+            torch.int64
+        )
     metrics = summarize(sums)
     matrix = confusion.cpu().numpy().reshape(num_classes, num_classes)
     count = int(matrix.sum())

@@ -54,6 +54,10 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     assert tasks["check-data"]["dependentTasks"] == ["finalize-shards"]
     assert sorted(tasks["train-model"]["dependentTasks"]) == ["check-data", "finalize-shards"]
     assert "train-model" in tasks["evaluate-model"]["dependentTasks"]
+    # Promotion waits for the candidate's validation in the serving container, and takes its report
+    assert "validate-serving" in tasks["promote-model"]["dependentTasks"]
+    assert tasks["promote-model"]["inputs"]["artifacts"]["validation"]["taskOutputArtifact"] == {
+        "outputArtifactKey": "validation", "producerTask": "validate-serving"}  # fmt: skip
     # No task is ever served from KFP's cache: the source URI never changes between scheduled runs,
     # and whether there is new data is the check step's fingerprint's decision (tpustream/fingerprint.py).
     assert all(t.get("cachingOptions", {}).get("enableCache") is not True for t in tasks.values())
@@ -71,6 +75,20 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     promote_inputs = tasks["promote-model"]["inputs"]["parameters"]  # the run's own project and region
     assert promote_inputs["project"]["runtimeValue"]["constant"] == "{{$.pipeline_google_cloud_project_id}}"
     assert promote_inputs["location"]["runtimeValue"]["constant"] == "{{$.pipeline_google_cloud_location}}"
+
+
+def test_the_validate_step_runs_in_the_serving_image(tmp_path):
+    serve = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "d" * 64
+    path = str(tmp_path / "pipeline.yaml")
+    compile_pipeline(path, tpu="v5e-4", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE, serve_image=serve)
+    with open(path) as f:
+        spec = yaml.safe_load(f)
+    images = {name: e["container"]["image"] for name, e in spec["deploymentSpec"]["executors"].items()}
+    assert images["exec-validate-serving"] == serve
+    others = {image for name, image in images.items() if name != "exec-validate-serving"}
+    assert serve not in others and CPU_IMAGE in others
+    with pytest.raises(ValueError, match="--serving-image"):
+        compile_pipeline(path, tpu=None, cpu_image=CPU_IMAGE, serve_image="PROJECT/serve:latest")
 
 
 @pytest.mark.parametrize("tpu", ["v2-8", "v3-8", "v5e-4", "v5e-16", "v6e-8", "v6e-32"])
