@@ -34,6 +34,10 @@ __all__ = [
     "orient",
     "IMAGE_EXTS",
     "image_member",
+    "PIL_FORMATS",
+    "sniff_format",
+    "image_dimensions",
+    "decode_rgb",
 ]
 
 # The pixel budget (--max-pixels): images whose header claims more pixels are refused before any decoding.
@@ -62,6 +66,20 @@ def image_member(fields: Mapping[str, Any]) -> str | None:
         if ext in fields:
             return ext
     return None
+
+
+# Every format shard creation accepts (file_sources.IMAGE_EXTENSIONS: JPEG, PNG and PPM kept as they are, the
+# others re-encoded), by the name ``sniff_format`` gives it, with the one Pillow plugin allowed to read it: an
+# image sent to the model server or to ``tpustream predict`` is never handed to any other Pillow plugin.
+PIL_FORMATS = {
+    "jpg": "JPEG",
+    "png": "PNG",
+    "ppm": "PPM",  # P1-P6: PBM, PGM and PPM, ASCII or binary (.pbm, .pgm, .pnm, .ppm)
+    "bmp": "BMP",
+    "gif": "GIF",
+    "webp": "WEBP",
+    "tiff": "TIFF",  # classic and BigTIFF, either byte order (.tif, .tiff)
+}
 
 
 class CorruptImage(TpustreamError, ValueError):
@@ -266,3 +284,105 @@ def prepare_image_bytes(
         return encode_ppm(np.asarray(rgb)), "ppm"
     rgb.save(out, format="PNG", compress_level=1)
     return out.getvalue(), "png"
+
+
+# ---------------------------------------------------------------------------------- any accepted format
+
+
+def sniff_format(data: bytes) -> str | None:
+    """The ``PIL_FORMATS`` name of encoded image bytes from their first bytes (the file's signature), else
+    None. The signature, not a file name or a client's word, picks the one decoder that may read them."""
+    if data.startswith(b"\xff\xd8\xff"):
+        return "jpg"
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if data[:1] == b"P" and data[1:2] in (b"1", b"2", b"3", b"4", b"5", b"6"):
+        return "ppm"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data.startswith((b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")):
+        return "tiff"
+    if data.startswith(b"BM"):
+        return "bmp"
+    return None
+
+
+def _webp_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from a WebP's first chunk header (RFC 9649 sections 2.5-2.7), read here: Pillow's WebP
+    plugin hands the whole file to libwebp's decoder, which sets up its canvas, before the size is known."""
+    chunk = data[12:16]
+    if chunk == b"VP8 " and len(data) >= 30 and data[23:26] == b"\x9d\x01\x2a":
+        return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
+    if chunk == b"VP8L" and len(data) >= 25 and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X" and len(data) >= 30:
+        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+    raise ValueError("no VP8, VP8L or VP8X chunk with a size")
+
+
+@contextlib.contextmanager
+def _decoding(name: str, kind: str) -> Iterator[None]:
+    """Any failure of a decoder on a damaged file as one short CorruptImage naming the image and its format;
+    Pillow's own bomb refusal (twice its 89 MP warning limit: above any budget) as ImageTooLarge."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        yield
+    except CorruptImage:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLarge(f"{name}: refused as a decompression bomb ({str(exc)[:120]})") from exc
+    except UnidentifiedImageError as exc:  # its message names a BytesIO object, not the image
+        raise CorruptImage(f"{name}: undecodable {kind} (damaged, or not a {kind} file)") from exc
+    except Exception as exc:  # PIL, libtiff and libwebp raise many types for a damaged file
+        raise CorruptImage(f"{name}: undecodable {kind} ({type(exc).__name__}: {str(exc)[:120]})") from exc
+
+
+def image_dimensions(data: bytes, ext: str, name: str = "image") -> tuple[int, int]:
+    """(width, height) of a ``sniff_format`` ``ext`` image from its header alone, no pixel decoded: what pixel
+    budgets are checked against. Raises CorruptImage when the header cannot be read."""
+    kind = PIL_FORMATS[ext]
+    with _decoding(name, kind):
+        if ext == "webp":
+            return _webp_size(data)
+        if ext == "ppm" and data[:2] == b"P6":
+            width, height, _ = ppm_header(data)
+            return width, height
+        if ext == "jpg":
+            try:
+                import simplejpeg
+
+                height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+                return width, height
+            except Exception:  # not a JPEG simplejpeg reads (CMYK, arithmetic coding): Pillow's parse
+                pass
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data), formats=[kind]) as img:  # reads the header only
+            return img.size
+
+
+def decode_rgb(data: bytes, ext: str, max_pixels: int | None = None, name: str = "image") -> np.ndarray:
+    """HxWx3 uint8 pixels of a ``sniff_format`` ``ext`` image, upright, as shard creation stores an image it
+    re-encodes (``prepare_image_bytes``: ``to_rgb``, then the EXIF orientation; the PNG it writes is
+    lossless, so these are the pixels the trainer and ``tpustream evaluate`` read back). One difference: a
+    TIFF with an EXIF orientation is turned once here, twice there (Pillow 13's TIFF plugin already turns
+    it while loading). Refused from its header (ImageTooLarge) above ``max_pixels`` (None: the
+    ``pixel_budget`` in force); CorruptImage when it does not decode."""
+    from PIL import Image
+
+    kind = PIL_FORMATS[ext]
+    width, height = image_dimensions(data, ext, name)
+    check_pixels(width, height, max_pixels, name)
+    with _decoding(name, kind), Image.open(io.BytesIO(data), formats=[kind]) as img:
+        check_pixels(img.width, img.height, max_pixels, name)  # a GIF's first frame may widen its screen
+        rgb = to_rgb(img)
+        # read once loaded: Pillow's TIFF plugin turns the image upright as it loads (and drops the tag)
+        orientation = exif_orientation(img)
+        pixels = np.asarray(rgb)
+    if orientation != 1:
+        pixels = np.ascontiguousarray(orient(pixels, orientation))
+    return pixels

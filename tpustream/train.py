@@ -351,7 +351,7 @@ class Trainer:
             parameter_groups(self.model, config.weight_decay), lr=self.peak_lr, momentum=config.momentum
         )
         self.state = _State()
-        self.meta = {
+        self.meta: dict[str, Any] = {
             "model": config.model,
             "classes": self.classes,
             "input_size": self.input_size,

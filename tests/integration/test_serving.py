@@ -259,7 +259,11 @@ def test_a_bad_instance_is_a_400_naming_it_and_the_server_keeps_serving(world):
     bomb = _png(4200, 4100)  # 17.2 MP in a few KB: over the 16.8 MP budget, refused from its header
     bad = [
         (_instances([good, jpeg[: len(jpeg) // 2]]), "instance 1: undecodable JPEG"),
-        (_instances([b"GIF89a not ours"]), "instance 0: not a JPEG, PNG or PPM image"),
+        (
+            _instances([b"%PDF-1.4 not ours"]),
+            "instance 0: not a JPEG, PNG, PPM/PGM/PBM, BMP, GIF, WebP or TIFF",
+        ),
+        (_instances([b"GIF89a not ours"]), "instance 0: undecodable GIF"),  # a format shards accept: decoded
         ({"instances": [{"b64": "%%%not base64"}]}, "instance 0: not valid base64"),
         ({"instances": ["raw string"]}, 'expected {"b64"'),
         (_instances([bomb]), "exceeds the pixel budget of 16.8 MP"),
@@ -346,11 +350,15 @@ def test_promote_component_exposes_a_vertex_model_for_model_deploy_op(
 
     from components.promote import promote_model
     from pipelines.training import build_pipeline
+    from tpustream.validate_serving import validate_serving
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
     monkeypatch.setenv("TPUSTREAM_VERTEX_ENDPOINT", world.recorder.url)
     output = artifact_types.VertexModel(name="vertex_model", uri=str(tmp_path / "out"), metadata={})
+    checked = "gs://serving/validation/r1"  # the validate step's report, which promote requires
+    validate_serving(world.model, data=world.digits, samples=8, output=checked)
     line = promote_model(
+        validation=dsl.Metrics(uri=checked),
         model=dsl.Model(uri=world.model), evaluation=dsl.Metrics(uri="gs://serving/eval/r1/metrics.json"),
         registry="gs://serving/registry-component", metric="top1", min_delta=0.0, vertex_model=output,
         vertex_model_name="digits-classifier", serving_image=SERVING_IMAGE, project="proj",

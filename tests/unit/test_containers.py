@@ -124,9 +124,11 @@ def test_serve_image_runs_the_cpr_model_server_with_the_predictor_promote_upload
     import importlib
 
     module = importlib.import_module(SERVING_ENV["PREDICTOR_MODULE"])
-    from google.cloud.aiplatform.prediction import Predictor
+    from google.cloud.aiplatform.prediction import Handler, Predictor
 
     assert issubclass(getattr(module, SERVING_ENV["PREDICTOR_CLASS"]), Predictor)
+    handler = importlib.import_module(SERVING_ENV["HANDLER_MODULE"])
+    assert issubclass(getattr(handler, SERVING_ENV["HANDLER_CLASS"]), Handler)
 
 
 def test_cloudbuild_pushes_the_serving_image_and_publishes_its_digest():
