@@ -250,6 +250,9 @@ def prepare_image_bytes(
             if fmt == "JPEG" and not too_big and orientation == 1:  # kept as is: checking suffices
                 img.draft("RGB", (max(1, width // 8), max(1, height // 8)))
             img.load()
+            # read again once loaded: Pillow's TIFF plugin turns the image upright as it loads (and drops the
+            # tag), so the orientation read from the header would turn a TIFF twice
+            orientation = exif_orientation(img)
             keep = {"JPEG": "jpg", "PNG": "png", "PPM": "ppm"}.get(fmt or "")
             if keep == "ppm" and (img.mode != "RGB" or not data.startswith(b"P6")):
                 keep = None  # PGM/PBM or ASCII PPM: re-encode so the loader's fast PPM path applies
@@ -368,9 +371,7 @@ def image_dimensions(data: bytes, ext: str, name: str = "image") -> tuple[int, i
 def decode_rgb(data: bytes, ext: str, max_pixels: int | None = None, name: str = "image") -> np.ndarray:
     """HxWx3 uint8 pixels of a ``sniff_format`` ``ext`` image, upright, as shard creation stores an image it
     re-encodes (``prepare_image_bytes``: ``to_rgb``, then the EXIF orientation; the PNG it writes is
-    lossless, so these are the pixels the trainer and ``tpustream evaluate`` read back). One difference: a
-    TIFF with an EXIF orientation is turned once here, twice there (Pillow 13's TIFF plugin already turns
-    it while loading). Refused from its header (ImageTooLarge) above ``max_pixels`` (None: the
+    lossless, so these are the pixels the trainer and ``tpustream evaluate`` read back). Refused from its header (ImageTooLarge) above ``max_pixels`` (None: the
     ``pixel_budget`` in force); CorruptImage when it does not decode."""
     from PIL import Image
 

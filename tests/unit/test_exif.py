@@ -67,3 +67,24 @@ def test_serving_augment_turns_a_rotated_image_upright_and_the_loader_default_do
     assert np.abs(as_sent.image.astype(np.int16) - expected).mean() < 4
     as_stored = prepare_image(data, ext, Augment(output_size=16, train=False), random.Random(0))
     assert as_stored.image.shape[:2] == (32, 48)
+
+
+@pytest.mark.parametrize("fmt,ext", [("TIFF", "tiff"), ("PNG", "png"), ("WEBP", "webp")])
+def test_a_rotated_lossless_image_is_stored_turned_once_as_served(fmt: str, ext: str) -> None:
+    """Pillow's TIFF plugin turns an image upright as it loads it; shard creation must not turn it again, so
+    the stored pixels are the ones the model server decodes from the same file (imagecodec.decode_rgb)."""
+    from tpustream.imagecodec import decode_rgb
+
+    stored = _scene()
+    encoded = io.BytesIO()
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(stored).save(
+        encoded, format=fmt, exif=exif, **({"lossless": True} if fmt == "WEBP" else {})
+    )
+    data, out_ext = prepare_image_bytes(encoded.getvalue(), ext, None, f"portrait.{ext}")
+    assert out_ext == "png"
+    with Image.open(io.BytesIO(data)) as img:
+        shard_pixels = np.asarray(img.convert("RGB"))
+    np.testing.assert_array_equal(shard_pixels, orient(stored, 6))
+    np.testing.assert_array_equal(decode_rgb(encoded.getvalue(), ext), shard_pixels)
