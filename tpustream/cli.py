@@ -544,7 +544,8 @@ def predict_cmd(
         list[str] | None,
         typer.Argument(
             metavar="IMAGE_OR_URI...",
-            help="Images (.jpg/.jpeg/.png/.ppm), directories or gs:// prefixes of images, .tar shards, or "
+            help="Images (JPEG, PNG, PPM, WebP, BMP, TIFF, GIF, PGM: what `shards create` accepts), "
+            "directories or gs:// prefixes of images (other files are skipped and counted), .tar shards, or "
             "datasets (manifest.json: their val split).",
             show_default=False,
         ),
@@ -570,27 +571,58 @@ def predict_cmd(
             "(default 16 Mi, as the serving container).",
         ),
     ] = 1 << 24,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Processes that read and decode images while the model runs here (0: all in this process). "
+            "Default: one per CPU but one, at most 8.",
+        ),
+    ] = max(0, min(8, (os.cpu_count() or 1) - 1)),
+    output: Annotated[
+        str | None,
+        typer.Option(
+            help="Write the results (the objects --json prints) to OUTPUT/predictions-00000.jsonl, ... (local "
+            "or gs://) instead of printing them, and OUTPUT/_SUCCESS (the summary) last. Re-run the same "
+            "command to resume: parts already written for the same model, options and inputs are kept.",
+            show_default=False,
+        ),
+    ] = None,
+    part_size: Annotated[
+        int, typer.Option(min=1, help="With --output: images per part file, the unit a re-run resumes by.")
+    ] = 1000,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            help="With --output: predict every part again, replacing what is there, also a complete output "
+            "(one with _SUCCESS). Without it a complete output is left as it is and an interrupted one resumed."
+        ),
+    ] = False,
 ) -> None:
     """Top-k classes per image with the model (CPU; XLA when PJRT_DEVICE is set), as the serving container answers.
 
     Where the true class is known (a shard's .cls, or an image in a folder named after a class) it is printed too,
-    with a count of correct answers. Exit 1 when an image could not be classified."""
+    with a count of correct answers. Files and samples skipped are counted by reason. With --output, the results
+    go to JSON lines in parts and a summary line is printed. Exit 1 when an image could not be classified."""
     from tpustream import predict
 
     if not model:
         _fail("--model is required: a model directory or a registry (its champion)")
-    code = predict.run(
-        model,
-        list(inputs or []),
+    config = predict.PredictConfig(
+        model=model,
+        inputs=tuple(inputs or ()),
         top_k=top_k,
         as_json=as_json,
         limit=limit,
         sample_val=sample_val,
         batch_size=batch_size,
         max_pixels=max_pixels,
-        echo=typer.echo,
+        workers=workers,
+        output=output,
+        part_size=part_size,
+        overwrite=overwrite,
     )
-    raise typer.Exit(code)
+    raise typer.Exit(predict.run(config, echo=typer.echo))
 
 
 @champion_app.command("show")
