@@ -1048,6 +1048,28 @@ def bench_preempt_cmd(
         typer.echo(line)
 
 
+@bench_app.command("serve")
+def bench_serve_cmd(
+    model: Annotated[
+        str | None, typer.Option(help="Model directory or registry (default: a random model built here).")
+    ] = None,
+    arch: Annotated[
+        str, typer.Option(help="The random model's architecture (tiny, resnet18, resnet50).")
+    ] = "tiny",
+    streamed_case: Annotated[
+        bool,
+        typer.Option(
+            help="Also run 64 images of 16 MP in one request on a second server, request budget raised."
+        ),
+    ] = True,
+) -> None:
+    """The model server under hostile requests, as Vertex starts it: status, latency, response size, the server's
+    RSS and the health route's latency during each case (malformed bodies, budgets, formats, bombs, load)."""
+    from tpustream import bench_serve
+
+    bench_serve.run(model, arch=arch, streamed_case=streamed_case, echo=typer.echo)
+
+
 @bench_app.command("load")
 def bench_load(
     data: Annotated[
