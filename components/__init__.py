@@ -6,6 +6,7 @@ The functions here are plain; ``pipelines.training.build_components`` wraps them
 
 from components.check import check_source
 from components.check_data import check_data
+from components.deploy import deploy_model
 from components.evaluate import evaluate_model
 from components.promote import promote_model
 from components.shards import finalize_shards, plan_shards, write_shards
@@ -22,4 +23,5 @@ __all__ = [
     "evaluate_model",
     "validate_serving",
     "promote_model",
+    "deploy_model",
 ]

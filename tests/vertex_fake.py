@@ -1,11 +1,15 @@
 """A recording Vertex AI REST endpoint on loopback for the real google-cloud-aiplatform client.
 
 It answers the calls tpustream and GCPC's launcher make (pipelineJobs, schedules, customJobs, the Model
-Registry's list/upload/get/mergeVersionAliases, managed datasets' get and export with the export's
-long-running operation), records every request (method, path, query, JSON body),
-and validates every request body against the aiplatform v1 protos the way Vertex parses it
-(``json_format.ParseDict(..., ignore_unknown_fields=False)``): an unknown or mistyped field gets the
-400 INVALID_ARGUMENT Vertex would answer, and lands in ``rejected`` for the test to assert on.
+Registry's list/upload/get/mergeVersionAliases and model evaluations' import/list, managed datasets' get and
+export with the export's long-running operation, endpoints' create/get/list/update (PATCH) with deployModel
+and undeployModel as long-running operations, batchPredictionJobs' create/get), records every request
+(method, path, query, JSON body), and validates every request body against the aiplatform v1 protos the way
+Vertex parses it (``json_format.ParseDict(..., ignore_unknown_fields=False)``): an unknown or mistyped field
+gets the 400 INVALID_ARGUMENT Vertex would answer, and lands in ``rejected`` for the test to assert on, as
+do requests that break a rule Vertex documents (a traffic split that does not sum to 100, undeploying a
+model that still has traffic, a custom model without dedicated resources, a model evaluation whose metrics
+are not in the classification schema).
 CustomJobs are also checked against the TPU rules Vertex documents (one worker pool, one replica per TPU
 slice, a topology for v5e/v6e) and then handed to ``job_runner``, which runs their hosts (see
 tests/vertex_emulation.py). A managed image dataset registered with ``add_image_dataset`` is exported as
@@ -13,17 +17,22 @@ Vertex documents ExportDataConfig.gcs_destination: JSONL import files (the singl
 ioformat) and a schema.yaml under ``<outputUriPrefix>export-data-<display name>-<ISO time>/<schema dir>/``,
 written into the GCS stand-in (STORAGE_EMULATOR_HOST); the sub-folder's name is ours (Vertex names it
 after the annotations' schema title), so code under test must not depend on it.
+A batch prediction job on a JSONL input is run against ``batch_server`` (a model server's base URL) as the
+v1 BatchPredictionJob docs describe it (``_run_batch_prediction``), its output written into the GCS stand-in.
 Used because Vertex AI cannot be reached from here.
 """
 
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import math
 import os
 import re
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -33,8 +42,20 @@ def _request_message(method: str, rest: str) -> type | None:
     """The aiplatform v1 message a request body must parse as (REST mapping of the v1 API)."""
     from google.cloud import aiplatform_v1 as v1
 
+    if method == "PATCH" and re.match(r"^/endpoints/[^/:]+$", rest):
+        return v1.Endpoint  # UpdateEndpoint: body "endpoint"
     if method != "POST":
         return None
+    if rest == "/endpoints":
+        return v1.Endpoint  # CreateEndpoint: body "endpoint"
+    if re.match(r"^/endpoints/[^/:]+:deployModel$", rest):
+        return v1.DeployModelRequest
+    if re.match(r"^/endpoints/[^/:]+:undeployModel$", rest):
+        return v1.UndeployModelRequest
+    if re.match(r"^/models/[^/]+/evaluations:import$", rest):
+        return v1.ImportModelEvaluationRequest
+    if rest == "/batchPredictionJobs":
+        return v1.BatchPredictionJob  # CreateBatchPredictionJob: body "batch_prediction_job"
     if rest == "/pipelineJobs":
         return v1.PipelineJob
     if rest == "/schedules":
@@ -55,6 +76,114 @@ def validate_body(message: type, body: dict) -> None:
     from google.protobuf import json_format
 
     json_format.ParseDict(body, message.pb(message()), ignore_unknown_fields=False)
+
+
+# The fields of Vertex's classification metrics schema (gs://google-cloud-aiplatform/schema/modelevaluation/
+# classification_metrics_1.0.0.yaml): aiplatform v1 REST "SchemaModelevaluationMetricsClassificationEvaluation
+# Metrics" and its ConfidenceMetrics / ConfusionMatrix, as GCPC's google.ClassificationMetrics artifact schema
+# also lists them (google_cloud_pipeline_components/types/artifact_types.py)
+_CLASSIFICATION_FIELDS = {"auPrc", "auRoc", "logLoss", "confidenceMetrics", "confusionMatrix"}
+_CONFIDENCE_FIELDS = {
+    "confidenceThreshold",
+    "maxPredictions",
+    "recall",
+    "precision",
+    "falsePositiveRate",
+    "f1Score",
+    "f1ScoreMicro",
+    "f1ScoreMacro",
+    "recallAt1",
+    "precisionAt1",
+    "falsePositiveRateAt1",
+    "f1ScoreAt1",
+    "truePositiveCount",
+    "falsePositiveCount",
+    "falseNegativeCount",
+    "trueNegativeCount",
+    "confusionMatrix",
+}
+CLASSIFICATION_SCHEMA = (
+    "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
+)
+
+
+def classification_metrics_problem(metrics: object) -> str | None:
+    """Why ``metrics`` does not follow the classification metrics schema, or None."""
+
+    def numbers(entry: dict, where: str) -> str | None:
+        for key, value in entry.items():
+            if key != "confusionMatrix" and (not isinstance(value, int | float) or isinstance(value, bool)):
+                return f"{where}.{key} is not a number"
+        return (
+            confusion(entry["confusionMatrix"], f"{where}.confusionMatrix")
+            if "confusionMatrix" in entry
+            else None
+        )
+
+    def confusion(matrix: object, where: str) -> str | None:
+        if not isinstance(matrix, dict) or set(matrix) - {"annotationSpecs", "rows"}:
+            return f"{where} must be {{annotationSpecs, rows}}"
+        specs, rows = matrix.get("annotationSpecs", []), matrix.get("rows", [])
+        if any(not isinstance(spec, dict) or set(spec) - {"id", "displayName"} for spec in specs):
+            return f"{where}.annotationSpecs items must be {{id, displayName}}"
+        if len(rows) != len(specs) or any(len(row) != len(specs) for row in rows):
+            return f"{where}.rows must be {len(specs)} x {len(specs)}, one row and column per annotation spec"
+        if any(
+            not isinstance(cell, int | float) or cell < 0 or cell != int(cell) for row in rows for cell in row
+        ):
+            return f"{where}.rows must hold counts"
+        return None
+
+    if not isinstance(metrics, dict):
+        return "metrics must be an object"
+    unknown = set(metrics) - _CLASSIFICATION_FIELDS
+    if unknown:
+        return f"metrics has fields the classification schema does not: {sorted(unknown)}"
+    for index, entry in enumerate(metrics.get("confidenceMetrics", [])):
+        if not isinstance(entry, dict) or set(entry) - _CONFIDENCE_FIELDS:
+            return f"confidenceMetrics[{index}] has fields the schema does not: {sorted(set(entry) - _CONFIDENCE_FIELDS)}"
+        problem = numbers(entry, f"confidenceMetrics[{index}]")
+        if problem:
+            return problem
+    return numbers({k: v for k, v in metrics.items() if k != "confidenceMetrics"}, "metrics")
+
+
+class Refused(Exception):
+    """A request Vertex refuses for a rule it documents (not a parse error): the HTTP status and message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+def _split_problem(split: dict, deployed: set[str], new_id: str | None = None) -> str | None:
+    """Why Vertex refuses ``split`` (an Endpoint's or a request's trafficSplit), or None."""
+    allowed = deployed | ({new_id} if new_id else set())
+    if set(split) - allowed:
+        return f"trafficSplit names {sorted(set(split) - allowed)}, which are not deployed on the endpoint"
+    if any(not isinstance(v, int) or v < 0 for v in split.values()):
+        return "trafficSplit values must be non-negative integers"
+    if split and sum(split.values()) != 100:
+        return f"trafficSplit must add up to 100, got {sum(split.values())} ({split})"
+    return None
+
+
+def _gcs_client():  # noqa: ANN202 - google.cloud.storage.Client
+    """A client of the GCS stand-in (STORAGE_EMULATOR_HOST), where Vertex's fake reads and writes objects."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage  # type: ignore[attr-defined]
+
+    return storage.Client(  # type: ignore[attr-defined]
+        project="test",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": os.environ["STORAGE_EMULATOR_HOST"]},
+    )
+
+
+def _now() -> str:
+    return (
+        datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
 
 
 TPU_MACHINES = re.compile(r"^(cloud-tpu|ct\d+\w*-\w+-(\d+)t)$")
@@ -177,6 +306,12 @@ class VertexRecorder:
         self.export_rows_per_file = 1000  # Vertex splits an export into several JSONL files
         self.fail_exports = 0  # fail this many export operations, as when the Vertex AI Service Agent
         # cannot write to the destination bucket
+        self.endpoints: dict[str, dict] = {}  # endpoint name -> its v1 Endpoint as GET answers it
+        self.evaluations: dict[str, list[dict]] = {}  # "ID@VERSION" -> its ModelEvaluations
+        self.batch_jobs: dict[str, dict] = {}  # batch prediction job name -> its v1 BatchPredictionJob
+        self.batch_server: str | None = None  # a model server's base URL: batch jobs run against it
+        self.batch_calls: list[dict] = []  # every request a batch job sent to the model server
+        self._ids = itertools.count(1)
         recorder = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -209,13 +344,18 @@ class VertexRecorder:
                         {"error": {"code": 400, "message": problem, "status": "INVALID_ARGUMENT"}}, 400
                     )
                     return
-                self._reply(*recorder.route(self.command, unquote(url.path), body, request["query"]))
+                try:
+                    self._reply(*recorder.route(self.command, unquote(url.path), body, request["query"]))
+                except Refused as refused:
+                    recorder.rejected.append({**request, "error": str(refused)})
+                    error = {"code": refused.status, "message": str(refused), "status": refused.code}
+                    self._reply({"error": error}, refused.status)
 
             do_GET = do_POST = do_PATCH = do_DELETE = _handle
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def check(self, method: str, path: str, body: dict | None) -> str | None:
         """Why Vertex would refuse this request (400), or None."""
@@ -241,7 +381,17 @@ class VertexRecorder:
             "versionAliases": info["aliases"],
             "labels": info["labels"],
             "artifactUri": info["artifactUri"],
+            **({"containerSpec": info["containerSpec"]} if info.get("containerSpec") else {}),
         }
+
+    def _version(self, model_id: str, version: str | None) -> str | None:
+        """The version id that ``version`` (an id, an alias, or None: the default, here the newest) names."""
+        versions = self.models[model_id]["versions"]
+        if version is None:
+            return max(versions, key=int)
+        if version in versions:
+            return version
+        return next((vid for vid, info in versions.items() if version in info["aliases"]), None)
 
     def route(
         self, method: str, path: str, body: dict | None, query: dict[str, list[str]] | None = None
@@ -276,11 +426,27 @@ class VertexRecorder:
             self.fail_uploads -= 1
             message = "Permission 'aiplatform.models.upload' denied on resource (or it may not exist)."
             return {"error": {"code": 403, "message": message, "status": "PERMISSION_DENIED"}}, 403
-        if method == "GET" and rest == "/models":
+        m_endpoint = re.match(r"^/endpoints/([^/:]+)(?::(deployModel|undeployModel))?$", rest)
+        if m_endpoint:
+            name = f"{parent}/endpoints/{m_endpoint.group(1)}"
+            return self._endpoint_call(method, name, m_endpoint.group(2), body, query or {})
+        if rest == "/endpoints":
+            return self._endpoints_call(method, parent, body, query or {})
+        m_evaluations = re.match(r"^/models/(\d+)(?:@([\w-]+))?/evaluations(:import)?$", rest)
+        if m_evaluations:
+            return self._evaluations_call(method, parent, *m_evaluations.groups(), body)
+        if rest == "/batchPredictionJobs" and method == "POST":
+            return self._create_batch_job(parent, body or {})
+        m_batch = re.match(r"^/batchPredictionJobs/(\d+)$", rest)
+        if m_batch and method == "GET" and f"{parent}{rest}" in self.batch_jobs:
+            return self.batch_jobs[f"{parent}{rest}"], 200
+        if method == "GET" and rest == "/models":  # ListModels, with its display_name filter
+            wanted = re.findall(r'display_name="([^"]*)"', (query or {}).get("filter", [""])[0])
             return {
                 "models": [
                     self._model_json(parent, mid, max(m["versions"], key=int))
                     for mid, m in self.models.items()
+                    if not wanted or m["displayName"] in wanted
                 ]
             }, 200
         if method == "POST" and rest == "/models:upload":
@@ -296,6 +462,7 @@ class VertexRecorder:
                 "aliases": aliases,
                 "labels": model.get("labels", {}),
                 "artifactUri": model.get("artifactUri"),
+                "containerSpec": model.get("containerSpec"),
             }
             return {"name": f"{parent}/operations/{model_id}{version}", "done": True, "response": {
                 "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
@@ -319,13 +486,13 @@ class VertexRecorder:
         m_job = re.match(r"^/(pipelineJobs|schedules)/([\w-]+)$", rest)
         if method == "GET" and m_job:
             return {"name": f"{parent}{rest}", "state": "PIPELINE_STATE_RUNNING"}, 200
-        m2 = re.match(r"^/models/(\d+)(?:@(\w+))?(:mergeVersionAliases)?$", rest)
+        m2 = re.match(r"^/models/(\d+)(?:@([\w-]+))?(:mergeVersionAliases)?$", rest)
         if m2:
             model_id, version, merge = m2.groups()
-            if model_id not in self.models:
-                return {"error": {"code": 404, "message": "model not found"}}, 404
+            if model_id not in self.models or self._version(model_id, version) is None:
+                return {"error": {"code": 404, "message": "model not found", "status": "NOT_FOUND"}}, 404
             versions = self.models[model_id]["versions"]
-            version = version or max(versions, key=int)
+            version = self._version(model_id, version)
             if merge:
                 new = [a for a in body.get("versionAliases", []) if not a.startswith("-")]
                 for other in versions.values():
@@ -333,6 +500,329 @@ class VertexRecorder:
                 versions[version]["aliases"] += new
             return self._model_json(parent, model_id, version), 200
         return {"error": {"code": 404, "message": f"unhandled {method} {path}"}}, 404
+
+    # ------------------------------------------------------------------ endpoints
+
+    def _operation(self, resource: str, kind: str, response: dict | None, response_type: str) -> dict:
+        """A long-running operation under ``resource``, done at its first poll (the reply is not done yet)."""
+        from google.cloud import aiplatform_v1 as v1
+
+        name = f"{resource}/operations/{9000 + len(self.operations)}"
+        stamp = _now()
+        metadata = {
+            "@type": f"type.googleapis.com/google.cloud.aiplatform.v1.{kind}OperationMetadata",
+            "genericMetadata": {"createTime": stamp, "updateTime": stamp},
+        }
+        done = {
+            "name": name,
+            "metadata": metadata,
+            "done": True,
+            "response": {
+                "@type": f"type.googleapis.com/google.cloud.aiplatform.v1.{response_type}",
+                **(response or {}),
+            },
+        }
+        validate_body(getattr(v1, response_type), response or {})  # the fake answers only fields Vertex has
+        self.operations[name] = done
+        return {"name": name, "metadata": metadata}
+
+    def _endpoint_json(self, name: str) -> dict:
+        from google.cloud import aiplatform_v1 as v1
+
+        endpoint = self.endpoints[name]
+        validate_body(v1.Endpoint, endpoint)
+        return json.loads(json.dumps(endpoint))  # a copy: later changes do not alter a recorded reply
+
+    def _endpoints_call(self, method: str, parent: str, body: dict | None, query: dict) -> tuple[dict, int]:
+        """EndpointService.CreateEndpoint (an Operation) and ListEndpoints with its display_name filter."""
+        if method == "GET":
+            wanted = re.findall(r'display_name="([^"]*)"', query.get("filter", [""])[0])
+            return {
+                "endpoints": [
+                    self._endpoint_json(name)
+                    for name, endpoint in self.endpoints.items()
+                    if name.startswith(f"{parent}/") and (not wanted or endpoint["displayName"] in wanted)
+                ]
+            }, 200
+        if method != "POST" or not body:
+            return {"error": {"code": 404, "message": f"unhandled {method} {parent}/endpoints"}}, 404
+        if not body.get("displayName"):
+            raise Refused(400, "INVALID_ARGUMENT", "Endpoint.displayName is required")
+        endpoint_id = query.get("endpointId", [str(5100 + len(self.endpoints))])[0]
+        name = f"{parent}/endpoints/{endpoint_id}"
+        stamp = _now()
+        self.endpoints[name] = {
+            **{k: v for k, v in body.items() if k in ("displayName", "description", "labels")},
+            "name": name,
+            "createTime": stamp,
+            "updateTime": stamp,
+            "etag": f"AMEw{next(self._ids)}",
+        }
+        return self._operation(name, "CreateEndpoint", self._endpoint_json(name), "Endpoint"), 200
+
+    def _endpoint_call(
+        self, method: str, name: str, action: str | None, body: dict | None, query: dict
+    ) -> tuple[dict, int]:
+        """GetEndpoint, UpdateEndpoint (PATCH with updateMask), DeployModel and UndeployModel (Operations)."""
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            message = f'Endpoint "{name}" not found.'
+            return {"error": {"code": 404, "message": message, "status": "NOT_FOUND"}}, 404
+        deployed = {dm["id"] for dm in endpoint.get("deployedModels", [])}
+        if method == "GET" and not action:
+            return self._endpoint_json(name), 200
+        body = body or {}
+        if method == "PATCH" and not action:
+            mask = [p for item in query.get("updateMask", []) for p in item.split(",") if p]
+            if not mask or set(mask) - {
+                "displayName",
+                "description",
+                "labels",
+                "trafficSplit",
+                "display_name",
+                "traffic_split",
+            }:
+                raise Refused(
+                    400, "INVALID_ARGUMENT", f"updateMask {mask} is empty or names fields not updatable"
+                )
+            for path in mask:
+                field = re.sub(r"_(\w)", lambda m: m.group(1).upper(), path)
+                if field == "trafficSplit":
+                    problem = _split_problem(body.get("trafficSplit", {}), deployed)
+                    if problem:
+                        raise Refused(400, "INVALID_ARGUMENT", problem)
+                if field in body:
+                    endpoint[field] = body[field]
+                else:
+                    endpoint.pop(field, None)
+            endpoint.update(updateTime=_now(), etag=f"AMEw{next(self._ids)}")
+            return self._endpoint_json(name), 200
+        if method == "POST" and action == "deployModel":
+            return self._deploy(name, endpoint, deployed, body), 200
+        if method == "POST" and action == "undeployModel":
+            return self._undeploy(name, endpoint, deployed, body), 200
+        return {"error": {"code": 404, "message": f"unhandled {method} {name}:{action}"}}, 404
+
+    def _deploy(self, name: str, endpoint: dict, deployed: set[str], body: dict) -> dict:
+        """DeployModel, with the rules Vertex documents for a custom-trained model (DeployedModel,
+        DedicatedResources, DeployModelRequest.traffic_split in aiplatform_v1 types/endpoint*.py)."""
+        requested = body["deployedModel"]
+        m = re.match(
+            r"^(projects/[^/]+/locations/[^/]+)/models/(\d+)(?:@([\w-]+))?$", requested.get("model", "")
+        )
+        model_id = m.group(2) if m else None
+        if m is None or model_id not in self.models or self._version(model_id, m.group(3)) is None:
+            raise Refused(404, "NOT_FOUND", f"Model {requested.get('model')!r} not found.")
+        version = self._version(model_id, m.group(3))
+        resources = requested.get("dedicatedResources")
+        if not resources or requested.get("automaticResources"):
+            raise Refused(
+                400,
+                "INVALID_ARGUMENT",
+                "a custom-trained model needs dedicatedResources (automaticResources are not supported)",
+            )
+        if not resources.get("machineSpec", {}).get("machineType"):
+            raise Refused(400, "INVALID_ARGUMENT", "dedicatedResources.machineSpec.machineType is required")
+        low, high = resources.get("minReplicaCount", 0), resources.get("maxReplicaCount", 0)
+        if low < 1 or (high and high < low):
+            raise Refused(
+                400,
+                "INVALID_ARGUMENT",
+                f"minReplicaCount must be >= 1 and maxReplicaCount >= it, got {low} and {high}",
+            )
+        split = body.get("trafficSplit", {})
+        problem = _split_problem(split, deployed, "0")
+        if problem:
+            raise Refused(400, "INVALID_ARGUMENT", problem)
+        new_id = str(7_700_000_000_000_000_000 + next(self._ids))  # Vertex's ids are 19-digit numbers
+        model = self.models[model_id]
+        deployed_model = {
+            "id": new_id,
+            "model": f"{m.group(1)}/models/{model_id}",
+            "modelVersionId": version,
+            "displayName": requested.get("displayName") or model["displayName"],
+            "dedicatedResources": resources,
+            "createTime": _now(),
+        }
+        endpoint.setdefault("deployedModels", []).append(deployed_model)
+        if split:  # "0" is the model being deployed (DeployModelRequest.traffic_split)
+            endpoint["trafficSplit"] = {(new_id if k == "0" else k): v for k, v in split.items()}
+        endpoint.update(updateTime=_now(), etag=f"AMEw{next(self._ids)}")
+        return self._operation(name, "DeployModel", {"deployedModel": deployed_model}, "DeployModelResponse")
+
+    def _undeploy(self, name: str, endpoint: dict, deployed: set[str], body: dict) -> dict:
+        """UndeployModel: the model must end with no traffic; a given trafficSplit replaces the endpoint's
+        (UndeployModelRequest.traffic_split)."""
+        gone = body.get("deployedModelId", "")
+        if gone not in deployed:
+            raise Refused(404, "NOT_FOUND", f"DeployedModel {gone!r} not found on {name}.")
+        if "trafficSplit" in body:
+            split = body["trafficSplit"]
+            problem = _split_problem(split, deployed - {gone}) if split or deployed - {gone} else None
+            if problem or split.get(gone):
+                raise Refused(400, "INVALID_ARGUMENT", problem or f"trafficSplit still gives {gone} traffic")
+        else:
+            split = dict(endpoint.get("trafficSplit", {}))
+            if split.get(gone):
+                raise Refused(
+                    400,
+                    "FAILED_PRECONDITION",
+                    f"DeployedModel {gone} has {split[gone]}% of the traffic: give a trafficSplit without it",
+                )
+        endpoint["deployedModels"] = [dm for dm in endpoint["deployedModels"] if dm["id"] != gone]
+        endpoint["trafficSplit"] = {k: v for k, v in split.items() if k != gone}
+        endpoint.update(updateTime=_now(), etag=f"AMEw{next(self._ids)}")
+        return self._operation(name, "UndeployModel", {}, "UndeployModelResponse")
+
+    # ------------------------------------------------------------------ model evaluations
+
+    def _evaluations_call(
+        self,
+        method: str,
+        parent: str,
+        model_id: str,
+        version: str | None,
+        action: str | None,
+        body: dict | None,
+    ) -> tuple[dict, int]:
+        """ModelService.ImportModelEvaluation (the metrics checked against their schema) and
+        ListModelEvaluations, per model version."""
+        if model_id not in self.models or self._version(model_id, version) is None:
+            return {"error": {"code": 404, "message": "model not found", "status": "NOT_FOUND"}}, 404
+        key = f"{model_id}@{self._version(model_id, version)}"
+        evaluations = self.evaluations.setdefault(key, [])
+        if method == "GET" and not action:
+            return {"modelEvaluations": evaluations}, 200
+        evaluation = dict((body or {}).get("modelEvaluation", {}))
+        if evaluation.get("metricsSchemaUri") == CLASSIFICATION_SCHEMA:
+            problem = classification_metrics_problem(evaluation.get("metrics"))
+            if problem:
+                raise Refused(
+                    400, "INVALID_ARGUMENT", f"metrics do not match {CLASSIFICATION_SCHEMA}: {problem}"
+                )
+        evaluation.update(
+            name=f"{parent}/models/{model_id}/evaluations/{6000 + next(self._ids)}", createTime=_now()
+        )
+        evaluations.append(evaluation)
+        return evaluation, 200
+
+    # ------------------------------------------------------------------ batch prediction
+
+    def _create_batch_job(self, parent: str, body: dict) -> tuple[dict, int]:
+        """JobService.CreateBatchPredictionJob, with the rules the v1 BatchPredictionJob docs state."""
+        m = re.match(r"^(projects/[^/]+/locations/[^/]+)/models/(\d+)(?:@([\w-]+))?$", body.get("model", ""))
+        if m is None or m.group(1) != parent:
+            raise Refused(
+                400,
+                "INVALID_ARGUMENT",
+                "model must be a Model of this location (projects/P/locations/L/models/ID)",
+            )
+        if m.group(2) not in self.models or self._version(m.group(2), m.group(3)) is None:
+            raise Refused(404, "NOT_FOUND", f"Model {body['model']!r} not found.")
+        source = body.get("inputConfig", {})
+        formats = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list", "bigquery")
+        if source.get("instancesFormat") not in formats:
+            raise Refused(400, "INVALID_ARGUMENT", f"inputConfig.instancesFormat must be one of {formats}")
+        uris = source.get("gcsSource", {}).get("uris", [])
+        prefix = body.get("outputConfig", {}).get("gcsDestination", {}).get("outputUriPrefix", "")
+        if not uris or not all(u.startswith("gs://") for u in uris) or not prefix.startswith("gs://"):
+            raise Refused(
+                400, "INVALID_ARGUMENT", "gcsSource.uris and gcsDestination.outputUriPrefix must be gs://"
+            )
+        if body.get("instanceConfig", {}).get("keyField") and source["instancesFormat"] == "file-list":
+            raise Refused(
+                400,
+                "INVALID_ARGUMENT",
+                "instanceConfig.keyField needs JSONL, CSV, BigQuery or TfRecord input",
+            )
+        if not body.get("dedicatedResources", {}).get("machineSpec", {}).get("machineType"):
+            raise Refused(
+                400, "INVALID_ARGUMENT", "a custom-trained model needs dedicatedResources.machineSpec"
+            )
+        name = f"{parent}/batchPredictionJobs/{3000 + len(self.batch_jobs)}"
+        job = {**body, "name": name, "state": "JOB_STATE_PENDING", "createTime": _now()}
+        self.batch_jobs[name] = job
+        if self.batch_server:
+            threading.Thread(target=self._run_batch_prediction, args=(name,), daemon=True).start()
+        return dict(job), 200
+
+    def _run_batch_prediction(self, name: str) -> None:
+        """Run a JSONL batch job as Vertex documents it (aiplatform_v1 types/batch_prediction_job.py): each
+        line is an instance; ``instanceConfig.keyField`` is taken out of the instance sent to the model and
+        written as ``key`` in the output instead of ``instance``; ``batchSize`` instances (default 64,
+        ManualBatchTuningParameters) go in one request ``{"instances": [...], "parameters": modelParameters}``
+        to the model's predict route; the output is ``predictions_0001.jsonl`` (and ``errors_0001.jsonl``,
+        each line with an ``error`` {code, message}) under ``<prefix>/prediction-<model>-<time>/``."""
+        job = self.batch_jobs[name]
+        job["state"] = "JOB_STATE_RUNNING"
+        try:
+            m = re.match(r"^.+/models/(\d+)(?:@([\w-]+))?$", job["model"])
+            model_id = m.group(1)  # type: ignore[union-attr]
+            model = self.models[model_id]
+            spec = model["versions"][self._version(model_id, m.group(2))]["containerSpec"]  # type: ignore[union-attr,index]
+            if job["inputConfig"]["instancesFormat"] != "jsonl":
+                raise ValueError("this fake runs JSONL batch jobs only")
+            key_field = job.get("instanceConfig", {}).get("keyField")
+            client = _gcs_client()
+            records = []
+            for uri in job["inputConfig"]["gcsSource"]["uris"]:
+                bucket, _, path = uri[len("gs://") :].partition("/")
+                for line in client.bucket(bucket).blob(path).download_as_text().splitlines():
+                    if line.strip():
+                        instance = json.loads(line)
+                        key = instance.pop(key_field) if key_field else None
+                        records.append(({"key": key} if key_field else {"instance": instance}, instance))
+            size = int(job.get("manualBatchTuningParameters", {}).get("batchSize") or 64)
+            predictions, errors = [], []
+            for start in range(0, len(records), size):
+                chunk = records[start : start + size]
+                request = {"instances": [instance for _, instance in chunk]}
+                if "modelParameters" in job:
+                    request["parameters"] = job["modelParameters"]
+                status, answer = self._post_to_model(spec["predictRoute"], request)
+                if status == 200:
+                    predictions += [
+                        {**out, "prediction": p}
+                        for (out, _), p in zip(chunk, answer["predictions"], strict=True)
+                    ]
+                else:
+                    message = answer.get("detail") or answer.get("error") or str(answer)
+                    errors += [{**out, "error": {"code": status, "message": message}} for out, _ in chunk]
+            prefix = job["outputConfig"]["gcsDestination"]["outputUriPrefix"].rstrip("/")
+            directory = f"{prefix}/prediction-{model['displayName']}-{_now()}"
+            bucket, _, path = directory[len("gs://") :].partition("/")
+            for stem, lines in (("predictions", predictions), ("errors", errors)):
+                if lines or stem == "predictions":
+                    text = "".join(json.dumps(line) + "\n" for line in lines)
+                    client.bucket(bucket).blob(f"{path}/{stem}_0001.jsonl").upload_from_string(text)
+            job["outputInfo"] = {"gcsOutputDirectory": directory}
+            job["completionStats"] = {
+                "successfulCount": str(len(predictions)),
+                "failedCount": str(len(errors)),
+                "incompleteCount": "0",
+            }
+            if errors and not predictions:  # Vertex fails a job whose every instance failed
+                first = errors[0]["error"]
+                job["error"] = {
+                    "code": 3,
+                    "message": f"all {len(errors)} instances failed, e.g. {first['code']}: {first['message']}",
+                }
+            job["state"] = "JOB_STATE_SUCCEEDED" if predictions or not errors else "JOB_STATE_FAILED"
+        except Exception as exc:  # the job fails with why, as Vertex reports it
+            job["error"] = {"code": 13, "message": f"{type(exc).__name__}: {exc}"}
+            job["state"] = "JOB_STATE_FAILED"
+
+    def _post_to_model(self, route: str, request: dict) -> tuple[int, dict]:
+        data = json.dumps(request).encode()
+        self.batch_calls.append({"route": route, "body": request})
+        http = urllib.request.Request(
+            f"{self.batch_server}{route}", data, {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(http, timeout=120) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
 
     def add_image_dataset(
         self,
@@ -439,14 +929,7 @@ class VertexRecorder:
 
     def _write_export(self, dataset: dict, directory: str) -> list[str]:
         """Write the dataset's data items as JSONL import files + schema.yaml in the GCS stand-in."""
-        from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage  # type: ignore[attr-defined]
-
-        client = storage.Client(  # type: ignore[attr-defined]
-            project="test",
-            credentials=AnonymousCredentials(),
-            client_options={"api_endpoint": os.environ["STORAGE_EMULATOR_HOST"]},
-        )
+        client = _gcs_client()
         folder, title = _EXPORT_SCHEMAS[dataset["multi_label"]]
         bucket_name, _, path = directory[len("gs://") :].partition("/")
         bucket = client.bucket(bucket_name)

@@ -209,9 +209,10 @@ def promote(
     """Decide and, if the candidate wins, publish it as the champion atomically. Returns the outcome.
 
     With ``vertex`` (a ``tpustream.vertex.VertexTarget``) a promoted model is also uploaded to the Vertex AI
-    Model Registry from its immutable registry version, with the serving container, and gets the
-    ``champion`` alias there (``outcome["vertex"]``). A candidate that is not promoted is not uploaded
-    (``outcome["vertex"]`` is None): it has no immutable version an endpoint could be pinned to.
+    Model Registry from its immutable registry version, with the serving container, gets the ``champion``
+    alias there and the evaluation in ``metrics_uri`` as a model evaluation (``outcome["vertex"]``). A
+    candidate that is not promoted is not uploaded (``outcome["vertex"]`` is None): it has no immutable
+    version an endpoint could be pinned to.
     """
     if vertex is not None and not storage.is_gcs(registry):  # refused before anything is promoted
         raise RegistryError(
@@ -232,14 +233,14 @@ def promote(
         # the registry moved, Vertex did not). publish() uploads only what Vertex does not have yet.
         if outcome["promoted"] or outcome["reason"] == ALREADY_CHAMPION:
             outcome["vertex"] = _publish_champion(vertex, outcome, metric)
-    for key in ("registry", "candidate", "dataset_digest", "model_sha256", "value"):
+    for key in ("registry", "candidate", "dataset_digest", "model_sha256", "value", "metrics", "metrics_uri"):
         outcome.pop(key, None)
     return outcome
 
 
 def _publish_champion(vertex: Any, outcome: dict[str, Any], metric: str) -> dict[str, Any]:
-    """Upload the champion version to the Vertex AI Model Registry (if not there yet); a failure leaves the
-    registry as it is (the champion stays) and fails loudly with how to repair it."""
+    """Upload the champion version to the Vertex AI Model Registry (if not there yet) with its evaluation; a
+    failure leaves the registry as it is (the champion stays) and fails loudly with how to repair it."""
     from tpustream import vertex as vertex_registry
 
     labels = {
@@ -251,7 +252,13 @@ def _publish_champion(vertex: Any, outcome: dict[str, Any], metric: str) -> dict
         labels[f"{metric}_permille"] = str(round(1000 * outcome["value"]))
     artifact = version_uri(outcome["registry"], outcome["version"])
     try:
-        return vertex_registry.publish(vertex, artifact_uri=artifact, labels=labels)
+        return vertex_registry.publish(
+            vertex,
+            artifact_uri=artifact,
+            labels=labels,
+            evaluation=outcome["metrics"],
+            metrics_uri=outcome["metrics_uri"],
+        )
     except Exception as exc:
         failure = {
             "event": "vertex-upload-failed",
@@ -263,7 +270,7 @@ def _publish_champion(vertex: Any, outcome: dict[str, Any], metric: str) -> dict
             f"version {outcome['version']} is the champion in {outcome['registry']}, but publishing it to the "
             f"Vertex AI Model Registry ({vertex.model_name}) failed: {type(exc).__name__}: {exc}. Fix that "
             "(IAM, the bucket's region, the serving image) and run promote again, or retry the pipeline's "
-            "promote task: it uploads the champion when Vertex does not have it yet"
+            "promote task: it uploads the champion and imports its evaluation when Vertex does not have them yet"
         ) from exc
 
 
@@ -295,6 +302,8 @@ def _promote(
         "dataset_digest": digest,
         "model_sha256": sha,
         "value": candidate.get(metric),
+        "metrics": metrics,  # for the Vertex AI model evaluation
+        "metrics_uri": metrics_uri,
     }
     checked = False
     for _attempt in range(max_attempts):

@@ -9,19 +9,41 @@ images serve a TorchServe ``model.mar`` and cannot serve ``model.pt`` + ``model.
 The container spec follows https://cloud.google.com/vertex-ai/docs/predictions/custom-container-requirements
 (port, health and predict routes; Vertex passes them back as AIP_HTTP_PORT / AIP_HEALTH_ROUTE /
 AIP_PREDICT_ROUTE and the artifact copy as AIP_STORAGE_URI).
+
+The promoted version also gets its evaluation (``tpustream evaluate``'s metrics.json) imported with
+``ModelService.ImportModelEvaluation`` in Vertex's classification schema (``classification_evaluation``), and
+``find_model_version`` names the version that ``tpustream deploy`` and batch prediction use.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from tpustream import storage
+from tpustream.errors import TpustreamError
 
-__all__ = ["VertexTarget", "publish", "container_spec", "target_from_env"]
+__all__ = [
+    "VertexTarget",
+    "VertexPlace",
+    "VertexError",
+    "ModelVersion",
+    "MachineResources",
+    "publish",
+    "container_spec",
+    "target_from_env",
+    "place_from_env",
+    "init",
+    "v1_client",
+    "find_model_version",
+    "classification_evaluation",
+    "import_evaluation",
+    "EVALUATION_SCHEMA",
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,22 +91,96 @@ class VertexTarget:
         check_serving_image(self.serving_image)
 
 
+class VertexError(TpustreamError, ValueError):
+    """A Vertex AI resource is missing or not as tpustream needs it; the message says what to do."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VertexPlace:
+    """Which project and region to call Vertex AI in, and through which API endpoint (tests: loopback)."""
+
+    project: str
+    location: str = "us-central1"
+    api_endpoint: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.project:
+            raise ValueError(
+                "no Google Cloud project: pass --project, or set GOOGLE_CLOUD_PROJECT "
+                "(or log in with `gcloud auth application-default login` to a project)"
+            )
+        if not re.fullmatch(r"[a-z]+-[a-z]+\d+", self.location):
+            raise ValueError(f"--region {self.location!r} is not a Vertex AI region such as us-central1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineResources:
+    """The machines that serve a model (an endpoint deployment, a batch prediction job)."""
+
+    machine_type: str = "n1-standard-4"
+    min_replicas: int = 1  # a batch job starts on this many
+    max_replicas: int = 1
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)+", self.machine_type or ""):
+            raise ValueError(
+                f"--machine-type {self.machine_type!r} is not a Compute Engine machine type such as n1-standard-4"
+            )
+        if self.min_replicas < 1:
+            raise ValueError(f"--min-replicas {self.min_replicas}: Vertex AI needs at least 1 replica")
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"--max-replicas {self.max_replicas} is below --min-replicas {self.min_replicas}: "
+                "raise --max-replicas"
+            )
+
+    def dedicated_resources(self, *, starting: bool = False) -> dict[str, Any]:
+        """The v1 ``DedicatedResources`` (``BatchDedicatedResources`` with ``starting``) as a dict."""
+        first = "starting_replica_count" if starting else "min_replica_count"
+        return {
+            "machine_spec": {"machine_type": self.machine_type},
+            first: self.min_replicas,
+            "max_replica_count": self.max_replicas,
+        }
+
+
 def _label(value: str) -> str:
     return re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63]
 
 
-def _init(target: VertexTarget) -> Any:
+def init(place: VertexPlace) -> Any:
+    """``aiplatform`` initialised for ``place``: an ``http://`` endpoint (the tests' loopback recorder) is
+    called over REST without credentials."""
     from google.cloud import aiplatform
 
-    kwargs: dict[str, Any] = {"project": target.project, "location": target.location}
-    if target.api_endpoint:
-        kwargs["api_endpoint"] = target.api_endpoint
-        if target.api_endpoint.startswith("http://"):  # loopback endpoint: REST and no credentials
+    kwargs: dict[str, Any] = {"project": place.project, "location": place.location}
+    if place.api_endpoint:
+        kwargs["api_endpoint"] = place.api_endpoint
+        if place.api_endpoint.startswith("http://"):  # loopback endpoint: REST and no credentials
             from google.auth.credentials import AnonymousCredentials
 
             kwargs.update(api_transport="rest", credentials=AnonymousCredentials())
     aiplatform.init(**kwargs)
     return aiplatform
+
+
+def _init(target: VertexTarget) -> Any:
+    return init(
+        VertexPlace(project=target.project, location=target.location, api_endpoint=target.api_endpoint)
+    )
+
+
+def v1_client(service: str) -> Any:
+    """The aiplatform v1 GAPIC client of ``service`` ("endpoint", "job" or "model") as ``init`` configured
+    it (endpoint, transport, credentials): for the requests the high-level SDK cannot make as needed."""
+    from google.cloud.aiplatform import initializer, utils
+
+    classes: dict[str, Any] = {
+        "endpoint": utils.EndpointClientWithOverride,
+        "job": utils.JobClientWithOverride,
+        "model": utils.ModelClientWithOverride,
+    }
+    return initializer.global_config.create_client(client_class=classes[service]).select_version("v1")
 
 
 def _published_version(aiplatform: Any, parent: str, artifact_uri: str, labels: dict[str, str]) -> Any:
@@ -105,15 +201,24 @@ def _published_version(aiplatform: Any, parent: str, artifact_uri: str, labels: 
 _IDENTITY = ("tpustream_version", "model_sha256")
 
 
-def publish(target: VertexTarget, *, artifact_uri: str, labels: dict[str, str]) -> dict[str, Any]:
+def publish(
+    target: VertexTarget,
+    *,
+    artifact_uri: str,
+    labels: dict[str, str],
+    evaluation: dict[str, Any] | None = None,
+    metrics_uri: str = "",
+) -> dict[str, Any]:
     """Make ``artifact_uri`` (a gs:// registry version) the ``champion`` version of ``target.model_name``.
 
     Idempotent, so a failed upload is repaired by running promote again: a version already uploaded from
     this artifact (found by its ``tpustream_version`` + ``model_sha256`` labels and checked by its artifact
     URI) is reused; otherwise it is uploaded with the serving container as the default version. Then the
     ``champion`` alias moves to it (mergeVersionAliases takes an alias off the version that held it; an upload
-    naming an alias another version holds is not documented to). Returns the model resource name, version
-    id, versioned name and whether this call uploaded it."""
+    naming an alias another version holds is not documented to). With ``evaluation`` (the metrics.json
+    document of this model, read from ``metrics_uri``) its evaluation is imported into that version unless it
+    has it already (``import_evaluation``). Returns the model resource name, version id, versioned name,
+    whether this call uploaded it, and the evaluation's resource name (or None)."""
     if not storage.is_gcs(artifact_uri):
         raise ValueError(f"Vertex AI reads models from gs:// only, not {artifact_uri}: use a gs:// registry")
     aiplatform = _init(target)
@@ -138,6 +243,7 @@ def publish(target: VertexTarget, *, artifact_uri: str, labels: dict[str, str]) 
     versioned = f"{model.resource_name}@{model.version_id}"
     log.info("Vertex AI: %s is the champion (%s)", versioned, artifact_uri)
     host = f"{target.location}-aiplatform.googleapis.com"
+    imported = import_evaluation(versioned, evaluation, metrics_uri) if evaluation is not None else None
     return {
         "resource_name": model.resource_name,
         "version_id": model.version_id,
@@ -145,6 +251,7 @@ def publish(target: VertexTarget, *, artifact_uri: str, labels: dict[str, str]) 
         "uri": f"https://{host}/v1/{versioned}",
         "champion": True,
         "uploaded": uploaded,
+        "evaluation": imported,
     }
 
 
@@ -186,3 +293,225 @@ def target_from_env(
         location=_given(location, "GOOGLE_CLOUD_REGION", "CLOUD_ML_REGION") or "us-central1",
         api_endpoint=os.environ.get("TPUSTREAM_VERTEX_ENDPOINT") or None,
     )
+
+
+def place_from_env(project: str | None = None, location: str | None = None) -> VertexPlace:
+    """Where to call Vertex AI: each value not given comes from the environment as in ``target_from_env``."""
+    return VertexPlace(
+        project=_given(project, "GOOGLE_CLOUD_PROJECT", "CLOUD_ML_PROJECT_ID")
+        or _credentials_project()
+        or "",
+        location=_given(location, "GOOGLE_CLOUD_REGION", "CLOUD_ML_REGION") or "us-central1",
+        api_endpoint=os.environ.get("TPUSTREAM_VERTEX_ENDPOINT") or None,
+    )
+
+
+# --------------------------------------------------------------------------- which version to serve
+
+_MODEL_NAME = re.compile(
+    r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/models/(?P<id>[^/@]+)(?:@(?P<version>[\w-]+))?$"
+)
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """One version of a Vertex AI Model Registry model."""
+
+    resource_name: str  # projects/P/locations/L/models/ID
+    version_id: str
+    display_name: str
+    artifact_uri: str
+
+    @property
+    def versioned_name(self) -> str:
+        return f"{self.resource_name}@{self.version_id}"
+
+    @property
+    def model_id(self) -> str:
+        return self.resource_name.rsplit("/", 1)[1]
+
+
+def place_of_model(model: str, project: str | None, location: str | None) -> VertexPlace:
+    """Where to call Vertex AI for ``model``: a full resource name brings its project and region (a
+    different one given is refused); a display name is looked up in the given or environment's place."""
+    named = _MODEL_NAME.match(model)
+    if not named:
+        return place_from_env(project, location)
+    for given, own, what in (
+        (project, named["project"], "--project"),
+        (location, named["location"], "--region"),
+    ):
+        if given and not given.startswith("{{$") and given != own:
+            raise VertexError(f"{what} {given} differs from the model's own ({own}, in {model}): drop {what}")
+    return place_from_env(named["project"], named["location"])
+
+
+def find_model_version(aiplatform: Any, model: str, *, registry: str | None = None) -> ModelVersion:
+    """The Model Registry version that ``model`` names.
+
+    ``model``: a resource name ``projects/P/locations/L/models/ID`` with an optional ``@VERSION`` or
+    ``@ALIAS``, or a model's display name. Without a version: the ``champion`` alias, which ``publish``
+    moves. With ``registry`` (a tpustream registry): the version uploaded from the registry's champion
+    (found by its labels, checked by its artifact URI), so a champion Vertex has not received yet is an error
+    instead of a deployment of the previous one."""
+    from google.api_core import exceptions
+
+    named = _MODEL_NAME.match(model)
+    if named:
+        parent, version = model.split("@", 1)[0], named["version"]
+    else:
+        found = aiplatform.Model.list(filter=f'display_name="{model}"')
+        if not found:
+            raise VertexError(
+                f"no Vertex AI model is named {model!r} in {aiplatform.initializer.global_config.project}/"
+                f"{aiplatform.initializer.global_config.location}: publish one with "
+                f"`tpustream promote --vertex-model {model}`, or give a resource name projects/P/locations/L/models/ID"
+            )
+        if len(found) > 1:
+            names = ", ".join(m.resource_name for m in found)
+            raise VertexError(
+                f"{len(found)} Vertex AI models are named {model!r} ({names}): give a resource name"
+            )
+        parent, version = found[0].resource_name, None
+    if registry:
+        if version:
+            raise VertexError(f"{model}: give either a version (@{version}) or --registry, not both")
+        return _registry_champion(aiplatform, parent, registry)
+    try:
+        found_version = aiplatform.Model(model_name=f"{parent}@{version or 'champion'}")
+    except exceptions.NotFound as exc:
+        raise VertexError(
+            f"{parent} has no version or alias {version or 'champion'!r}: "
+            + (
+                "check the version"
+                if version
+                else "promote a model with --vertex-model to give it a champion"
+            )
+        ) from exc
+    return _model_version(found_version)
+
+
+def _model_version(model: Any) -> ModelVersion:
+    return ModelVersion(
+        resource_name=model.resource_name,
+        version_id=str(model.version_id),
+        display_name=model.display_name,
+        artifact_uri=model.uri or "",
+    )
+
+
+def _registry_champion(aiplatform: Any, parent: str, registry: str) -> ModelVersion:
+    from tpustream import promote
+
+    registry = storage.check_uri(registry).rstrip("/")
+    champion = promote.read_champion(registry)
+    if champion is None:
+        raise VertexError(f"--registry {registry} has no champion yet: promote a model first")
+    artifact = promote.version_uri(registry, champion["version"])
+    identity = {"tpustream_version": str(champion["version"]), "model_sha256": champion["model_sha256"][:16]}
+    found = _published_version(aiplatform, parent, artifact, identity)
+    if found is None:
+        raise VertexError(
+            f"the champion of {registry} (version {champion['version']}, {artifact}) is not a version of {parent}: "
+            "run `tpustream promote` for it again with --vertex-model (it uploads the champion Vertex lacks)"
+        )
+    return _model_version(found)
+
+
+# --------------------------------------------------------------------------- evaluations in the Model Registry
+
+# Vertex's classification metrics schema (ModelEvaluation.metrics_schema_uri): the URI GCPC's evaluation
+# importer uses for classification (google_cloud_pipeline_components/container/_implementation/
+# model_evaluation/import_model_evaluation.py, PROBLEM_TYPE_TO_SCHEMA_URI)
+EVALUATION_SCHEMA = "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def classification_evaluation(document: dict[str, Any], metrics_uri: str = "") -> dict[str, Any]:
+    """A ``ModelEvaluation`` (snake-case fields, as the v1 client takes it) of the candidate in a
+    ``tpustream evaluate`` metrics.json, its ``metrics`` in Vertex's classification schema.
+
+    The fields are the schema's (aiplatform v1 REST "SchemaModelevaluationMetricsClassificationEvaluationMetrics";
+    the same names in GCPC's ``google.ClassificationMetrics`` artifact schema, types/artifact_types.py):
+    ``confusionMatrix`` {``annotationSpecs`` [{id, displayName}], ``rows``: rows[i][j] = val samples of class i
+    predicted as j, which is evaluate's matrix}, ``logLoss`` (evaluate's mean cross-entropy) and
+    ``confidenceMetrics`` at threshold 0, the one threshold these counts determine exactly: every class is
+    returned (recall 1, precision 1/K), at most one (``*At1``: top-1) or, with ``maxPredictions`` 5, five
+    (recall top-5, precision top-5/5). ``auPrc``/``auRoc`` need per-sample scores across thresholds, which
+    evaluate does not keep: they are left out rather than made up. Annotation spec ids are the model's class
+    indices (a custom model has no dataset annotation specs)."""
+    candidate = document["candidate"]
+    classes = [str(name) for name in document["classes"]]
+    count = len(classes)
+    matrix = [[int(cell) for cell in row] for row in candidate["confusion_matrix"]]
+    confusion = {
+        "annotationSpecs": [{"id": str(index), "displayName": name} for index, name in enumerate(classes)],
+        "rows": matrix,
+    }
+    top1, top5 = candidate["top1"], candidate["top5"]
+    at_zero: dict[str, Any] = {
+        "confidenceThreshold": 0.0,
+        "recall": 1.0,
+        "precision": 1.0 / count,
+        "f1Score": 2.0 / (count + 1),
+        "recallAt1": top1,
+        "precisionAt1": top1,  # one label per sample and one prediction: precision@1 = recall@1 = top-1
+        "f1ScoreAt1": top1,
+        "confusionMatrix": confusion,
+    }
+    confidence = [at_zero]
+    if count > 5 and _finite(top5):
+        confidence.append(
+            {"confidenceThreshold": 0.0, "maxPredictions": 5, "recall": top5, "precision": top5 / 5}
+        )
+    metrics: dict[str, Any] = {"confusionMatrix": confusion, "confidenceMetrics": confidence}
+    if _finite(candidate.get("loss")):
+        metrics["logLoss"] = candidate["loss"]
+    dataset = document["dataset"]
+    return {
+        "display_name": _evaluation_name(document),
+        "metrics_schema_uri": EVALUATION_SCHEMA,
+        "metrics": metrics,
+        # the keys GCPC's importer writes (evaluation_dataset_type/_path), plus where the numbers come from
+        "metadata": {
+            "evaluation_dataset_type": "tpustream-shards",
+            "evaluation_dataset_path": [dataset["uri"]],
+            "dataset_manifest_digest": dataset["manifest_digest"],
+            "model_sha256": candidate["model_sha256"],
+            "num_samples": candidate["num_samples"],
+            "top1": top1,
+            "top5": top5,
+            "tpustream_metrics": metrics_uri,
+        },
+    }
+
+
+def _evaluation_name(document: dict[str, Any]) -> str:
+    """The display name that identifies an evaluation: the same model on the same dataset is imported once."""
+    digest = document["dataset"]["manifest_digest"][:12]
+    return f"tpustream evaluate: {document['candidate']['num_samples']} val samples of dataset {digest}"
+
+
+def import_evaluation(versioned_name: str, document: dict[str, Any], metrics_uri: str = "") -> str | None:
+    """Import the evaluation in ``document`` into the model version ``versioned_name`` (ID@VERSION) unless
+    that version has it already (same display name: same dataset); returns its resource name, or None for a
+    partial evaluation, which is not imported. Needs ``init`` first."""
+    if not document["candidate"].get("complete"):
+        log.warning(
+            "not importing the evaluation into %s: it did not cover the whole val split", versioned_name
+        )
+        return None
+    client = v1_client("model")
+    wanted = _evaluation_name(document)
+    for existing in client.list_model_evaluations(parent=versioned_name):
+        if existing.display_name == wanted:
+            log.info("Vertex AI: %s has this evaluation already (%s)", versioned_name, existing.name)
+            return str(existing.name)
+    imported = client.import_model_evaluation(
+        parent=versioned_name, model_evaluation=classification_evaluation(document, metrics_uri)
+    )
+    log.info("Vertex AI: imported the evaluation of %s as %s", versioned_name, imported.name)
+    return str(imported.name)

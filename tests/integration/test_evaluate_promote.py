@@ -243,6 +243,7 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
     (Vertex AI itself cannot be reached from here). Only promoted models are uploaded, from their
     immutable registry version, with the serving image (tests/integration/test_serving.py serves one)."""
     from tests.vertex_fake import VertexRecorder
+    from tpustream import vertex
     from tpustream.vertex import VertexTarget
 
     image = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "d" * 64
@@ -284,6 +285,26 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
         ]
         versions = recorder.models["4200"]["versions"]
         assert "champion" in versions["2"]["aliases"] and "champion" not in versions["1"]["aliases"]
+        # each promoted version got its own evaluation, in Vertex's classification schema (the recorder
+        # parsed the body as an ImportModelEvaluationRequest and checked the metrics against the schema)
+        imports = [r for r in recorder.requests if r["path"].endswith("/evaluations:import")]
+        assert [i["path"].split("/models/")[1] for i in imports] == [
+            "4200@1/evaluations:import",
+            "4200@2/evaluations:import",
+        ]
+        for request, name in zip(imports, ("weak", "better"), strict=True):
+            measured = json.loads(storage.read_bytes(f"{gcs_bucket}/eval/{name}/metrics.json"))
+            evaluation = request["body"]["modelEvaluation"]
+            assert evaluation["metricsSchemaUri"] == vertex.EVALUATION_SCHEMA
+            metrics = evaluation["metrics"]
+            assert metrics["confusionMatrix"]["rows"] == measured["candidate"]["confusion_matrix"]
+            assert [s["displayName"] for s in metrics["confusionMatrix"]["annotationSpecs"]] == DIGITS
+            assert metrics["logLoss"] == pytest.approx(measured["candidate"]["loss"])
+            at1 = metrics["confidenceMetrics"][0]
+            assert at1["recallAt1"] == at1["precisionAt1"] == pytest.approx(measured["candidate"]["top1"])
+            assert metrics["confidenceMetrics"][1]["recall"] == pytest.approx(measured["candidate"]["top5"])
+            assert evaluation["metadata"]["evaluation_dataset_path"] == [measured["dataset"]["uri"]]
+        assert outcomes[1]["vertex"]["evaluation"] == recorder.evaluations["4200@2"][0]["name"]
         assert recorder.rejected == []
         with pytest.raises(RegistryError, match="needs a gs:// registry"):
             promote.promote(models["better"], f"{gcs_bucket}/eval/better/metrics.json", str(tmp_path / "r"),
@@ -338,6 +359,9 @@ def test_a_failed_vertex_upload_keeps_the_registry_and_a_rerun_of_promote_repair
     assert "champion" in version["aliases"]
     merges = [r for r in recorder.requests if r["path"].endswith(":mergeVersionAliases")]
     assert len(merges) == 1  # the third run found the alias in place
+    imports = [r for r in recorder.requests if r["path"].endswith("/evaluations:import")]
+    assert len(imports) == 1 and len(recorder.evaluations["4200@1"]) == 1  # the third run found it there
+    assert again["vertex"]["evaluation"] == repaired["vertex"]["evaluation"]
     assert recorder.rejected == []
 
 

@@ -102,3 +102,43 @@ def test_a_champion_with_a_non_finite_number_is_kept_not_beaten(value):
         assert "champion loss" in decision.reason and "--metric" in decision.reason
     # the other metrics are still compared normally
     assert decide(m(0.95), champion, candidate_digest="d1", champion_digest="d1").promote
+
+
+def test_a_promoted_versions_vertex_evaluation_is_its_metrics_in_the_classification_schema():
+    """What promote imports into the Vertex AI Model Registry (pure: the conversion of a metrics.json)."""
+    from tests.vertex_fake import classification_metrics_problem
+    from tpustream.vertex import EVALUATION_SCHEMA, classification_evaluation
+
+    document = {
+        "classes": ["cat", "dog", "owl"],
+        "dataset": {"uri": "gs://b/data", "manifest_digest": "ab" * 32},
+        "candidate": {
+            "model_sha256": "cd" * 32,
+            "num_samples": 10,
+            "complete": True,
+            "top1": 0.7,
+            "top5": 1.0,
+            "loss": 0.6,
+            "confusion_matrix": [[3, 1, 0], [1, 2, 0], [0, 1, 2]],
+        },
+    }
+    evaluation = classification_evaluation(document, "gs://b/eval/metrics.json")
+    assert evaluation["metrics_schema_uri"] == EVALUATION_SCHEMA
+    metrics = evaluation["metrics"]
+    assert metrics["confusionMatrix"] == {
+        "annotationSpecs": [
+            {"id": "0", "displayName": "cat"},
+            {"id": "1", "displayName": "dog"},
+            {"id": "2", "displayName": "owl"},
+        ],
+        "rows": [[3, 1, 0], [1, 2, 0], [0, 1, 2]],  # rows[truth][predicted], as evaluate counts
+    }
+    assert metrics["logLoss"] == 0.6 and "auPrc" not in metrics  # no per-sample scores: no curve
+    (every_class,) = metrics["confidenceMetrics"]  # 3 classes: no separate top-5 point
+    assert (every_class["recall"], every_class["precision"]) == (1.0, pytest.approx(1 / 3))
+    assert every_class["f1Score"] == pytest.approx(0.5)
+    assert every_class["recallAt1"] == every_class["precisionAt1"] == every_class["f1ScoreAt1"] == 0.7
+    assert classification_metrics_problem(metrics) is None  # the recorder's schema check accepts it
+    assert "accuracy" in classification_metrics_problem({**metrics, "accuracy": 0.7})
+    diverged = {**document, "candidate": {**document["candidate"], "loss": None}}  # NaN is stored as null
+    assert "logLoss" not in classification_evaluation(diverged)["metrics"]

@@ -1,0 +1,257 @@
+"""Canary deployment and rollback (tpustream/deploy.py) through the real google-cloud-aiplatform client.
+
+Vertex AI cannot be reached from here: tests/vertex_fake.py stands in for its REST API on loopback, parses
+every request body as the v1 protos (DeployModelRequest, UndeployModelRequest, Endpoint) and refuses what
+Vertex documents it refuses (a split that does not sum to 100, undeploying a model that has traffic). The
+Model Registry versions are published with ``tpustream.vertex.publish`` (no model files are read for that).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tpustream import deploy, storage, vertex
+from tpustream.deploy import DeployError, canary_split
+
+pytestmark = pytest.mark.integration
+
+IMAGE = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "f" * 64
+REGION = "europe-west4"
+PARENT = f"projects/proj/locations/{REGION}"
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    from tests.vertex_fake import VertexRecorder
+
+    fake = VertexRecorder()
+    monkeypatch.setenv("TPUSTREAM_VERTEX_ENDPOINT", fake.url)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
+    monkeypatch.setenv("GOOGLE_CLOUD_REGION", REGION)
+    yield fake
+    fake.close()
+
+
+def publish(recorder, version: int, registry: str = "gs://models/registry") -> dict:
+    """Registry version ``version`` uploaded to the Vertex model ``digits-classifier``; it becomes the champion."""
+    target = vertex.VertexTarget(
+        model_name="digits-classifier",
+        project="proj",
+        location=REGION,
+        api_endpoint=recorder.url,
+        serving_image=IMAGE,
+    )
+    labels = {"tpustream_version": str(version), "model_sha256": f"{version:016x}"}
+    return vertex.publish(target, artifact_uri=f"{registry}/versions/{version}", labels=labels)
+
+
+def summary(request: dict) -> str:
+    """One line of what the recorder saw: method, path after the location, query, and the body."""
+    path = request["path"].split(f"/{PARENT}", 1)[-1] or "/"
+    query = "&".join(f"{k}={v[0]}" for k, v in request["query"].items() if not k.startswith("$"))
+    body = json.dumps(request["body"], sort_keys=True) if request["body"] else ""
+    return f"{request['method']:5} {path}{'?' + query if query else ''}  {body}"
+
+
+@pytest.mark.parametrize(
+    "serving, percent, expected",
+    [
+        ({"a": 100}, 10, {"a": 90, "0": 10}),
+        ({"a": 60, "b": 40}, 10, {"a": 54, "b": 36, "0": 10}),
+        ({"a": 50, "b": 50}, 15, {"a": 43, "b": 42, "0": 15}),  # a tie: the first listed gets the unit
+        ({"a": 34, "b": 33, "c": 33}, 10, {"a": 30, "b": 30, "c": 30, "0": 10}),  # remainders .6 .7 .7
+        ({"a": 70, "b": 30, "z": 0}, 1, {"a": 69, "b": 30, "0": 1}),  # a 0% model stays out
+        ({"a": 90, "b": 10}, 100, {"a": 0, "b": 0, "0": 100}),
+        ({}, 100, {"0": 100}),
+    ],
+)
+def test_canary_split_keeps_the_serving_proportions_in_whole_percents(serving, percent, expected):
+    split = canary_split(serving, percent)
+    assert split == expected and sum(split.values()) == 100
+
+
+def test_canary_split_refuses_what_cannot_sum_to_100():
+    with pytest.raises(ValueError, match="nothing else serves"):
+        canary_split({}, 10)
+    with pytest.raises(ValueError, match="--traffic 101"):
+        canary_split({"a": 100}, 101)
+
+
+def test_deploy_ramp_and_rollback_on_one_endpoint(recorder, capsys):
+    publish(recorder, 1)
+    first = deploy.deploy("digits-classifier", "digits", traffic_percent=10)  # nothing serves: it takes 100
+    assert first["created_endpoint"] and first["previous_split"] == {}
+    v1 = first["deployed_model_id"]
+    assert first["traffic_split"] == {v1: 100} and first["model"] == f"{PARENT}/models/4200@1"
+    endpoint = first["endpoint"]
+    assert "tpustream-canary-model" not in recorder.endpoints[endpoint].get("labels", {})  # no canary yet
+
+    publish(recorder, 2)  # the champion alias moves to version 2
+    canary = deploy.deploy(
+        "digits-classifier",
+        "digits",
+        traffic_percent=10,
+        machine_type="n1-standard-8",
+        min_replicas=1,
+        max_replicas=3,
+    )
+    v2 = canary["deployed_model_id"]
+    assert not canary["created_endpoint"] and canary["model"] == f"{PARENT}/models/4200@2"
+    assert canary["traffic_split"] == {v1: 90, v2: 10} and canary["previous_split"] == {v1: 100}
+    assert recorder.endpoints[endpoint]["labels"] == {
+        "tpustream-canary-model": "4200",
+        "tpustream-canary-version": "2",
+        f"tpustream-previous-{v1}": "100",
+    }
+    (deploy_request,) = [r for r in recorder.requests if r["path"].endswith(":deployModel")][1:]
+    assert deploy_request["body"] == {
+        "deployedModel": {
+            "model": f"{PARENT}/models/4200@2",
+            "displayName": "digits-classifier-v2",
+            "dedicatedResources": {
+                "machineSpec": {"machineType": "n1-standard-8"},
+                "minReplicaCount": 1,
+                "maxReplicaCount": 3,
+            },
+        },
+        "trafficSplit": {"0": 10, v1: 90},
+    }
+
+    again = deploy.deploy(
+        "digits-classifier", "digits", traffic_percent=10
+    )  # a retried task: nothing changes
+    assert not again["deployed"] and again["traffic_split"] == {v1: 90, v2: 10}
+    ramp = deploy.deploy("digits-classifier", "digits", traffic_percent=60)  # the canary's share, not a copy
+    assert not ramp["deployed"] and ramp["traffic_split"] == {v1: 40, v2: 60}
+    assert len(recorder.endpoints[endpoint]["deployedModels"]) == 2
+
+    rolled = deploy.rollback("digits")
+    assert rolled == {"endpoint": endpoint, "undeployed": v2, "model": "4200@2", "traffic_split": {v1: 100}}
+    assert [d["id"] for d in recorder.endpoints[endpoint]["deployedModels"]] == [v1]
+    assert "labels" not in recorder.endpoints[endpoint]  # the record is gone with the canary
+    with pytest.raises(DeployError, match="no canary to roll back"):
+        deploy.rollback(endpoint)
+    assert recorder.rejected == []
+    with capsys.disabled():  # the exchange, as the recorder saw it (-s shows it)
+        print("\n" + "\n".join(summary(r) for r in recorder.requests if "/endpoints" in r["path"]))
+
+
+def test_rollback_restores_the_recorded_split_of_several_models(recorder):
+    publish(recorder, 1)
+    v1 = deploy.deploy("digits-classifier", "shop", traffic_percent=100)["deployed_model_id"]
+    publish(recorder, 2)
+    v2 = deploy.deploy("digits-classifier", "shop", traffic_percent=30)["deployed_model_id"]
+    publish(recorder, 3)
+    third = deploy.deploy("digits-classifier", "shop", traffic_percent=10)
+    assert third["traffic_split"] == {v1: 63, v2: 27, third["deployed_model_id"]: 10}
+    ramp = deploy.deploy("digits-classifier", "shop", traffic_percent=100)  # the others at 0%, still deployed
+    assert ramp["traffic_split"] == {v1: 0, v2: 0, third["deployed_model_id"]: 100}
+    assert deploy.deploy("digits-classifier", "shop", traffic_percent=20)["traffic_split"] == {
+        v1: 56,
+        v2: 24,
+        third["deployed_model_id"]: 20,
+    }  # back down: in the recorded proportions
+    assert deploy.rollback("shop")["traffic_split"] == {v1: 70, v2: 30}  # as before version 3 arrived
+    assert recorder.rejected == []
+
+
+def test_deploy_the_registry_champion_or_say_vertex_lacks_it(recorder, gcs_bucket):
+    registry = f"{gcs_bucket}/registry"
+    for version in (1, 2):
+        publish(recorder, version, registry)
+    pointer = {"version": 1, "model_sha256": f"{1:016x}" + "0" * 48}
+    storage.write_bytes(f"{registry}/champion.json", json.dumps(pointer).encode())
+    # the Vertex alias is on version 2; the registry's champion is version 1: --registry deploys what it names
+    outcome = deploy.deploy("digits-classifier", "reg", traffic_percent=100, registry=registry)
+    assert outcome["model"] == f"{PARENT}/models/4200@1"
+    pointer = {"version": 3, "model_sha256": f"{3:016x}" + "0" * 48}
+    storage.write_bytes(f"{registry}/champion.json", json.dumps(pointer).encode())
+    with pytest.raises(
+        vertex.VertexError, match=r"champion of .*version 3.* is not a version of .*run `tpustream promote`"
+    ):
+        deploy.deploy("digits-classifier", "reg", registry=registry)
+
+
+def test_bad_inputs_are_named_with_what_to_do(recorder):
+    publish(recorder, 1)
+    cases = [
+        (dict(traffic_percent=101), ValueError, "--traffic 101"),
+        (dict(min_replicas=0), ValueError, "--min-replicas 0"),
+        (dict(min_replicas=2, max_replicas=1), ValueError, "--max-replicas 1 is below --min-replicas 2"),
+        (dict(machine_type="big one"), ValueError, "--machine-type 'big one'"),
+        (
+            dict(region="europe-west1", model=f"{PARENT}/models/4200"),
+            vertex.VertexError,
+            "--region europe-west1 differs",
+        ),
+        (
+            dict(model="no-such-model"),
+            vertex.VertexError,
+            "no Vertex AI model is named 'no-such-model'.*promote",
+        ),
+        (dict(model=f"{PARENT}/models/4200@7"), vertex.VertexError, "has no version or alias '7'"),
+        (dict(endpoint=f"{PARENT}/endpoints/999"), DeployError, "does not exist"),
+        (
+            dict(endpoint="projects/proj/locations/us-east1/endpoints/5"),
+            DeployError,
+            "in us-east1, the model in europe-west4",
+        ),
+    ]
+    for overrides, error, message in cases:
+        kwargs = {"model": "digits-classifier", "endpoint": "digits", **overrides}
+        with pytest.raises(error, match=message):
+            deploy.deploy(kwargs.pop("model"), kwargs.pop("endpoint"), **kwargs)
+    with pytest.raises(DeployError, match="no endpoint is named 'nowhere'"):
+        deploy.rollback("nowhere")
+    assert recorder.endpoints == {}  # nothing was created for a refused deploy
+
+
+def test_the_recorder_refuses_what_vertex_refuses(recorder):
+    """The fake's rules, through the v1 client: a split that does not sum to 100, a model with traffic
+    undeployed without a new split, automatic resources for a custom model."""
+    from google.api_core import exceptions
+
+    publish(recorder, 1)
+    name = deploy.deploy("digits-classifier", "rules", traffic_percent=100)["endpoint"]
+    client = vertex.v1_client("endpoint")
+    model = {
+        "model": f"{PARENT}/models/4200@1",
+        "dedicated_resources": {"machine_spec": {"machine_type": "n1-standard-2"}, "min_replica_count": 1},
+    }
+    with pytest.raises(exceptions.BadRequest, match="add up to 100"):
+        client.deploy_model(endpoint=name, deployed_model=model, traffic_split={"0": 50})
+    with pytest.raises(exceptions.BadRequest, match="dedicatedResources"):
+        automatic = {"model": model["model"], "automatic_resources": {"min_replica_count": 1}}
+        client.deploy_model(endpoint=name, deployed_model=automatic, traffic_split={"0": 100})
+    (serving,) = recorder.endpoints[name]["deployedModels"]
+    with pytest.raises(exceptions.BadRequest, match="100% of the traffic"):
+        client.undeploy_model(endpoint=name, deployed_model_id=serving["id"])
+    assert len(recorder.rejected) == 3
+
+
+def test_deploy_component_deploys_promotes_version_and_outputs_the_endpoint(recorder, tmp_path):
+    """The KFP step as the executor calls it (its plain function), and compiled: a valid component."""
+    from google_cloud_pipeline_components.types import artifact_types
+    from kfp import compiler, dsl
+
+    from components.deploy import deploy_model
+
+    publish(recorder, 1)
+    model = artifact_types.VertexModel(
+        name="vertex_model", uri="", metadata={"resourceName": f"{PARENT}/models/4200@1"}
+    )
+    output = artifact_types.VertexEndpoint(name="vertex_endpoint", uri=str(tmp_path / "out"), metadata={})
+    line = deploy_model(vertex_model=model, endpoint="component", vertex_endpoint=output, traffic_percent=100)
+    name = output.metadata["resourceName"]
+    assert line.startswith(f"deployed {PARENT}/models/4200@1 to {name} as ")
+    assert output.uri == f"https://{REGION}-aiplatform.googleapis.com/v1/{name}"
+    unpublished = artifact_types.VertexModel(name="vertex_model", uri="", metadata={})
+    assert deploy_model(vertex_model=unpublished, endpoint="component", vertex_endpoint=output) == (
+        "not deployed: promote published no Vertex AI model"
+    )
+    compiled = tmp_path / "deploy.yaml"
+    component = dsl.component(deploy_model, base_image="python:3.11", install_kfp_package=False)
+    compiler.Compiler().compile(component, str(compiled))
+    assert "google.VertexEndpoint" in compiled.read_text()

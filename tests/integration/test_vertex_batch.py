@@ -1,0 +1,207 @@
+"""Vertex AI batch prediction on the champion (tpustream/vertex_batch.py): the request the real aiplatform
+client sends, and what the batch job then sends to the real model server, answered as evaluation measured.
+
+Real parts: a model trained here, evaluated and promoted into a gs:// registry (the GCS-API test server),
+the real aiplatform client, aiplatform's own model server started from the recorded upload as in
+tests/integration/test_serving.py. Stood in for: Vertex AI's REST API (tests/vertex_fake.py, which parses
+the job as a v1 BatchPredictionJob) and its batch workers, which the fake emulates as the v1 docs describe
+them: each JSONL line an instance, the key field kept out of it, ``batchSize`` instances per request.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import types
+
+import numpy as np
+import pytest
+
+from tests.gcs import make_bucket
+from tests.integration.test_evaluate_promote import make_model
+from tests.integration.test_serving import _free_port, _start_server
+from tpustream import evaluate, promote, shards, storage, vertex, vertex_batch
+from tpustream.predict import iter_items
+from tpustream.shard_plan import ShardConfig
+
+pytestmark = pytest.mark.integration
+
+IMAGE = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "b" * 64
+PARENT = "projects/proj/locations/europe-west4"
+
+
+@pytest.fixture(scope="module")
+def served(gcs_server, tmp_path_factory):
+    """A champion uploaded to the recording Vertex endpoint, and its model server running."""
+    from tests.vertex_fake import VertexRecorder
+
+    tmp = tmp_path_factory.mktemp("batch")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
+        make_bucket(gcs_server.url, "batch")
+        digits = str(tmp / "digits")
+        shards.create_shards(ShardConfig(source="digits", output=digits, num_shards=2), progress=False)
+        local = make_model(tmp / "model", digits, seed=4, steps=10)
+        model, registry = "gs://batch/runs/r1", "gs://batch/registry"
+        for name in ("model.pt", "model.json"):
+            storage.copy(f"{local}/{name}", f"{model}/{name}")
+        metrics = evaluate.evaluate(model, digits, "gs://batch/eval", workers=0)
+        recorder = VertexRecorder()
+        mp.setenv("TPUSTREAM_VERTEX_ENDPOINT", recorder.url)
+        mp.setenv("GOOGLE_CLOUD_PROJECT", "proj")
+        mp.setenv("GOOGLE_CLOUD_REGION", "europe-west4")
+        target = vertex.VertexTarget(
+            model_name="digits-classifier",
+            project="proj",
+            location="europe-west4",
+            api_endpoint=recorder.url,
+            serving_image=IMAGE,
+        )
+        promote.promote(model, "gs://batch/eval/metrics.json", registry, vertex=target)
+        (upload,) = [r for r in recorder.requests if r["path"].endswith("/models:upload")]
+        spec = upload["body"]["model"]["containerSpec"]
+        port = _free_port()  # started as Vertex starts a custom container (see test_serving.world)
+        env = {**os.environ, **{e["name"]: e["value"] for e in spec["env"]}}
+        env.update(
+            AIP_HTTP_PORT=str(port),
+            AIP_HEALTH_ROUTE=spec["healthRoute"],
+            AIP_PREDICT_ROUTE=spec["predictRoute"],
+            AIP_STORAGE_URI=upload["body"]["model"]["artifactUri"],
+            VERTEX_CPR_WEB_CONCURRENCY="1",
+        )
+        env.pop("PJRT_DEVICE", None)
+        server = _start_server(env, port, tmp / "server.log")
+        recorder.batch_server = f"http://127.0.0.1:{port}"  # where the fake's batch workers send requests
+        try:
+            yield types.SimpleNamespace(
+                recorder=recorder, digits=digits, metrics=metrics, log=tmp / "server.log"
+            )
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+            recorder.close()
+
+
+def test_batch_prediction_sends_the_servers_own_requests_and_gets_evaluations_answers(served):
+    written = vertex_batch.write_instances([served.digits], "gs://batch/in/val.jsonl")
+    assert written["instances"] == served.metrics["candidate"]["num_samples"] == 179
+    job = vertex_batch.submit_batch_prediction(
+        "digits-classifier",
+        [written["uri"]],
+        "gs://batch/out",
+        machine_type="n1-standard-2",
+        max_replicas=2,
+        wait=True,
+        poll_seconds=0.05,
+    )
+    assert job["state"] == "JOB_STATE_SUCCEEDED", served.log.read_text()[-2000:]
+    assert job["completion"] == {"successful": 179, "failed": 0, "incomplete": 0}
+    assert job["model"] == f"{PARENT}/models/4200@1"  # the champion alias, resolved
+    (create,) = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")]
+    assert served.recorder.rejected == []  # it parsed as a v1 BatchPredictionJob
+    assert create["body"] == {
+        "displayName": "digits-classifier-v1-batch",
+        "model": f"{PARENT}/models/4200@1",
+        "inputConfig": {"instancesFormat": "jsonl", "gcsSource": {"uris": ["gs://batch/in/val.jsonl"]}},
+        "instanceConfig": {"keyField": "key"},
+        "outputConfig": {
+            "predictionsFormat": "jsonl",
+            "gcsDestination": {"outputUriPrefix": "gs://batch/out"},
+        },
+        "dedicatedResources": {
+            "machineSpec": {"machineType": "n1-standard-2"},
+            "startingReplicaCount": 1,
+            "maxReplicaCount": 2,
+        },
+        "manualBatchTuningParameters": {"batchSize": 64},
+    }
+    # What reached the model server: {"instances": [one per JSONL line, the key taken out]}
+    calls = served.recorder.batch_calls
+    assert [len(call["body"]["instances"]) for call in calls] == [64, 64, 51]
+    assert all(set(call["body"]) == {"instances"} for call in calls)
+    assert all(set(instance) == {"b64"} for call in calls for instance in call["body"]["instances"])
+    # ... and its answers, keyed by the image they belong to, are what evaluation measured
+    truth = {item.name: item.true_index for item in iter_items([served.digits])}
+    confusion = np.zeros((10, 10), int)
+    results = list(vertex_batch.iter_results(job["output_directory"]))
+    assert sorted(r["key"] for r in results) == sorted(truth) and all("instance" not in r for r in results)
+    for result in results:
+        assert len(result["prediction"]["classes"]) == 5  # the server's default top-k
+        confusion[truth[result["key"]], result["prediction"]["class_indices"][0]] += 1
+    assert confusion.tolist() == served.metrics["candidate"]["confusion_matrix"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="tpustream/serving.py takes parameters.top_k only as a JSON integer; model_parameters is a "
+    "google.protobuf.Value, whose numbers are doubles, and arrives as 3.0 (see the report for the change)",
+)
+def test_top_k_travels_as_model_parameters(served):
+    written = vertex_batch.write_instances([served.digits], "gs://batch/in/eight.jsonl", limit=8)
+    job = vertex_batch.submit_batch_prediction(
+        "digits-classifier", [written["uri"]], "gs://batch/top3", top_k=3, wait=True, poll_seconds=0.05
+    )
+    create = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")][-1]
+    assert create["body"]["modelParameters"] == {"top_k": 3}
+    assert served.recorder.batch_calls[-1]["body"]["parameters"] == {"top_k": 3}
+    results = list(vertex_batch.iter_results(job["output_directory"]))
+    assert len(results) == 8 and all(len(r["prediction"]["classes"]) == 3 for r in results)
+
+
+def test_a_bad_image_fails_the_request_it_is_in_and_the_job_reports_it(served):
+    good = [item for _, item in zip(range(2), iter_items([served.digits]), strict=False)]
+    lines = [
+        {"key": good[0].name, "b64": base64.b64encode(good[0].data).decode()},
+        {"key": "broken.jpg", "b64": base64.b64encode(b"\xff\xd8\xff not a jpeg").decode()},
+        {"key": good[1].name, "b64": base64.b64encode(good[1].data).decode()},
+    ]
+    storage.write_bytes(
+        "gs://batch/in/mixed.jsonl", "".join(json.dumps(line) + "\n" for line in lines).encode()
+    )
+    job = vertex_batch.submit_batch_prediction(
+        f"{PARENT}/models/4200@1",
+        ["gs://batch/in/mixed.jsonl"],
+        "gs://batch/mixed",
+        batch_size=2,
+        wait=True,
+        poll_seconds=0.05,
+    )
+    assert job["completion"] == {"successful": 1, "failed": 2, "incomplete": 0}
+    results = list(vertex_batch.iter_results(job["output_directory"]))
+    assert results[0]["key"] == good[1].name and "prediction" in results[0]
+    # the server answers 400 for the whole request: its good image fails with the bad one
+    assert [(r["key"], r["error"]["code"]) for r in results[1:]] == [(good[0].name, 400), ("broken.jpg", 400)]
+    assert "instance 1: undecodable JPEG" in results[1]["error"]["message"]
+
+
+def test_file_list_input_and_bad_arguments(served):
+    job = vertex_batch.submit_batch_prediction(
+        "digits-classifier", ["gs://batch/in/images.txt"], "gs://batch/files", instances_format="file-list"
+    )
+    body = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")][-1]["body"]
+    assert body["inputConfig"]["instancesFormat"] == "file-list" and "instanceConfig" not in body
+    assert job["name"].startswith(f"{PARENT}/batchPredictionJobs/") and served.recorder.rejected == []
+    cases = [
+        (dict(input_uris=["/tmp/val.jsonl"]), "give gs:// files"),
+        (dict(output_prefix="out"), "--vertex-batch out: give a gs:// prefix"),
+        (dict(batch_size=65), "--batch-size 65: 1 to 64"),
+        (dict(instances_format="csv"), "--instances-format 'csv'"),
+        (dict(top_k=0), "--top-k 0"),
+    ]
+    for overrides, message in cases:
+        kwargs = {"input_uris": ["gs://batch/in/val.jsonl"], "output_prefix": "gs://batch/out", **overrides}
+        with pytest.raises(ValueError, match=message):
+            vertex_batch.submit_batch_prediction("digits-classifier", **kwargs)
+    # `tpustream predict --vertex-batch`: images are written as instances under the prefix first
+    auto = vertex_batch.predict_on_vertex(
+        [served.digits], "digits-classifier", "gs://batch/auto", limit=5, wait=True, poll_seconds=0.05
+    )
+    assert auto["instances"]["instances"] == 5 and auto["instances"]["uri"].startswith(
+        "gs://batch/auto/instances-"
+    )
+    assert auto["completion"] == {"successful": 5, "failed": 0, "incomplete": 0}
+    with pytest.raises(ValueError, match="no images to predict|no such file"):
+        vertex_batch.predict_on_vertex(
+            [str(served.log.parent / "nothing")], "digits-classifier", "gs://batch/x"
+        )

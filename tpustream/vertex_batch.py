@@ -1,0 +1,229 @@
+"""Vertex AI batch prediction with the champion's uploaded model: its serving container answers the requests.
+
+Input, by default: a JSONL file of one image per line, ``{"key": "<where it came from>", "b64": "<base64 image
+bytes>"}`` (``write_instances``), submitted with ``instanceConfig.keyField = "key"``. The v1 docs
+(aiplatform_v1 types/batch_prediction_job.py, ``InstanceConfig``) say what Vertex then does: for ``jsonl``
+the instance is each line, the key field is taken out of the instance sent to the model, and the output has
+a ``key`` field instead of the instance. So the model server gets exactly its online request,
+``{"instances": [{"b64": ...}, ...]}`` (tpustream/serving.py; "Get batch predictions from a custom trained
+model": one instance per JSONL line), and each output line names its image without echoing its base64.
+The other way, ``instances_format="file-list"`` (a text file of gs:// image URIs; Vertex sends each file as
+``{"b64": <its base64>}``, ``InstanceConfig.instance_type`` docs), needs no copy of the images, but a key
+field is not allowed for it, so nothing documented ties an output line to its file: it is accepted as given,
+not written here.
+``batch_size`` instances go in one request (``ManualBatchTuningParameters.batch_size``, Vertex's default 64):
+at most the server's ``TPUSTREAM_MAX_INSTANCES`` (64), or every request is refused. ``top_k`` travels as
+``model_parameters``, which Vertex sends as each request's ``parameters``.
+Output: ``<output_prefix>/prediction-<model>-<time>/predictions_0001.jsonl`` ..., and ``errors_*.jsonl`` for
+failed instances (``OutputConfig.gcs_destination`` docs); ``iter_results`` reads them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from tpustream import storage, vertex
+
+__all__ = ["INSTANCE_KEY", "write_instances", "submit_batch_prediction", "predict_on_vertex", "iter_results"]
+
+log = logging.getLogger(__name__)
+
+INSTANCE_KEY = "key"  # the JSONL field that names an image; Vertex keeps it out of the model's request
+MAX_BATCH = 64  # tpustream.serving.Limits.max_instances, the serving image's default
+_FORMATS = ("jsonl", "file-list")
+_DONE = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
+
+
+def write_instances(inputs: list[str], destination: str, *, limit: int | None = None) -> dict[str, Any]:
+    """Write the images that ``inputs`` name (as ``tpustream predict`` reads them: images, directories or
+    gs:// prefixes, shards, datasets' val splits) to ``destination`` as JSONL instances. An image over the
+    serving image's byte limit is left out (logged): the server would refuse the whole request it is in.
+
+    Returns ``uri``, ``instances`` (how many), ``bytes`` (the images' total) and ``too_large`` (left out)."""
+    from tpustream.predict import iter_items
+    from tpustream.serving import Limits
+
+    if not destination.endswith(".jsonl"):
+        raise ValueError(
+            f"{destination}: the instances file must end in .jsonl (Vertex reads it as JSON lines)"
+        )
+    max_bytes = Limits().max_image_bytes
+    count = total = 0
+    too_large: list[str] = []
+    with storage.open_write(destination, content_type="application/jsonl") as out:
+        for item in iter_items(inputs):
+            data = item.data if item.data is not None else storage.read_bytes(item.name)
+            if len(data) > max_bytes:
+                too_large.append(item.name)
+                continue
+            line = {INSTANCE_KEY: item.name, "b64": base64.b64encode(data).decode()}
+            out.write(json.dumps(line).encode() + b"\n")
+            count, total = count + 1, total + len(data)
+            if limit is not None and count >= limit:
+                break
+    if too_large:
+        log.warning(
+            "left out %d images over the serving limit of %d bytes: %s",
+            len(too_large),
+            max_bytes,
+            ", ".join(too_large[:5]),
+        )
+    if not count:
+        raise ValueError(f"{', '.join(inputs)}: no images to predict")
+    log.info("wrote %d instances (%.1f MB of images) to %s", count, total / 1e6, destination)
+    return {"uri": destination, "instances": count, "bytes": total, "too_large": too_large}
+
+
+def submit_batch_prediction(
+    model: str,
+    input_uris: list[str],
+    output_prefix: str,
+    *,
+    machine_type: str = "n1-standard-4",
+    instances_format: str = "jsonl",
+    starting_replicas: int = 1,
+    max_replicas: int = 1,
+    batch_size: int = MAX_BATCH,
+    top_k: int | None = None,
+    registry: str | None = None,
+    display_name: str | None = None,
+    project: str | None = None,
+    region: str | None = None,
+    wait: bool = False,
+    poll_seconds: float = 30.0,
+) -> dict[str, Any]:
+    """Submit a Vertex AI BatchPredictionJob on a Model Registry version (by default the ``champion``).
+
+    Args:
+        model: a model resource name (optionally ``@VERSION``/``@ALIAS``) or display name, as for
+            ``tpustream.deploy.deploy``; with ``registry``, the version uploaded from its champion.
+        input_uris: gs:// JSONL files (``write_instances``), or with ``instances_format="file-list"``
+            text files of gs:// image URIs.
+        output_prefix: gs:// prefix under which Vertex writes ``prediction-<model>-<time>/``.
+        machine_type, starting_replicas, max_replicas: the machines the job runs on.
+        batch_size: instances per request to the model server (1-64).
+        top_k: classes per prediction (default: the server's, 5).
+        wait: poll every ``poll_seconds`` until the job ends; a failed job raises ``VertexError``.
+
+    Returns:
+        ``name``, ``state``, ``model`` (ID@VERSION), and once done ``output_directory`` and ``completion``
+        (successful / failed / incomplete counts).
+    """
+    if instances_format not in _FORMATS:
+        raise ValueError(f"--instances-format {instances_format!r}: choose {' or '.join(_FORMATS)}")
+    bad = [uri for uri in input_uris if not storage.is_gcs(uri)]
+    if not input_uris or bad:
+        raise ValueError(
+            f"batch prediction input {bad or input_uris}: give gs:// files (Vertex AI reads from Cloud Storage)"
+        )
+    if not storage.is_gcs(output_prefix):
+        raise ValueError(f"--vertex-batch {output_prefix}: give a gs:// prefix for the predictions")
+    if not 1 <= batch_size <= MAX_BATCH:
+        raise ValueError(
+            f"--batch-size {batch_size}: 1 to {MAX_BATCH}, the most instances the serving image takes per request"
+        )
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"--top-k {top_k} must be positive")
+    resources = vertex.MachineResources(
+        machine_type=machine_type, min_replicas=starting_replicas, max_replicas=max_replicas
+    )
+    place = vertex.place_of_model(model, project, region)
+    aiplatform = vertex.init(place)
+    version = vertex.find_model_version(aiplatform, model, registry=registry)
+    job: dict[str, Any] = {
+        "display_name": (display_name or f"{version.display_name}-v{version.version_id}-batch")[:128],
+        "model": version.versioned_name,
+        "input_config": {"instances_format": instances_format, "gcs_source": {"uris": list(input_uris)}},
+        "output_config": {
+            "predictions_format": "jsonl",
+            "gcs_destination": {"output_uri_prefix": output_prefix},
+        },
+        "dedicated_resources": resources.dedicated_resources(starting=True),
+        "manual_batch_tuning_parameters": {"batch_size": batch_size},
+    }
+    if instances_format == "jsonl":
+        job["instance_config"] = {"key_field": INSTANCE_KEY}
+    if top_k is not None:
+        job["model_parameters"] = {"top_k": top_k}
+    client = vertex.v1_client("job")
+    created = client.create_batch_prediction_job(
+        parent=f"projects/{place.project}/locations/{place.location}", batch_prediction_job=job
+    )
+    log.info(
+        "submitted batch prediction %s: %s on %s (%s, %d-%d replicas), predictions under %s",
+        created.name,
+        version.versioned_name,
+        ", ".join(input_uris),
+        machine_type,
+        starting_replicas,
+        max_replicas,
+        output_prefix,
+    )
+    if wait:
+        created = _wait(client, created.name, poll_seconds)
+    return _summary(created, version.versioned_name)
+
+
+def _wait(client: Any, name: str, poll_seconds: float) -> Any:
+    state = ""
+    while True:
+        job = client.get_batch_prediction_job(name=name)
+        if job.state.name != state:
+            state = job.state.name
+            log.info("batch prediction %s: %s", name, state)
+        if state in _DONE:
+            break
+        time.sleep(poll_seconds)
+    if state != "JOB_STATE_SUCCEEDED":
+        raise vertex.VertexError(
+            f"batch prediction {name} ended {state}: {job.error.message or 'no error message'}; "
+            "its errors_*.jsonl under the output prefix name the failed instances"
+        )
+    return job
+
+
+def _summary(job: Any, model: str) -> dict[str, Any]:
+    out = {"name": job.name, "state": job.state.name, "model": model}
+    if job.output_info.gcs_output_directory:
+        out["output_directory"] = job.output_info.gcs_output_directory
+        stats = job.completion_stats
+        out["completion"] = {
+            "successful": int(stats.successful_count),
+            "failed": int(stats.failed_count),
+            "incomplete": int(stats.incomplete_count),
+        }
+    return out
+
+
+def predict_on_vertex(inputs: list[str], model: str, output_prefix: str, **options: Any) -> dict[str, Any]:
+    """``tpustream predict --vertex-batch``: submit ``inputs`` as they are when they all are gs:// JSONL
+    files, else first write their images as instances to ``<output_prefix>/instances-<time>.jsonl``.
+    ``options``: ``submit_batch_prediction``'s, plus ``limit`` (images to write)."""
+    limit = options.pop("limit", None)
+    if inputs and all(storage.is_gcs(uri) and uri.endswith(".jsonl") for uri in inputs):
+        return submit_batch_prediction(model, inputs, output_prefix, **options)
+    if not storage.is_gcs(output_prefix):
+        raise ValueError(f"--vertex-batch {output_prefix}: give a gs:// prefix for the predictions")
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    written = write_instances(inputs, storage.join(output_prefix, f"instances-{stamp}.jsonl"), limit=limit)
+    return {
+        **submit_batch_prediction(model, [written["uri"]], output_prefix, **options),
+        "instances": written,
+    }
+
+
+def iter_results(output_directory: str) -> Iterator[dict[str, Any]]:
+    """Every line of a finished job's ``predictions_*.jsonl`` then ``errors_*.jsonl``, in file order: a
+    prediction has ``key`` (or ``instance``) and ``prediction``, a failure ``error`` {code, message}."""
+    objects = sorted(o.uri for o in storage.list_objects(output_directory) if o.uri.endswith(".jsonl"))
+    for stem in ("predictions_", "errors_"):
+        for uri in objects:
+            if uri.rsplit("/", 1)[1].startswith(stem):
+                for line in storage.read_bytes(uri).splitlines():
+                    if line.strip():
+                        yield json.loads(line)
