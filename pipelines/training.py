@@ -1,5 +1,6 @@
 """The training DAG: check source -> If(new data): shards (fanned out) -> check data -> train (a TPU custom
-job on Vertex) -> evaluate -> If(candidate wins): validate in the serving container -> promote.
+job on Vertex) -> evaluate -> If(candidate wins): validate in the serving container -> promote
+-> If(endpoint): deploy as a canary.
 
 ``build_pipeline(tpu=..., cpu_image=..., tpu_image=..., resources=...)`` fixes the TPU type, images and
 CPU steps' sizes at compile time; everything a scheduled run varies (source, model, epochs, thresholds)
@@ -69,7 +70,7 @@ _MEMORY_GB = {"": 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0}  # kfp's _memory_to_floa
 # is not one of them: on Vertex it is GCPC's launcher, which only creates and polls the TPU CustomJob.
 CPU_STEPS = (
     "check-source", "plan-shards", "write-shards", "finalize-shards", "check-data", "evaluate-model",
-    "validate-serving", "promote-model",
+    "validate-serving", "promote-model", "deploy-model",
 )  # fmt: skip
 
 
@@ -180,6 +181,7 @@ def build_components(
             ("write", components.write_shards), ("finalize", components.finalize_shards),
             ("check_data", components.check_data),
             ("evaluate", components.evaluate_model), ("promote", components.promote_model),
+            ("deploy", components.deploy_model),
         )
     }  # fmt: skip
     ops["validate"] = component(components.validate_serving, serve_image or cpu_image)
@@ -264,6 +266,11 @@ def build_pipeline(
         max_skipped_rate_increase: float = 0.02,
         vertex_model: str = "",  # also upload a promoted model to this Vertex AI Model Registry model
         serving_image: str = "",  # ... with this serving image (containers/serve; Cloud Build's serve.ref)
+        endpoint: str = "",  # then deploy it to this Vertex AI endpoint as a canary (display name or resource); "" none
+        canary_percent: int = 10,  # the new version's share of the endpoint's traffic (`tpustream rollback` undoes)
+        serving_machine_type: str = "n1-standard-4",
+        serving_min_replicas: int = 1,
+        serving_max_replicas: int = 1,
     ) -> str:
         shard_args = dict(
             source=source, num_shards=num_shards, val_fraction=val_fraction, upsample=upsample, seed=seed,
@@ -326,6 +333,15 @@ def build_pipeline(
                 # A retry repairs a failed Model Registry upload: promote finds its champion and uploads it then.
                 sized(promote, "promote-model").set_caching_options(False)
                 promote.set_retry(num_retries=2, backoff_duration="60s")
+                with dsl.If(endpoint != "", name="deploy-requested"):
+                    deploy = ops["deploy"](
+                        vertex_model=promote.outputs["vertex_model"], endpoint=endpoint,
+                        traffic_percent=canary_percent, machine_type=serving_machine_type,
+                        min_replicas=serving_min_replicas, max_replicas=serving_max_replicas,
+                    ).set_display_name("deploy canary")  # fmt: skip
+                    # a retry is safe: the deployed version is found and its share set, nothing is duplicated
+                    sized(deploy, "deploy-model").set_caching_options(False)
+                    deploy.set_retry(num_retries=2, backoff_duration="120s")
         return check.outputs["Output"]  # "train" or "skip" (no new data): what this run did
 
     return tpustream_training

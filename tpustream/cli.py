@@ -496,6 +496,85 @@ def promote_cmd(
         typer.echo(f"not promoted: {outcome['reason']}")
 
 
+def _traffic(split: dict[str, int]) -> str:
+    return ", ".join(f"{deployed_id} {share}%" for deployed_id, share in split.items()) or "none"
+
+
+@app.command("deploy")
+def deploy_cmd(
+    endpoint: Annotated[
+        str,
+        typer.Option(
+            help="Endpoint display name (created if absent) or resource name projects/P/locations/L/endpoints/ID."
+        ),
+    ],
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Vertex AI model: the display name promote published (--vertex-model; its `champion` version) or "
+            "a resource name projects/P/locations/L/models/ID[@VERSION|@ALIAS]."
+        ),
+    ],
+    traffic: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=100,
+            help="Percent of the endpoint's traffic for this version; the models serving keep the rest in their "
+            "proportions (an endpoint serving nothing gives it 100). Deploying a served version again sets its share.",
+        ),
+    ] = 10,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            help="Deploy the version uploaded from this registry's champion (an error if Vertex lacks it)."
+        ),
+    ] = None,
+    machine_type: Annotated[str, typer.Option(help="Serving machine type.")] = "n1-standard-4",
+    min_replicas: Annotated[int, typer.Option(min=1, help="Replicas always running.")] = 1,
+    max_replicas: Annotated[int, typer.Option(min=1, help="Most replicas under load.")] = 1,
+    project: Annotated[
+        str | None, typer.Option(help="Vertex project (default GOOGLE_CLOUD_PROJECT).")
+    ] = None,
+    region: Annotated[
+        str | None, typer.Option(help="Vertex region (default GOOGLE_CLOUD_REGION, us-central1).")
+    ] = None,
+) -> None:
+    """Deploy a Model Registry version (the champion) to a Vertex AI endpoint as a canary; undo with `rollback`."""
+    from tpustream import deploy
+
+    outcome = deploy.deploy(
+        model, endpoint, traffic_percent=traffic, machine_type=machine_type, min_replicas=min_replicas,
+        max_replicas=max_replicas, registry=registry, project=project, region=region,
+    )  # fmt: skip
+    done = "deployed" if outcome["deployed"] else "already deployed"
+    typer.echo(f"{done}: {outcome['model']} on {outcome['endpoint']} as {outcome['deployed_model_id']}")
+    typer.echo(f"traffic: {_traffic(outcome['traffic_split'])}")
+    if outcome["previous_split"]:
+        typer.echo(f"undo: tpustream rollback --endpoint {outcome['endpoint']}")
+
+
+@app.command("rollback")
+def rollback_cmd(
+    endpoint: Annotated[str, typer.Option(help="Endpoint display name or resource name.")],
+    project: Annotated[
+        str | None, typer.Option(help="Vertex project (default GOOGLE_CLOUD_PROJECT).")
+    ] = None,
+    region: Annotated[
+        str | None, typer.Option(help="Vertex region (default GOOGLE_CLOUD_REGION, us-central1).")
+    ] = None,
+) -> None:
+    """Undo the latest `tpustream deploy` on an endpoint: the models that served before it get their recorded
+    shares back and the canary is undeployed."""
+    from tpustream import deploy
+
+    outcome = deploy.rollback(endpoint, project=project, region=region)
+    typer.echo(
+        f"rolled back: undeployed {outcome['undeployed']} (model {outcome['model']}) from {outcome['endpoint']}"
+    )
+    typer.echo(f"traffic: {_traffic(outcome['traffic_split'])}")
+
+
 @app.command("validate-serving")
 def validate_serving_cmd(
     model: Annotated[
@@ -598,6 +677,36 @@ def predict_cmd(
             "(one with _SUCCESS). Without it a complete output is left as it is and an interrupted one resumed."
         ),
     ] = False,
+    vertex_batch: Annotated[
+        str | None,
+        typer.Option(
+            "--vertex-batch",
+            metavar="GS_PREFIX",
+            show_default=False,
+            help="Predict on Vertex AI instead: a batch prediction job of --vertex-model writes "
+            "prediction-<model>-<time>/predictions_*.jsonl under this gs:// prefix. Images are first written there "
+            "as JSONL instances; gs:// .jsonl inputs are used as they are. With --model REGISTRY: the version "
+            "uploaded from its champion.",
+        ),
+    ] = None,
+    vertex_model: Annotated[
+        str | None,
+        typer.Option(
+            help="With --vertex-batch: the Vertex AI model (display name: its champion; or a resource name)."
+        ),
+    ] = None,
+    machine_type: Annotated[
+        str, typer.Option(help="With --vertex-batch: the workers' machine type.")
+    ] = "n1-standard-4",
+    max_replicas: Annotated[int, typer.Option(min=1, help="With --vertex-batch: the most workers.")] = 1,
+    wait: Annotated[bool, typer.Option(help="With --vertex-batch: wait for the job to end.")] = False,
+    vertex_project: Annotated[
+        str | None, typer.Option(help="With --vertex-batch: Vertex project (default GOOGLE_CLOUD_PROJECT).")
+    ] = None,
+    vertex_region: Annotated[
+        str | None,
+        typer.Option(help="With --vertex-batch: Vertex region (default GOOGLE_CLOUD_REGION, us-central1)."),
+    ] = None,
 ) -> None:
     """Top-k classes per image with the model (CPU; XLA when PJRT_DEVICE is set), as the serving container answers.
 
@@ -606,6 +715,27 @@ def predict_cmd(
     go to JSON lines in parts and a summary line is printed. Exit 1 when an image could not be classified."""
     from tpustream import predict
 
+    if vertex_batch:
+        from tpustream import vertex_batch as batch
+
+        if not vertex_model:
+            _fail(
+                "--vertex-batch needs --vertex-model: the Vertex AI model promote published (or a resource name)"
+            )
+        job = batch.predict_on_vertex(
+            list(inputs or []), vertex_model, vertex_batch, registry=model or None, machine_type=machine_type,
+            max_replicas=max_replicas, limit=limit, wait=wait, project=vertex_project, region=vertex_region,
+            top_k=top_k,
+        )  # fmt: skip
+        if "instances" in job:
+            typer.echo(f"instances: {job['instances']['instances']} images in {job['instances']['uri']}")
+        typer.echo(f"batch prediction {job['name']}: {job['state']} ({job['model']})")
+        if "output_directory" in job:
+            done = job["completion"]
+            typer.echo(
+                f"predictions: {job['output_directory']} ({done['successful']} predicted, {done['failed']} failed)"
+            )
+        raise typer.Exit(0)
     if not model:
         _fail("--model is required: a model directory or a registry (its champion)")
     config = predict.PredictConfig(

@@ -579,6 +579,10 @@ class ClassifierPredictor(_Predictor):  # type: ignore[misc,valid-type]
             )
         parameters = prediction_input.get("parameters") or {}
         top_k = parameters.get("top_k") if isinstance(parameters, dict) else None
+        if isinstance(top_k, float) and top_k.is_integer() and 1 <= top_k <= 1_000_000:
+            # a batch prediction job's model_parameters is a google.protobuf.Value: its numbers are doubles,
+            # so {"top_k": 3} arrives as 3.0 (aiplatform_v1 BatchPredictionJob.model_parameters)
+            top_k = int(top_k)
         if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
             raise _http_error(400, f"parameters.top_k must be a positive integer, got {_brief(top_k)}")
         try:

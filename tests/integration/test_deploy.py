@@ -255,3 +255,28 @@ def test_deploy_component_deploys_promotes_version_and_outputs_the_endpoint(reco
     component = dsl.component(deploy_model, base_image="python:3.11", install_kfp_package=False)
     compiler.Compiler().compile(component, str(compiled))
     assert "google.VertexEndpoint" in compiled.read_text()
+
+
+def test_cli_deploys_a_canary_and_rolls_it_back(recorder):
+    """`tpustream deploy` / `tpustream rollback` as a user types them: the champion as a 20% canary next to the
+    version serving, then back to 100% on the version that served before."""
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    publish(recorder, 1)
+    runner = CliRunner()
+    first = runner.invoke(app, ["deploy", "--endpoint", "digits", "--model", "digits-classifier"])
+    assert first.exit_code == 0, first.output
+    (served,) = recorder.endpoints[next(iter(recorder.endpoints))]["trafficSplit"]
+    publish(recorder, 2)
+    canary = runner.invoke(
+        app, ["deploy", "--endpoint", "digits", "--model", "digits-classifier", "--traffic", "20"]
+    )
+    assert canary.exit_code == 0, canary.output
+    assert f"{served} 80%" in canary.output and "20%" in canary.output
+    assert "undo: tpustream rollback --endpoint" in canary.output
+    back = runner.invoke(app, ["rollback", "--endpoint", "digits"])
+    assert back.exit_code == 0, back.output
+    assert f"traffic: {served} 100%" in back.output
+    assert recorder.rejected == []

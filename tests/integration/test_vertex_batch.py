@@ -132,11 +132,6 @@ def test_batch_prediction_sends_the_servers_own_requests_and_gets_evaluations_an
     assert confusion.tolist() == served.metrics["candidate"]["confusion_matrix"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tpustream/serving.py takes parameters.top_k only as a JSON integer; model_parameters is a "
-    "google.protobuf.Value, whose numbers are doubles, and arrives as 3.0 (see the report for the change)",
-)
 def test_top_k_travels_as_model_parameters(served):
     written = vertex_batch.write_instances([served.digits], "gs://batch/in/eight.jsonl", limit=8)
     job = vertex_batch.submit_batch_prediction(

@@ -37,7 +37,13 @@ PIPELINE_ONLY = {
     "serving_image",
     "data_check",
     "compile_cache",  # "auto" = the run's pipeline root /xla-cache; on the CLI --compile-cache takes the URI itself
+    *("endpoint", "canary_percent", "serving_machine_type", "serving_min_replicas", "serving_max_replicas"),
 }
+# The deploy step's parameters -> `tpustream deploy`'s options (no config dataclass: checked below)
+PIPELINE_DEPLOY = {
+    "canary_percent": "traffic", "serving_machine_type": "machine_type", "serving_min_replicas": "min_replicas",
+    "serving_max_replicas": "max_replicas",
+}  # fmt: skip
 # Pipeline parameter -> (layer, option). KFP parameters cannot be None: 0 or -1 stand for "none".
 PIPELINE_OPTIONS = {
     "source": ("shards", "source"), "num_shards": ("shards", "num_shards"),
@@ -136,3 +142,13 @@ def test_run_local_options_are_pipeline_parameters():
     inputs = build_pipeline(tpu=None).component_spec.inputs
     options = set(_cli_defaults("pipeline", "run-local")) - {"root", "param", "verbose"}
     assert {RUN_LOCAL_NAMES.get(name, name) for name in options} <= set(inputs)
+
+
+def test_the_deploy_steps_defaults_are_tpustream_deploys():
+    from pipelines.training import build_pipeline
+
+    params = build_pipeline().component_spec.inputs
+    cli = _cli_defaults("deploy")
+    for parameter, option in PIPELINE_DEPLOY.items():
+        assert params[parameter].default == cli[option], parameter
+    assert params["endpoint"].default == ""  # no endpoint: no deploy step runs
