@@ -496,6 +496,14 @@ def promote_cmd(
         typer.echo(f"not promoted: {outcome['reason']}")
 
 
+VertexProjectOption = Annotated[
+    str | None, typer.Option(help="Vertex project (default GOOGLE_CLOUD_PROJECT).")
+]
+VertexRegionOption = Annotated[
+    str | None, typer.Option(help="Vertex region (default GOOGLE_CLOUD_REGION, us-central1).")
+]
+
+
 def _traffic(split: dict[str, int]) -> str:
     return ", ".join(f"{deployed_id} {share}%" for deployed_id, share in split.items()) or "none"
 
@@ -533,12 +541,8 @@ def deploy_cmd(
     machine_type: Annotated[str, typer.Option(help="Serving machine type.")] = "n1-standard-4",
     min_replicas: Annotated[int, typer.Option(min=1, help="Replicas always running.")] = 1,
     max_replicas: Annotated[int, typer.Option(min=1, help="Most replicas under load.")] = 1,
-    project: Annotated[
-        str | None, typer.Option(help="Vertex project (default GOOGLE_CLOUD_PROJECT).")
-    ] = None,
-    region: Annotated[
-        str | None, typer.Option(help="Vertex region (default GOOGLE_CLOUD_REGION, us-central1).")
-    ] = None,
+    project: VertexProjectOption = None,
+    region: VertexRegionOption = None,
 ) -> None:
     """Deploy a Model Registry version (the champion) to a Vertex AI endpoint as a canary; undo with `rollback`."""
     from tpustream import deploy
@@ -557,12 +561,8 @@ def deploy_cmd(
 @app.command("rollback")
 def rollback_cmd(
     endpoint: Annotated[str, typer.Option(help="Endpoint display name or resource name.")],
-    project: Annotated[
-        str | None, typer.Option(help="Vertex project (default GOOGLE_CLOUD_PROJECT).")
-    ] = None,
-    region: Annotated[
-        str | None, typer.Option(help="Vertex region (default GOOGLE_CLOUD_REGION, us-central1).")
-    ] = None,
+    project: VertexProjectOption = None,
+    region: VertexRegionOption = None,
 ) -> None:
     """Undo the latest `tpustream deploy` on an endpoint: the models that served before it get their recorded
     shares back and the canary is undeployed."""
