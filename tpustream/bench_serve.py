@@ -86,61 +86,30 @@ class Reply:
         return json.loads(self.body)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ModelServer:
-    """``python -m google.cloud.aiplatform.prediction.model_server`` in a subprocess, with ``SERVING_ENV`` and
-    the AIP_* variables as Vertex sets them (custom-container-requirements), one uvicorn worker (so the
-    process measured is the one serving), and ``env`` on top (TPUSTREAM_* limits)."""
+    """The serving image's model server on ``model`` (``validate_serving.start_model_server``: ``SERVING_ENV``
+    and the AIP_* variables as Vertex sets them), one uvicorn worker (so the process measured is the one
+    serving), and ``env`` on top (TPUSTREAM_* limits); spoken to over raw sockets."""
 
     def __init__(self, model: str, log_path: str, env: dict[str, str] | None = None) -> None:
-        from tpustream.serving import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV
-
         self.model = model
-        self.port = _free_port()
-        self.env = {**os.environ, **SERVING_ENV, **(env or {})}
-        self.env.update(
-            AIP_HTTP_PORT=str(self.port),
-            AIP_HEALTH_ROUTE=HEALTH_ROUTE,
-            AIP_PREDICT_ROUTE=PREDICT_ROUTE,
-            AIP_STORAGE_URI=model,
-            VERTEX_CPR_WEB_CONCURRENCY="1",
-        )
-        self.env.pop("PJRT_DEVICE", None)  # serve on CPU, as the serving image does
+        self.env = {"VERTEX_CPR_WEB_CONCURRENCY": "1", **(env or {})}
         self.log_path = log_path
+        self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self._running = contextlib.ExitStack()
 
     def __enter__(self) -> ModelServer:
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "google.cloud.aiplatform.prediction.model_server"],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"model server exited {self.process.returncode}:\n{self.log()}")
-            with contextlib.suppress(OSError):
-                if self.health(timeout=2).status == 200:
-                    return self
-            time.sleep(0.3)
-        self.__exit__()
-        raise RuntimeError(f"model server not healthy in 120 s:\n{self.log()}")
+        from tpustream.validate_serving import start_model_server
+
+        server = self._running.enter_context(
+            start_model_server(self.model, env=self.env, timeout=120, log_path=self.log_path)
+        )
+        self.port, self.process = server.port, server.process
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        self._running.close()
 
     def log(self) -> str:
         with open(self.log_path, errors="replace") as f:

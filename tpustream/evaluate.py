@@ -161,10 +161,12 @@ class _ValPass:
                     torch_xla.sync()
 
 
-def val_predictions(model_uri: str, data_uri: str, *, limit: int, top_k: int = 5) -> list[dict[str, Any]]:
+def val_predictions(
+    model_uri: str, data_uri: str, *, limit: int, top_k: int = 5
+) -> tuple[list[dict[str, Any]], str]:
     """Evaluation's answers for the first ``limit`` val samples in manifest order: per sample its label, the
     top-k class indices and their softmax probabilities (``tpustream validate-serving`` compares the
-    serving container's answers with these)."""
+    serving container's answers with these); and the sha256 of the model.pt they came from."""
     run = _ValPass.open(model_uri, data_uri, batch_size=min(64, max(1, limit)), workers=0)
     k = min(top_k, len(run.classes))
     out: list[dict[str, Any]] = []
@@ -182,7 +184,7 @@ def val_predictions(model_uri: str, data_uri: str, *, limit: int, top_k: int = 5
                 out.append({"label": int(label), "class_indices": top, "probabilities": probs})
         if len(out) >= limit:
             break
-    return out
+    return out, run.model_digest
 
 
 def evaluate_model(

@@ -12,7 +12,6 @@ Every JSON file written here is strict JSON: a non-finite number is written as n
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -124,14 +123,6 @@ def _claim_version(registry: str, model_sha256: str, source: str) -> int:
             continue  # another promotion took this number
 
 
-def _sha256(uri: str) -> str:
-    digest = hashlib.sha256()
-    with storage.open_read(uri) as reader:
-        while chunk := reader.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _check_candidate(candidate_uri: str, metrics_uri: str, model_sha256: str) -> None:
     """Refuse, before any version number is claimed, a candidate that is incomplete or is not the model
     the metrics measured: versions/<n> is immutable, so nothing may be written there for it."""
@@ -142,7 +133,7 @@ def _check_candidate(candidate_uri: str, metrics_uri: str, model_sha256: str) ->
         raise RegistryError(
             f"candidate {candidate_uri} lacks {', '.join(missing)}: not a complete model artifact"
         )
-    actual = _sha256(storage.join(candidate_uri, "model.pt"))
+    actual = storage.sha256(storage.join(candidate_uri, "model.pt"))
     if actual != model_sha256:
         raise RegistryError(
             f"{candidate_uri}/model.pt (sha256 {actual[:12]}) is not the model {metrics_uri} measured "
@@ -163,7 +154,7 @@ def _fill_version(
                 f"candidate {candidate_uri} lacks {name}: not a complete model artifact"
             ) from exc
     storage.copy(metrics_uri, storage.join(target, "metrics.json"))
-    copied = _sha256(storage.join(target, "model.pt"))
+    copied = storage.sha256(storage.join(target, "model.pt"))
     if copied != model_sha256:
         raise RegistryError(
             f"{candidate_uri}/model.pt changed while it was being promoted (sha256 {copied[:12]} vs "

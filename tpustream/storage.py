@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import io
 import os
 import re
@@ -37,6 +38,7 @@ __all__ = [
     "check_uri",
     "open_read",
     "read_bytes",
+    "sha256",
     "read_range",
     "read_text",
     "write_bytes",
@@ -343,6 +345,15 @@ def read_bytes(uri: str) -> bytes:
             return _idempotent(lambda: blob.download_as_bytes(retry=_retry()))
     with _local_errors(uri), open(uri, "rb") as f:
         return f.read()
+
+
+def sha256(uri: str) -> str:
+    """The sha256 hex digest of an object's bytes, read in 1 MiB chunks (a model's weights need not fit twice)."""
+    digest = hashlib.sha256()
+    with open_read(uri) as reader:
+        while chunk := reader.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_range(uri: str, start: int, length: int) -> bytes:

@@ -91,6 +91,7 @@ class ModelServer:
     """A running model server: its URL, routes, process and log file."""
 
     url: str
+    port: int
     health_route: str
     predict_route: str
     process: subprocess.Popen[bytes]
@@ -147,7 +148,7 @@ def start_model_server(
             [sys.executable, "-m", "google.cloud.aiplatform.prediction.model_server"],
             env=server_env, stdout=log_file, stderr=subprocess.STDOUT,
         )  # fmt: skip
-    server = ModelServer(f"http://127.0.0.1:{port}", HEALTH_ROUTE, PREDICT_ROUTE, process, log_path)
+    server = ModelServer(f"http://127.0.0.1:{port}", port, HEALTH_ROUTE, PREDICT_ROUTE, process, log_path)
     try:
         deadline = time.monotonic() + timeout
         while not server.healthy(timeout=2):
@@ -174,10 +175,8 @@ def start_model_server(
 
 
 def _sha256(uri: str) -> str:
-    import hashlib
-
     try:
-        return hashlib.sha256(storage.read_bytes(uri)).hexdigest()
+        return storage.sha256(uri)
     except storage.StorageError as exc:
         raise ServingValidationError(f"{uri}: {exc}: the model artifact is incomplete; re-export it") from exc
 
@@ -310,10 +309,9 @@ def validate_serving(
             f"--data {data_uri}: no val image to send: give a dataset with a val split"
         )
     try:
-        expected = val_predictions(model, data_uri, limit=len(images))
+        expected, sha256 = val_predictions(model, data_uri, limit=len(images))
     except EvaluationError as exc:
         raise ServingValidationError(str(exc)) from exc
-    sha256 = _sha256(storage.join(model, "model.pt"))
     started = time.perf_counter()
     with start_model_server(model, timeout=timeout) as server:
         startup_s = time.perf_counter() - started
