@@ -17,6 +17,7 @@ import logging
 import math
 import time
 import uuid
+from datetime import datetime, timezone
 from typing import Any
 
 from tpustream import storage
@@ -24,6 +25,7 @@ from tpustream.promotion_policy import (
     METRICS,
     Decision,
     RegistryError,
+    champion_to_compare,
     decide_for_metrics,
     is_finite_number,
 )
@@ -163,8 +165,11 @@ def _fill_version(
 
 
 def _log_event(registry: str, event: dict[str, Any]) -> None:
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    event = {**event, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    """Append ``event`` to the registry's log. ``time`` has microseconds (ISO-8601, UTC): decisions taken
+    within one second still sort in the order they were taken (``tpustream.history``)."""
+    now = datetime.now(timezone.utc)  # one reading: the file name and ``time`` name the same second
+    stamp = now.strftime("%Y%m%dT%H%M%S")
+    event = {**event, "time": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
     storage.write_bytes(
         storage.join(registry, "events", f"{stamp}-{uuid.uuid4().hex[:12]}.json"),
         json_bytes(event),
@@ -265,6 +270,27 @@ def _publish_champion(vertex: Any, outcome: dict[str, Any], metric: str) -> dict
         ) from exc
 
 
+def _decision_record(
+    metrics: dict[str, Any], current: dict[str, Any] | None, *, metric: str, metrics_uri: str
+) -> dict[str, Any]:
+    """What every decision event records for the champion's history (``tpustream.history``): the metric
+    decided on, the candidate's value, the champion's value on the same data (measured in the evaluate
+    run, or recorded at its promotion on the same dataset digest; None when there is none), the dataset."""
+    digest = metrics["dataset"]["manifest_digest"]
+    try:
+        champion, champion_digest = champion_to_compare(metrics, current)
+    except (KeyError, TypeError):  # a hand-repaired pointer without its metrics: the log must not fail on it
+        champion, champion_digest = None, None
+    return {
+        "metric": metric,
+        "value": metrics["candidate"].get(metric),
+        "champion_value": champion.get(metric) if champion and champion_digest == digest else None,
+        "dataset_digest": digest,
+        "dataset": metrics["dataset"].get("uri"),
+        "metrics_uri": metrics_uri,
+    }
+
+
 def _promote(
     candidate_uri: str,
     metrics_uri: str,
@@ -299,9 +325,12 @@ def _promote(
     checked = False
     for _attempt in range(max_attempts):
         current, generation = _read_pointer(registry)
+        record = _decision_record(metrics, current, metric=metric, metrics_uri=metrics_uri)
         if current is not None and current.get("model_sha256") == sha:
             outcome = {"promoted": False, "version": current["version"], "reason": ALREADY_CHAMPION}
-            _log_event(registry, {"event": "already-champion", **outcome, "candidate": candidate_uri})
+            _log_event(
+                registry, {"event": "already-champion", **outcome, "candidate": candidate_uri, **record}
+            )
             return {**outcome, **context}
         decision = decide_for_metrics(
             metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
@@ -315,7 +344,13 @@ def _promote(
             }
             _log_event(
                 registry,
-                {"event": "refused", **outcome, "candidate": candidate_uri, metric: candidate.get(metric)},
+                {
+                    "event": "refused",
+                    **outcome,
+                    "candidate": candidate_uri,
+                    metric: candidate.get(metric),  # the format before ``record``: kept for its readers
+                    **record,
+                },
             )
             return {**outcome, **context}
         if not checked:  # before a version number is claimed: versions/<n> cannot be taken back
@@ -344,7 +379,10 @@ def _promote(
             "reason": decision.reason,
             "previous_version": pointer["previous_version"],
         }
-        _log_event(registry, {"event": "promoted", **outcome, "candidate": candidate_uri, "pointer": pointer})
+        _log_event(
+            registry,
+            {"event": "promoted", **outcome, "candidate": candidate_uri, "pointer": pointer, **record},
+        )
         return {**outcome, **context}
     raise RegistryError(
         f"gave up after {max_attempts} attempts: the champion pointer keeps changing under {registry}"
