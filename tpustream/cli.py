@@ -766,6 +766,36 @@ def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) 
         raise typer.Exit(1)
 
 
+@champion_app.command("history")
+def champion_history(
+    registry: Annotated[str, typer.Argument(help="Registry URI (a local directory or gs://).")],
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the entries as one JSON list (oldest first) instead.")
+    ] = False,
+    limit: Annotated[int | None, typer.Option(help="Only the newest N entries.", min=1)] = None,
+    metric: Annotated[
+        str | None,
+        typer.Option(help="Show this metric (top1, top5, loss); default: the one each decision was taken on."),
+    ] = None,
+) -> None:
+    """Every version promoted and every candidate refused, oldest first: date, dataset, metric, decision.
+
+    Read from the registry's append-only event log (REGISTRY/events). The run report (`tpustream report`,
+    the pipeline's evaluate and promote steps) plots the same history."""
+    from tpustream.history import champion_history as read_history
+    from tpustream.history import format_history_table
+
+    entries = read_history(registry, metric=metric)
+    if limit is not None:
+        entries = entries[-limit:]
+    if json_output:
+        typer.echo(json.dumps(entries, indent=1))
+    elif not entries:
+        typer.echo(f"no decisions yet in {registry} (its events/ log is empty)")
+    else:
+        typer.echo(format_history_table(entries))
+
+
 def _pairs(values: list[str]) -> dict[str, str]:
     """KEY=VALUE pairs, values as typed."""
     out: dict[str, str] = {}

@@ -269,3 +269,29 @@ def test_the_table_limit_keeps_the_newest(tmp_path):
 def test_the_history_needs_no_torch():
     code = "import sys, tpustream.history; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_champion_history_command_prints_the_table_the_json_and_the_newest(tmp_path):
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    write_events(tmp_path, [NEW_REFUSED, OLD_ALREADY, NEW_PROMOTED, OLD_REFUSED, OLD_PROMOTED])
+    runner = CliRunner()
+    table = runner.invoke(app, ["champion", "history", str(tmp_path)])
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert lines[0].split()[:3] == ["DATE", "DECISION", "DATASET"]
+    assert [line.split()[3] for line in lines[1:]] == ["promoted", "refused", "already", "promoted", "refused"]
+    as_json = runner.invoke(app, ["champion", "history", str(tmp_path), "--json", "--limit", "2"])
+    assert as_json.exit_code == 0, as_json.output
+    newest = json.loads(as_json.output)
+    assert [(e["event"], e["version"], e["dataset_digest"]) for e in newest] == [
+        ("promoted", 2, D1),
+        ("refused", None, D2),
+    ]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no decisions yet" in runner.invoke(app, ["champion", "history", str(empty)]).output
+    missing = runner.invoke(app, ["champion", "history", str(tmp_path / "nowhere")])
+    assert missing.exit_code != 0 and "does not exist" in missing.output
