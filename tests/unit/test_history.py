@@ -282,7 +282,13 @@ def test_champion_history_command_prints_the_table_the_json_and_the_newest(tmp_p
     assert table.exit_code == 0, table.output
     lines = table.output.splitlines()
     assert lines[0].split()[:3] == ["DATE", "DECISION", "DATASET"]
-    assert [line.split()[3] for line in lines[1:]] == ["promoted", "refused", "already", "promoted", "refused"]
+    assert [line.split()[3] for line in lines[1:]] == [
+        "promoted",
+        "refused",
+        "already",
+        "promoted",
+        "refused",
+    ]
     as_json = runner.invoke(app, ["champion", "history", str(tmp_path), "--json", "--limit", "2"])
     assert as_json.exit_code == 0, as_json.output
     newest = json.loads(as_json.output)

@@ -1,0 +1,709 @@
+"""The run report (tpustream/report.py and its report_facts, report_html, report_markdown): facts built by
+hand, the page and the summary checked for what a user relies on: the decision told right, the class beyond
+max_class_drop marked, every user string escaped, nothing fetched from the network, a plot per section, and
+missing data said instead of crashing; ``write_run_report`` on a run's files and a registry."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tpustream import report
+from tpustream.promotion_policy import Decision, decide
+from tpustream.report import (
+    ReportError,
+    ReportFacts,
+    build_report_facts,
+    render_report,
+    write_report,
+    write_run_report,
+)
+
+EVIL = "<script>alert(1)</script>"
+CLASSES = ["cat", "dog", EVIL, "bird & fish"]
+PER_CLASS_SAMPLES = 20
+PLOT_IDS = [
+    "plot-curves",
+    "plot-confusion-candidate",
+    "plot-confusion-champion",
+    "plot-per-class",
+    "plot-history",
+]
+SVG_NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+
+
+def confusion(correct: list[int]) -> list[list[int]]:
+    """A matrix with ``correct[i]`` hits on the diagonal and each class's misses on the next class."""
+    size = len(correct)
+    matrix = [[0] * size for _ in range(size)]
+    for i, hits in enumerate(correct):
+        matrix[i][i] = hits
+        matrix[i][(i + 1) % size] = PER_CLASS_SAMPLES - hits
+    return matrix
+
+
+def evaluation(correct: list[int], *, loss: float, version: int | None = None) -> dict[str, Any]:
+    total = PER_CLASS_SAMPLES * len(correct)
+    result = {
+        "model": "/runs/7/model",
+        "top1": sum(correct) / total,
+        "top5": 1.0,
+        "loss": loss,
+        "num_samples": total,
+        "complete": True,
+        "per_class_accuracy": [hits / PER_CLASS_SAMPLES for hits in correct],
+        "confusion_matrix": confusion(correct),
+    }
+    if version is not None:
+        result["version"] = version
+    return result
+
+
+def epochs(count: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "epoch": n,
+            "train_loss": 2.0 / n,
+            "val_loss": 2.2 / n,
+            "val_top1": 0.5 + 0.1 * n,
+            "val_top5": 0.8 + 0.05 * n,
+            "val_samples": 80,
+            "epoch_seconds": 12.5,
+            "samples_per_s": 640.0,
+            "data_wait_fraction": 0.03,
+            "compiles": 3,
+        }
+        for n in range(1, count + 1)
+    ]
+
+
+def manifest(classes: list[str]) -> dict[str, Any]:
+    return {
+        "format": "tpustream.shards/v1",
+        "created": "2025-11-20T10:00:00Z",
+        "source": "gs://bucket/import.jsonl",
+        "classes": classes,
+        "num_classes": len(classes),
+        "splits": {
+            "train": {
+                "num_samples": 400,
+                "num_bytes": 123456,
+                "class_counts": [100] * len(classes),
+                "shards": [{}, {}],
+            },
+            "val": {
+                "num_samples": 80,
+                "num_bytes": 23456,
+                "class_counts": [20] * len(classes),
+                "shards": [{}],
+            },
+        },
+        "skipped": {
+            "count": 3,
+            "sample_slots": 3,
+            "by_reason": {"undecodable": 2, "malformed-row": 1},
+            "rejected_rows": 1,
+            "examples": [f"gs://bucket/{EVIL}.jpg: not an image"],
+        },
+    }
+
+
+def history(count: int = 4) -> list[dict[str, Any]]:
+    """Registry events oldest first: promotions of versions 1..k and a refusal after each."""
+    events = []
+    for n in range(count):
+        promoted = n % 2 == 0
+        events.append(
+            {
+                "time": f"2025-11-{n + 1:02d}T08:00:00Z",
+                "event": "promoted" if promoted else "refused",
+                "version": n // 2 + 1 if promoted else None,
+                "candidate": f"gs://bucket/runs/{n}/model",
+                "dataset_digest": "ab" * 32,
+                "metric": "top1",
+                "value": 0.6 + 0.02 * n,
+                "reason": "no champion yet" if n == 0 else f"reason {n} <img src=x>",
+                "champion_version": (n // 2 or None) if promoted else n // 2 + 1,
+            }
+        )
+    return events
+
+
+def sample_facts(**changes: Any) -> ReportFacts:
+    """4 classes, 3 epochs, champion version 2; the candidate wins on top-1 but "dog" drops 30 points, more
+    than max_class_drop 0.1; a history with promotions and refusals. The decision is the policy's own."""
+    candidate = evaluation([19, 12, 17, 16], loss=0.61)  # top-1 0.80
+    champion = evaluation([16, 18, 15, 12], loss=0.70, version=2)  # top-1 0.7625
+    metrics = {
+        "format": "tpustream.metrics/v1",
+        "dataset": {"uri": "gs://bucket/data/ab12", "manifest_digest": "ab" * 32, "val_samples": 80},
+        "classes": CLASSES,
+        "candidate": candidate,
+        "champion": champion,
+        "champion_note": None,
+        "created": "2025-11-20T11:00:00Z",
+    }
+    decision = decide(candidate, champion, candidate_digest="d", champion_digest="d", max_class_drop=0.1)
+    facts = ReportFacts(
+        model_card={
+            "arch": "resnet18",
+            "classes": CLASSES,
+            "history": epochs(3),
+            "metrics": {"epoch": 3},
+            "init": None,
+        },
+        metrics=metrics,
+        decision=decision,
+        metric="top1",
+        min_delta=0.0,
+        max_class_drop=0.1,
+        manifest=manifest(CLASSES),
+        history=history(),
+    )
+    return replace(facts, **changes)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> tuple[str, str]:
+    return render_report(sample_facts())
+
+
+def svg_documents(page: str) -> list[str]:
+    return [
+        base64.b64decode(data).decode()
+        for data in re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', page)
+    ]
+
+
+def external_references(page: str) -> list[str]:
+    """Every place the page or one of its SVGs could fetch from the network: src/href/srcset/action/poster
+    attributes, CSS url() and @import, anything not an in-page #anchor or a data: URI. A namespace name
+    (xmlns="http://www.w3.org/2000/svg") is an identifier, never fetched: allowed, and only those two."""
+    found = []
+    for document in [page, *svg_documents(page)]:
+        for name, value in re.findall(r'([\w:-]+)\s*=\s*"([^"]*)"', document):
+            name = name.lower()
+            if name in ("xmlns", "xmlns:xlink"):
+                if value not in SVG_NAMESPACES:
+                    found.append(f"{name}={value}")
+            elif name.split(":")[-1] in (
+                "src",
+                "href",
+                "srcset",
+                "action",
+                "poster",
+            ) and not value.startswith(("#", "data:")):
+                found.append(f"{name}={value}")
+        found += re.findall(r"url\(\s*['\"]?(?!data:|#)[^)]*\)|@import", document)
+        without_namespaces = re.sub(
+            r'xmlns(:xlink)?="http://www\.w3\.org/(2000/svg|1999/xlink)"', "", document
+        )
+        found += [
+            f"text: {match}" for match in re.findall(r"(?:https?|ftp|wss?)://[^\s\"'<>]*", without_namespaces)
+        ]
+    return found
+
+
+def table_rows(markdown: str, heading: str) -> list[list[str]]:
+    """The body rows of the first table under ``heading``, as cells."""
+    lines = markdown.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return [[cell.strip() for cell in re.split(r"(?<!\\)\|", line[1:-1])] for line in lines[start + 2 : end]]
+
+
+# --------------------------------------------------------------------------- the decision
+
+
+def test_a_refusal_for_a_class_drop_names_the_class_and_its_accuracies(rendered):
+    page, markdown = rendered
+    sentence = (
+        "Refused, the champion stays: class “dog” accuracy drops by 30.0 points (90.0% → 60.0%), more than "
+        "max_class_drop allows (10.0 points)."
+    )
+    assert f'<p class="sentence">{sentence}</p>' in page
+    assert '<header id="decision" class="refused"><h1>Refused</h1>' in page
+    assert "# Run report: Refused" in markdown
+    assert sentence.replace("_", "\\_") in markdown
+    # the headline: candidate vs the champion it was measured against
+    assert "champion (version 2)" in page
+    assert '<td>80.00%</td><td>76.25%</td><td><span class="better">+3.75 points</span></td>' in page
+
+
+def test_other_refusals_keep_the_policys_reason():
+    facts = sample_facts(
+        decision=Decision(
+            False, "candidate top1 0.7000 vs champion 0.7500: improvement -0.0500 is not above 0"
+        )
+    )
+    page, markdown = render_report(facts)
+    assert (
+        "Refused, the champion stays: candidate top1 0.7000 vs champion 0.7500: improvement -0.0500 is not above 0."
+        in page
+    )
+
+
+def test_a_promotion_states_the_version_and_the_one_it_replaced():
+    outcome = {
+        "promoted": True,
+        "version": 3,
+        "reason": "candidate top1 0.8000 beats champion 0.7500 by +0.0500",
+        "previous_version": 2,
+    }
+    page, markdown = render_report(
+        sample_facts(outcome=outcome, decision=Decision(True, outcome["reason"]), max_class_drop=None)
+    )
+    assert '<header id="decision" class="promoted"><h1>Promoted as version 3</h1>' in page
+    assert (
+        "the candidate is now champion version 3 (replacing version 2): candidate top1 0.8000 beats" in page
+    )
+    assert "# Run report: Promoted as version 3" in markdown
+    assert 'class="exceeds"' not in page  # no max_class_drop: no class is marked
+
+
+def test_the_champion_itself_is_already_the_champion():
+    outcome = {"promoted": False, "version": 2, "reason": "already the champion"}
+    page, _ = render_report(sample_facts(outcome=outcome, decision=Decision(False, "already the champion")))
+    assert "Nothing to promote: the candidate is already the champion (version 2)." in page
+
+
+# --------------------------------------------------------------------------- per-class accuracy
+
+
+def test_the_class_beyond_max_class_drop_is_marked_in_the_page(rendered):
+    page, _ = rendered
+    marked = re.findall(r'<tr class="exceeds"><td>(.*?)</td>', page)
+    assert marked == ["dog"]
+    assert (
+        '<tr class="exceeds"><td>dog</td><td>60.0%</td><td>90.0%</td><td>+30.0</td><td>yes</td></tr>' in page
+    )
+
+
+def test_the_markdown_per_class_table_lists_the_largest_drop_first(rendered):
+    _, markdown = rendered
+    rows = table_rows(markdown, "## Per-class accuracy")
+    assert rows[0] == ["**dog**", "60.0%", "90.0%", "+30.0", "**yes**"]
+    names = [row[0] for row in rows]
+    assert names == ["**dog**", "&lt;script&gt;alert(1)&lt;/script&gt;", "cat", "bird &amp; fish"]
+    assert [row[4] for row in rows[1:]] == ["", "", ""]
+
+
+def test_many_classes_are_capped_with_every_class_beyond_the_limit_kept():
+    classes = [f"class-{i:02d}" for i in range(40)]
+    correct = [15] * 40
+    champion_correct = [15] * 40
+    champion_correct[39] = 20  # class-39 drops 25 points: beyond the limit, and listed although last in order
+    metrics = sample_facts().metrics | {
+        "classes": classes,
+        "candidate": evaluation(correct, loss=0.5),
+        "champion": evaluation(champion_correct, loss=0.6, version=2),
+    }
+    facts = sample_facts(
+        metrics=metrics,
+        model_card={"arch": "resnet18", "classes": classes, "history": epochs(2)},
+        manifest=manifest(classes),
+        history=None,
+    )
+    page, markdown = render_report(facts)
+    rows = table_rows(markdown, "## Per-class accuracy")
+    assert len(rows) == 20 and rows[0][0] == "**class-39**"
+    assert "20 more classes, with smaller drops, are not listed." in markdown
+    assert "30 of 40 classes are shown: those with the most errors" in page
+    assert "The 30 classes with the largest drops, of 40." in page
+
+
+# --------------------------------------------------------------------------- escaping, self-containment
+
+
+def test_user_strings_appear_only_escaped(rendered):
+    page, markdown = rendered
+    facts = sample_facts(
+        model_card={
+            "arch": 'resnet18"><b>x</b>',
+            "classes": CLASSES,
+            "history": epochs(3),
+            "init": {"from": '"><b>'},
+        },
+    )
+    page_with_odd_names, _ = render_report(facts)
+    for document in (page, markdown, page_with_odd_names):
+        assert EVIL not in document
+        assert "<img src=x>" not in document
+        assert "<b>" not in document
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in markdown
+    assert "bird &amp; fish" in page
+    for svg in svg_documents(page):  # matplotlib writes a text's characters into an SVG comment: escaped
+        assert "<script" not in svg
+
+
+def test_the_page_references_nothing_outside_itself(rendered):
+    page, _ = rendered
+    assert external_references(page) == []
+    assert "Content-Security-Policy" in page and "<script" not in page
+
+
+def test_the_reference_check_catches_a_fetch():
+    """The check above is only worth something if it fails on a page that would fetch."""
+    svg = '<svg xmlns="http://www.w3.org/2000/svg"><image href="https://example.com/a.png"/></svg>'
+    image = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+    assert external_references('<img src="https://example.com/a.png">')
+    assert external_references('<link rel="stylesheet" href="//cdn.example.com/a.css">')
+    assert external_references("<style>body{background:url(http://example.com/a.png)}</style>")
+    assert external_references(f'<img src="{image}">')
+    assert external_references('<svg xmlns="http://example.com/not-svg"></svg>')
+
+
+def test_each_section_has_its_plot(rendered):
+    page, _ = rendered
+    for plot_id in PLOT_IDS:
+        assert page.count(f'<figure id="{plot_id}">') == 1, plot_id
+    svgs = svg_documents(page)
+    assert len(svgs) == len(PLOT_IDS)
+    for svg in svgs:
+        root = ElementTree.fromstring(svg)
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    toc = re.findall(r'<li><a href="#([\w-]+)">', page)
+    assert toc == ["training", "confusion", "per-class", "dataset", "history"]
+    assert all(f'<section id="{key}">' in page for key in toc)
+
+
+def test_the_same_facts_give_the_same_page(rendered):
+    assert render_report(sample_facts()) == rendered
+
+
+# --------------------------------------------------------------------------- missing data
+
+
+def test_no_champion_one_epoch_and_unmeasured_classes_are_said():
+    candidate = evaluation([19, 12, 17, 16], loss=math.nan)
+    candidate["per_class_accuracy"][2] = None
+    metrics = sample_facts().metrics | {"candidate": candidate, "champion": None}
+    decision = decide(candidate, None, candidate_digest="d", champion_digest=None)
+    facts = sample_facts(
+        metrics=metrics,
+        decision=decision,
+        model_card={"arch": "resnet18", "classes": CLASSES, "history": epochs(1)},
+        history=[],
+    )
+    page, markdown = render_report(facts)
+    assert "Refused, the champion stays: candidate loss nan is not a finite number" in page
+    assert "No champion numbers: there is no champion to compare with." in page
+    assert "One epoch only: there is no curve to draw" in page
+    assert "No registry events yet" in page and "No registry events yet." in markdown
+    assert (
+        "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td><td>not measured</td><td>none</td><td>not measured</td>"
+        in page
+    )
+    assert "not finite" in page  # the NaN loss in the headline
+    assert '<figure id="plot-curves">' not in page and '<figure id="plot-history">' not in page
+    assert '<figure id="plot-confusion-champion">' not in page
+    assert '<figure id="plot-per-class">' in page  # the candidate's bars alone
+
+
+def test_a_champion_that_was_not_measured_is_said_with_evaluates_note():
+    note = "champion version 3 not evaluated: the class sets differ"
+    metrics = sample_facts().metrics | {"champion": None, "champion_note": note}
+    facts = sample_facts(
+        metrics=metrics, decision=Decision(False, f"{note}. Keeping champion version 3"), history=None
+    )
+    page, markdown = render_report(facts)
+    assert f"No champion numbers: the champion was not measured: {note}." in page
+    assert "<td>not measured</td>" in page
+    assert '<section id="history">' not in page and "## Champion history" not in markdown
+
+
+def test_an_empty_model_history_and_no_manifest_render():
+    facts = sample_facts(model_card={"arch": "resnet18", "classes": CLASSES}, manifest=None)
+    page, markdown = render_report(facts)
+    assert "No per-epoch history in the model card: nothing to draw." in page
+    assert "The manifest was not given" in page and "The manifest was not given." in markdown
+
+
+def test_facts_refuse_an_unknown_metric():
+    with pytest.raises(ValueError, match="metric 'f1'"):
+        sample_facts(metric="f1")
+
+
+# --------------------------------------------------------------------------- data set, data check, history
+
+
+def test_the_data_set_section_gives_splits_classes_and_skips(rendered):
+    page, markdown = rendered
+    assert "<tr><td>train</td><td>400</td><td>123,456</td><td>2</td></tr>" in page
+    assert "<tr><td>undecodable</td><td>2</td></tr><tr><td>malformed-row</td><td>1</td></tr>" in page
+    assert "Skipped: 3 (undecodable 2, malformed-row 1)." in markdown
+    assert table_rows(markdown, "## Data set") == [["train", "400"], ["val", "80"]]
+
+
+def test_the_data_check_markdown_becomes_a_section():
+    text = (
+        "# Data check: `gs://b/data`\n\n**1 anomaly**\n\n## Anomalies\n\n| Check | Reason |\n|---|---|\n"
+        "| `train-val-leak` | 2 images in both train and val \\| see below <b> |\n\n"
+        f"- `{EVIL}`: train\n- second\n"
+    )
+    page, markdown = render_report(sample_facts(data_check_markdown=text))
+    section = page.split('<section id="data-check">', 1)[1].split("</section>", 1)[0]
+    assert "<h3>Data check: <code>gs://b/data</code></h3>" in section
+    assert "<p><strong>1 anomaly</strong></p>" in section
+    assert (
+        "<td><code>train-val-leak</code></td><td>2 images in both train and val | see below &lt;b&gt;</td>"
+        in section
+    )
+    assert (
+        f"<li><code>{EVIL.replace('<', '&lt;').replace('>', '&gt;')}</code>: train</li><li>second</li>"
+        in section
+    )
+    assert "## Data check" in markdown and "### Data check: `gs://b/data`" in markdown
+
+
+def test_the_history_table_shows_the_newest_events_first(rendered):
+    page, _ = rendered
+    _, markdown = render_report(sample_facts(history=history(12)))
+    rows = table_rows(markdown, "## Champion history")
+    assert len(rows) == 10
+    assert [row[0] for row in rows[:2]] == ["2025-11-12T08:00:00Z", "2025-11-11T08:00:00Z"]
+    assert rows[0][1:4] == ["refused", "", "top1 82.00%"]
+    assert page.count('<tr class="refused">') == 2 and page.count('<tr class="promoted">') == 2
+
+
+# --------------------------------------------------------------------------- reading and writing files
+
+
+def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_path):
+    facts = sample_facts()
+    model, data = tmp_path / "model", tmp_path / "data"
+    model.mkdir()
+    data.mkdir()
+    (model / "model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
+    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics))
+    (data / "manifest.json").write_text(json.dumps(facts.manifest))
+    (tmp_path / "check.md").write_text("# Data check: `x`\n\n**No anomalies.**\n")
+
+    gathered = build_report_facts(
+        model_uri=str(model),
+        metrics_uri=str(tmp_path),
+        dataset_uri=str(data),
+        registry=None,
+        metric="top1",
+        min_delta=0.0,
+        max_class_drop=0.1,
+        data_check=str(tmp_path / "check.md"),
+        history=history(),
+    )
+    assert gathered.decision == Decision(True, "no champion yet")  # no registry: nothing to compare with
+    assert gathered.data_check_markdown == "# Data check: `x`\n\n**No anomalies.**\n"
+    page, markdown = write_report(
+        gathered, str(tmp_path / "out/report.html"), str(tmp_path / "out/report.md")
+    )
+    assert (tmp_path / "out/report.html").read_text() == page
+    assert (tmp_path / "out/report.md").read_text() == markdown
+    assert "The candidate wins and may be promoted: no champion yet." in page
+
+    outcome = {"promoted": True, "version": 1, "reason": "no champion yet", "previous_version": None}
+    promoted = build_report_facts(
+        model_uri=str(model),
+        metrics_uri=str(tmp_path / "metrics.json"),
+        dataset_uri=str(data),
+        registry=None,
+        metric="top1",
+        min_delta=0.0,
+        max_class_drop=None,
+        outcome=outcome,
+    )
+    assert promoted.decision == Decision(True, "no champion yet") and promoted.outcome == outcome
+
+
+@pytest.mark.parametrize(
+    "promoted_at, title, sentence",
+    [
+        (
+            "2025-11-20T11:05:00Z",  # after this evaluation: this run's promote step moved the pointer
+            "Promoted as version 3",
+            "the candidate is now champion version 3 (replacing version 2): candidate top1 0.8000 beats",
+        ),
+        (
+            "2025-11-19T09:00:00Z",  # before it: an earlier run promoted these very weights
+            "Already the champion",
+            "Nothing to promote: the candidate is already the champion (version 3).",
+        ),
+    ],
+)
+def test_a_candidate_that_is_the_champion_now_was_promoted_by_this_run_or_before(
+    tmp_path, promoted_at, title, sentence
+):
+    facts = sample_facts()
+    metrics = facts.metrics | {"candidate": facts.metrics["candidate"] | {"model_sha256": "c0ffee"}}
+    (tmp_path / "model").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "registry").mkdir()
+    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest))
+    pointer = {"version": 3, "model_sha256": "c0ffee", "previous_version": 2, "promoted": promoted_at}
+    (tmp_path / "registry/champion.json").write_text(json.dumps(pointer))
+    events = history() + [
+        {
+            "time": "2025-11-20T11:05:00Z",
+            "event": "promoted",
+            "version": 3,
+            "candidate": "/runs/7/model",
+            "dataset_digest": "ab" * 32,
+            "metric": "top1",
+            "value": 0.8,
+            "reason": "candidate top1 0.8000 beats champion 0.7625 by +0.0375",
+            "champion_version": 2,
+        }
+    ]
+    gathered = build_report_facts(
+        model_uri=str(tmp_path / "model"),
+        metrics_uri=str(tmp_path / "metrics.json"),
+        dataset_uri=str(tmp_path / "data"),
+        registry=str(tmp_path / "registry"),
+        metric="top1",
+        min_delta=0.0,
+        max_class_drop=None,
+        history=events,
+    )
+    page, _ = render_report(gathered)
+    assert f"<h1>{title}</h1>" in page
+    assert sentence in page
+
+
+def write_run_files(tmp_path, facts: ReportFacts) -> dict[str, str]:
+    """The run's model.json, metrics.json and manifest as the train, evaluate and shards steps leave them;
+    returns ``write_run_report``'s arguments for them, the outputs under ``out/``."""
+    for folder in ("model", "data"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
+    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics))
+    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest))
+    return {
+        "html_uri": str(tmp_path / "out/report.html"),
+        "markdown_uri": str(tmp_path / "out/report.md"),
+        "model_uri": str(tmp_path / "model"),
+        "metrics_uri": str(tmp_path / "metrics.json"),
+        "dataset_uri": str(tmp_path / "data"),
+    }
+
+
+def promoted_event(version: int, previous: int | None, time: str, value: float) -> dict[str, Any]:
+    """A "promoted" event as ``tpustream.promote`` logs it (the pointer trimmed to what history reads)."""
+    return {
+        "event": "promoted",
+        "promoted": True,
+        "version": version,
+        "reason": "no champion yet" if previous is None else f"candidate top1 {value:.4f} beats champion",
+        "previous_version": previous,
+        "candidate": f"gs://bucket/runs/{version}/model",
+        "pointer": {"version": version, "dataset_digest": "ab" * 32, "metrics": {"top1": value}},
+        "metric": "top1",
+        "value": value,
+        "champion_value": None,
+        "dataset_digest": "ab" * 32,
+        "dataset": "gs://bucket/data/ab12",
+        "metrics_uri": f"gs://bucket/runs/{version}/metrics.json",
+        "time": time,
+    }
+
+
+def test_write_run_report_shows_the_registrys_history_and_the_promote_steps_outcome(tmp_path, caplog):
+    paths = write_run_files(tmp_path, sample_facts())
+    events = tmp_path / "registry/events"
+    events.mkdir(parents=True)
+    (events / "20251101T080000-0a1b2c3d4e5f.json").write_text(
+        json.dumps(promoted_event(1, None, "2025-11-01T08:00:00.000000Z", 0.7))
+    )
+    (events / "20251120T110500-5f4e3d2c1b0a.json").write_text(
+        json.dumps(promoted_event(2, 1, "2025-11-20T11:05:00.000000Z", 0.8))
+    )
+    outcome = {  # what tpustream.promote.promote returns for this run: the second event is its own
+        "promoted": True,
+        "version": 2,
+        "reason": "candidate top1 0.8000 beats champion 0.7625 by +0.0375",
+        "previous_version": 1,
+        "vertex": None,
+    }
+    with caplog.at_level(logging.INFO, logger="tpustream.report"):
+        facts = write_run_report(
+            **paths,
+            registry=str(tmp_path / "registry"),
+            max_class_drop=None,
+            outcome=outcome,
+        )
+
+    assert facts.decision == Decision(True, outcome["reason"])
+    assert f"run report: {paths['html_uri']}" in caplog.messages
+    page = (tmp_path / "out/report.html").read_text()
+    markdown = (tmp_path / "out/report.md").read_text()
+    assert (page, markdown) == render_report(facts)
+    history_section = page.split('<section id="history">', 1)[1].split("</section>", 1)[0]
+    versions = re.findall(
+        r'<tr class="promoted"><td>[^<]*</td><td>promoted</td><td>(\d+)</td>', history_section
+    )
+    assert versions == ["2", "1"]  # newest first
+    assert "# Run report: Promoted as version 2" in markdown
+    assert (
+        "Promoted: the candidate is now champion version 2 (replacing version 1): candidate top1 0.8000 beats "
+        "champion 0.7625 by +0.0375." in markdown
+    )
+    assert [row[2] for row in table_rows(markdown, "## Champion history")] == ["2", "1"]
+    assert '<section id="data-check">' not in page  # no data check given
+
+
+def test_write_run_report_without_a_registry_yet_has_no_history_and_no_missing_data_check(tmp_path):
+    paths = write_run_files(tmp_path, sample_facts())
+    facts = write_run_report(
+        **paths,
+        registry=str(tmp_path / "no-registry-yet"),  # the first run: promote has not created it
+        max_class_drop=0.1,
+        data_check=str(tmp_path / "check-data-did-not-run.md"),
+    )
+    assert facts.history is None and facts.data_check_markdown is None
+    assert facts.decision == Decision(True, "no champion yet")
+    page = (tmp_path / "out/report.html").read_text()
+    markdown = (tmp_path / "out/report.md").read_text()
+    assert "The candidate wins and may be promoted: no champion yet." in page
+    assert '<section id="history">' not in page and "## Champion history" not in markdown
+    assert '<section id="data-check">' not in page and "## Data check" not in markdown
+
+
+def test_missing_metrics_are_a_report_error(tmp_path):
+    (tmp_path / "model.json").write_text(
+        json.dumps({"arch": "resnet18", "classes": CLASSES, "input_size": 32})
+    )
+    with pytest.raises(ReportError, match="run `tpustream evaluate` first"):
+        build_report_facts(
+            model_uri=str(tmp_path),
+            metrics_uri=str(tmp_path / "nowhere"),
+            dataset_uri=str(tmp_path),
+            registry=None,
+            metric="top1",
+            min_delta=0.0,
+            max_class_drop=None,
+        )
+
+
+def test_importing_the_report_module_loads_no_torch():
+    """The CLI imports it: its --help stays torch-free (matplotlib, the plots' only heavy import, is no torch)."""
+    code = "import sys, tpustream.report; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_xla')))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+    assert report.__all__ == [
+        "ReportError",
+        "ReportFacts",
+        "build_report_facts",
+        "render_report",
+        "write_report",
+        "write_run_report",
+    ]
