@@ -8,6 +8,7 @@ from components.check import check_source
 from components.check_data import check_data
 from components.deploy import deploy_model
 from components.evaluate import evaluate_model
+from components.experiment import join_experiment
 from components.promote import promote_model
 from components.shards import finalize_shards, plan_shards, write_shards
 from components.train import train_model
@@ -24,4 +25,5 @@ __all__ = [
     "validate_serving",
     "promote_model",
     "deploy_model",
+    "join_experiment",
 ]

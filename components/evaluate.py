@@ -1,6 +1,6 @@
-"""Evaluate step: candidate and champion on the same val shards; decides whether to promote."""
+"""Evaluate step: candidate and champion on the same val shards; decides whether to promote; the run report."""
 
-from kfp.dsl import ClassificationMetrics, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
 
 def evaluate_model(
@@ -12,15 +12,20 @@ def evaluate_model(
     metrics: Output[Metrics],
     confusion: Output[ClassificationMetrics],
     evaluation: Output[Metrics],
+    data_check: Input[Markdown],
+    report: Output[HTML],
+    summary: Output[Markdown],
     max_class_drop: float = -1.0,
 ) -> str:
-    """metrics.json under the `evaluation` artifact; KFP metrics and the confusion matrix for the UI.
-    Returns "promote" or "keep" (the DAG's branch; promote decides again under compare-and-swap).
-    ``max_class_drop`` < 0: no per-class check."""
+    """metrics.json under the `evaluation` artifact; KFP metrics and the confusion matrix for the UI; the run
+    report (``report``: one HTML page, ``summary``: Markdown; tpustream/report.py) with the decision as it
+    stands before promote. Returns "promote" or "keep" (the DAG's branch; promote decides again under
+    compare-and-swap). ``data_check``: the check-data step's report. ``max_class_drop`` < 0: no per-class check."""
     import logging
 
     from tpustream.evaluate import evaluate
     from tpustream.promote import preview_decision
+    from tpustream.report import write_run_report
 
     result = evaluate(model.uri, dataset.uri, evaluation.uri, registry=registry or None)
     candidate = result["candidate"]
@@ -39,6 +44,21 @@ def evaluate_model(
         "decision: %s (%s)", "promote" if decision.promote else "keep", decision.reason
     )
     evaluation.metadata["decision_reason"] = decision.reason
+    try:  # the report decides nothing: if it cannot be written, the step goes on and says so
+        write_run_report(
+            html_uri=report.path,
+            markdown_uri=summary.path,
+            model_uri=model.uri,
+            metrics_uri=evaluation.uri,
+            dataset_uri=dataset.uri,
+            registry=registry or None,
+            metric=metric,
+            min_delta=min_delta,
+            max_class_drop=max_class_drop if max_class_drop >= 0 else None,
+            data_check=data_check.uri,
+        )
+    except Exception:
+        logging.getLogger("tpustream").exception("the run report could not be written (the decision stands)")
     if dataset.metadata.get("marker"):  # this dataset + these settings are done: a rerun on them skips
         from tpustream.fingerprint import record_trained
 

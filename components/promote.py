@@ -10,7 +10,7 @@ is one and arrives unresolved is ignored.
 """
 
 from google_cloud_pipeline_components.types import artifact_types
-from kfp.dsl import Input, Metrics, Model, Output
+from kfp.dsl import HTML, Dataset, Input, Markdown, Metrics, Model, Output
 
 
 def promote_model(
@@ -21,6 +21,10 @@ def promote_model(
     min_delta: float,
     vertex_model: Output[artifact_types.VertexModel],
     validation: Input[Metrics],
+    dataset: Input[Dataset],
+    data_check: Input[Markdown],
+    report: Output[HTML],
+    summary: Output[Markdown],
     max_class_drop: float = -1.0,
     vertex_model_name: str = "",
     serving_image: str = "",
@@ -28,10 +32,14 @@ def promote_model(
     location: str = "",
 ) -> str:
     """``validation``: the validate step's report (tpustream/validate_serving.py); nothing moves unless it is
-    a pass for this candidate. Returns the outcome line; the registry's champion.json is the source of truth. Without
+    a pass for this candidate. ``report``/``summary``: the run report with the final decision (evaluate's,
+    now settled). Returns the outcome line; the registry's champion.json is the source of truth. Without
     ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName.
     ``max_class_drop`` < 0: no per-class check."""
+    import logging
+
     from tpustream.promote import promote
+    from tpustream.report import write_run_report
     from tpustream.validate_serving import require_validated
     from tpustream.vertex import target_from_env
 
@@ -46,6 +54,22 @@ def promote_model(
         max_class_drop=max_class_drop if max_class_drop >= 0 else None,
         vertex=target,
     )
+    try:  # the report decides nothing: if it cannot be written, the step goes on and says so
+        write_run_report(
+            html_uri=report.path,
+            markdown_uri=summary.path,
+            model_uri=model.uri,
+            metrics_uri=evaluation.uri,
+            dataset_uri=dataset.uri,
+            registry=registry,
+            metric=metric,
+            min_delta=min_delta,
+            max_class_drop=max_class_drop if max_class_drop >= 0 else None,
+            outcome=outcome,
+            data_check=data_check.uri,
+        )
+    except Exception:
+        logging.getLogger("tpustream").exception("the run report could not be written (the decision stands)")
     published = outcome.get("vertex")
     if published:
         vertex_model.uri = published["uri"]

@@ -5,6 +5,7 @@ import io
 import logging
 import os
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -96,7 +97,34 @@ def run_local(
     local.init(
         runner=local.SubprocessRunner(use_venv=False), pipeline_root=os.path.join(root, "pipeline-root")
     )
+    pipeline_root = os.path.join(root, "pipeline-root")
+    earlier = set(os.listdir(pipeline_root)) if os.path.isdir(pipeline_root) else set()
     pipeline = build_pipeline(tpu=None)
     with _root_logging(), _quiet(log_path) if log_path else contextlib.nullcontext():
         run = pipeline(registry=registry, **parameters)
-    return {"pipeline_root": os.path.join(root, "pipeline-root"), "registry": registry, "data": run.output}
+    # this run's directory (kfp.local names it after the pipeline and the time); not xla-cache and the like
+    runs = sorted(
+        name
+        for name in set(os.listdir(pipeline_root) if os.path.isdir(pipeline_root) else ()) - earlier
+        if name.startswith("tpustream-training-")
+    )
+    return {
+        "pipeline_root": pipeline_root,
+        "registry": registry,
+        "data": run.output,
+        "report": _report_of(pipeline_root, runs[-1], os.path.join(root, "reports")) if runs else None,
+    }
+
+
+def _report_of(pipeline_root: str, run: str, reports: str) -> str | None:
+    """This run's report: promote's (the final decision) when promote ran, else evaluate's, copied to
+    REPORTS/<run>.html (kfp.local keeps outputs as RUN/<task>/<output>, a file named ``report``, which a
+    browser would not open as a page); None when nothing was trained."""
+    for task in ("promote-model", "evaluate-model"):
+        path = os.path.join(pipeline_root, run, task, "report")
+        if os.path.isfile(path) and os.path.getsize(path):
+            os.makedirs(reports, exist_ok=True)
+            page = os.path.join(reports, f"{run}.html")
+            shutil.copyfile(path, page)
+            return page
+    return None

@@ -8,10 +8,38 @@ from typing import Any
 from pipelines.tpu import Capacity
 from pipelines.training import StepResources, build_pipeline, check_image
 from tpustream import storage
+from tpustream.experiments import ExperimentError, check_experiment_name, get_or_create_experiment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["compile_pipeline", "submit_pipeline", "schedule_pipeline"]
+__all__ = ["compile_pipeline", "submit_pipeline", "schedule_pipeline", "check_tensorboard", "reads_parameter"]
+
+# A Vertex AI TensorBoard instance's resource name (aiplatform_v1 CustomJobSpec.tensorboard)
+_TENSORBOARD = re.compile(
+    r"^projects/(?P<project>[^/\s]+)/locations/(?P<location>[a-z]+-[a-z]+\d+)/tensorboards/(?P<id>[\w-]+)$"
+)
+# "Set up for Vertex AI TensorBoard": the log bucket, the training job and the TensorBoard instance must be in
+# the same region; the job needs a service account (aiplatform jobs.py: "service_account is required with
+# provided tensorboard"), which the TPU job always has (the run's, pipelines/training.py).
+TENSORBOARD_SETUP_DOC = "https://cloud.google.com/vertex-ai/docs/experiments/tensorboard-setup"
+
+
+def check_tensorboard(tensorboard: str, *, region: str | None = None, flag: str = "--tensorboard") -> str:
+    """Refuse what is not a TensorBoard instance's resource name, or one outside ``region`` (naming ``flag``)."""
+    match = _TENSORBOARD.match(tensorboard)
+    if match is None:
+        raise ValueError(
+            f"{flag} {tensorboard!r} is not a Vertex AI TensorBoard instance: give its resource name, "
+            "projects/PROJECT/locations/REGION/tensorboards/ID (`gcloud ai tensorboards list --region REGION` "
+            "lists them)"
+        )
+    if region and match["location"] != region:
+        raise ValueError(
+            f"{flag} {tensorboard}: the instance is in {match['location']} and the run in --region {region}; "
+            f"Vertex AI needs the TensorBoard instance and the training job in one region ({TENSORBOARD_SETUP_DOC}): "
+            f"use an instance in {region}"
+        )
+    return tensorboard
 
 
 def compile_pipeline(
@@ -23,15 +51,25 @@ def compile_pipeline(
     capacity: Capacity | None = None,
     resources: StepResources | None = None,
     serve_image: str = "",
+    tensorboard: str = "",
 ) -> str:
     """Write the pipeline YAML (TPU type, images and the CPU steps' sizes fixed now; no credentials inside).
 
     Refuses placeholder images: a YAML that names an image nobody pushed fails only on Vertex, hours later.
     ``resources``: the CPU steps' CPU and memory limits (default ``StepResources()``; pipelines/training.py).
     ``serve_image``: the serving image the validate step runs in (default ``cpu_image``).
+    ``tensorboard``: the default of the ``tensorboard`` parameter, the TensorBoard instance the TPU job
+    streams to (a run may name another).
     """
     from kfp import compiler
 
+    if tensorboard:
+        check_tensorboard(tensorboard)
+        if not tpu:
+            raise ValueError(
+                "--tensorboard: the CPU image trains inside the pipeline's own step, not as a Vertex AI custom "
+                "job, so no TensorBoard instance can attach to it: give --tpu"
+            )
     check_image(cpu_image, "--image")
     if tpu:
         tpu_image = check_image(tpu_image or "", "--tpu-image")
@@ -45,10 +83,37 @@ def compile_pipeline(
         (capacity or Capacity()).check_tpu(tpu)  # what Vertex would reject or never schedule, refused now
     pipeline = build_pipeline(
         tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image, capacity=capacity, resources=resources,
-        serve_image=serve_image,
+        serve_image=serve_image, tensorboard=tensorboard,
     )  # fmt: skip
     compiler.Compiler().compile(pipeline, output)
     return output
+
+
+def _with_tensorboard(parameters: dict[str, Any], tensorboard: str | None) -> dict[str, Any]:
+    """The run's parameters with ``--tensorboard`` as the ``tensorboard`` parameter (None: as given)."""
+    if tensorboard is None:
+        return parameters
+    given = parameters.get("tensorboard")
+    if given not in (None, tensorboard):
+        raise ValueError(
+            f"--tensorboard {tensorboard} and --param tensorboard={given} disagree: give one of them"
+        )
+    return {**parameters, "tensorboard": tensorboard}
+
+
+def _warn_unless_read(template: str, parameter: str) -> None:
+    """Warn when no step of a local or gs:// template takes ``parameter``: its value would do nothing."""
+    from pipelines import preflight
+
+    spec = preflight.load_template(template)
+    if spec is not None and not reads_parameter(spec, parameter):
+        log.warning(
+            "--%s: no step of %s reads the %r parameter, so its runs will not act on it: recompile the "
+            "template with a tpustream whose pipeline does",
+            parameter,
+            template,
+            parameter,
+        )
 
 
 def _init(project: str, region: str, api_endpoint: str | None) -> Any:
@@ -155,6 +220,41 @@ def check_slice_parameters(template: str, parameters: dict[str, Any]) -> None:
         )  # fmt: skip
 
 
+def _check_tensorboard_parameter(template: str, parameters: dict[str, Any], region: str) -> None:
+    """The run's ``tensorboard`` (given, or the template's default): an instance in the run's region, for a
+    template whose train step is a Vertex custom job. A local or gs:// template is read here."""
+    from pipelines import preflight
+
+    spec = preflight.load_template(template)
+    if spec is None:
+        return  # https://: Vertex reads it
+    declared = preflight.template_parameters(spec)
+    default = declared["tensorboard"].default if "tensorboard" in declared else ""
+    tensorboard = parameters.get("tensorboard", default)
+    if not tensorboard:
+        return
+    check_tensorboard(str(tensorboard), region=region)
+    if compiled_slice(spec)[0] is None:
+        raise ValueError(
+            f"--tensorboard {tensorboard}: --template {template} trains on the CPU image inside the pipeline's own "
+            "step, not as a Vertex AI custom job, so no TensorBoard instance can attach; compile it with --tpu"
+        )
+
+
+def reads_parameter(spec: dict[str, Any], name: str) -> bool:
+    """Whether any task of the compiled ``spec`` takes the pipeline parameter ``name`` as an input."""
+    wanted = {name, f"pipelinechannel--{name}"}
+    dags = [spec.get("root", {}).get("dag", {})]
+    dags += [c["dag"] for c in spec.get("components", {}).values() if "dag" in c]
+    return any(
+        source.get("componentInputParameter") in wanted
+        for dag in dags
+        for task in dag.get("tasks", {}).values()
+        if not task.get("componentRef", {}).get("name", "").startswith(("comp-condition", "comp-for-loop"))
+        for source in task.get("inputs", {}).get("parameters", {}).values()
+    )
+
+
 def _check_template_parameters(template: str, parameters: dict[str, Any]) -> None:
     """Refuse ``--param`` names and types the template does not declare: free, no credentials, so it runs
     even with --skip-preflight (pipelines/preflight.py)."""
@@ -221,6 +321,7 @@ def _job(
     _check_template(template)
     _check_template_parameters(template, parameters)
     check_slice_parameters(template, parameters)
+    _check_tensorboard_parameter(template, parameters, region)
     if not storage.is_gcs(pipeline_root):
         raise ValueError(f"--pipeline-root must be a gs:// URI for Vertex AI, got {pipeline_root!r}")
     if not skip_preflight:
@@ -256,17 +357,24 @@ def submit_pipeline(
     api_endpoint: str | None = None,
     skip_preflight: bool = False,
     preflight_endpoints: Any = None,
+    tensorboard: str | None = None,
+    experiment: str | None = None,
 ) -> str:
     """Submit one run; returns its resource name. The service account is set here, never compiled in.
 
     The preflight (pipelines/preflight.py) runs first; ``skip_preflight`` skips all of it but the
-    parameter check. ``preflight_endpoints``: its ``ApiEndpoints`` (default: Google's)."""
+    parameter check. ``preflight_endpoints``: its ``ApiEndpoints`` (default: Google's).
+    ``tensorboard``: the Vertex AI TensorBoard instance the TPU job streams to (the ``tensorboard``
+    parameter; default: the template's). ``experiment``: the Vertex AI Experiment the run joins, created if
+    missing, through aiplatform's ``PipelineJob.submit(experiment=...)`` (tpustream/experiments.py)."""
+    if experiment:
+        check_experiment_name(experiment)
     job = _job(
         template,
         project=project,
         region=region,
         pipeline_root=pipeline_root,
-        parameters=parameters,
+        parameters=_with_tensorboard(parameters, tensorboard),
         labels=labels,
         no_cache=no_cache,
         api_endpoint=api_endpoint,
@@ -275,7 +383,20 @@ def submit_pipeline(
         skip_preflight=skip_preflight,
         preflight_endpoints=preflight_endpoints,
     )
-    job.submit(service_account=service_account)
+    # The experiment is got (or created) first, so that a refusal is the API's own error before any run
+    # exists; submit then only adds the run to it.
+    from google.cloud import aiplatform  # as _job's _init configured it
+
+    joined = get_or_create_experiment(aiplatform, experiment) if experiment else None
+    try:
+        job.submit(service_account=service_account, experiment=joined)
+    except RuntimeError as exc:  # aiplatform's: the run was created, adding it to the experiment failed
+        if joined is None or not job.gca_resource.name:
+            raise
+        raise ExperimentError(
+            f"submitted {job.gca_resource.name}, but it could not join experiment {experiment!r}: "
+            f"{exc.__cause__ or exc}"
+        ) from exc
     return str(job.resource_name)
 
 
@@ -292,16 +413,26 @@ def schedule_pipeline(
     api_endpoint: str | None = None,
     skip_preflight: bool = False,
     preflight_endpoints: Any = None,
+    tensorboard: str | None = None,
+    experiment: str | None = None,
 ) -> str:
     """Create a schedule (at most one run in flight: a tick while a run is active is skipped); returns its name.
-    The preflight runs first, as for ``submit_pipeline``."""
+    The preflight runs first, as for ``submit_pipeline``.
+
+    ``tensorboard``: as for ``submit_pipeline``, for every run. ``experiment``: every run joins this Vertex AI
+    Experiment. A schedule's runs carry no experiment of their own (tpustream/experiments.py says why): the
+    name becomes the ``experiment`` pipeline parameter, which a step of each run joins; the experiment is got
+    or created now, so that a refused one is reported before the schedule exists."""
     check_cron(cron)
+    if experiment:
+        check_experiment_name(experiment)
+        parameters = {**parameters, "experiment": experiment}
     job = _job(
         template,
         project=project,
         region=region,
         pipeline_root=pipeline_root,
-        parameters=parameters,
+        parameters=_with_tensorboard(parameters, tensorboard),
         labels=labels,
         no_cache=True,
         api_endpoint=api_endpoint,
@@ -310,6 +441,11 @@ def schedule_pipeline(
         skip_preflight=skip_preflight,
         preflight_endpoints=preflight_endpoints,
     )
+    if experiment:
+        from google.cloud import aiplatform  # as _job's _init configured it
+
+        _warn_unless_read(template, "experiment")
+        get_or_create_experiment(aiplatform, experiment)
     # max_concurrent_run_count limits runs *started* at once; max_concurrent_active_run_count limits runs in a
     # non-terminal state (aiplatform_v1 types/schedule.py): a run still training at the next tick keeps that
     # tick from starting a second one, which would see no trained-on marker yet and train the same data

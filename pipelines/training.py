@@ -8,6 +8,15 @@ is a pipeline parameter.
 No credential or service account is compiled in: the TPU job runs as the pipeline run's own service
 account and network (GCPC placeholders, resolved by Vertex when the task runs).
 
+Vertex AI TensorBoard: the ``tensorboard`` parameter names an instance (``projects/P/locations/L/tensorboards/
+ID``; "" none) that the TPU CustomJob streams its event files to. A parameter, not a compile-time constant, so
+that ``pipeline submit`` and ``pipeline schedule`` set it without recompiling (``pipeline compile
+--tensorboard`` only sets its default): GCPC's launcher drops an empty ``tensorboard`` from the CustomJob
+(``json_util.recursive_remove_empty`` in container/v1/gcp_launcher/job_remote_runner.py), so "" is no instance.
+The job always gets a base output directory under the run's pipeline root (``TRAIN_JOB_OUTPUT``), from which
+Vertex sets ``AIP_TENSORBOARD_LOG_DIR`` (``<base>/logs/``, aiplatform_v1 CustomJobSpec.base_output_directory);
+the trainer copies its event files there (tpustream/train.py), and with an instance Vertex uploads them.
+
 Caching is off on every task: the first step reads a live source whose URI never changes, and the
 decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/fingerprint.py).
 
@@ -38,9 +47,15 @@ from pipelines.tpu import (
 
 __all__ = [
     "TPU_TYPES", "build_components", "build_pipeline", "check_image", "LOCAL_IMAGE", "StepResources",
-    "CPU_STEPS", "VERTEX_MAX_CPU", "VERTEX_MAX_MEMORY_GB",
+    "CPU_STEPS", "VERTEX_MAX_CPU", "VERTEX_MAX_MEMORY_GB", "TRAIN_JOB_OUTPUT",
 ]  # fmt: skip
 
+# The TPU CustomJob's baseOutputDirectory: one per run, under the run's pipeline root. Vertex resolves the
+# placeholders inside a longer constant (kfp's own example for PIPELINE_ROOT_PLACEHOLDER is
+# ``dsl.PIPELINE_ROOT_PLACEHOLDER + '/tmp'``, kfp/dsl/__init__.py; GCPC builds Vertex paths from
+# PIPELINE_JOB_ID_PLACEHOLDER the same way, v1/model/upload_model/component.py). A KFP retry of the train task
+# creates a new CustomJob with the same directory: its event files land beside the first attempt's.
+TRAIN_JOB_OUTPUT = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}/train-job"
 LOCAL_IMAGE = "local"  # kfp.local's SubprocessRunner runs in this Python: no image is pulled
 _PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|\$", re.IGNORECASE)
 
@@ -70,7 +85,7 @@ _MEMORY_GB = {"": 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0}  # kfp's _memory_to_floa
 # is not one of them: on Vertex it is GCPC's launcher, which only creates and polls the TPU CustomJob.
 CPU_STEPS = (
     "check-source", "plan-shards", "write-shards", "finalize-shards", "check-data", "evaluate-model",
-    "validate-serving", "promote-model", "deploy-model",
+    "validate-serving", "promote-model", "deploy-model", "join-experiment",
 )  # fmt: skip
 
 
@@ -149,6 +164,7 @@ def _tpu_training_op(train_op: Any, tpu: str, capacity: Capacity) -> tuple[Any, 
         service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,  # the pipeline run's service account
         network=_placeholders.NETWORK_PLACEHOLDER,  # and its VPC network, when it has one
         labels={"tpustream-step": "train", "tpustream-tpu": tpu},  # the launcher adds the run's labels
+        base_output_directory=TRAIN_JOB_OUTPUT,  # -> AIP_TENSORBOARD_LOG_DIR (the module doc)
     )
     launcher = job_op.component_spec.implementation.container
     if not launcher.command[-1].endswith("custom_job.launcher"):  # GCPC's, wrapped as it is
@@ -181,7 +197,7 @@ def build_components(
             ("write", components.write_shards), ("finalize", components.finalize_shards),
             ("check_data", components.check_data),
             ("evaluate", components.evaluate_model), ("promote", components.promote_model),
-            ("deploy", components.deploy_model),
+            ("deploy", components.deploy_model), ("experiment", components.join_experiment),
         )
     }  # fmt: skip
     ops["validate"] = component(components.validate_serving, serve_image or cpu_image)
@@ -204,19 +220,25 @@ def build_components(
 def build_pipeline(
     *, tpu: str | None = None, cpu_image: str = LOCAL_IMAGE, tpu_image: str = LOCAL_IMAGE,
     capacity: Capacity | None = None, resources: StepResources | None = None, serve_image: str = "",
+    tensorboard: str = "",
 ) -> Any:  # fmt: skip
     """The pipeline function, for kfp's compiler or kfp.local (``tpu=None``: every step runs as is).
 
     ``resources``: the CPU steps' limits (default ``StepResources()``); kfp.local's SubprocessRunner runs
-    every step in this machine's processes and ignores them."""
+    every step in this machine's processes and ignores them. ``tensorboard``: the default of the
+    ``tensorboard`` parameter (a run may set another)."""
     ops = build_components(cpu_image, tpu_image, tpu, capacity, serve_image)
     sizes = resources or StepResources()
+    default_tensorboard = tensorboard
 
     def sized(task: Any, step: str) -> Any:
         cpu, memory = sizes.limits(step)
         return task.set_cpu_limit(cpu).set_memory_limit(memory)
 
-    train_extra = {"worker_pool_specs": ops["train_pools"]} if tpu else {}
+    def train_extra(tensorboard: Any) -> dict[str, Any]:
+        """The CustomJob's own inputs (GCPC): the slice's pools and the run's TensorBoard instance."""
+        return {"worker_pool_specs": ops["train_pools"], "tensorboard": tensorboard} if tpu else {}
+
     promote_extra = {}
     if (
         cpu_image != LOCAL_IMAGE
@@ -271,6 +293,8 @@ def build_pipeline(
         serving_machine_type: str = "n1-standard-4",
         serving_min_replicas: int = 1,
         serving_max_replicas: int = 1,
+        tensorboard: str = default_tensorboard,  # a Vertex AI TensorBoard instance the TPU job streams to; "" none
+        experiment: str = "",  # the Vertex AI Experiment a scheduled run joins (tpustream/experiments.py); "" none
     ) -> str:
         shard_args = dict(
             source=source, num_shards=num_shards, val_fraction=val_fraction, upsample=upsample, seed=seed,
@@ -281,6 +305,15 @@ def build_pipeline(
             batch_size=batch_size, lr=lr, bf16=bf16, retrain=retrain, **shard_args,
         ).set_display_name("check source for new data")  # fmt: skip
         sized(check, "check-source").set_caching_options(False)
+        with dsl.If(experiment != "", name="experiment-requested"):
+            # A scheduled run joins its experiment itself (a Schedule cannot carry one: components/experiment.py);
+            # every run, skip runs too, as `pipeline submit --experiment` adds every run it submits.
+            join = ops["experiment"](
+                experiment=experiment,
+                pipeline_job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER if promote_extra else "",
+                **promote_extra,
+            ).set_display_name("join experiment")
+            sized(join, "join-experiment").set_caching_options(False)
         with dsl.If(check.outputs["Output"] == "train", name="new-data"):
             plan = ops["plan"](
                 shards_per_task=shards_per_task, dataset=check.outputs["dataset"], **shard_args
@@ -309,7 +342,7 @@ def build_pipeline(
                 dataset=finalize.outputs["dataset"], model_name=model_name, epochs=epochs, batch_size=batch_size,
                 lr=lr, bf16=bf16, workers=workers, input_size=input_size, init_from=init_from, registry=registry,
                 patience=patience, early_stop_min_delta=early_stop_min_delta, compile_cache=compile_cache,
-                pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER, **train_extra,
+                pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER, **train_extra(tensorboard),
             ).set_display_name("train")  # fmt: skip
             train.after(check_data)  # no TPU time on data the check refused (data_check=fail)
             # A retried task resumes from `last` in its own output (resume=auto): it continues, not restarts.
@@ -317,6 +350,7 @@ def build_pipeline(
             evaluate = ops["evaluate"](
                 model=train.outputs["model"], dataset=finalize.outputs["dataset"], registry=registry,
                 metric=metric, min_delta=min_delta, max_class_drop=max_class_drop,
+                data_check=check_data.outputs["report"],  # into the run report
             ).set_display_name("evaluate vs champion")  # fmt: skip
             sized(evaluate, "evaluate-model").set_caching_options(False)
             with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
@@ -327,6 +361,7 @@ def build_pipeline(
                 promote = ops["promote"](
                     validation=validate.outputs["validation"],
                     model=train.outputs["model"], evaluation=evaluate.outputs["evaluation"], registry=registry,
+                    dataset=finalize.outputs["dataset"], data_check=check_data.outputs["report"],
                     metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, vertex_model_name=vertex_model, serving_image=serving_image,
                     **promote_extra,
                 ).set_display_name("promote")  # fmt: skip

@@ -3,7 +3,9 @@
 For a task compiled as a GCPC CustomJob (our TPU train step) that is:
 1. resolve the task's inputs as the Vertex backend does: pipeline parameters, constants, the
    component's defaults, and the pipeline placeholders in them (``{{$.pipeline_service_account}}``,
-   ``{{$.pipeline_network}}``, project, location: google_cloud_pipeline_components/_placeholders.py);
+   ``{{$.pipeline_network}}``, project, location: google_cloud_pipeline_components/_placeholders.py; kfp's
+   ``{{$.pipeline_root}}`` and ``{{$.pipeline_job_uuid}}``), also inside a longer string (kfp documents
+   ``dsl.PIPELINE_ROOT_PLACEHOLDER + '/tmp'`` as an input, kfp/dsl/__init__.py);
 2. build the task's executor input (input and output artifacts with URIs under the run's root, the
    output file) and substitute it into the launcher container's arguments, JSON-escaped where the
    compiled YAML says ``{{$.json_escape[1]}}`` (google_cloud_pipeline_components/v1/custom_job/utils.py);
@@ -14,7 +16,9 @@ For a task compiled as a GCPC CustomJob (our TPU train step) that is:
 4. run the CustomJob's one worker pool on every host of the slice: the pool's container command and
    args exactly as the launcher sent them, one process per host, each told it is host k of N through
    TPU_WORKER_ID / TPU_WORKER_HOSTNAMES (what a TPU VM host reads, torch_xla/_internal/tpu.py) plus the
-   test-only TPUSTREAM_EMULATE_SLICE=1 (XLA CPU cannot span processes: tpustream/xla_runtime.py).
+   test-only TPUSTREAM_EMULATE_SLICE=1 (XLA CPU cannot span processes: tpustream/xla_runtime.py), and,
+   for a job with a base output directory, the AIP_MODEL_DIR / AIP_CHECKPOINT_DIR / AIP_TENSORBOARD_LOG_DIR
+   Vertex derives from it (aiplatform_v1 CustomJobSpec.base_output_directory).
 
 What is not Vertex: the container image is this machine's venv (``python3`` on PATH is the venv's; the
 images install the same package) and the repository root stands for the image's WORKDIR (it holds the
@@ -180,7 +184,7 @@ class VertexEmulator:
         self, template: str, task: str, *, pipeline_params: dict[str, Any], artifacts: dict[str, str],
         run_root: str, workdir: Path, project: str = "proj", location: str = "us-central1",
         service_account: str = "", network: str = "", run_labels: dict[str, str] | None = None,
-        retry_of: SliceRun | None = None,
+        retry_of: SliceRun | None = None, job_id: str = "tpustream-training-20261102030000",
     ) -> SliceRun:  # fmt: skip
         """Start ``task`` of the compiled ``template`` as Vertex would; returns at once (``.wait()``).
         ``retry_of``: a KFP retry of that run, whose output files (gcp_resources) it finds as they were."""
@@ -193,6 +197,7 @@ class VertexEmulator:
             "{{$.pipeline_google_cloud_project_id}}": project, "{{$.pipeline_google_cloud_location}}": location,
             "{{$.pipeline_persistent_resource_id}}": "", "{{$.pipeline_encryption_key_name}}": "",
             "{{$.pipeline_root}}": run_root,  # kfp's dsl.PIPELINE_ROOT_PLACEHOLDER (train's compile cache)
+            "{{$.pipeline_job_uuid}}": job_id,  # dsl.PIPELINE_JOB_ID_PLACEHOLDER: the run's ID on Vertex
         }  # fmt: skip
         params = self._parameters(spec, task_spec, component, pipeline_params, placeholders)
         workdir = (
@@ -234,7 +239,8 @@ class VertexEmulator:
             elif definition.get("isOptional"):
                 values[name] = {"STRUCT": {}, "LIST": []}.get(definition["parameterType"], "")
             if isinstance(values.get(name), str):
-                values[name] = placeholders.get(values[name], values[name])
+                for placeholder, value in placeholders.items():
+                    values[name] = values[name].replace(placeholder, value)
         return values
 
     @staticmethod
@@ -290,6 +296,7 @@ class VertexEmulator:
         env.update(
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",  # python3 = the "image"
             **emulated_slice_vars(hosts, self.devices_per_host), CLOUD_ML_JOB_ID=job.get("displayName", "job"),
+            **base_output_vars(job),
         )  # fmt: skip
         self._remember_gcs_dirs(run.executor_input)
         restart_all = bool(job["jobSpec"].get("scheduling", {}).get("restartJobOnWorkerRestart"))
@@ -363,9 +370,25 @@ def _protojson(value: Any) -> Any:
     return value
 
 
+def base_output_vars(job: dict) -> dict[str, str]:
+    """What Vertex sets in a CustomJob's containers when its ``jobSpec.baseOutputDirectory`` is set
+    (aiplatform_v1 CustomJobSpec.base_output_directory): the model, checkpoint and TensorBoard log dirs
+    under it; nothing without one."""
+    base = job["jobSpec"].get("baseOutputDirectory", {}).get("outputUriPrefix", "").rstrip("/")
+    if not base:
+        return {}
+    return {
+        "AIP_MODEL_DIR": f"{base}/model/",
+        "AIP_CHECKPOINT_DIR": f"{base}/checkpoints/",
+        "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs/",
+    }
+
+
 def host_environment() -> dict[str, str]:
     """This process's environment without the variables that say where a process sits in a job."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "CLOUD_ML", "CLUSTER_SPEC"))}
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "CLOUD_ML", "CLUSTER_SPEC", "AIP_"))
+    }
 
 
 def emulated_slice_vars(hosts: int, devices_per_host: int = 1) -> dict[str, str]:

@@ -1,6 +1,8 @@
 """A recording Vertex AI REST endpoint on loopback for the real google-cloud-aiplatform client.
 
-It answers the calls tpustream and GCPC's launcher make (pipelineJobs, schedules, customJobs, the Model
+It answers the calls tpustream and GCPC's launcher make (pipelineJobs, schedules, customJobs, the Metadata
+service's default store and its contexts with addContextChildren (how a run joins a Vertex AI Experiment:
+tpustream/experiments.py), the Model
 Registry's list/upload/get/mergeVersionAliases and model evaluations' import/list, managed datasets' get and
 export with the export's long-running operation, endpoints' create/get/list/update (PATCH) with deployModel
 and undeployModel as long-running operations, batchPredictionJobs' create/get), records every request
@@ -11,7 +13,8 @@ do requests that break a rule Vertex documents (a traffic split that does not su
 model that still has traffic, a custom model without dedicated resources, a model evaluation whose metrics
 are not in the classification schema).
 CustomJobs are also checked against the TPU rules Vertex documents (one worker pool, one replica per TPU
-slice, a topology for v5e/v6e) and then handed to ``job_runner``, which runs their hosts (see
+slice, a topology for v5e/v6e) and its TensorBoard rules (an instance of the job's region, a service account)
+and then handed to ``job_runner``, which runs their hosts (see
 tests/vertex_emulation.py). A managed image dataset registered with ``add_image_dataset`` is exported as
 Vertex documents ExportDataConfig.gcs_destination: JSONL import files (the single- or multi-label
 ioformat) and a schema.yaml under ``<outputUriPrefix>export-data-<display name>-<ISO time>/<schema dir>/``,
@@ -56,6 +59,12 @@ def _request_message(method: str, rest: str) -> type | None:
         return v1.ImportModelEvaluationRequest
     if rest == "/batchPredictionJobs":
         return v1.BatchPredictionJob  # CreateBatchPredictionJob: body "batch_prediction_job"
+    if rest == "/metadataStores":
+        return v1.MetadataStore  # CreateMetadataStore: body "metadata_store"
+    if re.match(r"^/metadataStores/[^/]+/contexts$", rest):
+        return v1.Context  # CreateContext: body "context"
+    if re.match(r"^/metadataStores/[^/]+/contexts/[^/:]+:addContextChildren$", rest):
+        return v1.AddContextChildrenRequest
     if rest == "/pipelineJobs":
         return v1.PipelineJob
     if rest == "/schedules":
@@ -236,6 +245,31 @@ def tpu_job_hosts(body: dict) -> int:
     return chips // per_vm
 
 
+TENSORBOARD_NAME = re.compile(r"^projects/[^/]+/locations/(?P<location>[^/]+)/tensorboards/[^/]+$")
+
+
+def tensorboard_problem(body: dict, location: str) -> str | None:
+    """Why Vertex refuses a CustomJob's ``jobSpec.tensorboard`` in ``location``, or None (none named is fine).
+
+    Rules: the instance's resource name (aiplatform_v1 CustomJobSpec.tensorboard,
+    ``projects/{project}/locations/{location}/tensorboards/{tensorboard}``); the instance and the training job
+    in one region ("Set up for Vertex AI TensorBoard"); a service account attached ("The Vertex AI TensorBoard
+    integration with custom training requires attaching a service account"; aiplatform jobs.py:
+    "service_account is required with provided tensorboard")."""
+    spec = body.get("jobSpec", {})
+    tensorboard = spec.get("tensorboard", "")
+    if not tensorboard:
+        return None
+    match = TENSORBOARD_NAME.match(tensorboard)
+    if match is None:
+        return f"jobSpec.tensorboard {tensorboard!r} is not projects/P/locations/L/tensorboards/ID"
+    if match["location"] != location:
+        return f"TensorBoard {tensorboard} is not in the job's region {location}"
+    if not spec.get("serviceAccount"):
+        return "a CustomJob with a tensorboard needs jobSpec.serviceAccount"
+    return None
+
+
 def schedule_tick(body: dict, active_runs: int) -> str:
     """What Vertex's scheduler does with a Schedule at a cron tick while ``active_runs`` of its runs are in a
     non-terminal state: "start", "queue" or "skip" (aiplatform_v1 types/schedule.py: max_concurrent_run_count
@@ -311,6 +345,13 @@ class VertexRecorder:
         self.batch_jobs: dict[str, dict] = {}  # batch prediction job name -> its v1 BatchPredictionJob
         self.batch_server: str | None = None  # a model server's base URL: batch jobs run against it
         self.batch_calls: list[dict] = []  # every request a batch job sent to the model server
+        self.metadata_stores: dict[str, dict] = {}  # name -> v1 MetadataStore ("default": made on first use)
+        self.contexts: dict[str, dict] = {}  # name -> v1 Context (with its parentContexts)
+        self.pipeline_jobs: dict[str, dict] = {}  # name -> v1 PipelineJob as GET answers it
+        self.schedules: dict[str, dict] = {}  # name -> v1 Schedule as created
+        self.deny_add_children = (
+            0  # answer this many addContextChildren with a 403, as Vertex does without IAM
+        )
         self._ids = itertools.count(1)
         recorder = self
 
@@ -359,14 +400,17 @@ class VertexRecorder:
 
     def check(self, method: str, path: str, body: dict | None) -> str | None:
         """Why Vertex would refuse this request (400), or None."""
-        m = re.match(r"^/v1/projects/[^/]+/locations/[^/]+(/.*)$", path)
-        message = _request_message(method, m.group(1)) if m else None
+        m = re.match(r"^/v1/projects/[^/]+/locations/([^/]+)(/.*)$", path)
+        message = _request_message(method, m.group(2)) if m else None
         if message is None or body is None:
             return None
         try:
             validate_body(message, body)
             if message.__name__ == "CustomJob":
                 tpu_job_hosts(body)
+                problem = tensorboard_problem(body, m.group(1) if m else "")
+                if problem:
+                    raise ValueError(problem)
         except Exception as exc:  # ParseError, ValueError: both are INVALID_ARGUMENT on Vertex
             return f"invalid {message.__name__}: {exc}"
         return None
@@ -403,6 +447,8 @@ class VertexRecorder:
         if not m:
             return {"error": {"code": 404, "message": f"unknown path {path}"}}, 404
         parent, rest = m.groups()
+        if rest.startswith("/metadataStores"):
+            return self._metadata_call(method, parent, rest, body, query or {})
         m_dataset = re.match(r"^/datasets/([^/:]+)(:export)?$", rest)
         if m_dataset:
             return self._dataset_call(
@@ -470,9 +516,14 @@ class VertexRecorder:
         if method == "POST" and rest in ("/pipelineJobs", "/schedules"):
             kind = rest.strip("/")
             number = len([r for r in self.requests if r["path"].endswith(rest)])
+            job_id = (query or {}).get("pipelineJobId", [f"{kind.lower()}-{number}"])[0]
             reply = dict(body or {})
-            reply["name"] = f"{parent}/{kind}/{kind.lower()}-{number}"
+            reply["name"] = f"{parent}/{kind}/{job_id if kind == 'pipelineJobs' else f'schedules-{number}'}"
             reply.setdefault("state", "PIPELINE_STATE_PENDING" if kind == "pipelineJobs" else "ACTIVE")
+            if kind == "pipelineJobs":
+                self._start_pipeline_job(parent, reply)
+            else:
+                self.schedules[reply["name"]] = reply
             return reply, 200
         if method == "POST" and rest == "/customJobs":
             name = f"{parent}/customJobs/{1000 + len(self.jobs)}"
@@ -484,6 +535,8 @@ class VertexRecorder:
         if method == "GET" and m_custom and f"{parent}{rest}" in self.jobs:
             return self._job_json(f"{parent}{rest}"), 200
         m_job = re.match(r"^/(pipelineJobs|schedules)/([\w-]+)$", rest)
+        if method == "GET" and m_job and f"{parent}{rest}" in self.pipeline_jobs:
+            return self.pipeline_jobs[f"{parent}{rest}"], 200
         if method == "GET" and m_job:
             return {"name": f"{parent}{rest}", "state": "PIPELINE_STATE_RUNNING"}, 200
         m2 = re.match(r"^/models/(\d+)(?:@([\w-]+))?(:mergeVersionAliases)?$", rest)
@@ -500,6 +553,127 @@ class VertexRecorder:
                 versions[version]["aliases"] += new
             return self._model_json(parent, model_id, version), 200
         return {"error": {"code": 404, "message": f"unhandled {method} {path}"}}, 404
+
+    # ------------------------------------------------------------------ pipeline runs and metadata
+
+    def _start_pipeline_job(self, parent: str, job: dict) -> None:
+        """What Vertex does once a PipelineJob starts: its state RUNNING and, in the default metadata store,
+        a ``system.PipelineRun`` context named after the job, which GET names in ``jobDetail`` (aiplatform's
+        ``PipelineJob._get_context`` waits for it). The create reply itself carries none, as on Vertex."""
+        from google.cloud import aiplatform_v1 as v1
+
+        store = f"{parent}/metadataStores/default"
+        self.metadata_stores.setdefault(store, {"name": store, "createTime": _now()})
+        job_id = job["name"].rsplit("/", 1)[1]
+        pipeline_name = job.get("pipelineSpec", {}).get("pipelineInfo", {}).get("name", "pipeline")
+        pipeline = self._new_context(store, pipeline_name, "system.Pipeline")
+        run = self._new_context(store, job_id, "system.PipelineRun")
+        running = {
+            **job,
+            "state": "PIPELINE_STATE_RUNNING",
+            "jobDetail": {"pipelineContext": dict(pipeline), "pipelineRunContext": dict(run)},  # as made
+        }
+        validate_body(v1.PipelineJob, running)  # the fake answers only fields Vertex has
+        self.pipeline_jobs[job["name"]] = running
+
+    def scheduled_run(self, schedule: str) -> str:
+        """What Vertex's scheduler does at a cron tick of ``schedule``: create a PipelineJob from the schedule's
+        ``createPipelineJobRequest`` (its ``pipelineJob``, under a new ID) and start it; returns its name."""
+        from google.cloud import aiplatform_v1 as v1
+
+        request = self.schedules[schedule]["createPipelineJobRequest"]
+        run_id = f"{self.schedules[schedule]['displayName']}-{len(self.pipeline_jobs) + 1:04d}"
+        job = {
+            **request["pipelineJob"],
+            "name": f"{request['parent']}/pipelineJobs/{run_id}",
+            "scheduleName": schedule,
+            "state": "PIPELINE_STATE_PENDING",
+        }
+        validate_body(v1.PipelineJob, job)
+        self._start_pipeline_job(request["parent"], job)
+        return job["name"]
+
+    def _new_context(self, store: str, context_id: str, schema_title: str) -> dict:
+        name = f"{store}/contexts/{context_id}"
+        if name not in self.contexts:
+            stamp = _now()
+            self.contexts[name] = {
+                "name": name,
+                "displayName": context_id,
+                "schemaTitle": schema_title,
+                "schemaVersion": "0.0.1",
+                "createTime": stamp,
+                "updateTime": stamp,
+            }
+        return self.contexts[name]
+
+    def _metadata_call(
+        self, method: str, parent: str, rest: str, body: dict | None, query: dict
+    ) -> tuple[dict, int]:
+        """MetadataService: Get/CreateMetadataStore (an Operation), Get/CreateContext, AddContextChildren,
+        with the rules the v1 API states (context IDs of 4-128 ``[a-z0-9-]``, ALREADY_EXISTS, NOT_FOUND)."""
+
+        def not_found(name: str) -> tuple[dict, int]:
+            return {"error": {"code": 404, "message": f"{name} not found.", "status": "NOT_FOUND"}}, 404
+
+        m_store = re.match(
+            r"^/metadataStores(?:/([^/]+))?(/contexts(?:/([^/:]+)(:addContextChildren)?)?)?$", rest
+        )
+        if m_store is None:
+            return {"error": {"code": 404, "message": f"unhandled {method} {rest}"}}, 404
+        store_id, contexts, context_id, add_children = m_store.groups()
+        if not contexts:
+            if method == "POST" and store_id is None:  # CreateMetadataStore
+                name = f"{parent}/metadataStores/{query.get('metadataStoreId', ['default'])[0]}"
+                self.metadata_stores[name] = {**(body or {}), "name": name, "createTime": _now()}
+                return self._operation(
+                    name, "CreateMetadataStore", self.metadata_stores[name], "MetadataStore"
+                ), 200
+            name = f"{parent}/metadataStores/{store_id}"
+            if method == "GET" and name in self.metadata_stores:
+                return self.metadata_stores[name], 200
+            return not_found(name)
+        store = f"{parent}/metadataStores/{store_id}"
+        if store not in self.metadata_stores:
+            return not_found(store)
+        if method == "POST" and context_id is None:  # CreateContext
+            new_id = query.get("contextId", [""])[0]
+            if not re.fullmatch(r"[a-z0-9-]{4,128}", new_id):
+                raise Refused(400, "INVALID_ARGUMENT", f"contextId {new_id!r}: 4-128 characters of [a-z0-9-]")
+            name = f"{store}/contexts/{new_id}"
+            if name in self.contexts:
+                raise Refused(409, "ALREADY_EXISTS", f"Context {name} already exists.")
+            stamp = _now()
+            self.contexts[name] = {
+                **(body or {}),
+                "name": name,
+                "createTime": stamp,
+                "updateTime": stamp,
+                "etag": f"AMEw{next(self._ids)}",
+            }
+            return self.contexts[name], 200
+        name = f"{store}/contexts/{context_id}"
+        if name not in self.contexts:
+            return not_found(name)
+        if method == "GET" and not add_children:
+            return self.contexts[name], 200
+        if method == "POST" and add_children and self.deny_add_children:
+            self.deny_add_children -= 1
+            permission = (
+                "aiplatform.metadataStores.contexts.addContextChildren"  # roles/aiplatform.user has it
+            )
+            raise Refused(403, "PERMISSION_DENIED", f"Permission '{permission}' denied on resource '{name}'.")
+        if method == "POST" and add_children:
+            children = (body or {}).get("childContexts", [])
+            missing = [child for child in children if child not in self.contexts]
+            if missing:
+                raise Refused(404, "NOT_FOUND", f"child contexts {missing} not found.")
+            for child in children:
+                parents = self.contexts[child].setdefault("parentContexts", [])
+                if name not in parents:
+                    parents.append(name)
+            return {}, 200
+        return {"error": {"code": 404, "message": f"unhandled {method} {rest}"}}, 404
 
     # ------------------------------------------------------------------ endpoints
 

@@ -755,6 +755,77 @@ def predict_cmd(
     raise typer.Exit(predict.run(config, echo=typer.echo))
 
 
+@app.command("report")
+def report_cmd(
+    model: Annotated[str, typer.Option(help="The candidate model artifact (model.json, model.pt).")],
+    metrics: Annotated[str, typer.Option(help="metrics.json (or its directory) from tpustream evaluate.")],
+    output: Annotated[str, typer.Option(help="Directory (local or gs://) for report.html and report.md.")],
+    registry: Annotated[
+        str | None,
+        typer.Option(help="The registry: its champion's history goes into the report, and the decision."),
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(help="The dataset (its manifest's facts); default: the one metrics.json names."),
+    ] = None,
+    data_check: Annotated[
+        str | None, typer.Option(help="A data check's Markdown report (`shards check --report`) to include.")
+    ] = None,
+    metric: Annotated[
+        str, typer.Option(help="top1 | top5 | loss: the metric the decision is taken on.")
+    ] = "top1",
+    min_delta: Annotated[float, typer.Option(help="Required improvement over the champion.")] = 0.0,
+    max_class_drop: Annotated[
+        float | None, typer.Option(help="The per-class limit the decision applies (as promote's).")
+    ] = None,
+) -> None:
+    """Write the run report: one self-contained HTML page (training curves, confusion matrices, per-class
+    accuracy against the champion, the decision and why, the data set, the champion's history) and its
+    Markdown summary. The pipeline's evaluate and promote steps write the same report as KFP artifacts."""
+    from tpustream import storage
+    from tpustream.report import write_run_report
+
+    metrics_uri = metrics if metrics.rstrip("/").endswith(".json") else storage.join(metrics, "metrics.json")
+    if data is None:
+        try:
+            data = json.loads(storage.read_bytes(metrics_uri))["dataset"]["uri"]
+        except storage.NotFound:
+            _fail(f"--metrics {metrics_uri} does not exist: run tpustream evaluate first")
+        except (ValueError, KeyError, TypeError) as exc:
+            _fail(f"--metrics {metrics_uri} is not a tpustream metrics.json ({exc}): re-run evaluate")
+    if registry is None and _measured_champion(metrics_uri) is not None:
+        _fail(
+            f"--metrics {metrics_uri} holds champion version {_measured_champion(metrics_uri)}'s numbers: give "
+            "--registry (the registry evaluate compared with), so that the decision is taken against it"
+        )
+    output = storage.check_uri(output).rstrip("/")
+    html_uri, markdown_uri = storage.join(output, "report.html"), storage.join(output, "report.md")
+    facts = write_run_report(
+        html_uri=html_uri,
+        markdown_uri=markdown_uri,
+        model_uri=model,
+        metrics_uri=metrics_uri,
+        dataset_uri=str(data),
+        registry=registry,
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
+        data_check=data_check,
+    )
+    verdict = "promote" if facts.decision.promote else "keep the champion"
+    typer.echo(f"decision: {verdict} ({facts.decision.reason})")
+    typer.echo(f"report: {html_uri}")
+    typer.echo(f"summary: {markdown_uri}")
+
+
+def _measured_champion(metrics_uri: str) -> int | None:
+    """The champion version whose numbers evaluate put into ``metrics_uri`` (None: none measured)."""
+    from tpustream import storage
+
+    champion = json.loads(storage.read_bytes(metrics_uri)).get("champion")
+    return champion.get("version") if isinstance(champion, dict) else None
+
+
 @champion_app.command("show")
 def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) -> None:
     """Print the champion pointer and check that the version it names is complete."""
@@ -775,7 +846,9 @@ def champion_history(
     limit: Annotated[int | None, typer.Option(help="Only the newest N entries.", min=1)] = None,
     metric: Annotated[
         str | None,
-        typer.Option(help="Show this metric (top1, top5, loss); default: the one each decision was taken on."),
+        typer.Option(
+            help="Show this metric (top1, top5, loss); default: the one each decision was taken on."
+        ),
     ] = None,
 ) -> None:
     """Every version promoted and every candidate refused, oldest first: date, dataset, metric, decision.
@@ -850,6 +923,14 @@ ParamOption = Annotated[
     list[str] | None, typer.Option("--param", help="Pipeline parameter KEY=VALUE (repeatable).")
 ]
 LabelOption = Annotated[list[str] | None, typer.Option("--label", help="Run label KEY=VALUE (repeatable).")]
+TensorboardOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Vertex AI TensorBoard instance (projects/P/locations/REGION/tensorboards/ID, in the run's region) "
+        "the TPU training job streams its event files to; sets the pipeline's tensorboard parameter. "
+        "Default: the template's ('' = none)."
+    ),
+]
 
 
 def _local_file(value: str) -> str:
@@ -906,6 +987,14 @@ def pipeline_compile(
         ),
     ] = "16",
     eval_memory: Annotated[str, typer.Option(help="Memory limit of the evaluate step (64G).")] = "64G",
+    tensorboard: Annotated[
+        str,
+        typer.Option(
+            help="Vertex AI TensorBoard instance (projects/P/locations/REGION/tensorboards/ID) the TPU training "
+            "job streams its event files to: the default of the pipeline's tensorboard parameter, which "
+            "`pipeline submit|schedule --tensorboard` override. Default: none."
+        ),
+    ] = "",
 ) -> None:
     """Compile the DAG for Vertex AI Pipelines (TPU type, pushed images and the CPU steps' sizes fixed at
     compile time)."""
@@ -919,13 +1008,15 @@ def pipeline_compile(
     try:
         submit.compile_pipeline(
             output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image, capacity=plan, resources=sizes,
-            serve_image=serving_image,
+            serve_image=serving_image, tensorboard=tensorboard,
         )  # fmt: skip
     except OSError as exc:
         _fail(f"--output {output}: cannot write the YAML ({exc.strerror or exc}): give a local file path")
     typer.echo(
         f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity; CPU steps {step_cpu} CPU "
-        f"{step_memory}, evaluate {eval_cpu} CPU {eval_memory})"
+        f"{step_memory}, evaluate {eval_cpu} CPU {eval_memory}"
+        + (f"; TensorBoard {tensorboard}" if tensorboard else "")
+        + ")"
     )
 
 
@@ -991,6 +1082,14 @@ def pipeline_submit(
     param: ParamOption = None,
     label: LabelOption = None,
     skip_preflight: SkipPreflightOption = False,
+    tensorboard: TensorboardOption = None,
+    experiment: Annotated[
+        str | None,
+        typer.Option(
+            help="Vertex AI Experiment the run joins (created if missing; lowercase letters, digits, hyphens), "
+            "to compare runs and their metrics side by side."
+        ),
+    ] = None,
 ) -> None:
     """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`)."""
     from pipelines import submit
@@ -1006,8 +1105,10 @@ def pipeline_submit(
         labels={k: str(v) for k, v in _params(label or []).items()},
         no_cache=no_cache,
         skip_preflight=skip_preflight,
+        tensorboard=tensorboard,
+        experiment=experiment,
     )
-    typer.echo(f"submitted: {name}")
+    typer.echo(f"submitted: {name}" + (f" (experiment {experiment})" if experiment else ""))
 
 
 @pipeline_app.command("schedule", cls=_ParametersHelp)
@@ -1024,6 +1125,15 @@ def pipeline_schedule(
     param: ParamOption = None,
     label: LabelOption = None,
     skip_preflight: SkipPreflightOption = False,
+    tensorboard: TensorboardOption = None,
+    experiment: Annotated[
+        str | None,
+        typer.Option(
+            help="Vertex AI Experiment every run joins (created now if missing): set as the pipeline's "
+            "experiment parameter, which a step of each run acts on (a schedule's runs carry no experiment of "
+            "their own)."
+        ),
+    ] = None,
 ) -> None:
     """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`."""
     from pipelines import submit
@@ -1039,8 +1149,10 @@ def pipeline_schedule(
         service_account=service_account,
         labels={k: str(v) for k, v in _params(label or []).items()},
         skip_preflight=skip_preflight,
+        tensorboard=tensorboard,
+        experiment=experiment,
     )
-    typer.echo(f"scheduled: {name}")
+    typer.echo(f"scheduled: {name}" + (f" (experiment {experiment})" if experiment else ""))
 
 
 @pipeline_app.command("run-local")
@@ -1109,6 +1221,8 @@ def pipeline_run_local(
         )
     else:
         typer.echo("champion: none")
+    if out["report"]:
+        typer.echo(f"report (open in a browser): {out['report']}")
 
 
 @bench_app.command("write")

@@ -163,6 +163,9 @@ def per_class_svg(
     return _svg(fig)
 
 
+HISTORY_DATE_TICKS = 12  # up to this many decisions, the history's ticks are their dates
+
+
 def history_svg(events: Sequence[dict[str, Any]], metric: str, higher_is_better: bool) -> str:
     """The champion's ``metric`` over the registry's events: promoted versions joined by a step line,
     refused candidates as red crosses, re-promotions of the champion as grey diamonds.
@@ -203,11 +206,15 @@ def history_svg(events: Sequence[dict[str, Any]], metric: str, higher_is_better:
     again = kinds == "already-champion"
     if again.any():
         ax.scatter(x[again], values[again], color=CHAMPION, marker="D", zorder=3, label="already champion")
-    ax.set_xlabel("registry event (oldest to newest)")
+    ax.set_xlabel("decision (oldest to newest)")
     ax.set_ylabel(f"{metric} ({'higher' if higher_is_better else 'lower'} is better)")
     if percent:
         ax.yaxis.set_major_formatter(PercentFormatter(decimals=0))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlim(0.5, len(events) + 0.5)  # one decision alone sits in the middle, on a tick of its own
+    if len(events) <= HISTORY_DATE_TICKS:  # few decisions: each tick says the day it was taken
+        ax.set_xticks(x, [str(e.get("time", ""))[:10] for e in events], fontsize=8)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _svg(fig)

@@ -362,6 +362,7 @@ class Trainer:
         }
         self.tb_dir = tempfile.mkdtemp(prefix="tpustream-tb-") if self.rt.is_master else ""
         self.writer = _summary_writer(self.tb_dir) if self.rt.is_master else None
+        self.tb_uris = _tensorboard_uris(self.output) if self.rt.is_master else []
         self.stop: StopAgreement | None = None
         self.tracker: Any = None  # xm.RateTracker over the whole run, made in fit()
         self.compile_cache: Any = None  # CompileCache when --compile-cache is given
@@ -674,7 +675,8 @@ class Trainer:
             ):
                 self.writer.add_scalar(f"epoch/{key}", r[key], r["epoch"])
             self.writer.flush()
-            _upload_tree(self.tb_dir, storage.join(self.output, "tensorboard"))
+            for uri in self.tb_uris:
+                _upload_tree(self.tb_dir, uri)
 
     # -- checkpoints and preemption ------------------------------------------------------------------
 
@@ -791,6 +793,17 @@ def _summary_writer(directory: str) -> Any:
     except ImportError:  # tensorboard not installed: no event files
         return None
     return SummaryWriter(directory)
+
+
+def _tensorboard_uris(output: str) -> list[str]:
+    """Where process 0 uploads its event files: ``OUTPUT/tensorboard``, and ``AIP_TENSORBOARD_LOG_DIR`` when
+    Vertex AI sets it (a custom job with a base output directory: ``<base>/logs/``), from which a job's
+    TensorBoard instance streams them ("Use Vertex AI TensorBoard with custom training")."""
+    uris = [storage.join(output, "tensorboard")]
+    vertex_dir = os.environ.get("AIP_TENSORBOARD_LOG_DIR", "")
+    if vertex_dir:
+        uris.append(storage.check_uri(vertex_dir))
+    return uris
 
 
 def _upload_tree(local_dir: str, uri: str) -> None:

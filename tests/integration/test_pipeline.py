@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import components
 from pipelines.submit import compile_pipeline, schedule_pipeline, submit_pipeline
 from pipelines.tpu import TPU_TYPES
 from tpustream import promote
@@ -33,6 +34,35 @@ def _all_tasks(spec):
     for component in spec["components"].values():
         tasks.update(component.get("dag", {}).get("tasks", {}))
     return tasks
+
+
+def _join_step_inputs(job, resource_name):
+    """The join-experiment task's inputs in the run ``job`` (a PipelineJob body), resolved as Vertex does:
+    pipeline parameters and the placeholders GCPC and kfp document (tests/vertex_emulation.py)."""
+    tasks = _all_tasks(job["pipelineSpec"])
+    task = tasks["join-experiment"]
+    # only a run with an experiment gets the step ("" joins nothing)
+    gate = next(t for t in tasks.values() if t.get("taskInfo", {}).get("name") == "experiment-requested")
+    assert (
+        gate["triggerPolicy"]["condition"] == "inputs.parameter_values['pipelinechannel--experiment'] != ''"
+    )
+    _, project, _, location, _, job_id = resource_name.split("/")
+    placeholders = {
+        "{{$.pipeline_google_cloud_project_id}}": project,
+        "{{$.pipeline_google_cloud_location}}": location,
+        "{{$.pipeline_job_uuid}}": job_id,
+    }
+    values = {}
+    for name, value in task["inputs"]["parameters"].items():
+        if "componentInputParameter" in value:  # the experiment-requested condition passes it through
+            values[name] = job["runtimeConfig"]["parameterValues"][
+                value["componentInputParameter"].removeprefix("pipelinechannel--")
+            ]
+        else:
+            values[name] = placeholders.get(
+                value["runtimeValue"]["constant"], value["runtimeValue"]["constant"]
+            )
+    return values
 
 
 def _worker_pools(spec):
@@ -212,10 +242,26 @@ def test_compile_refuses_placeholder_images(tmp_path):
     assert not (tmp_path / "p.yaml").exists()
 
 
+TENSORBOARD = "projects/proj/locations/europe-west4/tensorboards/4242"
+EXPERIMENT = "tpustream-resnet50"
+
+
+def _calls(requests):
+    """(method, path under the location) of each recorded request."""
+    return [
+        (r["method"], r["path"].removeprefix("/v1/projects/proj/locations/europe-west4")) for r in requests
+    ]
+
+
 def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatch):
+    """Also issue 26: --tensorboard as the run's parameter, --experiment through aiplatform's own
+    submit(experiment=...) for a run, and for a schedule the parameter its runs join with
+    (tpustream/experiments.py), proved by a run Vertex's scheduler makes from the schedule's body."""
+    from google.cloud import aiplatform, aiplatform_v1
     from google.cloud.aiplatform.utils import gcs_utils
 
-    from tests.vertex_fake import VertexRecorder, schedule_tick
+    from tests.vertex_fake import VertexRecorder, schedule_tick, validate_body
+    from tpustream.experiments import join_experiment
 
     # Patched: PipelineJob.submit checks the pipeline-root bucket's owner through Cloud Resource
     # Manager, a Google service that cannot be reached from here (it would retry for a minute).
@@ -235,16 +281,31 @@ def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatc
             parameters={"registry": f"{gcs_bucket}/registry", "source": source, "epochs": 3},
             service_account="sa@proj.iam.gserviceaccount.com", labels={"team": "vision"}, no_cache=True,
             api_endpoint=recorder.url, skip_preflight=True,  # preflight: test_preflight.py
+            tensorboard=TENSORBOARD, experiment=EXPERIMENT,
         )  # fmt: skip
         assert name.startswith("projects/proj/locations/europe-west4/pipelineJobs/")
+        submitted = len(recorder.requests)
         schedule = schedule_pipeline(
             template, cron="0 3 * * 1", project="proj", region="europe-west4", pipeline_root=root,
             parameters={"registry": f"{gcs_bucket}/registry", "source": source},
             service_account="sa@proj.iam.gserviceaccount.com", api_endpoint=recorder.url, skip_preflight=True,
+            tensorboard=TENSORBOARD, experiment=EXPERIMENT,
         )  # fmt: skip
         assert schedule.startswith("projects/proj/locations/europe-west4/schedules/")
+        # A tick of the schedule: Vertex creates the run from the schedule's body; a step of it joins the
+        # experiment its `experiment` parameter names, with what the placeholders resolve to on Vertex.
+        run = recorder.scheduled_run(schedule)
+        scheduled_at = len(recorder.requests)
+        # the compiled join-experiment step, its inputs resolved as Vertex resolves them for this run
+        monkeypatch.setenv("TPUSTREAM_VERTEX_ENDPOINT", recorder.url)
+        joined = components.join_experiment(**_join_step_inputs(recorder.pipeline_jobs[run], run))
+        step = dict(project="proj", location="europe-west4", api_endpoint=recorder.url)
+        # the submitted run is in it already
+        again = join_experiment(EXPERIMENT, pipeline_job_id=name.rsplit("/", 1)[1], **step)
+        assert join_experiment("", pipeline_job_id="x", **step) is None
     finally:
         recorder.close()
+        aiplatform.initializer.global_config.__init__()  # join_experiment's aiplatform.init: not for later tests
     assert recorder.rejected == []  # every body parsed as the aiplatform v1 proto Vertex would parse it
     jobs = [r for r in recorder.requests if r["method"] == "POST" and r["path"].endswith("/pipelineJobs")]
     assert len(jobs) == 1 and jobs[0]["path"] == "/v1/projects/proj/locations/europe-west4/pipelineJobs"
@@ -266,6 +327,42 @@ def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatc
     scheduled = sbody["createPipelineJobRequest"]["pipelineJob"]
     assert scheduled["serviceAccount"] == "sa@proj.iam.gserviceaccount.com"
     assert scheduled["runtimeConfig"]["parameterValues"]["source"] == source
+    # Issue 26: the TensorBoard instance is the run's parameter, for the run and every scheduled run
+    assert body["runtimeConfig"]["parameterValues"]["tensorboard"] == TENSORBOARD
+    assert scheduled["runtimeConfig"]["parameterValues"]["tensorboard"] == TENSORBOARD
+    # The experiment: got or created before the run, the run's context added to it after (aiplatform's
+    # PipelineJob.submit(experiment=...)); every metadata body parsed as the v1 proto (the recorder's check)
+    store = "projects/proj/locations/europe-west4/metadataStores/default"
+    experiment = f"{store}/contexts/{EXPERIMENT}"
+    calls = _calls(recorder.requests[:submitted])
+    created = calls.index(("POST", "/metadataStores/default/contexts"))
+    assert (
+        created
+        < calls.index(("POST", "/pipelineJobs"))
+        < calls.index(("POST", f"/metadataStores/default/contexts/{EXPERIMENT}:addContextChildren"))
+    )
+    context = recorder.requests[created]
+    assert context["query"]["contextId"] == [EXPERIMENT]
+    validate_body(aiplatform_v1.Context, context["body"])
+    assert context["body"]["schemaTitle"] == "system.Experiment"
+    added = next(r for r in recorder.requests if r["path"].endswith(":addContextChildren"))
+    validate_body(aiplatform_v1.AddContextChildrenRequest, added["body"])
+    job_id = name.rsplit("/", 1)[1]
+    assert added["body"] == {"childContexts": [f"{store}/contexts/{job_id}"]}  # the run's PipelineRun context
+    # A schedule carries no experiment of its own: the name is its runs' `experiment` parameter, and the
+    # experiment already exists when the schedule is made
+    assert scheduled["runtimeConfig"]["parameterValues"]["experiment"] == EXPERIMENT
+    assert "experiment" not in body["runtimeConfig"]["parameterValues"]  # submit joined through aiplatform
+    scheduling = _calls(recorder.requests[submitted:scheduled_at])
+    assert ("GET", f"/metadataStores/default/contexts/{EXPERIMENT}") in scheduling
+    # ... and the scheduled run joined it from inside, once; the submitted run, already in it, was left as it was
+    assert joined == again == experiment
+    adds = [r["body"] for r in recorder.requests if r["path"].endswith(":addContextChildren")]
+    assert adds == [added["body"], {"childContexts": [f"{store}/contexts/{run.rsplit('/', 1)[1]}"]}]
+    for job in (name, run):
+        run_context = recorder.contexts[f"{store}/contexts/{job.rsplit('/', 1)[1]}"]
+        assert run_context["schemaTitle"] == "system.PipelineRun"
+        assert run_context["parentContexts"] == [experiment]
     # No task of a scheduled run can be a cache hit, the source-reading check step least of all.
     for sent in (body, scheduled):
         tasks = _all_tasks(sent["pipelineSpec"])
@@ -273,8 +370,45 @@ def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatc
         assert all(t.get("cachingOptions", {}).get("enableCache") is not True for t in tasks.values())
 
 
+def test_a_run_that_cannot_join_its_experiment_is_named_with_why(tmp_path, gcs_bucket, monkeypatch):
+    """The run exists once Vertex accepted it: when adding it to the experiment is then refused, the error
+    names the submitted run and the API's reason (one line on the CLI: ExperimentError)."""
+    from google.cloud.aiplatform.utils import gcs_utils
+
+    from tests.vertex_fake import VertexRecorder
+    from tpustream.experiments import ExperimentError
+
+    monkeypatch.setattr(  # as in the test above: Resource Manager cannot be reached from here
+        gcs_utils, "create_gcs_bucket_for_pipeline_artifacts_if_it_does_not_exist", lambda **kw: None
+    )
+    template = str(tmp_path / "p.yaml")
+    compile_pipeline(template, tpu="v5e-4", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
+    recorder = VertexRecorder()
+    recorder.deny_add_children = 1
+    message = (
+        r"submitted projects/proj/locations/europe-west4/pipelineJobs/tpustream-training-\d+, but it could not "
+        r"join experiment 'tpustream-resnet50': .*Permission 'aiplatform.metadataStores.contexts.addContextChildren'"
+    )
+    try:
+        with pytest.raises(ExperimentError, match=message):
+            submit_pipeline(
+                template,
+                project="proj",
+                region="europe-west4",
+                pipeline_root=f"{gcs_bucket}/root",
+                parameters={"registry": f"{gcs_bucket}/registry"},
+                api_endpoint=recorder.url,
+                skip_preflight=True,
+                experiment=EXPERIMENT,
+            )
+    finally:
+        recorder.close()
+    assert [r["path"].rsplit("/", 1)[1] for r in recorder.rejected] == [f"{EXPERIMENT}:addContextChildren"]
+
+
 def test_the_recording_endpoint_rejects_what_vertex_would(tmp_path):
-    """The validation that guards every test above can fail: a misspelt field and a two-pool TPU job."""
+    """The validation that guards every test above can fail: a misspelt field, a two-pool TPU job, and a
+    TensorBoard instance of another region or without the service account Vertex needs for it."""
     import requests
 
     from tests.vertex_fake import VertexRecorder
@@ -295,12 +429,28 @@ def test_the_recording_endpoint_rejects_what_vertex_would(tmp_path):
         no_topology = {"displayName": "x", "jobSpec": {"workerPoolSpecs": [
             {**pool, "machineSpec": {"machineType": "ct6e-standard-4t"}}]}}  # fmt: skip
         bad_topology = requests.post(f"{base}/customJobs", json=no_topology, timeout=10)
+        one_pool = {"displayName": "x", "jobSpec": {"workerPoolSpecs": [pool]}}
+        elsewhere = {
+            **one_pool["jobSpec"],
+            "tensorboard": "projects/p/locations/us-east1/tensorboards/1",
+            "serviceAccount": "sa@p.iam.gserviceaccount.com",
+        }
+        other_region = requests.post(
+            f"{base}/customJobs", json={**one_pool, "jobSpec": elsewhere}, timeout=10
+        )
+        unattached = {**one_pool["jobSpec"], "tensorboard": "projects/p/locations/l/tensorboards/1"}
+        no_account = requests.post(f"{base}/customJobs", json={**one_pool, "jobSpec": unattached}, timeout=10)
     finally:
         recorder.close()
     assert bad.status_code == 400 and "serviceAcount" in bad.json()["error"]["message"]
     assert bad_job.status_code == 400 and "one worker pool" in bad_job.json()["error"]["message"]
     assert bad_topology.status_code == 400 and "tpuTopology" in bad_topology.json()["error"]["message"]
-    assert len(recorder.rejected) == 3
+    assert (
+        other_region.status_code == 400
+        and "not in the job's region" in other_region.json()["error"]["message"]
+    )
+    assert no_account.status_code == 400 and "serviceAccount" in no_account.json()["error"]["message"]
+    assert len(recorder.rejected) == 5
 
 
 def _digit_images(root, start, stop):
@@ -336,6 +486,15 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert status["champion"]["metrics"]["top1"] > 0.5
     assert {"model.pt", "model.json", "metrics.json"} <= set(os.listdir(promote.version_uri(registry, 1)))
     (dataset,) = os.listdir(os.path.join(registry, "datasets"))
+    # Issue 26: the run report, promote's (the final decision), copied beside the run as a page
+    page = Path(first["report"]).read_text()
+    assert first["report"].endswith(".html") and "Promoted as version 1" in page
+    # curves, the candidate's confusion matrix (no champion to show beside it), per-class, history
+    assert page.count("data:image/svg+xml;base64,") == 4
+    assert "No anomalies." in page  # the check-data step's report, in the page
+    summary = Path(first["report"]).parent.parent / "pipeline-root"
+    (summary,) = summary.glob("tpustream-training-*/promote-model/summary")
+    assert "Promoted as version 1" in summary.read_text()
 
     def trained_models():
         return sorted(p for p, _, files in os.walk(first["pipeline_root"]) if "model.json" in files)
@@ -345,6 +504,7 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     log_path = str(tmp_path / "logs" / "second.log")
     second = run_local(root=root, log_path=log_path, **settings)  # quiet, as `make demo` runs it
     assert second["data"] == "skip"  # no new data: no shards, no training, nothing promoted
+    assert second["report"] is None  # nothing trained: no report (the first run's stays as it was)
     printed = capsys.readouterr().out
     assert "no new data since" in printed and "check-source: SUCCESS" in printed
     assert len(printed.splitlines()) <= 4 and "KFP Executor" not in printed

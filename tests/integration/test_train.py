@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tpustream import shards
 from tpustream.manifest import manifest_digest, read_manifest
@@ -66,7 +67,10 @@ def uninterrupted(digits, tmp_path_factory):
 
 
 def test_spmd_learns_and_compiles_stay_flat(digits, tmp_path):
-    result = _run(digits, tmp_path / "run", "--epochs", "5")
+    # As on Vertex AI with a base output directory (issue 26): the event files are also copied there
+    vertex_logs = tmp_path / "base-output" / "logs"
+    env = {**ENV, "AIP_TENSORBOARD_LOG_DIR": f"{vertex_logs}/"}
+    result = _run(digits, tmp_path / "run", "--epochs", "5", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     card = json.loads((tmp_path / "run" / "model.json").read_text())
     history = card["history"]
@@ -81,6 +85,12 @@ def test_spmd_learns_and_compiles_stay_flat(digits, tmp_path):
     model.load_state_dict(weights)
     assert card["dataset"]["manifest_digest"] == manifest_digest(digits)
     assert list((tmp_path / "run" / "tensorboard").iterdir())
+    (events,) = vertex_logs.iterdir()  # one process, one event file: the same as OUTPUT/tensorboard's
+    assert (tmp_path / "run" / "tensorboard" / events.name).read_bytes() == events.read_bytes()
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    top1 = [e.value for e in accumulator.Scalars("epoch/val_top1")]
+    assert top1 == pytest.approx([h["val_top1"] for h in history])  # every epoch's, as model.json has them
     assert card["input_size"] == 16 and "median shorter side 8 px" in card["input_size_reason"]
 
 

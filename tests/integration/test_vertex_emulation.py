@@ -43,6 +43,8 @@ SERVICE_ACCOUNT = "pipelines@proj.iam.gserviceaccount.com"
 NETWORK = "projects/123/global/networks/training-vpc"
 PARAMS = {"registry": "gs://unused/registry", "model_name": "tiny", "epochs": 2, "batch_size": 16, "lr": 0.2,
           "bf16": False, "workers": 0}  # fmt: skip
+TENSORBOARD = "projects/proj/locations/us-central1/tensorboards/4242"
+JOB_ID = "tpustream-training-20261102030000"  # the run's ID: VertexEmulator's {{$.pipeline_job_uuid}}
 
 
 @pytest.fixture
@@ -64,12 +66,30 @@ def _start(tmp_path, gcs_bucket, gcs_server, digits, tpu, **params):
     return template, emulator, run
 
 
+def _event_files(prefix, local_dir):
+    """The event files under ``prefix`` (copied into ``local_dir``): {file name: its scalars by tag}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found = {}
+    for obj in storage.list_objects(prefix):
+        name = obj.uri.rsplit("/", 1)[1]
+        if name.startswith("events.out.tfevents."):
+            local = local_dir / name
+            local.write_bytes(storage.read_bytes(obj.uri))
+            events = EventAccumulator(str(local))
+            events.Reload()
+            found[name] = {tag: [e.value for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    return found
+
+
 @pytest.mark.parametrize("tpu", ["v3-8", "v5e-16"])
 def test_train_task_runs_on_every_host_of_the_slice_as_vertex_runs_it(
     tmp_path, gcs_bucket, gcs_server, digits, tpu
 ):
     hosts = TPU_TYPES[tpu].hosts
-    template, emulator, run = _start(tmp_path, gcs_bucket, gcs_server, digits, tpu)
+    # Issue 26: the slice's run names a TensorBoard instance; the single host's names none
+    params = {"tensorboard": TENSORBOARD} if hosts > 1 else {}
+    template, emulator, run = _start(tmp_path, gcs_bucket, gcs_server, digits, tpu, **params)
     try:
         assert run.wait(timeout=480) == 0, run.logs()
         recorder = emulator.recorder
@@ -93,6 +113,19 @@ def test_train_task_runs_on_every_host_of_the_slice_as_vertex_runs_it(
     assert created["jobSpec"]["network"] == NETWORK
     assert created["labels"]["team"] == "vision" and created["labels"]["tpustream-step"] == "train"
     assert "vertex-ai-pipelines-run-billing-id" in created["labels"]
+    # The job's TensorBoard instance (none when the run names none: GCPC's launcher drops the empty field),
+    # and its base output directory under the run's pipeline root, from which Vertex sets
+    # AIP_TENSORBOARD_LOG_DIR; the body parses as the v1 CustomJob
+    job = aiplatform_v1.CustomJob.from_json(json.dumps(created))
+    base = f"{gcs_bucket}/run/{JOB_ID}/train-job"
+    assert job.job_spec.base_output_directory.output_uri_prefix == base
+    assert job.job_spec.tensorboard == params.get("tensorboard", "")
+    assert ("tensorboard" in created["jobSpec"]) == bool(params)
+    # Only process 0 wrote event files there, with every epoch's scalars
+    (events,) = _event_files(f"{base}/logs", tmp_path).items()
+    name, scalars = events
+    assert int(name.split(".")[-2]) == run.hosts[0].process.pid  # events.out.tfevents.TIME.HOST.PID.N
+    assert len(scalars["epoch/val_top1"]) == PARAMS["epochs"] and scalars["epoch/train_loss"]
     # Only host 0 wrote: KFP's executor output (with the metrics), the model, the checkpoints.
     output = json.loads((run.workdir / "executor_output.json").read_text())
     assert output["artifacts"]["metrics"]["artifacts"][0]["metadata"]["val_top1"] > 0.3

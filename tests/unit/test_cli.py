@@ -119,6 +119,28 @@ def test_pipeline_commands_check_their_input_before_any_cloud_call(tmp_path, mon
         app, ["pipeline", "schedule", "--template", template, "--cron", "every monday", *common]
     )
     assert result.exit_code == 2 and "five fields" in result.output
+    # Issue 26: the TensorBoard instance and the experiment, checked before any credential is needed
+    tensorboard = "projects/p/locations/europe-west4/tensorboards/42"
+    for args, message in [
+        (["--tensorboard", "my-board"], "--tensorboard 'my-board' is not a Vertex AI TensorBoard instance"),
+        (["--tensorboard", tensorboard], "in europe-west4 and the run in --region us-central1"),
+        (
+            ["--experiment", "My_Experiment"],
+            "--experiment 'My_Experiment' is not a Vertex AI Experiment name",
+        ),
+    ]:
+        result = runner.invoke(app, ["pipeline", "submit", "--template", template, *common, *args])
+        assert result.exit_code == 2 and message in result.output, result.output
+    result = runner.invoke(
+        app, ["pipeline", "compile", "--output", template, *images, "--tensorboard", "tb/1"]
+    )
+    assert result.exit_code == 2 and "--tensorboard 'tb/1'" in result.output
+    result = runner.invoke(
+        app, ["pipeline", "compile", "--output", template, *images, "--tpu", "", "--tensorboard", tensorboard]
+    )
+    assert (
+        result.exit_code == 2 and "--tensorboard: the CPU image" in result.output and "--tpu" in result.output
+    )
     # Credentials that cannot be found: a clear message instead of google-auth's traceback.
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing-key.json"))
     monkeypatch.delenv("TPUSTREAM_VERTEX_ENDPOINT", raising=False)

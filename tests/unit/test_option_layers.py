@@ -38,6 +38,10 @@ PIPELINE_ONLY = {
     "data_check",
     "compile_cache",  # "auto" = the run's pipeline root /xla-cache; on the CLI --compile-cache takes the URI itself
     *("endpoint", "canary_percent", "serving_machine_type", "serving_min_replicas", "serving_max_replicas"),
+    "tensorboard",  # the TPU CustomJob's Vertex AI TensorBoard instance; no CLI train option (the trainer only
+    # copies its event files to AIP_TENSORBOARD_LOG_DIR when Vertex sets it): `pipeline submit --tensorboard`
+    "experiment",  # the Vertex AI Experiment a scheduled run joins (tpustream/experiments.py): `pipeline
+    # schedule --experiment`; `pipeline submit --experiment` joins through aiplatform instead
 }
 # The deploy step's parameters -> `tpustream deploy`'s options (no config dataclass: checked below)
 PIPELINE_DEPLOY = {
@@ -152,3 +156,15 @@ def test_the_deploy_steps_defaults_are_tpustream_deploys():
     for parameter, option in PIPELINE_DEPLOY.items():
         assert params[parameter].default == cli[option], parameter
     assert params["endpoint"].default == ""  # no endpoint: no deploy step runs
+
+
+def test_the_pipeline_commands_vertex_options_are_its_parameters():
+    """`pipeline compile --tensorboard` is the parameter's default; submit and schedule set it per run, and
+    name the experiment (the parameter a scheduled run joins with)."""
+    from pipelines.training import build_pipeline
+
+    params = build_pipeline().component_spec.inputs
+    assert params["tensorboard"].default == _cli_defaults("pipeline", "compile")["tensorboard"] == ""
+    assert params["experiment"].default == ""  # no experiment: a run joins none
+    for command in ("submit", "schedule"):
+        assert {"tensorboard", "experiment"} <= set(_cli_defaults("pipeline", command)), command

@@ -707,3 +707,33 @@ def test_importing_the_report_module_loads_no_torch():
         "write_report",
         "write_run_report",
     ]
+
+
+def test_the_report_command_writes_the_page_and_the_summary_and_says_the_decision(tmp_path):
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    facts = sample_facts()
+    runner = CliRunner()
+    args = ["report", "--output", str(tmp_path / "reports"), "--max-class-drop", "0.1"]
+    # metrics.json with a champion's numbers: the decision needs that champion's registry
+    (tmp_path / "with-champion").mkdir()
+    paths = write_run_files(tmp_path / "with-champion", facts)
+    args_champion = [*args, "--model", paths["model_uri"], "--metrics", paths["metrics_uri"]]
+    refused = runner.invoke(app, [*args_champion, "--data", paths["dataset_uri"]])
+    assert refused.exit_code == 2 and "give --registry" in refused.output
+    # the first model of all: no champion, no registry yet
+    paths = write_run_files(tmp_path, replace(facts, metrics={**facts.metrics, "champion": None}))
+    args += ["--model", paths["model_uri"], "--metrics", paths["metrics_uri"], "--data", paths["dataset_uri"]]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    page = tmp_path / "reports/report.html"
+    assert f"report: {page}" in result.output.splitlines()
+    assert result.output.startswith("decision: promote (no champion yet)")
+    assert "no champion yet" in page.read_text()
+    assert "# Run report" in (tmp_path / "reports/report.md").read_text()
+    missing = runner.invoke(
+        app, ["report", "--model", "m", "--metrics", str(tmp_path / "nowhere"), "--output", "o"]
+    )
+    assert missing.exit_code == 2 and "does not exist: run tpustream evaluate first" in missing.output
