@@ -325,6 +325,12 @@ def _dataset_html(facts: ReportFacts) -> str:
     return "".join(parts)
 
 
+def _when(time: Any) -> str:
+    """An event's ISO-8601 UTC time as ``YYYY-mm-dd HH:MM UTC`` (as ``champion history`` prints it)."""
+    text = str(time or "")
+    return f"{text[:10]} {text[11:16]} UTC" if len(text) >= 16 and text[10] == "T" else text
+
+
 def _history_html(facts: ReportFacts) -> str:
     events = _events(facts)
     if not events:
@@ -346,7 +352,7 @@ def _history_html(facts: ReportFacts) -> str:
     newest = list(reversed(events))[:HTML_HISTORY_ROWS]
     cells = [
         [
-            _E(str(event.get("time", ""))),
+            _E(_when(event.get("time"))),
             _E(str(event.get("event", ""))),
             _E(str(event.get("version") if event.get("version") is not None else "")),
             f"{_E(str(event.get('metric', '')))} {_metric_value(event)}",

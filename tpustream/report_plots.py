@@ -208,8 +208,9 @@ def history_svg(events: Sequence[dict[str, Any]], metric: str, higher_is_better:
         ax.scatter(x[again], values[again], color=CHAMPION, marker="D", zorder=3, label="already champion")
     ax.set_xlabel("decision (oldest to newest)")
     ax.set_ylabel(f"{metric} ({'higher' if higher_is_better else 'lower'} is better)")
-    if percent:
-        ax.yaxis.set_major_formatter(PercentFormatter(decimals=0))
+    if percent:  # decimals as the range needs them: 94.4% and 96.1% are not both "96%"
+        ax.yaxis.set_major_formatter(PercentFormatter(decimals=None))
+    ax.margins(y=0.15)  # room for the version labels above the points
     ax.set_xlim(0.5, len(events) + 0.5)  # one decision alone sits in the middle, on a tick of its own
     if len(events) <= HISTORY_DATE_TICKS:  # few decisions: each tick says the day it was taken
         ax.set_xticks(x, [str(e.get("time", ""))[:10] for e in events], fontsize=8)
