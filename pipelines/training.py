@@ -305,15 +305,6 @@ def build_pipeline(
             batch_size=batch_size, lr=lr, bf16=bf16, retrain=retrain, **shard_args,
         ).set_display_name("check source for new data")  # fmt: skip
         sized(check, "check-source").set_caching_options(False)
-        with dsl.If(experiment != "", name="experiment-requested"):
-            # A scheduled run joins its experiment itself (a Schedule cannot carry one: components/experiment.py);
-            # every run, skip runs too, as `pipeline submit --experiment` adds every run it submits.
-            join = ops["experiment"](
-                experiment=experiment,
-                pipeline_job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER if promote_extra else "",
-                **promote_extra,
-            ).set_display_name("join experiment")
-            sized(join, "join-experiment").set_caching_options(False)
         with dsl.If(check.outputs["Output"] == "train", name="new-data"):
             plan = ops["plan"](
                 shards_per_task=shards_per_task, dataset=check.outputs["dataset"], **shard_args
@@ -377,6 +368,16 @@ def build_pipeline(
                     # a retry is safe: the deployed version is found and its share set, nothing is duplicated
                     sized(deploy, "deploy-model").set_caching_options(False)
                     deploy.set_retry(num_retries=2, backoff_duration="120s")
+        with dsl.If(experiment != "", name="experiment-requested"):
+            # A scheduled run joins its experiment itself (a Schedule cannot carry one: components/experiment.py),
+            # at its start (it waits for no other task); every run, skip runs too, as `pipeline submit
+            # --experiment` adds every run it submits.
+            join = ops["experiment"](
+                experiment=experiment,
+                pipeline_job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER if promote_extra else "",
+                **promote_extra,
+            ).set_display_name("join experiment")
+            sized(join, "join-experiment").set_caching_options(False)
         return check.outputs["Output"]  # "train" or "skip" (no new data): what this run did
 
     return tpustream_training

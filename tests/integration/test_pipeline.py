@@ -72,8 +72,14 @@ def _worker_pools(spec):
 
 def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     spec, text = _compiled(tmp_path, None)
-    assert set(spec["root"]["dag"]["tasks"]) == {"check-source", "condition-1"}
+    root_tasks = spec["root"]["dag"]["tasks"]
+    (experiment,) = set(root_tasks) - {"check-source", "condition-1"}  # and nothing else at the top
+    assert root_tasks[experiment]["taskInfo"]["name"] == "experiment-requested"
+    assert "dependentTasks" not in root_tasks[experiment]  # joins at the run's start
     tasks = _all_tasks(spec)
+    assert tasks["join-experiment"]["inputs"]["parameters"]["pipeline_job_id"]["runtimeValue"] == {
+        "constant": "{{$.pipeline_job_uuid}}"
+    }
     assert {"plan-shards", "for-loop-2", "finalize-shards", "check-data", "train-model", "evaluate-model",
             "promote-model", "write-shards", "condition-3"} <= set(tasks)  # fmt: skip
     assert (
