@@ -362,10 +362,15 @@ def test_promote_component_exposes_a_vertex_model_for_model_deploy_op(
         model=dsl.Model(uri=world.model), evaluation=dsl.Metrics(uri="gs://serving/eval/r1/metrics.json"),
         registry="gs://serving/registry-component", metric="top1", min_delta=0.0, vertex_model=output,
         vertex_model_name="digits-classifier", serving_image=SERVING_IMAGE, project="proj",
-        location="europe-west4",
+        location="europe-west4", dataset=dsl.Dataset(uri=world.digits),
+        data_check=dsl.Markdown(uri=str(tmp_path / "no-data-check.md")),
+        report=dsl.HTML(uri=str(tmp_path / "report")), summary=dsl.Markdown(uri=str(tmp_path / "summary")),
     )  # fmt: skip
     name = output.metadata["resourceName"]
     assert line == f"promoted version 1, Vertex AI model {name}"
+    # the run report, with the outcome
+    assert "Promoted as version 1" in (tmp_path / "summary").read_text()
+    assert "Promoted as version 1" in (tmp_path / "report").read_text()
     assert name == f"{PARENT}/models/4200@2"  # a second version of the same Vertex model
     versions = world.recorder.models["4200"]["versions"]
     assert "champion" in versions["2"]["aliases"] and "champion" not in versions["1"]["aliases"]  # moved
