@@ -60,7 +60,7 @@ def evaluate_model(
     except Exception:
         logging.getLogger("tpustream").exception("the run report could not be written (the decision stands)")
     if dataset.metadata.get("marker"):  # this dataset + these settings are done: a rerun on them skips
-        from tpustream.fingerprint import record_trained
+        from tpustream.registry import record_trained
 
         record_trained(
             dataset.metadata["marker"], dataset=dataset.uri, model=model.uri, decision=decision.reason

@@ -33,7 +33,7 @@ def train_model(
     if optional:
         import logging
 
-        from tpustream.promote import read_champion
+        from tpustream.registry import read_champion
 
         if not registry:
             raise ValueError("init_from=champion needs the registry parameter")

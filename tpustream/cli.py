@@ -829,9 +829,9 @@ def _measured_champion(metrics_uri: str) -> int | None:
 @champion_app.command("show")
 def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) -> None:
     """Print the champion pointer and check that the version it names is complete."""
-    from tpustream import promote
+    from tpustream.registry import champion_status
 
-    status = promote.champion_status(registry)
+    status = champion_status(registry)
     typer.echo(json.dumps(status, indent=1))
     if not status["ok"]:
         raise typer.Exit(1)
@@ -1176,7 +1176,7 @@ def pipeline_run_local(
 
     The executors' full logs go to ROOT/logs/run-local-TIME.log (printed first); -v prints them here."""
     from pipelines.local import run_local
-    from tpustream import promote
+    from tpustream.registry import champion_status, version_uri
     from tpustream.sources import open_source
 
     parameters: dict[str, Any] = {
@@ -1205,7 +1205,7 @@ def pipeline_run_local(
         out = run_local(root=root, log_path=log_path, **parameters)
     except RuntimeError as exc:  # kfp.local: a task failed; its own log says why
         _fail(f"{exc}: the failing task's log {'in ' + log_path if log_path else 'above'} says why")
-    status = promote.champion_status(out["registry"])
+    status = champion_status(out["registry"])
     if out["data"] == "skip":
         typer.echo(
             "data: no new data since the last run: shards and training skipped (--param retrain=true "
@@ -1217,7 +1217,7 @@ def pipeline_run_local(
     if champion:
         typer.echo(
             f"champion: version {champion['version']}, top-1 {champion['metrics']['top1']:.4f} "
-            f"({promote.version_uri(out['registry'], champion['version'])})"
+            f"({version_uri(out['registry'], champion['version'])})"
         )
     else:
         typer.echo("champion: none")

@@ -22,6 +22,7 @@ from tpustream.batch import BATCH_KEYS
 from tpustream.errors import TpustreamError
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
 from tpustream.metrics import masked_sums, summarize
+from tpustream.registry import json_bytes, read_champion, version_uri
 from tpustream.xla_runtime import single_device
 
 __all__ = [
@@ -262,17 +263,15 @@ def evaluate(
     A champion whose class set differs from the dataset's cannot be measured on it: the result then has
     ``champion: None`` and a ``champion_note`` saying why, and promotion keeps that champion.
     """
-    from tpustream import promote
-
     data_uri = storage.absolute(data_uri)  # metrics.json names it: valid from any directory
     digest = manifest_digest(data_uri)
     manifest = read_manifest(data_uri)
     candidate = evaluate_model(model_uri, data_uri, workers=workers)
     champion, champion_note = None, None
     if registry:
-        current = promote.read_champion(registry)
+        current = read_champion(registry)
         if current is not None:
-            champion_uri = promote.version_uri(registry, current["version"])
+            champion_uri = version_uri(registry, current["version"])
             mismatch = _class_mismatch(
                 load_model_card(champion_uri), list(manifest["classes"]), champion_uri, data_uri
             )
@@ -299,7 +298,7 @@ def evaluate(
     storage.ensure_prefix_writable(output_uri)
     storage.write_bytes(
         storage.join(output_uri, "metrics.json"),
-        promote.json_bytes(result, indent=1),
+        json_bytes(result, indent=1),
         content_type="application/json",
     )
     return result

@@ -9,6 +9,7 @@ versions: GCS generations or local mtimes, never the bytes) and hashes that with
   unchanged source maps to the dataset already written, and a changed one to a new location.
 - ``REGISTRY/trained/<fingerprint[:16]>-<settings[:12]>.json`` records that a model was trained on that
   dataset with those training settings and evaluated (written by the pipeline's evaluate step).
+  Both locations, and that record's writer and reader, are ``tpustream.registry``'s.
 - Both present: nothing to do ("no new data since ..."). Otherwise: write the shards that are missing
   (none when the dataset is complete) and train.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 from tpustream import storage
 from tpustream.manifest import MANIFEST_NAME
+from tpustream.registry import dataset_uri, read_trained, trained_marker
 from tpustream.shard_plan import MIN_TRAIN_SHARDS, ShardConfig
 from tpustream.sources import source_kind, source_location
 
@@ -33,7 +35,6 @@ __all__ = [
     "source_objects",
     "fingerprint",
     "check_source",
-    "record_trained",
 ]
 
 log = logging.getLogger(__name__)
@@ -119,18 +120,14 @@ def check_source(
     started = time.perf_counter()
     objects = source_objects(config.source)
     fp = fingerprint(config, objects)
-    dataset = storage.join(storage.check_uri(datasets_root).rstrip("/"), fp[:16])
-    marker = storage.join(
-        storage.check_uri(registry).rstrip("/"),
-        "trained",
-        f"{fp[:16]}-{_settings_digest(settings)[:12]}.json",
-    )
+    dataset = dataset_uri(datasets_root, fp)
+    marker = trained_marker(registry, fp, _settings_digest(settings))
     complete = storage.exists(storage.join(dataset, MANIFEST_NAME))
     trained = complete and storage.exists(marker)
     num_bytes = sum(o.size for o in objects)
     seen = f"{len(objects)} object(s), {num_bytes} bytes" if objects else "built-in data"
     if trained and not retrain:
-        record = json.loads(storage.read_bytes(marker))
+        record = read_trained(marker)
         reason = (
             f"no new data since {dataset}: source {config.source} ({seen}) has the same fingerprint "
             f"{fp[:12]}, and {record.get('model')} was trained on it with these settings at "
@@ -152,14 +149,3 @@ def check_source(
         train=retrain or not trained,
         reason=reason,
     )
-
-
-def record_trained(marker: str, *, dataset: str, model: str, decision: str) -> None:
-    """Record that ``model`` was trained on ``dataset`` and evaluated: later runs on the same data skip."""
-    record = {
-        "dataset": dataset,
-        "model": model,
-        "decision": decision,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    storage.write_bytes(marker, json.dumps(record, indent=1).encode(), content_type="application/json")

@@ -1,18 +1,18 @@
 """The champion's history: every promotion decision the registry logged, oldest first, and a table of it.
 
-``tpustream.promote`` appends one event per decision under ``REGISTRY/events/`` ("promoted", "refused",
-"already-champion"); this module reads them back as uniform entries. Events written before they carried
-``metric``/``value``/``dataset_digest`` still read: a promoted event's numbers come from its champion
-pointer, a refused event's from the key named after its metric (``"top1": 0.93``); what an old event never
-recorded is None. "vertex-upload-failed" events are left out: they are not decisions on the champion (the
-version they name was promoted, and its "promoted" event is in the history); ``promote`` repairs them.
+``tpustream.promote`` appends one event per decision to the registry's log (``tpustream.registry``:
+``REGISTRY/events/``; "promoted", "refused", "already-champion"); this module reads them back as uniform
+entries. Events written before they carried ``metric``/``value``/``dataset_digest`` still read: a promoted
+event's numbers come from its champion pointer, a refused event's from the key named after its metric
+(``"top1": 0.93``); what an old event never recorded is None. "vertex-upload-failed" events are left out:
+they are not decisions on the champion (the version they name was promoted, and its "promoted" event is in
+the history); ``promote`` repairs them.
 An event file that cannot be read or parsed is skipped with a warning naming it: one bad file never
 hides the rest of the history. No torch: ``tpustream champion history --help`` stays fast.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -20,8 +20,8 @@ from datetime import datetime, timezone
 from typing import Any, TypedDict
 
 from tpustream import storage
-from tpustream.promote import _missing_registry
 from tpustream.promotion_policy import METRICS, RegistryError
+from tpustream.registry import list_events, missing_registry, read_event
 
 __all__ = ["DECISIONS", "HistoryEntry", "champion_history", "format_history_table"]
 
@@ -66,10 +66,10 @@ def champion_history(registry: str, *, metric: str | None = None) -> list[Histor
     if metric is not None and metric not in METRICS:
         raise RegistryError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
     registry = storage.check_uri(registry).rstrip("/")
-    problem = _missing_registry(registry)
+    problem = missing_registry(registry)
     if problem:
         raise RegistryError(problem)
-    uris = [o.uri for o in storage.list_objects(storage.join(registry, "events")) if o.uri.endswith(".json")]
+    uris = list_events(registry)
     if not uris:
         return []
     with ThreadPoolExecutor(min(READERS, len(uris))) as pool:
@@ -92,7 +92,7 @@ def champion_history(registry: str, *, metric: str | None = None) -> list[Histor
 def _read_event(uri: str) -> dict[str, Any] | None:
     """The event in ``uri``, or None (with a warning naming the file) when it cannot be read as one."""
     try:
-        event = json.loads(storage.read_bytes(uri))
+        event = read_event(uri)
     except (storage.StorageError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
         log.warning("skipping event %s: cannot read it (%s: %s)", uri, type(exc).__name__, exc)
         return None

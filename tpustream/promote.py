@@ -1,23 +1,16 @@
 """Champion/challenger promotion: the decision (``promotion_policy``), then an atomic registry update.
 
-Registry layout (docs/ARCHITECTURE.md):
-    REGISTRY/versions/<n>/     immutable: version.json (claimed create-only), model.pt, model.json, metrics.json
-    REGISTRY/champion.json     pointer, replaced only by compare-and-swap on its generation
-    REGISTRY/events/<time>-<id>.json   append-only log (each event a create-only object)
-A version is claimed, then filled, then the pointer is swapped: a crash anywhere leaves the pointer
-on a complete version, and a retry finds the claimed version by the model's sha256 and finishes.
-The candidate's model.pt is checked against the metrics before a version number is claimed.
-Every JSON file written here is strict JSON: a non-finite number is written as null (``json_bytes``).
+The registry's layout and its primitives are ``tpustream.registry``'s. A version is claimed, then filled,
+then the pointer is swapped: a crash anywhere leaves the pointer on a complete version, and a retry finds the
+claimed version by the model's sha256 and finishes. The candidate's model.pt is checked against the metrics
+before a version number is claimed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import time
-import uuid
-from datetime import datetime, timezone
 from typing import Any
 
 from tpustream import storage
@@ -29,100 +22,29 @@ from tpustream.promotion_policy import (
     decide_for_metrics,
     is_finite_number,
 )
+from tpustream.registry import (
+    champion_status,
+    claim_version,
+    fill_version,
+    log_event,
+    read_champion,
+    read_pointer,
+    replace_champion,
+    version_uri,
+)
 
 __all__ = [
     "promote",
+    "preview_decision",
+    # re-exported from tpustream.registry: promote's public API before the registry had its own module
     "read_champion",
     "version_uri",
     "champion_status",
-    "preview_decision",
-    "json_bytes",
 ]
 
 log = logging.getLogger(__name__)
 
-CHAMPION = "champion.json"
 ALREADY_CHAMPION = "already the champion"  # the outcome of promoting the champion's own weights again
-
-
-def json_bytes(document: Any, *, indent: int | None = None) -> bytes:
-    """``document`` as strict JSON, a non-finite number (NaN, ±inf) written as null: a bare ``NaN`` is
-    not JSON and breaks other readers. Readers here take null (and a legacy NaN) as "no number"."""
-    return json.dumps(_finite_or_null(document), indent=indent, allow_nan=False).encode()
-
-
-def _finite_or_null(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite_or_null(item) for item in value]
-    return value
-
-
-# --------------------------------------------------------------------------- registry
-
-
-def version_uri(registry: str, version: int) -> str:
-    return storage.join(registry, "versions", str(int(version)))
-
-
-def read_champion(registry: str) -> dict[str, Any] | None:
-    data, _ = _read_pointer(registry)
-    return data
-
-
-def _read_pointer(registry: str) -> tuple[dict[str, Any] | None, int]:
-    raw, generation = storage.read_with_generation(storage.join(registry, CHAMPION))
-    if raw is None:
-        return None, 0
-    try:
-        pointer = json.loads(raw)
-        int(pointer["version"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise RegistryError(
-            f"{storage.join(registry, CHAMPION)} is corrupt ({exc}): restore it from the newest 'promoted' event "
-            f"under {storage.join(registry, 'events')}"
-        ) from exc
-    return pointer, generation
-
-
-def _versions(registry: str) -> dict[int, dict[str, Any]]:
-    out = {}
-    for obj in storage.list_objects(storage.join(registry, "versions")):
-        if obj.uri.endswith("/version.json"):
-            try:
-                record = json.loads(storage.read_bytes(obj.uri))
-                out[int(record["version"])] = record
-            except (ValueError, KeyError, storage.NotFound):
-                continue
-    return out
-
-
-def _claim_version(registry: str, model_sha256: str, source: str) -> int:
-    """The version holding this model (idempotence), or a new one claimed create-only (races pick n+1)."""
-    while True:
-        versions = _versions(registry)
-        for number, record in versions.items():
-            if record.get("model_sha256") == model_sha256:
-                return number
-        number = max(versions, default=0) + 1
-        record = {
-            "version": number,
-            "model_sha256": model_sha256,
-            "source": source,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-        try:
-            storage.write_bytes(
-                storage.join(version_uri(registry, number), "version.json"),
-                json_bytes(record),
-                create_only=True,
-            )
-            return number
-        except storage.PreconditionFailed:
-            continue  # another promotion took this number
 
 
 def _check_candidate(candidate_uri: str, metrics_uri: str, model_sha256: str) -> None:
@@ -142,39 +64,6 @@ def _check_candidate(candidate_uri: str, metrics_uri: str, model_sha256: str) ->
             f"(sha256 {model_sha256[:12]}): the metrics belong to a different model; "
             "re-run tpustream evaluate on this candidate"
         )
-
-
-def _fill_version(
-    registry: str, number: int, candidate_uri: str, metrics_uri: str, model_sha256: str
-) -> None:
-    target = version_uri(registry, number)
-    for name in ("model.pt", "model.json"):
-        try:
-            storage.copy(storage.join(candidate_uri, name), storage.join(target, name))
-        except storage.NotFound as exc:
-            raise RegistryError(
-                f"candidate {candidate_uri} lacks {name}: not a complete model artifact"
-            ) from exc
-    storage.copy(metrics_uri, storage.join(target, "metrics.json"))
-    copied = storage.sha256(storage.join(target, "model.pt"))
-    if copied != model_sha256:
-        raise RegistryError(
-            f"{candidate_uri}/model.pt changed while it was being promoted (sha256 {copied[:12]} vs "
-            f"{model_sha256[:12]}): re-run tpustream evaluate on it, then promote again"
-        )
-
-
-def _log_event(registry: str, event: dict[str, Any]) -> None:
-    """Append ``event`` to the registry's log. ``time`` has microseconds (ISO-8601, UTC): decisions taken
-    within one second still sort in the order they were taken (``tpustream.history``)."""
-    now = datetime.now(timezone.utc)  # one reading: the file name and ``time`` name the same second
-    stamp = now.strftime("%Y%m%dT%H%M%S")
-    event = {**event, "time": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
-    storage.write_bytes(
-        storage.join(registry, "events", f"{stamp}-{uuid.uuid4().hex[:12]}.json"),
-        json_bytes(event),
-        create_only=True,
-    )
 
 
 def _load_metrics(metrics_uri: str) -> dict[str, Any]:
@@ -261,7 +150,7 @@ def _publish_champion(vertex: Any, outcome: dict[str, Any], metric: str) -> dict
             "version": outcome["version"],
             "error": f"{type(exc).__name__}: {exc}"[:500],
         }
-        _log_event(outcome["registry"], failure)
+        log_event(outcome["registry"], failure)
         raise RegistryError(
             f"version {outcome['version']} is the champion in {outcome['registry']}, but publishing it to the "
             f"Vertex AI Model Registry ({vertex.model_name}) failed: {type(exc).__name__}: {exc}. Fix that "
@@ -324,11 +213,11 @@ def _promote(
     }
     checked = False
     for _attempt in range(max_attempts):
-        current, generation = _read_pointer(registry)
+        current, generation = read_pointer(registry)
         record = _decision_record(metrics, current, metric=metric, metrics_uri=metrics_uri)
         if current is not None and current.get("model_sha256") == sha:
             outcome = {"promoted": False, "version": current["version"], "reason": ALREADY_CHAMPION}
-            _log_event(
+            log_event(
                 registry, {"event": "already-champion", **outcome, "candidate": candidate_uri, **record}
             )
             return {**outcome, **context}
@@ -342,7 +231,7 @@ def _promote(
                 "reason": decision.reason,
                 "champion_version": current["version"] if current else None,
             }
-            _log_event(
+            log_event(
                 registry,
                 {
                     "event": "refused",
@@ -356,8 +245,8 @@ def _promote(
         if not checked:  # before a version number is claimed: versions/<n> cannot be taken back
             _check_candidate(candidate_uri, metrics_uri, sha)
             checked = True
-        number = _claim_version(registry, sha, candidate_uri)
-        _fill_version(registry, number, candidate_uri, metrics_uri, sha)
+        number = claim_version(registry, sha, candidate_uri)
+        fill_version(registry, number, candidate_uri, metrics_uri, sha)
         pointer = {
             "version": number,
             "model_sha256": sha,
@@ -369,7 +258,7 @@ def _promote(
             "promoted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         try:
-            storage.replace_if_generation(storage.join(registry, CHAMPION), json_bytes(pointer), generation)
+            replace_champion(registry, pointer, generation)
         except storage.PreconditionFailed:
             log.info("champion changed while promoting version %d: re-reading and deciding again", number)
             continue
@@ -379,7 +268,7 @@ def _promote(
             "reason": decision.reason,
             "previous_version": pointer["previous_version"],
         }
-        _log_event(
+        log_event(
             registry,
             {"event": "promoted", **outcome, "candidate": candidate_uri, "pointer": pointer, **record},
         )
@@ -405,45 +294,3 @@ def preview_decision(
     return decide_for_metrics(
         metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
     )
-
-
-def _missing_registry(registry: str) -> str | None:
-    """Why ``registry`` cannot exist at all (a mistyped path, a bucket that does not exist), else None."""
-    if storage.prefix_exists(registry):
-        return None
-    if storage.is_gcs(registry):
-        return f"registry {registry} is in a bucket that does not exist: create the bucket or fix the URI"
-    return (
-        f"registry {registry} does not exist: check the path "
-        "(a registry directory is created by its first `tpustream promote`)"
-    )
-
-
-def champion_status(registry: str) -> dict[str, Any]:
-    """The champion pointer plus a health check: does the registry exist, and the version it names, complete?
-    An existing directory or bucket prefix with no champion.json is an empty registry, and healthy."""
-    registry = storage.check_uri(registry).rstrip("/")
-    problem = _missing_registry(registry)
-    if problem:
-        return {"registry": registry, "champion": None, "ok": False, "message": problem}
-    pointer = read_champion(registry)
-    if pointer is None:
-        return {"registry": registry, "champion": None, "ok": True, "message": "no champion yet"}
-    target = version_uri(registry, pointer["version"])
-    missing = [name for name in ("model.pt", "model.json") if not storage.exists(storage.join(target, name))]
-    if missing:
-        versions = sorted(_versions(registry))
-        return {
-            "registry": registry,
-            "champion": pointer,
-            "ok": False,
-            "message": f"champion.json names version {pointer['version']}, but {target} lacks {', '.join(missing)}. "
-            f"Repair: restore that version's files, or point champion.json at a complete version "
-            f"(present: {versions or 'none'}) taken from the newest 'promoted' event under {registry}/events",
-        }
-    return {
-        "registry": registry,
-        "champion": pointer,
-        "ok": True,
-        "message": f"champion is version {pointer['version']}",
-    }

@@ -89,6 +89,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from tpustream import storage
 from tpustream.errors import TpustreamError
 from tpustream.imagecodec import PIL_FORMATS, sniff_format
+from tpustream.registry import CHAMPION, read_champion, version_uri
+from tpustream.serving_contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
 
 if TYPE_CHECKING:
     import torch
@@ -105,6 +107,7 @@ __all__ = [
     "Limits",
     "ServerConfig",
     "SERVING_DEFAULTS",
+    # the container contract: tpustream.serving_contract's, re-exported (tests and the Dockerfile name it here)
     "SERVING_ENV",
     "SERVING_PORT",
     "HEALTH_ROUTE",
@@ -116,20 +119,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# What the serving image runs (containers/serve/Dockerfile sets the same; promote uploads them as the
-# container's env): this module's handler and predictor, in the places LocalModel.build_cpr_model sets.
-SERVING_ENV = {
-    "HANDLER_MODULE": "tpustream.serving",
-    "HANDLER_CLASS": "ClassifierHandler",
-    "PREDICTOR_MODULE": "tpustream.serving",
-    "PREDICTOR_CLASS": "ClassifierPredictor",
-}
-# The CPR defaults (google.cloud.aiplatform.prediction.DEFAULT_HTTP_PORT / _HEALTH_ROUTE / _PREDICT_ROUTE):
-# the upload names them in the container spec and Vertex passes them back as AIP_HTTP_PORT etc.
-SERVING_PORT = 8080
-HEALTH_ROUTE = "/health"
-PREDICT_ROUTE = "/predict"
 
 # The formats image_format recognises: every one shard creation accepts (file_sources.IMAGE_EXTENSIONS).
 IMAGE_FORMATS = tuple(PIL_FORMATS)
@@ -251,15 +240,13 @@ SERVING_DEFAULTS: dict[str, int] = {
 
 def resolve_model_uri(uri: str) -> str:
     """A model directory (model.json) as is; a registry (champion.json) -> its champion's version."""
-    from tpustream import promote
-
     uri = storage.check_uri(uri).rstrip("/")
     if storage.exists(storage.join(uri, "model.json")):
         return uri
-    if storage.exists(storage.join(uri, promote.CHAMPION)):
-        champion = promote.read_champion(uri)
+    if storage.exists(storage.join(uri, CHAMPION)):
+        champion = read_champion(uri)
         assert champion is not None
-        version = promote.version_uri(uri, champion["version"])
+        version = version_uri(uri, champion["version"])
         log.info("%s is a registry: using its champion, version %s (%s)", uri, champion["version"], version)
         return version
     raise BadModel(

@@ -128,7 +128,7 @@ def start_model_server(
 ) -> Iterator[ModelServer]:
     """The serving image's entrypoint on ``model_uri`` (a model directory, local or gs://), on a free loopback
     port; yields once its health route answers 200, stops it on exit."""
-    from tpustream.serving import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV
+    from tpustream.serving_contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV
 
     port = _free_port()
     server_env = {**os.environ, **SERVING_ENV, **(env or {})}

@@ -26,6 +26,8 @@ from typing import Any
 
 from tpustream import storage
 from tpustream.errors import TpustreamError
+from tpustream.registry import read_champion, version_uri
+from tpustream.serving_contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
 
 __all__ = [
     "VertexTarget",
@@ -62,8 +64,6 @@ def check_serving_image(image: str) -> str:
 
 def container_spec(serving_image: str) -> dict[str, Any]:
     """``Model.upload``'s serving-container arguments for tpustream's serving image."""
-    from tpustream.serving import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
-
     return {
         "serving_container_image_uri": check_serving_image(serving_image),
         "serving_container_ports": [SERVING_PORT],
@@ -401,13 +401,11 @@ def _model_version(model: Any) -> ModelVersion:
 
 
 def _registry_champion(aiplatform: Any, parent: str, registry: str) -> ModelVersion:
-    from tpustream import promote
-
     registry = storage.check_uri(registry).rstrip("/")
-    champion = promote.read_champion(registry)
+    champion = read_champion(registry)
     if champion is None:
         raise VertexError(f"--registry {registry} has no champion yet: promote a model first")
-    artifact = promote.version_uri(registry, champion["version"])
+    artifact = version_uri(registry, champion["version"])
     identity = {"tpustream_version": str(champion["version"]), "model_sha256": champion["model_sha256"][:16]}
     found = _published_version(aiplatform, parent, artifact, identity)
     if found is None:

@@ -73,7 +73,7 @@ def load_init_weights(uri: str) -> InitWeights:
         kind = "model"
         pointer = _json(storage.join(uri, "champion.json"))
         if pointer is not None:
-            from tpustream.promote import version_uri
+            from tpustream.registry import version_uri
 
             uri, kind = version_uri(uri, int(pointer["version"])), "champion"
         card = _json(storage.join(uri, "model.json"))

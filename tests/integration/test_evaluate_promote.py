@@ -159,7 +159,7 @@ def test_racing_promotions_end_with_one_consistent_champion(
     better = _evaluate(models, "better", digits, tmp_path, registry)
     # Both read the pointer, both fill their version, then both try the swap: one must lose.
     barrier = threading.Barrier(2, timeout=60)
-    real_fill = promote._fill_version
+    real_fill = promote.fill_version  # promote's own name for tpustream.registry.fill_version
     calls = {"n": 0}
 
     def fill_then_wait(*args, **kwargs):
@@ -168,7 +168,7 @@ def test_racing_promotions_end_with_one_consistent_champion(
         if calls["n"] <= 2:
             barrier.wait()
 
-    monkeypatch.setattr(promote, "_fill_version", fill_then_wait)
+    monkeypatch.setattr(promote, "fill_version", fill_then_wait)
     outcomes = {}
 
     def run(name, metrics):

@@ -5,7 +5,8 @@ import os
 import pytest
 
 from tpustream import storage
-from tpustream.fingerprint import check_source, fingerprint, record_trained, source_objects
+from tpustream.fingerprint import check_source, fingerprint, source_objects
+from tpustream.registry import record_trained
 from tpustream.shard_plan import ShardConfig
 
 SETTINGS = {"model_name": "tiny", "epochs": 3}
