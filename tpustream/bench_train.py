@@ -41,7 +41,7 @@ def bench_train(
 
     from tpustream.data import LoaderConfig, ShardLoader
     from tpustream.manifest import read_manifest
-    from tpustream.models import build_model, parameter_groups
+    from tpustream.models import build_model, model_spec
     from tpustream.train import TrainConfig, resolve_input_size
     from tpustream.xla_runtime import device_loader, runtime
 
@@ -64,7 +64,10 @@ def bench_train(
         model = build_model(model_name, num_classes=len(manifest["classes"]), input_size=input_size).to(
             rt.device
         )
-        return model, torch.optim.SGD(parameter_groups(model, 1e-4), lr=0.01, momentum=0.9)
+        optimizer = model_spec(model_name).optimizer(
+            model, lr=0.01, momentum=config.momentum, weight_decay=config.weight_decay
+        )
+        return model, optimizer
 
     def real_batches() -> Iterator[Any]:
         epoch = 0

@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from tpustream.errors import TpustreamError
+from tpustream.models import MODEL_NAMES
 from tpustream.sources import source_help
 
 __all__ = ["app"]
@@ -290,9 +291,7 @@ class _EarlySigterm:
 def train_cmd(
     data: Annotated[str, typer.Option(help="Dataset URI (holds manifest.json).")],
     output: Annotated[str, typer.Option(help="Model/checkpoint URI (local or gs://).")],
-    model: Annotated[
-        str, typer.Option(help="tiny | resnet18 | resnet34 | resnet50 | resnet101.")
-    ] = "resnet50",
+    model: Annotated[str, typer.Option(help=" | ".join(MODEL_NAMES) + ".")] = "resnet50",
     epochs: Annotated[int, typer.Option(help="Epochs.")] = 10,
     batch_size: Annotated[int, typer.Option(help="Per-device batch size.")] = 128,
     global_batch_size: Annotated[

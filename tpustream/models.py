@@ -1,26 +1,149 @@
-"""Model zoo: torchvision ResNets (random init) and a tiny CNN for tests.
+"""Model zoo: one ``ModelSpec`` per model, so adding a model is one entry in ``MODEL_SPECS``.
 
-Inputs under 96 px (CIFAR, digits) get the usual small-image ResNet stem: a 3x3 stride-1 first
-convolution and no max-pool, so a 32 px image is not reduced to 1 px before the last stage.
+A spec says everything the trainer, the evaluator, the server and the CLI need to know about a model: how
+to build it with random weights, how to adapt it to small inputs, which input side to train at when the run
+does not say, and how to build its optimizer. torch and torchvision are imported inside the functions:
+``tpustream --help`` reads ``MODEL_NAMES`` without them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, cast
 
-from torch import nn
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
-__all__ = ["MODEL_NAMES", "build_model", "small_input", "parameter_groups", "count_parameters"]
+__all__ = [
+    "MODEL_NAMES",
+    "MODEL_SPECS",
+    "SMALL_INPUT_MAX",
+    "Builder",
+    "InputSizeRule",
+    "ModelSpec",
+    "OptimizerRecipe",
+    "SmallInputStem",
+    "build_model",
+    "count_parameters",
+    "model_spec",
+    "parameter_groups",
+    "sgd_momentum",
+    "small_input",
+]
 
 SMALL_INPUT_MAX = 96
 
 
 def small_input(input_size: int) -> bool:
+    """Whether ``input_size`` is a small input (CIFAR, digits): one a spec's ``small_input`` stem is for."""
     return input_size < SMALL_INPUT_MAX
 
 
-def _tiny(num_classes: int, in_channels: int) -> nn.Module:
-    """Three conv blocks and a linear head: compiles in seconds on XLA CPU, learns digits well."""
+class Builder(Protocol):
+    """Builds a model with random weights for ``input_size`` px inputs of ``in_channels`` channels."""
+
+    def __call__(self, *, num_classes: int, in_channels: int, input_size: int) -> nn.Module: ...
+
+
+class SmallInputStem(Protocol):
+    """Adapts a model built for 3 channels to small inputs of ``in_channels`` channels; returns it."""
+
+    def __call__(self, model: nn.Module, *, in_channels: int) -> nn.Module: ...
+
+
+class OptimizerRecipe(Protocol):
+    """Builds the optimizer of ``model``'s parameters with the run's peak LR, momentum and weight decay."""
+
+    def __call__(
+        self, model: nn.Module, *, lr: float, momentum: float, weight_decay: float
+    ) -> torch.optim.Optimizer: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputSizeRule:
+    """The default input side for images whose median shorter side is ``side`` px (docs/ARCHITECTURE.md, "Input
+    size"): rounded down to a multiple of 8, within [``smallest``, ``largest``]. ``largest`` is the model's
+    ImageNet side (more costs TPU time quadratically for little accuracy); ``smallest`` the least its stem
+    trains on (smaller images are upscaled to it); no other image is upscaled."""
+
+    smallest: int = 16
+    largest: int = 224
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.smallest <= self.largest:
+            raise ValueError(f"an input size rule needs 1 <= smallest <= largest, got {self}")
+
+    def __call__(self, side: int) -> int:
+        return min(self.largest, max(self.smallest, side // 8 * 8))
+
+    def __str__(self) -> str:
+        return f"multiple of 8 in [{self.smallest}, {self.largest}]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """One model: its builder, small-input stem, default input size and optimizer recipe.
+
+    ``small_input`` is applied to inputs under ``SMALL_INPUT_MAX`` px (None: the model takes them as built).
+    """
+
+    name: str
+    builder: Builder
+    small_input: SmallInputStem | None
+    optimizer: OptimizerRecipe
+    input_size: InputSizeRule = field(default_factory=InputSizeRule)
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"a model name is one word of letters, digits and _, got {self.name!r}")
+
+    def build(self, *, num_classes: int, input_size: int, in_channels: int = 3) -> nn.Module:
+        """The model with random weights. A small-input stem replaces the stem that reads the image, so the
+        builder makes its stock RGB stem and the small-input stem the one for ``in_channels``."""
+        if not self.small_input_stem(input_size):
+            return self.builder(num_classes=num_classes, in_channels=in_channels, input_size=input_size)
+        model = self.builder(num_classes=num_classes, in_channels=3, input_size=input_size)
+        return cast("SmallInputStem", self.small_input)(model, in_channels=in_channels)
+
+    def small_input_stem(self, input_size: int) -> bool:
+        """Whether a model for ``input_size`` px inputs has this spec's small-input stem."""
+        return self.small_input is not None and small_input(input_size)
+
+
+# ------------------------------------------------------------------------------------------- optimizers
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on weights only: norms' scales and all biases (1-D parameters) get none."""
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    for parameter in model.parameters():
+        if parameter.requires_grad:
+            (no_decay if parameter.ndim <= 1 else decay).append(parameter)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def sgd_momentum(
+    model: nn.Module, *, lr: float, momentum: float, weight_decay: float
+) -> torch.optim.Optimizer:
+    """SGD with heavy-ball momentum (not Nesterov), weight decay on weights only (``parameter_groups``).
+    Its state is one momentum buffer per parameter: no step counter, nothing the host reads in a step."""
+    import torch
+
+    return torch.optim.SGD(parameter_groups(model, weight_decay), lr=lr, momentum=momentum)
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+def _tiny(*, num_classes: int, in_channels: int, input_size: int) -> nn.Module:
+    """Three conv blocks and a linear head: compiles in seconds on XLA CPU, learns digits well. It pools
+    adaptively, so one network takes any input size."""
+    from torch import nn
 
     def block(cin: int, cout: int) -> list[nn.Module]:
         return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
@@ -37,56 +160,121 @@ def _tiny(num_classes: int, in_channels: int) -> nn.Module:
     )
 
 
-def _resnet(factory: Callable[..., nn.Module]) -> Callable[[int, int, int], nn.Module]:
-    def build(num_classes: int, in_channels: int, input_size: int) -> nn.Module:
-        model = factory(weights=None, num_classes=num_classes)
-        if small_input(input_size) or in_channels != 3:
-            stride = 1 if small_input(input_size) else 2
-            kernel = 3 if small_input(input_size) else 7
-            model.conv1 = nn.Conv2d(in_channels, 64, kernel, stride=stride, padding=kernel // 2, bias=False)
-        if small_input(input_size):
-            model.maxpool = nn.Identity()
+def _resnet(arch: str) -> Builder:
+    """torchvision's ``arch`` (resnet18, ...); other channel counts get an ImageNet stem of their own."""
+
+    def build(*, num_classes: int, in_channels: int, input_size: int) -> nn.Module:
+        from torch import nn
+        from torchvision import models
+
+        model = cast("nn.Module", getattr(models, arch)(weights=None, num_classes=num_classes))
+        if in_channels != 3:
+            model.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
         return model
 
     return build
 
 
-def _registry() -> dict[str, Callable[[int, int, int], nn.Module]]:
-    from torchvision import models
+def _resnet_small_input(model: nn.Module, *, in_channels: int) -> nn.Module:
+    """The usual small-image ResNet stem: a 3x3 stride-1 first convolution and no max-pool, so a 32 px image
+    is not reduced to 1 px before the last stage (total stride 8 instead of 32)."""
+    from torch import nn
 
-    return {
-        "tiny": lambda classes, channels, _size: _tiny(classes, channels),
-        "resnet18": _resnet(models.resnet18),
-        "resnet34": _resnet(models.resnet34),
-        "resnet50": _resnet(models.resnet50),
-        "resnet101": _resnet(models.resnet101),
-    }
+    model.conv1 = nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False)
+    model.maxpool = nn.Identity()
+    return model
 
 
-MODEL_NAMES = ("tiny", "resnet18", "resnet34", "resnet50", "resnet101")
+def _efficientnet_b0(*, num_classes: int, in_channels: int, input_size: int) -> nn.Module:
+    """torchvision's EfficientNet-B0 (Tan & Le 2019): stem conv of stride 2, total stride 32."""
+    from torchvision.models import efficientnet_b0
+
+    return _efficientnet_stem(efficientnet_b0(weights=None, num_classes=num_classes), in_channels, stride=2)
+
+
+def _efficientnet_small_input(model: nn.Module, *, in_channels: int) -> nn.Module:
+    """Stride 1 in the stem, the other strides kept, as the CIFAR EfficientNet-B0 of kuangliu/pytorch-cifar
+    (``models/efficientnet.py``): total stride 16, so a 32 px image still has 2x2 features in the last stage
+    (with the stock stem: 1x1 from the sixth stage on). No max-pool to drop, and the same parameters: a
+    checkpoint at any input size loads into any other."""
+    return _efficientnet_stem(model, in_channels, stride=1)
+
+
+def _efficientnet_stem(model: nn.Module, in_channels: int, *, stride: int) -> nn.Module:
+    from torch import nn
+
+    conv = cast(
+        "nn.Conv2d", model.get_submodule("features.0.0")
+    )  # 3x3 conv of the first Conv2dNormActivation
+    if conv.in_channels != in_channels:
+        conv = nn.Conv2d(in_channels, conv.out_channels, 3, stride=stride, padding=1, bias=False)
+        nn.init.kaiming_normal_(conv.weight, mode="fan_out")  # torchvision's EfficientNet initialises so
+        model.set_submodule("features.0.0", conv)
+    conv.stride = (stride, stride)
+    return model
+
+
+MODEL_SPECS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(name="tiny", builder=_tiny, small_input=None, optimizer=sgd_momentum),
+        ModelSpec(
+            name="resnet18",
+            builder=_resnet("resnet18"),
+            small_input=_resnet_small_input,
+            optimizer=sgd_momentum,
+        ),
+        ModelSpec(
+            name="resnet34",
+            builder=_resnet("resnet34"),
+            small_input=_resnet_small_input,
+            optimizer=sgd_momentum,
+        ),
+        ModelSpec(
+            name="resnet50",
+            builder=_resnet("resnet50"),
+            small_input=_resnet_small_input,
+            optimizer=sgd_momentum,
+        ),
+        ModelSpec(
+            name="resnet101",
+            builder=_resnet("resnet101"),
+            small_input=_resnet_small_input,
+            optimizer=sgd_momentum,
+        ),
+        # The optimizer is torchvision's for its EfficientNets (references/classification/README.md,
+        # EfficientNet-V2: train.py's default --opt sgd, --momentum 0.9, no Nesterov, --norm-weight-decay 0.0 as
+        # parameter_groups does; B0's own weights were ported, not trained there). Its --weight-decay 2e-5 and
+        # --lr 0.5 at batch 1024 (0.125 per 256) are this run's --weight-decay and --lr. Not the paper's
+        # TF-style RMSprop, whose epsilon torch's RMSprop places differently.
+        # Input size: 224 px is B0's ImageNet side; at least 32 px, which the stride-1 stem leaves 2x2 in the
+        # last stage, as 16 px leaves ResNet's small-input stem (digits' 8 px images are upscaled to 32).
+        ModelSpec(
+            name="efficientnet_b0",
+            builder=_efficientnet_b0,
+            small_input=_efficientnet_small_input,
+            optimizer=sgd_momentum,
+            input_size=InputSizeRule(smallest=32, largest=224),
+        ),
+    )
+}
+MODEL_NAMES = tuple(MODEL_SPECS)
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The spec of model ``name``; ValueError naming the choices for any other name."""
+    try:
+        return MODEL_SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}") from None
 
 
 def build_model(name: str, *, num_classes: int, input_size: int, in_channels: int = 3) -> nn.Module:
     """Build ``name`` with random weights (nothing is downloaded)."""
-    registry = _registry()
-    if name not in registry:
-        raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}")
+    spec = model_spec(name)
     if num_classes < 2:
         raise ValueError(f"a classifier needs at least 2 classes, the dataset has {num_classes}")
-    return registry[name](num_classes, in_channels, input_size)
-
-
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on weights only: norms' scales and all biases (1-D parameters) get none."""
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
-    for parameter in model.parameters():
-        if parameter.requires_grad:
-            (no_decay if parameter.ndim <= 1 else decay).append(parameter)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+    return spec.build(num_classes=num_classes, input_size=input_size, in_channels=in_channels)
 
 
 def count_parameters(model: nn.Module) -> int:

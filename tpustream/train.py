@@ -40,7 +40,7 @@ from tpustream.checkpoint import (
 from tpustream.errors import TpustreamError
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
 from tpustream.metrics import masked_sums, summarize
-from tpustream.models import MODEL_NAMES, build_model, parameter_groups, small_input
+from tpustream.models import build_model, model_spec
 from tpustream.preemption import SigtermFlag, StopAgreement
 from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
 from tpustream.xla_runtime import Runtime, device_loader, runtime
@@ -124,8 +124,7 @@ class TrainConfig:
     min_delta: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.model not in MODEL_NAMES:
-            raise ValueError(f"unknown model {self.model!r}: choose one of {', '.join(MODEL_NAMES)}")
+        model_spec(self.model)  # ValueError naming the models
         if self.strategy not in ("spmd", "replicas"):
             raise ValueError(f"--strategy must be spmd or replicas, got {self.strategy!r}")
         for name in ("epochs", "batch_size", "log_steps", "keep_checkpoints"):
@@ -241,12 +240,16 @@ class _EpochRun:
 
 
 def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, Any]) -> tuple[int, str]:
-    """--input-size, else the dataset's rule (``data.default_input_size``); and how it was chosen."""
+    """--input-size, else the model's rule (``ModelSpec.input_size``) applied to the dataset's median shorter
+    side; and how it was chosen."""
     if config.input_size:
         return config.input_size, f"--input-size {config.input_size}"
-    from tpustream.data import default_input_size
+    from tpustream.data import median_short_side
 
-    return default_input_size(dataset, manifest)
+    rule = model_spec(config.model).input_size
+    side, measured = median_short_side(dataset, manifest)
+    size = rule(side)
+    return size, f"median shorter side {side} px over {measured} -> {size} px ({rule})"
 
 
 def _check_resume(
@@ -347,8 +350,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.model = build_model(config.model, num_classes=len(self.classes), input_size=self.input_size)
         self.model = self.model.to(self.rt.device)
-        self.optimizer = torch.optim.SGD(
-            parameter_groups(self.model, config.weight_decay), lr=self.peak_lr, momentum=config.momentum
+        self.optimizer = model_spec(config.model).optimizer(
+            self.model, lr=self.peak_lr, momentum=config.momentum, weight_decay=config.weight_decay
         )
         self.state = _State()
         self.meta: dict[str, Any] = {
@@ -835,7 +838,7 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> d
         "input_size": meta["input_size"],
         "input_size_reason": meta.get("input_size_reason", ""),  # checkpoints written before it lack it
         "in_channels": 3,
-        "small_input_stem": small_input(meta["input_size"]),
+        "small_input_stem": model_spec(meta["model"]).small_input_stem(meta["input_size"]),
         "normalization": {"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD), "scale": 255},
         "metrics": {
             k: best_epoch.get(k) for k in ("epoch", "val_top1", "val_top5", "val_loss", "val_samples")
