@@ -4,23 +4,49 @@ from kfp.dsl import Dataset, Output
 
 
 def check_source(
-    source: str, num_shards: int, val_fraction: float, upsample: int, seed: int, max_side: int, strict: bool,
+    source: str,
+    num_shards: int,
+    val_fraction: float,
+    upsample: int,
+    seed: int,
+    max_side: int,
+    strict: bool,
     datasets_root: str,
-    registry: str, model_name: str, epochs: int, batch_size: int, lr: float, bf16: bool, retrain: bool,
-    dataset: Output[Dataset], min_train_shards: int = 8,
-) -> str:  # fmt: skip
+    registry: str,
+    model_name: str,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    bf16: bool,
+    retrain: bool,
+    dataset: Output[Dataset],
+    min_train_shards: int = 8,
+) -> str:
     """Returns "train" or "skip"; `dataset` points at the content-addressed dataset of this fingerprint.
     Never cached (the pipeline turns caching off): it is the step that reads the live source."""
     from tpustream import storage
     from tpustream.fingerprint import check_source as check
     from tpustream.shards import config_from_pipeline
 
-    config = config_from_pipeline(source=source, output=datasets_root, num_shards=num_shards,
-                                  val_fraction=val_fraction, upsample=upsample, seed=seed, max_side=max_side,
-                                  strict=strict, min_train_shards=min_train_shards)  # fmt: skip
+    config = config_from_pipeline(
+        source=source,
+        output=datasets_root,
+        num_shards=num_shards,
+        val_fraction=val_fraction,
+        upsample=upsample,
+        seed=seed,
+        max_side=max_side,
+        strict=strict,
+        min_train_shards=min_train_shards,
+    )
     settings = dict(model_name=model_name, epochs=epochs, batch_size=batch_size, lr=lr, bf16=bf16)
-    result = check(config, datasets_root=datasets_root or storage.join(registry, "datasets"),
-                   registry=registry, settings=settings, retrain=retrain)  # fmt: skip
+    result = check(
+        config,
+        datasets_root=datasets_root or storage.join(registry, "datasets"),
+        registry=registry,
+        settings=settings,
+        retrain=retrain,
+    )
     dataset.uri = result.dataset
     dataset.metadata.update(result.as_metadata())
     return "train" if result.train else "skip"

@@ -8,41 +8,90 @@ from kfp.dsl import Dataset, Input, Output
 
 
 def plan_shards(
-    source: str, num_shards: int, val_fraction: float, upsample: int, seed: int, max_side: int, strict: bool, shards_per_task: int,
-    dataset: Input[Dataset], min_train_shards: int = 8,
-) -> list:  # fmt: skip
+    source: str,
+    num_shards: int,
+    val_fraction: float,
+    upsample: int,
+    seed: int,
+    max_side: int,
+    strict: bool,
+    shards_per_task: int,
+    dataset: Input[Dataset],
+    min_train_shards: int = 8,
+) -> list:
     """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
     from tpustream.shards import config_from_pipeline, shard_ranges
 
-    config = config_from_pipeline(source=source, output=dataset.uri, num_shards=num_shards,
-                                  val_fraction=val_fraction, upsample=upsample, seed=seed, max_side=max_side,
-                                  strict=strict, min_train_shards=min_train_shards)  # fmt: skip
+    config = config_from_pipeline(
+        source=source,
+        output=dataset.uri,
+        num_shards=num_shards,
+        val_fraction=val_fraction,
+        upsample=upsample,
+        seed=seed,
+        max_side=max_side,
+        strict=strict,
+        min_train_shards=min_train_shards,
+    )
     return shard_ranges(config, shards_per_task)
 
 
 def write_shards(
-    source: str, num_shards: int, val_fraction: float, upsample: int, seed: int, max_side: int, strict: bool, shard_range: list,
-    dataset: Input[Dataset], min_train_shards: int = 8,
-) -> int:  # fmt: skip
+    source: str,
+    num_shards: int,
+    val_fraction: float,
+    upsample: int,
+    seed: int,
+    max_side: int,
+    strict: bool,
+    shard_range: list,
+    dataset: Input[Dataset],
+    min_train_shards: int = 8,
+) -> int:
     """Write one range of the planned shards into the planned dataset location (resumable)."""
     from tpustream.shards import config_from_pipeline, write_shard_range
 
-    config = config_from_pipeline(source=source, output=dataset.uri, num_shards=num_shards,
-                                  val_fraction=val_fraction, upsample=upsample, seed=seed, max_side=max_side,
-                                  strict=strict, min_train_shards=min_train_shards)  # fmt: skip
+    config = config_from_pipeline(
+        source=source,
+        output=dataset.uri,
+        num_shards=num_shards,
+        val_fraction=val_fraction,
+        upsample=upsample,
+        seed=seed,
+        max_side=max_side,
+        strict=strict,
+        min_train_shards=min_train_shards,
+    )
     return write_shard_range(config, int(shard_range[0]), int(shard_range[1]))
 
 
 def finalize_shards(
-    source: str, num_shards: int, val_fraction: float, upsample: int, seed: int, max_side: int, strict: bool, written: list,
-    planned: Input[Dataset], dataset: Output[Dataset], min_train_shards: int = 8,
-) -> None:  # fmt: skip
+    source: str,
+    num_shards: int,
+    val_fraction: float,
+    upsample: int,
+    seed: int,
+    max_side: int,
+    strict: bool,
+    written: list,
+    planned: Input[Dataset],
+    dataset: Output[Dataset],
+    min_train_shards: int = 8,
+) -> None:
     """Write manifest.json once every shard exists; the output artifact points at the dataset."""
     from tpustream.shards import config_from_pipeline, finalize_dataset
 
-    config = config_from_pipeline(source=source, output=planned.uri, num_shards=num_shards,
-                                  val_fraction=val_fraction, upsample=upsample, seed=seed, max_side=max_side,
-                                  strict=strict, min_train_shards=min_train_shards)  # fmt: skip
+    config = config_from_pipeline(
+        source=source,
+        output=planned.uri,
+        num_shards=num_shards,
+        val_fraction=val_fraction,
+        upsample=upsample,
+        seed=seed,
+        max_side=max_side,
+        strict=strict,
+        min_train_shards=min_train_shards,
+    )
     manifest = finalize_dataset(config)
     dataset.uri = planned.uri
     dataset.metadata.update({split: info["num_samples"] for split, info in manifest["splits"].items()})

@@ -4,11 +4,23 @@ from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
 
 def train_model(
-    dataset: Input[Dataset], model_name: str, epochs: int, batch_size: int, lr: float, bf16: bool,
-    workers: int, model: Output[Model], metrics: Output[Metrics], input_size: int = 0,
-    init_from: str = "", registry: str = "", patience: int = 0, early_stop_min_delta: float = 0.0,
-    compile_cache: str = "", pipeline_root: str = "",
-) -> None:  # fmt: skip
+    dataset: Input[Dataset],
+    model_name: str,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    bf16: bool,
+    workers: int,
+    model: Output[Model],
+    metrics: Output[Metrics],
+    input_size: int = 0,
+    init_from: str = "",
+    registry: str = "",
+    patience: int = 0,
+    early_stop_min_delta: float = 0.0,
+    compile_cache: str = "",
+    pipeline_root: str = "",
+) -> None:
     """Train with --resume auto into the model artifact's URI: a retried task continues, not restarts.
     ``input_size`` 0: the dataset's rule (the images' median shorter side, within [16, 224]).
     ``init_from``: "" random weights; "champion" the current champion of ``registry`` (none yet, or one that
@@ -44,11 +56,25 @@ def train_model(
             start = None
     try:
         # int(): an integer parameter can reach the executor as a float (the YAML keeps defaults as 8.0)
-        card = train(TrainConfig(data=dataset.uri, output=model.uri, model=model_name, epochs=int(epochs),
-                                 batch_size=int(batch_size), lr=lr or None, bf16=bf16, workers=int(workers),
-                                 resume="auto", input_size=int(input_size) or None, init_from=start,
-                                 init_optional=optional, patience=int(patience), min_delta=early_stop_min_delta,
-                                 compile_cache=compile_cache or None))  # fmt: skip
+        card = train(
+            TrainConfig(
+                data=dataset.uri,
+                output=model.uri,
+                model=model_name,
+                epochs=int(epochs),
+                batch_size=int(batch_size),
+                lr=lr or None,
+                bf16=bf16,
+                workers=int(workers),
+                resume="auto",
+                input_size=int(input_size) or None,
+                init_from=start,
+                init_optional=optional,
+                patience=int(patience),
+                min_delta=early_stop_min_delta,
+                compile_cache=compile_cache or None,
+            )
+        )
     except Preempted as exc:  # exit 75: the job (or KFP's retry) runs again and resumes from `last`
         exit_preempted(exc)
     if not is_primary_host():

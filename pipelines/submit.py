@@ -77,14 +77,22 @@ def compile_pipeline(
     serve_image = check_image(serve_image, "--serving-image") if serve_image else cpu_image
     for flag, image in (("--image", cpu_image), ("--tpu-image", tpu_image), ("--serving-image", serve_image)):
         if "@sha256:" not in image:
-            log.warning("%s %s is a tag: tags move; pin the digest (IMAGE@sha256:...) for reproducible runs",
-                        flag, image)  # fmt: skip
+            log.warning(
+                "%s %s is a tag: tags move; pin the digest (IMAGE@sha256:...) for reproducible runs",
+                flag,
+                image,
+            )
     if tpu:
         (capacity or Capacity()).check_tpu(tpu)  # what Vertex would reject or never schedule, refused now
     pipeline = build_pipeline(
-        tpu=tpu, cpu_image=cpu_image, tpu_image=tpu_image, capacity=capacity, resources=resources,
-        serve_image=serve_image, tensorboard=tensorboard,
-    )  # fmt: skip
+        tpu=tpu,
+        cpu_image=cpu_image,
+        tpu_image=tpu_image,
+        capacity=capacity,
+        resources=resources,
+        serve_image=serve_image,
+        tensorboard=tensorboard,
+    )
     compiler.Compiler().compile(pipeline, output)
     return output
 
@@ -216,8 +224,11 @@ def check_slice_parameters(template: str, parameters: dict[str, Any]) -> None:
         log.warning(
             "--param num_shards=%d on %s: fewer train shards than the slice's %d hosts x %d loader workers; "
             "the workers without a shard idle (0 = auto gives every one a shard)",
-            num_shards, tpu or "the CPU image", hosts, max(1, workers),
-        )  # fmt: skip
+            num_shards,
+            tpu or "the CPU image",
+            hosts,
+            max(1, workers),
+        )
 
 
 def _check_tensorboard_parameter(template: str, parameters: dict[str, Any], region: str) -> None:
@@ -337,11 +348,15 @@ def _job(
         )
     aiplatform = _init(project, region, api_endpoint or os.environ.get("TPUSTREAM_VERTEX_ENDPOINT"))
     return aiplatform.PipelineJob(
-        display_name="tpustream-training", template_path=template, pipeline_root=pipeline_root,
+        display_name="tpustream-training",
+        template_path=template,
+        pipeline_root=pipeline_root,
         # enable_caching overrides every task's compiled caching option (aiplatform pipeline_jobs.py): only
         # ever pass False (or None = as compiled, which is off for every task).
-        parameter_values=parameters, enable_caching=False if no_cache else None, labels=labels or {},
-    )  # fmt: skip
+        parameter_values=parameters,
+        enable_caching=False if no_cache else None,
+        labels=labels or {},
+    )
 
 
 def submit_pipeline(

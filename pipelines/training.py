@@ -46,9 +46,17 @@ from pipelines.tpu import (
 )
 
 __all__ = [
-    "TPU_TYPES", "build_components", "build_pipeline", "check_image", "LOCAL_IMAGE", "StepResources",
-    "CPU_STEPS", "VERTEX_MAX_CPU", "VERTEX_MAX_MEMORY_GB", "TRAIN_JOB_OUTPUT",
-]  # fmt: skip
+    "TPU_TYPES",
+    "build_components",
+    "build_pipeline",
+    "check_image",
+    "LOCAL_IMAGE",
+    "StepResources",
+    "CPU_STEPS",
+    "VERTEX_MAX_CPU",
+    "VERTEX_MAX_MEMORY_GB",
+    "TRAIN_JOB_OUTPUT",
+]
 
 # The TPU CustomJob's baseOutputDirectory: one per run, under the run's pipeline root. Vertex resolves the
 # placeholders inside a longer constant (kfp's own example for PIPELINE_ROOT_PLACEHOLDER is
@@ -84,9 +92,17 @@ _MEMORY_GB = {"": 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0}  # kfp's _memory_to_floa
 # The pipeline's CPU steps (the compiled YAML's task names): every one gets explicit limits. The train task
 # is not one of them: on Vertex it is GCPC's launcher, which only creates and polls the TPU CustomJob.
 CPU_STEPS = (
-    "check-source", "plan-shards", "write-shards", "finalize-shards", "check-data", "evaluate-model",
-    "validate-serving", "promote-model", "deploy-model", "join-experiment",
-)  # fmt: skip
+    "check-source",
+    "plan-shards",
+    "write-shards",
+    "finalize-shards",
+    "check-data",
+    "evaluate-model",
+    "validate-serving",
+    "promote-model",
+    "deploy-model",
+    "join-experiment",
+)
 
 
 def cpu_count(cpu: str) -> float:
@@ -193,13 +209,17 @@ def build_components(
     ops = {
         name: component(func, cpu_image)
         for name, func in (
-            ("check", components.check_source), ("plan", components.plan_shards),
-            ("write", components.write_shards), ("finalize", components.finalize_shards),
+            ("check", components.check_source),
+            ("plan", components.plan_shards),
+            ("write", components.write_shards),
+            ("finalize", components.finalize_shards),
             ("check_data", components.check_data),
-            ("evaluate", components.evaluate_model), ("promote", components.promote_model),
-            ("deploy", components.deploy_model), ("experiment", components.join_experiment),
+            ("evaluate", components.evaluate_model),
+            ("promote", components.promote_model),
+            ("deploy", components.deploy_model),
+            ("experiment", components.join_experiment),
         )
-    }  # fmt: skip
+    }
     ops["validate"] = component(components.validate_serving, serve_image or cpu_image)
     train_op = component(components.train_model, tpu_image if tpu else cpu_image)
     if tpu:
@@ -218,10 +238,15 @@ def build_components(
 
 
 def build_pipeline(
-    *, tpu: str | None = None, cpu_image: str = LOCAL_IMAGE, tpu_image: str = LOCAL_IMAGE,
-    capacity: Capacity | None = None, resources: StepResources | None = None, serve_image: str = "",
+    *,
+    tpu: str | None = None,
+    cpu_image: str = LOCAL_IMAGE,
+    tpu_image: str = LOCAL_IMAGE,
+    capacity: Capacity | None = None,
+    resources: StepResources | None = None,
+    serve_image: str = "",
     tensorboard: str = "",
-) -> Any:  # fmt: skip
+) -> Any:
     """The pipeline function, for kfp's compiler or kfp.local (``tpu=None``: every step runs as is).
 
     ``resources``: the CPU steps' limits (default ``StepResources()``); kfp.local's SubprocessRunner runs
@@ -297,13 +322,26 @@ def build_pipeline(
         experiment: str = "",  # the Vertex AI Experiment a scheduled run joins (tpustream/experiments.py); "" none
     ) -> str:
         shard_args = dict(
-            source=source, num_shards=num_shards, val_fraction=val_fraction, upsample=upsample, seed=seed,
-            max_side=max_side, strict=strict, min_train_shards=min_train_shards(tpu),
-        )  # fmt: skip
+            source=source,
+            num_shards=num_shards,
+            val_fraction=val_fraction,
+            upsample=upsample,
+            seed=seed,
+            max_side=max_side,
+            strict=strict,
+            min_train_shards=min_train_shards(tpu),
+        )
         check = ops["check"](
-            datasets_root=datasets_root, registry=registry, model_name=model_name, epochs=epochs,
-            batch_size=batch_size, lr=lr, bf16=bf16, retrain=retrain, **shard_args,
-        ).set_display_name("check source for new data")  # fmt: skip
+            datasets_root=datasets_root,
+            registry=registry,
+            model_name=model_name,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            bf16=bf16,
+            retrain=retrain,
+            **shard_args,
+        ).set_display_name("check source for new data")
         sized(check, "check-source").set_caching_options(False)
         with dsl.If(check.outputs["Output"] == "train", name="new-data"):
             plan = ops["plan"](
@@ -330,19 +368,34 @@ def build_pipeline(
             ).set_display_name("check data")
             sized(check_data, "check-data").set_caching_options(False)
             train = ops["train"](
-                dataset=finalize.outputs["dataset"], model_name=model_name, epochs=epochs, batch_size=batch_size,
-                lr=lr, bf16=bf16, workers=workers, input_size=input_size, init_from=init_from, registry=registry,
-                patience=patience, early_stop_min_delta=early_stop_min_delta, compile_cache=compile_cache,
-                pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER, **train_extra(tensorboard),
-            ).set_display_name("train")  # fmt: skip
+                dataset=finalize.outputs["dataset"],
+                model_name=model_name,
+                epochs=epochs,
+                batch_size=batch_size,
+                lr=lr,
+                bf16=bf16,
+                workers=workers,
+                input_size=input_size,
+                init_from=init_from,
+                registry=registry,
+                patience=patience,
+                early_stop_min_delta=early_stop_min_delta,
+                compile_cache=compile_cache,
+                pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+                **train_extra(tensorboard),
+            ).set_display_name("train")
             train.after(check_data)  # no TPU time on data the check refused (data_check=fail)
             # A retried task resumes from `last` in its own output (resume=auto): it continues, not restarts.
             train.set_retry(num_retries=2, backoff_duration="60s").set_caching_options(False)
             evaluate = ops["evaluate"](
-                model=train.outputs["model"], dataset=finalize.outputs["dataset"], registry=registry,
-                metric=metric, min_delta=min_delta, max_class_drop=max_class_drop,
+                model=train.outputs["model"],
+                dataset=finalize.outputs["dataset"],
+                registry=registry,
+                metric=metric,
+                min_delta=min_delta,
+                max_class_drop=max_class_drop,
                 data_check=check_data.outputs["report"],  # into the run report
-            ).set_display_name("evaluate vs champion")  # fmt: skip
+            ).set_display_name("evaluate vs champion")
             sized(evaluate, "evaluate-model").set_caching_options(False)
             with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
                 # In the serving container, as Vertex would start it: answers as evaluate's, 400 on bad input.
@@ -351,20 +404,30 @@ def build_pipeline(
                 validate.set_caching_options(False)
                 promote = ops["promote"](
                     validation=validate.outputs["validation"],
-                    model=train.outputs["model"], evaluation=evaluate.outputs["evaluation"], registry=registry,
-                    dataset=finalize.outputs["dataset"], data_check=check_data.outputs["report"],
-                    metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, vertex_model_name=vertex_model, serving_image=serving_image,
+                    model=train.outputs["model"],
+                    evaluation=evaluate.outputs["evaluation"],
+                    registry=registry,
+                    dataset=finalize.outputs["dataset"],
+                    data_check=check_data.outputs["report"],
+                    metric=metric,
+                    min_delta=min_delta,
+                    max_class_drop=max_class_drop,
+                    vertex_model_name=vertex_model,
+                    serving_image=serving_image,
                     **promote_extra,
-                ).set_display_name("promote")  # fmt: skip
+                ).set_display_name("promote")
                 # A retry repairs a failed Model Registry upload: promote finds its champion and uploads it then.
                 sized(promote, "promote-model").set_caching_options(False)
                 promote.set_retry(num_retries=2, backoff_duration="60s")
                 with dsl.If(endpoint != "", name="deploy-requested"):
                     deploy = ops["deploy"](
-                        vertex_model=promote.outputs["vertex_model"], endpoint=endpoint,
-                        traffic_percent=canary_percent, machine_type=serving_machine_type,
-                        min_replicas=serving_min_replicas, max_replicas=serving_max_replicas,
-                    ).set_display_name("deploy canary")  # fmt: skip
+                        vertex_model=promote.outputs["vertex_model"],
+                        endpoint=endpoint,
+                        traffic_percent=canary_percent,
+                        machine_type=serving_machine_type,
+                        min_replicas=serving_min_replicas,
+                        max_replicas=serving_max_replicas,
+                    ).set_display_name("deploy canary")
                     # a retry is safe: the deployed version is found and its share set, nothing is duplicated
                     sized(deploy, "deploy-model").set_caching_options(False)
                     deploy.set_retry(num_retries=2, backoff_duration="120s")

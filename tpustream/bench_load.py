@@ -90,9 +90,16 @@ def _ours_loader(dataset: str, split: str, size: int, batch: int, workers: int) 
     from tpustream.data import LoaderConfig, ShardLoader
 
     loader = ShardLoader(
-        LoaderConfig(data=dataset, split=split, batch_size=batch, input_size=size, workers=workers,
-                     num_replicas=1, replica_index=0)
-    )  # fmt: skip
+        LoaderConfig(
+            data=dataset,
+            split=split,
+            batch_size=batch,
+            input_size=size,
+            workers=workers,
+            num_replicas=1,
+            replica_index=0,
+        )
+    )
 
     def forever() -> Iterator[Any]:
         epoch = 0
@@ -278,10 +285,17 @@ def _handoff_batches(
     for shard in shards:
         shard["num_samples"] = -(-_LONG_EPOCH_BATCHES * batch // len(shards))
     loader = loader_module.ShardLoader(
-        loader_module.LoaderConfig(data=dataset, split=split, batch_size=batch, input_size=size,
-                                   workers=workers, num_replicas=1, replica_index=0),
+        loader_module.LoaderConfig(
+            data=dataset,
+            split=split,
+            batch_size=batch,
+            input_size=size,
+            workers=workers,
+            num_replicas=1,
+            replica_index=0,
+        ),
         manifest=long,
-    )  # fmt: skip
+    )
     # The pool ShardLoader.epoch() would start, with the ready-batch worker body (data.py's own lines).
     ring = loader._slot_ring()
     ring.images[:] = ready  # every worker's every slot, before the workers start
@@ -344,8 +358,11 @@ def _xla_feed_process(
         ready = {size: _ready_batch(dataset, manifest, split, size, batch) for size in FEED_SIZES}
         for _ in range(repeats):
             for size in FEED_SIZES:
-                one = {"image": ready[size], "label": torch.zeros(batch, dtype=torch.int64),
-                       "mask": torch.ones(batch, dtype=torch.bool)}  # fmt: skip
+                one = {
+                    "image": ready[size],
+                    "label": torch.zeros(batch, dtype=torch.int64),
+                    "mask": torch.ones(batch, dtype=torch.bool),
+                }
                 rates.setdefault(("device-transfer-ceiling", size), []).append(
                     _device_rate(itertools.repeat(one), rt, seconds)
                 )
@@ -391,9 +408,17 @@ def _feed_lines(
 
     def line(pipeline: str, size: int, rate: float, note: str, **extra: Any) -> dict[str, Any]:
         loader_workers = 0 if pipeline == "device-transfer-ceiling" else workers  # that one has no loader
-        out = {**base, "input_size": size, "pipeline": pipeline, "workers": loader_workers, "main_processes": 1,
-               "host_cores": os.cpu_count(), "samples_per_s": round(rate),
-               "ms_per_batch": round(1000 * batch / rate, 3), **extra}  # fmt: skip
+        out = {
+            **base,
+            "input_size": size,
+            "pipeline": pipeline,
+            "workers": loader_workers,
+            "main_processes": 1,
+            "host_cores": os.cpu_count(),
+            "samples_per_s": round(rate),
+            "ms_per_batch": round(1000 * batch / rate, 3),
+            **extra,
+        }
         if size == 224:
             out["v5e_host_need_img_s"] = V5E_HOST_NEED_IMG_S
             out["headroom"] = round(rate / V5E_HOST_NEED_IMG_S, 2)
@@ -444,7 +469,7 @@ def _shard_samples(dataset: str, shard: dict[str, Any]) -> Iterator[tuple[str, b
     from tpustream.tario import iter_tar_samples
 
     with storage.open_read(storage.join(dataset, shard["path"])) as stream:
-        for key, fields in iter_tar_samples(stream):  # type: ignore[arg-type]
+        for key, fields in iter_tar_samples(stream):
             ext = image_member(fields) or ""
             yield key, fields[ext], ext, int(fields["cls"])
 
@@ -545,8 +570,15 @@ def bench_load(
         gcs = _gcs_copy(dataset, manifest)
         if gcs is not None:
             server, gcs_dataset = gcs
-        base = {"bench": "load", "data": manifest["source"], "split": split, "input_size": size,
-                "batch_size": batch_size, "repeats": repeats, "seconds_per_run": seconds}  # fmt: skip
+        base = {
+            "bench": "load",
+            "data": manifest["source"],
+            "split": split,
+            "input_size": size,
+            "batch_size": batch_size,
+            "repeats": repeats,
+            "seconds_per_run": seconds,
+        }
         # The ceilings need no worker processes: measured once, interleaved with the first worker count.
         ceilings: dict[str, Callable[[], Iterable[Any]]] = {
             "kernel-alone": _one_thread(_kernel_alone(dataset, manifest, split, size, batch_size)),
@@ -558,11 +590,17 @@ def bench_load(
         feed_workers = max(1, *worker_counts)
         handoff: dict[str, Callable[[], Iterable[Any]]] = {
             f"handoff-{size}": partial(
-                _handoff_batches, dataset, manifest, split, size, batch_size, feed_workers,
+                _handoff_batches,
+                dataset,
+                manifest,
+                split,
+                size,
+                batch_size,
+                feed_workers,
                 _ready_batch(dataset, manifest, split, size, batch_size),
             )
             for size in FEED_SIZES
-        }  # fmt: skip
+        }
         handoff_rates: dict[int, float] = {}
         for count in worker_counts:
             pipelines: dict[str, Callable[[], Iterable[Any]]] = {
@@ -599,12 +637,16 @@ def bench_load(
             ours = medians["tpustream"]
             for name, rate in medians.items():
                 result = {
-                    **base, "pipeline": name, "workers": count, "cores": cores,
-                    "samples_per_s": round(rate), "samples_per_s_per_core": round(rate / cores),
+                    **base,
+                    "pipeline": name,
+                    "workers": count,
+                    "cores": cores,
+                    "samples_per_s": round(rate),
+                    "samples_per_s_per_core": round(rate / cores),
                     "ratio_vs_tpustream": round(rate / ours, 2),
                     "ratio_vs_B": round(rate / medians["B-blog-webdataset"], 2),
                     "ratio_vs_A": round(rate / medians["A-per-file-imagefolder"], 2),
-                }  # fmt: skip
+                }
                 if name == "tpustream":
                     kernel = ceiling_rates["kernel-alone"]
                     result["fraction_of_kernel_x_cores"] = round(rate / (kernel * cores), 2)
@@ -615,19 +657,35 @@ def bench_load(
                 if name == "tpustream-gcs":
                     result["ratio_vs_tpustream_local"] = round(rate / ours, 2)
                 yield json.dumps(result)
-            yield json.dumps({
-                **base, "pipeline": parallel, "workers": count, "cores": cores,
-                "samples_per_s": round(parallel_rate), "ratio_vs_tpustream": round(parallel_rate / ours, 2),
-                "ratio_vs_kernel_x_cores": round(parallel_rate / (ceiling_rates["kernel-alone"] * cores), 2),
-                "ceiling": True, "note": f"the kernel in {cores} process(es) at once, summed",
-            })  # fmt: skip
+            yield json.dumps(
+                {
+                    **base,
+                    "pipeline": parallel,
+                    "workers": count,
+                    "cores": cores,
+                    "samples_per_s": round(parallel_rate),
+                    "ratio_vs_tpustream": round(parallel_rate / ours, 2),
+                    "ratio_vs_kernel_x_cores": round(
+                        parallel_rate / (ceiling_rates["kernel-alone"] * cores), 2
+                    ),
+                    "ceiling": True,
+                    "note": f"the kernel in {cores} process(es) at once, summed",
+                }
+            )
             if first:
                 for name, rate in ceiling_rates.items():
-                    yield json.dumps({
-                        **base, "pipeline": name, "workers": 0, "cores": 1, "samples_per_s": round(rate),
-                        "ratio_vs_tpustream": round(rate / ours, 2), "ceiling": True,
-                        "note": "one process: x cores is the most workers could reach",
-                    })  # fmt: skip
+                    yield json.dumps(
+                        {
+                            **base,
+                            "pipeline": name,
+                            "workers": 0,
+                            "cores": 1,
+                            "samples_per_s": round(rate),
+                            "ratio_vs_tpustream": round(rate / ours, 2),
+                            "ceiling": True,
+                            "note": "one process: x cores is the most workers could reach",
+                        }
+                    )
                 xla = None
                 if importlib.util.find_spec("torch_xla") is not None:
                     xla = _xla_feed((dataset, manifest, split, batch_size), feed_workers, seconds, repeats)
@@ -635,8 +693,9 @@ def bench_load(
                     yield json.dumps(line)
                 if xla is None:
                     for pipeline in ("device-transfer-ceiling", "feed-ceiling"):
-                        yield json.dumps({"bench": "load", "pipeline": pipeline,
-                                          "skipped": "torch_xla not installed"})  # fmt: skip
+                        yield json.dumps(
+                            {"bench": "load", "pipeline": pipeline, "skipped": "torch_xla not installed"}
+                        )
         if gcs is None:
             yield json.dumps(
                 {"bench": "load", "pipeline": "tpustream-gcs", "skipped": "fake-gcs-server not installed"}

@@ -149,9 +149,12 @@ def _webloader(
     import webdataset as wds
 
     dataset = wds.WebDataset(
-        urls, shardshuffle=100 if train else False, empty_check=False, nodesplitter=None,
+        urls,
+        shardshuffle=100 if train else False,
+        empty_check=False,
+        nodesplitter=None,
         workersplitter=wds.split_by_worker,
-    ).shuffle(1000 if train else 0)  # fmt: skip
+    ).shuffle(1000 if train else 0)
     if ours:
         decoder = _OurDecoder(size, train)
         dataset = dataset.map(decoder).batched(batch, collation_fn=decoder.collate, partial=False)
@@ -216,7 +219,7 @@ def _grain(root: str, size: int, batch: int, workers: int, train: bool, ours: bo
 
     decode = _DecodeRecord(size, train, ours)
 
-    class Decode(grain.MapTransform):  # type: ignore[misc,name-defined]
+    class Decode(grain.MapTransform):
         """Unpickle + decode. Once per worker process, what torch's DataLoader does in its workers and grain
         (not torch-specific) does not: one torch thread (our collate's resize runs torch ops; with torch's
         default of a thread per core, N workers oversubscribe the cores), and a torch seed of its own
@@ -278,7 +281,7 @@ def _mosaic(root: str, size: int, batch: int, workers: int, train: bool, ours: b
 
     decode = _DecodeRecord(size, train, ours)
 
-    class Decoded(StreamingDataset):  # type: ignore[misc]
+    class Decoded(StreamingDataset):
         """mosaic's documented way to transform: a subclass whose ``__getitem__`` decodes."""
 
         def __getitem__(self, index: Any) -> Any:

@@ -33,10 +33,27 @@ _LOOKUPS = re.compile(r"XLA compile cache .*: (\d+) entries found, (\d+) added; 
 
 def _train_cmd(data: str, output: str, *, batch_size: int, workers: int, input_size: int) -> list[str]:
     return [
-        os.path.join(os.path.dirname(sys.executable), "tpustream"), "train", "--data", data, "--output", output, "--model", "tiny",
-        "--epochs", "2", "--batch-size", str(batch_size), "--workers", str(workers), "--log-steps", "1",
-        "--input-size", str(input_size), "--lr", "0.05",
-    ]  # fmt: skip
+        os.path.join(os.path.dirname(sys.executable), "tpustream"),
+        "train",
+        "--data",
+        data,
+        "--output",
+        output,
+        "--model",
+        "tiny",
+        "--epochs",
+        "2",
+        "--batch-size",
+        str(batch_size),
+        "--workers",
+        str(workers),
+        "--log-steps",
+        "1",
+        "--input-size",
+        str(input_size),
+        "--lr",
+        "0.05",
+    ]
 
 
 def _wait_for_step(proc: subprocess.Popen, log_path: str, at_least: int, timeout: float) -> int:
@@ -88,8 +105,12 @@ def _preempt_and_restart(cmd: list[str], env: dict[str, str], workdir: str, posi
     restart_to_first_step = time.perf_counter() - started
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=600)
-    return {"stopped_after_step": reached, "signal_to_exit_s": round(signal_to_exit, 2),
-            "restart_to_first_step_s": round(restart_to_first_step, 2), "restart_log": second_log}  # fmt: skip
+    return {
+        "stopped_after_step": reached,
+        "signal_to_exit_s": round(signal_to_exit, 2),
+        "restart_to_first_step_s": round(restart_to_first_step, 2),
+        "restart_log": second_log,
+    }
 
 
 def _loader_to_batch(config: Any, start: int, replay: bool) -> tuple[float, dict[str, int]]:
@@ -112,9 +133,14 @@ def _loader_to_batch(config: Any, start: int, replay: bool) -> tuple[float, dict
 
 
 def bench_preempt(
-    *, images: int = 1200, batch_size: int = 16, workers: int = 2, input_size: int = 224,
-    positions: tuple[float, ...] = (0.05, 0.5, 0.9), keep: str | None = None,
-) -> Iterator[str]:  # fmt: skip
+    *,
+    images: int = 1200,
+    batch_size: int = 16,
+    workers: int = 2,
+    input_size: int = 224,
+    positions: tuple[float, ...] = (0.05, 0.5, 0.9),
+    keep: str | None = None,
+) -> Iterator[str]:
     from tpustream.data import LoaderConfig, ShardLoader
     from tpustream.shard_plan import ShardConfig
     from tpustream.shards import create_shards
@@ -125,8 +151,14 @@ def bench_preempt(
         create_shards(
             ShardConfig(source=f"synthetic-imagenet:{images}", output=data, num_shards=8), progress=False
         )
-    config = LoaderConfig(data=data, batch_size=batch_size, input_size=input_size, workers=workers,
-                          num_replicas=1, replica_index=0)  # fmt: skip
+    config = LoaderConfig(
+        data=data,
+        batch_size=batch_size,
+        input_size=input_size,
+        workers=workers,
+        num_replicas=1,
+        replica_index=0,
+    )
     steps = ShardLoader(config).steps_per_epoch
     _loader_to_batch(config, 1, replay=False)  # warm-up: imports and page cache out of the timed runs
     env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -135,8 +167,9 @@ def bench_preempt(
     for fraction in positions:
         position = max(1, min(steps - 2, round(fraction * steps)))
         workdir = tempfile.mkdtemp(dir=root, prefix=f"at-{position}-")
-        cmd = _train_cmd(data, os.path.join(workdir, "out"), batch_size=batch_size, workers=workers,
-                         input_size=input_size)  # fmt: skip
+        cmd = _train_cmd(
+            data, os.path.join(workdir, "out"), batch_size=batch_size, workers=workers, input_size=input_size
+        )
         run = _preempt_and_restart(cmd, env, workdir, position)
         run.pop("restart_log")
         if not middle or abs(fraction - 0.5) < abs(middle["fraction"] - 0.5):
@@ -146,19 +179,27 @@ def bench_preempt(
         replay, replay_counts = _loader_to_batch(config, resumed_at, replay=True)
         first.setdefault("restart", run["restart_to_first_step_s"])
         first.setdefault("loader", ours)
-        yield json.dumps({
-            "bench": "preempt", "data": f"synthetic-imagenet:{images}", "input_size": input_size,
-            "batch_size": batch_size, "workers": workers, "steps_per_epoch": steps, **run,
-            "restart_ratio_vs_earliest": round(run["restart_to_first_step_s"] / first["restart"], 3),
-            "loader_to_batch_s": round(ours, 3), "loader_to_batch_replay_s": round(replay, 3),
-            "loader_ratio_vs_earliest": round(ours / first["loader"], 3),
-            "replay_vs_ours": round(replay / ours, 2),
-            # decoded beyond the batches still to train on: ours 0, replay every skipped sample
-            "samples_reread": ours_counts["skipped"],
-            "samples_redecoded": ours_counts["decoded"] - (steps - resumed_at) * batch_size,
-            "replay_samples_reread": resumed_at * batch_size,
-            "replay_samples_redecoded": replay_counts["decoded"] - (steps - resumed_at) * batch_size,
-        })  # fmt: skip
+        yield json.dumps(
+            {
+                "bench": "preempt",
+                "data": f"synthetic-imagenet:{images}",
+                "input_size": input_size,
+                "batch_size": batch_size,
+                "workers": workers,
+                "steps_per_epoch": steps,
+                **run,
+                "restart_ratio_vs_earliest": round(run["restart_to_first_step_s"] / first["restart"], 3),
+                "loader_to_batch_s": round(ours, 3),
+                "loader_to_batch_replay_s": round(replay, 3),
+                "loader_ratio_vs_earliest": round(ours / first["loader"], 3),
+                "replay_vs_ours": round(replay / ours, 2),
+                # decoded beyond the batches still to train on: ours 0, replay every skipped sample
+                "samples_reread": ours_counts["skipped"],
+                "samples_redecoded": ours_counts["decoded"] - (steps - resumed_at) * batch_size,
+                "replay_samples_reread": resumed_at * batch_size,
+                "replay_samples_redecoded": replay_counts["decoded"] - (steps - resumed_at) * batch_size,
+            }
+        )
     if not middle:
         return
     workdir = tempfile.mkdtemp(dir=root, prefix="compile-cache-")
@@ -167,13 +208,20 @@ def bench_preempt(
     cached_cmd[cached_cmd.index("--output") + 1] = os.path.join(workdir, "out")
     run = _preempt_and_restart(cached_cmd, env, workdir, middle["position"])
     lookups = _cache_lookups(run.pop("restart_log"))
-    yield json.dumps({
-        "bench": "preempt", "line": "compile-cache", "data": f"synthetic-imagenet:{images}", "input_size": input_size,
-        "stopped_after_step": run["stopped_after_step"],
-        "restart_to_first_step_s_no_cache": middle["restart_to_first_step_s"],
-        "restart_to_first_step_s_warm_cache": run["restart_to_first_step_s"],
-        "ratio_warm_vs_no_cache": round(run["restart_to_first_step_s"] / middle["restart_to_first_step_s"], 3),
-        "restart_cache_lookups": lookups,
-        "note": "load_failures: XLA's CPU client cannot load a cached executable (UNIMPLEMENTED), so on CPU a warm "
-        "cache finds every program and compiles it again; on a TPU those lookups are hits",
-    })  # fmt: skip
+    yield json.dumps(
+        {
+            "bench": "preempt",
+            "line": "compile-cache",
+            "data": f"synthetic-imagenet:{images}",
+            "input_size": input_size,
+            "stopped_after_step": run["stopped_after_step"],
+            "restart_to_first_step_s_no_cache": middle["restart_to_first_step_s"],
+            "restart_to_first_step_s_warm_cache": run["restart_to_first_step_s"],
+            "ratio_warm_vs_no_cache": round(
+                run["restart_to_first_step_s"] / middle["restart_to_first_step_s"], 3
+            ),
+            "restart_cache_lookups": lookups,
+            "note": "load_failures: XLA's CPU client cannot load a cached executable (UNIMPLEMENTED), so on CPU a warm "
+            "cache finds every program and compiles it again; on a TPU those lookups are hits",
+        }
+    )

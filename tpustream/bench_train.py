@@ -54,10 +54,17 @@ def bench_train(
     host_batch = rt.host_batch(batch_size)
     global_batch = batch_size * rt.num_devices
     loader = ShardLoader(
-        LoaderConfig(data=data, split="train", batch_size=host_batch, input_size=input_size, workers=workers,
-                     num_replicas=rt.num_replicas, replica_index=rt.replica_index),
+        LoaderConfig(
+            data=data,
+            split="train",
+            batch_size=host_batch,
+            input_size=input_size,
+            workers=workers,
+            num_replicas=rt.num_replicas,
+            replica_index=rt.replica_index,
+        ),
         manifest=manifest,
-    )  # fmt: skip
+    )
 
     def fresh_model() -> tuple[Any, Any]:
         torch.manual_seed(0)
@@ -83,10 +90,20 @@ def bench_train(
         seconds = _timed_steps(model, optimizer, batches, steps, config, rt)
         rates[name] = steps / seconds
     for name, steps_per_s in rates.items():
-        yield json.dumps({
-            "bench": "train", "input": name, "model": model_name, "input_size": input_size, "devices": rt.num_devices,
-            "per_device_batch": batch_size, "global_batch": global_batch, "steps": steps, "bf16": bf16,
-            "steps_per_s": round(steps_per_s, 3), "samples_per_s": round(steps_per_s * global_batch, 1),
-            "samples_per_s_per_device": round(steps_per_s * global_batch / rt.num_devices, 1),
-            "data_wait_fraction": round(max(0.0, 1 - steps_per_s / rates["synthetic-on-device"]), 3),
-        })  # fmt: skip
+        yield json.dumps(
+            {
+                "bench": "train",
+                "input": name,
+                "model": model_name,
+                "input_size": input_size,
+                "devices": rt.num_devices,
+                "per_device_batch": batch_size,
+                "global_batch": global_batch,
+                "steps": steps,
+                "bf16": bf16,
+                "steps_per_s": round(steps_per_s, 3),
+                "samples_per_s": round(steps_per_s * global_batch, 1),
+                "samples_per_s_per_device": round(steps_per_s * global_batch / rt.num_devices, 1),
+                "data_wait_fraction": round(max(0.0, 1 - steps_per_s / rates["synthetic-on-device"]), 3),
+            }
+        )

@@ -21,9 +21,17 @@ __all__ = [
 ]
 
 SYNTHETIC_IMAGENET_PHOTOS = [
-    "astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field",
-    "immunohistochemistry", "retina", "camera", "moon", "brick",
-]  # fmt: skip
+    "astronaut",
+    "coffee",
+    "chelsea",
+    "rocket",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "retina",
+    "camera",
+    "moon",
+    "brick",
+]
 
 
 # --------------------------------------------------------------------------- digits

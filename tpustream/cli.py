@@ -80,11 +80,11 @@ app.add_typer(champion_app, name="champion")
 app.add_typer(pipeline_app, name="pipeline")
 
 
-class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _CurrentStderr(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record is emitted, not the stream of the first call:
     an embedding caller (a test runner's CliRunner, a notebook) may swap and close stderr between calls."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 
@@ -166,10 +166,19 @@ def shards_create(
     from tpustream.shard_plan import ShardConfig
 
     config = ShardConfig(
-        source=source, output=output, num_shards=num_shards, val_shards=val_shards,
-        val_fraction=val_fraction, upsample=upsample, seed=seed, max_side=max_side,
-        max_pixels=max_pixels, workers=workers, overwrite=overwrite, strict=strict,
-    )  # fmt: skip
+        source=source,
+        output=output,
+        num_shards=num_shards,
+        val_shards=val_shards,
+        val_fraction=val_fraction,
+        upsample=upsample,
+        seed=seed,
+        max_side=max_side,
+        max_pixels=max_pixels,
+        workers=workers,
+        overwrite=overwrite,
+        strict=strict,
+    )
     _, summary = shards.create_shards(config)
     typer.echo(summary.line())
 
@@ -547,9 +556,16 @@ def deploy_cmd(
     from tpustream import deploy
 
     outcome = deploy.deploy(
-        model, endpoint, traffic_percent=traffic, machine_type=machine_type, min_replicas=min_replicas,
-        max_replicas=max_replicas, registry=registry, project=project, region=region,
-    )  # fmt: skip
+        model,
+        endpoint,
+        traffic_percent=traffic,
+        machine_type=machine_type,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        registry=registry,
+        project=project,
+        region=region,
+    )
     done = "deployed" if outcome["deployed"] else "already deployed"
     typer.echo(f"{done}: {outcome['model']} on {outcome['endpoint']} as {outcome['deployed_model_id']}")
     typer.echo(f"traffic: {_traffic(outcome['traffic_split'])}")
@@ -722,10 +738,18 @@ def predict_cmd(
                 "--vertex-batch needs --vertex-model: the Vertex AI model promote published (or a resource name)"
             )
         job = batch.predict_on_vertex(
-            list(inputs or []), vertex_model, vertex_batch, registry=model or None, machine_type=machine_type,
-            max_replicas=max_replicas, limit=limit, wait=wait, project=vertex_project, region=vertex_region,
+            list(inputs or []),
+            vertex_model,
+            vertex_batch,
+            registry=model or None,
+            machine_type=machine_type,
+            max_replicas=max_replicas,
+            limit=limit,
+            wait=wait,
+            project=vertex_project,
+            region=vertex_region,
             top_k=top_k,
-        )  # fmt: skip
+        )
         if "instances" in job:
             typer.echo(f"instances: {job['instances']['instances']} images in {job['instances']['uri']}")
         typer.echo(f"batch prediction {job['name']}: {job['state']} ({job['model']})")
@@ -1006,9 +1030,15 @@ def pipeline_compile(
     output = _local_file(output)
     try:
         submit.compile_pipeline(
-            output, tpu=tpu or None, cpu_image=image, tpu_image=tpu_image, capacity=plan, resources=sizes,
-            serve_image=serving_image, tensorboard=tensorboard,
-        )  # fmt: skip
+            output,
+            tpu=tpu or None,
+            cpu_image=image,
+            tpu_image=tpu_image,
+            capacity=plan,
+            resources=sizes,
+            serve_image=serving_image,
+            tensorboard=tensorboard,
+        )
     except OSError as exc:
         _fail(f"--output {output}: cannot write the YAML ({exc.strerror or exc}): give a local file path")
     typer.echo(

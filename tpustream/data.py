@@ -162,10 +162,14 @@ class _Stats:
 
     def take(self) -> dict[str, Any]:
         out = {
-            "samples": self.samples, "padded": self.padded, "repeated": self.repeated,
-            "undecodable": self.undecodable, "unread": self.unread, "problems": self.problems,
+            "samples": self.samples,
+            "padded": self.padded,
+            "repeated": self.repeated,
+            "undecodable": self.undecodable,
+            "unread": self.unread,
+            "problems": self.problems,
             "skipped_on_resume": self.skipped_on_resume,
-        }  # fmt: skip
+        }
         self.reset()
         return out
 
@@ -301,10 +305,15 @@ class _Split:
     def plan(self, epoch: int) -> tuple[int, list[WorkerPlan]]:
         cfg = self.config
         return plan_epoch(
-            [int(s["num_samples"]) for s in self.shards], split=cfg.split, epoch=epoch, seed=cfg.seed,
-            num_replicas=self.num_replicas, replica_index=self.replica_index, workers=cfg.workers,
+            [int(s["num_samples"]) for s in self.shards],
+            split=cfg.split,
+            epoch=epoch,
+            seed=cfg.seed,
+            num_replicas=self.num_replicas,
+            replica_index=self.replica_index,
+            workers=cfg.workers,
             batch_size=cfg.batch_size,
-        )  # fmt: skip
+        )
 
     def layout(self, epoch: int, start_batch: int) -> tuple[int, list[WorkerPlan], list[int]]:
         """The epoch's steps; per worker, the plan it runs in ``epoch`` resumed at ``start_batch`` and how
@@ -324,9 +333,16 @@ class _EpochStream:
     """
 
     def __init__(
-        self, split: _Split, epoch: int, plans: list[WorkerPlan], skip: list[int],
-        ring: _SlotRing | None = None, generation: int = 0, *, persistent: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        split: _Split,
+        epoch: int,
+        plans: list[WorkerPlan],
+        skip: list[int],
+        ring: _SlotRing | None = None,
+        generation: int = 0,
+        *,
+        persistent: bool = False,
+    ) -> None:
         self.split = split
         self.epoch = epoch
         self.plans = plans
@@ -372,7 +388,7 @@ class _EpochStream:
                     # No member may claim more bytes than the manifest's shard size: a forged size costs
                     # an error, never an allocation.
                     # In runs (a list per 1 MiB read): a generator step less per sample.
-                    for run in iter_tar_sample_runs(stream, int(shard["num_bytes"])):  # type: ignore[arg-type]
+                    for run in iter_tar_sample_runs(stream, int(shard["num_bytes"])):
                         for _key, fields in run:
                             count += 1
                             sample = _pick(fields, split.num_classes)
@@ -566,7 +582,7 @@ def median_short_side(dataset: str, manifest: dict[str, Any]) -> tuple[int, str]
     shard = manifest["splits"]["train"]["shards"][0]
     sides: list[int] = []
     with storage.open_read(storage.join(dataset, shard["path"])) as stream:
-        for _, fields in iter_tar_samples(stream, int(shard["num_bytes"])):  # type: ignore[arg-type]
+        for _, fields in iter_tar_samples(stream, int(shard["num_bytes"])):
             ext = image_member(fields)
             if ext is not None:
                 with Image.open(io.BytesIO(fields[ext])) as img:  # the header only
@@ -620,7 +636,7 @@ def _as_is(batch: Any) -> Any:
 def _data_loader(stream: _EpochStream, config: LoaderConfig, *, persistent: bool = False) -> Any:
     import torch.utils.data
 
-    class _Dataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    class _Dataset(torch.utils.data.IterableDataset):
         def __init__(self, stream: _EpochStream) -> None:
             self.stream = stream
 
@@ -685,12 +701,20 @@ class ShardLoader:
             replica_index, num_replicas = int(config.replica_index or 0), config.num_replicas
         min_scale = config.min_crop_scale or default_min_crop_scale(config.input_size)
         augment = Augment(
-            output_size=config.input_size, train=config.split == "train", min_crop_scale=min_scale,
+            output_size=config.input_size,
+            train=config.split == "train",
+            min_crop_scale=min_scale,
             max_pixels=config.max_pixels,
-        )  # fmt: skip
+        )
         self._split = _Split(
-            config, dataset, split["shards"], len(self.manifest["classes"]), replica_index, num_replicas, augment,
-        )  # fmt: skip
+            config,
+            dataset,
+            split["shards"],
+            len(self.manifest["classes"]),
+            replica_index,
+            num_replicas,
+            augment,
+        )
         # Validate the layout now (raises LoaderError with the fix) and fix the step count.
         self.steps_per_epoch, first_plans = self._split.plan(0)
         self.last_report: EpochReport | None = None
@@ -713,8 +737,11 @@ class ShardLoader:
             log.info(
                 "%d train shards over %d replica(s) x %d worker(s) do not divide evenly: some workers "
                 "repeat a few samples per epoch to keep every replica at %d steps",
-                len(self.shards), self.num_replicas, max(1, config.workers), self.steps_per_epoch,
-            )  # fmt: skip
+                len(self.shards),
+                self.num_replicas,
+                max(1, config.workers),
+                self.steps_per_epoch,
+            )
 
     # What the workers get (``_Split``), read through the loader.
     @property

@@ -36,10 +36,24 @@ class GcsServer:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc = subprocess.Popen(
-            [str(fake_gcs_binary()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-             "-port", str(self.port), "-external-url", self.url, "-log-level", "error"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                str(fake_gcs_binary()),
+                "-scheme",
+                "http",
+                "-backend",
+                "memory",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-external-url",
+                self.url,
+                "-log-level",
+                "error",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -62,7 +76,7 @@ class GcsServer:
 
 def make_bucket(endpoint: str, name: str) -> None:
     from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage  # type: ignore[attr-defined]
+    from google.cloud import storage
 
     client = storage.Client(  # type: ignore[attr-defined]
         project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint}

@@ -48,9 +48,16 @@ def _apportion(total: int, weights: Sequence[int]) -> list[int]:
 
 
 def plan_epoch(
-    shard_sizes: Sequence[int], *, split: str, epoch: int, seed: int, num_replicas: int, replica_index: int,
-    workers: int, batch_size: int,
-) -> tuple[int, list[WorkerPlan]]:  # fmt: skip
+    shard_sizes: Sequence[int],
+    *,
+    split: str,
+    epoch: int,
+    seed: int,
+    num_replicas: int,
+    replica_index: int,
+    workers: int,
+    batch_size: int,
+) -> tuple[int, list[WorkerPlan]]:
     """Pure: (steps per epoch, this replica's worker plans) from the manifest's shard sizes alone."""
     num_shards = len(shard_sizes)
     readers = max(1, workers)
@@ -72,10 +79,14 @@ def plan_epoch(
         per_worker = [mine[w::readers] for w in range(readers)]
         quotas = _apportion(steps, [sum(shard_sizes[s] for s in shards) for shards in per_worker])
         plans = [
-            WorkerPlan(w, tuple(per_worker[w]), quotas[w], tuple(s for s in mine if s not in per_worker[w]) + tuple(
-                s for s in order if s not in mine))
+            WorkerPlan(
+                w,
+                tuple(per_worker[w]),
+                quotas[w],
+                tuple(s for s in mine if s not in per_worker[w]) + tuple(s for s in order if s not in mine),
+            )
             for w in range(readers)
-        ]  # fmt: skip
+        ]
         return steps, plans
 
     def replica_workers(rank: int) -> list[list[int]]:

@@ -26,8 +26,13 @@ from tpustream.registry import json_bytes, read_champion, version_uri
 from tpustream.xla_runtime import single_device
 
 __all__ = [
-    "EvaluationError", "METRICS_FORMAT", "evaluate_model", "evaluate", "load_model_card", "val_predictions",
-]  # fmt: skip
+    "EvaluationError",
+    "METRICS_FORMAT",
+    "evaluate_model",
+    "evaluate",
+    "load_model_card",
+    "val_predictions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +146,16 @@ class _ValPass:
             manifest=manifest,
         )
         return cls(
-            model_uri, data_uri, card, manifest, list(manifest["classes"]), device, model.to(device).eval(),
-            model_digest, loader,
-        )  # fmt: skip
+            model_uri,
+            data_uri,
+            card,
+            manifest,
+            list(manifest["classes"]),
+            device,
+            model.to(device).eval(),
+            model_digest,
+            loader,
+        )
 
     def batches(self) -> Iterator[tuple[Any, Any, Any]]:
         """(logits as float32, labels, mask) per val batch, on the device; the val split in manifest order

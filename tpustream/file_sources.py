@@ -30,8 +30,17 @@ IMAGE_EXTENSIONS = frozenset(KEEP_EXT) | REENCODE_EXT
 SPLIT_DIR_NAMES = {"train": "train", "val": "val", "validation": "val", "test": "val"}
 CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")  # an official extraction
 CIFAR10_CLASSES = [
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
-]  # fmt: skip
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+]
 
 log = logging.getLogger(__name__)
 

@@ -127,8 +127,15 @@ def encode_ppm(image: np.ndarray) -> bytes:
 # _PPM_HEADER_MAX bytes with bounded digit counts: parsing cannot loop or read past the data, whatever it holds.
 _PPM_FAST = re.compile(rb"P6\n([0-9]{1,9}) ([0-9]{1,9})\n255\n")
 _PPM_SEP = rb"(?:[ \t\r\n\v\f]|#[^\n]*\n)+"
-_PPM_ANY = re.compile(rb"P6" + _PPM_SEP + rb"([0-9]{1,9})" + _PPM_SEP + rb"([0-9]{1,9})" + _PPM_SEP
-                      + rb"([0-9]{1,5})[ \t\r\n\v\f]")  # fmt: skip
+_PPM_ANY = re.compile(
+    rb"P6"
+    + _PPM_SEP
+    + rb"([0-9]{1,9})"
+    + _PPM_SEP
+    + rb"([0-9]{1,9})"
+    + _PPM_SEP
+    + rb"([0-9]{1,5})[ \t\r\n\v\f]"
+)
 _PPM_HEADER_MAX = 4096
 
 

@@ -23,12 +23,14 @@ def masked_sums(logits: Any, labels: Any, mask: Any, dtype: Any = None) -> tuple
     top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
     predicted = top5[:, 0]
     valid = mask.to(dtype)
-    sums = torch.stack([
-        (loss.to(dtype) * valid).sum(),
-        ((predicted == labels).to(dtype) * valid).sum(),
-        ((top5 == labels[:, None]).any(dim=1).to(dtype) * valid).sum(),
-        valid.sum(),
-    ])  # fmt: skip
+    sums = torch.stack(
+        [
+            (loss.to(dtype) * valid).sum(),
+            ((predicted == labels).to(dtype) * valid).sum(),
+            ((top5 == labels[:, None]).any(dim=1).to(dtype) * valid).sum(),
+            valid.sum(),
+        ]
+    )
     return sums, predicted
 
 

@@ -161,8 +161,10 @@ class StopAgreement:
                     missing = sorted(set(range(self.hosts)) - set(confirmed))
                     log.warning(
                         "preemption: host(s) %s did not confirm the stop step within %g s; removing %s anyway",
-                        ", ".join(map(str, missing)), self.sync_seconds, self.directory,
-                    )  # fmt: skip
+                        ", ".join(map(str, missing)),
+                        self.sync_seconds,
+                        self.directory,
+                    )
             for obj in storage.list_objects(self.directory):
                 storage.delete(obj.uri)
 
@@ -223,8 +225,11 @@ class StopAgreement:
             stop = max(steps.values())
             log.warning(
                 "preemption: all %d hosts reported (steps %d..%d): every host stops at step %d",
-                self.hosts, min(steps.values()), stop, stop,
-            )  # fmt: skip
+                self.hosts,
+                min(steps.values()),
+                stop,
+                stop,
+            )
             return stop
         missing = sorted(set(range(self.hosts)) - set(steps))
         log.error(

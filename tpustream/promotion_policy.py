@@ -15,9 +15,14 @@ from typing import Any
 from tpustream.errors import TpustreamError
 
 __all__ = [
-    "METRICS", "Decision", "RegistryError", "decide", "decide_for_metrics", "champion_to_compare",
+    "METRICS",
+    "Decision",
+    "RegistryError",
+    "decide",
+    "decide_for_metrics",
+    "champion_to_compare",
     "is_finite_number",
-]  # fmt: skip
+]
 
 METRICS = {"top1": True, "top5": True, "loss": False}  # name -> higher is better
 
@@ -117,18 +122,28 @@ def decide(
 
 
 def decide_for_metrics(
-    metrics: dict[str, Any], current: dict[str, Any] | None, *, metric: str, min_delta: float,
+    metrics: dict[str, Any],
+    current: dict[str, Any] | None,
+    *,
+    metric: str,
+    min_delta: float,
     max_class_drop: float | None = None,
-) -> Decision:  # fmt: skip
+) -> Decision:
     """What `promote` decides for a metrics.json document against the current champion pointer (None:
     no champion), once the candidate is known not to be the champion already."""
     refusal = _incomplete(metrics) or _not_comparable(metrics, current)
     if refusal is not None:
         return refusal
     champion, champion_digest = champion_to_compare(metrics, current)
-    return decide(metrics["candidate"], champion, candidate_digest=metrics["dataset"]["manifest_digest"],
-                  champion_digest=champion_digest, metric=metric, min_delta=min_delta,
-                  max_class_drop=max_class_drop)  # fmt: skip
+    return decide(
+        metrics["candidate"],
+        champion,
+        candidate_digest=metrics["dataset"]["manifest_digest"],
+        champion_digest=champion_digest,
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
+    )
 
 
 def _incomplete(metrics: dict[str, Any]) -> Decision | None:

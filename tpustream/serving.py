@@ -292,9 +292,11 @@ class Classifier:
         except CheckpointError as exc:
             raise BadModel(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
         model = build_model(
-            card["arch"], num_classes=len(self.classes), input_size=self.input_size,
+            card["arch"],
+            num_classes=len(self.classes),
+            input_size=self.input_size,
             in_channels=int(card.get("in_channels", 3)),
-        )  # fmt: skip
+        )
         try:
             model.load_state_dict(weights)
         except RuntimeError as exc:
@@ -421,11 +423,13 @@ class Classifier:
                 probabilities, indices = logits.softmax(dim=1).topk(k, dim=1)
                 probabilities, indices = probabilities[:count].cpu(), indices[:count].cpu()
                 for p_row, i_row in zip(probabilities.tolist(), indices.tolist(), strict=True):
-                    results.append({
-                        "classes": [self.classes[i] for i in i_row],
-                        "class_indices": i_row,
-                        "probabilities": [round(p, 6) for p in p_row],
-                    })  # fmt: skip
+                    results.append(
+                        {
+                            "classes": [self.classes[i] for i in i_row],
+                            "class_indices": i_row,
+                            "probabilities": [round(p, 6) for p in p_row],
+                        }
+                    )
         return results
 
 
@@ -530,7 +534,7 @@ except ImportError:  # pragma: no cover - reported by the model server itself
     _PredictionHandler = object  # type: ignore[misc,assignment]
 
 
-class ClassifierPredictor(_Predictor):  # type: ignore[misc,valid-type]
+class ClassifierPredictor(_Predictor):
     """The CPR ``Predictor``: ``load`` once per server process, then preprocess -> predict -> postprocess
     per request (on ``ClassifierHandler``'s worker thread; an ``HTTPException`` raised here reaches the
     client as is, anything else becomes a 500 without details)."""
@@ -632,7 +636,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-class ClassifierHandler(_PredictionHandler):  # type: ignore[misc,valid-type]
+class ClassifierHandler(_PredictionHandler):
     """The CPR ``Handler`` (HANDLER_MODULE/HANDLER_CLASS): checks the headers, admits at most ``threads`` +
     ``queue`` requests (503 beyond), reads the body within ``max_body_bytes`` (413), then parses it strictly
     (``parse_request``) and runs the predictor on a worker thread, off the event loop that answers health

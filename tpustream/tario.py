@@ -383,9 +383,14 @@ def _member_runs(stream: IO[bytes], size: int | None) -> Iterator[list[tuple[str
                 buf = reader.buf
                 last = len(offsets) - (not checksums_ok)
                 yield [
-                    (buf[start : start + length].decode("utf-8", "replace"), buf[start + BLOCK : start + BLOCK + n])
-                    for start, length, n in zip(offsets[:last], name_lengths[:last], sizes[:last], strict=True)
-                ]  # fmt: skip
+                    (
+                        buf[start : start + length].decode("utf-8", "replace"),
+                        buf[start + BLOCK : start + BLOCK + n],
+                    )
+                    for start, length, n in zip(
+                        offsets[:last], name_lengths[:last], sizes[:last], strict=True
+                    )
+                ]
                 if not checksums_ok:
                     reader.at = offsets[last]
                     raise TarFormatError("tar header checksum mismatch (corrupt shard)")

@@ -535,8 +535,9 @@ class Trainer:
         self.meta["init"]["peak_lr"] = self.peak_lr  # in model.json: the LR this warm start trained at
         log.info(
             "warm start: peak lr %.4g, %g x the from-scratch default (give --lr to choose another)",
-            self.peak_lr, WARM_LR_FACTOR,
-        )  # fmt: skip
+            self.peak_lr,
+            WARM_LR_FACTOR,
+        )
 
     def _log_plan(self) -> None:
         log.info(
@@ -654,19 +655,33 @@ class Trainer:
         seconds = time.perf_counter() - run.started
         samples_per_s = run.steps * self.global_batch / seconds
         return {
-            "epoch": self.state.epoch + 1, "train_loss": train_loss, **metrics, "epoch_seconds": seconds,
-            "samples_per_s": samples_per_s, "samples_per_s_per_device": samples_per_s / self.rt.num_devices,
-            "data_wait_fraction": run.wait / seconds, "compiles": _compiles(met),
-        }  # fmt: skip
+            "epoch": self.state.epoch + 1,
+            "train_loss": train_loss,
+            **metrics,
+            "epoch_seconds": seconds,
+            "samples_per_s": samples_per_s,
+            "samples_per_s_per_device": samples_per_s / self.rt.num_devices,
+            "data_wait_fraction": run.wait / seconds,
+            "compiles": _compiles(met),
+        }
 
     def _report(self, r: dict[str, Any]) -> None:
         log.info(
             "epoch %d/%d: train loss %.4f, val top-1 %.4f top-5 %.4f loss %.4f (%d samples), %.1f s, "
             "%.0f samples/s (%.0f per device), data wait %.1f%%, XLA compiles so far %d",
-            r["epoch"], self.config.epochs, r["train_loss"], r["val_top1"], r["val_top5"], r["val_loss"],
-            r["val_samples"], r["epoch_seconds"], r["samples_per_s"], r["samples_per_s_per_device"],
-            100 * r["data_wait_fraction"], r["compiles"],
-        )  # fmt: skip
+            r["epoch"],
+            self.config.epochs,
+            r["train_loss"],
+            r["val_top1"],
+            r["val_top5"],
+            r["val_loss"],
+            r["val_samples"],
+            r["epoch_seconds"],
+            r["samples_per_s"],
+            r["samples_per_s_per_device"],
+            100 * r["data_wait_fraction"],
+            r["compiles"],
+        )
         if self.writer is not None:
             for key in (
                 "train_loss",

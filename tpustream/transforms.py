@@ -359,7 +359,7 @@ def decode_image(data: bytes, ext: str, augment: Augment, rng: random.Random) ->
     return np.ascontiguousarray(out.transpose(1, 2, 0))
 
 
-def normalize(images_uint8, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype=None):  # type: ignore[no-untyped-def]
+def normalize(images_uint8, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype=None):
     """On-device normalisation of a uint8 NCHW batch: (x/255 - mean) / std, in ``dtype`` (default float32).
 
     Works on any torch device (XLA included), so loader workers ship uint8 and the device does the math.

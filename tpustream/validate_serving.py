@@ -133,9 +133,11 @@ def start_model_server(
     port = _free_port()
     server_env = {**os.environ, **SERVING_ENV, **(env or {})}
     server_env.update(
-        AIP_HTTP_PORT=str(port), AIP_HEALTH_ROUTE=HEALTH_ROUTE, AIP_PREDICT_ROUTE=PREDICT_ROUTE,
+        AIP_HTTP_PORT=str(port),
+        AIP_HEALTH_ROUTE=HEALTH_ROUTE,
+        AIP_PREDICT_ROUTE=PREDICT_ROUTE,
         AIP_STORAGE_URI=model_uri,
-    )  # fmt: skip
+    )
     server_env.setdefault(
         "VERTEX_CPR_WEB_CONCURRENCY", "1"
     )  # one uvicorn worker process: one model in memory
@@ -146,8 +148,10 @@ def start_model_server(
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
             [sys.executable, "-m", "google.cloud.aiplatform.prediction.model_server"],
-            env=server_env, stdout=log_file, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            env=server_env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
     server = ModelServer(f"http://127.0.0.1:{port}", port, HEALTH_ROUTE, PREDICT_ROUTE, process, log_path)
     try:
         deadline = time.monotonic() + timeout
@@ -280,9 +284,13 @@ def _check_malformed(server: ModelServer) -> tuple[list[dict[str, Any]], list[st
 
 
 def validate_serving(
-    model_uri: str, *, data: str | None = None, samples: int = 64, output: str | None = None,
+    model_uri: str,
+    *,
+    data: str | None = None,
+    samples: int = 64,
+    output: str | None = None,
     timeout: float = 180,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Validate ``model_uri`` (a model directory, or a registry: its champion) in the serving container.
 
     ``data``: the dataset whose val images are sent (default: the one model.json names). Returns the report and
@@ -344,8 +352,13 @@ def validate_serving(
         )
     log.info(
         "%s answers in the serving container: %d/%d val images as evaluation did, %d malformed requests "
-        "refused with 400 (startup %.1f s)", model, answers["agreed"], len(images), len(malformed), startup_s,
-    )  # fmt: skip
+        "refused with 400 (startup %.1f s)",
+        model,
+        answers["agreed"],
+        len(images),
+        len(malformed),
+        startup_s,
+    )
     return report
 
 
