@@ -34,16 +34,28 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
+import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from tpustream import storage
 
-__all__ = ["SigtermFlag", "StopAgreement", "POLL_SECONDS", "PREEMPTION_DIR"]
+__all__ = ["SigtermFlag", "StopAgreement", "POLL_SECONDS", "PREEMPTION_DIR", "exit_now"]
 
 log = logging.getLogger(__name__)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush logs and leave with ``code`` without the interpreter teardown (``train.exit_preempted``: a
+    preempted or interrupted process must not wait on XLA's or the loader's threads)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
 
 POLL_SECONDS = 2.0  # how often each host looks for another host's notice
 PREEMPTION_DIR = "_preemption"
@@ -77,8 +89,6 @@ class SigtermFlag:
 
     def _handle_int(self, signum: int, frame: Any) -> None:
         if self.interrupted:
-            from tpustream.train import exit_now
-
             print("tpustream: second Ctrl-C: stopping now, without saving", flush=True)
             exit_now(self.INTERRUPTED_EXIT_CODE)
         log.warning(

@@ -41,7 +41,7 @@ from tpustream.errors import TpustreamError
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
 from tpustream.metrics import masked_sums, summarize
 from tpustream.models import build_model, model_spec
-from tpustream.preemption import SigtermFlag, StopAgreement
+from tpustream.preemption import SigtermFlag, StopAgreement, exit_now
 from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
 from tpustream.xla_runtime import Runtime, device_loader, runtime
 
@@ -77,14 +77,6 @@ def exit_preempted(exc: Preempted) -> NoReturn:
     134: "terminate called without an active exception"), which Vertex would read as a crash."""
     print(f"tpustream: {exc}; exit {PREEMPTED_EXIT_CODE} (run again to resume)", file=sys.stderr, flush=True)
     exit_now(PREEMPTED_EXIT_CODE)
-
-
-def exit_now(code: int) -> NoReturn:
-    """Flush logs and leave with ``code`` without the interpreter teardown (see ``exit_preempted``)."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 @dataclass(frozen=True, kw_only=True)
