@@ -45,10 +45,11 @@ def train_model(
     if optional:
         import logging
 
+        from tpustream.errors import ConfigError
         from tpustream.registry import read_champion
 
         if not registry:
-            raise ValueError("init_from=champion needs the registry parameter")
+            raise ConfigError("init_from=champion needs the registry parameter")
         if read_champion(registry) is None:  # the first run of a new registry
             logging.getLogger(__name__).warning(
                 "no champion in %s yet: training from random weights", registry

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tpustream import storage
-from tpustream.errors import TpustreamError
+from tpustream.errors import ConfigError, TpustreamError
 
 if TYPE_CHECKING:
     from pipelines.preflight_cloud import ApiEndpoints
@@ -118,11 +118,11 @@ def load_template(template: str) -> dict[str, Any] | None:
     try:
         spec = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ValueError(
+        raise ConfigError(
             f"--template {template}: not YAML ({' '.join(str(exc).split())[:200]}): give a compiled pipeline"
         ) from None
     if not isinstance(spec, dict) or "root" not in spec:
-        raise ValueError(f"--template {template}: not a compiled KFP pipeline (no root): compile one first")
+        raise ConfigError(f"--template {template}: not a compiled KFP pipeline (no root): compile one first")
     return spec
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from pipelines.tpu import Capacity
 from pipelines.training import StepResources, build_pipeline, check_image
 from tpustream import storage
+from tpustream.errors import ConfigError
 from tpustream.experiments import ExperimentError, check_experiment_name, get_or_create_experiment
 
 log = logging.getLogger(__name__)
@@ -28,13 +29,13 @@ def check_tensorboard(tensorboard: str, *, region: str | None = None, flag: str 
     """Refuse what is not a TensorBoard instance's resource name, or one outside ``region`` (naming ``flag``)."""
     match = _TENSORBOARD.match(tensorboard)
     if match is None:
-        raise ValueError(
+        raise ConfigError(
             f"{flag} {tensorboard!r} is not a Vertex AI TensorBoard instance: give its resource name, "
             "projects/PROJECT/locations/REGION/tensorboards/ID (`gcloud ai tensorboards list --region REGION` "
             "lists them)"
         )
     if region and match["location"] != region:
-        raise ValueError(
+        raise ConfigError(
             f"{flag} {tensorboard}: the instance is in {match['location']} and the run in --region {region}; "
             f"Vertex AI needs the TensorBoard instance and the training job in one region ({TENSORBOARD_SETUP_DOC}): "
             f"use an instance in {region}"
@@ -66,7 +67,7 @@ def compile_pipeline(
     if tensorboard:
         check_tensorboard(tensorboard)
         if not tpu:
-            raise ValueError(
+            raise ConfigError(
                 "--tensorboard: the CPU image trains inside the pipeline's own step, not as a Vertex AI custom "
                 "job, so no TensorBoard instance can attach to it: give --tpu"
             )
@@ -103,7 +104,7 @@ def _with_tensorboard(parameters: dict[str, Any], tensorboard: str | None) -> di
         return parameters
     given = parameters.get("tensorboard")
     if given not in (None, tensorboard):
-        raise ValueError(
+        raise ConfigError(
             f"--tensorboard {tensorboard} and --param tensorboard={given} disagree: give one of them"
         )
     return {**parameters, "tensorboard": tensorboard}
@@ -151,7 +152,7 @@ def check_cron(cron: str) -> None:
     if fields and fields[0].startswith(("TZ=", "CRON_TZ=")):
         fields = fields[1:]
     if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
-        raise ValueError(
+        raise ConfigError(
             f"--cron {cron!r} is not a cron schedule: give five fields (minute hour day-of-month month "
             'day-of-week), e.g. "0 3 * * 1" for Mondays 03:00, optionally prefixed with "TZ=Europe/Paris"'
         )
@@ -161,7 +162,7 @@ def _check_template(template: str) -> None:
     if storage.is_gcs(template) or template.startswith("https://"):
         return  # Vertex reads these itself
     if not os.path.isfile(template):
-        raise ValueError(
+        raise ConfigError(
             f"--template {template}: no such file; compile one first: tpustream pipeline compile --output {template}"
         )
 
@@ -211,11 +212,11 @@ def check_slice_parameters(template: str, parameters: dict[str, Any]) -> None:
         try:
             return int(raw)
         except (TypeError, ValueError):
-            raise ValueError(f"--param {name}={raw!r}: expected an integer") from None
+            raise ConfigError(f"--param {name}={raw!r}: expected an integer") from None
 
     num_shards, workers = value("num_shards"), value("workers")
     if num_shards and num_shards < hosts:
-        raise ValueError(
+        raise ConfigError(
             f"--param num_shards={num_shards} cannot train on {tpu} ({hosts} hosts): every host needs a train "
             f"shard of its own; give at least {hosts}, {hosts * max(1, workers)} to keep every loader worker "
             "busy, or 0 (auto: one per loader worker of the slice)"
@@ -246,7 +247,7 @@ def _check_tensorboard_parameter(template: str, parameters: dict[str, Any], regi
         return
     check_tensorboard(str(tensorboard), region=region)
     if compiled_slice(spec)[0] is None:
-        raise ValueError(
+        raise ConfigError(
             f"--tensorboard {tensorboard}: --template {template} trains on the CPU image inside the pipeline's own "
             "step, not as a Vertex AI custom job, so no TensorBoard instance can attach; compile it with --tpu"
         )
@@ -334,7 +335,7 @@ def _job(
     check_slice_parameters(template, parameters)
     _check_tensorboard_parameter(template, parameters, region)
     if not storage.is_gcs(pipeline_root):
-        raise ValueError(f"--pipeline-root must be a gs:// URI for Vertex AI, got {pipeline_root!r}")
+        raise ConfigError(f"--pipeline-root must be a gs:// URI for Vertex AI, got {pipeline_root!r}")
     if not skip_preflight:
         _run_preflight(
             template,

@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tpustream.errors import ConfigError
+
 __all__ = [
     "TpuSpec",
     "TPU_TYPES",
@@ -97,7 +99,7 @@ TPU_TYPES: dict[str, TpuSpec] = {
 
 def tpu_spec(name: str) -> TpuSpec:
     if name not in TPU_TYPES:
-        raise ValueError(f"unknown TPU type {name!r}: choose one of {', '.join(TPU_TYPES)}")
+        raise ConfigError(f"unknown TPU type {name!r}: choose one of {', '.join(TPU_TYPES)}")
     return TPU_TYPES[name]
 
 
@@ -153,7 +155,7 @@ def duration(text: str, flag: str) -> str:
     value = text.strip().lower()
     if value[-1:] in _UNITS and value[:-1].isdigit() and int(value[:-1]) > 0:
         return f"{int(value[:-1]) * _UNITS[value[-1]]}s"
-    raise ValueError(f"{flag} {text!r}: give a duration such as 90m, 2h, 1d or 3600s")
+    raise ConfigError(f"{flag} {text!r}: give a duration such as 90m, 2h, 1d or 3600s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,20 +167,20 @@ class Capacity:
 
     def __post_init__(self) -> None:
         if self.kind not in CAPACITY:
-            raise ValueError(f"--capacity {self.kind!r}: choose one of {', '.join(CAPACITY)}")
+            raise ConfigError(f"--capacity {self.kind!r}: choose one of {', '.join(CAPACITY)}")
         duration(self.timeout, "--timeout")
 
     def check_tpu(self, tpu: str) -> None:
         """Refuse a capacity Vertex AI does not offer for ``tpu`` (the rules above), naming the rule and doc."""
         spec = tpu_spec(tpu)
         if self.kind == "flex-start":
-            raise ValueError(
+            raise ConfigError(
                 "--capacity flex-start: Vertex AI's Dynamic Workload Scheduler for custom training requires "
                 f"GPUs (L4, A100, H100, H200, B200), not TPUs ({FLEX_START_DOC}, Requirements): use on-demand"
                 + (", or spot on a single-host TPU type" if spec.hosts == 1 else "")
             )
         if self.kind == "spot" and spec.hosts > 1:
-            raise ValueError(
+            raise ConfigError(
                 f"--capacity spot: {tpu} is a multi-host slice ({spec.hosts} hosts), and Vertex AI does not "
                 f"support Spot VMs with TPU Pods ({SPOT_DOC}, Limitations): use on-demand, or spot on a "
                 "single-host type (v5e-8, v6e-8, ...)"

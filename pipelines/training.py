@@ -44,6 +44,7 @@ from pipelines.tpu import (
     tpu_spec,
     worker_pool_spec,
 )
+from tpustream.errors import ConfigError
 
 __all__ = [
     "TPU_TYPES",
@@ -71,7 +72,7 @@ _PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|
 def check_image(image: str, flag: str) -> str:
     """Refuse a missing or placeholder image reference (naming ``flag``); return it unchanged."""
     if not image or "/" not in image or _PLACEHOLDER_IMAGE.search(image):
-        raise ValueError(
+        raise ConfigError(
             f"{flag} {image!r} is not a pushed image: give the reference Cloud Build pushed, best by digest "
             f"(REGION-docker.pkg.dev/PROJECT_ID/REPO/NAME@sha256:...); containers/cloudbuild.yaml builds, "
             "pushes and compiles against the digests"
@@ -138,13 +139,13 @@ class StepResources:
     def __post_init__(self) -> None:
         for flag, cpu in (("--step-cpu", self.cpu), ("--eval-cpu", self.eval_cpu)):
             if not _CPU.match(cpu) or not 0 < cpu_count(cpu) <= VERTEX_MAX_CPU:
-                raise ValueError(
+                raise ConfigError(
                     f"{flag} {cpu!r}: give a number of CPUs (4, 0.5) or millicores (500m), more than 0 and "
                     f"at most {VERTEX_MAX_CPU}, the most Vertex AI Pipelines gives a step"
                 )
         for flag, memory in (("--step-memory", self.memory), ("--eval-memory", self.eval_memory)):
             if not _MEMORY.match(memory) or not 0 < memory_gb(memory) <= VERTEX_MAX_MEMORY_GB:
-                raise ValueError(
+                raise ConfigError(
                     f"{flag} {memory!r}: give a size such as 16G or 512M (K, M, G: the units Vertex AI "
                     f"Pipelines documents), more than 0 and at most {VERTEX_MAX_MEMORY_GB}G, the most it gives "
                     "a step"
@@ -153,7 +154,7 @@ class StepResources:
     def limits(self, step: str) -> tuple[str, str]:
         """(cpu, memory) of the compiled step ``step`` (a CPU_STEPS name)."""
         if step not in CPU_STEPS:
-            raise ValueError(f"{step!r} is not a CPU step of the pipeline ({', '.join(CPU_STEPS)})")
+            raise ConfigError(f"{step!r} is not a CPU step of the pipeline ({', '.join(CPU_STEPS)})")
         return (self.eval_cpu, self.eval_memory) if step == "evaluate-model" else (self.cpu, self.memory)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from tpustream.emulator import GcsServer, make_bucket
+from tpustream.bench.emulator import GcsServer, make_bucket
 
 
 class FaultProxy:

@@ -27,7 +27,7 @@ WAITING = ("_PollLikeSelector.select", "Condition.wait", "Event.wait", "time.sle
 
 
 def run_loader(data: str, workers: int, seconds: float, batch_size: int, input_size: int | None) -> None:
-    from tpustream.bench_load import input_size_for
+    from tpustream.bench.load import input_size_for
     from tpustream.data import LoaderConfig, ShardLoader
     from tpustream.manifest import read_manifest
 

@@ -25,9 +25,10 @@ log = logging.getLogger("tpustream")
 def _user_error_message(exc: Exception) -> str | None:
     """The one line to print for an error the user can act on, or None for a bug (keep its traceback).
 
-    User errors: the `TpustreamError` family; ``ValueError``, which the config dataclasses raise for an
-    option out of range (``__post_init__``); and a cloud API's refusal or missing credentials."""
-    if isinstance(exc, TpustreamError | ValueError):
+    User errors: the `TpustreamError` family (``ConfigError``: what the config dataclasses raise for an
+    option out of range, in ``__post_init__``); and a cloud API's refusal or missing credentials. A bare
+    ``ValueError`` is a bug: it keeps its traceback."""
+    if isinstance(exc, TpustreamError):
         return str(exc)
     from google.api_core.exceptions import GoogleAPIError
     from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
@@ -1262,9 +1263,9 @@ def bench_write(
     samples_per_shard: Annotated[int, typer.Option(help="Samples per shard for both writers.", min=1)] = 2000,
 ) -> None:
     """Our shard writer vs stock webdataset.ShardWriter on the same planned samples, side by side."""
-    from tpustream import bench
+    from tpustream.bench import write
 
-    for line in bench.bench_write(
+    for line in write.bench_write(
         samples=samples,
         imagenet_samples=imagenet_samples,
         repeats=repeats,
@@ -1288,9 +1289,9 @@ def bench_import_cmd(
 ) -> None:
     """Vertex AI import file vs ImageFolder on the GCS test server: listing rows/s and shards create images/s,
     and the parse rate of a large JSONL."""
-    from tpustream import bench_import
+    from tpustream.bench.import_files import bench_import
 
-    for line in bench_import.bench_import(images=images, rows=rows, repeats=repeats, workers=workers):
+    for line in bench_import(images=images, rows=rows, repeats=repeats, workers=workers):
         typer.echo(line)
 
 
@@ -1305,11 +1306,9 @@ def bench_warmstart_cmd(
     lr: Annotated[float, typer.Option(help="Peak LR of every run.")] = 0.2,
 ) -> None:
     """Epochs and steps to reach the champion's val top-1 after new data lands: from scratch vs --init-from."""
-    from tpustream import bench_warmstart
+    from tpustream.bench.warmstart import bench_warmstart
 
-    for line in bench_warmstart.bench_warmstart(
-        old=old, epochs=epochs, model=model, batch_size=batch_size, lr=lr
-    ):
+    for line in bench_warmstart(old=old, epochs=epochs, model=model, batch_size=batch_size, lr=lr):
         typer.echo(line)
 
 
@@ -1324,9 +1323,9 @@ def bench_train_cmd(
 ) -> None:
     """Steps/s with synthetic on-device input vs the real loader: the data wait your host would cause."""
     os.environ.setdefault("PJRT_DEVICE", "CPU")
-    from tpustream import bench_train
+    from tpustream.bench.train import bench_train
 
-    for line in bench_train.bench_train(
+    for line in bench_train(
         data=data, model_name=model, steps=steps, batch_size=batch_size, workers=workers, bf16=bf16
     ):
         typer.echo(line)
@@ -1343,11 +1342,9 @@ def bench_preempt_cmd(
 ) -> None:
     """SIGTERM mid-epoch and restart, at three positions: signal->exit, restart->first step, and the loader's
     way back to the position (ours: nothing skipped is decoded) against replaying the epoch. JSON lines."""
-    from tpustream import bench_preempt
+    from tpustream.bench.preempt import bench_preempt
 
-    for line in bench_preempt.bench_preempt(
-        images=images, batch_size=batch_size, workers=workers, input_size=input_size
-    ):
+    for line in bench_preempt(images=images, batch_size=batch_size, workers=workers, input_size=input_size):
         typer.echo(line)
 
 
@@ -1368,9 +1365,9 @@ def bench_serve_cmd(
 ) -> None:
     """The model server under hostile requests, as Vertex starts it: status, latency, response size, the server's
     RSS and the health route's latency during each case (malformed bodies, budgets, formats, bombs, load)."""
-    from tpustream import bench_serve
+    from tpustream.bench import serve
 
-    bench_serve.run(model, arch=arch, streamed_case=streamed_case, echo=typer.echo)
+    serve.run(model, arch=arch, streamed_case=streamed_case, echo=typer.echo)
 
 
 @bench_app.command("load")
@@ -1397,7 +1394,7 @@ def bench_load(
     """Per-file ImageFolder (A), the blog's webdataset pipeline (B), ours local and from GCS, installed peers,
     and the ceilings (our kernel alone, the kernel in as many processes as cores used, our pipeline without
     workers)."""
-    from tpustream import bench_load as bl
+    from tpustream.bench import load as bl
 
     try:
         worker_counts = [int(count) for count in workers.split(",")]

@@ -29,6 +29,7 @@ import numpy as np
 
 from tpustream import storage
 from tpustream.epoch_plan import LoaderError, WorkerPlan, idle_workers, plan_epoch
+from tpustream.errors import ConfigError
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS, image_member
 from tpustream.manifest import read_manifest
 from tpustream.tario import TarFormatError, iter_tar_sample_runs, iter_tar_samples
@@ -77,21 +78,21 @@ class LoaderConfig:
 
     def __post_init__(self) -> None:
         if self.split not in ("train", "val"):
-            raise ValueError(f"split must be 'train' or 'val', got {self.split!r}")
+            raise ConfigError(f"split must be 'train' or 'val', got {self.split!r}")
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+            raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.workers < 0:
-            raise ValueError(f"workers must be >= 0, got {self.workers}")
+            raise ConfigError(f"workers must be >= 0, got {self.workers}")
         if self.input_size < 1:
-            raise ValueError(f"input_size must be positive, got {self.input_size}")
+            raise ConfigError(f"input_size must be positive, got {self.input_size}")
         if self.shuffle_buffer < 1:
-            raise ValueError(f"shuffle_buffer must be at least 1, got {self.shuffle_buffer}")
+            raise ConfigError(f"shuffle_buffer must be at least 1, got {self.shuffle_buffer}")
         if self.max_pixels < 1:
-            raise ValueError(f"max_pixels must be at least 1, got {self.max_pixels}")
+            raise ConfigError(f"max_pixels must be at least 1, got {self.max_pixels}")
         if (self.num_replicas is None) != (self.replica_index is None):
-            raise ValueError("give both num_replicas and replica_index, or neither")
+            raise ConfigError("give both num_replicas and replica_index, or neither")
         if self.num_replicas is not None and not 0 <= (self.replica_index or 0) < self.num_replicas:
-            raise ValueError(
+            raise ConfigError(
                 f"replica_index {self.replica_index} out of range for {self.num_replicas} replicas"
             )
 
@@ -226,7 +227,7 @@ class _SlotRing:
     main process copies the images out and counts the slot free. Measured against a new shared-memory
     segment per batch (torch's ``share_memory_()`` + pickling): that path passes one file descriptor per
     tensor through the worker's resource-sharer thread, which waits for the worker's GIL, and faults in
-    fresh pages on both sides; it cost most of the main process's time at CIFAR size (bench_load).
+    fresh pages on both sides; it cost most of the main process's time at CIFAR size (bench/load.py).
     """
 
     def __init__(self, workers: int, depth: int, batch_size: int, input_size: int) -> None:

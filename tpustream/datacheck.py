@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpustream import storage
-from tpustream.errors import TpustreamError
+from tpustream.errors import ConfigError, TpustreamError
 from tpustream.manifest import (
     SkippedSummary,
     has_sample_index,
@@ -98,9 +98,9 @@ class DataCheckThresholds:
         ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"--{name.replace('_', '-')} must be a fraction in [0, 1], got {value}")
+                raise ConfigError(f"--{name.replace('_', '-')} must be a fraction in [0, 1], got {value}")
         if self.max_leaked_images < 0:
-            raise ValueError(f"--max-leaked-images must be 0 or more, got {self.max_leaked_images}")
+            raise ConfigError(f"--max-leaked-images must be 0 or more, got {self.max_leaked_images}")
 
 
 @dataclass(frozen=True)
@@ -503,7 +503,7 @@ def check_for_pipeline(
     Markdown report to ``report_path``, log each anomaly; raise DataCheckFailed on any when ``mode`` is
     "fail" ("warn": only log them; "off": check nothing)."""
     if mode not in DATA_CHECK_MODES:
-        raise ValueError(f"data_check {mode!r} is not one of {', '.join(DATA_CHECK_MODES)}")
+        raise ConfigError(f"data_check {mode!r} is not one of {', '.join(DATA_CHECK_MODES)}")
     if mode == "off":
         storage.write_bytes(
             report_path, f"# Data check: `{dataset}`\n\nNot checked: the run set `data_check=off`.\n".encode()

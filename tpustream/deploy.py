@@ -34,7 +34,7 @@ from fractions import Fraction
 from typing import Any
 
 from tpustream import vertex
-from tpustream.errors import TpustreamError
+from tpustream.errors import ConfigError, TpustreamError
 
 __all__ = ["CanaryRecord", "DeployError", "canary_split", "deploy", "rollback", "NEW_MODEL"]
 
@@ -92,7 +92,7 @@ def _scale(shares: Mapping[str, int], total: int) -> dict[str, int]:
     rounding, a tie going to the larger share, then to the one listed first."""
     weight = sum(shares.values())
     if weight <= 0:
-        raise ValueError(f"no traffic to re-scale in {dict(shares)}")
+        raise ConfigError(f"no traffic to re-scale in {dict(shares)}")
     exact = {key: Fraction(share * total, weight) for key, share in shares.items()}
     out = {key: int(value) for key, value in exact.items()}  # floor: shares are non-negative
     leftover = total - sum(out.values())
@@ -105,10 +105,10 @@ def canary_split(serving: Mapping[str, int], percent: int) -> dict[str, int]:
     """The endpoint's traffic split once a new model (key ``NEW_MODEL``) takes ``percent``: the models in
     ``serving`` (deployed model id -> current share) keep the rest in their proportions, the total is 100."""
     if not 0 <= percent <= 100:
-        raise ValueError(f"--traffic {percent}: a share of the endpoint's traffic in percent, 0 to 100")
+        raise ConfigError(f"--traffic {percent}: a share of the endpoint's traffic in percent, 0 to 100")
     rest = {key: share for key, share in serving.items() if share > 0}
     if not rest and percent != 100:
-        raise ValueError(f"nothing else serves: the new model must take 100%, not {percent}%")
+        raise ConfigError(f"nothing else serves: the new model must take 100%, not {percent}%")
     split = _scale(rest, 100 - percent) if percent < 100 else dict.fromkeys(rest, 0)
     split[NEW_MODEL] = percent
     return split
@@ -249,7 +249,7 @@ def deploy(
         ``traffic_split`` (after) and ``previous_split`` (the serving models' shares before).
     """
     if not 0 <= traffic_percent <= 100:
-        raise ValueError(
+        raise ConfigError(
             f"--traffic {traffic_percent}: a share of the endpoint's traffic in percent, 0 to 100"
         )
     resources = vertex.MachineResources(

@@ -13,4 +13,10 @@ class TpustreamError(Exception):
     """Base of every error whose message is meant for the user (one line, names the fix)."""
 
 
-__all__ = ["TpustreamError"]
+class ConfigError(TpustreamError, ValueError):
+    """An option or setting out of range or inconsistent (a config dataclass's ``__post_init__``, a flag the
+    CLI or a pipeline parameter got). A ``ValueError`` too, so callers that caught one keep working; the CLI
+    prints it as one line, while a bare ``ValueError`` (a bug) keeps its traceback."""
+
+
+__all__ = ["TpustreamError", "ConfigError"]

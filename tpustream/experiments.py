@@ -23,7 +23,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from tpustream.errors import TpustreamError
+from tpustream.errors import ConfigError, TpustreamError
 
 __all__ = ["ExperimentError", "check_experiment_name", "get_or_create_experiment", "join_experiment"]
 
@@ -41,7 +41,7 @@ class ExperimentError(TpustreamError, RuntimeError):
 def check_experiment_name(name: str, flag: str = "--experiment") -> str:
     """Refuse a name Vertex AI cannot give an experiment (naming ``flag``); return it unchanged."""
     if not _EXPERIMENT_NAME.match(name):
-        raise ValueError(
+        raise ConfigError(
             f"{flag} {name!r} is not a Vertex AI Experiment name: 4 to 128 lowercase letters, digits and "
             "hyphens (e.g. tpustream-resnet50)"
         )

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, TypedDict
 
 from tpustream import storage
+from tpustream.errors import ConfigError
 from tpustream.promotion_policy import METRICS, RegistryError
 from tpustream.registry import list_events, missing_registry, read_event
 
@@ -177,7 +178,7 @@ def format_history_table(entries: list[HistoryEntry], *, limit: int | None = Non
     """
     if limit is not None:
         if limit < 0:
-            raise ValueError(f"limit must be >= 0, not {limit}")
+            raise ConfigError(f"limit must be >= 0, not {limit}")
         entries = entries[-limit:] if limit else []
     metrics = {entry["metric"] for entry in entries}
     single = next(iter(metrics)) if len(metrics) == 1 else None

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, cast
 
+from tpustream.errors import ConfigError
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -72,7 +74,7 @@ class InputSizeRule:
 
     def __post_init__(self) -> None:
         if not 1 <= self.smallest <= self.largest:
-            raise ValueError(f"an input size rule needs 1 <= smallest <= largest, got {self}")
+            raise ConfigError(f"an input size rule needs 1 <= smallest <= largest, got {self}")
 
     def __call__(self, side: int) -> int:
         return min(self.largest, max(self.smallest, side // 8 * 8))
@@ -96,7 +98,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
-            raise ValueError(f"a model name is one word of letters, digits and _, got {self.name!r}")
+            raise ConfigError(f"a model name is one word of letters, digits and _, got {self.name!r}")
 
     def build(self, *, num_classes: int, input_size: int, in_channels: int = 3) -> nn.Module:
         """The model with random weights. A small-input stem replaces the stem that reads the image, so the
@@ -266,14 +268,14 @@ def model_spec(name: str) -> ModelSpec:
     try:
         return MODEL_SPECS[name]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}") from None
+        raise ConfigError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}") from None
 
 
 def build_model(name: str, *, num_classes: int, input_size: int, in_channels: int = 3) -> nn.Module:
     """Build ``name`` with random weights (nothing is downloaded)."""
     spec = model_spec(name)
     if num_classes < 2:
-        raise ValueError(f"a classifier needs at least 2 classes, the dataset has {num_classes}")
+        raise ConfigError(f"a classifier needs at least 2 classes, the dataset has {num_classes}")
     return spec.build(num_classes=num_classes, input_size=input_size, in_channels=in_channels)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpustream.errors import ConfigError
 from tpustream.promote import ALREADY_CHAMPION
 from tpustream.promotion_policy import METRICS, Decision, is_finite_number
 
@@ -63,14 +64,14 @@ class ReportFacts:
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
-            raise ValueError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
+            raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
         if self.max_class_drop is not None and not 0.0 <= self.max_class_drop <= 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"max_class_drop must be a fraction in [0, 1] or None, got {self.max_class_drop}"
             )
         for key in ("classes", "candidate"):
             if key not in self.metrics:
-                raise ValueError(f"metrics lacks {key!r}: not an evaluate metrics.json")
+                raise ConfigError(f"metrics lacks {key!r}: not an evaluate metrics.json")
 
 
 def _percent(value: Any, digits: int = 1) -> str:

@@ -61,7 +61,7 @@ containers/serve/Dockerfile) loads the model and applies these limits on its own
 
 Memory: a request holds its body, the parsed JSON and the decoded image bytes (together at most ~3 x
 ``TPUSTREAM_MAX_BODY_BYTES``) and one decoded image at a time (up to ~8 bytes per pixel while Pillow converts
-it to RGB). Measured (``python -m tpustream.bench_serve``): 4 PNGs of 16 Mi px (the default request budget)
+it to RGB). Measured (``python -m tpustream.bench.serve``): 4 PNGs of 16 Mi px (the default request budget)
 raised the server's peak RSS by ~175 MB, 64 of them (request budget raised) by ~190 MB, where holding every
 decoded image took 3 GB: the peak extra RSS of a request is ~200 MB at the defaults. A process holds that
 times ``TPUSTREAM_SERVING_THREADS``, plus the bodies of up to ``TPUSTREAM_SERVING_QUEUE`` waiting requests.
@@ -87,7 +87,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from tpustream import storage
-from tpustream.errors import TpustreamError
+from tpustream.errors import ConfigError, TpustreamError
 from tpustream.imagecodec import PIL_FORMATS, sniff_format
 from tpustream.registry import CHAMPION, read_champion, version_uri
 from tpustream.serving_contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
@@ -149,9 +149,9 @@ def _env_int(name: str, default: int, minimum: int = 1) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw[:40]!r} is not an integer: unset it or give a number") from None
+        raise ConfigError(f"{name}={raw[:40]!r} is not an integer: unset it or give a number") from None
     if value < minimum:
-        raise ValueError(f"{name}={raw!r} must be at least {minimum}")
+        raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
     return value
 
 
@@ -176,7 +176,7 @@ class _FromEnv:
         for field in fields(self):  # type: ignore[arg-type]
             value = getattr(self, field.name)
             if isinstance(value, int) and value < self.MINIMUM.get(field.name, 1):
-                raise ValueError(
+                raise ConfigError(
                     f"{field.name} must be at least {self.MINIMUM.get(field.name, 1)}, got {value}"
                 )
 

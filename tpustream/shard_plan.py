@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpustream.errors import ConfigError
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS
 from tpustream.manifest import MANIFEST_FORMAT, ShardError
 from tpustream.source_types import Source
@@ -61,21 +62,21 @@ class ShardConfig:
 
     def __post_init__(self) -> None:
         if self.min_train_shards < 1:
-            raise ValueError(f"min_train_shards must be at least 1, got {self.min_train_shards}")
+            raise ConfigError(f"min_train_shards must be at least 1, got {self.min_train_shards}")
         if self.num_shards is not None and self.num_shards < 1:
-            raise ValueError(f"--num-shards must be at least 1, got {self.num_shards}")
+            raise ConfigError(f"--num-shards must be at least 1, got {self.num_shards}")
         if self.val_shards is not None and self.val_shards < 1:
-            raise ValueError(f"--val-shards must be at least 1, got {self.val_shards}")
+            raise ConfigError(f"--val-shards must be at least 1, got {self.val_shards}")
         if self.val_fraction is not None and not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+            raise ConfigError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
         if self.upsample < 1:
-            raise ValueError(f"--upsample must be at least 1, got {self.upsample}")
+            raise ConfigError(f"--upsample must be at least 1, got {self.upsample}")
         if self.max_side is not None and self.max_side < 8:
-            raise ValueError(f"--max-side must be at least 8 pixels, got {self.max_side}")
+            raise ConfigError(f"--max-side must be at least 8 pixels, got {self.max_side}")
         if self.max_pixels < 64:
-            raise ValueError(f"--max-pixels must be at least 64, got {self.max_pixels}")
+            raise ConfigError(f"--max-pixels must be at least 64, got {self.max_pixels}")
         if self.workers < 1:
-            raise ValueError(f"--workers must be at least 1, got {self.workers}")
+            raise ConfigError(f"--workers must be at least 1, got {self.workers}")
 
 
 @dataclass(frozen=True)

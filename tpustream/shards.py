@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from tpustream import storage
+from tpustream.errors import ConfigError
 from tpustream.imagecodec import (
     DEFAULT_MAX_PIXELS,
     CorruptImage,
@@ -783,7 +784,7 @@ def config_from_pipeline(
 def shard_ranges(config: ShardConfig, shards_per_task: int) -> list[list[int]]:
     """``[[start, end), ...]`` over the plan's shards (train then val) for parallel writers (KFP ParallelFor)."""
     if shards_per_task < 1:
-        raise ValueError(f"shards_per_task must be at least 1, got {shards_per_task}")
+        raise ConfigError(f"shards_per_task must be at least 1, got {shards_per_task}")
     source = open_source(config.source, staging=storage.check_uri(config.output).rstrip("/"))
     check_source_listing(source, strict=config.strict)  # the pipeline's --strict stops here, before writing
     plan = plan_dataset(source, config)

@@ -37,7 +37,7 @@ from tpustream.checkpoint import (
     save_checkpoint,
     to_cpu,
 )
-from tpustream.errors import TpustreamError
+from tpustream.errors import ConfigError, TpustreamError
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
 from tpustream.metrics import masked_sums, summarize
 from tpustream.models import build_model, model_spec
@@ -118,26 +118,26 @@ class TrainConfig:
     def __post_init__(self) -> None:
         model_spec(self.model)  # ValueError naming the models
         if self.strategy not in ("spmd", "replicas"):
-            raise ValueError(f"--strategy must be spmd or replicas, got {self.strategy!r}")
+            raise ConfigError(f"--strategy must be spmd or replicas, got {self.strategy!r}")
         for name in ("epochs", "batch_size", "log_steps", "keep_checkpoints"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.global_batch_size is not None and self.global_batch_size < 1:
-            raise ValueError(f"--global-batch-size must be at least 1, got {self.global_batch_size}")
+            raise ConfigError(f"--global-batch-size must be at least 1, got {self.global_batch_size}")
         if self.lr is not None and self.lr <= 0:
-            raise ValueError(f"--lr must be positive, got {self.lr}")
+            raise ConfigError(f"--lr must be positive, got {self.lr}")
         if self.warmup_epochs < 0 or self.checkpoint_minutes <= 0:
-            raise ValueError("--warmup-epochs must be >= 0 and --checkpoint-minutes > 0")
+            raise ConfigError("--warmup-epochs must be >= 0 and --checkpoint-minutes > 0")
         if not 0 <= self.label_smoothing < 1:
-            raise ValueError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+            raise ConfigError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.workers < 0:
-            raise ValueError(f"--workers must be >= 0, got {self.workers}")
+            raise ConfigError(f"--workers must be >= 0, got {self.workers}")
         if self.patience < 0 or self.min_delta < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"--patience and --min-delta must be >= 0, got {self.patience} and {self.min_delta}"
             )
         if self.preemption_sync_seconds <= 0 or self.commit_timeout_minutes <= 0:
-            raise ValueError("--preemption-sync-seconds and --commit-timeout-minutes must be positive")
+            raise ConfigError("--preemption-sync-seconds and --commit-timeout-minutes must be positive")
 
 
 def lr_at(step: int, *, peak_lr: float, warmup_steps: int, total_steps: int) -> float:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tpustream.errors import ConfigError
 from tpustream.imagecodec import (
     DEFAULT_MAX_PIXELS,
     check_pixels,
@@ -74,11 +75,11 @@ class Augment:
 
     def __post_init__(self) -> None:
         if self.output_size < 1:
-            raise ValueError(f"output_size must be positive, got {self.output_size}")
+            raise ConfigError(f"output_size must be positive, got {self.output_size}")
         if self.max_pixels < 1:
-            raise ValueError(f"max_pixels must be positive, got {self.max_pixels}")
+            raise ConfigError(f"max_pixels must be positive, got {self.max_pixels}")
         if not 0.0 < self.min_crop_scale <= 1.0:
-            raise ValueError(f"min_crop_scale must be in (0, 1], got {self.min_crop_scale}")
+            raise ConfigError(f"min_crop_scale must be in (0, 1], got {self.min_crop_scale}")
 
 
 def random_resized_crop_box(

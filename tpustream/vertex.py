@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpustream import storage
-from tpustream.errors import TpustreamError
+from tpustream.errors import ConfigError, TpustreamError
 from tpustream.registry import read_champion, version_uri
 from tpustream.serving_contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
 
@@ -55,7 +55,7 @@ _PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|
 def check_serving_image(image: str) -> str:
     """Refuse a missing or placeholder serving image; return it unchanged."""
     if not image or "/" not in image or _PLACEHOLDER_IMAGE.search(image):
-        raise ValueError(
+        raise ConfigError(
             f"--serving-image {image!r} is not a pushed image: give the serve image Cloud Build pushed "
             "(REGION-docker.pkg.dev/PROJECT_ID/REPO/serve@sha256:..., printed by containers/cloudbuild.yaml)"
         )
@@ -85,7 +85,7 @@ class VertexTarget:
 
     def __post_init__(self) -> None:
         if not self.model_name or not self.project:
-            raise ValueError(
+            raise ConfigError(
                 "--vertex-model needs a model name and a project (--vertex-project or GOOGLE_CLOUD_PROJECT)"
             )
         check_serving_image(self.serving_image)
@@ -105,12 +105,12 @@ class VertexPlace:
 
     def __post_init__(self) -> None:
         if not self.project:
-            raise ValueError(
+            raise ConfigError(
                 "no Google Cloud project: pass --project, or set GOOGLE_CLOUD_PROJECT "
                 "(or log in with `gcloud auth application-default login` to a project)"
             )
         if not re.fullmatch(r"[a-z]+-[a-z]+\d+", self.location):
-            raise ValueError(f"--region {self.location!r} is not a Vertex AI region such as us-central1")
+            raise ConfigError(f"--region {self.location!r} is not a Vertex AI region such as us-central1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,13 +123,13 @@ class MachineResources:
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)+", self.machine_type or ""):
-            raise ValueError(
+            raise ConfigError(
                 f"--machine-type {self.machine_type!r} is not a Compute Engine machine type such as n1-standard-4"
             )
         if self.min_replicas < 1:
-            raise ValueError(f"--min-replicas {self.min_replicas}: Vertex AI needs at least 1 replica")
+            raise ConfigError(f"--min-replicas {self.min_replicas}: Vertex AI needs at least 1 replica")
         if self.max_replicas < self.min_replicas:
-            raise ValueError(
+            raise ConfigError(
                 f"--max-replicas {self.max_replicas} is below --min-replicas {self.min_replicas}: "
                 "raise --max-replicas"
             )
@@ -220,7 +220,7 @@ def publish(
     has it already (``import_evaluation``). Returns the model resource name, version id, versioned name,
     whether this call uploaded it, and the evaluation's resource name (or None)."""
     if not storage.is_gcs(artifact_uri):
-        raise ValueError(f"Vertex AI reads models from gs:// only, not {artifact_uri}: use a gs:// registry")
+        raise ConfigError(f"Vertex AI reads models from gs:// only, not {artifact_uri}: use a gs:// registry")
     aiplatform = _init(target)
     existing = aiplatform.Model.list(filter=f'display_name="{target.model_name}"')
     parent = existing[0].resource_name if existing else None

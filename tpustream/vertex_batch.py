@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tpustream import storage, vertex
+from tpustream.errors import ConfigError
 
 __all__ = ["INSTANCE_KEY", "write_instances", "submit_batch_prediction", "predict_on_vertex", "iter_results"]
 
@@ -49,7 +50,7 @@ def write_instances(inputs: list[str], destination: str, *, limit: int | None = 
     from tpustream.serving import Limits
 
     if not destination.endswith(".jsonl"):
-        raise ValueError(
+        raise ConfigError(
             f"{destination}: the instances file must end in .jsonl (Vertex reads it as JSON lines)"
         )
     max_bytes = Limits().max_image_bytes
@@ -74,7 +75,7 @@ def write_instances(inputs: list[str], destination: str, *, limit: int | None = 
             ", ".join(too_large[:5]),
         )
     if not count:
-        raise ValueError(f"{', '.join(inputs)}: no images to predict")
+        raise ConfigError(f"{', '.join(inputs)}: no images to predict")
     log.info("wrote %d instances (%.1f MB of images) to %s", count, total / 1e6, destination)
     return {"uri": destination, "instances": count, "bytes": total, "too_large": too_large}
 
@@ -115,20 +116,20 @@ def submit_batch_prediction(
         (successful / failed / incomplete counts).
     """
     if instances_format not in _FORMATS:
-        raise ValueError(f"--instances-format {instances_format!r}: choose {' or '.join(_FORMATS)}")
+        raise ConfigError(f"--instances-format {instances_format!r}: choose {' or '.join(_FORMATS)}")
     bad = [uri for uri in input_uris if not storage.is_gcs(uri)]
     if not input_uris or bad:
-        raise ValueError(
+        raise ConfigError(
             f"batch prediction input {bad or input_uris}: give gs:// files (Vertex AI reads from Cloud Storage)"
         )
     if not storage.is_gcs(output_prefix):
-        raise ValueError(f"--vertex-batch {output_prefix}: give a gs:// prefix for the predictions")
+        raise ConfigError(f"--vertex-batch {output_prefix}: give a gs:// prefix for the predictions")
     if not 1 <= batch_size <= MAX_BATCH:
-        raise ValueError(
+        raise ConfigError(
             f"--batch-size {batch_size}: 1 to {MAX_BATCH}, the most instances the serving image takes per request"
         )
     if top_k is not None and top_k < 1:
-        raise ValueError(f"--top-k {top_k} must be positive")
+        raise ConfigError(f"--top-k {top_k} must be positive")
     resources = vertex.MachineResources(
         machine_type=machine_type, min_replicas=starting_replicas, max_replicas=max_replicas
     )
@@ -208,7 +209,7 @@ def predict_on_vertex(inputs: list[str], model: str, output_prefix: str, **optio
     if inputs and all(storage.is_gcs(uri) and uri.endswith(".jsonl") for uri in inputs):
         return submit_batch_prediction(model, inputs, output_prefix, **options)
     if not storage.is_gcs(output_prefix):
-        raise ValueError(f"--vertex-batch {output_prefix}: give a gs:// prefix for the predictions")
+        raise ConfigError(f"--vertex-batch {output_prefix}: give a gs:// prefix for the predictions")
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     written = write_instances(inputs, storage.join(output_prefix, f"instances-{stamp}.jsonl"), limit=limit)
     return {

@@ -7,8 +7,9 @@ from functools import partial
 
 import pytest
 
-from tpustream import bench_peers, shards
-from tpustream.bench_load import _split_samples
+from tpustream import shards
+from tpustream.bench import peers as bench_peers
+from tpustream.bench.load import _split_samples
 from tpustream.shard_plan import ShardConfig
 
 pytestmark = pytest.mark.integration

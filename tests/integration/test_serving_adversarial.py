@@ -1,5 +1,5 @@
 """The model server under hostile requests: aiplatform's real CPR model server (FastAPI + uvicorn, a
-subprocess started as Vertex starts it: SERVING_ENV + the AIP_* variables, tpustream.bench_serve.ModelServer)
+subprocess started as Vertex starts it: SERVING_ENV + the AIP_* variables, tpustream.bench.serve.ModelServer)
 on a model trained here, with small limits so that every budget is reached quickly.
 
 Malformed bodies are short 400s that quote nothing of the body; budgets refuse a request before decoding it;
@@ -23,7 +23,7 @@ import pytest
 
 from tests.integration.test_evaluate_promote import make_model
 from tpustream import serving, shards
-from tpustream.bench_serve import ModelServer, Watch, image_bytes, instances
+from tpustream.bench.serve import ModelServer, Watch, image_bytes, instances
 from tpustream.shard_plan import ShardConfig
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from tpustream import bench_peers
+from tpustream.bench import peers as bench_peers
 
 
 @pytest.fixture

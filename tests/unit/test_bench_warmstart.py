@@ -1,6 +1,6 @@
 """bench warmstart's reading of a run: the first epoch at the target, and its steps."""
 
-from tpustream.bench_warmstart import _reached
+from tpustream.bench.warmstart import _reached
 
 
 def _card(tops, steps_per_epoch=25):

@@ -222,3 +222,19 @@ def test_an_evaluate_error_is_one_line_not_a_traceback(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "is not a tpustream manifest" in result.output and "Traceback" not in result.output
+
+
+def test_a_config_error_is_one_line_and_a_bare_value_error_is_a_bug_with_its_traceback():
+    """The CLI's one error boundary: ConfigError (an option out of range) is the user's to fix; a bare
+    ValueError from a library or our own code is a bug, and its traceback is not swallowed."""
+    from tpustream.cli import _user_error_message
+    from tpustream.errors import ConfigError
+    from tpustream.train import TrainConfig
+
+    with pytest.raises(ConfigError) as raised:
+        TrainConfig(data="d", output="o", epochs=0)
+    assert isinstance(raised.value, ValueError)  # callers that caught ValueError still do
+    assert _user_error_message(raised.value) == str(raised.value)
+    assert _user_error_message(ValueError("invalid literal for int() with base 10: 'x'")) is None
+    result = CliRunner().invoke(app, ["train", "--data", "d", "--output", "o", "--epochs", "0"])
+    assert result.exit_code == 2 and "epochs" in result.output and "Traceback" not in result.output

@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 # Known edges that close a cycle, each with why it is still there. Remove an entry when its import goes:
 # test_known_cycle_edges_are_still_there fails until then.
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
+# Benchmarks and the loopback GCS server: nothing that runs in production imports them. The CLI is the one
+# boundary, and only inside its bench commands, so importing the CLI (``tpustream --help``) does not load them.
+BENCH = f"{PACKAGE}.bench"
+BENCH_BOUNDARY = f"{PACKAGE}.cli"
 
 
 def _module_name(path: Path) -> str:
@@ -54,6 +58,19 @@ def _import_nodes(node: ast.AST) -> list[ast.Import | ast.ImportFrom]:
         assert isinstance(node, ast.If)
         children = list(node.orelse)
     return [found for child in children for found in _import_nodes(child)]
+
+
+def _is_bench(module: str) -> bool:
+    return module == BENCH or module.startswith(f"{BENCH}.")
+
+
+def _module_level_import_nodes(node: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """The imports that run when the module is imported: ``_import_nodes`` minus those inside functions."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        return []
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return [node]
+    return [found for child in ast.iter_child_nodes(node) for found in _module_level_import_nodes(child)]
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -108,6 +125,25 @@ def test_the_graph_is_read_from_every_module() -> None:
     assert "tpustream.vertex" in graph["tpustream.promote"]  # a function-level one
     assert "tpustream.transforms" in graph["tpustream.serving"]  # also imported under TYPE_CHECKING
     assert "tpustream.datacheck" not in graph["tpustream.datacheck_report"]  # only under TYPE_CHECKING
+    assert "tpustream.bench.peers" in graph["tpustream.bench.load"]  # a subpackage is walked too
+    assert "tpustream.bench.load" in graph["tpustream.cli"]
+
+
+def test_only_the_cli_imports_the_benchmarks() -> None:
+    graph = import_graph()
+    runtime = {module: targets for module, targets in graph.items() if not _is_bench(module)}
+    importers = sorted(module for module, targets in runtime.items() if any(map(_is_bench, targets)))
+    assert importers == [BENCH_BOUNDARY], f"only {BENCH_BOUNDARY} may import {BENCH}, not {importers}"
+
+
+def test_the_cli_imports_the_benchmarks_only_inside_its_commands() -> None:
+    path = ROOT / "cli.py"
+    names = [
+        name
+        for node in _module_level_import_nodes(ast.parse(path.read_text(), filename=str(path)))
+        for name in _imported(node, BENCH_BOUNDARY, is_package=False)
+    ]
+    assert not [name for name in names if _is_bench(name)], "import the benchmarks inside the bench commands"
 
 
 def test_find_cycle_names_the_cycle() -> None:

@@ -1,4 +1,4 @@
-"""``python -m tpustream.bench_serve [--model DIR]``: the model server (aiplatform's CPR server with
+"""``python -m tpustream.bench.serve [--model DIR]``: the model server (aiplatform's CPR server with
 ``tpustream.serving``, started as Vertex starts it) under hostile requests; one JSON line per case.
 
 Each case sends one request (or several at once) to the real server process and reports the status, the
@@ -386,7 +386,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tpustream.bench_serve", description=__doc__.split("\n")[0]
+        prog="python -m tpustream.bench.serve", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--model", help="a model directory or registry (default: a random model built here)")
     parser.add_argument(

@@ -4,7 +4,7 @@
 (B) the blog's pipeline: stock webdataset .shuffle().decode("pil").to_tuple().map_tuple(torchvision
     transforms incl. ToTensor + Normalize).batched(B, partial=True) + DataLoader;
 (ours) tpustream.data from local disk; (ours-gcs) tpustream.data from a GCS-API server on loopback;
-(peers) ``bench_peers``: each installed peer's documented pipeline and its plumbing with our decoder, over
+(peers) ``bench.peers``: each installed peer's documented pipeline and its plumbing with our decoder, over
     the same samples (webdataset: our shards; litdata, grain, mosaic-streaming: written in their own formats);
 (ceilings) our decode+crop kernel alone in one process (``kernel-alone``, x cores used), the same kernel
     run in as many processes at once as the worker count uses cores (``kernel-in-N-processes``: what the
@@ -38,6 +38,7 @@ import numpy as np
 
 from tpustream import storage
 from tpustream.data import _EpochStream, _Stats
+from tpustream.errors import ConfigError
 
 __all__ = ["bench_load", "input_size_for"]
 
@@ -487,7 +488,7 @@ def input_size_for(dataset: str, manifest: dict[str, Any], split: str, requested
     from tpustream.data import default_input_size
 
     if not manifest["splits"].get(split, {}).get("num_samples"):
-        raise ValueError(f"{dataset} has no {split} samples to measure")
+        raise ConfigError(f"{dataset} has no {split} samples to measure")
     return requested or default_input_size(dataset, manifest)[0]
 
 
@@ -523,7 +524,7 @@ def _resolve_dataset(data: str, workdir: str) -> str:
 def _gcs_copy(dataset: str, manifest: dict[str, Any]) -> tuple[Any, str] | None:
     """Start a loopback GCS-API server and upload the dataset; None if the server is not installed."""
     try:
-        from tpustream.emulator import GcsServer, make_bucket
+        from tpustream.bench.emulator import GcsServer, make_bucket
     except ImportError:
         return None
     try:
@@ -551,7 +552,8 @@ def bench_load(
     input_size: int | None,
 ) -> Iterator[str]:
     """Yield one JSON line per pipeline and worker count (median of ``repeats`` interleaved runs)."""
-    from tpustream import bench_peers, shards
+    from tpustream import shards
+    from tpustream.bench import peers as bench_peers
 
     worker_counts = [workers] if isinstance(workers, int) else list(workers)
     workdir = tempfile.mkdtemp(prefix="tpustream-bench-load-")

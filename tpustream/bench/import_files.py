@@ -132,7 +132,7 @@ def _compare_sources(
 def bench_import(*, images: int, rows: int, repeats: int, workers: int) -> Iterator[str]:
     """Yield JSON lines: listing and ``shards create`` (import file vs ImageFolder on the GCS server), then
     the parse rate of a ``rows``-row JSONL on local disk (0 rows: skipped)."""
-    from tpustream.emulator import GcsServer, make_bucket
+    from tpustream.bench.emulator import GcsServer, make_bucket
 
     workdir = tempfile.mkdtemp(prefix="tpustream-bench-import-")
     previous = os.environ.get("STORAGE_EMULATOR_HOST")
