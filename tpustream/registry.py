@@ -15,6 +15,7 @@ as null (``json_bytes``). No torch: the CLI's registry commands and ``--help`` s
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 import uuid
@@ -44,6 +45,8 @@ __all__ = [
     "record_trained",
     "read_trained",
 ]
+
+log = logging.getLogger(__name__)
 
 CHAMPION = "champion.json"
 
@@ -123,14 +126,36 @@ def list_versions(registry: str) -> dict[int, dict[str, Any]]:
     return out
 
 
+def _claimed_numbers(registry: str) -> set[int]:
+    """Every version number with a version.json object, readable or not (``versions/<n>/version.json``)."""
+    numbers = set()
+    for obj in storage.list_objects(storage.join(registry, "versions")):
+        parts = obj.uri.rstrip("/").split("/")
+        if len(parts) >= 2 and parts[-1] == "version.json" and parts[-2].isdigit():
+            numbers.add(int(parts[-2]))
+    return numbers
+
+
 def claim_version(registry: str, model_sha256: str, source: str) -> int:
-    """The version holding this model (idempotence), or a new one claimed create-only (races pick n+1)."""
+    """The version holding this model (idempotence), or a new one claimed create-only (races pick n+1).
+
+    A number whose version.json cannot be read is still taken: it is never claimed again (a version is
+    immutable), and the next free number is above it."""
     while True:
         versions = list_versions(registry)
         for number, record in versions.items():
             if record.get("model_sha256") == model_sha256:
                 return number
-        number = max(versions, default=0) + 1
+        claimed = _claimed_numbers(registry)
+        unreadable = sorted(claimed - set(versions))
+        if unreadable:
+            log.warning(
+                "version(s) %s under %s have an unreadable version.json: skipped (never reused); repair or "
+                "remove them",
+                ", ".join(map(str, unreadable)),
+                storage.join(registry, "versions"),
+            )
+        number = max(claimed | set(versions), default=0) + 1
         record = {
             "version": number,
             "model_sha256": model_sha256,

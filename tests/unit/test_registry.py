@@ -201,3 +201,26 @@ def test_trained_markers_and_dataset_locations_are_content_addressed(tmp_path):
         "decision": "kept",
     }
     assert record["created"].endswith("Z")
+
+
+def test_a_version_with_an_unreadable_version_json_is_skipped_not_claimed_again(tmp_path, caplog):
+    """A damaged versions/<n>/version.json used to make every later claim retry n forever (the create-only
+    write kept failing on the number the readable versions pointed to). Now n stays taken and is named."""
+    import threading
+
+    from tpustream.registry import claim_version
+
+    registry = str(tmp_path)
+    first = claim_version(registry, "aa" * 32, "gs://b/one")
+    (tmp_path / "versions" / "2").mkdir(parents=True)
+    (tmp_path / "versions" / "2" / "version.json").write_text("{not json")
+    claimed: list[int] = []
+    worker = threading.Thread(
+        target=lambda: claimed.append(claim_version(registry, "bb" * 32, "gs://b/two")), daemon=True
+    )
+    with caplog.at_level("WARNING", logger="tpustream.registry"):
+        worker.start()
+        worker.join(timeout=20)
+    assert not worker.is_alive(), "claim_version loops on the unreadable version"
+    assert (first, claimed) == (1, [3])
+    assert "version(s) 2 under" in caplog.text and "unreadable version.json" in caplog.text
