@@ -810,16 +810,17 @@ def report_cmd(
     from tpustream.report import write_run_report
 
     metrics_uri = metrics if metrics.rstrip("/").endswith(".json") else storage.join(metrics, "metrics.json")
-    if data is None:
-        try:
-            data = json.loads(storage.read_bytes(metrics_uri))["dataset"]["uri"]
-        except storage.NotFound:
-            _fail(f"--metrics {metrics_uri} does not exist: run tpustream evaluate first")
-        except (ValueError, KeyError, TypeError) as exc:
-            _fail(f"--metrics {metrics_uri} is not a tpustream metrics.json ({exc}): re-run evaluate")
-    if registry is None and _measured_champion(metrics_uri) is not None:
+    try:  # read once: the dataset it names (the --data default) and the champion it measured
+        evaluation = json.loads(storage.read_bytes(metrics_uri))
+        data = data or evaluation["dataset"]["uri"]
+        champion = evaluation.get("champion")
+    except storage.NotFound:
+        _fail(f"--metrics {metrics_uri} does not exist: run tpustream evaluate first")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        _fail(f"--metrics {metrics_uri} is not a tpustream metrics.json ({exc}): re-run evaluate")
+    if registry is None and isinstance(champion, dict):
         _fail(
-            f"--metrics {metrics_uri} holds champion version {_measured_champion(metrics_uri)}'s numbers: give "
+            f"--metrics {metrics_uri} holds champion version {champion.get('version')}'s numbers: give "
             "--registry (the registry evaluate compared with), so that the decision is taken against it"
         )
     output = storage.check_uri(output).rstrip("/")
@@ -840,14 +841,6 @@ def report_cmd(
     typer.echo(f"decision: {verdict} ({facts.decision.reason})")
     typer.echo(f"report: {html_uri}")
     typer.echo(f"summary: {markdown_uri}")
-
-
-def _measured_champion(metrics_uri: str) -> int | None:
-    """The champion version whose numbers evaluate put into ``metrics_uri`` (None: none measured)."""
-    from tpustream import storage
-
-    champion = json.loads(storage.read_bytes(metrics_uri)).get("champion")
-    return champion.get("version") if isinstance(champion, dict) else None
 
 
 @champion_app.command("show")
