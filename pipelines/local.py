@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from pipelines.training import build_pipeline
+from tpustream.pipelines.training import build_pipeline
 
 __all__ = ["run_local"]
 

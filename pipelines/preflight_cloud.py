@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.preflight import (
+from tpustream import storage
+from tpustream.pipelines.preflight_findings import (
     FAIL,
     MODEL_ARTIFACTS_DOC,
     OK,
@@ -24,7 +25,6 @@ from pipelines.preflight import (
     bucket_serves_region,
     check_tpu_region,
 )
-from tpustream import storage
 
 log = logging.getLogger(__name__)
 
@@ -422,8 +422,7 @@ def check_cloud(
     timeout: float = 10.0,
 ) -> list[Finding]:
     """Every check but the parameters': TPU region, credentials, IAM, buckets, TPU quota."""
-    from pipelines.submit import compiled_slice
-    from pipelines.tpu import TPU_TYPES
+    from tpustream.pipelines.tpu import TPU_TYPES, compiled_slice
 
     endpoints = api_endpoints or ApiEndpoints.from_env()
     tpu = compiled_slice(spec)[0] if spec is not None else None

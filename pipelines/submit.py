@@ -5,11 +5,11 @@ import os
 import re
 from typing import Any
 
-from pipelines.tpu import Capacity
-from pipelines.training import StepResources, build_pipeline, check_image
 from tpustream import storage
 from tpustream.errors import ConfigError
 from tpustream.experiments import ExperimentError, check_experiment_name, get_or_create_experiment
+from tpustream.pipelines.tpu import Capacity, compiled_slice
+from tpustream.pipelines.training import StepResources, build_pipeline, check_image
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def _with_tensorboard(parameters: dict[str, Any], tensorboard: str | None) -> di
 
 def _warn_unless_read(template: str, parameter: str) -> None:
     """Warn when no step of a local or gs:// template takes ``parameter``: its value would do nothing."""
-    from pipelines import preflight
+    from tpustream.pipelines import preflight
 
     spec = preflight.load_template(template)
     if spec is not None and not reads_parameter(spec, parameter):
@@ -167,33 +167,6 @@ def _check_template(template: str) -> None:
         )
 
 
-def _find(node: Any, key: str) -> Any:
-    """The first value under ``key`` anywhere in a parsed YAML document, or None."""
-    if isinstance(node, dict):
-        if key in node:
-            return node[key]
-        node = list(node.values())
-    if isinstance(node, list):
-        for child in node:
-            found = _find(child, key)
-            if found is not None:
-                return found
-    return None
-
-
-def compiled_slice(spec: dict[str, Any]) -> tuple[str | None, int]:
-    """The TPU type a compiled pipeline trains on (None: the CPU image) and its number of hosts."""
-    from pipelines.tpu import TPU_TYPES
-
-    pools = _find(spec, "worker_pool_specs")
-    default = pools.get("runtimeValue", {}).get("constant") if isinstance(pools, dict) else pools
-    machine = (default or [{}])[0].get("machine_spec", {}) if isinstance(default, list) else {}
-    for name, tpu in TPU_TYPES.items():
-        if tpu.machine_spec() == {k: v for k, v in machine.items() if k in tpu.machine_spec()} and machine:
-            return name, tpu.hosts
-    return None, 1
-
-
 def check_slice_parameters(template: str, parameters: dict[str, Any]) -> None:
     """Refuse parameters that cannot train on the template's compiled TPU slice, before anything is written
     or rented: every host needs a train shard of its own (tpustream/epoch_plan.py). A local template is
@@ -235,7 +208,7 @@ def check_slice_parameters(template: str, parameters: dict[str, Any]) -> None:
 def _check_tensorboard_parameter(template: str, parameters: dict[str, Any], region: str) -> None:
     """The run's ``tensorboard`` (given, or the template's default): an instance in the run's region, for a
     template whose train step is a Vertex custom job. A local or gs:// template is read here."""
-    from pipelines import preflight
+    from tpustream.pipelines import preflight
 
     spec = preflight.load_template(template)
     if spec is None:
@@ -270,7 +243,7 @@ def reads_parameter(spec: dict[str, Any], name: str) -> bool:
 def _check_template_parameters(template: str, parameters: dict[str, Any]) -> None:
     """Refuse ``--param`` names and types the template does not declare: free, no credentials, so it runs
     even with --skip-preflight (pipelines/preflight.py)."""
-    from pipelines import preflight
+    from tpustream.pipelines import preflight
 
     spec = preflight.load_template(template)
     findings = preflight.check_parameters(preflight.template_parameters(spec) if spec else None, parameters)
@@ -293,8 +266,8 @@ def _run_preflight(
 ) -> None:
     """The cloud checks of pipelines/preflight.py, logged one line each; raises PreflightFailed on a failure,
     before anything is sent to Vertex AI."""
-    from pipelines import preflight
-    from pipelines.preflight_cloud import check_cloud
+    from tpustream.pipelines import preflight
+    from tpustream.pipelines.preflight_cloud import check_cloud
 
     findings = check_cloud(
         preflight.load_template(template),

@@ -34,6 +34,7 @@ __all__ = [
     "fresh_job_command",
     "PIPELINE_WORKERS",
     "min_train_shards",
+    "compiled_slice",
 ]
 
 
@@ -101,6 +102,31 @@ def tpu_spec(name: str) -> TpuSpec:
     if name not in TPU_TYPES:
         raise ConfigError(f"unknown TPU type {name!r}: choose one of {', '.join(TPU_TYPES)}")
     return TPU_TYPES[name]
+
+
+def _find(node: Any, key: str) -> Any:
+    """The first value under ``key`` anywhere in a parsed YAML document, or None."""
+    if isinstance(node, dict):
+        if key in node:
+            return node[key]
+        node = list(node.values())
+    if isinstance(node, list):
+        for child in node:
+            found = _find(child, key)
+            if found is not None:
+                return found
+    return None
+
+
+def compiled_slice(spec: dict[str, Any]) -> tuple[str | None, int]:
+    """The TPU type a compiled pipeline trains on (None: the CPU image) and its number of hosts."""
+    pools = _find(spec, "worker_pool_specs")
+    default = pools.get("runtimeValue", {}).get("constant") if isinstance(pools, dict) else pools
+    machine = (default or [{}])[0].get("machine_spec", {}) if isinstance(default, list) else {}
+    for name, tpu in TPU_TYPES.items():
+        if tpu.machine_spec() == {k: v for k, v in machine.items() if k in tpu.machine_spec()} and machine:
+            return name, tpu.hosts
+    return None, 1
 
 
 # The pipeline's default loader workers per host (its `workers` parameter): the compiled shard floor gives each

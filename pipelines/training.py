@@ -34,8 +34,9 @@ from typing import Any
 
 from kfp import dsl
 
-import components
-from pipelines.tpu import (
+from tpustream import components
+from tpustream.errors import ConfigError
+from tpustream.pipelines.tpu import (
     PIPELINE_WORKERS,
     TPU_TYPES,
     Capacity,
@@ -44,7 +45,6 @@ from pipelines.tpu import (
     tpu_spec,
     worker_pool_spec,
 )
-from tpustream.errors import ConfigError
 
 __all__ = [
     "TPU_TYPES",

@@ -911,7 +911,7 @@ def _params(values: list[str]) -> dict[str, object]:
 def _pipeline_params(template: str, registry: str, values: list[str]) -> dict[str, Any]:
     """The run's parameters, each typed as the template declares it (``--param source=123`` stays a string);
     what is wrong with a name or a value is the preflight's to report."""
-    from pipelines import preflight
+    from tpustream.pipelines import preflight
 
     spec = preflight.load_template(template)
     declared = preflight.template_parameters(spec) if spec is not None else None
@@ -923,14 +923,14 @@ class _ParametersHelp(TyperCommand):
     shown (it imports kfp, never torch)."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        from pipelines.preflight import parameters_help, pipeline_parameters
+        from tpustream.pipelines.preflight import parameters_help, pipeline_parameters
 
         self.epilog = parameters_help(pipeline_parameters())
         super().format_help(ctx, formatter)
 
 
 def _tpu_help() -> str:
-    from pipelines.tpu import tpu_table_text
+    from tpustream.pipelines.tpu import tpu_table_text
 
     return "TPU type (Vertex AI custom training; '' = train on the CPU image): " + tpu_table_text() + "."
 
@@ -1015,9 +1015,9 @@ def pipeline_compile(
 ) -> None:
     """Compile the DAG for Vertex AI Pipelines (TPU type, pushed images and the CPU steps' sizes fixed at
     compile time)."""
-    from pipelines import submit
-    from pipelines.tpu import Capacity
-    from pipelines.training import StepResources
+    from tpustream.pipelines import submit
+    from tpustream.pipelines.tpu import Capacity
+    from tpustream.pipelines.training import StepResources
 
     plan = Capacity(kind=capacity, timeout=timeout)
     sizes = StepResources(cpu=step_cpu, memory=step_memory, eval_cpu=eval_cpu, eval_memory=eval_memory)
@@ -1070,7 +1070,7 @@ def pipeline_preflight(
     region, IAM (actAs on the service account, project roles), the buckets and their regions, TPU quota.
 
     One line per check (ok, warn or fail, and its fix); exit 1 if any fails. Submit and schedule run it."""
-    from pipelines import preflight
+    from tpustream.pipelines import preflight
 
     template = _local_file(template)
     findings = preflight.preflight(
@@ -1115,7 +1115,7 @@ def pipeline_submit(
     ] = None,
 ) -> None:
     """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`)."""
-    from pipelines import submit
+    from tpustream.pipelines import submit
 
     template = _local_file(template)
     name = submit.submit_pipeline(
@@ -1159,7 +1159,7 @@ def pipeline_schedule(
     ] = None,
 ) -> None:
     """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`."""
-    from pipelines import submit
+    from tpustream.pipelines import submit
 
     template = _local_file(template)
     name = submit.schedule_pipeline(
@@ -1198,7 +1198,7 @@ def pipeline_run_local(
     """Run the whole DAG here through kfp.local on CPU XLA; prints task outcomes and where everything landed.
 
     The executors' full logs go to ROOT/logs/run-local-TIME.log (printed first); -v prints them here."""
-    from pipelines.local import run_local
+    from tpustream.pipelines.local import run_local
     from tpustream.registry import champion_status, version_uri
     from tpustream.sources import open_source
 

@@ -236,7 +236,7 @@ def test_deploy_component_deploys_promotes_version_and_outputs_the_endpoint(reco
     from google_cloud_pipeline_components.types import artifact_types
     from kfp import compiler, dsl
 
-    from components.deploy import deploy_model
+    from tpustream.components.deploy import deploy_model
 
     publish(recorder, 1)
     model = artifact_types.VertexModel(

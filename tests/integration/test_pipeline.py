@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import components
-from pipelines.submit import compile_pipeline, schedule_pipeline, submit_pipeline
-from pipelines.tpu import TPU_TYPES
-from tpustream import promote
+from tpustream import components, promote
+from tpustream.pipelines.submit import compile_pipeline, schedule_pipeline, submit_pipeline
+from tpustream.pipelines.tpu import TPU_TYPES
 
 pytestmark = pytest.mark.integration
 
@@ -175,7 +174,7 @@ def _limits(cpu, memory_gb, cpu_text, memory_text):
 def test_every_cpu_step_compiles_explicit_cpu_and_memory_limits(tmp_path, tpu):
     """Issue "Evaluation sized for real data": no CPU step is left to Vertex's default machine, evaluate
     gets its own larger size, and the train task (GCPC's launcher of the TPU job) gets none."""
-    from pipelines.training import CPU_STEPS
+    from tpustream.pipelines.training import CPU_STEPS
 
     spec, _ = _compiled(tmp_path, tpu)
     tasks = _all_tasks(spec)
@@ -193,8 +192,8 @@ def test_every_cpu_step_compiles_explicit_cpu_and_memory_limits(tmp_path, tpu):
 def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
     from typer.testing import CliRunner
 
-    from pipelines.training import CPU_STEPS
     from tpustream.cli import app
+    from tpustream.pipelines.training import CPU_STEPS
 
     path = tmp_path / "p.yaml"
     result = CliRunner().invoke(app, [
@@ -209,7 +208,7 @@ def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
     for task in set(CPU_STEPS) - {"evaluate-model"}:
         assert _resources(spec, task) == _limits(2.0, 8.0, "2", "8G"), task
     # Millicores and megabytes compile as kfp converts them (CPUs, decimal GB)
-    from pipelines.training import StepResources
+    from tpustream.pipelines.training import StepResources
 
     sizes = StepResources(cpu="500m", memory="512M", eval_cpu="8", eval_memory="30G")
     compile_pipeline(str(path), tpu=None, cpu_image=CPU_IMAGE, resources=sizes)
@@ -230,7 +229,7 @@ def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
     ],
 )
 def test_step_sizes_vertex_would_not_give_are_refused_before_compiling(tmp_path, sizes, flag):
-    from pipelines.training import StepResources
+    from tpustream.pipelines.training import StepResources
 
     with pytest.raises(ValueError, match=flag):
         compile_pipeline(
@@ -476,7 +475,7 @@ def _digit_images(root, start, stop):
 def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     """A schedule's runs through the real kfp.local DAG: the first trains; the second, on an unchanged
     source, skips shards and training; after images are added, the third trains on a new dataset."""
-    from pipelines.local import run_local
+    from tpustream.pipelines.local import run_local
 
     source = tmp_path / "images"
     _digit_images(source, 0, 900)

@@ -31,7 +31,7 @@ def _models(pipeline_root):
 
 
 def test_a_leaky_source_stops_before_training_and_the_fixed_source_trains(tmp_path):
-    from pipelines.local import run_local
+    from tpustream.pipelines.local import run_local
 
     source = tmp_path / "images"
     _digit_images_with_split(source, 500)

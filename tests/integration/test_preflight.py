@@ -7,7 +7,8 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from pipelines.preflight import (
+from tests.google_fakes import GoogleApisFake, tpu_quota_info
+from tpustream.pipelines.preflight import (
     FAIL,
     OK,
     WARN,
@@ -19,9 +20,8 @@ from pipelines.preflight import (
     preflight,
     template_parameters,
 )
-from pipelines.preflight_cloud import ApiEndpoints
-from pipelines.submit import compile_pipeline, submit_pipeline
-from tests.google_fakes import GoogleApisFake, tpu_quota_info
+from tpustream.pipelines.preflight_cloud import ApiEndpoints
+from tpustream.pipelines.submit import compile_pipeline, submit_pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -348,8 +348,8 @@ def test_promote_component_exposes_a_vertex_model_for_model_deploy_op(
     from google_cloud_pipeline_components.types import artifact_types
     from kfp import compiler, dsl
 
-    from components.promote import promote_model
-    from pipelines.training import build_pipeline
+    from tpustream.components.promote import promote_model
+    from tpustream.pipelines.training import build_pipeline
     from tpustream.validate_serving import validate_serving
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)

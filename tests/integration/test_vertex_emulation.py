@@ -17,8 +17,6 @@ import torch
 from google.cloud import aiplatform_v1
 from google.protobuf import json_format
 
-from pipelines.submit import compile_pipeline, submit_pipeline
-from pipelines.tpu import TPU_TYPES, Capacity
 from tests.vertex_emulation import (
     VERTEX_DEFAULT_STEP_MACHINE,
     StepMachine,
@@ -31,6 +29,8 @@ from tests.vertex_emulation import (
     wait_for,
 )
 from tpustream import storage
+from tpustream.pipelines.submit import compile_pipeline, submit_pipeline
+from tpustream.pipelines.tpu import TPU_TYPES, Capacity
 from tpustream.shard_plan import ShardConfig
 from tpustream.shards import create_shards
 
@@ -394,8 +394,8 @@ def test_capacity_vertex_does_not_offer_for_the_tpu_is_refused_at_compile_and_by
     the same CustomJob, so these tests cannot drift from Vertex's rules again."""
     import requests
 
-    from pipelines.tpu import worker_pool_spec
     from tests.vertex_fake import VertexRecorder
+    from tpustream.pipelines.tpu import worker_pool_spec
 
     template = tmp_path / "p.yaml"
     with pytest.raises(ValueError, match=rf"{rule}.*https://cloud.google.com/vertex-ai/docs/training/"):
@@ -425,7 +425,7 @@ def test_the_evaluate_step_asks_vertex_for_its_own_machine_and_no_cpu_step_for_t
     default e2-standard-4; a compile-time override reaches the machine."""
     import yaml
 
-    from pipelines.training import CPU_STEPS, StepResources
+    from tpustream.pipelines.training import CPU_STEPS, StepResources
 
     template = tmp_path / "p.yaml"
     compile_pipeline(str(template), tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)

@@ -110,7 +110,7 @@ def test_pipeline_commands_check_their_input_before_any_cloud_call(tmp_path, mon
     ]
     result = runner.invoke(app, ["pipeline", "compile", "--output", template, *images])
     assert result.exit_code == 0 and "v3-8" in result.output
-    from pipelines.tpu import TPU_TYPES
+    from tpustream.pipelines.tpu import TPU_TYPES
 
     help_text = "".join(runner.invoke(app, ["pipeline", "compile", "--help"]).output.replace("│", "").split())
     assert all(f"{name}:" in help_text for name in TPU_TYPES)  # listed from the one table

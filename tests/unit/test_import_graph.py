@@ -9,6 +9,7 @@ under ``if TYPE_CHECKING:`` are left out: they never run, and a type named back 
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 PACKAGE = "tpustream"
@@ -73,9 +74,19 @@ def _module_level_import_nodes(node: ast.AST) -> list[ast.Import | ast.ImportFro
     return [found for child in ast.iter_child_nodes(node) for found in _module_level_import_nodes(child)]
 
 
+def _sources() -> list[Path]:
+    """The package's .py files, through the links to components/ and pipelines/ (rglob does not follow them)."""
+    return sorted(
+        Path(folder, name)
+        for folder, _, names in os.walk(ROOT, followlinks=True)
+        for name in names
+        if name.endswith(".py")
+    )
+
+
 def import_graph() -> dict[str, set[str]]:
     """Every module of the package -> the modules of the package it imports, at any depth of its code."""
-    paths = {_module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+    paths = {_module_name(path): path for path in _sources()}
     graph: dict[str, set[str]] = {}
     for module, path in paths.items():
         targets: set[str] = set()
@@ -127,6 +138,9 @@ def test_the_graph_is_read_from_every_module() -> None:
     assert "tpustream.datacheck" not in graph["tpustream.datacheck_report"]  # only under TYPE_CHECKING
     assert "tpustream.bench.peers" in graph["tpustream.bench.load"]  # a subpackage is walked too
     assert "tpustream.bench.load" in graph["tpustream.cli"]
+    # components/ and pipelines/ are in the package (tpustream/components, tpustream/pipelines link to them)
+    assert "tpustream.components" in graph["tpustream.pipelines.training"]
+    assert "tpustream.pipelines.training" in graph["tpustream.pipelines.local"]
 
 
 def test_only_the_cli_imports_the_benchmarks() -> None:

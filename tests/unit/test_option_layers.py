@@ -122,7 +122,7 @@ def test_promote_options_have_promotes_defaults():
 
 
 def test_pipeline_parameters_are_config_options_with_their_defaults():
-    from pipelines.training import build_pipeline
+    from tpustream.pipelines.training import build_pipeline
 
     inputs = build_pipeline(tpu=None).component_spec.inputs
     assert set(inputs) - PIPELINE_ONLY == set(PIPELINE_OPTIONS), "classify the new pipeline parameter here"
@@ -141,7 +141,7 @@ def test_pipeline_parameters_are_config_options_with_their_defaults():
 
 
 def test_run_local_options_are_pipeline_parameters():
-    from pipelines.training import build_pipeline
+    from tpustream.pipelines.training import build_pipeline
 
     inputs = build_pipeline(tpu=None).component_spec.inputs
     options = set(_cli_defaults("pipeline", "run-local")) - {"root", "param", "verbose"}
@@ -149,7 +149,7 @@ def test_run_local_options_are_pipeline_parameters():
 
 
 def test_the_deploy_steps_defaults_are_tpustream_deploys():
-    from pipelines.training import build_pipeline
+    from tpustream.pipelines.training import build_pipeline
 
     params = build_pipeline().component_spec.inputs
     cli = _cli_defaults("deploy")
@@ -161,7 +161,7 @@ def test_the_deploy_steps_defaults_are_tpustream_deploys():
 def test_the_pipeline_commands_vertex_options_are_its_parameters():
     """`pipeline compile --tensorboard` is the parameter's default; submit and schedule set it per run, and
     name the experiment (the parameter a scheduled run joins with)."""
-    from pipelines.training import build_pipeline
+    from tpustream.pipelines.training import build_pipeline
 
     params = build_pipeline().component_spec.inputs
     assert params["tensorboard"].default == _cli_defaults("pipeline", "compile")["tensorboard"] == ""
