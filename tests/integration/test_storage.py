@@ -110,6 +110,7 @@ def test_copy_and_move_across_backends_go_through_a_local_file(gcs_bucket, tmp_p
         storage.copy(storage.join(gcs_bucket, "missing"), str(tmp_path / "copy"))
     assert not (tmp_path / "copy").exists()
 
+
 def test_missing_bucket_is_named(gcs_bucket):
     with pytest.raises(storage.NotFound, match="bucket gs://no-such-bucket does not exist"):
         storage.read_bytes("gs://no-such-bucket/x")
