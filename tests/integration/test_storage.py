@@ -90,6 +90,27 @@ def test_copy_and_upload_file(root, tmp_path):
     assert (tmp_path / "back.bin").read_bytes() == b"abc" * 1000
 
 
+def test_copy_and_move_across_backends_go_through_a_local_file(gcs_bucket, tmp_path):
+    # Within one backend a copy is its own (server-side on GCS), a move a rename or copy+delete; across
+    # backends the bytes pass through a local file and the source is deleted after.
+    local = tmp_path / "f.bin"
+    local.write_bytes(b"xyz" * 1000)
+    on_gcs = storage.join(gcs_bucket, "moved", "f.bin")
+    storage.move(str(local), on_gcs)
+    assert not local.exists() and storage.read_bytes(on_gcs) == b"xyz" * 1000
+    storage.move(on_gcs, str(tmp_path / "back" / "f.bin"))
+    assert not storage.exists(on_gcs) and (tmp_path / "back" / "f.bin").read_bytes() == b"xyz" * 1000
+    storage.copy(str(tmp_path / "back" / "f.bin"), on_gcs)
+    assert storage.read_bytes(on_gcs) == b"xyz" * 1000 and (tmp_path / "back" / "f.bin").exists()
+    with pytest.raises(storage.NotFound):
+        storage.copy(str(tmp_path / "missing"), on_gcs)
+    with pytest.raises(storage.PathKindError, match="is a directory, not a file"):
+        storage.copy(str(tmp_path), on_gcs)
+    with pytest.raises(storage.NotFound):
+        storage.copy(storage.join(gcs_bucket, "missing"), str(tmp_path / "copy"))
+    assert not (tmp_path / "copy").exists()
+
+
 def test_missing_bucket_is_named(gcs_bucket):
     with pytest.raises(storage.NotFound, match="bucket gs://no-such-bucket does not exist"):
         storage.read_bytes("gs://no-such-bucket/x")

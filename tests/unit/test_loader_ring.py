@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tpustream.data import _Abandoned, _SlotRing
+from tpustream.loader_ring import _Abandoned, _SlotRing
 
 
 def test_a_worker_waits_for_its_oldest_slot_to_be_copied_out():

@@ -1,0 +1,112 @@
+"""The loader's configuration and its default input size: what a caller decides, and the rule that picks
+the input side from the dataset when the caller does not. Torch-free, so ``--help`` and config checks
+import no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tpustream import storage
+from tpustream.epoch_plan import LoaderError
+from tpustream.errors import ConfigError
+from tpustream.imagecodec import DEFAULT_MAX_PIXELS, image_member
+from tpustream.tario import iter_tar_samples
+
+__all__ = [
+    "LoaderConfig",
+    "MIN_INPUT_SIZE",
+    "MAX_DEFAULT_INPUT_SIZE",
+    "input_size_rule",
+    "median_short_side",
+    "default_input_size",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderConfig:
+    """One replica's view of a split. ``batch_size`` is this replica's batch (SPMD: per-device batch x
+    local devices; replicas strategy: per-device batch)."""
+
+    data: str
+    batch_size: int
+    split: str = "train"
+    input_size: int = 224
+    num_replicas: int | None = None  # default: torch_xla process_count (1 without XLA)
+    replica_index: int | None = None  # default: torch_xla process_index (0 without XLA)
+    workers: int = 2
+    seed: int = 0
+    shuffle_buffer: int = 1024
+    min_crop_scale: float | None = None  # default: transforms.default_min_crop_scale(input_size)
+    prefetch_factor: int = 4
+    max_pixels: int = DEFAULT_MAX_PIXELS  # images whose header claims more are skipped as undecodable
+
+    def __post_init__(self) -> None:
+        if self.split not in ("train", "val"):
+            raise ConfigError(f"split must be 'train' or 'val', got {self.split!r}")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.workers < 0:
+            raise ConfigError(f"workers must be >= 0, got {self.workers}")
+        if self.input_size < 1:
+            raise ConfigError(f"input_size must be positive, got {self.input_size}")
+        if self.shuffle_buffer < 1:
+            raise ConfigError(f"shuffle_buffer must be at least 1, got {self.shuffle_buffer}")
+        if self.max_pixels < 1:
+            raise ConfigError(f"max_pixels must be at least 1, got {self.max_pixels}")
+        if (self.num_replicas is None) != (self.replica_index is None):
+            raise ConfigError("give both num_replicas and replica_index, or neither")
+        if self.num_replicas is not None and not 0 <= (self.replica_index or 0) < self.num_replicas:
+            raise ConfigError(
+                f"replica_index {self.replica_index} out of range for {self.num_replicas} replicas"
+            )
+
+
+# The default training input side (docs/ARCHITECTURE.md, "Input size"): the median shorter side of the
+# dataset's images, rounded down to a multiple of 8, within [16, 224]. 224 is ResNet's ImageNet side (more
+# costs TPU time quadratically for little accuracy); 16 is the least the small-input stem trains on (8x8
+# digits are upscaled); no image is upscaled otherwise. A median, not one image: the same photos gave 120,
+# 80, 79 or 224 px from their first sample, by seed and split.
+MIN_INPUT_SIZE = 16
+MAX_DEFAULT_INPUT_SIZE = 224
+SIDE_SAMPLES = 256  # images measured when the manifest has no size statistics (datasets before them)
+
+
+def input_size_rule(side: int) -> int:
+    """The default input side for images whose median shorter side is ``side`` px."""
+    return min(MAX_DEFAULT_INPUT_SIZE, max(MIN_INPUT_SIZE, side // 8 * 8))
+
+
+def median_short_side(dataset: str, manifest: dict[str, Any]) -> tuple[int, str]:
+    """The median shorter side of the dataset's train images and where it was read: the manifest's statistics
+    (every train image: ``splits.train.stats.short_side``), else, for a dataset written before them, the
+    headers of up to 256 images of the first train shard (a shuffled sample)."""
+    train = manifest["splits"]["train"]
+    median = ((train.get("stats") or {}).get("short_side") or {}).get("median")
+    if isinstance(median, int | float) and median > 0:
+        return int(median), f"the {train.get('num_samples', 'all')} train images (manifest statistics)"
+    import io
+    import statistics
+
+    from PIL import Image
+
+    shard = manifest["splits"]["train"]["shards"][0]
+    sides: list[int] = []
+    with storage.open_read(storage.join(dataset, shard["path"])) as stream:
+        for _, fields in iter_tar_samples(stream, int(shard["num_bytes"])):
+            ext = image_member(fields)
+            if ext is not None:
+                with Image.open(io.BytesIO(fields[ext])) as img:  # the header only
+                    sides.append(min(img.size))
+            if len(sides) == SIDE_SAMPLES:
+                break
+    if not sides:
+        raise LoaderError(f"no image in {storage.join(dataset, shard['path'])}")
+    return int(statistics.median_low(sides)), f"{len(sides)} images of {shard['path']}"
+
+
+def default_input_size(dataset: str, manifest: dict[str, Any]) -> tuple[int, str]:
+    """The training input side when none is given, and a line saying how it was chosen (model.json)."""
+    side, measured = median_short_side(dataset, manifest)
+    size = input_size_rule(side)
+    return size, f"median shorter side {side} px over {measured} -> {size} px (multiple of 8 in [16, 224])"
