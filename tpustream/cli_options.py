@@ -42,7 +42,17 @@ class Opt:
 
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """Field name -> the docstring right after the field in ``cls``'s source (cleaned, one paragraph)."""
+    """Field name -> the docstring right after the field in the class source (cleaned, one paragraph),
+    ``cls``'s own over its bases' (a subclass that redeclares a field without a docstring keeps the base's).
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = next(node for node in tree.body if isinstance(node, ast.ClassDef)).body
     docs: dict[str, str] = {}
