@@ -35,6 +35,7 @@ from typing import Any
 from kfp import dsl
 
 from tpustream import components
+from tpustream.datacheck import DataCheckThresholds
 from tpustream.errors import ConfigError
 from tpustream.pipelines.tpu import (
     PIPELINE_WORKERS,
@@ -45,6 +46,8 @@ from tpustream.pipelines.tpu import (
     tpu_spec,
     worker_pool_spec,
 )
+from tpustream.shard_plan import ShardConfig
+from tpustream.train_config import TrainConfig
 
 __all__ = [
     "TPU_TYPES",
@@ -280,38 +283,42 @@ def build_pipeline(
         name="tpustream-training",
         description="Image source -> (new data?) shards -> TPU ResNet -> evaluate -> promote",
     )
+    # A default that a config dataclass owns is read from it (TrainConfig.epochs): KFP compiles the value, a
+    # literal in the YAML as any other. The rest are the pipeline's own: a stand-in for None, which a KFP
+    # parameter cannot take (0, -1), or a value unlike the CLI's on purpose (tests/unit/test_option_layers.py
+    # says which and why).
     def tpustream_training(
         registry: str,
-        source: str = "digits",
+        source: str = ShardConfig.source,
         datasets_root: str = "",
         num_shards: int = 0,  # train shards; 0 = auto: ~2,000 samples each, at least one per loader worker of the slice
         val_fraction: float = -1.0,
-        upsample: int = 1,
-        seed: int = 0,
+        upsample: int = ShardConfig.upsample,
+        seed: int = ShardConfig.seed,
         max_side: int = 0,  # downsize images whose longer side exceeds this at write time (0: keep sizes)
-        strict: bool = False,  # fail on the first unreadable image instead of skipping and counting it
+        strict: bool = ShardConfig.strict,  # fail on the first unreadable image instead of skipping and counting it
         shards_per_task: int = 4,
-        model_name: str = "resnet50",
-        epochs: int = 10,
-        batch_size: int = 128,
+        model_name: str = TrainConfig.model,
+        epochs: int = TrainConfig.epochs,
+        batch_size: int = TrainConfig.batch_size,
         lr: float = 0.0,
         bf16: bool = True,
         workers: int = PIPELINE_WORKERS,
         input_size: int = 0,  # training input side; 0 = the dataset's rule (median shorter side, within [16, 224])
         init_from: str = "champion",  # warm start: "champion" (none yet: random), "" random, or a model/registry URI
-        patience: int = 0,  # early stopping: epochs without a val top-1 gain of more than early_stop_min_delta
-        early_stop_min_delta: float = 0.0,
+        patience: int = TrainConfig.patience,  # early stopping: epochs without a val top-1 gain of more than early_stop_min_delta
+        early_stop_min_delta: float = TrainConfig.min_delta,
         compile_cache: str = "auto",  # persistent XLA compile cache: auto = PIPELINE_ROOT/xla-cache, "" off, or a URI
         metric: str = "top1",
         min_delta: float = 0.0,
         max_class_drop: float = -1.0,  # refuse a candidate if a class's accuracy drops more (< 0: no check)
         retrain: bool = False,
         data_check: str = "fail",  # an anomaly in the new dataset stops the run before train; "warn": log it; "off"
-        max_duplicate_fraction: float = 0.01,  # the data check's limits: tpustream/datacheck.py says why each
-        max_leaked_images: int = 0,
-        max_skipped_rate: float = 0.05,
-        max_class_share_shift: float = 0.10,
-        max_skipped_rate_increase: float = 0.02,
+        max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/datacheck.py
+        max_leaked_images: int = DataCheckThresholds.max_leaked_images,
+        max_skipped_rate: float = DataCheckThresholds.max_skipped_rate,
+        max_class_share_shift: float = DataCheckThresholds.max_class_share_shift,
+        max_skipped_rate_increase: float = DataCheckThresholds.max_skipped_rate_increase,
         vertex_model: str = "",  # also upload a promoted model to this Vertex AI Model Registry model
         serving_image: str = "",  # ... with this serving image (containers/serve; Cloud Build's serve.ref)
         endpoint: str = "",  # then deploy it to this Vertex AI endpoint as a canary (display name or resource); "" none

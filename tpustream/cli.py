@@ -13,9 +13,14 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from tpustream.cli_options import Opt, from_config
+from tpustream.datacheck import DataCheckThresholds
 from tpustream.errors import TpustreamError
+from tpustream.imagecodec import DEFAULT_MAX_PIXELS
 from tpustream.models import MODEL_NAMES
+from tpustream.shard_plan import ShardConfig
 from tpustream.sources import source_help
+from tpustream.train_config import TrainConfig
 
 __all__ = ["app"]
 
@@ -112,74 +117,19 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug lo
     _setup_logging(verbose)
 
 
-# 2**26 px (see tpustream.imagecodec.DEFAULT_MAX_PIXELS for why): literal here so --help needs no numpy.
-DEFAULT_MAX_PIXELS = 1 << 26
-MaxPixelsOption = typer.Option(
-    "--max-pixels",
-    min=64,
-    help="Pixel budget: images whose header claims more pixels (width x height) are skipped and counted, "
-    "never decoded (default 64 Mi = 8192x8192: above real photos, below decompression bombs).",
-)
-
-
 @shards_app.command("create")
-def shards_create(
-    source: Annotated[
-        str,
-        typer.Option(help=source_help()),
-    ] = "digits",
-    output: Annotated[str, typer.Option(help="Dataset URI (local directory or gs://bucket/prefix).")] = ...,  # type: ignore[assignment]
-    num_shards: Annotated[
-        int | None, typer.Option(help="Train shards (default: ~2,000 samples each, at least 8).")
-    ] = None,
-    val_shards: Annotated[
-        int | None, typer.Option(help="Val shards (default: about the size of train shards).")
-    ] = None,
-    val_fraction: Annotated[
-        float | None,
-        typer.Option(help="Stratified val fraction (default: the source's own split, else 0.1)."),
-    ] = None,
-    upsample: Annotated[
-        int, typer.Option(help="Repeat the train split K times (e.g. 50k CIFAR -> 1.28M).")
-    ] = 1,
-    seed: Annotated[int, typer.Option(help="Seed of the split and shuffle.")] = 0,
-    max_side: Annotated[
-        int | None, typer.Option(help="Downsize images whose longer side exceeds PX at write time.")
-    ] = None,
-    max_pixels: Annotated[int, MaxPixelsOption] = DEFAULT_MAX_PIXELS,
-    workers: Annotated[int, typer.Option(help="Parallel shard writers (processes).")] = max(
-        1, os.cpu_count() or 1
-    ),
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            help="Replace a complete dataset at --output. Checks run first, but once writing starts the old "
-            "dataset stops being one (its manifest.json is removed) even if this run then fails: "
-            "re-run to finish the new dataset."
-        ),
-    ] = False,
-    strict: Annotated[
-        bool, typer.Option(help="Fail on the first unreadable image or non-image file.")
-    ] = False,
-) -> None:
+@from_config(
+    ShardConfig,
+    exclude={"min_train_shards"},
+    source=Opt(more_help=f"One of: {source_help()}"),
+    max_pixels=Opt(min=64),
+    # A library caller writes with one process; the CLI with one per CPU.
+    workers=Opt(default=max(1, os.cpu_count() or 1)),
+)
+def shards_create(config: ShardConfig) -> None:
     """Plan, write and commit WebDataset shards; resumes an interrupted run at the same --output."""
     from tpustream import shards
-    from tpustream.shard_plan import ShardConfig
 
-    config = ShardConfig(
-        source=source,
-        output=output,
-        num_shards=num_shards,
-        val_shards=val_shards,
-        val_fraction=val_fraction,
-        upsample=upsample,
-        seed=seed,
-        max_side=max_side,
-        max_pixels=max_pixels,
-        workers=workers,
-        overwrite=overwrite,
-        strict=strict,
-    )
     _, summary = shards.create_shards(config)
     typer.echo(summary.line())
 
@@ -191,7 +141,14 @@ def shards_verify(
     deep: Annotated[
         bool, typer.Option(help="Also decode every image as the loader does; list each bad sample by key.")
     ] = False,
-    max_pixels: Annotated[int, MaxPixelsOption] = DEFAULT_MAX_PIXELS,
+    max_pixels: Annotated[
+        int,
+        typer.Option(
+            min=64,
+            help="Pixel budget: images whose header claims more pixels (width x height) are skipped and "
+            "counted, never decoded (default 64 Mi = 8192x8192: above real photos, below decompression bombs).",
+        ),
+    ] = DEFAULT_MAX_PIXELS,
 ) -> None:
     """Re-read every shard; check sample counts, sizes and sha256 against the manifest (--deep: and images)."""
     from tpustream.manifest import verify_shards
@@ -207,10 +164,10 @@ def shards_verify(
     typer.echo(f"ok: {checked} shards match {uri}/manifest.json")
 
 
-# The defaults are tpustream.datacheck.DataCheckThresholds' (repeated so --help imports nothing more), each
-# explained there; tests/unit/test_option_layers.py keeps them equal.
 @shards_app.command("check")
+@from_config(DataCheckThresholds)
 def shards_check(
+    thresholds: DataCheckThresholds,
     dataset: Annotated[str, typer.Argument(help="Dataset URI (the directory holding manifest.json).")],
     baseline: Annotated[
         str | None,
@@ -224,34 +181,13 @@ def shards_check(
         bool, typer.Option("--json", help="Print the report as JSON (stdout) instead of Markdown.")
     ] = False,
     warn_only: Annotated[bool, typer.Option(help="List anomalies but exit 0.")] = False,
-    max_duplicate_fraction: Annotated[
-        float, typer.Option(help="Exact copies under other names, per distinct image of a split.")
-    ] = 0.01,
-    max_leaked_images: Annotated[int, typer.Option(help="Images (by content) in both train and val.")] = 0,
-    max_skipped_rate: Annotated[
-        float, typer.Option(help="Skipped images and rejected rows per source item.")
-    ] = 0.05,
-    max_class_share_shift: Annotated[
-        float,
-        typer.Option(help="A class's share of the images vs --baseline's (absolute, 0.10 = 10 points)."),
-    ] = 0.10,
-    max_skipped_rate_increase: Annotated[
-        float, typer.Option(help="Rise of the skipped rate vs --baseline's (absolute).")
-    ] = 0.02,
     examples: Annotated[int, typer.Option(help="File names listed per finding.", min=1)] = 5,
 ) -> None:
     """Is this dataset fit to train on? Duplicates, train/val leakage, empty classes, skipped rate, and
     drift from --baseline. Exit 1 with one line per anomaly on stderr (0 with --warn-only)."""
     from tpustream import storage
-    from tpustream.datacheck import DataCheckThresholds, check_dataset
+    from tpustream.datacheck import check_dataset
 
-    thresholds = DataCheckThresholds(
-        max_duplicate_fraction=max_duplicate_fraction,
-        max_leaked_images=max_leaked_images,
-        max_skipped_rate=max_skipped_rate,
-        max_class_share_shift=max_class_share_shift,
-        max_skipped_rate_increase=max_skipped_rate_increase,
-    )
     result = check_dataset(dataset, baseline, thresholds, max_examples=examples)
     document_on_stdout = json_output or not report  # then every other line goes to stderr
     if report:
@@ -298,104 +234,21 @@ class _EarlySigterm:
 
 
 @app.command("train")
-def train_cmd(
-    data: Annotated[str, typer.Option(help="Dataset URI (holds manifest.json).")],
-    output: Annotated[str, typer.Option(help="Model/checkpoint URI (local or gs://).")],
-    model: Annotated[str, typer.Option(help=" | ".join(MODEL_NAMES) + ".")] = "resnet50",
-    epochs: Annotated[int, typer.Option(help="Epochs.")] = 10,
-    batch_size: Annotated[int, typer.Option(help="Per-device batch size.")] = 128,
-    global_batch_size: Annotated[
-        int | None, typer.Option(help="Global batch instead of --batch-size (must divide over the devices).")
-    ] = None,
-    lr: Annotated[float | None, typer.Option(help="Peak LR (default 0.1 x global batch / 256).")] = None,
-    momentum: Annotated[float, typer.Option(help="SGD momentum.")] = 0.9,
-    weight_decay: Annotated[float, typer.Option(help="SGD weight decay (not on norms/biases).")] = 1e-4,
-    label_smoothing: Annotated[float, typer.Option(help="Label smoothing.")] = 0.1,
-    warmup_epochs: Annotated[float, typer.Option(help="Linear LR warmup, in epochs.")] = 1.0,
-    bf16: Annotated[bool, typer.Option(help="bfloat16 autocast.")] = False,
-    strategy: Annotated[
-        str, typer.Option(help="spmd (one process per host) or replicas (one per device).")
-    ] = "spmd",
-    resume: Annotated[
-        str, typer.Option(help="auto | never | URI of a checkpoint or output directory.")
-    ] = "auto",
-    log_steps: Annotated[int, typer.Option(help="Log every N steps.", min=1)] = 20,
-    checkpoint_minutes: Annotated[float, typer.Option(help="Also write `last` every N minutes.")] = 30.0,
-    keep_checkpoints: Annotated[
-        int, typer.Option(help="Newest checkpoint files kept (and always those `last` and `best` name).")
-    ] = 2,
-    workers: Annotated[int, typer.Option(help="Loader worker processes per host.")] = 4,
-    input_size: Annotated[
-        int | None,
-        typer.Option(
-            help="Input side (default: the images' median shorter side, rounded down to a multiple of 8, "
-            "within [16, 224]; model.json records how it was chosen)."
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of init, data order and augmentation.")] = 0,
-    preemption_sync_seconds: Annotated[
-        float, typer.Option(help="Multi-host slice: seconds the hosts wait for each other's stop step.")
-    ] = 10.0,
-    compile_cache: Annotated[
-        str | None,
-        typer.Option(
-            help="Persistent XLA compilation cache (local dir or gs://): a restarted or later run of the same "
-            "program loads its executables instead of compiling (process 0 writes, the other hosts read)."
-        ),
-    ] = None,
-    init_from: Annotated[
-        str | None,
-        typer.Option(
-            help="Warm start from these weights: a model artifact (model.json), a registry (its champion), a "
-            "checkpoint (.pt) or a training output. Same classes: all weights; other classes: the backbone and "
-            "a new head. The optimizer and LR schedule start fresh; model.json records it (init)."
-        ),
-    ] = None,
-    patience: Annotated[
-        int,
-        typer.Option(
-            help="Early stopping: stop after N epochs without a val top-1 gain of more than --min-delta; the "
-            "model is the best epoch's (0: off).",
-            min=0,
-        ),
-    ] = 0,
-    min_delta: Annotated[
-        float, typer.Option(help="Early stopping: the val top-1 gain (0-1) that counts as one.", min=0.0)
-    ] = 0.0,
-) -> None:
+@from_config(
+    TrainConfig,
+    exclude={"commit_timeout_minutes", "init_optional"},
+    model=Opt(more_help=f"One of: {' | '.join(MODEL_NAMES)}."),
+    log_steps=Opt(min=1),
+    patience=Opt(min=0),
+    min_delta=Opt(min=0.0),
+)
+def train_cmd(config: TrainConfig) -> None:
     """Train a ResNet with PyTorch/XLA (SPMD or replicas), checkpointing to --output; resumable. SIGTERM or
     Ctrl-C: the step in flight finishes, `last` is written, exit 75 (run again to resume)."""
     early = _EarlySigterm().install()  # before these imports, which take seconds
     from tpustream import train
 
     try:
-        config = train.TrainConfig(
-            data=data,
-            output=output,
-            model=model,
-            epochs=epochs,
-            batch_size=batch_size,
-            global_batch_size=global_batch_size,
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            label_smoothing=label_smoothing,
-            warmup_epochs=warmup_epochs,
-            bf16=bf16,
-            strategy=strategy,
-            resume=resume,
-            log_steps=log_steps,
-            checkpoint_minutes=checkpoint_minutes,
-            keep_checkpoints=keep_checkpoints,
-            workers=workers,
-            input_size=input_size,
-            seed=seed,
-            preemption_sync_seconds=preemption_sync_seconds,
-            compile_cache=compile_cache,
-            init_from=init_from,
-            patience=patience,
-            min_delta=min_delta,
-        )
         if config.strategy == "replicas":  # one process per device, each with its own handler from its start
             if early.requested:
                 raise train.Preempted("SIGTERM before training started: nothing to save")
@@ -414,7 +267,7 @@ def train_cmd(
             f"; stopped early after epoch {len(card['history'])}" if card.get("stopped_early") else ""
         )
         typer.echo(
-            f"model: {output} (best epoch {metrics['epoch']}, val top-1 {metrics['val_top1']:.4f}{early_stop})"
+            f"model: {config.output} (best epoch {metrics['epoch']}, val top-1 {metrics['val_top1']:.4f}{early_stop})"
         )
 
 

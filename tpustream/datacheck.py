@@ -71,23 +71,30 @@ class DataCheckFailed(TpustreamError, RuntimeError):
 
 @dataclass(frozen=True, kw_only=True)
 class DataCheckThresholds:
-    """How far a dataset may go before the check calls it anomalous (a finding above its limit)."""
+    """How far a dataset may go before the check calls it anomalous (a finding above its limit).
+
+    The comment above a field says why its default; its docstring is the ``shards check`` option's help."""
 
     # Extra copies of one image under other names, per distinct image of a split. Scraped and user-uploaded
     # data hold a few (a photo saved twice); a folder uploaded twice or a sync gone wrong is several percent.
     max_duplicate_fraction: float = 0.01
+    """Exact copies under other names, per distinct image of a split."""
     # Images (by content) in both train and val. Each one is scored on data the model trained on, inflating
     # val accuracy and so the champion comparison; the count is exact and the fix cheap: none by default.
     max_leaked_images: int = 0
+    """Images (by content) in both train and val."""
     # Skipped images and rejected rows per source item. A truncated upload now and then is normal; one in
     # twenty means the source (or an exporter, or a decoder) broke and the model trains on what is left.
     max_skipped_rate: float = 0.05
+    """Skipped images and rejected rows per source item."""
     # A class's share of the images vs the baseline's, absolute (0.10 = 10 points). Fresh data moves shares
     # by a point or two; ten points is a class flooded or half gone, which changes what the model learns.
     max_class_share_shift: float = 0.10
+    """A class's share of the images vs --baseline's (absolute, 0.10 = 10 points)."""
     # The skipped rate's rise vs the baseline's, absolute (0.02 = 2 points): a steady trickle of bad files
     # is the source's normal; a jump means something upstream changed since the champion's data.
     max_skipped_rate_increase: float = 0.02
+    """Rise of the skipped rate vs --baseline's (absolute)."""
 
     def __post_init__(self) -> None:
         for name in (

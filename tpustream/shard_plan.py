@@ -40,25 +40,39 @@ MIN_TRAIN_SHARDS = 8  # enough for a host's loader workers to each stream their 
 
 @dataclass(frozen=True, kw_only=True)
 class ShardConfig:
-    """Options of ``tpustream shards create`` (the CLI contract in docs/ARCHITECTURE.md)."""
+    """Options of ``tpustream shards create`` (the CLI contract in docs/ARCHITECTURE.md); each field's
+    docstring is its ``--help``."""
 
-    source: str
+    source: str = "digits"
+    """The images to shard (SOURCE)."""
     output: str
-    num_shards: int | None = (
-        None  # train shards; None = about 2,000 samples per shard, at least min_train_shards
-    )
-    # The least train shards when num_shards is None: one per loader worker of every host that reads them (the
-    # compiled pipeline sets hosts x 8 for its TPU slice), capped at the number of train samples.
+    """Dataset URI (local directory or gs://bucket/prefix)."""
+    num_shards: int | None = None
+    """Train shards (default: ~2,000 samples each, at least 8)."""
     min_train_shards: int = MIN_TRAIN_SHARDS
-    val_shards: int | None = None  # None = as many as keep val shards about the size of train shards
-    val_fraction: float | None = None  # None = the source's own split, else 0.1
+    """The least train shards when num_shards is None: one per loader worker of every host that reads them (the
+    compiled pipeline sets hosts x 8 for its TPU slice), capped at the number of train samples. Not a CLI
+    option: there --num-shards sets the count itself."""
+    val_shards: int | None = None
+    """Val shards (default: about the size of train shards)."""
+    val_fraction: float | None = None
+    """Stratified val fraction (default: the source's own split, else 0.1)."""
     upsample: int = 1
+    """Repeat the train split K times (e.g. 50k CIFAR -> 1.28M)."""
     seed: int = 0
+    """Seed of the split and shuffle."""
     max_side: int | None = None
-    max_pixels: int = DEFAULT_MAX_PIXELS  # images whose header claims more are skipped, never decoded
+    """Downsize images whose longer side exceeds PX at write time."""
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    """Pixel budget: images whose header claims more pixels (width x height) are skipped and counted, never
+    decoded (default 64 Mi = 8192x8192: above real photos, below decompression bombs)."""
     workers: int = 1
+    """Parallel shard writers (processes)."""
     overwrite: bool = False
+    """Replace a complete dataset at --output. Checks run first, but once writing starts the old dataset stops
+    being one (its manifest.json is removed) even if this run then fails: re-run to finish the new dataset."""
     strict: bool = False
+    """Fail on the first unreadable image or non-image file."""
 
     def __post_init__(self) -> None:
         if self.min_train_shards < 1:

@@ -37,11 +37,12 @@ from tpustream.checkpoint import (
     save_checkpoint,
     to_cpu,
 )
-from tpustream.errors import ConfigError, TpustreamError
+from tpustream.errors import TpustreamError
 from tpustream.manifest import ShardError, manifest_digest, read_manifest
 from tpustream.metrics import masked_sums, summarize
 from tpustream.models import build_model, model_spec
 from tpustream.preemption import SigtermFlag, StopAgreement, exit_now
+from tpustream.train_config import TrainConfig  # torch-free: the CLI and the pipeline read it
 from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
 from tpustream.xla_runtime import Runtime, device_loader, runtime
 
@@ -77,67 +78,6 @@ def exit_preempted(exc: Preempted) -> NoReturn:
     134: "terminate called without an active exception"), which Vertex would read as a crash."""
     print(f"tpustream: {exc}; exit {PREEMPTED_EXIT_CODE} (run again to resume)", file=sys.stderr, flush=True)
     exit_now(PREEMPTED_EXIT_CODE)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    """Options of ``tpustream train`` (the CLI contract in docs/ARCHITECTURE.md)."""
-
-    data: str
-    output: str
-    model: str = "resnet50"
-    epochs: int = 10
-    batch_size: int = 128  # per device
-    global_batch_size: int | None = None  # alternative to batch_size: must divide over the devices
-    lr: float | None = None  # peak LR; default 0.1 x global batch / 256
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    label_smoothing: float = 0.1
-    warmup_epochs: float = 1.0
-    bf16: bool = False
-    strategy: str = "spmd"
-    resume: str = "auto"
-    log_steps: int = 20
-    checkpoint_minutes: float = 30.0
-    workers: int = 4
-    input_size: int | None = None  # default: the images' median shorter side, multiple of 8 in [16, 224]
-    seed: int = 0
-    keep_checkpoints: int = 2
-    commit_timeout_minutes: float = 30.0  # hosts other than process 0 wait this long for its model artifact
-    preemption_sync_seconds: float = 10.0  # on a slice: how long hosts wait for each other's stop step
-    # persistent XLA compilation cache: a local dir or gs:// (tpustream/compile_cache.py)
-    compile_cache: str | None = None
-    # warm start: a model artifact, registry, checkpoint or run (tpustream/warm_start.py)
-    init_from: str | None = None
-    # a warm start that cannot be used (no champion yet, another architecture) trains from random weights with a
-    # warning instead of failing: the pipeline's init_from=champion, whose champion may predate a model change
-    init_optional: bool = False
-    patience: int = 0  # early stopping: epochs without a val top-1 gain of more than min_delta (0: off)
-    min_delta: float = 0.0
-
-    def __post_init__(self) -> None:
-        model_spec(self.model)  # ValueError naming the models
-        if self.strategy not in ("spmd", "replicas"):
-            raise ConfigError(f"--strategy must be spmd or replicas, got {self.strategy!r}")
-        for name in ("epochs", "batch_size", "log_steps", "keep_checkpoints"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.global_batch_size is not None and self.global_batch_size < 1:
-            raise ConfigError(f"--global-batch-size must be at least 1, got {self.global_batch_size}")
-        if self.lr is not None and self.lr <= 0:
-            raise ConfigError(f"--lr must be positive, got {self.lr}")
-        if self.warmup_epochs < 0 or self.checkpoint_minutes <= 0:
-            raise ConfigError("--warmup-epochs must be >= 0 and --checkpoint-minutes > 0")
-        if not 0 <= self.label_smoothing < 1:
-            raise ConfigError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
-        if self.workers < 0:
-            raise ConfigError(f"--workers must be >= 0, got {self.workers}")
-        if self.patience < 0 or self.min_delta < 0:
-            raise ConfigError(
-                f"--patience and --min-delta must be >= 0, got {self.patience} and {self.min_delta}"
-            )
-        if self.preemption_sync_seconds <= 0 or self.commit_timeout_minutes <= 0:
-            raise ConfigError("--preemption-sync-seconds and --commit-timeout-minutes must be positive")
 
 
 def lr_at(step: int, *, peak_lr: float, warmup_steps: int, total_steps: int) -> float:

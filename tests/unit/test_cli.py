@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -21,6 +23,20 @@ def test_every_command_has_help(args):
     result = runner.invoke(app, [*args, "--help"])
     assert result.exit_code == 0, result.output
     assert "Usage" in result.output
+
+
+def test_help_imports_no_torch():
+    """Every option is read from a config dataclass in a torch-free module: help needs no trainer."""
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from tpustream.cli import app\n"
+        "for args in (['train'], ['shards', 'create'], ['shards', 'check'], ['predict'], ['evaluate']):\n"
+        "    assert CliRunner().invoke(app, [*args, '--help']).exit_code == 0, args\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_xla', 'torchvision')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 def test_create_verify_and_refuse_again(tmp_path):

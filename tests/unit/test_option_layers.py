@@ -1,8 +1,12 @@
-"""One default per option. The config dataclasses own them (``ShardConfig``, ``TrainConfig``, ``promote``'s
-keyword arguments); the CLI's options and the pipeline's parameters must agree, or say here why not.
+"""One default per option. The config dataclasses own them (``ShardConfig``, ``TrainConfig``,
+``DataCheckThresholds``, ``promote``'s keyword arguments).
 
-A test rather than a derivation: ``tpustream --help`` must not import torch to read ``TrainConfig``, and
-KFP compiles literal parameter defaults. A new option in any layer fails here until it is classified.
+``tpustream train``, ``shards create`` and ``shards check`` are derived from their config
+(tpustream/cli_options.py): their options cannot drift from it, so here they are only checked to still be
+derived. What is still written twice is checked to agree: the pipeline's parameters that do not read their
+default from a config (a stand-in for None, a value unlike the CLI's on purpose, promote's keyword
+arguments), ``promote``'s options (no config dataclass), run-local's and deploy's. A new option in any layer
+fails here until it is classified.
 """
 
 import dataclasses
@@ -12,8 +16,17 @@ import pytest
 import typer.main
 
 from tpustream.cli import app
+from tpustream.cli_options import field_docs
+from tpustream.datacheck import DataCheckThresholds
 from tpustream.shard_plan import ShardConfig
+from tpustream.train_config import TrainConfig
 
+# layer -> the command derived from its config, and the config
+DERIVED = {
+    "shards": (("shards", "create"), ShardConfig),
+    "train": (("train",), TrainConfig),
+    "check": (("shards", "check"), DataCheckThresholds),
+}
 # Config fields that are not CLI options, on purpose.
 CONFIG_ONLY = {
     "commit_timeout_minutes": "a multi-host detail: how long hosts wait for process 0's model artifact",
@@ -74,43 +87,45 @@ PIPELINE_DIFFERS = {
 RUN_LOCAL_NAMES = {"model": "model_name"}  # run-local option -> pipeline parameter
 
 
-def _cli_defaults(*path: str) -> dict[str, object]:
+def _cli_params(*path: str) -> dict[str, typer.core.TyperOption]:
     command = typer.main.get_command(app)
     for name in path:
         command = command.commands[name]  # type: ignore[attr-defined]
-    return {p.name: p.default for p in command.params if p.name}
+    return {p.name: p for p in command.params if p.name}
+
+
+def _cli_defaults(*path: str) -> dict[str, object]:
+    return {name: param.default for name, param in _cli_params(*path).items()}
 
 
 def _config_defaults() -> dict[str, dict[str, object]]:
-    from tpustream import promote, train
-    from tpustream.datacheck import DataCheckThresholds
+    from tpustream import promote
 
     def fields(cls: type) -> dict[str, object]:
         return {f.name: f.default for f in dataclasses.fields(cls)}
 
     promote_kwargs = inspect.signature(promote.promote).parameters.values()
     return {
-        "shards": fields(ShardConfig),
-        "train": fields(train.TrainConfig),
+        **{layer: fields(config) for layer, (_, config) in DERIVED.items()},
         "promote": {p.name: p.default for p in promote_kwargs if p.kind is p.KEYWORD_ONLY},
-        "check": fields(DataCheckThresholds),
     }
 
 
-@pytest.mark.parametrize(
-    "layer, command",
-    [("shards", ("shards", "create")), ("train", ("train",)), ("check", ("shards", "check"))],
-)
-def test_cli_options_are_the_config_fields_with_their_defaults(layer, command):
-    config = _config_defaults()[layer]
-    cli = _cli_defaults(*command)
-    assert set(config) - set(cli) == set(CONFIG_ONLY) & set(config), "config fields missing on the CLI"
-    for name, default in config.items():
-        if name in CONFIG_ONLY or (layer, name) in CLI_DIFFERS or default is dataclasses.MISSING:
+@pytest.mark.parametrize("layer", sorted(DERIVED))
+def test_the_config_commands_are_derived_from_their_config(layer):
+    """Each field is an option with the field's docstring as its help and the field's default: they are
+    read from the dataclass, so this fails only if the command stops being derived from it."""
+    command, config = DERIVED[layer]
+    cli = _cli_params(*command)
+    fields = {field.name: field for field in dataclasses.fields(config)}
+    assert set(fields) - set(cli) == set(CONFIG_ONLY) & set(fields), "config fields missing on the CLI"
+    docs = field_docs(config)
+    for name, field in fields.items():
+        if name in CONFIG_ONLY:
             continue
-        assert cli[name] == default, (
-            f"tpustream {' '.join(command)} --{name.replace('_', '-')}: {cli[name]!r}"
-        )
+        assert (cli[name].help or "").startswith(docs[name]), f"--{name}: its help is not {config.__name__}'s"
+        if (layer, name) not in CLI_DIFFERS:
+            assert cli[name].default == field.default or field.default is dataclasses.MISSING, name
 
 
 def test_promote_options_have_promotes_defaults():
@@ -127,11 +142,10 @@ def test_pipeline_parameters_are_config_options_with_their_defaults():
     inputs = build_pipeline(tpu=None).component_spec.inputs
     assert set(inputs) - PIPELINE_ONLY == set(PIPELINE_OPTIONS), "classify the new pipeline parameter here"
     configs = _config_defaults()
-    cli_source = _cli_defaults("shards", "create")["source"]
     for name, (layer, option) in PIPELINE_OPTIONS.items():
         if name in PIPELINE_DIFFERS:
             continue
-        expected = cli_source if name == "source" else configs[layer][option]
+        expected = configs[layer][option]
         default = inputs[name].default
         if name in PIPELINE_NONE and default == PIPELINE_NONE[name]:
             default = None

@@ -1,0 +1,160 @@
+"""Typer options derived from a config dataclass: each field is one option, its default the field's, its help
+the field's docstring (the string literal right after it, as torchtitan's and tyro's configs write them).
+
+The config is the one place an option is written; the CLI only says what differs for the command line
+(an option name, a click-level bound, a computed list appended to the help) with ``Opt``. Nothing here
+imports the code the config configures, so ``--help`` loads only the config's own module.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import textwrap
+import types
+import typing
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal
+
+import typer
+
+__all__ = ["Opt", "field_docs", "config_parameters", "from_config"]
+
+_MISSING: Any = dataclasses.MISSING
+_CONFIG_DEFAULT: Any = object()  # Opt.default: the field's own (dataclasses.MISSING would mean "required")
+# What typer turns into one option: scalars, an optional scalar, a Literal's choices.
+_SCALARS = (int, float, str, bool)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Opt:
+    """What the command line adds to one config field; every attribute is optional."""
+
+    name: str | None = None  # the option's name when not --field-name (``--json`` for ``as_json``)
+    min: float | None = None  # a bound click checks before the config does (its "Invalid value" error)
+    max: float | None = None
+    more_help: str = ""  # appended to the docstring: a list computed at run time (models, sources)
+    default: Any = _CONFIG_DEFAULT  # a CLI default unlike the config's, said in cli.py next to it
+    hidden: bool = False
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Field name -> the docstring right after the field in the class source (cleaned, one paragraph),
+    ``cls``'s own over its bases' (a subclass that redeclares a field without a docstring keeps the base's).
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = next(node for node in tree.body if isinstance(node, ast.ClassDef)).body
+    docs: dict[str, str] = {}
+    for node, after in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(inspect.cleandoc(after.value.value).split())
+    return docs
+
+
+def _option_type(annotation: Any, where: str) -> Any:
+    """The field's type as typer takes it; a TypeError for one typer cannot parse from one string."""
+    if annotation in _SCALARS or typing.get_origin(annotation) is Literal:
+        return annotation
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(members) == 1 and len(typing.get_args(annotation)) == 2:
+            _option_type(members[0], where)
+            return annotation
+    raise TypeError(
+        f"{where}: type {annotation!r} is not an option type (int, float, str, bool, X | None, Literal)"
+    )
+
+
+def config_parameters(
+    cls: type, exclude: Iterable[str] = (), options: dict[str, Opt] | None = None
+) -> list[inspect.Parameter]:
+    """One keyword-only ``Annotated[type, typer.Option(...)]`` parameter per field of ``cls`` not excluded.
+
+    Raises TypeError for a field without a docstring (no option without help), an excluded field without a
+    default (the config could not be built), or an ``options`` key that is not a field (a typo)."""
+    options = options or {}
+    fields = {field.name: field for field in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    excluded = set(exclude)
+    unknown = (set(options) | excluded) - set(fields)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no fields {sorted(unknown)}")
+    parameters = []
+    for name, field in fields.items():
+        where = f"{cls.__name__}.{name}"
+        if name in excluded:
+            if field.default is _MISSING and field.default_factory is _MISSING:
+                raise TypeError(f"{where} is excluded from the CLI but has no default")
+            continue
+        if name not in docs:
+            raise TypeError(f'{where} has no docstring: write its --help as a """string""" after the field')
+        extra = options.get(name, Opt())
+        help_text = f"{docs[name]} {extra.more_help}".strip()
+        option = typer.Option(
+            *([extra.name] if extra.name else []),
+            help=help_text,
+            min=extra.min,
+            max=extra.max,
+            hidden=extra.hidden,
+        )
+        default = field.default if extra.default is _CONFIG_DEFAULT else extra.default
+        parameters.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Annotated[_option_type(hints[name], where), option],
+                default=inspect.Parameter.empty if default is _MISSING else default,
+            )
+        )
+    return parameters
+
+
+def from_config(
+    cls: type, *, exclude: Iterable[str] = (), **options: Opt
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command body ``def body(config: cls, **own)`` into a typer command: ``cls``'s fields become
+    options (after the body's own, hand-written parameters) and the body gets ``cls(**those values)``.
+
+    ``config`` is the body's first parameter; the others keep their ``Annotated[..., typer.Option()]``
+    declarations (arguments, options no config holds)."""
+    config_params = config_parameters(cls, exclude, options)
+    names = [param.name for param in config_params]
+
+    def decorate(body: Callable[..., Any]) -> Callable[..., Any]:
+        own = list(inspect.signature(body, eval_str=True).parameters.values())[1:]
+        clash = {param.name for param in own} & set(names)
+        if clash:
+            raise TypeError(f"{body.__name__}: {sorted(clash)} are {cls.__name__} fields already")
+
+        def command(**values: Any) -> Any:
+            config = cls(**{name: values.pop(name) for name in names})
+            return body(config, **values)
+
+        params = [param.replace(kind=inspect.Parameter.KEYWORD_ONLY) for param in own] + config_params
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {param.name: param.annotation for param in params}
+        command.__name__ = body.__name__
+        command.__qualname__ = body.__qualname__
+        command.__doc__ = body.__doc__
+        command.__module__ = body.__module__
+        return command
+
+    return decorate

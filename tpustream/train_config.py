@@ -1,0 +1,102 @@
+"""``TrainConfig``: the options of ``tpustream train``, apart from the trainer so that reading them (the CLI's
+``--help``, the pipeline's parameter defaults) imports no torch. Each field's docstring is its ``--help``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpustream.errors import ConfigError
+from tpustream.models import model_spec
+
+__all__ = ["TrainConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Options of ``tpustream train`` (the CLI contract in docs/ARCHITECTURE.md)."""
+
+    data: str
+    """Dataset URI (holds manifest.json)."""
+    output: str
+    """Model/checkpoint URI (local or gs://)."""
+    model: str = "resnet50"
+    """The model architecture."""
+    epochs: int = 10
+    """Epochs."""
+    batch_size: int = 128
+    """Per-device batch size."""
+    global_batch_size: int | None = None
+    """Global batch instead of --batch-size (must divide over the devices)."""
+    lr: float | None = None
+    """Peak LR (default 0.1 x global batch / 256)."""
+    momentum: float = 0.9
+    """SGD momentum."""
+    weight_decay: float = 1e-4
+    """SGD weight decay (not on norms/biases)."""
+    label_smoothing: float = 0.1
+    """Label smoothing."""
+    warmup_epochs: float = 1.0
+    """Linear LR warmup, in epochs."""
+    bf16: bool = False
+    """bfloat16 autocast."""
+    strategy: str = "spmd"
+    """spmd (one process per host) or replicas (one per device)."""
+    resume: str = "auto"
+    """auto | never | URI of a checkpoint or output directory."""
+    log_steps: int = 20
+    """Log every N steps."""
+    checkpoint_minutes: float = 30.0
+    """Also write `last` every N minutes."""
+    keep_checkpoints: int = 2
+    """Newest checkpoint files kept (and always those `last` and `best` name)."""
+    workers: int = 4
+    """Loader worker processes per host."""
+    input_size: int | None = None
+    """Input side (default: the images' median shorter side, rounded down to a multiple of 8, within
+    [16, 224]; model.json records how it was chosen)."""
+    seed: int = 0
+    """Seed of init, data order and augmentation."""
+    commit_timeout_minutes: float = 30.0
+    """Multi-host: how long the hosts other than process 0 wait for its model artifact (not a CLI option)."""
+    preemption_sync_seconds: float = 10.0
+    """Multi-host slice: seconds the hosts wait for each other's stop step."""
+    compile_cache: str | None = None
+    """Persistent XLA compilation cache (local dir or gs://): a restarted or later run of the same program
+    loads its executables instead of compiling (process 0 writes, the other hosts read)."""
+    init_from: str | None = None
+    """Warm start from these weights: a model artifact (model.json), a registry (its champion), a checkpoint
+    (.pt) or a training output. Same classes: all weights; other classes: the backbone and a new head. The
+    optimizer and LR schedule start fresh; model.json records it (init)."""
+    init_optional: bool = False
+    """A warm start that cannot be used (no champion yet, another architecture) trains from random weights
+    with a warning instead of failing. Not a CLI option: the pipeline's init_from=champion sets it, whose
+    champion may predate a model change; on the CLI an --init-from that does not fit is an error."""
+    patience: int = 0
+    """Early stopping: stop after N epochs without a val top-1 gain of more than --min-delta; the model is
+    the best epoch's (0: off)."""
+    min_delta: float = 0.0
+    """Early stopping: the val top-1 gain (0-1) that counts as one."""
+
+    def __post_init__(self) -> None:
+        model_spec(self.model)  # ValueError naming the models
+        if self.strategy not in ("spmd", "replicas"):
+            raise ConfigError(f"--strategy must be spmd or replicas, got {self.strategy!r}")
+        for name in ("epochs", "batch_size", "log_steps", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.global_batch_size is not None and self.global_batch_size < 1:
+            raise ConfigError(f"--global-batch-size must be at least 1, got {self.global_batch_size}")
+        if self.lr is not None and self.lr <= 0:
+            raise ConfigError(f"--lr must be positive, got {self.lr}")
+        if self.warmup_epochs < 0 or self.checkpoint_minutes <= 0:
+            raise ConfigError("--warmup-epochs must be >= 0 and --checkpoint-minutes > 0")
+        if not 0 <= self.label_smoothing < 1:
+            raise ConfigError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.workers < 0:
+            raise ConfigError(f"--workers must be >= 0, got {self.workers}")
+        if self.patience < 0 or self.min_delta < 0:
+            raise ConfigError(
+                f"--patience and --min-delta must be >= 0, got {self.patience} and {self.min_delta}"
+            )
+        if self.preemption_sync_seconds <= 0 or self.commit_timeout_minutes <= 0:
+            raise ConfigError("--preemption-sync-seconds and --commit-timeout-minutes must be positive")
