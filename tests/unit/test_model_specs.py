@@ -37,7 +37,7 @@ def test_the_name_list_is_the_specs() -> None:
 
 def test_train_help_lists_every_model() -> None:
     (option,) = (p for p in typer.main.get_command(app).commands["train"].params if p.name == "model")  # type: ignore[attr-defined]
-    assert option.help == " | ".join(MODEL_NAMES) + "."
+    assert option.help.endswith("One of: " + " | ".join(MODEL_NAMES) + ".")
 
 
 @pytest.mark.parametrize(

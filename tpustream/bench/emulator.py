@@ -76,9 +76,11 @@ class GcsServer:
 
 def make_bucket(endpoint: str, name: str) -> None:
     from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
 
-    client = storage.Client(  # type: ignore[attr-defined]
+    # mypy's view of google.cloud.storage differs with the modules it is checked with: either line may be the one
+    from google.cloud import storage  # type: ignore[attr-defined,unused-ignore]
+
+    client = storage.Client(  # type: ignore[attr-defined,unused-ignore]
         project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint}
     )
     client.create_bucket(name)
