@@ -16,11 +16,11 @@ import textwrap
 import types
 import typing
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 
-__all__ = ["Opt", "field_docs", "config_parameters", "from_config"]
+__all__ = ["Opt", "field_docs", "config_parameters", "from_config", "fail"]
 
 _MISSING: Any = dataclasses.MISSING
 _CONFIG_DEFAULT: Any = object()  # Opt.default: the field's own (dataclasses.MISSING would mean "required")
@@ -158,3 +158,9 @@ def from_config(
         return command
 
     return decorate
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """End a command with one line, ``error: <message>``, on stderr, and exit ``code`` (2: a user error)."""
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(code)
