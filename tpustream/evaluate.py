@@ -20,7 +20,7 @@ import numpy as np
 from tpustream import storage
 from tpustream.batch import BATCH_KEYS
 from tpustream.errors import TpustreamError
-from tpustream.manifest import ShardError, manifest_digest, read_manifest
+from tpustream.manifest import Manifest, ShardError, load_manifest, manifest_digest
 from tpustream.metrics import masked_sums, summarize
 from tpustream.registry import json_bytes, read_champion, version_uri
 from tpustream.xla_runtime import single_device
@@ -79,16 +79,16 @@ def _load_weights(model_uri: str) -> tuple[dict[str, Any], str]:
         raise EvaluationError(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
 
 
-def _val_manifest(card: dict[str, Any], model_uri: str, data_uri: str) -> dict[str, Any]:
+def _val_manifest(card: dict[str, Any], model_uri: str, data_uri: str) -> Manifest:
     """The dataset's manifest, once it is known to have a val split with the model's classes."""
     try:
-        manifest = read_manifest(data_uri)
+        manifest = load_manifest(data_uri)
     except ShardError as exc:
         raise EvaluationError(f"--data {data_uri}: {exc}") from exc
-    mismatch = _class_mismatch(card, list(manifest["classes"]), model_uri, data_uri)
+    mismatch = _class_mismatch(card, manifest.classes, model_uri, data_uri)
     if mismatch:
         raise EvaluationError(f"{mismatch}; evaluate on a dataset with the same classes")
-    if not int(manifest["splits"].get("val", {}).get("num_samples", 0)):
+    if not manifest.num_samples("val"):
         raise EvaluationError(f"--data {data_uri} has no val split to evaluate on")
     return manifest
 
@@ -116,7 +116,7 @@ class _ValPass:
     model_uri: str
     data_uri: str
     card: dict[str, Any]
-    manifest: dict[str, Any]
+    manifest: Manifest
     classes: list[str]
     device: Any
     model: Any
@@ -132,7 +132,7 @@ class _ValPass:
         card = load_model_card(model_uri)
         manifest = _val_manifest(card, model_uri, data_uri)
         device = single_device()
-        model, model_digest = _load_model(card, model_uri, len(manifest["classes"]))
+        model, model_digest = _load_model(card, model_uri, len(manifest.classes))
         loader = ShardLoader(
             LoaderConfig(
                 data=data_uri,
@@ -143,14 +143,14 @@ class _ValPass:
                 replica_index=0,
                 workers=workers,
             ),
-            manifest=manifest,
+            manifest=manifest.to_json(),  # data.py takes the dict form
         )
         return cls(
             model_uri,
             data_uri,
             card,
             manifest,
-            list(manifest["classes"]),
+            list(manifest.classes),
             device,
             model.to(device).eval(),
             model_digest,
@@ -209,7 +209,7 @@ def evaluate_model(
     run = _ValPass.open(model_uri, data_uri, batch_size=batch_size, workers=workers)
     model_uri, data_uri, card, device, loader = run.model_uri, run.data_uri, run.card, run.device, run.loader
     classes, model_digest = run.classes, run.model_digest
-    expected = int(run.manifest["splits"]["val"]["num_samples"])
+    expected = run.manifest.num_samples("val")
     num_classes = len(classes)
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device)
     sums = torch.zeros(4, dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
@@ -277,7 +277,7 @@ def evaluate(
     """
     data_uri = storage.absolute(data_uri)  # metrics.json names it: valid from any directory
     digest = manifest_digest(data_uri)
-    manifest = read_manifest(data_uri)
+    manifest = load_manifest(data_uri)
     candidate = evaluate_model(model_uri, data_uri, workers=workers)
     champion, champion_note = None, None
     if registry:
@@ -285,7 +285,7 @@ def evaluate(
         if current is not None:
             champion_uri = version_uri(registry, current["version"])
             mismatch = _class_mismatch(
-                load_model_card(champion_uri), list(manifest["classes"]), champion_uri, data_uri
+                load_model_card(champion_uri), manifest.classes, champion_uri, data_uri
             )
             if mismatch:
                 champion_note = f"champion version {current['version']} not evaluated: {mismatch}"
@@ -298,9 +298,9 @@ def evaluate(
         "dataset": {
             "uri": data_uri,
             "manifest_digest": digest,
-            "val_samples": manifest["splits"]["val"]["num_samples"],
+            "val_samples": manifest.num_samples("val"),
         },
-        "classes": list(manifest["classes"]),
+        "classes": list(manifest.classes),
         "candidate": candidate,
         "champion": champion,
         "champion_note": champion_note,  # why the champion was not measured, when it was not

@@ -23,7 +23,7 @@ from tpustream import storage
 from tpustream.errors import TpustreamError
 from tpustream.evaluate import load_model_card
 from tpustream.history import champion_history
-from tpustream.manifest import read_manifest
+from tpustream.manifest import load_manifest
 from tpustream.promote import ALREADY_CHAMPION, preview_decision, read_champion
 from tpustream.promotion_policy import Decision, RegistryError
 from tpustream.report_facts import ReportFacts, _class_rows, _verdict
@@ -92,7 +92,7 @@ def build_report_facts(
     """
     card = load_model_card(model_uri)
     metrics = _read_metrics(metrics_uri)
-    manifest = read_manifest(dataset_uri)
+    manifest = load_manifest(dataset_uri)
     if outcome is None:
         decision = preview_decision(
             metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop

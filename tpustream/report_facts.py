@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpustream.artifacts import Manifest
 from tpustream.errors import ConfigError
 from tpustream.promote import ALREADY_CHAMPION
 from tpustream.promotion_policy import METRICS, Decision, is_finite_number
@@ -43,7 +44,7 @@ class ReportFacts:
         metric, min_delta, max_class_drop: the promotion thresholds the decision was taken with.
         outcome: what ``tpustream.promote.promote`` returned when the promote step ran (``promoted``,
             ``version``, ``reason``, ``previous_version`` / ``champion_version``); None when it did not run.
-        manifest: the dataset's ``manifest.json`` (``tpustream.manifest.read_manifest``); None: not shown.
+        manifest: the dataset's manifest (``tpustream.manifest.load_manifest``); None: not shown.
         data_check_markdown: the check data step's Markdown report (``DataCheckReport.to_markdown()``, the
             step's ``report`` artifact), shown as its own section; None: no section.
         history: the champion's history (``tpustream.history.champion_history``): dicts with ``time``,
@@ -58,7 +59,7 @@ class ReportFacts:
     min_delta: float = 0.0
     max_class_drop: float | None = None
     outcome: dict[str, Any] | None = None
-    manifest: dict[str, Any] | None = None
+    manifest: Manifest | None = None
     data_check_markdown: str | None = None
     history: list[dict[str, Any]] | None = None
 

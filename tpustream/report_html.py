@@ -18,7 +18,6 @@ import base64
 from typing import Any
 
 from tpustream import report_plots
-from tpustream.manifest import skipped_summary
 from tpustream.promotion_policy import METRICS
 from tpustream.report_facts import (
     _E,
@@ -272,12 +271,9 @@ def _dataset_html(facts: ReportFacts) -> str:
     manifest = facts.manifest
     if manifest is None:
         return "".join(parts) + _note("The manifest was not given: no per-split facts.")
-    classes = [str(name) for name in manifest.get("classes", [])]
-    splits = {
-        name: split for name, split in (manifest.get("splits") or {}).items() if isinstance(split, dict)
-    }
+    classes, splits = manifest.classes, manifest.splits
     parts.append(
-        f"<p>Source {_code(manifest.get('source', '?'))}; {len(classes)} classes; created {_E(str(manifest.get('created', '?')))}.</p>"
+        f"<p>Source {_code(manifest.source or '?')}; {len(classes)} classes; created {_E(manifest.created or '?')}.</p>"
     )
     parts.append(
         _table(
@@ -285,16 +281,16 @@ def _dataset_html(facts: ReportFacts) -> str:
             [
                 [
                     _E(name),
-                    _E(str(s.get("num_samples", 0))),
-                    _E(f"{int(s.get('num_bytes', 0)):,}"),
-                    _E(str(len(s.get("shards") or []))),
+                    _E(str(s.num_samples)),
+                    _E(f"{s.num_bytes:,}"),
+                    _E(str(len(s.shards))),
                 ]
                 for name, s in splits.items()
             ],
         )
     )
     shown = classes[:HTML_DATASET_CLASS_ROWS]
-    counts = {name: list(s.get("class_counts") or []) for name, s in splits.items()}
+    counts = {name: s.class_counts for name, s in splits.items()}
     rows = [
         [_E(name)] + [_E(str(counts[split][i])) if i < len(counts[split]) else "0" for split in splits]
         for i, name in enumerate(shown)
@@ -302,7 +298,7 @@ def _dataset_html(facts: ReportFacts) -> str:
     parts.append(_table(["class", *(f"{_E(split)} samples" for split in splits)], rows))
     if len(shown) < len(classes):
         parts.append(_note(f"The first {len(shown)} of {len(classes)} classes."))
-    skipped = skipped_summary(manifest)
+    skipped = manifest.skipped
     if skipped.count:
         reasons = [
             [_E(reason), _E(str(count))]

@@ -15,7 +15,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tpustream.manifest import skipped_summary
 from tpustream.report_facts import (
     _E,
     NOT_MEASURED,
@@ -126,16 +125,11 @@ def _markdown_dataset(facts: ReportFacts) -> list[str]:
     lines = ["## Data set", "", f"`{str(dataset.get('uri', '?')).replace('`', '')}`", ""]
     if facts.manifest is None:
         return lines + ["The manifest was not given.", ""]
-    splits = {
-        name: split for name, split in (facts.manifest.get("splits") or {}).items() if isinstance(split, dict)
-    }
-    classes = facts.manifest.get("classes") or []
+    splits, classes = facts.manifest.splits, facts.manifest.classes
     shown = ", ".join(_md(name) for name in classes[:MARKDOWN_CLASS_ROWS])
     lines += [f"{len(classes)} classes: {shown}{', …' if len(classes) > MARKDOWN_CLASS_ROWS else ''}", ""]
-    lines += _md_table(
-        ["split", "samples"], [[_md(name), str(s.get("num_samples", 0))] for name, s in splits.items()]
-    )
-    skipped = skipped_summary(facts.manifest)
+    lines += _md_table(["split", "samples"], [[_md(name), str(s.num_samples)] for name, s in splits.items()])
+    skipped = facts.manifest.skipped
     reasons = ", ".join(
         f"{_md(reason)} {count}" for reason, count in sorted(skipped.by_reason.items(), key=lambda r: -r[1])
     )

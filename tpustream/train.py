@@ -38,7 +38,7 @@ from tpustream.checkpoint import (
     to_cpu,
 )
 from tpustream.errors import ConfigError, TpustreamError
-from tpustream.manifest import ShardError, manifest_digest, read_manifest
+from tpustream.manifest import Manifest, ShardError, load_manifest, manifest_digest
 from tpustream.metrics import masked_sums, summarize
 from tpustream.models import build_model, model_spec
 from tpustream.preemption import SigtermFlag, StopAgreement, exit_now
@@ -231,7 +231,7 @@ class _EpochRun:
     wait: float = 0.0  # seconds spent waiting for the loader
 
 
-def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, Any]) -> tuple[int, str]:
+def resolve_input_size(config: TrainConfig, dataset: str, manifest: Manifest) -> tuple[int, str]:
     """--input-size, else the model's rule (``ModelSpec.input_size``) applied to the dataset's median shorter
     side; and how it was chosen."""
     if config.input_size:
@@ -239,7 +239,7 @@ def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, An
     from tpustream.data import median_short_side
 
     rule = model_spec(config.model).input_size
-    side, measured = median_short_side(dataset, manifest)
+    side, measured = median_short_side(dataset, manifest.to_json())  # data.py takes the dict form
     size = rule(side)
     return size, f"median shorter side {side} px over {measured} -> {size} px ({rule})"
 
@@ -325,7 +325,7 @@ class Trainer:
         self.dataset = storage.absolute(config.data)
         self.manifest = self._read_manifest()
         self.digest = manifest_digest(self.dataset)
-        self.classes = list(self.manifest["classes"])
+        self.classes = list(self.manifest.classes)
         self.rt = runtime(config.strategy)
         if self.rt.is_master:
             try:
@@ -411,13 +411,14 @@ class Trainer:
 
     # -- setup ---------------------------------------------------------------------------------------
 
-    def _read_manifest(self) -> dict[str, Any]:
+    def _read_manifest(self) -> Manifest:
         try:
-            manifest = read_manifest(self.dataset)
+            manifest = load_manifest(self.dataset)
         except ShardError as exc:
             raise TrainError(f"--data {self.dataset}: {exc}") from exc
         for split in ("train", "val"):
-            if not manifest["splits"].get(split, {}).get("shards"):
+            found = manifest.split(split)
+            if found is None or not found.shards:
                 raise TrainError(
                     f"--data {self.dataset} has no {split!r} split: re-create it with a validation fraction"
                 )
@@ -439,6 +440,7 @@ class Trainer:
         from tpustream.epoch_plan import LoaderError
 
         rt = self.rt
+        manifest = self.manifest.to_json()  # the loader (data.py) takes the dict form
         try:
             return {
                 split: ShardLoader(
@@ -452,7 +454,7 @@ class Trainer:
                         workers=self.config.workers,
                         seed=self.config.seed,
                     ),
-                    manifest=self.manifest,
+                    manifest=manifest,
                 )
                 for split in ("train", "val")
             }

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tpustream import report
+from tpustream.artifacts import Manifest
 from tpustream.promotion_policy import Decision, decide
 from tpustream.report import (
     ReportError,
@@ -87,35 +88,46 @@ def epochs(count: int) -> list[dict[str, Any]]:
     ]
 
 
-def manifest(classes: list[str]) -> dict[str, Any]:
+def _shard(split: str, index: int) -> dict[str, Any]:
     return {
-        "format": "tpustream.shards/v1",
-        "created": "2025-11-20T10:00:00Z",
-        "source": "gs://bucket/import.jsonl",
-        "classes": classes,
-        "num_classes": len(classes),
-        "splits": {
-            "train": {
-                "num_samples": 400,
-                "num_bytes": 123456,
-                "class_counts": [100] * len(classes),
-                "shards": [{}, {}],
-            },
-            "val": {
-                "num_samples": 80,
-                "num_bytes": 23456,
-                "class_counts": [20] * len(classes),
-                "shards": [{}],
-            },
-        },
-        "skipped": {
-            "count": 3,
-            "sample_slots": 3,
-            "by_reason": {"undecodable": 2, "malformed-row": 1},
-            "rejected_rows": 1,
-            "examples": [f"gs://bucket/{EVIL}.jpg: not an image"],
-        },
+        "path": f"{split}/{split}-{index:06d}.tar",
+        "num_samples": 1,
+        "num_bytes": 512,
+        "sha256": "0" * 64,
     }
+
+
+def manifest(classes: list[str]) -> Manifest:
+    return Manifest.from_json(
+        {
+            "format": "tpustream.shards/v1",
+            "created": "2025-11-20T10:00:00Z",
+            "source": "gs://bucket/import.jsonl",
+            "classes": classes,
+            "num_classes": len(classes),
+            "splits": {
+                "train": {
+                    "num_samples": 400,
+                    "num_bytes": 123456,
+                    "class_counts": [100] * len(classes),
+                    "shards": [_shard("train", 0), _shard("train", 1)],
+                },
+                "val": {
+                    "num_samples": 80,
+                    "num_bytes": 23456,
+                    "class_counts": [20] * len(classes),
+                    "shards": [_shard("val", 0)],
+                },
+            },
+            "skipped": {
+                "count": 3,
+                "sample_slots": 3,
+                "by_reason": {"undecodable": 2, "malformed-row": 1},
+                "rejected_rows": 1,
+                "examples": [f"gs://bucket/{EVIL}.jpg: not an image"],
+            },
+        }
+    )
 
 
 def history(count: int = 4) -> list[dict[str, Any]]:
@@ -487,7 +499,7 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
     data.mkdir()
     (model / "model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
     (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics))
-    (data / "manifest.json").write_text(json.dumps(facts.manifest))
+    (data / "manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     (tmp_path / "check.md").write_text("# Data check: `x`\n\n**No anomalies.**\n")
 
     gathered = build_report_facts(
@@ -549,7 +561,7 @@ def test_a_candidate_that_is_the_champion_now_was_promoted_by_this_run_or_before
     (tmp_path / "registry").mkdir()
     (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
     (tmp_path / "metrics.json").write_text(json.dumps(metrics))
-    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest))
+    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     pointer = {"version": 3, "model_sha256": "c0ffee", "previous_version": 2, "promoted": promoted_at}
     (tmp_path / "registry/champion.json").write_text(json.dumps(pointer))
     events = history() + [
@@ -587,7 +599,7 @@ def write_run_files(tmp_path, facts: ReportFacts) -> dict[str, str]:
         (tmp_path / folder).mkdir()
     (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
     (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics))
-    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest))
+    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     return {
         "html_uri": str(tmp_path / "out/report.html"),
         "markdown_uri": str(tmp_path / "out/report.md"),
