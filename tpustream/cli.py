@@ -409,10 +409,8 @@ def train_cmd(
     finally:
         early.uninstall()
     if card:
-        metrics = card["metrics"]
-        early_stop = (
-            f"; stopped early after epoch {len(card['history'])}" if card.get("stopped_early") else ""
-        )
+        metrics = card.metrics
+        early_stop = f"; stopped early after epoch {len(card.history)}" if card.stopped_early else ""
         typer.echo(
             f"model: {output} (best epoch {metrics['epoch']}, val top-1 {metrics['val_top1']:.4f}{early_stop})"
         )

@@ -8,7 +8,6 @@ digest and the model's sha256 so promotion can refuse to compare numbers from di
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
+from tpustream.artifacts import METRICS_FORMAT, ArtifactError, ModelCard
 from tpustream.batch import BATCH_KEYS
 from tpustream.errors import TpustreamError
 from tpustream.manifest import Manifest, ShardError, load_manifest, manifest_digest
@@ -36,36 +36,34 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-METRICS_FORMAT = "tpustream.metrics/v1"
-
 
 class EvaluationError(TpustreamError, ValueError):
     """The model or data cannot be evaluated as given; the message says what and what to do."""
 
 
-def load_model_card(model_uri: str) -> dict[str, Any]:
-    """Read and check ``model.json`` of a model artifact directory."""
-    uri = storage.join(storage.check_uri(model_uri).rstrip("/"), "model.json")
+def load_model_card(model_uri: str) -> ModelCard:
+    """Read and check ``model.json`` of a model artifact directory.
+
+    Raises:
+        EvaluationError: there is none, or it is not a model card this version reads.
+    """
+    uri = storage.join(storage.check_uri(model_uri).rstrip("/"), ModelCard.NAME)
     try:
-        card = json.loads(storage.read_bytes(uri))
+        return ModelCard.read(uri)
     except storage.NotFound as exc:
         raise EvaluationError(
             f"{uri} does not exist: --model must be a directory written by `tpustream train`"
         ) from exc
-    except ValueError as exc:
-        raise EvaluationError(f"{uri} is corrupt ({exc}): re-export the model") from exc
-    for key in ("arch", "classes", "input_size"):
-        if key not in card:
-            raise EvaluationError(f"{uri} lacks {key!r}: not a tpustream model card")
-    return card
+    except ArtifactError as exc:
+        raise EvaluationError(str(exc)) from exc
 
 
-def _class_mismatch(card: dict[str, Any], classes: list[str], model_uri: str, data_uri: str) -> str | None:
+def _class_mismatch(card: ModelCard, classes: list[str], model_uri: str, data_uri: str) -> str | None:
     """Why the model cannot be measured on the dataset's labels, or None when their class lists agree."""
-    if card["classes"] == classes:
+    if card.classes == classes:
         return None
     return (
-        f"model {model_uri} predicts {len(card['classes'])} classes {card['classes'][:5]}..., the dataset "
+        f"model {model_uri} predicts {len(card.classes)} classes {card.classes[:5]}..., the dataset "
         f"{data_uri} has {len(classes)} {classes[:5]}...: the class sets differ"
     )
 
@@ -79,7 +77,7 @@ def _load_weights(model_uri: str) -> tuple[dict[str, Any], str]:
         raise EvaluationError(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
 
 
-def _val_manifest(card: dict[str, Any], model_uri: str, data_uri: str) -> Manifest:
+def _val_manifest(card: ModelCard, model_uri: str, data_uri: str) -> Manifest:
     """The dataset's manifest, once it is known to have a val split with the model's classes."""
     try:
         manifest = load_manifest(data_uri)
@@ -93,17 +91,17 @@ def _val_manifest(card: dict[str, Any], model_uri: str, data_uri: str) -> Manife
     return manifest
 
 
-def _load_model(card: dict[str, Any], model_uri: str, num_classes: int) -> tuple[Any, str]:
+def _load_model(card: ModelCard, model_uri: str, num_classes: int) -> tuple[Any, str]:
     """The artifact's network with its weights (on the CPU), and the sha256 of model.pt."""
     from tpustream.models import build_model
 
     weights, model_digest = _load_weights(model_uri)
-    model = build_model(card["arch"], num_classes=num_classes, input_size=int(card["input_size"]))
+    model = build_model(card.arch, num_classes=num_classes, input_size=card.input_size)
     try:
         model.load_state_dict(weights)
     except RuntimeError as exc:
         raise EvaluationError(
-            f"{model_uri}/model.pt does not match its model.json ({card['arch']}): {exc}"
+            f"{model_uri}/model.pt does not match its model.json ({card.arch}): {exc}"
         ) from exc
     return model, model_digest
 
@@ -115,7 +113,7 @@ class _ValPass:
 
     model_uri: str
     data_uri: str
-    card: dict[str, Any]
+    card: ModelCard
     manifest: Manifest
     classes: list[str]
     device: Any
@@ -138,7 +136,7 @@ class _ValPass:
                 data=data_uri,
                 split="val",
                 batch_size=batch_size,
-                input_size=int(card["input_size"]),
+                input_size=card.input_size,
                 num_replicas=1,
                 replica_index=0,
                 workers=workers,
@@ -253,7 +251,7 @@ def evaluate_model(
     return {
         "model": model_uri,
         "model_sha256": model_digest,
-        "arch": card["arch"],
+        "arch": card.arch,
         "top1": metrics["top1"],
         "top5": metrics["top5"],
         "loss": metrics["loss"],

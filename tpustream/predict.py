@@ -247,7 +247,7 @@ def val_items_of_model(model_uri: str) -> list[str]:
     from tpustream.evaluate import load_model_card
 
     card = load_model_card(model_uri)
-    dataset = (card.get("dataset") or {}).get("uri")
+    dataset = card.dataset.uri if card.dataset is not None else ""
     if not dataset:
         raise PredictError(
             f"{model_uri}/model.json names no dataset: give images to predict instead of --sample-val"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpustream.artifacts import Manifest
+from tpustream.artifacts import Manifest, ModelCard
 from tpustream.errors import ConfigError
 from tpustream.promote import ALREADY_CHAMPION
 from tpustream.promotion_policy import METRICS, Decision, is_finite_number
@@ -33,7 +33,7 @@ class ReportFacts:
     """Everything a run report shows, as plain data: the documents as their files hold them.
 
     Attributes:
-        model_card: the candidate's ``model.json`` (``tpustream.evaluate.load_model_card``): ``arch``,
+        model_card: the candidate's model card (``tpustream.evaluate.load_model_card``): ``arch``,
             ``classes``, ``history`` (one dict per epoch: ``epoch``, ``train_loss``, ``val_loss``, ``val_top1``,
             ``val_top5``, ``val_samples``, ``epoch_seconds``, ``samples_per_s``, ``data_wait_fraction``,
             ``compiles``), ``metrics`` (the best epoch), ``init`` (a warm start's origin, None: random).
@@ -52,7 +52,7 @@ class ReportFacts:
             ``dataset_digest``, ``metric``, ``value``, ``reason``, ``champion_version``; None: no section.
     """
 
-    model_card: dict[str, Any]
+    model_card: ModelCard
     metrics: dict[str, Any]
     decision: Decision
     metric: str = "top1"

@@ -135,18 +135,18 @@ def _note(text: str) -> str:
 
 def _training_html(facts: ReportFacts) -> str:
     card = facts.model_card
-    history = [row for row in card.get("history") or [] if isinstance(row, dict)]
-    best = (card.get("metrics") or {}).get("epoch")
-    init = card.get("init")
+    history = card.history
+    best = card.metrics.get("epoch")
+    init = card.init
     start = (
         f"warm start from {_code(init.get('from'))} ({_E(str(init.get('kind', '')))}, {_E(str(init.get('weights', '')))} weights)"
         if isinstance(init, dict)
         else "random initialisation"
     )
     parts = [
-        f"<p>{_code(card.get('arch', '?'))}, {len(history)} epoch{'s' if len(history) != 1 else ''}"
+        f"<p>{_code(card.arch)}, {len(history)} epoch{'s' if len(history) != 1 else ''}"
         f"{f', best epoch {_E(str(best))}' if best is not None else ''}"
-        f"{', stopped early' if card.get('stopped_early') else ''}; {start}.</p>"
+        f"{', stopped early' if card.stopped_early else ''}; {start}.</p>"
     ]
     if len(history) >= 2:
         parts.append(

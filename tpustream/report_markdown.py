@@ -97,12 +97,12 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
     if len(listed) < len(rows):
         lines += [f"{len(rows) - len(listed)} more classes, with smaller drops, are not listed.", ""]
 
-    history = [row for row in facts.model_card.get("history") or [] if isinstance(row, dict)]
+    history = facts.model_card.history
     lines += ["## Training", ""]
     if history:
         first, last = history[0], history[-1]
         lines += [
-            f"{_md(facts.model_card.get('arch', '?'))}, {len(history)} epochs: train loss {_decimal(first.get('train_loss'))} → "
+            f"{_md(facts.model_card.arch)}, {len(history)} epochs: train loss {_decimal(first.get('train_loss'))} → "
             f"{_decimal(last.get('train_loss'))}, val top-1 {_percent(first.get('val_top1'), 2)} → {_percent(last.get('val_top1'), 2)}.",
             "",
         ]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import math
 import os
@@ -28,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NoReturn
 
 from tpustream import storage
+from tpustream.artifacts import MODEL_FORMAT, ArtifactError, DatasetRef, ModelCard
 from tpustream.batch import Batch
 from tpustream.checkpoint import (
     CheckpointError,
@@ -60,7 +60,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "try again" — the job is restarted and resumes from `last`
-MODEL_FORMAT = "tpustream.model/v1"
 
 
 class TrainError(TpustreamError, ValueError):
@@ -276,13 +275,13 @@ def _check_resume(
         )
 
 
-def train(config: TrainConfig) -> dict[str, Any]:
-    """Train per ``config``; returns the final model.json contents. Raises Preempted on SIGTERM."""
+def train(config: TrainConfig) -> ModelCard:
+    """Train per ``config``; returns the final model card (model.json). Raises Preempted on SIGTERM."""
     if config.strategy == "replicas":
         import torch_xla
 
         torch_xla.launch(_replica_main, args=(config,))
-        return json.loads(storage.read_bytes(storage.join(config.output, "model.json")))
+        return ModelCard.read(storage.join(config.output, ModelCard.NAME))
     return _train_process(config)
 
 
@@ -290,7 +289,7 @@ def _replica_main(index: int, config: TrainConfig) -> None:
     _train_process(config)
 
 
-def _train_process(config: TrainConfig) -> dict[str, Any]:
+def _train_process(config: TrainConfig) -> ModelCard:
     from tpustream.compile_cache import open_compile_cache
 
     # SIGTERM is a preemption from the first instant: setup, loop and waiting for process 0 alike.
@@ -362,7 +361,7 @@ class Trainer:
         self.tracker: Any = None  # xm.RateTracker over the whole run, made in fit()
         self.compile_cache: Any = None  # CompileCache when --compile-cache is given
 
-    def fit(self) -> dict[str, Any]:
+    def fit(self) -> ModelCard:
         """Train to ``config.epochs``; returns the model card. Raises Preempted (every host at one step)."""
         import torch_xla.core.xla_model as xm
 
@@ -749,7 +748,7 @@ def _within(uri: str, output: str) -> bool:
 
 def _wait_for_primary(
     output: str, digest: str, steps: int, config: TrainConfig, rt: Runtime, stop: StopAgreement
-) -> dict[str, Any]:
+) -> ModelCard:
     """Hosts other than process 0 return once it has committed this run's model.json (same dataset, same
     final step), so every host of a slice leaves together and only process 0 wrote anything."""
     uri = storage.join(output, "model.json")
@@ -757,10 +756,10 @@ def _wait_for_primary(
     log.info("host %d: waiting for process 0 to commit %s", rt.replica_index, uri)
     while True:
         try:
-            card = json.loads(storage.read_bytes(uri))
-            if card.get("dataset", {}).get("manifest_digest") == digest and card.get("steps") == steps:
-                return dict(card)
-        except (storage.NotFound, ValueError):
+            card = ModelCard.read(uri)
+            if card.dataset is not None and card.dataset.manifest_digest == digest and card.steps == steps:
+                return card
+        except (storage.NotFound, ArtifactError):  # not written yet, or half-written by another version
             pass
         # Told (SIGTERM) or seeing another host's notice: nothing of ours to save; report our final step so
         # process 0 stops there too, rather than time out waiting for us and leave us waiting for it.
@@ -826,7 +825,7 @@ def _upload_tree(local_dir: str, uri: str) -> None:
             storage.upload_file(path, storage.join(uri, os.path.relpath(path, local_dir)))
 
 
-def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> dict[str, Any]:
+def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> ModelCard:
     """model.pt (the best epoch's weights, weights_only-loadable) and model.json, model.json last."""
     import torch
 
@@ -839,38 +838,31 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> d
     storage.write_bytes(storage.join(output, "model.pt"), buffer.getvalue())
     model_digest = hashlib.sha256(buffer.getbuffer()).hexdigest()
     best_epoch = max(state.history, key=lambda r: r["val_top1"]) if state.history else {}
-    card = {
-        "format": MODEL_FORMAT,
-        "arch": meta["model"],
-        "num_classes": len(meta["classes"]),
-        "classes": meta["classes"],
-        "input_size": meta["input_size"],
-        "input_size_reason": meta.get("input_size_reason", ""),  # checkpoints written before it lack it
-        "in_channels": 3,
-        "small_input_stem": model_spec(meta["model"]).small_input_stem(meta["input_size"]),
-        "normalization": {"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD), "scale": 255},
-        "metrics": {
-            k: best_epoch.get(k) for k in ("epoch", "val_top1", "val_top5", "val_loss", "val_samples")
-        },
-        "history": state.history,
-        "dataset": {"uri": meta["dataset"], "manifest_digest": meta["dataset_digest"]},
-        "model_sha256": model_digest,
-        "steps": state.global_step,
-        "training": meta["config"],
-        "init": meta.get("init"),  # warm start: where the weights began (None: random)
-        "compile_cache": meta.get("compile_cache"),  # its lookups in this process (None: no cache)
-        "stopped_early": state.stopped_early,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    storage.write_bytes(
-        storage.join(output, "model.json"),
-        json.dumps(card, indent=1).encode(),
-        content_type="application/json",
+    card = ModelCard(
+        arch=meta["model"],
+        num_classes=len(meta["classes"]),
+        classes=meta["classes"],
+        input_size=meta["input_size"],
+        input_size_reason=meta.get("input_size_reason", ""),  # checkpoints written before it lack it
+        in_channels=3,
+        small_input_stem=model_spec(meta["model"]).small_input_stem(meta["input_size"]),
+        normalization={"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD), "scale": 255},
+        metrics={k: best_epoch.get(k) for k in ("epoch", "val_top1", "val_top5", "val_loss", "val_samples")},
+        history=state.history,
+        dataset=DatasetRef(uri=meta["dataset"], manifest_digest=meta["dataset_digest"]),
+        model_sha256=model_digest,
+        steps=state.global_step,
+        training=meta["config"],
+        init=meta.get("init"),  # warm start: where the weights began (None: random)
+        compile_cache=meta.get("compile_cache"),  # its lookups in this process (None: no cache)
+        stopped_early=state.stopped_early,
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
+    card.write(storage.join(output, ModelCard.NAME))
     log.info(
         "model artifact: %s (best epoch %s, val top-1 %.4f)",
         output,
-        card["metrics"]["epoch"],
-        card["metrics"]["val_top1"] or 0,
+        card.metrics["epoch"],
+        card.best_top1 or 0,
     )
     return card

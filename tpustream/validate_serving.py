@@ -306,7 +306,7 @@ def validate_serving(
         card = load_model_card(model)
     except EvaluationError as exc:
         raise ServingValidationError(str(exc)) from exc
-    data_uri = data or card.get("dataset")
+    data_uri = data or (card.dataset.uri if card.dataset is not None else "")
     if not data_uri:
         raise ServingValidationError(
             f"{model}/model.json names no dataset: give --data (a dataset directory)"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tpustream import report
-from tpustream.artifacts import Manifest
+from tpustream.artifacts import Manifest, ModelCard
 from tpustream.promotion_policy import Decision, decide
 from tpustream.report import (
     ReportError,
@@ -97,6 +97,11 @@ def _shard(split: str, index: int) -> dict[str, Any]:
     }
 
 
+def _card(fields: dict[str, Any]) -> ModelCard:
+    """A model card with ``fields`` (and the input size every card has)."""
+    return ModelCard.from_json({"input_size": 32, **fields})
+
+
 def manifest(classes: list[str]) -> Manifest:
     return Manifest.from_json(
         {
@@ -167,13 +172,15 @@ def sample_facts(**changes: Any) -> ReportFacts:
     }
     decision = decide(candidate, champion, candidate_digest="d", champion_digest="d", max_class_drop=0.1)
     facts = ReportFacts(
-        model_card={
-            "arch": "resnet18",
-            "classes": CLASSES,
-            "history": epochs(3),
-            "metrics": {"epoch": 3},
-            "init": None,
-        },
+        model_card=_card(
+            {
+                "arch": "resnet18",
+                "classes": CLASSES,
+                "history": epochs(3),
+                "metrics": {"epoch": 3},
+                "init": None,
+            }
+        ),
         metrics=metrics,
         decision=decision,
         metric="top1",
@@ -322,7 +329,7 @@ def test_many_classes_are_capped_with_every_class_beyond_the_limit_kept():
     }
     facts = sample_facts(
         metrics=metrics,
-        model_card={"arch": "resnet18", "classes": classes, "history": epochs(2)},
+        model_card=_card({"arch": "resnet18", "classes": classes, "history": epochs(2)}),
         manifest=manifest(classes),
         history=None,
     )
@@ -340,12 +347,14 @@ def test_many_classes_are_capped_with_every_class_beyond_the_limit_kept():
 def test_user_strings_appear_only_escaped(rendered):
     page, markdown = rendered
     facts = sample_facts(
-        model_card={
-            "arch": 'resnet18"><b>x</b>',
-            "classes": CLASSES,
-            "history": epochs(3),
-            "init": {"from": '"><b>'},
-        },
+        model_card=_card(
+            {
+                "arch": 'resnet18"><b>x</b>',
+                "classes": CLASSES,
+                "history": epochs(3),
+                "init": {"from": '"><b>'},
+            }
+        ),
     )
     page_with_odd_names, _ = render_report(facts)
     for document in (page, markdown, page_with_odd_names):
@@ -405,7 +414,7 @@ def test_no_champion_one_epoch_and_unmeasured_classes_are_said():
     facts = sample_facts(
         metrics=metrics,
         decision=decision,
-        model_card={"arch": "resnet18", "classes": CLASSES, "history": epochs(1)},
+        model_card=_card({"arch": "resnet18", "classes": CLASSES, "history": epochs(1)}),
         history=[],
     )
     page, markdown = render_report(facts)
@@ -436,7 +445,7 @@ def test_a_champion_that_was_not_measured_is_said_with_evaluates_note():
 
 
 def test_an_empty_model_history_and_no_manifest_render():
-    facts = sample_facts(model_card={"arch": "resnet18", "classes": CLASSES}, manifest=None)
+    facts = sample_facts(model_card=_card({"arch": "resnet18", "classes": CLASSES}), manifest=None)
     page, markdown = render_report(facts)
     assert "No per-epoch history in the model card: nothing to draw." in page
     assert "The manifest was not given" in page and "The manifest was not given." in markdown
@@ -497,7 +506,7 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
     model, data = tmp_path / "model", tmp_path / "data"
     model.mkdir()
     data.mkdir()
-    (model / "model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
+    (model / "model.json").write_text(json.dumps(facts.model_card.to_json()))
     (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics))
     (data / "manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     (tmp_path / "check.md").write_text("# Data check: `x`\n\n**No anomalies.**\n")
@@ -559,7 +568,7 @@ def test_a_candidate_that_is_the_champion_now_was_promoted_by_this_run_or_before
     (tmp_path / "model").mkdir()
     (tmp_path / "data").mkdir()
     (tmp_path / "registry").mkdir()
-    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
+    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card.to_json()))
     (tmp_path / "metrics.json").write_text(json.dumps(metrics))
     (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     pointer = {"version": 3, "model_sha256": "c0ffee", "previous_version": 2, "promoted": promoted_at}
@@ -597,7 +606,7 @@ def write_run_files(tmp_path, facts: ReportFacts) -> dict[str, str]:
     returns ``write_run_report``'s arguments for them, the outputs under ``out/``."""
     for folder in ("model", "data"):
         (tmp_path / folder).mkdir()
-    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
+    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card.to_json()))
     (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics))
     (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     return {
