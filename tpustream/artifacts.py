@@ -22,6 +22,7 @@ Format versions and old files:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -44,6 +45,7 @@ __all__ = [
     "DatasetRef",
     "ModelCard",
     "EvalReport",
+    "json_bytes",
 ]
 
 MANIFEST_FORMAT = "tpustream.shards/v1"
@@ -56,6 +58,22 @@ T = TypeVar("T")
 class ArtifactError(TpustreamError, ValueError):
     """A manifest, model card or metrics file that is not what this version of tpustream writes; the message
     names the file, what is wrong with it and how to get a good one."""
+
+
+def json_bytes(document: Any, *, indent: int | None = None) -> bytes:
+    """``document`` as strict JSON, a non-finite number (NaN, ±inf) written as null: a bare ``NaN`` is
+    not JSON and breaks other readers. Readers here take null (and a legacy NaN) as "no number"."""
+    return json.dumps(_finite_or_null(document), indent=indent, allow_nan=False).encode()
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(item) for item in value]
+    return value
 
 
 def _require(document: Mapping[str, Any], key: str, kind: type[T] | tuple[type, ...], where: str) -> Any:
@@ -696,6 +714,4 @@ class EvalReport:
 
     def write(self, uri: str) -> None:
         """Write it to ``uri`` (metrics.json's own URI) atomically, as strict JSON (a NaN loss is null)."""
-        from tpustream.registry import json_bytes  # registry reads these files: imported here, not at the top
-
         storage.write_bytes(uri, json_bytes(self.to_json(), indent=1), content_type="application/json")

@@ -430,8 +430,7 @@ def evaluate_cmd(
     from tpustream import evaluate
 
     result = evaluate.evaluate(model, data, output, registry=registry, workers=workers)
-    for role in ("candidate", "champion"):
-        entry = result[role]
+    for role, entry in (("candidate", result.candidate), ("champion", result.champion)):
         if entry:
             version = f" (version {entry['version']})" if role == "champion" else ""
             typer.echo(

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
-from tpustream.artifacts import METRICS_FORMAT, ArtifactError, ModelCard
+from tpustream.artifacts import METRICS_FORMAT, ArtifactError, DatasetRef, EvalReport, ModelCard
 from tpustream.batch import BATCH_KEYS
 from tpustream.errors import TpustreamError
 from tpustream.manifest import Manifest, ShardError, load_manifest, manifest_digest
 from tpustream.metrics import masked_sums, summarize
-from tpustream.registry import json_bytes, read_champion, version_uri
+from tpustream.registry import read_champion, version_uri
 from tpustream.xla_runtime import single_device
 
 __all__ = [
@@ -266,9 +266,9 @@ def evaluate_model(
 
 def evaluate(
     model_uri: str, data_uri: str, output_uri: str, *, registry: str | None = None, workers: int = 2
-) -> dict[str, Any]:
+) -> EvalReport:
     """Evaluate the candidate (and, with ``registry``, the current champion on the same shards) and
-    write ``OUTPUT/metrics.json``. Returns its contents.
+    write ``OUTPUT/metrics.json``. Returns it.
 
     A champion whose class set differs from the dataset's cannot be measured on it: the result then has
     ``champion: None`` and a ``champion_note`` saying why, and promotion keeps that champion.
@@ -291,24 +291,15 @@ def evaluate(
             else:
                 champion = evaluate_model(champion_uri, data_uri, workers=workers)
                 champion["version"] = current["version"]
-    result = {
-        "format": METRICS_FORMAT,
-        "dataset": {
-            "uri": data_uri,
-            "manifest_digest": digest,
-            "val_samples": manifest.num_samples("val"),
-        },
-        "classes": list(manifest.classes),
-        "candidate": candidate,
-        "champion": champion,
-        "champion_note": champion_note,  # why the champion was not measured, when it was not
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    result = EvalReport(
+        dataset=DatasetRef(uri=data_uri, manifest_digest=digest, val_samples=manifest.num_samples("val")),
+        classes=list(manifest.classes),
+        candidate=candidate,
+        champion=champion,
+        champion_note=champion_note,  # why the champion was not measured, when it was not
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
     output_uri = storage.check_uri(output_uri).rstrip("/")
     storage.ensure_prefix_writable(output_uri)
-    storage.write_bytes(
-        storage.join(output_uri, "metrics.json"),
-        json_bytes(result, indent=1),
-        content_type="application/json",
-    )
+    result.write(storage.join(output_uri, EvalReport.NAME))
     return result

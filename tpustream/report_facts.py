@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpustream.artifacts import Manifest, ModelCard
+from tpustream.artifacts import EvalReport, Manifest, ModelCard
 from tpustream.errors import ConfigError
 from tpustream.promote import ALREADY_CHAMPION
 from tpustream.promotion_policy import METRICS, Decision, is_finite_number
@@ -53,7 +53,7 @@ class ReportFacts:
     """
 
     model_card: ModelCard
-    metrics: dict[str, Any]
+    metrics: EvalReport
     decision: Decision
     metric: str = "top1"
     min_delta: float = 0.0
@@ -70,9 +70,6 @@ class ReportFacts:
             raise ConfigError(
                 f"max_class_drop must be a fraction in [0, 1] or None, got {self.max_class_drop}"
             )
-        for key in ("classes", "candidate"):
-            if key not in self.metrics:
-                raise ConfigError(f"metrics lacks {key!r}: not an evaluate metrics.json")
 
 
 def _percent(value: Any, digits: int = 1) -> str:
@@ -107,8 +104,8 @@ class _ClassRow:
 
 def _class_rows(facts: ReportFacts) -> list[_ClassRow]:
     """One row per class, the largest drop first (unmeasured classes last)."""
-    classes = [str(name) for name in facts.metrics["classes"]]
-    candidate = facts.metrics["candidate"].get("per_class_accuracy") or [None] * len(classes)
+    classes = facts.metrics.classes
+    candidate = facts.metrics.candidate.get("per_class_accuracy") or [None] * len(classes)
     champion = _champion(facts)
     theirs = (champion or {}).get("per_class_accuracy") or [None] * len(classes)
     rows = []
@@ -127,7 +124,7 @@ def _shown_rows(rows: list[_ClassRow], limit: int) -> list[_ClassRow]:
 
 
 def _champion(facts: ReportFacts) -> dict[str, Any] | None:
-    champion = facts.metrics.get("champion")
+    champion = facts.metrics.champion
     return champion if isinstance(champion, dict) else None
 
 
@@ -140,7 +137,7 @@ def _champion_heading(facts: ReportFacts) -> str:
 
 def _no_champion_text(facts: ReportFacts) -> str:
     """Why there are no champion numbers: not measured (with evaluate's note), or no champion at all."""
-    note = facts.metrics.get("champion_note")
+    note = facts.metrics.champion_note
     return f"the champion was not measured: {note}" if note else "there is no champion to compare with"
 
 
@@ -204,12 +201,13 @@ def _policy_line(facts: ReportFacts) -> str:
 
 def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:
     """(label, candidate, champion, change, css class of the change) for top-1, top-5, loss, samples."""
-    candidate, champion = facts.metrics["candidate"], _champion(facts)
-    missing = "none" if champion is None and not facts.metrics.get("champion_note") else NOT_MEASURED
+    candidate, champion = facts.metrics.candidate, _champion(facts)
+    missing = "none" if champion is None and not facts.metrics.champion_note else NOT_MEASURED
     rows = []
     for name, label in (("top1", "top-1"), ("top5", "top-5"), ("loss", "loss")):
         show: Callable[[Any], str] = _decimal if name == "loss" else lambda v: _percent(v, 2)
-        mine, theirs = candidate.get(name), (champion or {}).get(name)
+        mine: Any = candidate.get(name)
+        theirs: Any = (champion or {}).get(name)
         change, tone = "", ""
         if is_finite_number(mine) and is_finite_number(theirs):
             delta = mine - theirs
@@ -240,10 +238,10 @@ def _is_square(matrix: Any, size: int) -> bool:
 def _confusion_classes(facts: ReportFacts) -> list[int]:
     """The classes the heatmaps show: all of them up to PLOTTED_CLASSES, else the ones with the most errors
     (candidate's and champion's together), in class order; the rest would be unreadable ticks."""
-    size = len(facts.metrics["classes"])
+    size = len(facts.metrics.classes)
     if size <= PLOTTED_CLASSES:
         return list(range(size))
-    errors = _errors_per_class(facts.metrics["candidate"].get("confusion_matrix"), size)
+    errors = _errors_per_class(facts.metrics.candidate.get("confusion_matrix"), size)
     champion = _champion(facts)
     if champion is not None:
         errors = [

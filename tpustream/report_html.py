@@ -103,7 +103,6 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
     body = "".join(
         f'<section id="{key}"><h2>{_E(title)}</h2>{content}</section>' for key, title, content in sections
     )
-    dataset = facts.metrics.get("dataset") or {}
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
@@ -113,8 +112,8 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
         f'<p class="sentence">{_E(verdict.sentence)}</p>{headline}{note}'
         f'<p class="note">{_E(_policy_line(facts))}</p></header>'
         f"<nav><strong>Contents</strong><ol>{toc}</ol></nav>{body}"
-        f"<footer>tpustream run report. Candidate {_code(facts.metrics['candidate'].get('model', ''))}, evaluated "
-        f"{_E(str(facts.metrics.get('created', '')))} on {_code(dataset.get('uri', ''))}.</footer>"
+        f"<footer>tpustream run report. Candidate {_code(facts.metrics.candidate.get('model', ''))}, evaluated "
+        f"{_E(facts.metrics.created)} on {_code(facts.metrics.dataset.uri)}.</footer>"
         "</body></html>\n"
     )
 
@@ -189,7 +188,7 @@ def _training_html(facts: ReportFacts) -> str:
 
 
 def _confusion_html(facts: ReportFacts) -> str:
-    classes = [str(name) for name in facts.metrics["classes"]]
+    classes = facts.metrics.classes
     shown = _confusion_classes(facts)
     parts = [
         _note(
@@ -206,7 +205,7 @@ def _confusion_html(facts: ReportFacts) -> str:
     ]
     figures = []
     for plot_id, who, result in (
-        ("plot-confusion-candidate", "candidate", facts.metrics["candidate"]),
+        ("plot-confusion-candidate", "candidate", facts.metrics.candidate),
         ("plot-confusion-champion", _champion_heading(facts), _champion(facts)),
     ):
         if result is None:
@@ -265,9 +264,9 @@ def _per_class_html(facts: ReportFacts, rows: list[_ClassRow]) -> str:
 
 
 def _dataset_html(facts: ReportFacts) -> str:
-    dataset = facts.metrics.get("dataset") or {}
-    digest = str(dataset.get("manifest_digest") or "")[:12]
-    parts = [f"<p>{_code(dataset.get('uri', '?'))}{f', manifest {_code(digest)}' if digest else ''}.</p>"]
+    dataset = facts.metrics.dataset
+    digest = dataset.manifest_digest[:12]
+    parts = [f"<p>{_code(dataset.uri or '?')}{f', manifest {_code(digest)}' if digest else ''}.</p>"]
     manifest = facts.manifest
     if manifest is None:
         return "".join(parts) + _note("The manifest was not given: no per-split facts.")

@@ -121,8 +121,7 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
 
 
 def _markdown_dataset(facts: ReportFacts) -> list[str]:
-    dataset = facts.metrics.get("dataset") or {}
-    lines = ["## Data set", "", f"`{str(dataset.get('uri', '?')).replace('`', '')}`", ""]
+    lines = ["## Data set", "", f"`{(facts.metrics.dataset.uri or '?').replace('`', '')}`", ""]
     if facts.manifest is None:
         return lines + ["The manifest was not given.", ""]
     splits, classes = facts.manifest.splits, facts.manifest.classes

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tpustream import report
-from tpustream.artifacts import Manifest, ModelCard
+from tpustream.artifacts import EvalReport, Manifest, ModelCard
 from tpustream.promotion_policy import Decision, decide
 from tpustream.report import (
     ReportError,
@@ -161,15 +161,17 @@ def sample_facts(**changes: Any) -> ReportFacts:
     than max_class_drop 0.1; a history with promotions and refusals. The decision is the policy's own."""
     candidate = evaluation([19, 12, 17, 16], loss=0.61)  # top-1 0.80
     champion = evaluation([16, 18, 15, 12], loss=0.70, version=2)  # top-1 0.7625
-    metrics = {
-        "format": "tpustream.metrics/v1",
-        "dataset": {"uri": "gs://bucket/data/ab12", "manifest_digest": "ab" * 32, "val_samples": 80},
-        "classes": CLASSES,
-        "candidate": candidate,
-        "champion": champion,
-        "champion_note": None,
-        "created": "2025-11-20T11:00:00Z",
-    }
+    metrics = EvalReport.from_json(
+        {
+            "format": "tpustream.metrics/v1",
+            "dataset": {"uri": "gs://bucket/data/ab12", "manifest_digest": "ab" * 32, "val_samples": 80},
+            "classes": CLASSES,
+            "candidate": candidate,
+            "champion": champion,
+            "champion_note": None,
+            "created": "2025-11-20T11:00:00Z",
+        }
+    )
     decision = decide(candidate, champion, candidate_digest="d", champion_digest="d", max_class_drop=0.1)
     facts = ReportFacts(
         model_card=_card(
@@ -322,11 +324,12 @@ def test_many_classes_are_capped_with_every_class_beyond_the_limit_kept():
     correct = [15] * 40
     champion_correct = [15] * 40
     champion_correct[39] = 20  # class-39 drops 25 points: beyond the limit, and listed although last in order
-    metrics = sample_facts().metrics | {
-        "classes": classes,
-        "candidate": evaluation(correct, loss=0.5),
-        "champion": evaluation(champion_correct, loss=0.6, version=2),
-    }
+    metrics = replace(
+        sample_facts().metrics,
+        classes=classes,
+        candidate=evaluation(correct, loss=0.5),
+        champion=evaluation(champion_correct, loss=0.6, version=2),
+    )
     facts = sample_facts(
         metrics=metrics,
         model_card=_card({"arch": "resnet18", "classes": classes, "history": epochs(2)}),
@@ -409,7 +412,7 @@ def test_the_same_facts_give_the_same_page(rendered):
 def test_no_champion_one_epoch_and_unmeasured_classes_are_said():
     candidate = evaluation([19, 12, 17, 16], loss=math.nan)
     candidate["per_class_accuracy"][2] = None
-    metrics = sample_facts().metrics | {"candidate": candidate, "champion": None}
+    metrics = replace(sample_facts().metrics, candidate=candidate, champion=None)
     decision = decide(candidate, None, candidate_digest="d", champion_digest=None)
     facts = sample_facts(
         metrics=metrics,
@@ -434,7 +437,7 @@ def test_no_champion_one_epoch_and_unmeasured_classes_are_said():
 
 def test_a_champion_that_was_not_measured_is_said_with_evaluates_note():
     note = "champion version 3 not evaluated: the class sets differ"
-    metrics = sample_facts().metrics | {"champion": None, "champion_note": note}
+    metrics = replace(sample_facts().metrics, champion=None, champion_note=note)
     facts = sample_facts(
         metrics=metrics, decision=Decision(False, f"{note}. Keeping champion version 3"), history=None
     )
@@ -507,7 +510,7 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
     model.mkdir()
     data.mkdir()
     (model / "model.json").write_text(json.dumps(facts.model_card.to_json()))
-    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics))
+    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics.to_json()))
     (data / "manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     (tmp_path / "check.md").write_text("# Data check: `x`\n\n**No anomalies.**\n")
 
@@ -564,12 +567,12 @@ def test_a_candidate_that_is_the_champion_now_was_promoted_by_this_run_or_before
     tmp_path, promoted_at, title, sentence
 ):
     facts = sample_facts()
-    metrics = facts.metrics | {"candidate": facts.metrics["candidate"] | {"model_sha256": "c0ffee"}}
+    metrics = replace(facts.metrics, candidate=facts.metrics.candidate | {"model_sha256": "c0ffee"})
     (tmp_path / "model").mkdir()
     (tmp_path / "data").mkdir()
     (tmp_path / "registry").mkdir()
     (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card.to_json()))
-    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics.to_json()))
     (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     pointer = {"version": 3, "model_sha256": "c0ffee", "previous_version": 2, "promoted": promoted_at}
     (tmp_path / "registry/champion.json").write_text(json.dumps(pointer))
@@ -607,7 +610,7 @@ def write_run_files(tmp_path, facts: ReportFacts) -> dict[str, str]:
     for folder in ("model", "data"):
         (tmp_path / folder).mkdir()
     (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card.to_json()))
-    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics))
+    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics.to_json()))
     (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     return {
         "html_uri": str(tmp_path / "out/report.html"),
@@ -745,7 +748,7 @@ def test_the_report_command_writes_the_page_and_the_summary_and_says_the_decisio
     refused = runner.invoke(app, [*args_champion, "--data", paths["dataset_uri"]])
     assert refused.exit_code == 2 and "give --registry" in refused.output
     # the first model of all: no champion, no registry yet
-    paths = write_run_files(tmp_path, replace(facts, metrics={**facts.metrics, "champion": None}))
+    paths = write_run_files(tmp_path, replace(facts, metrics=replace(facts.metrics, champion=None)))
     args += ["--model", paths["model_uri"], "--metrics", paths["metrics_uri"], "--data", paths["dataset_uri"]]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
