@@ -13,8 +13,8 @@ Format versions and old files:
   ``max_pixels``, shards without a sample index, ``skipped`` without ``by_reason``); the type remembers them
   (``absent``) and ``to_json`` leaves them out again, so ``to_json(from_json(x)) == x`` for old files too,
   ``format`` aside: it is always written.
-- Keys no type models are kept in ``extra`` and written back after the known ones, so a reader of an older
-  tpustream that rewrites a newer file loses nothing.
+- Keys no type models are kept in ``extra`` and written back after the known ones: a file a later version
+  wrote loses nothing when this one writes it back.
 - On-disk bytes are those of the writers before these types: the same keys in the same order, the same
   ``json.dumps`` settings (``manifest_digest`` hashes the manifest's bytes).
 """
@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from tpustream import storage
 from tpustream.errors import TpustreamError
@@ -52,8 +53,6 @@ MANIFEST_FORMAT = "tpustream.shards/v1"
 MODEL_FORMAT = "tpustream.model/v1"
 METRICS_FORMAT = "tpustream.metrics/v1"
 
-T = TypeVar("T")
-
 
 class ArtifactError(TpustreamError, ValueError):
     """A manifest, model card or metrics file that is not what this version of tpustream writes; the message
@@ -76,7 +75,7 @@ def _finite_or_null(value: Any) -> Any:
     return value
 
 
-def _require(document: Mapping[str, Any], key: str, kind: type[T] | tuple[type, ...], where: str) -> Any:
+def _require(document: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     """``document[key]``, checked to be a ``kind``; an ArtifactError naming ``where`` otherwise."""
     if key not in document:
         raise ArtifactError(f"{where} lacks {key!r}")
@@ -113,18 +112,28 @@ def _written(known: dict[str, Any], absent: frozenset[str], extra: dict[str, Any
 
 
 def _check_format(
-    document: Mapping[str, Any], expected: str, where: str, noun: str, fix: str, *, required: bool
+    document: Mapping[str, Any], expected: str, where: str, noun: str, *, required: bool
 ) -> None:
-    """Refuse a file of another format version (or, where ``required``, of none) with what was found and
-    ``fix``; ``noun`` says what the file should be."""
+    """Refuse a file of another format version (or, where ``required``, of none) with what was found;
+    ``noun`` says what the file should be."""
     if "format" not in document and not required:
         return
     found = document.get("format")
     if found != expected:
         what = "it has no 'format'" if found is None else f"it has format {found!r}"
-        raise ArtifactError(
-            f"{where} is not a {noun} this version reads: {what}, expected {expected!r}; {fix}"
-        )
+        raise ArtifactError(f"{where} is not a {noun} this version reads: {what}, expected {expected!r}")
+
+
+@contextmanager
+def _shape_errors(where: str, fix: str) -> Iterator[None]:
+    """A file whose shape is wrong (a key missing, a value of the wrong type) as one ArtifactError that also
+    says what to do (``fix``)."""
+    try:
+        yield
+    except ArtifactError as exc:
+        raise ArtifactError(f"{exc}: {fix}") from exc
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ArtifactError(f"{where} is malformed ({exc}): {fix}") from exc
 
 
 def _read_document(uri: str, fix: str) -> Mapping[str, Any]:
@@ -375,11 +384,11 @@ class Manifest:
     @classmethod
     def from_json(cls, document: Any, where: str = "manifest.json") -> Manifest:
         """Check the format version and shape of a parsed manifest (``where`` names it in errors)."""
-        document = _object(document, where)
-        _check_format(document, MANIFEST_FORMAT, where, "tpustream manifest", _MANIFEST_FIX, required=True)
-        splits = _object(_require(document, "splits", Mapping, where), f"{where}: 'splits'")
-        classes = _require(document, "classes", list, where)
-        try:
+        with _shape_errors(where, _MANIFEST_FIX):
+            document = _object(document, where)
+            _check_format(document, MANIFEST_FORMAT, where, "tpustream manifest", required=True)
+            splits = _object(_require(document, "splits", Mapping, where), f"{where}: 'splits'")
+            classes = _require(document, "classes", list, where)
             return cls(
                 classes=[str(name) for name in classes],
                 splits={
@@ -402,10 +411,6 @@ class Manifest:
                 extra=_extra(document, cls._KEYS),
                 absent=_absent(document, cls._KEYS),
             )
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, ArtifactError):
-                raise
-            raise ArtifactError(f"{where} is malformed ({exc}): {_MANIFEST_FIX}") from exc
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as written: keys in the writer's order, so equal manifests have equal bytes."""
@@ -557,9 +562,9 @@ class ModelCard:
 
     @classmethod
     def from_json(cls, document: Any, where: str = "model.json") -> ModelCard:
-        document = _object(document, where)
-        _check_format(document, MODEL_FORMAT, where, "tpustream model card", _MODEL_FIX, required=False)
-        try:
+        with _shape_errors(where, _MODEL_FIX):
+            document = _object(document, where)
+            _check_format(document, MODEL_FORMAT, where, "tpustream model card", required=False)
             return cls(
                 arch=str(_require(document, "arch", str, where)),
                 classes=[str(name) for name in _require(document, "classes", list, where)],
@@ -584,10 +589,6 @@ class ModelCard:
                 extra=_extra(document, cls._KEYS),
                 absent=_absent(document, cls._KEYS),
             )
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, ArtifactError):
-                raise
-            raise ArtifactError(f"{where} is malformed ({exc}): {_MODEL_FIX}") from exc
 
     def to_json(self) -> dict[str, Any]:
         """The card as the trainer writes it, keys in its order."""
@@ -670,26 +671,26 @@ class EvalReport:
 
     @classmethod
     def from_json(cls, document: Any, where: str = "metrics.json") -> EvalReport:
-        document = _object(document, where)
-        _check_format(document, METRICS_FORMAT, where, "tpustream metrics.json", _METRICS_FIX, required=False)
-        champion = document.get("champion")
-        if champion is not None and not isinstance(champion, Mapping):
-            raise ArtifactError(
-                f"{where}: 'champion' is {type(champion).__name__}, expected an object or null"
+        with _shape_errors(where, _METRICS_FIX):
+            document = _object(document, where)
+            _check_format(document, METRICS_FORMAT, where, "tpustream metrics.json", required=False)
+            champion, note = document.get("champion"), document.get("champion_note")
+            if champion is not None and not isinstance(champion, Mapping):
+                raise ArtifactError(
+                    f"{where}: 'champion' is {type(champion).__name__}, expected an object or null"
+                )
+            return cls(
+                dataset=DatasetRef.from_json(
+                    _require(document, "dataset", Mapping, where), f"{where}: 'dataset'"
+                ),
+                classes=[str(name) for name in _require(document, "classes", list, where)],
+                candidate=dict(_require(document, "candidate", Mapping, where)),
+                champion=None if champion is None else dict(champion),
+                champion_note=None if note is None else str(note),
+                created=str(document.get("created") or ""),
+                extra=_extra(document, cls._KEYS),
+                absent=_absent(document, cls._KEYS),
             )
-        note = document.get("champion_note")
-        return cls(
-            dataset=DatasetRef.from_json(
-                _require(document, "dataset", Mapping, where), f"{where}: 'dataset'"
-            ),
-            classes=[str(name) for name in _require(document, "classes", list, where)],
-            candidate=dict(_require(document, "candidate", Mapping, where)),
-            champion=None if champion is None else dict(champion),
-            champion_note=None if note is None else str(note),
-            created=str(document.get("created") or ""),
-            extra=_extra(document, cls._KEYS),
-            absent=_absent(document, cls._KEYS),
-        )
 
     def to_json(self) -> dict[str, Any]:
         """The report as evaluate writes it, keys in its order."""

@@ -118,7 +118,9 @@ def test_a_manifest_of_another_version_is_refused_with_the_fix(tmp_path, documen
 
 
 def test_a_malformed_manifest_names_the_field(tmp_path):
-    with pytest.raises(ArtifactError, match=r"split 'train'.shards\[0\] lacks 'sha256'"):
+    with pytest.raises(
+        ArtifactError, match=r"split 'train'.shards\[0\] lacks 'sha256': re-create the dataset"
+    ):
         Manifest.from_json(
             {
                 "format": MANIFEST_FORMAT,
