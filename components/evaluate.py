@@ -28,11 +28,11 @@ def evaluate_model(
     from tpustream.report import write_run_report
 
     result = evaluate(model.uri, dataset.uri, evaluation.uri, registry=registry or None)
-    candidate = result["candidate"]
+    candidate = result.candidate
     for key in ("top1", "top5", "loss"):
         metrics.log_metric(key, float(candidate[key]))
     metrics.log_metric("num_samples", float(candidate["num_samples"]))
-    confusion.log_confusion_matrix(result["classes"], candidate["confusion_matrix"])
+    confusion.log_confusion_matrix(result.classes, candidate["confusion_matrix"])
     decision = preview_decision(
         result,
         registry or None,

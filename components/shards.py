@@ -94,7 +94,7 @@ def finalize_shards(
     )
     manifest = finalize_dataset(config)
     dataset.uri = planned.uri
-    dataset.metadata.update({split: info["num_samples"] for split, info in manifest["splits"].items()})
-    dataset.metadata["classes"] = manifest["classes"]
+    dataset.metadata.update({split: info.num_samples for split, info in manifest.splits.items()})
+    dataset.metadata["classes"] = manifest.classes
     for key in ("fingerprint", "marker"):  # evaluate records "trained on it" there
         dataset.metadata[key] = planned.metadata.get(key, "")

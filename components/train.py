@@ -80,9 +80,9 @@ def train_model(
         exit_preempted(exc)
     if not is_primary_host():
         exit_now(0)  # process 0 committed the model (train() waited for it) and writes the outputs
-    for key, value in card["metrics"].items():
+    for key, value in card.metrics.items():
         if isinstance(value, int | float):
             metrics.log_metric(key, float(value))
     model.metadata.update(
-        {"arch": card["arch"], "input_size": card["input_size"], "val_top1": card["metrics"]["val_top1"]}
+        {"arch": card.arch, "input_size": card.input_size, "val_top1": card.metrics["val_top1"]}
     )

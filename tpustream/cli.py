@@ -252,10 +252,8 @@ def train_cmd(config: TrainConfig) -> None:
     finally:
         early.uninstall()
     if card:
-        metrics = card["metrics"]
-        early_stop = (
-            f"; stopped early after epoch {len(card['history'])}" if card.get("stopped_early") else ""
-        )
+        metrics = card.metrics
+        early_stop = f"; stopped early after epoch {len(card.history)}" if card.stopped_early else ""
         typer.echo(
             f"model: {config.output} (best epoch {metrics['epoch']}, val top-1 {metrics['val_top1']:.4f}{early_stop})"
         )
@@ -275,8 +273,7 @@ def evaluate_cmd(
     from tpustream import evaluate
 
     result = evaluate.evaluate(model, data, output, registry=registry, workers=workers)
-    for role in ("candidate", "champion"):
-        entry = result[role]
+    for role, entry in (("candidate", result.candidate), ("champion", result.champion)):
         if entry:
             version = f" (version {entry['version']})" if role == "champion" else ""
             typer.echo(

@@ -19,21 +19,14 @@ checks were skipped. Torch-free: the pipeline's "check data" step runs it on a C
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpustream import storage
+from tpustream.artifacts import ArtifactError, Manifest, ModelCard
 from tpustream.errors import ConfigError, TpustreamError
-from tpustream.manifest import (
-    SkippedSummary,
-    has_sample_index,
-    iter_sample_index,
-    manifest_digest,
-    read_manifest,
-    skipped_summary,
-)
+from tpustream.manifest import iter_sample_index, load_manifest, manifest_digest
 
 __all__ = [
     "ANOMALY_CODES",
@@ -195,18 +188,18 @@ class _SplitHashes:
         return len(self.first) + self.extra_copies
 
 
-def _class_images(manifest: dict[str, Any]) -> dict[str, int]:
+def _class_images(manifest: Manifest) -> dict[str, int]:
     """Source images per class over both splits (train counts divided by the upsample factor)."""
-    upsample = max(1, int(manifest.get("upsample") or 1))
-    images = dict.fromkeys(manifest["classes"], 0)
-    for split, info in manifest["splits"].items():
-        for name, count in zip(manifest["classes"], info["class_counts"], strict=True):
+    upsample = max(1, manifest.upsample)
+    images = dict.fromkeys(manifest.classes, 0)
+    for split, info in manifest.splits.items():
+        for name, count in zip(manifest.classes, info.class_counts, strict=True):
             images[name] += count // upsample if split == "train" else count
     return images
 
 
-def _skipped_rate(manifest: dict[str, Any], skipped: SkippedSummary) -> float:
-    images = sum(_class_images(manifest).values())
+def _skipped_rate(manifest: Manifest) -> float:
+    images, skipped = sum(_class_images(manifest).values()), manifest.skipped
     return skipped.count / (images + skipped.count) if images + skipped.count else 0.0
 
 
@@ -215,12 +208,12 @@ def _shares(images: dict[str, int]) -> dict[str, float]:
     return {name: count / total if total else 0.0 for name, count in images.items()}
 
 
-def _split_facts(manifest: dict[str, Any], split: str) -> dict[str, Any]:
-    info = manifest["splits"][split]
-    stats = info.get("stats") or {}  # datasets written before the statistics have none
+def _split_facts(manifest: Manifest, split: str) -> dict[str, Any]:
+    info = manifest.splits[split]
+    stats = info.stats.to_json() if info.stats else {}  # datasets written before the statistics have none
     return {
-        "samples": info["num_samples"],
-        "class_counts": dict(zip(manifest["classes"], info["class_counts"], strict=True)),
+        "samples": info.num_samples,
+        "class_counts": dict(zip(manifest.classes, info.class_counts, strict=True)),
         "formats": stats.get("formats", {}),
         **{key: stats[key] for key in ("width", "height", "short_side") if key in stats},
     }
@@ -251,14 +244,14 @@ def check_dataset(
     """
     thresholds = thresholds or DataCheckThresholds()
     dataset_uri = storage.check_uri(dataset_uri).rstrip("/")
-    manifest = read_manifest(dataset_uri)
-    classes = list(manifest["classes"])
-    splits = [split for split in ("train", "val") if manifest["splits"].get(split, {}).get("num_samples")]
+    manifest = load_manifest(dataset_uri)
+    classes = list(manifest.classes)
+    splits = [split for split in ("train", "val") if manifest.num_samples(split)]
     anomalies: list[Anomaly] = []
     notes: list[str] = []
     facts: dict[str, Any] = {
         "manifest_digest": manifest_digest(dataset_uri),
-        "source": manifest.get("source"),
+        "source": manifest.source or None,
         "classes": len(classes),
         "splits": {split: _split_facts(manifest, split) for split in splits},
     }
@@ -292,7 +285,7 @@ def check_dataset(
             )
         )
 
-    if has_sample_index(manifest):
+    if manifest.has_sample_index():
         anomalies += _hash_checks(dataset_uri, manifest, splits, thresholds, facts, max_examples)
         facts["hash_checks"] = True
     else:
@@ -303,9 +296,16 @@ def check_dataset(
             "to check them."
         )
 
-    skipped = skipped_summary(manifest)
-    rate = _skipped_rate(manifest, skipped)
-    facts["skipped"] = {**asdict(skipped), "examples": skipped.examples[:max_examples], "rate": rate}
+    skipped = manifest.skipped
+    rate = _skipped_rate(manifest)
+    facts["skipped"] = {
+        "count": skipped.count,
+        "sample_slots": skipped.sample_slots,
+        "by_reason": skipped.by_reason,
+        "rejected_rows": skipped.rejected_rows,
+        "examples": skipped.examples[:max_examples],
+        "rate": rate,
+    }
     if rate > thresholds.max_skipped_rate:
         reasons = ", ".join(f"{reason} {count}" for reason, count in skipped.by_reason.items())
         anomalies.append(
@@ -323,7 +323,7 @@ def check_dataset(
     if baseline_uri:
         baseline = storage.check_uri(baseline_uri).rstrip("/")
         anomalies += _baseline_checks(
-            manifest, read_manifest(baseline), rate, thresholds, facts, max_examples
+            manifest, load_manifest(baseline), rate, thresholds, facts, max_examples
         )
     facts["baseline_note"] = baseline_note
     anomalies.sort(key=lambda a: ANOMALY_CODES.index(a.code))  # the most serious first
@@ -332,7 +332,7 @@ def check_dataset(
 
 def _hash_checks(
     uri: str,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     splits: list[str],
     thresholds: DataCheckThresholds,
     facts: dict[str, Any],
@@ -398,8 +398,8 @@ def _hash_checks(
 
 
 def _baseline_checks(
-    manifest: dict[str, Any],
-    baseline: dict[str, Any],
+    manifest: Manifest,
+    baseline: Manifest,
     rate: float,
     thresholds: DataCheckThresholds,
     facts: dict[str, Any],
@@ -424,7 +424,7 @@ def _baseline_checks(
         ),
         key=lambda s: (-abs(s["change"]), s["class"]),
     )
-    base_rate = _skipped_rate(baseline, skipped_summary(baseline))
+    base_rate = _skipped_rate(baseline)
     facts["baseline"] = {
         "classes": len(base_images),
         "images": sum(base_images.values()),
@@ -481,10 +481,12 @@ def champion_baseline(registry: str) -> tuple[str | None, str]:
         return None, "no champion yet: the first run has nothing to compare with"
     card_uri = storage.join(version_uri(registry, champion["version"]), "model.json")
     try:
-        card = json.loads(storage.read_bytes(card_uri))
-        dataset, digest = card["dataset"]["uri"], card["dataset"]["manifest_digest"]
-    except (storage.NotFound, ValueError, KeyError, TypeError) as exc:
+        trained_on = ModelCard.read(card_uri).dataset
+    except (storage.NotFound, ArtifactError) as exc:
         return None, f"the champion's model card {card_uri} names no dataset ({type(exc).__name__})"
+    if trained_on is None or not trained_on.uri or not trained_on.manifest_digest:
+        return None, f"the champion's model card {card_uri} names no dataset and its digest"
+    dataset, digest = trained_on.uri, trained_on.manifest_digest
     try:
         found = manifest_digest(dataset)
     except storage.StorageError:

@@ -8,7 +8,6 @@ digest and the model's sha256 so promotion can refuse to compare numbers from di
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -18,11 +17,12 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
+from tpustream.artifacts import METRICS_FORMAT, ArtifactError, DatasetRef, EvalReport, ModelCard
 from tpustream.batch import BATCH_KEYS
 from tpustream.errors import TpustreamError
-from tpustream.manifest import ShardError, manifest_digest, read_manifest
+from tpustream.manifest import Manifest, ShardError, load_manifest, manifest_digest
 from tpustream.metrics import masked_sums, summarize
-from tpustream.registry import json_bytes, read_champion, version_uri
+from tpustream.registry import read_champion, version_uri
 from tpustream.xla_runtime import single_device
 
 __all__ = [
@@ -36,36 +36,34 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-METRICS_FORMAT = "tpustream.metrics/v1"
-
 
 class EvaluationError(TpustreamError, ValueError):
     """The model or data cannot be evaluated as given; the message says what and what to do."""
 
 
-def load_model_card(model_uri: str) -> dict[str, Any]:
-    """Read and check ``model.json`` of a model artifact directory."""
-    uri = storage.join(storage.check_uri(model_uri).rstrip("/"), "model.json")
+def load_model_card(model_uri: str) -> ModelCard:
+    """Read and check ``model.json`` of a model artifact directory.
+
+    Raises:
+        EvaluationError: there is none, or it is not a model card this version reads.
+    """
+    uri = storage.join(storage.check_uri(model_uri).rstrip("/"), ModelCard.NAME)
     try:
-        card = json.loads(storage.read_bytes(uri))
+        return ModelCard.read(uri)
     except storage.NotFound as exc:
         raise EvaluationError(
             f"{uri} does not exist: --model must be a directory written by `tpustream train`"
         ) from exc
-    except ValueError as exc:
-        raise EvaluationError(f"{uri} is corrupt ({exc}): re-export the model") from exc
-    for key in ("arch", "classes", "input_size"):
-        if key not in card:
-            raise EvaluationError(f"{uri} lacks {key!r}: not a tpustream model card")
-    return card
+    except ArtifactError as exc:
+        raise EvaluationError(str(exc)) from exc
 
 
-def _class_mismatch(card: dict[str, Any], classes: list[str], model_uri: str, data_uri: str) -> str | None:
+def _class_mismatch(card: ModelCard, classes: list[str], model_uri: str, data_uri: str) -> str | None:
     """Why the model cannot be measured on the dataset's labels, or None when their class lists agree."""
-    if card["classes"] == classes:
+    if card.classes == classes:
         return None
     return (
-        f"model {model_uri} predicts {len(card['classes'])} classes {card['classes'][:5]}..., the dataset "
+        f"model {model_uri} predicts {len(card.classes)} classes {card.classes[:5]}..., the dataset "
         f"{data_uri} has {len(classes)} {classes[:5]}...: the class sets differ"
     )
 
@@ -79,31 +77,31 @@ def _load_weights(model_uri: str) -> tuple[dict[str, Any], str]:
         raise EvaluationError(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
 
 
-def _val_manifest(card: dict[str, Any], model_uri: str, data_uri: str) -> dict[str, Any]:
+def _val_manifest(card: ModelCard, model_uri: str, data_uri: str) -> Manifest:
     """The dataset's manifest, once it is known to have a val split with the model's classes."""
     try:
-        manifest = read_manifest(data_uri)
+        manifest = load_manifest(data_uri)
     except ShardError as exc:
         raise EvaluationError(f"--data {data_uri}: {exc}") from exc
-    mismatch = _class_mismatch(card, list(manifest["classes"]), model_uri, data_uri)
+    mismatch = _class_mismatch(card, manifest.classes, model_uri, data_uri)
     if mismatch:
         raise EvaluationError(f"{mismatch}; evaluate on a dataset with the same classes")
-    if not int(manifest["splits"].get("val", {}).get("num_samples", 0)):
+    if not manifest.num_samples("val"):
         raise EvaluationError(f"--data {data_uri} has no val split to evaluate on")
     return manifest
 
 
-def _load_model(card: dict[str, Any], model_uri: str, num_classes: int) -> tuple[Any, str]:
+def _load_model(card: ModelCard, model_uri: str, num_classes: int) -> tuple[Any, str]:
     """The artifact's network with its weights (on the CPU), and the sha256 of model.pt."""
     from tpustream.models import build_model
 
     weights, model_digest = _load_weights(model_uri)
-    model = build_model(card["arch"], num_classes=num_classes, input_size=int(card["input_size"]))
+    model = build_model(card.arch, num_classes=num_classes, input_size=card.input_size)
     try:
         model.load_state_dict(weights)
     except RuntimeError as exc:
         raise EvaluationError(
-            f"{model_uri}/model.pt does not match its model.json ({card['arch']}): {exc}"
+            f"{model_uri}/model.pt does not match its model.json ({card.arch}): {exc}"
         ) from exc
     return model, model_digest
 
@@ -115,8 +113,8 @@ class _ValPass:
 
     model_uri: str
     data_uri: str
-    card: dict[str, Any]
-    manifest: dict[str, Any]
+    card: ModelCard
+    manifest: Manifest
     classes: list[str]
     device: Any
     model: Any
@@ -132,25 +130,25 @@ class _ValPass:
         card = load_model_card(model_uri)
         manifest = _val_manifest(card, model_uri, data_uri)
         device = single_device()
-        model, model_digest = _load_model(card, model_uri, len(manifest["classes"]))
+        model, model_digest = _load_model(card, model_uri, len(manifest.classes))
         loader = ShardLoader(
             LoaderConfig(
                 data=data_uri,
                 split="val",
                 batch_size=batch_size,
-                input_size=int(card["input_size"]),
+                input_size=card.input_size,
                 num_replicas=1,
                 replica_index=0,
                 workers=workers,
             ),
-            manifest=manifest,
+            manifest=manifest.to_json(),  # data.py takes the dict form
         )
         return cls(
             model_uri,
             data_uri,
             card,
             manifest,
-            list(manifest["classes"]),
+            list(manifest.classes),
             device,
             model.to(device).eval(),
             model_digest,
@@ -209,7 +207,7 @@ def evaluate_model(
     run = _ValPass.open(model_uri, data_uri, batch_size=batch_size, workers=workers)
     model_uri, data_uri, card, device, loader = run.model_uri, run.data_uri, run.card, run.device, run.loader
     classes, model_digest = run.classes, run.model_digest
-    expected = int(run.manifest["splits"]["val"]["num_samples"])
+    expected = run.manifest.num_samples("val")
     num_classes = len(classes)
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device)
     sums = torch.zeros(4, dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
@@ -253,7 +251,7 @@ def evaluate_model(
     return {
         "model": model_uri,
         "model_sha256": model_digest,
-        "arch": card["arch"],
+        "arch": card.arch,
         "top1": metrics["top1"],
         "top5": metrics["top5"],
         "loss": metrics["loss"],
@@ -268,16 +266,16 @@ def evaluate_model(
 
 def evaluate(
     model_uri: str, data_uri: str, output_uri: str, *, registry: str | None = None, workers: int = 2
-) -> dict[str, Any]:
+) -> EvalReport:
     """Evaluate the candidate (and, with ``registry``, the current champion on the same shards) and
-    write ``OUTPUT/metrics.json``. Returns its contents.
+    write ``OUTPUT/metrics.json``. Returns it.
 
     A champion whose class set differs from the dataset's cannot be measured on it: the result then has
     ``champion: None`` and a ``champion_note`` saying why, and promotion keeps that champion.
     """
     data_uri = storage.absolute(data_uri)  # metrics.json names it: valid from any directory
     digest = manifest_digest(data_uri)
-    manifest = read_manifest(data_uri)
+    manifest = load_manifest(data_uri)
     candidate = evaluate_model(model_uri, data_uri, workers=workers)
     champion, champion_note = None, None
     if registry:
@@ -285,7 +283,7 @@ def evaluate(
         if current is not None:
             champion_uri = version_uri(registry, current["version"])
             mismatch = _class_mismatch(
-                load_model_card(champion_uri), list(manifest["classes"]), champion_uri, data_uri
+                load_model_card(champion_uri), manifest.classes, champion_uri, data_uri
             )
             if mismatch:
                 champion_note = f"champion version {current['version']} not evaluated: {mismatch}"
@@ -293,24 +291,15 @@ def evaluate(
             else:
                 champion = evaluate_model(champion_uri, data_uri, workers=workers)
                 champion["version"] = current["version"]
-    result = {
-        "format": METRICS_FORMAT,
-        "dataset": {
-            "uri": data_uri,
-            "manifest_digest": digest,
-            "val_samples": manifest["splits"]["val"]["num_samples"],
-        },
-        "classes": list(manifest["classes"]),
-        "candidate": candidate,
-        "champion": champion,
-        "champion_note": champion_note,  # why the champion was not measured, when it was not
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    result = EvalReport(
+        dataset=DatasetRef(uri=data_uri, manifest_digest=digest, val_samples=manifest.num_samples("val")),
+        classes=list(manifest.classes),
+        candidate=candidate,
+        champion=champion,
+        champion_note=champion_note,  # why the champion was not measured, when it was not
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
     output_uri = storage.check_uri(output_uri).rstrip("/")
     storage.ensure_prefix_writable(output_uri)
-    storage.write_bytes(
-        storage.join(output_uri, "metrics.json"),
-        json_bytes(result, indent=1),
-        content_type="application/json",
-    )
+    result.write(storage.join(output_uri, EvalReport.NAME))
     return result

@@ -1,7 +1,8 @@
 """Reading a dataset: its manifest (the contract every reader trusts) and ``shards verify``.
 
 Kept apart from ``shards.py`` (the writer) so readers (the loader, the trainer, evaluation) import no
-encoding or planning code.
+encoding or planning code. The manifest's type and format check are ``artifacts.Manifest``; ``load_manifest``
+adds what to do when a dataset is not there.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import json
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from tpustream import storage
+from tpustream.artifacts import MANIFEST_FORMAT, ArtifactError, Manifest, Shard, SkippedSummary
 from tpustream.errors import TpustreamError
 from tpustream.imagecodec import image_member
 from tpustream.tario import HashingReader, iter_tar_samples
@@ -25,18 +26,18 @@ __all__ = [
     "INDEX_DIR",
     "ShardError",
     "SampleIndexEntry",
+    "Manifest",
     "SkippedSummary",
-    "skipped_summary",
     "index_path",
     "has_sample_index",
     "iter_sample_index",
+    "load_manifest",
     "read_manifest",
     "manifest_digest",
     "verify_shards",
 ]
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = "tpustream.shards/v1"
 # The sample index: one JSONL file per shard, one line per sample (SampleIndexEntry), named in the manifest's
 # shard entry ("sample_index", "sample_index_sha256"). Datasets written before it have none: it is optional.
 INDEX_DIR = "index"
@@ -87,57 +88,33 @@ class SampleIndexEntry(NamedTuple):
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class SkippedSummary:
-    """The manifest's ``skipped``: source images and import-file rows that are not in the dataset."""
-
-    count: int  # images skipped while writing + rows the source rejected while listing
-    sample_slots: int  # the planned samples lost (an upsampled train image counts once per copy)
-    by_reason: dict[str, int]  # source_types.SKIP_REASONS -> count; empty for datasets written before it
-    rejected_rows: int  # of ``count``: rows or items the source refused before any image was read
-    examples: list[str]
-
-
-def skipped_summary(manifest: dict[str, Any]) -> SkippedSummary:
-    """The manifest's skipped images and rows; a manifest written before ``by_reason`` existed reads as
-    having none by reason (its count and examples are kept)."""
-    skipped = manifest.get("skipped") or {}
-    return SkippedSummary(
-        count=int(skipped.get("count", 0)),
-        sample_slots=int(skipped.get("sample_slots", skipped.get("count", 0))),
-        by_reason={str(k): int(v) for k, v in (skipped.get("by_reason") or {}).items()},
-        rejected_rows=int(skipped.get("rejected_rows", 0)),
-        examples=[str(e) for e in skipped.get("examples", [])],
-    )
-
-
 def index_path(shard_path: str) -> str:
     """The sample index beside a shard: ``train/train-000003.tar`` -> ``index/train-000003.jsonl``."""
     name = shard_path.rsplit("/", 1)[-1]
     return f"{INDEX_DIR}/{name[: -len('.tar')] if name.endswith('.tar') else name}.jsonl"
 
 
-def has_sample_index(manifest: dict[str, Any]) -> bool:
+def has_sample_index(manifest: Manifest) -> bool:
     """Whether every shard of the dataset lists its sample index (datasets written before it have none)."""
-    shards = [s for split in manifest["splits"].values() for s in split["shards"]]
-    return bool(shards) and all(s.get("sample_index") for s in shards)
+    return manifest.has_sample_index()
 
 
 def iter_sample_index(
-    uri: str, manifest: dict[str, Any], split: str, *, workers: int = 8
+    uri: str, manifest: Manifest, split: str, *, workers: int = 8
 ) -> Iterator[SampleIndexEntry]:
     """Every sample index entry of ``split``, shard by shard in manifest order (files read concurrently)."""
     uri = storage.check_uri(uri).rstrip("/")
-    shards = manifest["splits"].get(split, {}).get("shards", [])
+    found = manifest.split(split)
+    shards = found.shards if found is not None else []
 
-    def read(shard: dict[str, Any]) -> bytes:
-        if not shard.get("sample_index"):
-            raise ShardError(f"{uri}: shard {shard['path']} has no sample index (re-create the dataset)")
+    def read(shard: Shard) -> bytes:
+        if not shard.sample_index:
+            raise ShardError(f"{uri}: shard {shard.path} has no sample index (re-create the dataset)")
         try:
-            return storage.read_bytes(storage.join(uri, shard["sample_index"]))
+            return storage.read_bytes(storage.join(uri, shard.sample_index))
         except storage.NotFound as exc:
             raise ShardError(
-                f"{uri}: the sample index {shard['sample_index']} listed in the manifest is missing: "
+                f"{uri}: the sample index {shard.sample_index} listed in the manifest is missing: "
                 "re-create the dataset (tpustream shards create --overwrite)"
             ) from exc
 
@@ -162,13 +139,13 @@ def _in_order(
         yield done, future.result()
 
 
-def _index_lines(uri: str, shard: dict[str, Any], data: bytes) -> Iterator[SampleIndexEntry]:
+def _index_lines(uri: str, shard: Shard, data: bytes) -> Iterator[SampleIndexEntry]:
     for number, line in enumerate(data.decode().splitlines(), 1):
         try:
             yield SampleIndexEntry.from_json_line(line)
         except (ValueError, KeyError, TypeError) as exc:
             raise ShardError(
-                f"{storage.join(uri, shard['sample_index'])}:{number} is not a sample index line ({exc}): "
+                f"{storage.join(uri, shard.sample_index)}:{number} is not a sample index line ({exc}): "
                 "re-create the dataset"
             ) from exc
 
@@ -208,23 +185,28 @@ def _why_no_manifest(uri: str) -> str:
     return f"it holds no shards{where}, e.g. {found[0]}: pass the directory `tpustream shards create` wrote"
 
 
-def read_manifest(uri: str) -> dict[str, Any]:
-    """Load a dataset's manifest from the dataset URI (or the manifest's own URI) and check its shape."""
+def load_manifest(uri: str) -> Manifest:
+    """A dataset's manifest, from the dataset URI (or the manifest's own URI), its format and shape checked.
+
+    Raises:
+        ShardError: there is no manifest (the message says what is there instead), or it is not one this
+            version reads.
+    """
     uri, manifest_uri = _manifest_uri(uri)
     try:
-        manifest = json.loads(storage.read_bytes(manifest_uri))
+        return Manifest.read(manifest_uri)
     except storage.NotFound as exc:
         raise ShardError(
             f"no dataset at {uri}: {manifest_uri} does not exist ({_why_no_manifest(uri)})"
         ) from exc
-    except ValueError as exc:
-        raise ShardError(f"{manifest_uri} is not valid JSON: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise ShardError(f"{manifest_uri} is not a tpustream manifest (expected format {MANIFEST_FORMAT!r})")
-    for key in ("classes", "splits"):
-        if key not in manifest:
-            raise ShardError(f"{manifest_uri} lacks {key!r}: re-create the dataset")
-    return manifest
+    except ArtifactError as exc:
+        raise ShardError(str(exc)) from exc
+
+
+def read_manifest(uri: str) -> dict[str, Any]:
+    """``load_manifest`` as the JSON document, for the code that still indexes it by key (the loader,
+    ``data.py``); new code takes the ``Manifest``."""
+    return load_manifest(uri).to_json()
 
 
 def manifest_digest(uri: str) -> str:
@@ -258,54 +240,54 @@ def _check_sample(key: str, fields: dict[str, bytes], num_classes: int, max_pixe
 
 
 def _check_shard(
-    dataset: str, shard: dict[str, Any], *, deep: bool = False, num_classes: int = 0, max_pixels: int = 0
+    dataset: str, shard: Shard, *, deep: bool = False, num_classes: int = 0, max_pixels: int = 0
 ) -> list[str]:
-    uri = storage.join(dataset, shard["path"])
+    uri = storage.join(dataset, shard.path)
     bad_samples: list[str] = []
     try:
         with storage.open_read(uri) as raw:
             reader = HashingReader(raw)
             samples = 0
-            for key, fields in iter_tar_samples(reader, int(shard["num_bytes"])):  # type: ignore[arg-type]
+            for key, fields in iter_tar_samples(reader, shard.num_bytes):  # type: ignore[arg-type]
                 if "cls" not in fields or len(fields) != 2:
                     return [
-                        f"{shard['path']}: sample {key} has members {sorted(fields)}, expected one image + cls"
+                        f"{shard.path}: sample {key} has members {sorted(fields)}, expected one image + cls"
                     ]
                 samples += 1
                 if deep:
                     problem = _check_sample(key, fields, num_classes, max_pixels)
                     if problem:
-                        bad_samples.append(f"{shard['path']}: {problem}")
+                        bad_samples.append(f"{shard.path}: {problem}")
             reader.drain()
     except storage.NotFound:
-        return [f"{shard['path']}: missing"]
+        return [f"{shard.path}: missing"]
     except Exception as exc:  # a corrupt shard can fail in many ways; all mean "bad shard"
-        return [f"{shard['path']}: unreadable ({type(exc).__name__}: {exc})"]
+        return [f"{shard.path}: unreadable ({type(exc).__name__}: {exc})"]
     problems = []
-    if reader.num_bytes != shard["num_bytes"]:
-        problems.append(f"{reader.num_bytes} bytes, manifest says {shard['num_bytes']}")
-    if samples != shard["num_samples"]:
-        problems.append(f"{samples} samples, manifest says {shard['num_samples']}")
-    if reader.sha256.hexdigest() != shard["sha256"]:
+    if reader.num_bytes != shard.num_bytes:
+        problems.append(f"{reader.num_bytes} bytes, manifest says {shard.num_bytes}")
+    if samples != shard.num_samples:
+        problems.append(f"{samples} samples, manifest says {shard.num_samples}")
+    if reader.sha256.hexdigest() != shard.sha256:
         problems.append("sha256 differs from the manifest")
-    if shard.get("sample_index"):
+    if shard.sample_index:
         problems.extend(_check_index(dataset, shard))
-    return ([f"{shard['path']}: " + "; ".join(problems)] if problems else []) + bad_samples
+    return ([f"{shard.path}: " + "; ".join(problems)] if problems else []) + bad_samples
 
 
-def _check_index(dataset: str, shard: dict[str, Any]) -> list[str]:
+def _check_index(dataset: str, shard: Shard) -> list[str]:
     """The shard's sample index against the manifest: present, unchanged, one line per sample."""
     try:
-        data = storage.read_bytes(storage.join(dataset, shard["sample_index"]))
+        data = storage.read_bytes(storage.join(dataset, shard.sample_index))
     except storage.NotFound:
-        return [f"sample index {shard['sample_index']} missing"]
+        return [f"sample index {shard.sample_index} missing"]
     problems = []
-    if shard.get("sample_index_sha256") and hashlib.sha256(data).hexdigest() != shard["sample_index_sha256"]:
-        problems.append(f"sample index {shard['sample_index']}: sha256 differs from the manifest")
+    if shard.sample_index_sha256 and hashlib.sha256(data).hexdigest() != shard.sample_index_sha256:
+        problems.append(f"sample index {shard.sample_index}: sha256 differs from the manifest")
     lines = data.count(b"\n")
-    if lines != shard["num_samples"]:
+    if lines != shard.num_samples:
         problems.append(
-            f"sample index {shard['sample_index']}: {lines} lines, manifest says {shard['num_samples']}"
+            f"sample index {shard.sample_index}: {lines} lines, manifest says {shard.num_samples}"
         )
     return problems
 
@@ -322,11 +304,11 @@ def verify_shards(
     from tpustream.imagecodec import DEFAULT_MAX_PIXELS
 
     uri = storage.check_uri(uri).rstrip("/")
-    manifest = read_manifest(uri)
-    shards = [s for split in manifest["splits"].values() for s in split["shards"]]
+    manifest = load_manifest(uri)
+    shards = manifest.all_shards()
     options = {
         "deep": deep,
-        "num_classes": len(manifest["classes"]),
+        "num_classes": len(manifest.classes),
         "max_pixels": max_pixels or DEFAULT_MAX_PIXELS,
     }
     from tqdm import tqdm

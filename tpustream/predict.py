@@ -167,21 +167,18 @@ def _shard_items(uri: str, skipped: Skipped, index_uri: str | None = None) -> It
 
 def _dataset_shards(uri: str) -> list[tuple[str, str | None]]:
     """(shard, its sample index or None) for every val shard of the dataset at ``uri``."""
-    from tpustream.manifest import ShardError, read_manifest
+    from tpustream.manifest import ShardError, load_manifest
 
     try:
-        manifest = read_manifest(uri)
+        manifest = load_manifest(uri)
     except ShardError as exc:
         raise PredictError(str(exc)) from exc
-    split = manifest["splits"].get("val") or {}
-    if not split.get("shards"):
+    split = manifest.split("val")
+    if split is None or not split.shards:
         raise PredictError(f"dataset {uri} has no val split: give its train shards or images instead")
     return [
-        (
-            storage.join(uri, shard["path"]),
-            storage.join(uri, shard["sample_index"]) if shard.get("sample_index") else None,
-        )
-        for shard in split["shards"]
+        (storage.join(uri, shard.path), storage.join(uri, shard.sample_index) if shard.sample_index else None)
+        for shard in split.shards
     ]
 
 
@@ -250,7 +247,7 @@ def val_items_of_model(model_uri: str) -> list[str]:
     from tpustream.evaluate import load_model_card
 
     card = load_model_card(model_uri)
-    dataset = (card.get("dataset") or {}).get("uri")
+    dataset = card.dataset.uri if card.dataset is not None else ""
     if not dataset:
         raise PredictError(
             f"{model_uri}/model.json names no dataset: give images to predict instead of --sample-val"

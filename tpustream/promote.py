@@ -8,12 +8,12 @@ before a version number is claimed.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
 from tpustream import storage
+from tpustream.artifacts import ArtifactError, EvalReport
 from tpustream.promotion_policy import (
     METRICS,
     Decision,
@@ -66,17 +66,24 @@ def _check_candidate(candidate_uri: str, metrics_uri: str, model_sha256: str) ->
         )
 
 
-def _load_metrics(metrics_uri: str) -> dict[str, Any]:
+def _load_metrics(metrics_uri: str) -> EvalReport:
     try:
-        metrics = json.loads(storage.read_bytes(metrics_uri))
-        metrics["candidate"]["model_sha256"]  # noqa: B018 - shape check
-        metrics["dataset"]["manifest_digest"]  # noqa: B018
+        metrics = EvalReport.read(metrics_uri)
     except storage.NotFound as exc:
         raise RegistryError(f"--metrics {metrics_uri} does not exist: run tpustream evaluate first") from exc
-    except (ValueError, KeyError, TypeError) as exc:
+    except ArtifactError as exc:
         raise RegistryError(
             f"--metrics {metrics_uri} is not a tpustream metrics.json ({exc}): re-run evaluate"
         ) from exc
+    # what a decision needs: which model was measured, on which data
+    for key, value in (
+        ("candidate.model_sha256", metrics.candidate.get("model_sha256")),
+        ("dataset.manifest_digest", metrics.dataset.manifest_digest),
+    ):
+        if not value:
+            raise RegistryError(
+                f"--metrics {metrics_uri} is not a tpustream metrics.json (it lacks {key}): re-run evaluate"
+            )
     return metrics
 
 
@@ -160,22 +167,22 @@ def _publish_champion(vertex: Any, outcome: dict[str, Any], metric: str) -> dict
 
 
 def _decision_record(
-    metrics: dict[str, Any], current: dict[str, Any] | None, *, metric: str, metrics_uri: str
+    metrics: EvalReport, current: dict[str, Any] | None, *, metric: str, metrics_uri: str
 ) -> dict[str, Any]:
     """What every decision event records for the champion's history (``tpustream.history``): the metric
     decided on, the candidate's value, the champion's value on the same data (measured in the evaluate
     run, or recorded at its promotion on the same dataset digest; None when there is none), the dataset."""
-    digest = metrics["dataset"]["manifest_digest"]
+    digest = metrics.dataset.manifest_digest
     try:
         champion, champion_digest = champion_to_compare(metrics, current)
     except (KeyError, TypeError):  # a hand-repaired pointer without its metrics: the log must not fail on it
         champion, champion_digest = None, None
     return {
         "metric": metric,
-        "value": metrics["candidate"].get(metric),
+        "value": metrics.candidate.get(metric),
         "champion_value": champion.get(metric) if champion and champion_digest == digest else None,
         "dataset_digest": digest,
-        "dataset": metrics["dataset"].get("uri"),
+        "dataset": metrics.dataset.uri or None,
         "metrics_uri": metrics_uri,
     }
 
@@ -199,8 +206,8 @@ def _promote(
     else:
         metrics_uri = storage.join(storage.check_uri(metrics_uri).rstrip("/"), "metrics.json")
     metrics = _load_metrics(metrics_uri)
-    candidate = metrics["candidate"]
-    digest = metrics["dataset"]["manifest_digest"]
+    candidate = metrics.candidate
+    digest = metrics.dataset.manifest_digest
     sha = candidate["model_sha256"]
     context = {
         "registry": registry,
@@ -208,7 +215,7 @@ def _promote(
         "dataset_digest": digest,
         "model_sha256": sha,
         "value": candidate.get(metric),
-        "metrics": metrics,  # for the Vertex AI model evaluation
+        "metrics": metrics.to_json(),  # for the Vertex AI model evaluation
         "metrics_uri": metrics_uri,
     }
     checked = False
@@ -279,7 +286,7 @@ def _promote(
 
 
 def preview_decision(
-    metrics: dict[str, Any],
+    metrics: EvalReport,
     registry: str | None,
     *,
     metric: str = "top1",
@@ -289,7 +296,8 @@ def preview_decision(
     """The decision `promote` would take now for a metrics.json document (the DAG's branch condition;
     `promote` decides again under compare-and-swap)."""
     current = read_champion(registry) if registry else None
-    if current is not None and current.get("model_sha256") == metrics["candidate"]["model_sha256"]:
+    sha = metrics.candidate.get("model_sha256")
+    if current is not None and sha and current.get("model_sha256") == sha:
         return Decision(False, ALREADY_CHAMPION)
     return decide_for_metrics(
         metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tpustream.artifacts import EvalReport
 from tpustream.errors import TpustreamError
 
 __all__ = [
@@ -122,7 +123,7 @@ def decide(
 
 
 def decide_for_metrics(
-    metrics: dict[str, Any],
+    metrics: EvalReport,
     current: dict[str, Any] | None,
     *,
     metric: str,
@@ -136,9 +137,9 @@ def decide_for_metrics(
         return refusal
     champion, champion_digest = champion_to_compare(metrics, current)
     return decide(
-        metrics["candidate"],
+        metrics.candidate,
         champion,
-        candidate_digest=metrics["dataset"]["manifest_digest"],
+        candidate_digest=metrics.dataset.manifest_digest,
         champion_digest=champion_digest,
         metric=metric,
         min_delta=min_delta,
@@ -146,28 +147,28 @@ def decide_for_metrics(
     )
 
 
-def _incomplete(metrics: dict[str, Any]) -> Decision | None:
+def _incomplete(metrics: EvalReport) -> Decision | None:
     """A refusal when the evaluation did not count every val sample: its numbers describe part of the data."""
-    candidate, dataset = metrics["candidate"], metrics["dataset"]
+    candidate, dataset = metrics.candidate, metrics.dataset
     if candidate.get("complete") is True:
         return None
-    counted, expected = candidate.get("num_samples"), dataset.get("val_samples")
+    counted, expected = candidate.get("num_samples"), dataset.val_samples
     gap = ""
     if isinstance(counted, int) and isinstance(expected, int) and counted != expected:
         gap = f" ({expected - counted} missing)" if counted < expected else f" ({counted - expected} extra)"
     return Decision(
         False,
         f"the evaluation is incomplete: it counted {counted} of the dataset's {expected} val samples{gap}, so "
-        f"it cannot be promoted; find the damaged shards with `tpustream shards verify {dataset.get('uri')}`, "
+        f"it cannot be promoted; find the damaged shards with `tpustream shards verify {dataset.uri or None}`, "
         "fix or re-create them, then evaluate again",
     )
 
 
-def _not_comparable(metrics: dict[str, Any], current: dict[str, Any] | None) -> Decision | None:
+def _not_comparable(metrics: EvalReport, current: dict[str, Any] | None) -> Decision | None:
     """A refusal when the evaluate run could not measure the champion (``champion_note`` says why, e.g. a
     different class set): its recorded numbers are from other data, so the candidate must not win by default."""
-    note = metrics.get("champion_note")
-    if current is None or metrics.get("champion") is not None or not note:
+    note = metrics.champion_note
+    if current is None or metrics.champion is not None or not note:
         return None
     return Decision(
         False,
@@ -178,14 +179,14 @@ def _not_comparable(metrics: dict[str, Any], current: dict[str, Any] | None) -> 
 
 
 def champion_to_compare(
-    metrics: dict[str, Any], current: dict[str, Any] | None
+    metrics: EvalReport, current: dict[str, Any] | None
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The champion numbers to compare with: measured in the same evaluate run when that run saw the
     current champion (and counted every sample), else the ones recorded at its promotion (with their
     own dataset digest, which `decide` checks)."""
     if current is None:
         return None, None
-    measured = metrics.get("champion")
+    measured = metrics.champion
     if measured and measured.get("version") == current["version"] and measured.get("complete", True):
-        return measured, metrics["dataset"]["manifest_digest"]
+        return measured, metrics.dataset.manifest_digest
     return current["metrics"], current["dataset_digest"]

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 import uuid
 from datetime import datetime, timezone
 from typing import Any
 
 from tpustream import storage
+from tpustream.artifacts import json_bytes  # defined with the files it writes; re-exported, its old home
 from tpustream.promotion_policy import RegistryError
 
 __all__ = [
@@ -49,22 +49,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CHAMPION = "champion.json"
-
-
-def json_bytes(document: Any, *, indent: int | None = None) -> bytes:
-    """``document`` as strict JSON, a non-finite number (NaN, ±inf) written as null: a bare ``NaN`` is
-    not JSON and breaks other readers. Readers here take null (and a legacy NaN) as "no number"."""
-    return json.dumps(_finite_or_null(document), indent=indent, allow_nan=False).encode()
-
-
-def _finite_or_null(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite_or_null(item) for item in value]
-    return value
 
 
 # --------------------------------------------------------------------------- the champion pointer

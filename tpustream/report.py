@@ -15,15 +15,15 @@ does all three with the registry's history, as the evaluate and promote steps an
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from tpustream import storage
+from tpustream.artifacts import ArtifactError, EvalReport
 from tpustream.errors import TpustreamError
 from tpustream.evaluate import load_model_card
 from tpustream.history import champion_history
-from tpustream.manifest import read_manifest
+from tpustream.manifest import load_manifest
 from tpustream.promote import ALREADY_CHAMPION, preview_decision, read_champion
 from tpustream.promotion_policy import Decision, RegistryError
 from tpustream.report_facts import ReportFacts, _class_rows, _verdict
@@ -92,7 +92,7 @@ def build_report_facts(
     """
     card = load_model_card(model_uri)
     metrics = _read_metrics(metrics_uri)
-    manifest = read_manifest(dataset_uri)
+    manifest = load_manifest(dataset_uri)
     if outcome is None:
         decision = preview_decision(
             metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
@@ -116,12 +116,12 @@ def build_report_facts(
 
 
 def _champion_outcome(
-    pointer: dict[str, Any], metrics: dict[str, Any], history: list[dict[str, Any]]
+    pointer: dict[str, Any], metrics: EvalReport, history: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The outcome of a run whose candidate is now the champion, as ``promote`` returned it: promoted by this
     run when the pointer moved after this evaluation (its reason from the history when given), else earlier."""
     version = pointer.get("version")
-    if str(pointer.get("promoted") or "") < str(metrics.get("created") or "~"):
+    if str(pointer.get("promoted") or "") < (metrics.created or "~"):
         return {"promoted": False, "version": version, "reason": ALREADY_CHAMPION}
     reasons = [
         e.get("reason") for e in history if e.get("event") == "promoted" and e.get("version") == version
@@ -134,21 +134,16 @@ def _champion_outcome(
     }
 
 
-def _read_metrics(metrics_uri: str) -> dict[str, Any]:
+def _read_metrics(metrics_uri: str) -> EvalReport:
     uri = storage.check_uri(metrics_uri).rstrip("/")
     if not uri.endswith(".json"):
-        uri = storage.join(uri, "metrics.json")
+        uri = storage.join(uri, EvalReport.NAME)
     try:
-        metrics = json.loads(storage.read_bytes(uri))
+        return EvalReport.read(uri)
     except storage.NotFound as exc:
         raise ReportError(f"{uri} does not exist: run `tpustream evaluate` first") from exc
-    except ValueError as exc:
-        raise ReportError(f"{uri} is not valid JSON ({exc}): re-run `tpustream evaluate`") from exc
-    if not isinstance(metrics, dict) or not all(
-        key in metrics for key in ("classes", "candidate", "dataset")
-    ):
-        raise ReportError(f"{uri} is not an evaluate metrics.json: re-run `tpustream evaluate`")
-    return metrics
+    except ArtifactError as exc:
+        raise ReportError(f"{exc} (not an evaluate metrics.json)") from exc
 
 
 def _data_check_text(data_check: str | DataCheckReport | None) -> str | None:

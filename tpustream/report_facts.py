@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpustream.artifacts import EvalReport, Manifest, ModelCard
 from tpustream.errors import ConfigError
 from tpustream.promote import ALREADY_CHAMPION
 from tpustream.promotion_policy import METRICS, Decision, is_finite_number
@@ -32,7 +33,7 @@ class ReportFacts:
     """Everything a run report shows, as plain data: the documents as their files hold them.
 
     Attributes:
-        model_card: the candidate's ``model.json`` (``tpustream.evaluate.load_model_card``): ``arch``,
+        model_card: the candidate's model card (``tpustream.evaluate.load_model_card``): ``arch``,
             ``classes``, ``history`` (one dict per epoch: ``epoch``, ``train_loss``, ``val_loss``, ``val_top1``,
             ``val_top5``, ``val_samples``, ``epoch_seconds``, ``samples_per_s``, ``data_wait_fraction``,
             ``compiles``), ``metrics`` (the best epoch), ``init`` (a warm start's origin, None: random).
@@ -43,7 +44,7 @@ class ReportFacts:
         metric, min_delta, max_class_drop: the promotion thresholds the decision was taken with.
         outcome: what ``tpustream.promote.promote`` returned when the promote step ran (``promoted``,
             ``version``, ``reason``, ``previous_version`` / ``champion_version``); None when it did not run.
-        manifest: the dataset's ``manifest.json`` (``tpustream.manifest.read_manifest``); None: not shown.
+        manifest: the dataset's manifest (``tpustream.manifest.load_manifest``); None: not shown.
         data_check_markdown: the check data step's Markdown report (``DataCheckReport.to_markdown()``, the
             step's ``report`` artifact), shown as its own section; None: no section.
         history: the champion's history (``tpustream.history.champion_history``): dicts with ``time``,
@@ -51,14 +52,14 @@ class ReportFacts:
             ``dataset_digest``, ``metric``, ``value``, ``reason``, ``champion_version``; None: no section.
     """
 
-    model_card: dict[str, Any]
-    metrics: dict[str, Any]
+    model_card: ModelCard
+    metrics: EvalReport
     decision: Decision
     metric: str = "top1"
     min_delta: float = 0.0
     max_class_drop: float | None = None
     outcome: dict[str, Any] | None = None
-    manifest: dict[str, Any] | None = None
+    manifest: Manifest | None = None
     data_check_markdown: str | None = None
     history: list[dict[str, Any]] | None = None
 
@@ -69,9 +70,6 @@ class ReportFacts:
             raise ConfigError(
                 f"max_class_drop must be a fraction in [0, 1] or None, got {self.max_class_drop}"
             )
-        for key in ("classes", "candidate"):
-            if key not in self.metrics:
-                raise ConfigError(f"metrics lacks {key!r}: not an evaluate metrics.json")
 
 
 def _percent(value: Any, digits: int = 1) -> str:
@@ -106,8 +104,8 @@ class _ClassRow:
 
 def _class_rows(facts: ReportFacts) -> list[_ClassRow]:
     """One row per class, the largest drop first (unmeasured classes last)."""
-    classes = [str(name) for name in facts.metrics["classes"]]
-    candidate = facts.metrics["candidate"].get("per_class_accuracy") or [None] * len(classes)
+    classes = facts.metrics.classes
+    candidate = facts.metrics.candidate.get("per_class_accuracy") or [None] * len(classes)
     champion = _champion(facts)
     theirs = (champion or {}).get("per_class_accuracy") or [None] * len(classes)
     rows = []
@@ -126,7 +124,7 @@ def _shown_rows(rows: list[_ClassRow], limit: int) -> list[_ClassRow]:
 
 
 def _champion(facts: ReportFacts) -> dict[str, Any] | None:
-    champion = facts.metrics.get("champion")
+    champion = facts.metrics.champion
     return champion if isinstance(champion, dict) else None
 
 
@@ -139,7 +137,7 @@ def _champion_heading(facts: ReportFacts) -> str:
 
 def _no_champion_text(facts: ReportFacts) -> str:
     """Why there are no champion numbers: not measured (with evaluate's note), or no champion at all."""
-    note = facts.metrics.get("champion_note")
+    note = facts.metrics.champion_note
     return f"the champion was not measured: {note}" if note else "there is no champion to compare with"
 
 
@@ -203,12 +201,13 @@ def _policy_line(facts: ReportFacts) -> str:
 
 def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:
     """(label, candidate, champion, change, css class of the change) for top-1, top-5, loss, samples."""
-    candidate, champion = facts.metrics["candidate"], _champion(facts)
-    missing = "none" if champion is None and not facts.metrics.get("champion_note") else NOT_MEASURED
+    candidate, champion = facts.metrics.candidate, _champion(facts)
+    missing = "none" if champion is None and not facts.metrics.champion_note else NOT_MEASURED
     rows = []
     for name, label in (("top1", "top-1"), ("top5", "top-5"), ("loss", "loss")):
         show: Callable[[Any], str] = _decimal if name == "loss" else lambda v: _percent(v, 2)
-        mine, theirs = candidate.get(name), (champion or {}).get(name)
+        mine: Any = candidate.get(name)
+        theirs: Any = (champion or {}).get(name)
         change, tone = "", ""
         if is_finite_number(mine) and is_finite_number(theirs):
             delta = mine - theirs
@@ -239,10 +238,10 @@ def _is_square(matrix: Any, size: int) -> bool:
 def _confusion_classes(facts: ReportFacts) -> list[int]:
     """The classes the heatmaps show: all of them up to PLOTTED_CLASSES, else the ones with the most errors
     (candidate's and champion's together), in class order; the rest would be unreadable ticks."""
-    size = len(facts.metrics["classes"])
+    size = len(facts.metrics.classes)
     if size <= PLOTTED_CLASSES:
         return list(range(size))
-    errors = _errors_per_class(facts.metrics["candidate"].get("confusion_matrix"), size)
+    errors = _errors_per_class(facts.metrics.candidate.get("confusion_matrix"), size)
     champion = _champion(facts)
     if champion is not None:
         errors = [

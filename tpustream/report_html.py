@@ -18,7 +18,6 @@ import base64
 from typing import Any
 
 from tpustream import report_plots
-from tpustream.manifest import skipped_summary
 from tpustream.promotion_policy import METRICS
 from tpustream.report_facts import (
     _E,
@@ -104,7 +103,6 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
     body = "".join(
         f'<section id="{key}"><h2>{_E(title)}</h2>{content}</section>' for key, title, content in sections
     )
-    dataset = facts.metrics.get("dataset") or {}
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
@@ -114,8 +112,8 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
         f'<p class="sentence">{_E(verdict.sentence)}</p>{headline}{note}'
         f'<p class="note">{_E(_policy_line(facts))}</p></header>'
         f"<nav><strong>Contents</strong><ol>{toc}</ol></nav>{body}"
-        f"<footer>tpustream run report. Candidate {_code(facts.metrics['candidate'].get('model', ''))}, evaluated "
-        f"{_E(str(facts.metrics.get('created', '')))} on {_code(dataset.get('uri', ''))}.</footer>"
+        f"<footer>tpustream run report. Candidate {_code(facts.metrics.candidate.get('model', ''))}, evaluated "
+        f"{_E(facts.metrics.created)} on {_code(facts.metrics.dataset.uri)}.</footer>"
         "</body></html>\n"
     )
 
@@ -136,18 +134,18 @@ def _note(text: str) -> str:
 
 def _training_html(facts: ReportFacts) -> str:
     card = facts.model_card
-    history = [row for row in card.get("history") or [] if isinstance(row, dict)]
-    best = (card.get("metrics") or {}).get("epoch")
-    init = card.get("init")
+    history = card.history
+    best = card.metrics.get("epoch")
+    init = card.init
     start = (
         f"warm start from {_code(init.get('from'))} ({_E(str(init.get('kind', '')))}, {_E(str(init.get('weights', '')))} weights)"
         if isinstance(init, dict)
         else "random initialisation"
     )
     parts = [
-        f"<p>{_code(card.get('arch', '?'))}, {len(history)} epoch{'s' if len(history) != 1 else ''}"
+        f"<p>{_code(card.arch)}, {len(history)} epoch{'s' if len(history) != 1 else ''}"
         f"{f', best epoch {_E(str(best))}' if best is not None else ''}"
-        f"{', stopped early' if card.get('stopped_early') else ''}; {start}.</p>"
+        f"{', stopped early' if card.stopped_early else ''}; {start}.</p>"
     ]
     if len(history) >= 2:
         parts.append(
@@ -190,7 +188,7 @@ def _training_html(facts: ReportFacts) -> str:
 
 
 def _confusion_html(facts: ReportFacts) -> str:
-    classes = [str(name) for name in facts.metrics["classes"]]
+    classes = facts.metrics.classes
     shown = _confusion_classes(facts)
     parts = [
         _note(
@@ -207,7 +205,7 @@ def _confusion_html(facts: ReportFacts) -> str:
     ]
     figures = []
     for plot_id, who, result in (
-        ("plot-confusion-candidate", "candidate", facts.metrics["candidate"]),
+        ("plot-confusion-candidate", "candidate", facts.metrics.candidate),
         ("plot-confusion-champion", _champion_heading(facts), _champion(facts)),
     ):
         if result is None:
@@ -266,18 +264,15 @@ def _per_class_html(facts: ReportFacts, rows: list[_ClassRow]) -> str:
 
 
 def _dataset_html(facts: ReportFacts) -> str:
-    dataset = facts.metrics.get("dataset") or {}
-    digest = str(dataset.get("manifest_digest") or "")[:12]
-    parts = [f"<p>{_code(dataset.get('uri', '?'))}{f', manifest {_code(digest)}' if digest else ''}.</p>"]
+    dataset = facts.metrics.dataset
+    digest = dataset.manifest_digest[:12]
+    parts = [f"<p>{_code(dataset.uri or '?')}{f', manifest {_code(digest)}' if digest else ''}.</p>"]
     manifest = facts.manifest
     if manifest is None:
         return "".join(parts) + _note("The manifest was not given: no per-split facts.")
-    classes = [str(name) for name in manifest.get("classes", [])]
-    splits = {
-        name: split for name, split in (manifest.get("splits") or {}).items() if isinstance(split, dict)
-    }
+    classes, splits = manifest.classes, manifest.splits
     parts.append(
-        f"<p>Source {_code(manifest.get('source', '?'))}; {len(classes)} classes; created {_E(str(manifest.get('created', '?')))}.</p>"
+        f"<p>Source {_code(manifest.source or '?')}; {len(classes)} classes; created {_E(manifest.created or '?')}.</p>"
     )
     parts.append(
         _table(
@@ -285,16 +280,16 @@ def _dataset_html(facts: ReportFacts) -> str:
             [
                 [
                     _E(name),
-                    _E(str(s.get("num_samples", 0))),
-                    _E(f"{int(s.get('num_bytes', 0)):,}"),
-                    _E(str(len(s.get("shards") or []))),
+                    _E(str(s.num_samples)),
+                    _E(f"{s.num_bytes:,}"),
+                    _E(str(len(s.shards))),
                 ]
                 for name, s in splits.items()
             ],
         )
     )
     shown = classes[:HTML_DATASET_CLASS_ROWS]
-    counts = {name: list(s.get("class_counts") or []) for name, s in splits.items()}
+    counts = {name: s.class_counts for name, s in splits.items()}
     rows = [
         [_E(name)] + [_E(str(counts[split][i])) if i < len(counts[split]) else "0" for split in splits]
         for i, name in enumerate(shown)
@@ -302,7 +297,7 @@ def _dataset_html(facts: ReportFacts) -> str:
     parts.append(_table(["class", *(f"{_E(split)} samples" for split in splits)], rows))
     if len(shown) < len(classes):
         parts.append(_note(f"The first {len(shown)} of {len(classes)} classes."))
-    skipped = skipped_summary(manifest)
+    skipped = manifest.skipped
     if skipped.count:
         reasons = [
             [_E(reason), _E(str(count))]

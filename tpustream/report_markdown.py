@@ -15,7 +15,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tpustream.manifest import skipped_summary
 from tpustream.report_facts import (
     _E,
     NOT_MEASURED,
@@ -98,12 +97,12 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
     if len(listed) < len(rows):
         lines += [f"{len(rows) - len(listed)} more classes, with smaller drops, are not listed.", ""]
 
-    history = [row for row in facts.model_card.get("history") or [] if isinstance(row, dict)]
+    history = facts.model_card.history
     lines += ["## Training", ""]
     if history:
         first, last = history[0], history[-1]
         lines += [
-            f"{_md(facts.model_card.get('arch', '?'))}, {len(history)} epochs: train loss {_decimal(first.get('train_loss'))} → "
+            f"{_md(facts.model_card.arch)}, {len(history)} epochs: train loss {_decimal(first.get('train_loss'))} → "
             f"{_decimal(last.get('train_loss'))}, val top-1 {_percent(first.get('val_top1'), 2)} → {_percent(last.get('val_top1'), 2)}.",
             "",
         ]
@@ -122,20 +121,14 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
 
 
 def _markdown_dataset(facts: ReportFacts) -> list[str]:
-    dataset = facts.metrics.get("dataset") or {}
-    lines = ["## Data set", "", f"`{str(dataset.get('uri', '?')).replace('`', '')}`", ""]
+    lines = ["## Data set", "", f"`{(facts.metrics.dataset.uri or '?').replace('`', '')}`", ""]
     if facts.manifest is None:
         return lines + ["The manifest was not given.", ""]
-    splits = {
-        name: split for name, split in (facts.manifest.get("splits") or {}).items() if isinstance(split, dict)
-    }
-    classes = facts.manifest.get("classes") or []
+    splits, classes = facts.manifest.splits, facts.manifest.classes
     shown = ", ".join(_md(name) for name in classes[:MARKDOWN_CLASS_ROWS])
     lines += [f"{len(classes)} classes: {shown}{', …' if len(classes) > MARKDOWN_CLASS_ROWS else ''}", ""]
-    lines += _md_table(
-        ["split", "samples"], [[_md(name), str(s.get("num_samples", 0))] for name, s in splits.items()]
-    )
-    skipped = skipped_summary(facts.manifest)
+    lines += _md_table(["split", "samples"], [[_md(name), str(s.num_samples)] for name, s in splits.items()])
+    skipped = facts.manifest.skipped
     reasons = ", ".join(
         f"{_md(reason)} {count}" for reason, count in sorted(skipped.by_reason.items(), key=lambda r: -r[1])
     )

@@ -276,9 +276,9 @@ class Classifier:
             card = load_model_card(self.uri)
         except EvaluationError as exc:
             raise BadModel(str(exc)) from exc
-        self.classes: list[str] = [str(c) for c in card["classes"]]
-        self.input_size = int(card["input_size"])
-        norm = card.get("normalization") or {}
+        self.classes: list[str] = list(card.classes)
+        self.input_size = card.input_size
+        norm = card.normalization
         self.mean = tuple(float(v) for v in norm.get("mean", IMAGENET_MEAN))
         self.std = tuple(float(v) for v in norm.get("std", IMAGENET_STD))
         if float(norm.get("scale", 255)) != 255:
@@ -292,17 +292,15 @@ class Classifier:
         except CheckpointError as exc:
             raise BadModel(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
         model = build_model(
-            card["arch"],
+            card.arch,
             num_classes=len(self.classes),
             input_size=self.input_size,
-            in_channels=int(card.get("in_channels", 3)),
+            in_channels=card.in_channels,
         )
         try:
             model.load_state_dict(weights)
         except RuntimeError as exc:
-            raise BadModel(
-                f"{self.uri}/model.pt does not match its model.json ({card['arch']}): {exc}"
-            ) from exc
+            raise BadModel(f"{self.uri}/model.pt does not match its model.json ({card.arch}): {exc}") from exc
         self.device = device if device is not None else torch.device("cpu")
         self.model = model.to(self.device).eval()
         self.augment = Augment(

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from tpustream import storage
+from tpustream.artifacts import IgnoredFiles, Manifest, Shard, SizeSummary, SkippedSummary, Split, SplitStats
 from tpustream.errors import ConfigError
 from tpustream.imagecodec import (
     DEFAULT_MAX_PIXELS,
@@ -49,12 +50,11 @@ from tpustream.imagecodec import (
 )
 from tpustream.manifest import (
     INDEX_DIR,
-    MANIFEST_FORMAT,
     MANIFEST_NAME,
     SampleIndexEntry,
     ShardError,
     index_path,
-    read_manifest,
+    load_manifest,
 )
 from tpustream.shard_plan import (
     MIN_TRAIN_SHARDS,
@@ -484,7 +484,8 @@ def check_source_listing(source: Source, *, strict: bool) -> None:
 def create_shards(
     config: ShardConfig, *, progress: bool = True, source: Source | None = None
 ) -> tuple[dict[str, Any], CreateSummary]:
-    """Plan, write every shard (in parallel), then commit the manifest. Returns (manifest, summary)."""
+    """Plan, write every shard (in parallel), then commit the manifest. Returns (manifest, summary); the
+    manifest as its JSON document for now (its callers, the tests above all, index it by key)."""
     started = time.perf_counter()
     output = storage.check_uri(config.output).rstrip("/")
     finish_replacement(output)  # a swap an earlier --overwrite run did not finish
@@ -541,20 +542,20 @@ def create_shards(
         finish_replacement(output)
     summary = CreateSummary(
         output=output,
-        num_samples=sum(s["num_samples"] for s in manifest["splits"].values()),
+        num_samples=sum(s.num_samples for s in manifest.splits.values()),
         num_shards=len(records),
-        num_bytes=sum(s["num_bytes"] for s in manifest["splits"].values()),
-        skipped=manifest["skipped"]["count"],
-        skipped_slots=manifest["skipped"]["sample_slots"],
-        rejected_rows=manifest["skipped"].get("rejected_rows", 0),
+        num_bytes=sum(s.num_bytes for s in manifest.splits.values()),
+        skipped=manifest.skipped.count,
+        skipped_slots=manifest.skipped.sample_slots,
+        rejected_rows=manifest.skipped.rejected_rows,
         reused_shards=reused,
         seconds=time.perf_counter() - started,
-        split_samples={k: v["num_samples"] for k, v in manifest["splits"].items()},
+        split_samples={k: v.num_samples for k, v in manifest.splits.items()},
     )
-    return manifest, summary
+    return manifest.to_json(), summary
 
 
-def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]) -> dict[str, Any]:
+def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]) -> Manifest:
     """Write manifest.json from the shard records — last, atomically — then drop the records.
 
     Also removes shard files left from an earlier, different plan (more shards than now) and temp
@@ -567,7 +568,7 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
             f"cannot write the manifest: {len(missing)} shard(s) not written yet, e.g. {missing[0]}"
         )
     config, source = plan.config, plan.source
-    splits: dict[str, Any] = {}
+    splits: dict[str, Split] = {}
     # item ref -> (message, reason): an upsampled image is skipped once per copy, counted once
     skipped: dict[str, tuple[str, str]] = {}
     skipped_slots = 0
@@ -590,58 +591,54 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
             skipped_slots += len(r.skipped)
             formats.update(r.formats)
             sizes.update(r.sizes)
-        splits[split] = {
-            "num_samples": sum(r.num_samples for r in split_records),
-            "num_bytes": sum(r.num_bytes for r in split_records),
-            "class_counts": class_counts,
-            "stats": {"formats": dict(sorted(formats.items())), **_size_stats(sizes)},
-            "shards": [
-                {
-                    "path": r.path,
-                    "num_samples": r.num_samples,
-                    "num_bytes": r.num_bytes,
-                    "sha256": r.sha256,
-                    "sample_index": r.sample_index,
-                    "sample_index_sha256": r.sample_index_sha256,
-                }
+        splits[split] = Split(
+            num_samples=sum(r.num_samples for r in split_records),
+            num_bytes=sum(r.num_bytes for r in split_records),
+            class_counts=class_counts,
+            stats=SplitStats(
+                formats=dict(sorted(formats.items())),
+                **{key: SizeSummary(**summary) for key, summary in _size_stats(sizes).items()},
+            ),
+            shards=[
+                Shard(
+                    path=r.path,
+                    num_samples=r.num_samples,
+                    num_bytes=r.num_bytes,
+                    sha256=r.sha256,
+                    sample_index=r.sample_index,
+                    sample_index_sha256=r.sample_index_sha256,
+                )
                 for r in split_records
             ],
-        }
+        )
     rejected = source.rejected
     by_reason = Counter(reason for _, reason in skipped.values()) + Counter(r.reason for r in rejected)
     examples = [message for message, _ in skipped.values()]
     examples += [r.message if r.message.startswith(r.ref) else f"{r.ref}: {r.message}" for r in rejected]
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "source": source.spec,
-        "source_description": source.description,
-        "classes": list(source.classes),
-        "num_classes": len(source.classes),
-        "seed": config.seed,
-        "upsample": config.upsample,
-        "val_fraction": config.val_fraction,
-        "max_side": config.max_side,
-        "max_pixels": config.max_pixels,
-        "splits": splits,
-        # count: source images skipped + rows the source rejected while listing; sample_slots: the samples
-        # the images cost (x upsample in train); by_reason: tpustream.source_types.SKIP_REASONS
-        "skipped": {
-            "count": len(skipped) + len(rejected),
-            "sample_slots": skipped_slots,
-            "by_reason": {reason: by_reason[reason] for reason in SKIP_REASONS if by_reason[reason]},
-            "rejected_rows": len(rejected),
-            "examples": examples[:MAX_SKIPS_LISTED],
-        },
-        "ignored_files": {"count": len(source.ignored), "examples": source.ignored[:MAX_SKIPS_LISTED]},
-    }
+    manifest = Manifest(
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        source=source.spec,
+        source_description=source.description,
+        classes=list(source.classes),
+        num_classes=len(source.classes),
+        seed=config.seed,
+        upsample=config.upsample,
+        val_fraction=config.val_fraction,
+        max_side=config.max_side,
+        max_pixels=config.max_pixels,
+        splits=splits,
+        skipped=SkippedSummary(
+            count=len(skipped) + len(rejected),
+            sample_slots=skipped_slots,
+            by_reason={reason: by_reason[reason] for reason in SKIP_REASONS if by_reason[reason]},
+            rejected_rows=len(rejected),
+            examples=examples[:MAX_SKIPS_LISTED],
+        ),
+        ignored_files=IgnoredFiles(count=len(source.ignored), examples=source.ignored[:MAX_SKIPS_LISTED]),
+    )
     _remove_unplanned(output, {s.path for s in plan.shards} | {index_path(s.path) for s in plan.shards})
     _remove_partials(output)
-    storage.write_bytes(
-        storage.join(output, MANIFEST_NAME),
-        json.dumps(manifest, indent=1).encode(),
-        content_type="application/json",
-    )
+    manifest.write(storage.join(output, MANIFEST_NAME))
     for r in records:
         storage.delete(storage.join(output, f"{RECORDS_DIR}/{r.split}-{r.index:06d}.json"))
     storage.remove_empty_dir(storage.join(output, RECORDS_DIR))
@@ -672,20 +669,18 @@ def _size_stats(sizes: Counter[str]) -> dict[str, dict[str, int]]:
     }
 
 
-def _warn_missing_classes(manifest: dict[str, Any]) -> None:
+def _warn_missing_classes(manifest: Manifest) -> None:
     """A split with no sample (train and evaluate need both), or a class with no sample in a split: training
     never sees it, or evaluation never measures it."""
     for split in SPLITS:
-        if split not in manifest["splits"]:
+        if split not in manifest.splits:
             log.warning(
                 "the dataset has no %s split (every item the source gave was assigned to the other): `train` and "
                 "`evaluate` need both; re-create it with --val-fraction F, which re-splits every item",
                 split,
             )
-    for split, info in manifest["splits"].items():
-        empty = [
-            name for name, count in zip(manifest["classes"], info["class_counts"], strict=True) if not count
-        ]
+    for split, info in manifest.splits.items():
+        empty = [name for name, count in zip(manifest.classes, info.class_counts, strict=True) if not count]
         if empty:
             log.warning(
                 "class(es) %s have 0 %s samples: %s; add images of them or drop their folders",
@@ -716,19 +711,18 @@ def finish_replacement(output: str) -> bool:
         data = storage.read_bytes(storage.join(staging, MANIFEST_NAME))
     except storage.NotFound:
         return False
-    manifest = json.loads(data)
+    manifest = Manifest.from_json(json.loads(data), storage.join(staging, MANIFEST_NAME))
     log.warning("--overwrite: replacing the dataset at %s with the new one completed in %s", output, staging)
     storage.delete(storage.join(output, MANIFEST_NAME))
     waiting = {obj.uri for obj in storage.list_objects(staging)}  # one listing, not a request per file
     planned: set[str] = set()
-    for info in manifest["splits"].values():
-        for shard in info["shards"]:
-            for relative in (shard["path"], shard.get("sample_index")):
-                if not relative:
-                    continue
-                planned.add(relative)
-                if storage.join(staging, relative) in waiting:  # not moved by a cut-off earlier swap
-                    storage.move(storage.join(staging, relative), storage.join(output, relative))
+    for shard in manifest.all_shards():
+        for relative in (shard.path, shard.sample_index):
+            if not relative:
+                continue
+            planned.add(relative)
+            if storage.join(staging, relative) in waiting:  # not moved by a cut-off earlier swap
+                storage.move(storage.join(staging, relative), storage.join(output, relative))
     _remove_unplanned(output, planned)
     for obj in storage.list_objects(storage.join(output, RECORDS_DIR)):  # an earlier unfinished run's
         storage.delete(obj.uri)
@@ -809,12 +803,12 @@ def write_shard_range(config: ShardConfig, start: int, end: int) -> int:
     return len(todo)
 
 
-def finalize_dataset(config: ShardConfig) -> dict[str, Any]:
+def finalize_dataset(config: ShardConfig) -> Manifest:
     """Write manifest.json from the shard records once every planned shard is there (last step).
     A dataset that is complete already is returned as it is (its manifest, and so its digest, unchanged)."""
     output = storage.check_uri(config.output).rstrip("/")
     if storage.exists(storage.join(output, MANIFEST_NAME)):
-        return read_manifest(output)
+        return load_manifest(output)
     source = open_source(config.source, staging=output)
     plan = plan_dataset(source, config)
     records = [r for r in (_existing_record(spec, output) for spec in plan.shards) if r is not None]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import math
 import os
@@ -28,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NoReturn
 
 from tpustream import storage
+from tpustream.artifacts import MODEL_FORMAT, ArtifactError, DatasetRef, ModelCard
 from tpustream.batch import Batch
 from tpustream.checkpoint import (
     CheckpointError,
@@ -38,7 +38,7 @@ from tpustream.checkpoint import (
     to_cpu,
 )
 from tpustream.errors import TpustreamError
-from tpustream.manifest import ShardError, manifest_digest, read_manifest
+from tpustream.manifest import Manifest, ShardError, load_manifest, manifest_digest
 from tpustream.metrics import masked_sums, summarize
 from tpustream.models import build_model, model_spec
 from tpustream.preemption import SigtermFlag, StopAgreement, exit_now
@@ -61,7 +61,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "try again" — the job is restarted and resumes from `last`
-MODEL_FORMAT = "tpustream.model/v1"
 
 
 class TrainError(TpustreamError, ValueError):
@@ -171,7 +170,7 @@ class _EpochRun:
     wait: float = 0.0  # seconds spent waiting for the loader
 
 
-def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, Any]) -> tuple[int, str]:
+def resolve_input_size(config: TrainConfig, dataset: str, manifest: Manifest) -> tuple[int, str]:
     """--input-size, else the model's rule (``ModelSpec.input_size``) applied to the dataset's median shorter
     side; and how it was chosen."""
     if config.input_size:
@@ -179,7 +178,7 @@ def resolve_input_size(config: TrainConfig, dataset: str, manifest: dict[str, An
     from tpustream.data import median_short_side
 
     rule = model_spec(config.model).input_size
-    side, measured = median_short_side(dataset, manifest)
+    side, measured = median_short_side(dataset, manifest.to_json())  # data.py takes the dict form
     size = rule(side)
     return size, f"median shorter side {side} px over {measured} -> {size} px ({rule})"
 
@@ -216,13 +215,13 @@ def _check_resume(
         )
 
 
-def train(config: TrainConfig) -> dict[str, Any]:
-    """Train per ``config``; returns the final model.json contents. Raises Preempted on SIGTERM."""
+def train(config: TrainConfig) -> ModelCard:
+    """Train per ``config``; returns the final model card (model.json). Raises Preempted on SIGTERM."""
     if config.strategy == "replicas":
         import torch_xla
 
         torch_xla.launch(_replica_main, args=(config,))
-        return json.loads(storage.read_bytes(storage.join(config.output, "model.json")))
+        return ModelCard.read(storage.join(config.output, ModelCard.NAME))
     return _train_process(config)
 
 
@@ -230,7 +229,7 @@ def _replica_main(index: int, config: TrainConfig) -> None:
     _train_process(config)
 
 
-def _train_process(config: TrainConfig) -> dict[str, Any]:
+def _train_process(config: TrainConfig) -> ModelCard:
     from tpustream.compile_cache import open_compile_cache
 
     # SIGTERM is a preemption from the first instant: setup, loop and waiting for process 0 alike.
@@ -265,7 +264,7 @@ class Trainer:
         self.dataset = storage.absolute(config.data)
         self.manifest = self._read_manifest()
         self.digest = manifest_digest(self.dataset)
-        self.classes = list(self.manifest["classes"])
+        self.classes = list(self.manifest.classes)
         self.rt = runtime(config.strategy)
         if self.rt.is_master:
             try:
@@ -302,7 +301,7 @@ class Trainer:
         self.tracker: Any = None  # xm.RateTracker over the whole run, made in fit()
         self.compile_cache: Any = None  # CompileCache when --compile-cache is given
 
-    def fit(self) -> dict[str, Any]:
+    def fit(self) -> ModelCard:
         """Train to ``config.epochs``; returns the model card. Raises Preempted (every host at one step)."""
         import torch_xla.core.xla_model as xm
 
@@ -351,13 +350,14 @@ class Trainer:
 
     # -- setup ---------------------------------------------------------------------------------------
 
-    def _read_manifest(self) -> dict[str, Any]:
+    def _read_manifest(self) -> Manifest:
         try:
-            manifest = read_manifest(self.dataset)
+            manifest = load_manifest(self.dataset)
         except ShardError as exc:
             raise TrainError(f"--data {self.dataset}: {exc}") from exc
         for split in ("train", "val"):
-            if not manifest["splits"].get(split, {}).get("shards"):
+            found = manifest.split(split)
+            if found is None or not found.shards:
                 raise TrainError(
                     f"--data {self.dataset} has no {split!r} split: re-create it with a validation fraction"
                 )
@@ -379,6 +379,7 @@ class Trainer:
         from tpustream.epoch_plan import LoaderError
 
         rt = self.rt
+        manifest = self.manifest.to_json()  # the loader (data.py) takes the dict form
         try:
             return {
                 split: ShardLoader(
@@ -392,7 +393,7 @@ class Trainer:
                         workers=self.config.workers,
                         seed=self.config.seed,
                     ),
-                    manifest=self.manifest,
+                    manifest=manifest,
                 )
                 for split in ("train", "val")
             }
@@ -687,7 +688,7 @@ def _within(uri: str, output: str) -> bool:
 
 def _wait_for_primary(
     output: str, digest: str, steps: int, config: TrainConfig, rt: Runtime, stop: StopAgreement
-) -> dict[str, Any]:
+) -> ModelCard:
     """Hosts other than process 0 return once it has committed this run's model.json (same dataset, same
     final step), so every host of a slice leaves together and only process 0 wrote anything."""
     uri = storage.join(output, "model.json")
@@ -695,10 +696,10 @@ def _wait_for_primary(
     log.info("host %d: waiting for process 0 to commit %s", rt.replica_index, uri)
     while True:
         try:
-            card = json.loads(storage.read_bytes(uri))
-            if card.get("dataset", {}).get("manifest_digest") == digest and card.get("steps") == steps:
-                return dict(card)
-        except (storage.NotFound, ValueError):
+            card = ModelCard.read(uri)
+            if card.dataset is not None and card.dataset.manifest_digest == digest and card.steps == steps:
+                return card
+        except (storage.NotFound, ArtifactError):  # not written yet, or half-written by another version
             pass
         # Told (SIGTERM) or seeing another host's notice: nothing of ours to save; report our final step so
         # process 0 stops there too, rather than time out waiting for us and leave us waiting for it.
@@ -764,7 +765,7 @@ def _upload_tree(local_dir: str, uri: str) -> None:
             storage.upload_file(path, storage.join(uri, os.path.relpath(path, local_dir)))
 
 
-def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> dict[str, Any]:
+def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> ModelCard:
     """model.pt (the best epoch's weights, weights_only-loadable) and model.json, model.json last."""
     import torch
 
@@ -777,38 +778,31 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> d
     storage.write_bytes(storage.join(output, "model.pt"), buffer.getvalue())
     model_digest = hashlib.sha256(buffer.getbuffer()).hexdigest()
     best_epoch = max(state.history, key=lambda r: r["val_top1"]) if state.history else {}
-    card = {
-        "format": MODEL_FORMAT,
-        "arch": meta["model"],
-        "num_classes": len(meta["classes"]),
-        "classes": meta["classes"],
-        "input_size": meta["input_size"],
-        "input_size_reason": meta.get("input_size_reason", ""),  # checkpoints written before it lack it
-        "in_channels": 3,
-        "small_input_stem": model_spec(meta["model"]).small_input_stem(meta["input_size"]),
-        "normalization": {"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD), "scale": 255},
-        "metrics": {
-            k: best_epoch.get(k) for k in ("epoch", "val_top1", "val_top5", "val_loss", "val_samples")
-        },
-        "history": state.history,
-        "dataset": {"uri": meta["dataset"], "manifest_digest": meta["dataset_digest"]},
-        "model_sha256": model_digest,
-        "steps": state.global_step,
-        "training": meta["config"],
-        "init": meta.get("init"),  # warm start: where the weights began (None: random)
-        "compile_cache": meta.get("compile_cache"),  # its lookups in this process (None: no cache)
-        "stopped_early": state.stopped_early,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    storage.write_bytes(
-        storage.join(output, "model.json"),
-        json.dumps(card, indent=1).encode(),
-        content_type="application/json",
+    card = ModelCard(
+        arch=meta["model"],
+        num_classes=len(meta["classes"]),
+        classes=meta["classes"],
+        input_size=meta["input_size"],
+        input_size_reason=meta.get("input_size_reason", ""),  # checkpoints written before it lack it
+        in_channels=3,
+        small_input_stem=model_spec(meta["model"]).small_input_stem(meta["input_size"]),
+        normalization={"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD), "scale": 255},
+        metrics={k: best_epoch.get(k) for k in ("epoch", "val_top1", "val_top5", "val_loss", "val_samples")},
+        history=state.history,
+        dataset=DatasetRef(uri=meta["dataset"], manifest_digest=meta["dataset_digest"]),
+        model_sha256=model_digest,
+        steps=state.global_step,
+        training=meta["config"],
+        init=meta.get("init"),  # warm start: where the weights began (None: random)
+        compile_cache=meta.get("compile_cache"),  # its lookups in this process (None: no cache)
+        stopped_early=state.stopped_early,
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
+    card.write(storage.join(output, ModelCard.NAME))
     log.info(
         "model artifact: %s (best epoch %s, val top-1 %.4f)",
         output,
-        card["metrics"]["epoch"],
-        card["metrics"]["val_top1"] or 0,
+        card.metrics["epoch"],
+        card.best_top1 or 0,
     )
     return card

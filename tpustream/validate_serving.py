@@ -188,13 +188,13 @@ def _sha256(uri: str) -> str:
 def _val_images(data_uri: str, limit: int) -> list[tuple[bytes, int]]:
     """(image bytes, label) of the first ``limit`` val samples, in manifest order (shards in order)."""
     from tpustream.imagecodec import image_member
-    from tpustream.manifest import read_manifest
+    from tpustream.manifest import load_manifest
     from tpustream.tario import iter_tar_samples
 
-    manifest = read_manifest(data_uri)
+    val = load_manifest(data_uri).split("val")
     out: list[tuple[bytes, int]] = []
-    for shard in manifest["splits"]["val"]["shards"]:
-        uri = storage.join(data_uri, shard["path"])
+    for shard in val.shards if val is not None else []:
+        uri = storage.join(data_uri, shard.path)
         with storage.open_read(uri) as stream:
             for _, fields in iter_tar_samples(stream, storage.size(uri)):
                 ext = image_member(fields)
@@ -306,7 +306,7 @@ def validate_serving(
         card = load_model_card(model)
     except EvaluationError as exc:
         raise ServingValidationError(str(exc)) from exc
-    data_uri = data or card.get("dataset")
+    data_uri = data or (card.dataset.uri if card.dataset is not None else "")
     if not data_uri:
         raise ServingValidationError(
             f"{model}/model.json names no dataset: give --data (a dataset directory)"

@@ -86,7 +86,7 @@ def models(digits, tmp_path_factory):
 
 def test_evaluation_is_exact(digits, models, tmp_path):
     result = evaluate.evaluate(models["good"], digits, str(tmp_path / "eval"))
-    candidate = result["candidate"]
+    candidate = result.candidate
     manifest = read_manifest(digits)
     assert candidate["num_samples"] == manifest["splits"]["val"]["num_samples"] and candidate["complete"]
     # independent count: every val sample through the model one at a time
@@ -393,7 +393,7 @@ def test_a_nan_model_is_never_promoted_and_every_file_stays_json(digits, models,
     diverged = make_nan_model(tmp_path / "nan", models["good"])
     out = str(tmp_path / "eval-nan")
     result = evaluate.evaluate(diverged, digits, out, registry=registry)
-    assert math.isnan(result["candidate"]["loss"])
+    assert math.isnan(result.candidate["loss"])
     written = _strict_json(storage.read_bytes(f"{out}/metrics.json"))
     assert written["candidate"]["loss"] is None and written["candidate"]["complete"]
     for metric in ("loss", "top1"):
@@ -434,8 +434,8 @@ def test_a_partial_evaluation_is_never_promoted(digits, models, tmp_path, caplog
     out = str(tmp_path / "eval-partial")
     with caplog.at_level(logging.WARNING):
         result = evaluate.evaluate(models["better"], str(damaged), out, registry=registry)
-    counted = result["candidate"]["num_samples"]
-    assert 0 < counted < 179 and not result["candidate"]["complete"]
+    counted = result.candidate["num_samples"]
+    assert 0 < counted < 179 and not result.candidate["complete"]
     assert "cannot be promoted" in caplog.text and "tpustream shards verify" in caplog.text
     assert json.loads(storage.read_bytes(f"{out}/metrics.json"))["candidate"]["complete"] is False  # evidence
     preview = promote.preview_decision(result, registry)

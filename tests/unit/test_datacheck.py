@@ -266,7 +266,12 @@ def test_cli_check_exits_1_with_one_line_per_anomaly(tmp_path):
 def _registry_with_champion(tmp_path, dataset, digest=None):
     """A registry as promote leaves it: champion.json -> versions/1 whose model.json names its dataset."""
     registry = str(tmp_path / "registry")
-    card = {"dataset": {"uri": dataset, "manifest_digest": digest or manifest_digest(dataset)}}
+    card = {
+        "arch": "tiny",
+        "classes": ["cat", "dog"],
+        "input_size": 32,
+        "dataset": {"uri": dataset, "manifest_digest": digest or manifest_digest(dataset)},
+    }
     storage.write_bytes(os.path.join(registry, "versions", "1", "model.json"), json.dumps(card).encode())
     storage.write_bytes(os.path.join(registry, "champion.json"), json.dumps({"version": 1}).encode())
     return registry

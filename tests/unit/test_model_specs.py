@@ -11,6 +11,7 @@ import torch
 import typer.main
 from torch import nn
 
+from tpustream.artifacts import Manifest, SizeSummary, Split, SplitStats
 from tpustream.cli import app
 from tpustream.data import default_input_size, input_size_rule
 from tpustream.models import (
@@ -165,7 +166,9 @@ def test_efficientnet_trains_at_32_px_or_more(side: int, size: int) -> None:
 
 @pytest.mark.parametrize("model, size", [("tiny", 16), ("efficientnet_b0", 32)])
 def test_the_trainer_takes_the_models_input_size_rule(model: str, size: int) -> None:
-    manifest = {"splits": {"train": {"num_samples": 1617, "stats": {"short_side": {"median": 8}}}}}
+    stats = SplitStats(formats={}, short_side=SizeSummary(min=8, median=8, max=8))
+    train = Split(num_samples=1617, num_bytes=0, class_counts=[], shards=[], stats=stats)
+    manifest = Manifest(classes=[], splits={"train": train})
     config = TrainConfig(data="unused", output="unused", model=model)
     chosen, reason = resolve_input_size(config, "unused", manifest)
     rule = MODEL_SPECS[model].input_size
@@ -175,7 +178,7 @@ def test_the_trainer_takes_the_models_input_size_rule(model: str, size: int) -> 
         f"(multiple of 8 in [{rule.smallest}, 224])"
     )
     if model == "tiny":  # as the dataset's own rule says it, as before the specs
-        assert (chosen, reason) == default_input_size("unused", manifest)
+        assert (chosen, reason) == default_input_size("unused", manifest.to_json())
 
 
 def test_specs_and_rules_refuse_bad_values() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tpustream import report
+from tpustream.artifacts import EvalReport, Manifest, ModelCard
 from tpustream.promotion_policy import Decision, decide
 from tpustream.report import (
     ReportError,
@@ -87,35 +88,51 @@ def epochs(count: int) -> list[dict[str, Any]]:
     ]
 
 
-def manifest(classes: list[str]) -> dict[str, Any]:
+def _shard(split: str, index: int) -> dict[str, Any]:
     return {
-        "format": "tpustream.shards/v1",
-        "created": "2025-11-20T10:00:00Z",
-        "source": "gs://bucket/import.jsonl",
-        "classes": classes,
-        "num_classes": len(classes),
-        "splits": {
-            "train": {
-                "num_samples": 400,
-                "num_bytes": 123456,
-                "class_counts": [100] * len(classes),
-                "shards": [{}, {}],
-            },
-            "val": {
-                "num_samples": 80,
-                "num_bytes": 23456,
-                "class_counts": [20] * len(classes),
-                "shards": [{}],
-            },
-        },
-        "skipped": {
-            "count": 3,
-            "sample_slots": 3,
-            "by_reason": {"undecodable": 2, "malformed-row": 1},
-            "rejected_rows": 1,
-            "examples": [f"gs://bucket/{EVIL}.jpg: not an image"],
-        },
+        "path": f"{split}/{split}-{index:06d}.tar",
+        "num_samples": 1,
+        "num_bytes": 512,
+        "sha256": "0" * 64,
     }
+
+
+def _card(fields: dict[str, Any]) -> ModelCard:
+    """A model card with ``fields`` (and the input size every card has)."""
+    return ModelCard.from_json({"input_size": 32, **fields})
+
+
+def manifest(classes: list[str]) -> Manifest:
+    return Manifest.from_json(
+        {
+            "format": "tpustream.shards/v1",
+            "created": "2025-11-20T10:00:00Z",
+            "source": "gs://bucket/import.jsonl",
+            "classes": classes,
+            "num_classes": len(classes),
+            "splits": {
+                "train": {
+                    "num_samples": 400,
+                    "num_bytes": 123456,
+                    "class_counts": [100] * len(classes),
+                    "shards": [_shard("train", 0), _shard("train", 1)],
+                },
+                "val": {
+                    "num_samples": 80,
+                    "num_bytes": 23456,
+                    "class_counts": [20] * len(classes),
+                    "shards": [_shard("val", 0)],
+                },
+            },
+            "skipped": {
+                "count": 3,
+                "sample_slots": 3,
+                "by_reason": {"undecodable": 2, "malformed-row": 1},
+                "rejected_rows": 1,
+                "examples": [f"gs://bucket/{EVIL}.jpg: not an image"],
+            },
+        }
+    )
 
 
 def history(count: int = 4) -> list[dict[str, Any]]:
@@ -144,24 +161,28 @@ def sample_facts(**changes: Any) -> ReportFacts:
     than max_class_drop 0.1; a history with promotions and refusals. The decision is the policy's own."""
     candidate = evaluation([19, 12, 17, 16], loss=0.61)  # top-1 0.80
     champion = evaluation([16, 18, 15, 12], loss=0.70, version=2)  # top-1 0.7625
-    metrics = {
-        "format": "tpustream.metrics/v1",
-        "dataset": {"uri": "gs://bucket/data/ab12", "manifest_digest": "ab" * 32, "val_samples": 80},
-        "classes": CLASSES,
-        "candidate": candidate,
-        "champion": champion,
-        "champion_note": None,
-        "created": "2025-11-20T11:00:00Z",
-    }
+    metrics = EvalReport.from_json(
+        {
+            "format": "tpustream.metrics/v1",
+            "dataset": {"uri": "gs://bucket/data/ab12", "manifest_digest": "ab" * 32, "val_samples": 80},
+            "classes": CLASSES,
+            "candidate": candidate,
+            "champion": champion,
+            "champion_note": None,
+            "created": "2025-11-20T11:00:00Z",
+        }
+    )
     decision = decide(candidate, champion, candidate_digest="d", champion_digest="d", max_class_drop=0.1)
     facts = ReportFacts(
-        model_card={
-            "arch": "resnet18",
-            "classes": CLASSES,
-            "history": epochs(3),
-            "metrics": {"epoch": 3},
-            "init": None,
-        },
+        model_card=_card(
+            {
+                "arch": "resnet18",
+                "classes": CLASSES,
+                "history": epochs(3),
+                "metrics": {"epoch": 3},
+                "init": None,
+            }
+        ),
         metrics=metrics,
         decision=decision,
         metric="top1",
@@ -303,14 +324,15 @@ def test_many_classes_are_capped_with_every_class_beyond_the_limit_kept():
     correct = [15] * 40
     champion_correct = [15] * 40
     champion_correct[39] = 20  # class-39 drops 25 points: beyond the limit, and listed although last in order
-    metrics = sample_facts().metrics | {
-        "classes": classes,
-        "candidate": evaluation(correct, loss=0.5),
-        "champion": evaluation(champion_correct, loss=0.6, version=2),
-    }
+    metrics = replace(
+        sample_facts().metrics,
+        classes=classes,
+        candidate=evaluation(correct, loss=0.5),
+        champion=evaluation(champion_correct, loss=0.6, version=2),
+    )
     facts = sample_facts(
         metrics=metrics,
-        model_card={"arch": "resnet18", "classes": classes, "history": epochs(2)},
+        model_card=_card({"arch": "resnet18", "classes": classes, "history": epochs(2)}),
         manifest=manifest(classes),
         history=None,
     )
@@ -328,12 +350,14 @@ def test_many_classes_are_capped_with_every_class_beyond_the_limit_kept():
 def test_user_strings_appear_only_escaped(rendered):
     page, markdown = rendered
     facts = sample_facts(
-        model_card={
-            "arch": 'resnet18"><b>x</b>',
-            "classes": CLASSES,
-            "history": epochs(3),
-            "init": {"from": '"><b>'},
-        },
+        model_card=_card(
+            {
+                "arch": 'resnet18"><b>x</b>',
+                "classes": CLASSES,
+                "history": epochs(3),
+                "init": {"from": '"><b>'},
+            }
+        ),
     )
     page_with_odd_names, _ = render_report(facts)
     for document in (page, markdown, page_with_odd_names):
@@ -388,12 +412,12 @@ def test_the_same_facts_give_the_same_page(rendered):
 def test_no_champion_one_epoch_and_unmeasured_classes_are_said():
     candidate = evaluation([19, 12, 17, 16], loss=math.nan)
     candidate["per_class_accuracy"][2] = None
-    metrics = sample_facts().metrics | {"candidate": candidate, "champion": None}
+    metrics = replace(sample_facts().metrics, candidate=candidate, champion=None)
     decision = decide(candidate, None, candidate_digest="d", champion_digest=None)
     facts = sample_facts(
         metrics=metrics,
         decision=decision,
-        model_card={"arch": "resnet18", "classes": CLASSES, "history": epochs(1)},
+        model_card=_card({"arch": "resnet18", "classes": CLASSES, "history": epochs(1)}),
         history=[],
     )
     page, markdown = render_report(facts)
@@ -413,7 +437,7 @@ def test_no_champion_one_epoch_and_unmeasured_classes_are_said():
 
 def test_a_champion_that_was_not_measured_is_said_with_evaluates_note():
     note = "champion version 3 not evaluated: the class sets differ"
-    metrics = sample_facts().metrics | {"champion": None, "champion_note": note}
+    metrics = replace(sample_facts().metrics, champion=None, champion_note=note)
     facts = sample_facts(
         metrics=metrics, decision=Decision(False, f"{note}. Keeping champion version 3"), history=None
     )
@@ -424,7 +448,7 @@ def test_a_champion_that_was_not_measured_is_said_with_evaluates_note():
 
 
 def test_an_empty_model_history_and_no_manifest_render():
-    facts = sample_facts(model_card={"arch": "resnet18", "classes": CLASSES}, manifest=None)
+    facts = sample_facts(model_card=_card({"arch": "resnet18", "classes": CLASSES}), manifest=None)
     page, markdown = render_report(facts)
     assert "No per-epoch history in the model card: nothing to draw." in page
     assert "The manifest was not given" in page and "The manifest was not given." in markdown
@@ -485,9 +509,9 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
     model, data = tmp_path / "model", tmp_path / "data"
     model.mkdir()
     data.mkdir()
-    (model / "model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
-    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics))
-    (data / "manifest.json").write_text(json.dumps(facts.manifest))
+    (model / "model.json").write_text(json.dumps(facts.model_card.to_json()))
+    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics.to_json()))
+    (data / "manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     (tmp_path / "check.md").write_text("# Data check: `x`\n\n**No anomalies.**\n")
 
     gathered = build_report_facts(
@@ -543,13 +567,13 @@ def test_a_candidate_that_is_the_champion_now_was_promoted_by_this_run_or_before
     tmp_path, promoted_at, title, sentence
 ):
     facts = sample_facts()
-    metrics = facts.metrics | {"candidate": facts.metrics["candidate"] | {"model_sha256": "c0ffee"}}
+    metrics = replace(facts.metrics, candidate=facts.metrics.candidate | {"model_sha256": "c0ffee"})
     (tmp_path / "model").mkdir()
     (tmp_path / "data").mkdir()
     (tmp_path / "registry").mkdir()
-    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
-    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
-    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest))
+    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card.to_json()))
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics.to_json()))
+    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     pointer = {"version": 3, "model_sha256": "c0ffee", "previous_version": 2, "promoted": promoted_at}
     (tmp_path / "registry/champion.json").write_text(json.dumps(pointer))
     events = history() + [
@@ -585,9 +609,9 @@ def write_run_files(tmp_path, facts: ReportFacts) -> dict[str, str]:
     returns ``write_run_report``'s arguments for them, the outputs under ``out/``."""
     for folder in ("model", "data"):
         (tmp_path / folder).mkdir()
-    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card | {"input_size": 32}))
-    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics))
-    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest))
+    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card.to_json()))
+    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics.to_json()))
+    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest.to_json()))
     return {
         "html_uri": str(tmp_path / "out/report.html"),
         "markdown_uri": str(tmp_path / "out/report.md"),
@@ -724,7 +748,7 @@ def test_the_report_command_writes_the_page_and_the_summary_and_says_the_decisio
     refused = runner.invoke(app, [*args_champion, "--data", paths["dataset_uri"]])
     assert refused.exit_code == 2 and "give --registry" in refused.output
     # the first model of all: no champion, no registry yet
-    paths = write_run_files(tmp_path, replace(facts, metrics={**facts.metrics, "champion": None}))
+    paths = write_run_files(tmp_path, replace(facts, metrics=replace(facts.metrics, champion=None)))
     args += ["--model", paths["model_uri"], "--metrics", paths["metrics_uri"], "--data", paths["dataset_uri"]]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -14,13 +14,13 @@ import pytest
 from PIL import Image
 
 from tpustream import shards
+from tpustream.artifacts import Manifest
 from tpustream.imagecodec import CorruptImage, UnreadableImage, check_pixels, encode_ppm
 from tpustream.manifest import (
     ShardError,
     has_sample_index,
     iter_sample_index,
     read_manifest,
-    skipped_summary,
     verify_shards,
 )
 from tpustream.shard_plan import ShardConfig
@@ -56,11 +56,11 @@ def test_manifest_stats_and_index_describe_every_sample(tmp_path):
     assert train["stats"]["height"] == {"min": 17, "median": 30, "max": 60}
     assert train["stats"]["short_side"] == {"min": 17, "median": 30, "max": 50}
     assert val["stats"]["short_side"] == {"min": 80, "median": 80, "max": 80}
-    assert has_sample_index(manifest)
+    assert has_sample_index(Manifest.from_json(manifest))
 
     out = tmp_path / "ds"
     for split in ("train", "val"):
-        entries = list(iter_sample_index(str(out), manifest, split))
+        entries = list(iter_sample_index(str(out), Manifest.from_json(manifest), split))
         assert len(entries) == manifest["splits"][split]["num_samples"]
         for shard in manifest["splits"][split]["shards"]:
             index = (out / shard["sample_index"]).read_bytes()
@@ -97,7 +97,7 @@ def test_verify_finds_a_changed_or_missing_index(tmp_path):
     assert "sample index index/train-000000.jsonl: sha256 differs" in problems[0]
     assert "sample index index/train-000001.jsonl missing" in problems[1]
     with pytest.raises(ShardError, match="index/train-000001.jsonl listed in the manifest is missing"):
-        list(iter_sample_index(str(out), manifest, "train"))
+        list(iter_sample_index(str(out), Manifest.from_json(manifest), "train"))
 
 
 def test_skip_reasons_are_counted_and_messages_name_the_file(tmp_path):
@@ -112,7 +112,7 @@ def test_skip_reasons_are_counted_and_messages_name_the_file(tmp_path):
     skipped = manifest["skipped"]
     assert skipped["count"] == 3 and summary.skipped == 3
     assert skipped["by_reason"] == {"too-large": 1, "undecodable": 2}
-    assert skipped_summary(manifest).by_reason == {"too-large": 1, "undecodable": 2}
+    assert Manifest.from_json(manifest).skipped.by_reason == {"too-large": 1, "undecodable": 2}
     names = {os.path.basename(e.split(":")[0]) for e in skipped["examples"]}
     assert names == {"garbage.jpg", "cut.png", "huge.png"}
     assert not any("BytesIO" in e for e in skipped["examples"])  # PIL's "cannot identify <_io.BytesIO ...>"
@@ -220,7 +220,12 @@ def test_overwrite_and_resume_keep_the_index_in_step_with_the_shards(tmp_path):
     assert summary.reused_shards == len(finished) - 1
     assert verify_shards(str(resumed), progress=False)[1] == []
     assert (
-        sum(1 for split in ("train", "val") for _ in iter_sample_index(str(resumed), manifest, split)) == 40
+        sum(
+            1
+            for split in ("train", "val")
+            for _ in iter_sample_index(str(resumed), Manifest.from_json(manifest), split)
+        )
+        == 40
     )
 
 
@@ -237,9 +242,9 @@ def test_a_dataset_written_before_the_index_still_loads_and_verifies(tmp_path):
     manifest["skipped"] = {"count": 0, "sample_slots": 0, "examples": []}
     (out / "manifest.json").write_text(json.dumps(manifest))
     shutil.rmtree(out / "index")
-    assert read_manifest(str(out)) == manifest and not has_sample_index(manifest)
+    assert read_manifest(str(out)) == manifest and not has_sample_index(Manifest.from_json(manifest))
     assert verify_shards(str(out), progress=False)[1] == []
-    assert skipped_summary(manifest).by_reason == {}
+    assert Manifest.from_json(manifest).skipped.by_reason == {}
 
 
 def test_objects_on_gcs_load_in_parallel_in_plan_order_with_the_pixel_budget(tmp_path):
@@ -273,7 +278,7 @@ def test_objects_on_gcs_load_in_parallel_in_plan_order_with_the_pixel_budget(tmp
     expected = [source.items[i].ref for i in plan.shards[0].items if source.items[i].ref % 7 != 3]
     assert written == expected  # the plan's order, the bad ones left out
     assert manifest["skipped"]["by_reason"] == {"undecodable": 6}
-    entries = list(iter_sample_index(str(tmp_path / "ds"), manifest, "train"))
+    entries = list(iter_sample_index(str(tmp_path / "ds"), Manifest.from_json(manifest), "train"))
     assert [e.source for e in entries] == [f"gs://b/{ref}.jpg" for ref in expected]
 
     # 8x8 = 64 px is over a 63-pixel budget: refused inside the loading threads too

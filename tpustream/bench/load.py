@@ -552,15 +552,15 @@ def bench_load(
     input_size: int | None,
 ) -> Iterator[str]:
     """Yield one JSON line per pipeline and worker count (median of ``repeats`` interleaved runs)."""
-    from tpustream import shards
     from tpustream.bench import peers as bench_peers
+    from tpustream.manifest import read_manifest
 
     worker_counts = [workers] if isinstance(workers, int) else list(workers)
     workdir = tempfile.mkdtemp(prefix="tpustream-bench-load-")
     server = None
     try:
         dataset = _resolve_dataset(data, workdir)
-        manifest = shards.read_manifest(dataset)
+        manifest = read_manifest(dataset)  # a dict: data.py's loader takes the manifest as one
         size = input_size_for(dataset, manifest, split, input_size)
         train = split == "train"
         per_file_root = os.path.join(workdir, "per-file")

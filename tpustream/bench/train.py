@@ -40,7 +40,7 @@ def bench_train(
     import torch
 
     from tpustream.data import LoaderConfig, ShardLoader
-    from tpustream.manifest import read_manifest
+    from tpustream.manifest import load_manifest
     from tpustream.models import build_model, model_spec
     from tpustream.train import TrainConfig, resolve_input_size
     from tpustream.xla_runtime import device_loader, runtime
@@ -48,7 +48,7 @@ def bench_train(
     config = TrainConfig(
         data=data, output="-", model=model_name, batch_size=batch_size, bf16=bf16, workers=workers
     )
-    manifest = read_manifest(data)
+    manifest = load_manifest(data)
     rt = runtime("spmd")
     input_size, _ = resolve_input_size(config, data, manifest)
     host_batch = rt.host_batch(batch_size)
@@ -63,12 +63,12 @@ def bench_train(
             num_replicas=rt.num_replicas,
             replica_index=rt.replica_index,
         ),
-        manifest=manifest,
+        manifest=manifest.to_json(),  # data.py takes the dict form
     )
 
     def fresh_model() -> tuple[Any, Any]:
         torch.manual_seed(0)
-        model = build_model(model_name, num_classes=len(manifest["classes"]), input_size=input_size).to(
+        model = build_model(model_name, num_classes=len(manifest.classes), input_size=input_size).to(
             rt.device
         )
         optimizer = model_spec(model_name).optimizer(

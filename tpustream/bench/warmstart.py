@@ -82,7 +82,7 @@ def bench_warmstart(
         champion = os.path.join(tmp, "champion")
         _train(datasets["last-week"], champion, common, env)
         target = evaluate.evaluate(champion, datasets["this-week"], os.path.join(tmp, "eval"), workers=0)
-        top1 = float(target["candidate"]["top1"])
+        top1 = float(target.candidate["top1"])
         base = {
             "bench": "warmstart",
             "model": model,
