@@ -33,7 +33,7 @@ from tpustream.loader_config import LoaderConfig, default_input_size, input_size
 from tpustream.loader_ring import _SlotRing, ring_depth, shm_free_bytes
 from tpustream.loader_worker import _EpochStream, _Split
 from tpustream.loader_worker import _Stats as _Stats  # bench/load.py's worker body counts with it
-from tpustream.manifest import read_manifest
+from tpustream.manifest import Manifest, load_manifest
 from tpustream.transforms import Augment, default_min_crop_scale
 from tpustream.xla_runtime import process_layout
 
@@ -145,14 +145,14 @@ class ShardLoader:
     device with ``tpustream.transforms.normalize``. ``last_report`` describes the latest epoch.
     """
 
-    def __init__(self, config: LoaderConfig, manifest: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: LoaderConfig, manifest: Manifest | None = None) -> None:
         self.config = config
         dataset = storage.check_uri(config.data).rstrip("/")
         if dataset.endswith(".json"):
             dataset = dataset.rsplit("/", 1)[0]
-        self.manifest = manifest if manifest is not None else read_manifest(dataset)
-        split = self.manifest["splits"].get(config.split)
-        if not split or not split.get("shards"):
+        self.manifest = manifest if manifest is not None else load_manifest(dataset)
+        split = self.manifest.split(config.split)
+        if split is None or not split.shards:
             raise LoaderError(f"dataset {dataset} has no {config.split!r} split")
         if config.num_replicas is None:
             replica_index, num_replicas = process_layout()
@@ -168,8 +168,8 @@ class ShardLoader:
         self._split = _Split(
             config,
             dataset,
-            split["shards"],
-            len(self.manifest["classes"]),
+            [shard.to_json() for shard in split.shards],  # the workers' plain form (pickled to each)
+            len(self.manifest.classes),
             replica_index,
             num_replicas,
             augment,

@@ -141,7 +141,7 @@ class _ValPass:
                 replica_index=0,
                 workers=workers,
             ),
-            manifest=manifest.to_json(),  # data.py takes the dict form
+            manifest=manifest,
         )
         return cls(
             model_uri,

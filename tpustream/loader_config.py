@@ -5,9 +5,9 @@ import no torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from tpustream import storage
+from tpustream.artifacts import Manifest
 from tpustream.epoch_plan import LoaderError
 from tpustream.errors import ConfigError
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS, image_member
@@ -77,23 +77,27 @@ def input_size_rule(side: int) -> int:
     return min(MAX_DEFAULT_INPUT_SIZE, max(MIN_INPUT_SIZE, side // 8 * 8))
 
 
-def median_short_side(dataset: str, manifest: dict[str, Any]) -> tuple[int, str]:
+def median_short_side(dataset: str, manifest: Manifest) -> tuple[int, str]:
     """The median shorter side of the dataset's train images and where it was read: the manifest's statistics
     (every train image: ``splits.train.stats.short_side``), else, for a dataset written before them, the
     headers of up to 256 images of the first train shard (a shuffled sample)."""
-    train = manifest["splits"]["train"]
-    median = ((train.get("stats") or {}).get("short_side") or {}).get("median")
+    train = manifest.split("train")
+    if train is None:
+        raise LoaderError(f"dataset {dataset} has no train split to measure: give the input size")
+    median = train.stats.short_side.median if train.stats and train.stats.short_side else None
     if isinstance(median, int | float) and median > 0:
-        return int(median), f"the {train.get('num_samples', 'all')} train images (manifest statistics)"
+        return int(median), f"the {train.num_samples} train images (manifest statistics)"
+    if not train.shards:
+        raise LoaderError(f"dataset {dataset} has no train shard to measure: give the input size")
     import io
     import statistics
 
     from PIL import Image
 
-    shard = manifest["splits"]["train"]["shards"][0]
+    shard = train.shards[0]
     sides: list[int] = []
-    with storage.open_read(storage.join(dataset, shard["path"])) as stream:
-        for _, fields in iter_tar_samples(stream, int(shard["num_bytes"])):
+    with storage.open_read(storage.join(dataset, shard.path)) as stream:
+        for _, fields in iter_tar_samples(stream, shard.num_bytes):
             ext = image_member(fields)
             if ext is not None:
                 with Image.open(io.BytesIO(fields[ext])) as img:  # the header only
@@ -101,11 +105,11 @@ def median_short_side(dataset: str, manifest: dict[str, Any]) -> tuple[int, str]
             if len(sides) == SIDE_SAMPLES:
                 break
     if not sides:
-        raise LoaderError(f"no image in {storage.join(dataset, shard['path'])}")
-    return int(statistics.median_low(sides)), f"{len(sides)} images of {shard['path']}"
+        raise LoaderError(f"no image in {storage.join(dataset, shard.path)}")
+    return int(statistics.median_low(sides)), f"{len(sides)} images of {shard.path}"
 
 
-def default_input_size(dataset: str, manifest: dict[str, Any]) -> tuple[int, str]:
+def default_input_size(dataset: str, manifest: Manifest) -> tuple[int, str]:
     """The training input side when none is given, and a line saying how it was chosen (model.json)."""
     side, measured = median_short_side(dataset, manifest)
     size = input_size_rule(side)

@@ -178,7 +178,7 @@ def resolve_input_size(config: TrainConfig, dataset: str, manifest: Manifest) ->
     from tpustream.data import median_short_side
 
     rule = model_spec(config.model).input_size
-    side, measured = median_short_side(dataset, manifest.to_json())  # data.py takes the dict form
+    side, measured = median_short_side(dataset, manifest)
     size = rule(side)
     return size, f"median shorter side {side} px over {measured} -> {size} px ({rule})"
 
@@ -379,7 +379,7 @@ class Trainer:
         from tpustream.epoch_plan import LoaderError
 
         rt = self.rt
-        manifest = self.manifest.to_json()  # the loader (data.py) takes the dict form
+        manifest = self.manifest
         try:
             return {
                 split: ShardLoader(

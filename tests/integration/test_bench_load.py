@@ -58,11 +58,11 @@ def test_one_line_per_pipeline_and_worker_count_with_ratios_to_tpustream():
 
 @pytest.mark.slow
 def test_the_kernel_runs_in_that_many_processes_at_once(tmp_path):
-    from tpustream import shards
     from tpustream.bench.load import _kernel_in_processes, _resolve_dataset
+    from tpustream.manifest import read_manifest
 
     dataset = _resolve_dataset("synthetic-cifar:300", str(tmp_path))
-    rates = _kernel_in_processes((dataset, shards.read_manifest(dataset), "train", 32, 16), 2, 0.3)
+    rates = _kernel_in_processes((dataset, read_manifest(dataset), "train", 32, 16), 2, 0.3)
     assert len(rates) == 2 and all(rate > 0 for rate in rates)
 
 
@@ -72,11 +72,11 @@ def test_workers_takes_a_list_and_refuses_anything_else():
 
 
 def test_the_hand_off_ceiling_runs_shardloaders_own_path_with_workers_that_only_hand_out(tmp_path):
-    from tpustream import shards
     from tpustream.bench.load import _handoff_batches, _ready_batch, _resolve_dataset
+    from tpustream.manifest import read_manifest
 
     dataset = _resolve_dataset("synthetic-cifar:64", str(tmp_path))
-    manifest = shards.read_manifest(dataset)
+    manifest = read_manifest(dataset)
     ready = _ready_batch(dataset, manifest, "train", 24, 8)
     assert ready.shape == (8, 3, 24, 24) and ready.any()
     batches = _handoff_batches(dataset, manifest, "train", 24, 8, 2, ready)
@@ -116,11 +116,11 @@ def test_the_feed_lines_carry_their_keys_and_the_v5e_comparison_at_224():
 @pytest.mark.slow
 def test_the_device_transfer_and_feed_ceilings_measure_on_xla_cpu(tmp_path):
     pytest.importorskip("torch_xla")
-    from tpustream import shards
     from tpustream.bench.load import FEED_SIZES, _resolve_dataset, _xla_feed
+    from tpustream.manifest import read_manifest
 
     dataset = _resolve_dataset("synthetic-cifar:64", str(tmp_path))
-    result = _xla_feed((dataset, shards.read_manifest(dataset), "train", 8), 1, 0.3, 1)
+    result = _xla_feed((dataset, read_manifest(dataset), "train", 8), 1, 0.3, 1)
     assert "error" not in result, result
     assert result["devices"] >= 1 and result["device"]
     assert set(result["rates"]) == {

@@ -7,8 +7,9 @@ import pytest
 from PIL import Image
 
 from tpustream import shards
+from tpustream.artifacts import Manifest
 from tpustream.data import default_input_size, input_size_rule
-from tpustream.manifest import read_manifest
+from tpustream.manifest import load_manifest, read_manifest
 from tpustream.shard_plan import ShardConfig
 
 
@@ -39,7 +40,7 @@ def test_the_same_photos_get_the_same_size_whatever_the_seed(tmp_path) -> None:
         shards.create_shards(
             ShardConfig(source=source, output=out, num_shards=2, val_fraction=0.2, seed=seed), progress=False
         )
-        size, reason = default_input_size(out, read_manifest(out))
+        size, reason = default_input_size(out, load_manifest(out))
         sizes.add(size)
         assert "median shorter side 120 px" in reason and "train images (manifest statistics)" in reason
     assert sizes == {120}
@@ -49,7 +50,7 @@ def test_the_manifest_statistics_decide_without_reading_a_shard(tmp_path) -> Non
     source = _photos(tmp_path / "photos", {"a": [48] * 5 + [200] * 2, "b": [48] * 5})
     out = tmp_path / "ds"
     shards.create_shards(ShardConfig(source=source, output=str(out), num_shards=2), progress=False)
-    manifest = read_manifest(str(out))
+    manifest = load_manifest(str(out))
     for tar in (out / "train").iterdir():
         tar.unlink()  # nothing left to measure: the statistics of every train image must answer
     size, reason = default_input_size(str(out), manifest)
@@ -62,5 +63,5 @@ def test_a_manifest_without_statistics_is_measured_on_its_first_shard(tmp_path) 
     shards.create_shards(ShardConfig(source=source, output=out, num_shards=2), progress=False)
     manifest = read_manifest(out)
     del manifest["splits"]["train"]["stats"]  # as written before the statistics existed
-    size, reason = default_input_size(out, manifest)
+    size, reason = default_input_size(out, Manifest.from_json(manifest))
     assert size == 64 and "images of train/train-000000.tar" in reason

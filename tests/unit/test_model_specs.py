@@ -178,7 +178,7 @@ def test_the_trainer_takes_the_models_input_size_rule(model: str, size: int) -> 
         f"(multiple of 8 in [{rule.smallest}, 224])"
     )
     if model == "tiny":  # as the dataset's own rule says it, as before the specs
-        assert (chosen, reason) == default_input_size("unused", manifest.to_json())
+        assert (chosen, reason) == default_input_size("unused", manifest)
 
 
 def test_specs_and_rules_refuse_bad_values() -> None:

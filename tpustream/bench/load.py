@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
+from tpustream.artifacts import Manifest
 from tpustream.data import _EpochStream, _Stats
 from tpustream.errors import ConfigError
 
@@ -295,7 +296,7 @@ def _handoff_batches(
             num_replicas=1,
             replica_index=0,
         ),
-        manifest=long,
+        manifest=Manifest.from_json(long),
     )
     # The pool ShardLoader.epoch() would start, with the ready-batch worker body (data.py's own lines).
     ring = loader._slot_ring()
@@ -489,7 +490,7 @@ def input_size_for(dataset: str, manifest: dict[str, Any], split: str, requested
 
     if not manifest["splits"].get(split, {}).get("num_samples"):
         raise ConfigError(f"{dataset} has no {split} samples to measure")
-    return requested or default_input_size(dataset, manifest)[0]
+    return requested or default_input_size(dataset, Manifest.from_json(manifest))[0]
 
 
 def _export_image_folder(dataset: str, manifest: dict[str, Any], split: str, root: str) -> int:

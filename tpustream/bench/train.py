@@ -63,7 +63,7 @@ def bench_train(
             num_replicas=rt.num_replicas,
             replica_index=rt.replica_index,
         ),
-        manifest=manifest.to_json(),  # data.py takes the dict form
+        manifest=manifest,
     )
 
     def fresh_model() -> tuple[Any, Any]:
