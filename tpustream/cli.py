@@ -647,18 +647,21 @@ def report_cmd(
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
     Markdown summary. The pipeline's evaluate and promote steps write the same report as KFP artifacts."""
     from tpustream import storage
+    from tpustream.artifacts import ArtifactError, EvalReport
     from tpustream.report import write_run_report
 
     metrics_uri = metrics if metrics.rstrip("/").endswith(".json") else storage.join(metrics, "metrics.json")
-    try:  # read once: the dataset it names (the --data default) and the champion it measured
-        evaluation = json.loads(storage.read_bytes(metrics_uri))
-        data = data or evaluation["dataset"]["uri"]
-        champion = evaluation.get("champion")
+    try:  # read here for the dataset it names (the --data default) and the champion it measured
+        evaluation = EvalReport.read(metrics_uri)
     except storage.NotFound:
         fail(f"--metrics {metrics_uri} does not exist: run tpustream evaluate first")
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        fail(f"--metrics {metrics_uri} is not a tpustream metrics.json ({exc}): re-run evaluate")
-    if registry is None and isinstance(champion, dict):
+    except ArtifactError as exc:
+        fail(f"--metrics: {exc}")
+    data = data or evaluation.dataset.uri
+    champion = evaluation.champion
+    if not data:
+        fail(f"--metrics {metrics_uri} names no dataset: give --data")
+    if registry is None and champion is not None:
         fail(
             f"--metrics {metrics_uri} holds champion version {champion.get('version')}'s numbers: give "
             "--registry (the registry evaluate compared with), so that the decision is taken against it"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpustream import storage
+from tpustream.artifacts import ArtifactError, ModelCard
 from tpustream.errors import TpustreamError
 
 __all__ = ["WarmStartError", "InitWeights", "load_init_weights", "apply_init_weights", "CHAMPION"]
@@ -57,6 +58,15 @@ def _json(uri: str) -> dict[str, Any] | None:
         raise WarmStartError(f"--init-from: {uri} is corrupt ({exc})") from exc
 
 
+def _model_card(uri: str) -> ModelCard | None:
+    try:
+        return ModelCard.read(uri)
+    except storage.NotFound:
+        return None
+    except ArtifactError as exc:
+        raise WarmStartError(f"--init-from: {exc}") from exc
+
+
 def load_init_weights(uri: str) -> InitWeights:
     """Find and read the weights ``uri`` names (see the module)."""
     from tpustream.checkpoint import CheckpointError, latest_checkpoint_uri, load_checkpoint, load_torch_file
@@ -76,16 +86,16 @@ def load_init_weights(uri: str) -> InitWeights:
             from tpustream.registry import version_uri
 
             uri, kind = version_uri(uri, int(pointer["version"])), "champion"
-        card = _json(storage.join(uri, "model.json"))
+        card = _model_card(storage.join(uri, "model.json"))
         if card is not None:
             weights, _ = load_torch_file(storage.join(uri, "model.pt"), what="model weights")
             return InitWeights(
                 given,
                 storage.join(uri, "model.pt"),
                 kind,
-                card.get("arch"),
-                list(card.get("classes") or []),
-                card.get("input_size"),
+                card.arch,
+                list(card.classes),
+                card.input_size,
                 weights,
             )
         checkpoint_uri = latest_checkpoint_uri(uri, "best") or latest_checkpoint_uri(uri, "last")
