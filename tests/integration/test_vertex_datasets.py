@@ -211,7 +211,7 @@ def test_the_pipelines_plan_write_and_finalize_steps_share_one_export(gcs_bucket
     ranges = shards.shard_ranges(config, shards_per_task=1)
     assert sum(shards.write_shard_range(config, start, end) for start, end in ranges) == len(ranges)
     manifest = shards.finalize_dataset(config)
-    assert manifest["source"] == DATASET and sum(manifest["splits"]["train"]["class_counts"]) == 6
+    assert manifest.source == DATASET and sum(manifest.splits["train"].class_counts) == 6
     assert len(_exports(recorder)) == 1
 
 
