@@ -204,8 +204,8 @@ def load_manifest(uri: str) -> Manifest:
 
 
 def read_manifest(uri: str) -> dict[str, Any]:
-    """``load_manifest`` as the JSON document, for the code that still indexes it by key (the loader,
-    ``data.py``); new code takes the ``Manifest``."""
+    """``load_manifest`` as the JSON document, for the code that wants the document itself (the benchmarks,
+    tools/); new code takes the ``Manifest``."""
     return load_manifest(uri).to_json()
 
 

@@ -483,9 +483,9 @@ def check_source_listing(source: Source, *, strict: bool) -> None:
 
 def create_shards(
     config: ShardConfig, *, progress: bool = True, source: Source | None = None
-) -> tuple[dict[str, Any], CreateSummary]:
-    """Plan, write every shard (in parallel), then commit the manifest. Returns (manifest, summary); the
-    manifest as its JSON document for now (its callers, the tests above all, index it by key)."""
+) -> tuple[Manifest, CreateSummary]:
+    """Plan, write every shard (in parallel), then commit the manifest. Returns (manifest, summary): the
+    manifest as written to manifest.json (``Manifest.to_json()`` for its JSON document)."""
     started = time.perf_counter()
     output = storage.check_uri(config.output).rstrip("/")
     finish_replacement(output)  # a swap an earlier --overwrite run did not finish
@@ -552,7 +552,7 @@ def create_shards(
         seconds=time.perf_counter() - started,
         split_samples={k: v.num_samples for k, v in manifest.splits.items()},
     )
-    return manifest.to_json(), summary
+    return manifest, summary
 
 
 def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]) -> Manifest:

@@ -46,8 +46,8 @@ def _split_ids(manifest, dataset, split):
     from tpustream.tario import iter_tar_samples
 
     ids = []
-    for shard in manifest["splits"][split]["shards"]:
-        with storage.open_read(storage.join(dataset, shard["path"])) as f:
+    for shard in manifest.splits[split].shards:
+        with storage.open_read(storage.join(dataset, shard.path)) as f:
             for _, fields in iter_tar_samples(f):
                 pixel = decode_ppm(fields["ppm"])[0, 0]
                 ids.append(int(pixel[0]) + 256 * int(pixel[1]))
@@ -108,10 +108,10 @@ def test_truncated_and_garbage_shards_keep_step_counts(tmp_path):
     dataset = tmp_path / "ds"
     manifest = make_id_dataset(str(dataset))
     clean_steps = [len(_epoch(str(dataset), "train", 2, r, 2, 8)[1]) for r in range(2)]
-    train_shards = manifest["splits"]["train"]["shards"]
-    truncated = dataset / train_shards[2]["path"]
+    train_shards = manifest.splits["train"].shards
+    truncated = dataset / train_shards[2].path
     truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
-    (dataset / train_shards[5]["path"]).write_bytes(b"garbage" * 1000)
+    (dataset / train_shards[5].path).write_bytes(b"garbage" * 1000)
     reports = []
     for rank in range(2):
         loader, batches = _epoch(str(dataset), "train", 2, rank, 2, 8)
@@ -120,16 +120,16 @@ def test_truncated_and_garbage_shards_keep_step_counts(tmp_path):
         reports.append(loader.last_report)
     problems = [p for r in reports for p in r.problems]
     assert sum(r.bad_shards for r in reports) == 2
-    assert any(train_shards[2]["path"] in p for p in problems) and any(
-        train_shards[5]["path"] in p for p in problems
+    assert any(train_shards[2].path in p for p in problems) and any(
+        train_shards[5].path in p for p in problems
     )
     assert sum(r.repeated for r in reports) > 0  # the short replica filled its quota by repeating
-    val_shard = dataset / manifest["splits"]["val"]["shards"][0]["path"]
-    lost = manifest["splits"]["val"]["shards"][0]["num_samples"]
+    val_shard = dataset / manifest.splits["val"].shards[0].path
+    lost = manifest.splits["val"].shards[0].num_samples
     val_shard.write_bytes(b"\0" * 100)
     loader, batches = _epoch(str(dataset), "val", 1, 0, 2, 8)
     assert len(batches) == loader.steps_per_epoch
-    assert sum(int(b["mask"].sum()) for b in batches) == manifest["splits"]["val"]["num_samples"] - lost
+    assert sum(int(b["mask"].sum()) for b in batches) == manifest.num_samples("val") - lost
     assert loader.last_report.bad_shards == 1
 
 
@@ -333,6 +333,6 @@ def test_more_loader_workers_than_shards_leave_the_extra_workers_idle(tmp_path, 
         loader.close()
     assert "1 of this replica's workers have no shard and stay idle" in caplog.text
     assert "--num-shards 4" in caplog.text
-    assert len(batches) == loader.steps_per_epoch == manifest["splits"]["train"]["num_samples"] // 16
+    assert len(batches) == loader.steps_per_epoch == manifest.num_samples("train") // 16
     ids = np.concatenate([_ids(b) for b in batches])
     assert len(ids) == len(set(ids.tolist())) == len(batches) * 16

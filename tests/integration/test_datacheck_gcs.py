@@ -10,7 +10,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from tpustream import storage
-from tpustream.artifacts import Manifest
+from tpustream.artifacts import SizeSummary
 from tpustream.cli import app
 from tpustream.manifest import iter_sample_index, verify_shards
 from tpustream.shard_plan import ShardConfig
@@ -37,15 +37,11 @@ def test_a_dataset_from_a_bucket_is_indexed_by_object_and_its_leak_reported_ther
         ShardConfig(source=images, output=dataset, num_shards=2, workers=2), progress=False
     )
     assert verify_shards(dataset, progress=False)[1] == []
-    entries = [
-        e
-        for split in ("train", "val")
-        for e in iter_sample_index(dataset, Manifest.from_json(manifest), split)
-    ]
+    entries = [e for split in ("train", "val") for e in iter_sample_index(dataset, manifest, split)]
     assert len(entries) == 21 and all(e.source.startswith(f"{images}/") for e in entries)
     for entry in entries:  # each names the object it came from, with its size
         assert (entry.width, entry.height, entry.format) == (11, 9, "png")
-    assert manifest["splits"]["train"]["stats"]["short_side"] == {"min": 9, "median": 9, "max": 9}
+    assert manifest.splits["train"].stats.short_side == SizeSummary(min=9, median=9, max=9)
 
     report = f"{gcs_bucket}/reports/pets.md"
     result = CliRunner().invoke(app, ["shards", "check", dataset, "--report", report, "--json"])

@@ -86,20 +86,20 @@ def test_shards_from_import_files_on_gcs(gcs_bucket, second_bucket):
     manifest, summary = shards.create_shards(
         ShardConfig(source=spec, output=out, num_shards=2, workers=2), progress=False
     )
-    assert read_manifest(out) == manifest and verify_shards(out, progress=False)[1] == []
-    assert manifest["classes"] == ["daisy", "rose", "tulip"]
+    assert read_manifest(out) == manifest.to_json() and verify_shards(out, progress=False)[1] == []
+    assert manifest.classes == ["daisy", "rose", "tulip"]
     # assigned rows keep their split (test -> val); of the unassigned (2 daisies, 3 roses, 2 tulips) one per
     # class goes to val; the missing daisy (training) is skipped when loaded
-    assert manifest["splits"]["train"]["class_counts"] == [7, 8, 7]
-    assert manifest["splits"]["val"]["class_counts"] == [3, 2, 3]
+    assert manifest.splits["train"].class_counts == [7, 8, 7]
+    assert manifest.splits["val"].class_counts == [3, 2, 3]
     assert summary.split_samples == {"train": 22, "val": 8}
-    missing = [message for message in manifest["skipped"]["examples"] if "gone.jpg" in message]
+    missing = [message for message in manifest.skipped.examples if "gone.jpg" in message]
     assert len(missing) == 1 and f"listed at {gcs_bucket}/labels/part-0.jsonl:12" in missing[0]
-    assert manifest["skipped"]["count"] in (
+    assert manifest.skipped.count in (
         1,
         1 + len(source.rejected),
     )  # + the rows, once the writer counts them
-    assert "Vertex AI import file(s)" in manifest["source_description"]
+    assert "Vertex AI import file(s)" in manifest.source_description
 
 
 def test_fingerprint_follows_listed_images_and_import_files_on_gcs(gcs_bucket, second_bucket):

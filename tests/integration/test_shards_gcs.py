@@ -24,7 +24,7 @@ def test_create_on_gcs_matches_local_byte_for_byte(gcs_bucket, tmp_path):
     out = f"{gcs_bucket}/datasets/digits"
     manifest, summary = shards.create_shards(_config(out, num_shards=4, workers=2), progress=False)
     local, _ = shards.create_shards(_config(str(tmp_path / "d"), num_shards=4), progress=False)
-    assert manifest["splits"] == local["splits"]
+    assert manifest.splits == local.splits
     names = [o.uri[len(out) + 1 :] for o in storage.list_objects(out)]
     assert names == [
         *(f"index/train-{i:06d}.jsonl" for i in range(4)),
@@ -35,7 +35,7 @@ def test_create_on_gcs_matches_local_byte_for_byte(gcs_bucket, tmp_path):
     ]
     assert verify_shards(out, progress=False) == (5, [])
     with storage.open_read(f"{out}/train/train-000000.tar") as f:
-        assert sum(1 for _ in iter_tar_samples(f)) == manifest["splits"]["train"]["shards"][0]["num_samples"]
+        assert sum(1 for _ in iter_tar_samples(f)) == manifest.splits["train"].shards[0].num_samples
 
 
 def test_resume_on_gcs_after_crash(gcs_bucket):
@@ -50,7 +50,7 @@ def test_resume_on_gcs_after_crash(gcs_bucket):
     assert summary.reused_shards == len(written)
     assert storage.list_objects(f"{out}/_records") == []
     assert verify_shards(out, progress=False)[1] == []
-    assert json.loads(storage.read_bytes(f"{out}/manifest.json")) == manifest
+    assert json.loads(storage.read_bytes(f"{out}/manifest.json")) == manifest.to_json()
 
 
 def test_image_folder_on_gcs_as_source(gcs_bucket, tmp_path):
@@ -61,9 +61,9 @@ def test_image_folder_on_gcs_as_source(gcs_bucket, tmp_path):
     manifest, summary = shards.create_shards(
         _config(f"{gcs_bucket}/out", source=f"{gcs_bucket}/src", num_shards=2), progress=False
     )
-    assert manifest["classes"] == ["cat", "dog"] and summary.skipped == 1
-    assert "gs://" in manifest["skipped"]["examples"][0] and "bad.png" in manifest["skipped"]["examples"][0]
-    assert sum(s["num_samples"] for s in manifest["splits"].values()) == 10
+    assert manifest.classes == ["cat", "dog"] and summary.skipped == 1
+    assert "gs://" in manifest.skipped.examples[0] and "bad.png" in manifest.skipped.examples[0]
+    assert sum(s.num_samples for s in manifest.splits.values()) == 10
 
 
 def test_missing_bucket_and_existing_dataset(gcs_bucket):
@@ -76,7 +76,7 @@ def test_missing_bucket_and_existing_dataset(gcs_bucket):
     manifest, _ = shards.create_shards(
         _config(f"{gcs_bucket}/ds", num_shards=3, overwrite=True), progress=False
     )
-    assert len(manifest["splits"]["train"]["shards"]) == 3
+    assert len(manifest.splits["train"].shards) == 3
     assert verify_shards(f"{gcs_bucket}/ds", progress=False) == (4, [])
     assert not storage.list_objects(f"{gcs_bucket}/ds/{shards.REPLACEMENT_DIR}")
 
@@ -87,7 +87,7 @@ def test_create_and_verify_through_five_percent_faults(gcs_bucket, fault_proxy, 
     assert verify_shards(out, progress=False) == (9, [])
     assert fault_proxy.faults > 0
     clean, _ = shards.create_shards(_config(str(tmp_path / "clean"), num_shards=8), progress=False)
-    assert manifest["splits"] == clean["splits"]  # nothing lost or duplicated
+    assert manifest.splits == clean.splits  # nothing lost or duplicated
 
 
 def test_stock_webdataset_reads_upsampled_digits_from_gcs(gcs_bucket):
@@ -102,38 +102,34 @@ def test_stock_webdataset_reads_upsampled_digits_from_gcs(gcs_bucket):
 
     out = f"{gcs_bucket}/digits-x10"
     manifest, _ = shards.create_shards(_config(out, num_shards=16, upsample=10, workers=2), progress=False)
-    train = manifest["splits"]["train"]
-    assert len(train["shards"]) == 16 and train["num_samples"] == 10 * (
-        1797 - manifest["splits"]["val"]["num_samples"]
-    )
+    train = manifest.splits["train"]
+    assert len(train.shards) == 16 and train.num_samples == 10 * (1797 - manifest.num_samples("val"))
 
     def open_in_process(sources):
         for source in sources:
             yield {**source, "stream": storage.open_read(source["url"])}
 
-    for shard in train["shards"]:
+    for shard in train.shards:
         pipeline = wds.DataPipeline(
-            wds.SimpleShardList([f"{out}/{shard['path']}"]), open_in_process, tar_file_expander, group_by_keys,
+            wds.SimpleShardList([f"{out}/{shard.path}"]), open_in_process, tar_file_expander, group_by_keys,
             wds.decode("pil"), wds.to_tuple("ppm;jpg;jpeg;png", "cls"),
         )  # fmt: skip
         samples = list(pipeline)
-        assert len(samples) == shard["num_samples"]
+        assert len(samples) == shard.num_samples
         assert all(image.size == (8, 8) for image, _ in samples)
     labels = Counter()
-    for shard in train["shards"]:
-        with storage.open_read(f"{out}/{shard['path']}") as f:
+    for shard in train.shards:
+        with storage.open_read(f"{out}/{shard.path}") as f:
             labels.update(int(fields["cls"]) for _, fields in iter_tar_samples(f))
-    assert [labels[c] for c in range(10)] == train["class_counts"]
+    assert [labels[c] for c in range(10)] == train.class_counts
 
 
 def test_same_seed_gives_byte_identical_shards(gcs_bucket, tmp_path):
     a, _ = shards.create_shards(_config(str(tmp_path / "a"), num_shards=5, seed=11), progress=False)
     b, _ = shards.create_shards(_config(f"{gcs_bucket}/b", num_shards=5, seed=11, workers=2), progress=False)
     for split in ("train", "val"):
-        for sa, sb in zip(a["splits"][split]["shards"], b["splits"][split]["shards"], strict=True):
-            assert (tmp_path / "a" / sa["path"]).read_bytes() == storage.read_bytes(
-                f"{gcs_bucket}/b/{sb['path']}"
-            )
+        for sa, sb in zip(a.splits[split].shards, b.splits[split].shards, strict=True):
+            assert (tmp_path / "a" / sa.path).read_bytes() == storage.read_bytes(f"{gcs_bucket}/b/{sb.path}")
 
 
 def test_killed_writer_rerun_completes(gcs_bucket):

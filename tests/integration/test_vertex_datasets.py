@@ -92,11 +92,11 @@ def test_a_managed_dataset_is_exported_once_and_sharded_end_to_end(gcs_bucket, r
     manifest, summary = shards.create_shards(
         ShardConfig(source=DATASET, output=output, num_shards=2, workers=2), progress=False, source=again
     )
-    assert read_manifest(output) == manifest and verify_shards(output, progress=False)[1] == []
-    assert manifest["source"] == DATASET and manifest["classes"] == list(CLASSES)
+    assert read_manifest(output) == manifest.to_json() and verify_shards(output, progress=False)[1] == []
+    assert manifest.source == DATASET and manifest.classes == list(CLASSES)
     # train: 16 rows less the missing image, + the 3 unassigned (a 0.1 val share of one per class is none)
     assert summary.split_samples == {"train": 18, "val": 6}
-    assert manifest["skipped"]["by_reason"] == {"missing-object": 1}
+    assert manifest.skipped.by_reason == {"missing-object": 1}
     assert len(_exports(recorder)) == 1
 
 

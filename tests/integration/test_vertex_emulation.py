@@ -167,7 +167,7 @@ def test_the_readme_v5e_16_example_trains_with_the_pipelines_own_shard_and_worke
                                   val_fraction=defaults["val_fraction"], upsample=1, seed=0,
                                   min_train_shards=int(floor["constant"]))  # fmt: skip
     manifest, _ = create_shards(config, progress=False)
-    assert len(manifest["splits"]["train"]["shards"]) == 32
+    assert len(manifest.splits["train"].shards) == 32
     emulator = VertexEmulator(env={"STORAGE_EMULATOR_HOST": gcs_server.url})
     params = {"registry": "gs://unused/registry", "model_name": "tiny", "epochs": 1, "bf16": False, "lr": 0.2}
     try:

@@ -27,9 +27,9 @@ def test_shards_on_gcs_are_resharded_into_a_gcs_dataset(gcs_bucket, tmp_path):
     manifest, summary = create_shards(
         ShardConfig(source=pattern, output=output, num_shards=2), progress=False
     )
-    assert manifest["splits"]["train"]["class_counts"] == [6, 6, 6]
-    assert manifest["splits"]["val"]["class_counts"] == [6, 6, 6]
-    assert manifest["skipped"]["count"] == 0 and manifest["source"] == pattern
+    assert manifest.splits["train"].class_counts == [6, 6, 6]
+    assert manifest.splits["val"].class_counts == [6, 6, 6]
+    assert manifest.skipped.count == 0 and manifest.source == pattern
     verify_shards(output)
 
     config = ShardConfig(source=pattern, output=output)

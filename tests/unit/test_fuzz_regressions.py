@@ -172,8 +172,8 @@ def _dataset(tmp_path, bad, count=24):
 def _black(dataset, manifest, split):
     """How many of a split's samples are the black (every 6th) ones."""
     count = 0
-    for shard in manifest["splits"][split]["shards"]:
-        with open(f"{dataset}/{shard['path']}", "rb") as f:
+    for shard in manifest.splits[split].shards:
+        with open(f"{dataset}/{shard.path}", "rb") as f:
             count += sum(1 for _, v in iter_tar_samples(f) if decode_ppm(v["ppm"], None).max() == 0)
     return count
 
@@ -199,16 +199,17 @@ def test_shards_create_skips_and_counts_a_p6_8_image(tmp_path):
     config = ShardConfig(source=str(tmp_path / "src"), output=out, num_shards=1, val_shards=1)
     with deadline(60):
         manifest, summary = shards.create_shards(config, progress=False)
-    assert summary.skipped == 1 and manifest["skipped"]["count"] == 1
-    assert "cut.ppm: cannot decode image" in manifest["skipped"]["examples"][0]
+    assert summary.skipped == 1 and manifest.skipped.count == 1
+    assert "cut.ppm: cannot decode image" in manifest.skipped.examples[0]
 
 
 def test_loader_skips_and_counts_p6_8_in_a_shard_written_by_another_tool(tmp_path):
     dataset, manifest = _dataset(tmp_path, (encode_ppm(np.zeros((6, 6, 3), np.uint8)), "ppm"))
     black_val = _black(dataset, manifest, "val")
     assert black_val > 0
+    document = manifest.to_json()  # the manifest rewritten with the shards' new sizes
     for split in ("train", "val"):  # rewrite every shard with the 6th samples' images cut to "P6 8"
-        for shard in manifest["splits"][split]["shards"]:
+        for shard in document["splits"][split]["shards"]:
             path = tmp_path / "ds" / shard["path"]
             samples = list(iter_tar_samples(io.BytesIO(path.read_bytes())))
             with open(path, "wb") as f, TarShardWriter(f) as writer:
@@ -217,10 +218,10 @@ def test_loader_skips_and_counts_p6_8_in_a_shard_written_by_another_tool(tmp_pat
                         fields = {"ppm": b"P6 8", "cls": fields["cls"]}
                     writer.write(key, fields)
             shard["num_bytes"] = path.stat().st_size
-    (tmp_path / "ds" / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "ds" / "manifest.json").write_text(json.dumps(document))
     reports = _epochs(dataset, "val")
     assert sum(r.undecodable for r in reports) == black_val and sum(r.bad_shards for r in reports) == 0
-    assert sum(r.samples for r in reports) == manifest["splits"]["val"]["num_samples"] - black_val
+    assert sum(r.samples for r in reports) == manifest.num_samples("val") - black_val
     assert sum(r.undecodable for r in _epochs(dataset, "train")) >= 4 - black_val
     result = CliRunner().invoke(app, ["shards", "verify", "--deep", dataset])
     assert result.exit_code == 1
@@ -231,14 +232,14 @@ def test_loader_skips_and_counts_p6_8_in_a_shard_written_by_another_tool(tmp_pat
 def test_a_forged_base256_size_is_a_bad_shard_and_every_replica_keeps_its_steps(tmp_path):
     dataset, manifest = _dataset(tmp_path, (encode_ppm(np.zeros((6, 6, 3), np.uint8)), "ppm"))
     for split in ("train", "val"):
-        path = tmp_path / "ds" / manifest["splits"][split]["shards"][1]["path"]
+        path = tmp_path / "ds" / manifest.splits[split].shards[1].path
         path.write_bytes(
             _forge(path.read_bytes(), 124, b"\x80" + (100 * 10**9).to_bytes(11, "big"), member=1)
         )
     train = _epochs(dataset, "train")
     assert sum(r.bad_shards for r in train) == 1 and sum(r.repeated for r in train) > 0
     val = _epochs(dataset, "val")
-    listed = manifest["splits"]["val"]["num_samples"]
+    listed = manifest.num_samples("val")
     assert sum(r.bad_shards for r in val) == 1 and sum(r.unread for r in val) == listed // 2
     assert sum(r.samples + r.undecodable + r.unread for r in val) == listed
     assert any("claims 100000000000 bytes" in p for r in val for p in r.problems)

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from tpustream import shards
-from tpustream.artifacts import Manifest
+from tpustream.artifacts import Manifest, SizeSummary
 from tpustream.imagecodec import CorruptImage, UnreadableImage, check_pixels, encode_ppm
 from tpustream.manifest import (
     ShardError,
@@ -49,23 +49,23 @@ def test_manifest_stats_and_index_describe_every_sample(tmp_path):
         _image(root / "val" / name / "v.jpg", 100, 80, seed=len(name), fmt="JPEG")
     manifest, _ = _create(root, tmp_path / "ds")
 
-    train, val = manifest["splits"]["train"], manifest["splits"]["val"]
-    assert train["stats"]["formats"] == {"png": 6} and val["stats"]["formats"] == {"jpg": 2}
+    train, val = manifest.splits["train"], manifest.splits["val"]
+    assert train.stats.formats == {"png": 6} and val.stats.formats == {"jpg": 2}
     # widths 20 33 40 41 50 64, heights 17 20 30 30 48 60, shorter sides 17 20 30 30 48 50: lower medians
-    assert train["stats"]["width"] == {"min": 20, "median": 40, "max": 64}
-    assert train["stats"]["height"] == {"min": 17, "median": 30, "max": 60}
-    assert train["stats"]["short_side"] == {"min": 17, "median": 30, "max": 50}
-    assert val["stats"]["short_side"] == {"min": 80, "median": 80, "max": 80}
-    assert has_sample_index(Manifest.from_json(manifest))
+    assert train.stats.width == SizeSummary(min=20, median=40, max=64)
+    assert train.stats.height == SizeSummary(min=17, median=30, max=60)
+    assert train.stats.short_side == SizeSummary(min=17, median=30, max=50)
+    assert val.stats.short_side == SizeSummary(min=80, median=80, max=80)
+    assert has_sample_index(manifest)
 
     out = tmp_path / "ds"
     for split in ("train", "val"):
-        entries = list(iter_sample_index(str(out), Manifest.from_json(manifest), split))
-        assert len(entries) == manifest["splits"][split]["num_samples"]
-        for shard in manifest["splits"][split]["shards"]:
-            index = (out / shard["sample_index"]).read_bytes()
-            assert shard["sample_index_sha256"] == hashlib.sha256(index).hexdigest()
-            with open(out / shard["path"], "rb") as f:
+        entries = list(iter_sample_index(str(out), manifest, split))
+        assert len(entries) == manifest.num_samples(split)
+        for shard in manifest.splits[split].shards:
+            index = (out / shard.sample_index).read_bytes()
+            assert shard.sample_index_sha256 == hashlib.sha256(index).hexdigest()
+            with open(out / shard.path, "rb") as f:
                 samples = list(iter_tar_samples(f))
             lines = [json.loads(line) for line in index.decode().splitlines()]
             assert [line["key"] for line in lines] == [key for key, _ in samples]  # same order as the tar
@@ -74,7 +74,7 @@ def test_manifest_stats_and_index_describe_every_sample(tmp_path):
                 assert line["sha256"] == hashlib.sha256(data).hexdigest()
                 assert Image.open(out / line["source"]).size == (line["width"], line["height"])
                 assert (out / line["source"]).read_bytes() == data  # the file the sample came from
-                assert line["class"] == manifest["classes"][int(fields["cls"])]
+                assert line["class"] == manifest.classes[int(fields["cls"])]
     assert sorted(os.listdir(out / "index")) == [
         "train-000000.jsonl",
         "train-000001.jsonl",
@@ -89,7 +89,7 @@ def test_verify_finds_a_changed_or_missing_index(tmp_path):
         _image(root / ("a" if i % 2 else "b") / f"{i}.png", 8, 8, seed=i)
     manifest, _ = _create(root, tmp_path / "ds", val_fraction=0.25)
     out = tmp_path / "ds"
-    first, second = (s["sample_index"] for s in manifest["splits"]["train"]["shards"])
+    first, second = (s.sample_index for s in manifest.splits["train"].shards)
     (out / first).write_bytes((out / first).read_bytes().replace(b'"width":8', b'"width":9', 1))
     os.unlink(out / second)
     _, problems = verify_shards(str(out), progress=False)
@@ -97,7 +97,7 @@ def test_verify_finds_a_changed_or_missing_index(tmp_path):
     assert "sample index index/train-000000.jsonl: sha256 differs" in problems[0]
     assert "sample index index/train-000001.jsonl missing" in problems[1]
     with pytest.raises(ShardError, match="index/train-000001.jsonl listed in the manifest is missing"):
-        list(iter_sample_index(str(out), Manifest.from_json(manifest), "train"))
+        list(iter_sample_index(str(out), manifest, "train"))
 
 
 def test_skip_reasons_are_counted_and_messages_name_the_file(tmp_path):
@@ -109,13 +109,12 @@ def test_skip_reasons_are_counted_and_messages_name_the_file(tmp_path):
     (root / "dog" / "cut.png").write_bytes((root / "dog" / "0.png").read_bytes()[:60])
     _image(root / "dog" / "huge.png", 64, 64, seed=7)  # over the 1,024-pixel budget below
     manifest, summary = _create(root, tmp_path / "ds", max_pixels=1024)
-    skipped = manifest["skipped"]
-    assert skipped["count"] == 3 and summary.skipped == 3
-    assert skipped["by_reason"] == {"too-large": 1, "undecodable": 2}
-    assert Manifest.from_json(manifest).skipped.by_reason == {"too-large": 1, "undecodable": 2}
-    names = {os.path.basename(e.split(":")[0]) for e in skipped["examples"]}
+    skipped = manifest.skipped
+    assert skipped.count == 3 and summary.skipped == 3
+    assert skipped.by_reason == {"too-large": 1, "undecodable": 2}
+    names = {os.path.basename(e.split(":")[0]) for e in skipped.examples}
     assert names == {"garbage.jpg", "cut.png", "huge.png"}
-    assert not any("BytesIO" in e for e in skipped["examples"])  # PIL's "cannot identify <_io.BytesIO ...>"
+    assert not any("BytesIO" in e for e in skipped.examples)  # PIL's "cannot identify <_io.BytesIO ...>"
 
 
 def _memory_source(count=12, *, classes=("a", "b"), fail=None, rejected=(), locator=None, loader=None):
@@ -145,10 +144,10 @@ def test_missing_objects_and_rejected_rows_reach_the_manifest(tmp_path):
     manifest, summary = shards.create_shards(
         ShardConfig(source="memory", output=str(tmp_path / "ds"), num_shards=2), progress=False, source=source
     )
-    skipped = manifest["skipped"]
-    assert skipped["count"] == 3 and skipped["rejected_rows"] == 2 and skipped["sample_slots"] == 1
-    assert skipped["by_reason"] == {"malformed-row": 1, "empty-label": 1, "missing-object": 1}
-    assert skipped["examples"] == [
+    skipped = manifest.skipped
+    assert skipped.count == 3 and skipped.rejected_rows == 2 and skipped.sample_slots == 1
+    assert skipped.by_reason == {"malformed-row": 1, "empty-label": 1, "missing-object": 1}
+    assert skipped.examples == [
         "gs://b/img/3.jpg: cannot read (404 No such object)",
         "gs://b/labels.jsonl:7: no label in the row",
         "gs://b/labels.jsonl:9: not JSON",
@@ -178,7 +177,7 @@ def test_a_class_missing_from_a_split_is_named_at_create(tmp_path, caplog):
         _image(root / "val" / name / "v.png", 8, 8, seed=len(name) + 500)
     with caplog.at_level(logging.WARNING, logger="tpustream.shards"):
         manifest, _ = _create(root, tmp_path / "ds")
-    assert manifest["splits"]["val"]["class_counts"] == [1, 1, 0]
+    assert manifest.splits["val"].class_counts == [1, 1, 0]
     assert any("fox" in r.getMessage() and "0 val samples" in r.getMessage() for r in caplog.records)
 
 
@@ -220,12 +219,7 @@ def test_overwrite_and_resume_keep_the_index_in_step_with_the_shards(tmp_path):
     assert summary.reused_shards == len(finished) - 1
     assert verify_shards(str(resumed), progress=False)[1] == []
     assert (
-        sum(
-            1
-            for split in ("train", "val")
-            for _ in iter_sample_index(str(resumed), Manifest.from_json(manifest), split)
-        )
-        == 40
+        sum(1 for split in ("train", "val") for _ in iter_sample_index(str(resumed), manifest, split)) == 40
     )
 
 
@@ -235,16 +229,17 @@ def test_a_dataset_written_before_the_index_still_loads_and_verifies(tmp_path):
         _image(root / ("a" if i % 2 else "b") / f"{i}.png", 8, 8, seed=i)
     out = tmp_path / "ds"
     manifest, _ = _create(root, out)
-    for split in manifest["splits"].values():  # what an earlier tpustream wrote: none of the new fields
+    old = manifest.to_json()
+    for split in old["splits"].values():  # what an earlier tpustream wrote: none of the new fields
         split.pop("stats")
         for shard in split["shards"]:
             shard.pop("sample_index"), shard.pop("sample_index_sha256")
-    manifest["skipped"] = {"count": 0, "sample_slots": 0, "examples": []}
-    (out / "manifest.json").write_text(json.dumps(manifest))
+    old["skipped"] = {"count": 0, "sample_slots": 0, "examples": []}
+    (out / "manifest.json").write_text(json.dumps(old))
     shutil.rmtree(out / "index")
-    assert read_manifest(str(out)) == manifest and not has_sample_index(Manifest.from_json(manifest))
+    assert read_manifest(str(out)) == old and not has_sample_index(Manifest.from_json(old))
     assert verify_shards(str(out), progress=False)[1] == []
-    assert Manifest.from_json(manifest).skipped.by_reason == {}
+    assert Manifest.from_json(old).skipped.by_reason == {}
 
 
 def test_objects_on_gcs_load_in_parallel_in_plan_order_with_the_pixel_budget(tmp_path):
@@ -271,14 +266,14 @@ def test_objects_on_gcs_load_in_parallel_in_plan_order_with_the_pixel_budget(tmp
     config = ShardConfig(source="memory", output=str(tmp_path / "ds"), num_shards=1, val_fraction=0.0)
     manifest, _ = shards.create_shards(config, progress=False, source=source)
     assert 1 < state["most"] <= shards.LOAD_WINDOW
-    (shard,) = manifest["splits"]["train"]["shards"]
-    with open(tmp_path / "ds" / shard["path"], "rb") as f:
+    (shard,) = manifest.splits["train"].shards
+    with open(tmp_path / "ds" / shard.path, "rb") as f:
         written = [int(fields["ppm"][-1]) for _, fields in iter_tar_samples(f)]
     plan = shards.plan_dataset(source, config)
     expected = [source.items[i].ref for i in plan.shards[0].items if source.items[i].ref % 7 != 3]
     assert written == expected  # the plan's order, the bad ones left out
-    assert manifest["skipped"]["by_reason"] == {"undecodable": 6}
-    entries = list(iter_sample_index(str(tmp_path / "ds"), Manifest.from_json(manifest), "train"))
+    assert manifest.skipped.by_reason == {"undecodable": 6}
+    entries = list(iter_sample_index(str(tmp_path / "ds"), manifest, "train"))
     assert [e.source for e in entries] == [f"gs://b/{ref}.jpg" for ref in expected]
 
     # 8x8 = 64 px is over a 63-pixel budget: refused inside the loading threads too

@@ -79,18 +79,18 @@ def test_create_writes_exact_shards_and_manifest_last(tmp_path):
     manifest, summary = shards.create_shards(_config(out, num_shards=4, workers=2), progress=False)
     assert summary.num_samples == 1797 and summary.skipped == 0
     on_disk = json.loads((out / "manifest.json").read_text())
-    assert on_disk["splits"] == manifest["splits"] and on_disk["format"] == MANIFEST_FORMAT
-    train = manifest["splits"]["train"]
-    assert [s["path"] for s in train["shards"]] == [f"train/train-{i:06d}.tar" for i in range(4)]
-    assert sum(s["num_samples"] for s in train["shards"]) == train["num_samples"]
-    for shard in train["shards"] + manifest["splits"]["val"]["shards"]:
-        samples = _samples(out / shard["path"])
-        assert len(samples) == shard["num_samples"]
-        assert os.path.getsize(out / shard["path"]) == shard["num_bytes"]
+    assert on_disk == manifest.to_json() and on_disk["format"] == MANIFEST_FORMAT
+    train = manifest.splits["train"]
+    assert [s.path for s in train.shards] == [f"train/train-{i:06d}.tar" for i in range(4)]
+    assert sum(s.num_samples for s in train.shards) == train.num_samples
+    for shard in manifest.all_shards():
+        samples = _samples(out / shard.path)
+        assert len(samples) == shard.num_samples
+        assert os.path.getsize(out / shard.path) == shard.num_bytes
         assert all(set(f) == {"ppm", "cls"} for _, f in samples)
-    assert sum(train["class_counts"]) == train["num_samples"]
+    assert sum(train.class_counts) == train.num_samples
     assert not (out / "_records").exists()  # records removed once the manifest is committed
-    assert verify_shards(str(out), progress=False) == (len(train["shards"]) + 1, [])
+    assert verify_shards(str(out), progress=False) == (len(train.shards) + 1, [])
 
 
 def test_existing_dataset_refused_then_overwritten(tmp_path):
@@ -99,7 +99,7 @@ def test_existing_dataset_refused_then_overwritten(tmp_path):
     with pytest.raises(ShardError, match="--overwrite"):
         shards.create_shards(_config(out, num_shards=3), progress=False)
     manifest, _ = shards.create_shards(_config(out, num_shards=3, overwrite=True), progress=False)
-    assert len(manifest["splits"]["train"]["shards"]) == 3
+    assert len(manifest.splits["train"].shards) == 3
     assert sorted(os.listdir(out / "train")) == [f"train-{i:06d}.tar" for i in range(3)]  # stale shards gone
     assert verify_shards(str(out), progress=False)[1] == []
 
@@ -136,8 +136,8 @@ def test_crash_leaves_no_manifest_and_rerun_resumes(tmp_path):
     assert summary.reused_shards == len(finished)
     assert {f: os.stat(out / "train" / f).st_mtime_ns for f in finished} == mtimes  # kept, not rewritten
     fresh, _ = shards.create_shards(_config(tmp_path / "fresh", num_shards=6), progress=False)
-    assert [s["sha256"] for s in manifest["splits"]["train"]["shards"]] == [
-        s["sha256"] for s in fresh["splits"]["train"]["shards"]
+    assert [s.sha256 for s in manifest.splits["train"].shards] == [
+        s.sha256 for s in fresh.splits["train"].shards
     ]
 
 
@@ -173,10 +173,10 @@ def test_corrupt_images_skipped_and_recorded_or_strict(tmp_path):
     manifest, summary = shards.create_shards(
         _config(tmp_path / "ds", source=str(root), num_shards=2), progress=False
     )
-    assert summary.skipped == 1 and manifest["skipped"]["count"] == 1
-    assert "broken.jpg" in manifest["skipped"]["examples"][0]
-    assert manifest["ignored_files"]["examples"] == ["dog/notes.txt"]
-    total = sum(s["num_samples"] for s in manifest["splits"].values())
+    assert summary.skipped == 1 and manifest.skipped.count == 1
+    assert "broken.jpg" in manifest.skipped.examples[0]
+    assert manifest.ignored_files.examples == ["dog/notes.txt"]
+    total = sum(s.num_samples for s in manifest.splits.values())
     assert total == 12
     with pytest.raises(ShardError, match="strict"):
         shards.create_shards(
@@ -213,7 +213,7 @@ def test_max_side_shrinks_images(tmp_path):
 
     from PIL import Image
 
-    (key, fields), *_ = _samples(tmp_path / "d" / manifest["splits"]["train"]["shards"][0]["path"])
+    (key, fields), *_ = _samples(tmp_path / "d" / manifest.splits["train"].shards[0].path)
     assert max(Image.open(BytesIO(fields["jpg"])).size) == 100
 
 
@@ -224,9 +224,8 @@ def test_source_items_custom_source_labels_roundtrip(tmp_path):
         _config(tmp_path / "d", source="custom", num_shards=3), source=source, progress=False
     )
     labels = Counter()
-    for split in manifest["splits"].values():
-        for shard in split["shards"]:
-            labels.update(int(f["cls"]) for _, f in _samples(tmp_path / "d" / shard["path"]))
+    for shard in manifest.all_shards():
+        labels.update(int(f["cls"]) for _, f in _samples(tmp_path / "d" / shard.path))
     assert labels == Counter({0: 10, 1: 10, 2: 10})
 
 
@@ -238,10 +237,10 @@ def test_upsampled_corrupt_images_are_counted_once(tmp_path):
     manifest, summary = shards.create_shards(
         _config(tmp_path / "ds", source=str(root), num_shards=3, upsample=3, val_fraction=0.0), progress=False
     )
-    assert manifest["skipped"]["count"] == 2 and manifest["skipped"]["sample_slots"] == 6
-    examples = manifest["skipped"]["examples"]
+    assert manifest.skipped.count == 2 and manifest.skipped.sample_slots == 6
+    examples = manifest.skipped.examples
     assert sorted(os.path.basename(e.split(":")[0]) for e in examples) == ["broken.jpg", "broken.png"]
-    assert manifest["splits"]["train"]["num_samples"] == 3 * 12
+    assert manifest.num_samples("train") == 3 * 12
     assert (summary.skipped, summary.skipped_slots) == (2, 6)
     assert "2 skipped images (6 samples with their upsampled copies)" in summary.line()
     assert "0 skipped," in shards.CreateSummary(output=str(tmp_path)).line()
@@ -252,5 +251,5 @@ def test_train_folder_alone_still_gets_a_val_split(tmp_path):
     manifest, summary = shards.create_shards(
         _config(tmp_path / "ds", source=str(tmp_path / "img"), num_shards=2), progress=False
     )
-    assert manifest["classes"] == ["cat", "dog"]
+    assert manifest.classes == ["cat", "dog"]
     assert summary.split_samples == {"train": 18, "val": 2}  # --val-fraction's default 0.1, per class

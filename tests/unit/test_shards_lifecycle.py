@@ -59,7 +59,7 @@ def test_overwrite_keeps_the_old_dataset_valid_until_the_new_one_is_complete(tmp
     with caplog.at_level("WARNING"):  # re-running resumes the replacement, then swaps it in
         manifest, summary = shards.create_shards(_config(out, num_shards=3, overwrite=True), progress=False)
     assert summary.reused_shards > 0 and "replacing the dataset" in caplog.text
-    assert len(manifest["splits"]["train"]["shards"]) == 3
+    assert len(manifest.splits["train"].shards) == 3
     assert verify_shards(str(out), progress=False) == (4, [])  # 3 train + 1 val, no old shard left over
     assert sorted(os.listdir(out / "train")) == [f"train-{i:06d}.tar" for i in range(3)]
     assert not (out / shards.REPLACEMENT_DIR).exists() and not (out / "_records").exists()
@@ -112,7 +112,7 @@ def test_local_shards_follow_the_umask(tmp_path, umask, mode):
         manifest, _ = shards.create_shards(_config(tmp_path / "ds", num_shards=2, workers=2), progress=False)
     finally:
         os.umask(previous)
-    paths = [s["path"] for split in manifest["splits"].values() for s in split["shards"]]
+    paths = [s.path for s in manifest.all_shards()]
     assert [oct(os.stat(tmp_path / "ds" / p).st_mode & 0o777) for p in paths] == [oct(mode)] * len(paths)
 
 

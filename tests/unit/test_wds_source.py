@@ -63,9 +63,9 @@ def test_stock_shardwriter_shards_are_resharded_with_their_splits_labels_and_pix
 
     out = str(tmp_path / "ours")
     manifest, _ = create_shards(ShardConfig(source=src, output=out, num_shards=2), progress=False)
-    assert manifest["splits"]["train"]["class_counts"] == [6, 6, 6]
-    assert manifest["splits"]["val"]["class_counts"] == [6, 6, 6]
-    assert manifest["classes"] == ["0", "1", "2"] and manifest["skipped"]["count"] == 0
+    assert manifest.splits["train"].class_counts == [6, 6, 6]
+    assert manifest.splits["val"].class_counts == [6, 6, 6]
+    assert manifest.classes == ["0", "1", "2"] and manifest.skipped.count == 0
     verify_shards(out)
 
     # stock webdataset reads our shards back: jpg and png keep their bytes, webp became png of the same pixels
@@ -75,9 +75,9 @@ def test_stock_shardwriter_shards_are_resharded_with_their_splits_labels_and_pix
             entry = json.loads(row)
             index[line.name.split("-")[0], entry["key"]] = entry["source"]
     seen = 0
-    for shard in manifest["splits"]["train"]["shards"] + manifest["splits"]["val"]["shards"]:
-        split = shard["path"].split("/")[0]
-        for sample in wds.WebDataset(f"{out}/{shard['path']}", shardshuffle=False):
+    for shard in manifest.splits["train"].shards + manifest.splits["val"].shards:
+        split = shard.path.split("/")[0]
+        for sample in wds.WebDataset(f"{out}/{shard.path}", shardshuffle=False):
             their_key = index[split, sample["__key__"]].split("#", 1)[1]
             seed, kind = seeds[their_key], int(their_key[-5:]) % 3
             assert int(sample["cls"]) == kind
@@ -163,11 +163,11 @@ def test_bad_samples_and_a_damaged_tar_are_counted_by_reason_never_raised(tmp_pa
     )
     # the undecodable image is skipped; the 5 rejected samples were never loaded
     assert "1 skipped, 5 rows rejected, 0 shards kept" in summary.line()
-    skipped = manifest["skipped"]
-    assert skipped["by_reason"] == {"malformed-sample": 4, "empty-label": 1, "undecodable": 1}
-    assert skipped["count"] == 6 and skipped["rejected_rows"] == 5
-    assert any("part-0.tar#b4" in example for example in skipped["examples"])
-    total = sum(info["num_samples"] for info in manifest["splits"].values())
+    skipped = manifest.skipped
+    assert skipped.by_reason == {"malformed-sample": 4, "empty-label": 1, "undecodable": 1}
+    assert skipped.count == 6 and skipped.rejected_rows == 5
+    assert any("part-0.tar#b4" in example for example in skipped.examples)
+    total = sum(info.num_samples for info in manifest.splits.values())
     assert total == 7  # a0..a5 and d0 in part-0; part-1's first sample survives only if complete
     assert len(read_manifest(str(tmp_path / "out"))["splits"]) == 2
 
@@ -197,7 +197,7 @@ def test_names_without_a_split_word_go_through_val_fraction(tmp_path):
         ShardConfig(source=str(tmp_path), output=str(tmp_path / "out"), num_shards=1, val_fraction=0.2),
         progress=False,
     )
-    assert manifest["splits"]["val"]["class_counts"] == [2, 2]
+    assert manifest.splits["val"].class_counts == [2, 2]
 
 
 def test_no_tar_or_no_labelled_sample_is_one_clear_error(tmp_path):
@@ -225,5 +225,5 @@ def test_shards_that_all_say_train_give_a_warned_dataset_without_val(tmp_path, c
         manifest, _ = create_shards(
             ShardConfig(source=str(src), output=str(tmp_path / "out"), num_shards=1), progress=False
         )
-    assert list(manifest["splits"]) == ["train"]
+    assert list(manifest.splits) == ["train"]
     assert "no val split" in caplog.text and "--val-fraction" in caplog.text
