@@ -561,7 +561,7 @@ def bench_load(
     server = None
     try:
         dataset = _resolve_dataset(data, workdir)
-        manifest = read_manifest(dataset)  # a dict: data.py's loader takes the manifest as one
+        manifest = read_manifest(dataset)  # the JSON form: this benchmark's helpers index it and edit copies
         size = input_size_for(dataset, manifest, split, input_size)
         train = split == "train"
         per_file_root = os.path.join(workdir, "per-file")
