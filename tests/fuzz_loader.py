@@ -306,9 +306,9 @@ def _refresh_manifest(dataset: str) -> None:
 def run_loader(dataset: str) -> dict[str, Any]:
     """Both splits on both replicas; raises AssertionError when an invariant breaks."""
     from tpustream.data import LoaderConfig, ShardLoader
-    from tpustream.manifest import read_manifest
+    from tpustream.manifest import load_manifest
 
-    manifest = read_manifest(dataset)
+    manifest = load_manifest(dataset)
     out: dict[str, Any] = {}
     for split in ("train", "val"):
         totals = {"samples": 0, "undecodable": 0, "unread": 0, "bad_shards": 0}
@@ -332,7 +332,7 @@ def run_loader(dataset: str) -> dict[str, Any]:
                 totals[key] += getattr(report, key)
             extra = extra or any("more val samples" in p for p in report.problems)
         if split == "val" and not extra:
-            listed = sum(int(s["num_samples"]) for s in manifest["splits"]["val"]["shards"])
+            listed = sum(shard.num_samples for shard in manifest.splits["val"].shards)
             got = totals["samples"] + totals["undecodable"] + totals["unread"]
             assert got == listed, f"val report does not reconcile: {totals} vs {listed} in the manifest"
         out[split] = totals

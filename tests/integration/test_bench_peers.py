@@ -10,6 +10,7 @@ import pytest
 from tpustream import shards
 from tpustream.bench import peers as bench_peers
 from tpustream.bench.load import _split_samples
+from tpustream.manifest import read_manifest
 from tpustream.shard_plan import ShardConfig
 
 pytestmark = pytest.mark.integration
@@ -22,7 +23,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     """synthetic-cifar:48 (32x32, 10 classes) as our shards: the train split has 38 samples."""
     out = str(tmp_path_factory.mktemp("tiny") / "dataset")
     shards.create_shards(ShardConfig(source="synthetic-cifar:48", output=out, num_shards=2), progress=False)
-    return out, shards.read_manifest(out)
+    return out, read_manifest(out)
 
 
 @pytest.mark.parametrize("peer", sorted(PEER_MODULES))
