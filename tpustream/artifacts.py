@@ -47,6 +47,7 @@ __all__ = [
     "ModelCard",
     "EvalReport",
     "json_bytes",
+    "json_file_uri",
 ]
 
 MANIFEST_FORMAT = "tpustream.shards/v1"
@@ -134,6 +135,13 @@ def _shape_errors(where: str, fix: str) -> Iterator[None]:
         raise ArtifactError(f"{exc}: {fix}") from exc
     except (TypeError, ValueError, AttributeError) as exc:
         raise ArtifactError(f"{where} is malformed ({exc}): {fix}") from exc
+
+
+def json_file_uri(uri: str, name: str) -> str:
+    """The file a URI names: ``uri`` itself when it ends in ``.json``, else ``name`` in that directory (the
+    URI checked, local or gs://). Every reader of these files takes either."""
+    uri = storage.check_uri(uri).rstrip("/")
+    return uri if uri.endswith(".json") else storage.join(uri, name)
 
 
 def _read_document(uri: str, fix: str) -> Mapping[str, Any]:
@@ -618,9 +626,7 @@ class ModelCard:
     @classmethod
     def read(cls, uri: str) -> ModelCard:
         """The card at ``uri`` (model.json itself, or the model directory). storage.NotFound passes through."""
-        uri = storage.check_uri(uri).rstrip("/")
-        if not uri.endswith(".json"):
-            uri = storage.join(uri, cls.NAME)
+        uri = json_file_uri(uri, cls.NAME)
         return cls.from_json(_read_document(uri, _MODEL_FIX), uri)
 
     def write(self, uri: str) -> None:
@@ -708,9 +714,7 @@ class EvalReport:
     @classmethod
     def read(cls, uri: str) -> EvalReport:
         """The report at ``uri`` (metrics.json itself, or its directory). storage.NotFound passes through."""
-        uri = storage.check_uri(uri).rstrip("/")
-        if not uri.endswith(".json"):
-            uri = storage.join(uri, cls.NAME)
+        uri = json_file_uri(uri, cls.NAME)
         return cls.from_json(_read_document(uri, _METRICS_FIX), uri)
 
     def write(self, uri: str) -> None:

@@ -647,10 +647,10 @@ def report_cmd(
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
     Markdown summary. The pipeline's evaluate and promote steps write the same report as KFP artifacts."""
     from tpustream import storage
-    from tpustream.artifacts import ArtifactError, EvalReport
+    from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
     from tpustream.report import write_run_report
 
-    metrics_uri = metrics if metrics.rstrip("/").endswith(".json") else storage.join(metrics, "metrics.json")
+    metrics_uri = json_file_uri(metrics, EvalReport.NAME)
     try:  # read here for the dataset it names (the --data default) and the champion it measured
         evaluation = EvalReport.read(metrics_uri)
     except storage.NotFound:

@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
 
 from tpustream import storage
-from tpustream.artifacts import MANIFEST_FORMAT, ArtifactError, Manifest, Shard, SkippedSummary
+from tpustream.artifacts import MANIFEST_FORMAT, ArtifactError, Manifest, Shard, SkippedSummary, json_file_uri
 from tpustream.errors import TpustreamError
 from tpustream.imagecodec import image_member
 from tpustream.tario import HashingReader, iter_tar_samples
@@ -152,7 +152,7 @@ def _index_lines(uri: str, shard: Shard, data: bytes) -> Iterator[SampleIndexEnt
 
 def _manifest_uri(uri: str) -> tuple[str, str]:
     uri = storage.check_uri(uri).rstrip("/")
-    return uri, uri if uri.endswith(".json") else storage.join(uri, MANIFEST_NAME)
+    return uri, json_file_uri(uri, MANIFEST_NAME)
 
 
 def _why_no_manifest(uri: str) -> str:

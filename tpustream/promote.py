@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from tpustream import storage
-from tpustream.artifacts import ArtifactError, EvalReport
+from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
 from tpustream.promotion_policy import (
     METRICS,
     Decision,
@@ -201,10 +201,7 @@ def _promote(
         raise RegistryError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
     candidate_uri = storage.check_uri(candidate_uri).rstrip("/")
     registry = storage.check_uri(registry).rstrip("/")
-    if metrics_uri.rstrip("/").endswith(".json"):
-        metrics_uri = storage.check_uri(metrics_uri)
-    else:
-        metrics_uri = storage.join(storage.check_uri(metrics_uri).rstrip("/"), "metrics.json")
+    metrics_uri = json_file_uri(metrics_uri, EvalReport.NAME)
     metrics = _load_metrics(metrics_uri)
     candidate = metrics.candidate
     digest = metrics.dataset.manifest_digest

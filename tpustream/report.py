@@ -19,7 +19,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from tpustream import storage
-from tpustream.artifacts import ArtifactError, EvalReport
+from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
 from tpustream.errors import TpustreamError
 from tpustream.evaluate import load_model_card
 from tpustream.history import champion_history
@@ -135,9 +135,7 @@ def _champion_outcome(
 
 
 def _read_metrics(metrics_uri: str) -> EvalReport:
-    uri = storage.check_uri(metrics_uri).rstrip("/")
-    if not uri.endswith(".json"):
-        uri = storage.join(uri, EvalReport.NAME)
+    uri = json_file_uri(metrics_uri, EvalReport.NAME)
     try:
         return EvalReport.read(uri)
     except storage.NotFound as exc:
