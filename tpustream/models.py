@@ -220,29 +220,11 @@ MODEL_SPECS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
         ModelSpec(name="tiny", builder=_tiny, small_input=None, optimizer=sgd_momentum),
-        ModelSpec(
-            name="resnet18",
-            builder=_resnet("resnet18"),
-            small_input=_resnet_small_input,
-            optimizer=sgd_momentum,
-        ),
-        ModelSpec(
-            name="resnet34",
-            builder=_resnet("resnet34"),
-            small_input=_resnet_small_input,
-            optimizer=sgd_momentum,
-        ),
-        ModelSpec(
-            name="resnet50",
-            builder=_resnet("resnet50"),
-            small_input=_resnet_small_input,
-            optimizer=sgd_momentum,
-        ),
-        ModelSpec(
-            name="resnet101",
-            builder=_resnet("resnet101"),
-            small_input=_resnet_small_input,
-            optimizer=sgd_momentum,
+        *(
+            ModelSpec(
+                name=name, builder=_resnet(name), small_input=_resnet_small_input, optimizer=sgd_momentum
+            )
+            for name in ("resnet18", "resnet34", "resnet50", "resnet101")
         ),
         # The optimizer is torchvision's for its EfficientNets (references/classification/README.md,
         # EfficientNet-V2: train.py's default --opt sgd, --momentum 0.9, no Nesterov, --norm-weight-decay 0.0 as
