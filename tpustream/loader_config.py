@@ -15,6 +15,7 @@ from tpustream.tario import iter_tar_samples
 
 __all__ = [
     "LoaderConfig",
+    "InputSizeRule",
     "MIN_INPUT_SIZE",
     "MAX_DEFAULT_INPUT_SIZE",
     "input_size_rule",
@@ -72,9 +73,29 @@ MAX_DEFAULT_INPUT_SIZE = 224
 SIDE_SAMPLES = 256  # images measured when the manifest has no size statistics (datasets before them)
 
 
-def input_size_rule(side: int) -> int:
-    """The default input side for images whose median shorter side is ``side`` px."""
-    return min(MAX_DEFAULT_INPUT_SIZE, max(MIN_INPUT_SIZE, side // 8 * 8))
+@dataclass(frozen=True, kw_only=True)
+class InputSizeRule:
+    """The default input side for images whose median shorter side is ``side`` px (docs/ARCHITECTURE.md, "Input
+    size"): rounded down to a multiple of 8, within [``smallest``, ``largest``]. ``largest`` is the model's
+    ImageNet side (more costs TPU time quadratically for little accuracy); ``smallest`` the least its stem
+    trains on (smaller images are upscaled to it); no other image is upscaled."""
+
+    smallest: int = 16
+    largest: int = 224
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.smallest <= self.largest:
+            raise ConfigError(f"an input size rule needs 1 <= smallest <= largest, got {self}")
+
+    def __call__(self, side: int) -> int:
+        return min(self.largest, max(self.smallest, side // 8 * 8))
+
+    def __str__(self) -> str:
+        return f"multiple of 8 in [{self.smallest}, {self.largest}]"
+
+
+# The rule of every model that states none (``ModelSpec.input_size``), and of the loader's benchmarks.
+input_size_rule = InputSizeRule(smallest=MIN_INPUT_SIZE, largest=MAX_DEFAULT_INPUT_SIZE)
 
 
 def median_short_side(dataset: str, manifest: Manifest) -> tuple[int, str]:
@@ -109,8 +130,11 @@ def median_short_side(dataset: str, manifest: Manifest) -> tuple[int, str]:
     return int(statistics.median_low(sides)), f"{len(sides)} images of {shard.path}"
 
 
-def default_input_size(dataset: str, manifest: Manifest) -> tuple[int, str]:
-    """The training input side when none is given, and a line saying how it was chosen (model.json)."""
+def default_input_size(
+    dataset: str, manifest: Manifest, rule: InputSizeRule = input_size_rule
+) -> tuple[int, str]:
+    """The training input side when none is given (``rule`` applied to the dataset's median shorter side), and
+    a line saying how it was chosen (model.json)."""
     side, measured = median_short_side(dataset, manifest)
-    size = input_size_rule(side)
-    return size, f"median shorter side {side} px over {measured} -> {size} px (multiple of 8 in [16, 224])"
+    size = rule(side)
+    return size, f"median shorter side {side} px over {measured} -> {size} px ({rule})"

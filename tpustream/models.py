@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, cast
 
 from tpustream.errors import ConfigError
+from tpustream.loader_config import InputSizeRule
 
 if TYPE_CHECKING:
     import torch
@@ -60,27 +61,6 @@ class OptimizerRecipe(Protocol):
     def __call__(
         self, model: nn.Module, *, lr: float, momentum: float, weight_decay: float
     ) -> torch.optim.Optimizer: ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class InputSizeRule:
-    """The default input side for images whose median shorter side is ``side`` px (docs/ARCHITECTURE.md, "Input
-    size"): rounded down to a multiple of 8, within [``smallest``, ``largest``]. ``largest`` is the model's
-    ImageNet side (more costs TPU time quadratically for little accuracy); ``smallest`` the least its stem
-    trains on (smaller images are upscaled to it); no other image is upscaled."""
-
-    smallest: int = 16
-    largest: int = 224
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.smallest <= self.largest:
-            raise ConfigError(f"an input size rule needs 1 <= smallest <= largest, got {self}")
-
-    def __call__(self, side: int) -> int:
-        return min(self.largest, max(self.smallest, side // 8 * 8))
-
-    def __str__(self) -> str:
-        return f"multiple of 8 in [{self.smallest}, {self.largest}]"
 
 
 @dataclass(frozen=True, kw_only=True)

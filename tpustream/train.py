@@ -175,12 +175,9 @@ def resolve_input_size(config: TrainConfig, dataset: str, manifest: Manifest) ->
     side; and how it was chosen."""
     if config.input_size:
         return config.input_size, f"--input-size {config.input_size}"
-    from tpustream.data import median_short_side
+    from tpustream.data import default_input_size
 
-    rule = model_spec(config.model).input_size
-    side, measured = median_short_side(dataset, manifest)
-    size = rule(side)
-    return size, f"median shorter side {side} px over {measured} -> {size} px ({rule})"
+    return default_input_size(dataset, manifest, model_spec(config.model).input_size)
 
 
 def _check_resume(
@@ -379,7 +376,6 @@ class Trainer:
         from tpustream.epoch_plan import LoaderError
 
         rt = self.rt
-        manifest = self.manifest
         try:
             return {
                 split: ShardLoader(
@@ -393,7 +389,7 @@ class Trainer:
                         workers=self.config.workers,
                         seed=self.config.seed,
                     ),
-                    manifest=manifest,
+                    manifest=self.manifest,
                 )
                 for split in ("train", "val")
             }
