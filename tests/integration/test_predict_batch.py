@@ -201,6 +201,15 @@ def test_a_directory_and_a_prefix_of_mixed_formats_to_json_lines(world, tmp_path
     assert [line for line in out if line.startswith("skipped ")][-1].startswith(counted)
 
 
+def _predict_process(world, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`tpustream predict` in a fresh process: the same interpreter, environment and torch thread count as the
+    killed run, so that its probabilities are computed the same way to the last bit (an in-process run
+    inherits whatever thread settings earlier tests left, and conv sums in another order differ in the 6th
+    decimal)."""
+    command = [sys.executable, "-m", "tpustream.cli", "predict", "--model", world.model, *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
 def test_a_killed_run_resumes_with_only_its_missing_parts(world, gcs_server, tmp_path):
     output = "gs://predict/killed"
     options = f"--output {output} --part-size 2 --batch-size 1 --max-pixels {MAX_PIXELS} --workers 1"
@@ -233,17 +242,19 @@ def test_a_killed_run_resumes_with_only_its_missing_parts(world, gcs_server, tmp
     records = [uri for uri in left if "/_parts/" in uri]
     assert f"{output}/_SUCCESS" not in left and 2 <= len(records) < parts, sorted(left)
 
-    resumed = _predict(world, *args)
-    assert resumed.exit_code == 1, resumed.output
-    assert f"{IMAGES + 5} inputs: {IMAGES} answered, {SKIPPED}" in resumed.output
-    assert f"({parts} parts, {len(records)} kept from an earlier run; " in resumed.output
+    resumed = _predict_process(world, env, *args)
+    said = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 1, said
+    assert f"{IMAGES + 5} inputs: {IMAGES} answered, {SKIPPED}" in said
+    assert f"({parts} parts, {len(records)} kept from an earlier run; " in said
     now = {obj.uri: obj.version for obj in storage.list_objects(output)}
     for record in records:  # the kept parts, and their records, were not written again
         jsonl = f"{output}/predictions-{record.rsplit('/', 1)[1][:-5]}.jsonl"
         assert now[record] == left[record] and now[jsonl] == left[jsonl]
-    # the same output as one uninterrupted run
+    # the same output, to the last digit, as one uninterrupted run computed the same way
     clean = "gs://predict/uninterrupted"
-    assert _predict(world, *[clean if arg == output else arg for arg in args]).exit_code == 1
+    uninterrupted = _predict_process(world, env, *[clean if arg == output else arg for arg in args])
+    assert uninterrupted.returncode == 1, uninterrupted.stdout + uninterrupted.stderr
     assert [_relative(line, world.folder) for line in _results(output)] == [
         _relative(line, world.folder) for line in _results(clean)
     ]
