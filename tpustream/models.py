@@ -68,12 +68,18 @@ class ModelSpec:
     """One model: its builder, small-input stem, default input size and optimizer recipe.
 
     ``small_input`` is applied to inputs under ``SMALL_INPUT_MAX`` px (None: the model takes them as built).
+    ``head`` is the dotted path of the final ``nn.Linear`` (the classifier a fine-tuning run re-initialises for
+    the user's classes); ``torchvision_arch`` the name of the torchvision builder whose weights enum
+    (``torchvision.models.get_model_weights``) lists the model's pretrained weights (None: no published
+    weights, e.g. the tiny test model).
     """
 
     name: str
     builder: Builder
     small_input: SmallInputStem | None
     optimizer: OptimizerRecipe
+    head: str
+    torchvision_arch: str | None = None
     input_size: InputSizeRule = field(default_factory=InputSizeRule)
 
     def __post_init__(self) -> None:
@@ -199,10 +205,15 @@ def _efficientnet_stem(model: nn.Module, in_channels: int, *, stride: int) -> nn
 MODEL_SPECS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        ModelSpec(name="tiny", builder=_tiny, small_input=None, optimizer=sgd_momentum),
+        ModelSpec(name="tiny", builder=_tiny, small_input=None, optimizer=sgd_momentum, head="13"),
         *(
             ModelSpec(
-                name=name, builder=_resnet(name), small_input=_resnet_small_input, optimizer=sgd_momentum
+                name=name,
+                builder=_resnet(name),
+                small_input=_resnet_small_input,
+                optimizer=sgd_momentum,
+                head="fc",
+                torchvision_arch=name,
             )
             for name in ("resnet18", "resnet34", "resnet50", "resnet101")
         ),
@@ -218,6 +229,8 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             builder=_efficientnet_b0,
             small_input=_efficientnet_small_input,
             optimizer=sgd_momentum,
+            head="classifier.1",
+            torchvision_arch="efficientnet_b0",
             input_size=InputSizeRule(smallest=32, largest=224),
         ),
     )

@@ -186,5 +186,22 @@ def test_specs_and_rules_refuse_bad_values() -> None:
         InputSizeRule(smallest=64, largest=32)
     with pytest.raises(ValueError, match="one word"):
         ModelSpec(
-            name="res net", builder=MODEL_SPECS["tiny"].builder, small_input=None, optimizer=sgd_momentum
+            name="res net",
+            builder=MODEL_SPECS["tiny"].builder,
+            small_input=None,
+            optimizer=sgd_momentum,
+            head="13",
         )
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_each_spec_names_its_classifier_head_and_weights_enum(name: str) -> None:
+    """``head`` is the final Linear (what fine-tuning re-initialises) and ``torchvision_arch`` has weights."""
+    from torch import nn
+    from torchvision.models import get_model_weights
+
+    spec = MODEL_SPECS[name]
+    head = spec.build(num_classes=7, input_size=64).get_submodule(spec.head)
+    assert isinstance(head, nn.Linear) and head.out_features == 7
+    if spec.torchvision_arch is not None:
+        assert len(list(get_model_weights(spec.torchvision_arch))) >= 1
