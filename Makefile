@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 DEMO_DIR ?= demo-output
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit demo lint bench clean
+.PHONY: help install test test-slow test-all test-unit demo lint bench clean
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -22,7 +22,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Build .venv (pinned torch 2.9.0 / torchvision 0.24.0 / torch_xla 2.9.0 + the rest).
 
-test: $(STAMP) ## Run the whole test suite (unit + integration: GCS server on loopback, XLA on CPU).
+test: $(STAMP) ## Run the test suite (unit + integration: GCS server on loopback, XLA on CPU), all but the `slow` emulations.
+	$(BIN)/pytest -m "not slow"
+
+test-slow: $(STAMP) ## Run the `slow` tests only (multi-host and SIGTERM emulations, full-size models, whole DAG runs); CI runs them after `make test`.
+	$(BIN)/pytest -m slow
+
+test-all: $(STAMP) ## Run every test, `slow` included (what CI runs, in one pytest session).
 	$(BIN)/pytest
 
 test-unit: $(STAMP) ## Run the fast unit tests only.
