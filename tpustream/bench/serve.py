@@ -342,6 +342,41 @@ def _cases(server: ModelServer, limits: dict[str, int]) -> Iterator[dict[str, An
         statuses=statuses,
         rejected_ms_max=round(max((r.latency_ms for r in replies if r.status == 503), default=0), 1),
     )
+    yield _load_line(server, small, clients=8, rounds=25)
+
+
+def _load_line(server: ModelServer, small: list[bytes], *, clients: int, rounds: int) -> dict[str, Any]:
+    """``clients`` clients, started together (a barrier), each sending ``rounds`` requests of the
+    ``small`` images one after the other: how many are answered, and the latencies of those answered."""
+    body = instances(small)
+    start = threading.Barrier(clients)
+
+    def client(_: int) -> list[Reply]:
+        start.wait()
+        return [server.predict(body) for _ in range(rounds)]
+
+    watch = Watch(server)
+    with watch.watching(), ThreadPoolExecutor(clients) as pool:
+        replies = [reply for replies in pool.map(client, range(clients)) for reply in replies]
+    answered = sorted(r.latency_ms for r in replies if r.status == 200)
+    statuses: dict[str, int] = {}
+    for reply in replies:
+        statuses[str(reply.status)] = statuses.get(str(reply.status), 0) + 1
+
+    def percentile(share: float) -> float | None:
+        return round(answered[min(len(answered) - 1, int(share * len(answered)))], 1) if answered else None
+
+    return {
+        "bench": "serve",
+        "case": f"load-{clients}-clients-x{rounds}-{len(small)}-small",
+        "requests": len(replies),
+        "statuses": statuses,
+        "latency_ms_p50": percentile(0.5),
+        "latency_ms_p95": percentile(0.95),
+        "rss_mb_before": round(watch.rss_mb_before, 1),
+        "rss_mb_peak": round(watch.rss_mb_peak, 1),
+        "health_ms_max": round(max(watch.health_ms), 1) if watch.health_ms else None,
+    }
 
 
 def run(
