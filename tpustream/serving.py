@@ -28,12 +28,28 @@ Request (Vertex's binary-data convention:
 https://cloud.google.com/vertex-ai/docs/predictions/get-online-predictions):
 ``{"instances": [{"b64": "<base64 image>"}, ...], "parameters": {"top_k": 3}}``, ``Content-Type:
 application/json``. Response: ``{"predictions": [{"classes": [...], "class_indices": [...],
-"probabilities": [...]}, ...]}``. Errors are ``{"detail": "<one short line>"}``, never echoing the request
-beyond a few dozen characters: 400 for a malformed body (not UTF-8, not JSON, nested too deeply, integers of
-more than 30 digits, NaN/Infinity, not an object) or a bad instance (named; not base64, not an image, over a
-budget, undecodable), 413 for a body over ``TPUSTREAM_MAX_BODY_BYTES``, 503 with ``Retry-After`` when
-``TPUSTREAM_SERVING_THREADS`` + ``TPUSTREAM_SERVING_QUEUE`` requests are already in, and 500 "internal
-error, see the server log" for anything else (the traceback is logged, never sent).
+"probabilities": [...]}, ...]}``, one per instance in order; a bad instance (not base64, not an image, over
+its own byte or pixel budget, undecodable) fails alone: its slot is ``{"error": "instance 3: <why>"}`` and the
+others are answered (status 200). Errors are ``{"detail": "<one short line>"}`` that never quote the request
+(no byte of the body, no value of it: they say what kind of thing was wrong, and name our own limits): 400
+for a malformed body (not UTF-8, not JSON, nested too deeply, integers of more than 30 digits,
+NaN/Infinity, not an object), a bad request (no instances, too many, over a request budget, a ``top_k``
+that is not an integer from 1 to the model's class count) or a request whose every instance is bad (the
+first one's message), 413 for a body over ``TPUSTREAM_MAX_BODY_BYTES``, 503 with ``Retry-After: 1`` when
+the request does not fit the process's in-flight budgets (below), and 500 "internal error, see the server
+log" for anything else (the traceback is logged, never sent). ``parameters.top_k`` over the class count is
+refused, where ``TPUSTREAM_TOP_K`` (the server's default) is capped at the class count.
+
+Admission (``Admission``): each process admits requests while what the requests in it (being read,
+checked, waiting for a serving thread, worked on) cost fits its budgets: their count
+(``TPUSTREAM_SERVING_THREADS`` + ``TPUSTREAM_SERVING_QUEUE``: a flood of tiny requests cannot queue without
+end), their body bytes (charged from ``Content-Length`` before the body is read, the body cap when the body
+is chunked, then its real size: the memory waiting requests hold) and their images' pixels (charged from the
+image headers on an intake thread, before the request waits for a serving thread: the decoding work ahead of
+a new request, which bounds its wait). A request that does not fit is a 503 with ``Retry-After``, before
+its body is read when the bytes do not fit (a client sending ``Expect: 100-continue``, as curl does for large
+bodies, does not even send it). A request within the per-request limits always fits an otherwise empty
+server. Small requests cost next to nothing: 8 clients of 8 small images each are all answered.
 
 Requests are decoded and classified on a thread pool, off uvicorn's event loop, so the health route answers
 while a request is being worked on. Budgets are checked from base64 lengths and image headers before any
@@ -56,7 +72,9 @@ containers/serve/Dockerfile) loads the model and applies these limits on its own
 | `TPUSTREAM_TOP_K` | 5 | classes per answer when the request sets no `parameters.top_k` | |
 | `TPUSTREAM_BATCH_SIZE` | 32 | images per forward pass | |
 | `TPUSTREAM_SERVING_THREADS` | 1 | requests decoded and classified at once (per process) | |
-| `TPUSTREAM_SERVING_QUEUE` | 2 | further requests admitted to wait for a thread (per process) | 503 |
+| `TPUSTREAM_SERVING_QUEUE` | 64 | further requests in, waiting for a thread, at most (per process) | 503 |
+| `TPUSTREAM_INFLIGHT_BYTES` | 0: 4 x `TPUSTREAM_MAX_BODY_BYTES` (64 MiB) | body bytes of the requests in (per process) | 503 |
+| `TPUSTREAM_INFLIGHT_PIXELS` | 0: 4 x `TPUSTREAM_MAX_REQUEST_PIXELS` (256 Mi px) | image pixels of the requests in, from their headers (per process) | 503 |
 | `TPUSTREAM_TORCH_THREADS` | CPUs / (processes x serving threads) | torch intra-op threads of each serving thread | |
 
 Memory: a request holds its body, the parsed JSON and the decoded image bytes (together at most ~3 x
@@ -64,7 +82,9 @@ Memory: a request holds its body, the parsed JSON and the decoded image bytes (t
 it to RGB). Measured (``python -m tpustream.bench.serve``): 4 PNGs of 16 Mi px (the default request budget)
 raised the server's peak RSS by ~175 MB, 64 of them (request budget raised) by ~190 MB, where holding every
 decoded image took 3 GB: the peak extra RSS of a request is ~200 MB at the defaults. A process holds that
-times ``TPUSTREAM_SERVING_THREADS``, plus the bodies of up to ``TPUSTREAM_SERVING_QUEUE`` waiting requests.
+times ``TPUSTREAM_SERVING_THREADS``, plus what the waiting requests hold: at most ~3 x
+``TPUSTREAM_INFLIGHT_BYTES`` (~200 MB at the defaults). The in-flight pixels default to 4 requests at the
+request pixel budget: ~256 Mi px, a few seconds of decoding ahead of a new request on one core.
 Torch's threads: each process would start one intra-op thread per core, so N processes x M serving threads
 would oversubscribe the CPUs N x M times; ``TPUSTREAM_TORCH_THREADS`` defaults to an even share instead.
 """
@@ -79,12 +99,11 @@ import logging
 import math
 import os
 import random
-import reprlib
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from tpustream import storage
 from tpustream.errors import ConfigError, TpustreamError
@@ -206,22 +225,45 @@ class Limits(_FromEnv):
     }
 
 
+# Requests of the largest size allowed that the in-flight budgets hold by default (see the module docstring).
+INFLIGHT_REQUESTS = 4
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServerConfig(_FromEnv):
-    """How the model server takes requests in: body size, threads, queue (see the module docstring)."""
+    """How the model server takes requests in: body size, threads, the in-flight budgets that admit or refuse
+    a request and the most requests waiting (see the module docstring)."""
 
     max_body_bytes: int = 16 << 20
     threads: int = 1
-    queue: int = 2
+    queue: int = 64
+    inflight_bytes: int = 0  # 0: INFLIGHT_REQUESTS x max_body_bytes
+    inflight_pixels: int = 0  # 0: INFLIGHT_REQUESTS x Limits.max_request_pixels
     torch_threads: int = 0  # 0: the CPUs shared evenly among the server's processes and serving threads
 
     ENV: ClassVar[dict[str, str]] = {
         "max_body_bytes": "TPUSTREAM_MAX_BODY_BYTES",
         "threads": "TPUSTREAM_SERVING_THREADS",
         "queue": "TPUSTREAM_SERVING_QUEUE",
+        "inflight_bytes": "TPUSTREAM_INFLIGHT_BYTES",
+        "inflight_pixels": "TPUSTREAM_INFLIGHT_PIXELS",
         "torch_threads": "TPUSTREAM_TORCH_THREADS",
     }
-    MINIMUM: ClassVar[dict[str, int]] = {"queue": 0, "torch_threads": 0}
+    MINIMUM: ClassVar[dict[str, int]] = {
+        "queue": 0,
+        "inflight_bytes": 0,
+        "inflight_pixels": 0,
+        "torch_threads": 0,
+    }
+
+    def admission(self, limits: Limits) -> Admission:
+        """The in-flight budgets of one server process: the configured ones, else INFLIGHT_REQUESTS requests
+        of the largest body and the largest request pixel budget."""
+        return Admission(
+            requests=self.threads + self.queue,
+            body_bytes=self.inflight_bytes or INFLIGHT_REQUESTS * self.max_body_bytes,
+            pixels=self.inflight_pixels or INFLIGHT_REQUESTS * limits.max_request_pixels,
+        )
 
     def torch_threads_per_thread(self) -> int:
         """``torch_threads``, or the CPUs this process may use divided among the uvicorn worker processes
@@ -230,6 +272,77 @@ class ServerConfig(_FromEnv):
             return self.torch_threads
         processes = max(1, int(os.environ.get("WEB_CONCURRENCY", "1") or 1))
         return max(1, len(os.sched_getaffinity(0)) // (processes * self.threads))
+
+
+@dataclass
+class Ticket:
+    """What one admitted request holds of the in-flight budgets, until it is answered or refused."""
+
+    body_bytes: int
+    pixels: int = 0
+    released: bool = False
+
+
+class Admission:
+    """The requests of one server process in flight (their bodies being read, checked, waiting for a
+    serving thread or worked on) against three budgets: their count, their body bytes (the memory they
+    hold while they wait: body, parsed JSON, image bytes) and their images' pixels from the headers (the
+    decoding work queued ahead of a new request, which bounds its wait). A request is admitted when it fits,
+    or when nothing else holds that budget (so a request within the per-request limits is always served
+    alone); otherwise it is refused with a 503. Thread-safe: the event loop admits, worker threads release."""
+
+    def __init__(self, *, requests: int, body_bytes: int, pixels: int) -> None:
+        self.max_requests, self.max_body_bytes, self.max_pixels = requests, body_bytes, pixels
+        self.requests = self.body_bytes = self.pixels = 0
+        self._lock = threading.Lock()
+
+    def admit(self, body_bytes: int) -> Ticket | str:
+        """A ticket holding ``body_bytes`` (the declared body, or the body cap when none is declared), or
+        why not: the message of the 503."""
+        with self._lock:
+            if self.requests >= self.max_requests:
+                return (
+                    f"busy: {self.requests} requests already in, the most this server process takes "
+                    "(TPUSTREAM_SERVING_THREADS + TPUSTREAM_SERVING_QUEUE): retry shortly"
+                )
+            if self.body_bytes and self.body_bytes + body_bytes > self.max_body_bytes:
+                return (
+                    f"busy: request bodies of {self.body_bytes} bytes already in, and this one's {body_bytes} "
+                    f"would exceed the in-flight budget of {self.max_body_bytes} (TPUSTREAM_INFLIGHT_BYTES): "
+                    "retry shortly"
+                )
+            self.requests += 1
+            self.body_bytes += body_bytes
+            return Ticket(body_bytes=body_bytes)
+
+    def resize(self, ticket: Ticket, body_bytes: int) -> None:
+        """The body has arrived: hold its real size (at most what was declared) instead."""
+        with self._lock:
+            if not ticket.released:
+                self.body_bytes += body_bytes - ticket.body_bytes
+                ticket.body_bytes = body_bytes
+
+    def add_pixels(self, ticket: Ticket, pixels: int) -> str | None:
+        """Charge the request's pixels, read from its image headers; None, or why not (the 503's message)."""
+        with self._lock:
+            if self.pixels and self.pixels + pixels > self.max_pixels:
+                return (
+                    f"busy: images of {self.pixels / 1e6:.1f} MP already in, and this request's "
+                    f"{pixels / 1e6:.1f} MP would exceed the in-flight budget of {self.max_pixels / 1e6:.1f} MP "
+                    "(TPUSTREAM_INFLIGHT_PIXELS): retry shortly"
+                )
+            self.pixels += pixels
+            ticket.pixels = pixels
+            return None
+
+    def release(self, ticket: Ticket) -> None:
+        with self._lock:
+            if ticket.released:
+                return
+            ticket.released = True
+            self.requests -= 1
+            self.body_bytes -= ticket.body_bytes
+            self.pixels -= ticket.pixels
 
 
 # Every setting's environment variable and default: the README's table is the module docstring's.
@@ -316,8 +429,8 @@ class Classifier:
                 "(TPUSTREAM_MAX_IMAGE_BYTES): send a smaller image"
             )
         ext = image_format(data)
-        if ext is None:
-            raise BadImage(f"{name}: not a {_FORMAT_NAMES} image (starts with {data[:8]!r})")
+        if ext is None:  # its first bytes are not quoted: an answer never repeats request content
+            raise BadImage(f"{name}: not a {_FORMAT_NAMES} image (no such file signature in its first bytes)")
         return ext
 
     def measure(self, data: bytes, name: str = "image") -> int:
@@ -331,16 +444,16 @@ class Classifier:
             width, height = image_dimensions(data, ext, name)
             check_pixels(width, height, self.limits.max_pixels, name)
         except ImageTooLarge as exc:
-            raise BadImage(_budget_hint(str(exc))) from exc
+            raise self._too_large(exc, name) from exc
         except CorruptImage as exc:
-            raise BadImage(str(exc)) from exc
+            raise self._undecodable(exc, name, PIL_FORMATS[ext]) from exc
         if width < 1 or height < 1:
             raise BadImage(f"{name}: undecodable {PIL_FORMATS[ext]} (an empty {width}x{height} image)")
         return width * height
 
     def prepare(self, data: bytes, name: str = "image") -> Prepared:
         """Decode one image (its header's pixel count checked before decoding) and place its centre crop."""
-        from tpustream.imagecodec import CorruptImage, ImageTooLarge, decode_rgb
+        from tpustream.imagecodec import ImageTooLarge, decode_rgb
         from tpustream.transforms import Prepared, center_crop_box, prepare_image
 
         ext = self._format(data, name)
@@ -350,16 +463,35 @@ class Classifier:
                 return prepare_image(data, ext, self.augment, random.Random(0))  # val: no randomness used
             image = decode_rgb(data, ext, self.limits.max_pixels, name)
         except ImageTooLarge as exc:
-            message = str(exc) if str(exc).startswith(name) else f"{name}: {exc}"
-            raise BadImage(_budget_hint(message)) from exc
-        except CorruptImage as exc:
-            raise BadImage(str(exc)) from exc
-        except Exception as exc:  # PIL/simplejpeg raise many types for a damaged file
-            raise BadImage(f"{name}: undecodable {kind} ({type(exc).__name__}: {str(exc)[:120]})") from exc
+            raise self._too_large(exc, name) from exc
+        except Exception as exc:  # CorruptImage, or PIL/simplejpeg's many types for a damaged file
+            raise self._undecodable(exc, name, kind) from exc
         if image.size == 0:
             raise BadImage(f"{name}: undecodable {kind} (an empty {image.shape[1]}x{image.shape[0]} image)")
         box = center_crop_box(image.shape[1], image.shape[0], self.input_size)  # prepare_image's val crop
         return Prepared(image, (float(box[0]), float(box[1]), float(box[2]), float(box[3])), False)
+
+    def _too_large(self, exc: Exception, name: str) -> BadImage:
+        """Our pixel budget, named as the server's setting, also where Pillow's own bomb limit (2 x 89 MP,
+        above any budget) refused the header first: its message is Pillow's, not ours."""
+        from PIL import Image
+
+        if isinstance(exc.__cause__, Image.DecompressionBombError):
+            return BadImage(
+                f"{name}: its header claims more than {2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.0f} MP, over "
+                f"the pixel budget of {self.limits.max_pixels / 1e6:.1f} MP per image (TPUSTREAM_MAX_PIXELS): "
+                "send a smaller image"
+            )
+        message = str(exc) if str(exc).startswith(name) else f"{name}: {exc}"
+        return BadImage(_budget_hint(message))
+
+    @staticmethod
+    def _undecodable(exc: Exception, name: str, kind: str) -> BadImage:
+        """A damaged image, said without the decoder's message (Pillow's can quote the file's bytes, e.g. a
+        PNG chunk name): that goes to the server log."""
+        cause = exc.__cause__ if isinstance(exc, TpustreamError) and exc.__cause__ is not None else exc
+        log.info("%s: undecodable %s: %s", name, kind, exc)
+        return BadImage(f"{name}: undecodable {kind} (truncated or damaged: {type(cause).__name__})")
 
     def pixels(self, prepared: list[Prepared]) -> torch.Tensor:
         """N x 3 x S x S uint8: the evaluation loader's render (render_batch), with small same-shaped
@@ -373,10 +505,16 @@ class Classifier:
         render_batch(prepared, size, out, batch_alone=True)
         return out
 
-    def render_images(self, images: Sequence[tuple[bytes, str]]) -> torch.Tensor:
+    def render_images(
+        self, images: Sequence[tuple[bytes, str]], *, failed: dict[int, str] | None = None
+    ) -> torch.Tensor:
         """``pixels([prepare(data, name) ...])`` with one decoded image alive at a time: each large image is
         rendered into the batch as soon as it is decoded and then released; the small ones ``render_batch``
-        upscales together (at most 2 x S^2 px each) are kept and rendered at the end, as it would."""
+        upscales together (at most 2 x S^2 px each) are kept and rendered at the end, as it would.
+
+        With ``failed``, an image that cannot be decoded does not fail the others: its message is recorded
+        there under its index in ``images`` and it has no row in the batch (the rows are the other images',
+        in order); without it, the first such image raises BadImage."""
         import torch
 
         from tpustream.transforms import render, render_batch
@@ -386,7 +524,13 @@ class Classifier:
         small: list[Prepared] = []
         small_at: list[int] = []
         for index, (data, name) in enumerate(images):
-            prepared = self.prepare(data, name)
+            try:
+                prepared = self.prepare(data, name)
+            except BadImage as exc:
+                if failed is None:
+                    raise
+                failed[index] = str(exc)
+                continue
             if prepared.batchable(size):
                 small.append(prepared)
                 small_at.append(index)
@@ -397,6 +541,8 @@ class Classifier:
             block = torch.empty((len(small), 3, size, size), dtype=torch.uint8)
             render_batch(small, size, block, batch_alone=True)
             out[small_at] = block
+        if failed:
+            return out[[index for index in range(len(images)) if index not in failed]]
         return out
 
     # ------------------------------------------------------------------ pixels -> top-k
@@ -435,15 +581,6 @@ class Classifier:
 
 _MAX_DETAIL = 300  # characters of an error message sent back
 _MAX_INT_DIGITS = 30  # the request's only integer is top_k; longer ones cost quadratic time to convert
-_brief_repr = reprlib.Repr()
-_brief_repr.maxstring = _brief_repr.maxother = 40
-_brief_repr.maxlist = _brief_repr.maxdict = 3
-_brief_repr.maxlevel = 2
-
-
-def _brief(value: Any) -> str:
-    """``value`` as a short repr (strings, lists, dicts cut): what an error message may quote of a request."""
-    return _brief_repr.repr(value)
 
 
 def _http_error(status: int, message: str, headers: dict[str, str] | None = None) -> Exception:
@@ -509,7 +646,8 @@ def _decode_instance(instance: Any, index: int, limits: Limits) -> bytes:
     encoded = instance.get("b64") if isinstance(instance, dict) else None
     if not isinstance(encoded, str):
         raise BadImage(
-            f'instance {index}: expected {{"b64": "<base64 image bytes>"}}, got {_brief(instance)}'
+            f'instance {index}: expected {{"b64": "<base64 image bytes>"}}, got a JSON {_json_type(instance)}'
+            + (' without a "b64" string' if isinstance(instance, dict) else "")
         )
     if len(encoded) > 4 * ((limits.max_image_bytes + 2) // 3) + 4:  # before decoding it
         raise BadImage(
@@ -554,7 +692,10 @@ class ClassifierPredictor(_Predictor):
             self.limits,
         )
 
-    def preprocess(self, prediction_input: Any) -> tuple[Any, int | None]:
+    def check(self, prediction_input: Any) -> CheckedRequest:
+        """The request's shape, ``parameters.top_k`` and every instance's image bytes and pixel count, read
+        from base64 lengths and image headers, no pixel decoded: what the request costs. A bad instance is
+        recorded for its slot of the answer; a bad request (or one whose every instance is bad) is a 400."""
         if not isinstance(prediction_input, dict) or not isinstance(prediction_input.get("instances"), list):
             raise _http_error(400, 'the request body must be {"instances": [{"b64": "..."}, ...]}')
         instances = prediction_input["instances"]
@@ -566,49 +707,147 @@ class ClassifierPredictor(_Predictor):
                 f"{len(instances)} instances exceed the limit of {self.limits.max_instances} per request "
                 "(TPUSTREAM_MAX_INSTANCES): split the request",
             )
-        parameters = prediction_input.get("parameters") or {}
+        top_k = self._top_k(prediction_input.get("parameters"))
+        try:
+            images, failed, image_bytes, pixels = self._images(instances)
+        except BadImage as exc:
+            raise _http_error(400, str(exc)) from exc
+        checked = CheckedRequest(
+            count=len(instances),
+            images=images,
+            failed=failed,
+            top_k=top_k,
+            image_bytes=image_bytes,
+            pixels=pixels,
+        )
+        checked.raise_if_all_failed()
+        return checked
+
+    def _top_k(self, parameters: Any) -> int | None:
+        parameters = parameters or {}
         top_k = parameters.get("top_k") if isinstance(parameters, dict) else None
         if isinstance(top_k, float) and top_k.is_integer() and 1 <= top_k <= 1_000_000:
             # a batch prediction job's model_parameters is a google.protobuf.Value: its numbers are doubles,
             # so {"top_k": 3} arrives as 3.0 (aiplatform_v1 BatchPredictionJob.model_parameters)
             top_k = int(top_k)
+        classes = len(self.classifier.classes)
         if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
-            raise _http_error(400, f"parameters.top_k must be a positive integer, got {_brief(top_k)}")
-        try:
-            return self.classifier.render_images(self._images(instances)), top_k
-        except BadImage as exc:
-            raise _http_error(400, str(exc)) from exc
+            kind = _json_type(top_k)
+            raise _http_error(
+                400,
+                f"parameters.top_k must be a positive integer (at most the model's {classes} classes), got "
+                + ("a number that is not one" if kind == "number" else f"a JSON {kind}"),
+            )
+        if top_k is not None and top_k > classes:  # refused, not capped: the client asked for what isn't
+            raise _http_error(
+                400, f"parameters.top_k exceeds the model's {classes} classes: ask for at most {classes}"
+            )
+        return top_k
 
-    def _images(self, instances: list[Any]) -> list[tuple[bytes, str]]:
-        """Every instance's image bytes and name, checked against the per-image and per-request budgets from
-        base64 lengths and image headers: a request over a budget is refused before any pixel is decoded."""
+    def _images(self, instances: list[Any]) -> tuple[list[tuple[int, bytes]], dict[int, str], int, int]:
+        """The (index, image bytes) of every instance that passes its own checks (base64, size, format,
+        header, per-image pixels), the messages of those that do not, and the good ones' total bytes and
+        pixels, checked against the request budgets: a request over one is refused before any decoding."""
         limits = self.limits
-        images: list[tuple[bytes, str]] = []
+        images: list[tuple[int, bytes]] = []
+        failed: dict[int, str] = {}
         total_bytes = total_pixels = 0
         for index, instance in enumerate(instances):
-            data = _decode_instance(instance, index, limits)
+            try:
+                data = _decode_instance(instance, index, limits)
+                pixels = self.classifier.measure(data, f"instance {index}")
+            except BadImage as exc:
+                failed[index] = str(exc)
+                continue
             total_bytes += len(data)
             if total_bytes > limits.max_request_bytes:
                 raise BadImage(
                     f"instances 0-{index}: {total_bytes} image bytes exceed the request budget of "
                     f"{limits.max_request_bytes} (TPUSTREAM_MAX_REQUEST_BYTES): split the request"
                 )
-            total_pixels += self.classifier.measure(data, f"instance {index}")
+            total_pixels += pixels
             if total_pixels > limits.max_request_pixels:
                 raise BadImage(
                     f"instances 0-{index}: {total_pixels / 1e6:.1f} MP exceed the request budget of "
                     f"{limits.max_request_pixels / 1e6:.1f} MP (TPUSTREAM_MAX_REQUEST_PIXELS), checked "
                     "from the image headers: split the request or send smaller images"
                 )
-            images.append((data, f"instance {index}"))
-        return images
+            images.append((index, data))
+        return images, failed, total_bytes, total_pixels
 
-    def predict(self, instances: tuple[Any, int | None]) -> list[dict[str, Any]]:
-        pixels, top_k = instances
-        return self.classifier.classify(pixels, top_k)
+    def preprocess(self, prediction_input: Any) -> Batch:
+        """The checked request's (``check``) images decoded into one uint8 batch; an image that fails to
+        decode fails its own instance only."""
+        checked = (
+            prediction_input if isinstance(prediction_input, CheckedRequest) else self.check(prediction_input)
+        )
+        failed = dict(checked.failed)
+        undecodable: dict[int, str] = {}
+        pixels = self.classifier.render_images(
+            [(data, f"instance {index}") for index, data in checked.images], failed=undecodable
+        )
+        for position, message in undecodable.items():
+            failed[checked.images[position][0]] = message
+        batch = Batch(pixels=pixels, count=checked.count, failed=failed, top_k=checked.top_k)
+        CheckedRequest.raise_if_none_left(checked.count, failed)
+        return batch
+
+    def predict(self, instances: Batch) -> list[dict[str, Any]]:
+        """One answer per instance, in order: its top-k, or ``{"error": "<why>"}`` for a bad instance."""
+        answers = iter(self.classifier.classify(instances.pixels, instances.top_k))
+        return [
+            {"error": instances.failed[index]} if index in instances.failed else next(answers)
+            for index in range(instances.count)
+        ]
 
     def postprocess(self, prediction_results: list[dict[str, Any]]) -> dict[str, Any]:
         return {"predictions": prediction_results}
+
+
+def _json_type(value: Any) -> str:
+    """What a JSON value is, in JSON's words: what an error may say of a request value instead of quoting it."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object", type(None): "null"}.get(type(value), "value")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckedRequest:
+    """A predict request checked from base64 lengths and image headers, nothing decoded: its instances'
+    image bytes (``images``: index and bytes of the good ones), its bad instances' messages (``failed``), and
+    what it costs (the good images' bytes and header pixels), which admission charges before it waits."""
+
+    count: int
+    images: list[tuple[int, bytes]]
+    failed: dict[int, str]
+    top_k: int | None
+    image_bytes: int
+    pixels: int
+
+    def raise_if_all_failed(self) -> None:
+        self.raise_if_none_left(self.count, self.failed)
+
+    @staticmethod
+    def raise_if_none_left(count: int, failed: dict[int, str]) -> None:
+        """A 400 when no instance is left to answer: a request of bad images fails as a whole, with the
+        first one's message (a single-image request's answer is unchanged)."""
+        if len(failed) < count:
+            return
+        first = failed[min(failed)]
+        more = f" (and {count - 1} more bad instances)" if count > 1 else ""
+        raise _http_error(400, first + more if len(first) + len(more) <= _MAX_DETAIL else first)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    """A request's decoded images: ``pixels`` has a row per instance not in ``failed``, in order."""
+
+    pixels: Any  # torch.Tensor, N x 3 x S x S uint8
+    count: int
+    failed: dict[int, str]
+    top_k: int | None
 
 
 def _accepts_json(accept: str) -> bool:
@@ -616,29 +855,37 @@ def _accepts_json(accept: str) -> bool:
     return not accept.strip() or bool(media & {"application/json", "application/*", "*/*"})
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused (413) from its Content-Length or as soon as more than ``limit`` bytes arrive."""
-    too_large = (
-        f"the request body exceeds {limit} bytes (TPUSTREAM_MAX_BODY_BYTES): send fewer or smaller images"
-    )
+def _declared_length(request: Request) -> int | None:
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and len(declared) < 20 and int(declared) > limit:
-        raise _http_error(413, too_large)
+    return int(declared) if declared.isdigit() and len(declared) < 20 else None
+
+
+def _too_large(limit: int) -> Exception:
+    return _http_error(
+        413,
+        f"the request body exceeds {limit} bytes (TPUSTREAM_MAX_BODY_BYTES): send fewer or smaller images",
+    )
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused (413) as soon as more than ``limit`` bytes arrive."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _http_error(413, too_large)
+            raise _too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
 
 class ClassifierHandler(_PredictionHandler):
-    """The CPR ``Handler`` (HANDLER_MODULE/HANDLER_CLASS): checks the headers, admits at most ``threads`` +
-    ``queue`` requests (503 beyond), reads the body within ``max_body_bytes`` (413), then parses it strictly
-    (``parse_request``) and runs the predictor on a worker thread, off the event loop that answers health
-    checks. Anything unexpected is a 500 without details; its traceback goes to the server log."""
+    """The CPR ``Handler`` (HANDLER_MODULE/HANDLER_CLASS): checks the headers; admits the request against
+    the process's in-flight budgets (``Admission``: count, body bytes from Content-Length, then pixels from
+    the image headers; 503 with Retry-After beyond); reads the body within ``max_body_bytes`` (413); parses
+    and checks it strictly on an intake thread (``parse_request``, ``ClassifierPredictor.check``); then
+    decodes and classifies on a serving thread, off the event loop that answers health checks. Anything
+    unexpected is a 500 without details; its traceback goes to the server log."""
 
     def __init__(self, artifacts_uri: str, predictor: Any = None) -> None:
         super().__init__(artifacts_uri, predictor=predictor)  # constructs and loads the predictor
@@ -651,8 +898,19 @@ class ClassifierHandler(_PredictionHandler):
             initializer=_set_torch_threads,
             initargs=(torch_threads,),
         )
-        self._slots = threading.BoundedSemaphore(self.config.threads + self.config.queue)
-        log.info("model server: %s, %d torch threads per serving thread", self.config, torch_threads)
+        # parsing and header checks (a few ms per MB) while the serving threads decode: a request's pixels
+        # are known, and charged, before it waits for a serving thread
+        self._intake = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpustream-intake")
+        self.admission = self.config.admission(self._classifier.limits)
+        log.info(
+            "model server: %s, %d torch threads per serving thread; in flight at most %d requests, %d body "
+            "bytes, %d pixels",
+            self.config,
+            torch_threads,
+            self.admission.max_requests,
+            self.admission.max_body_bytes,
+            self.admission.max_pixels,
+        )
 
     async def handle(self, request: Request) -> Response:  # type: ignore[override]  # the SDK's is async too
         from fastapi import HTTPException
@@ -679,32 +937,53 @@ class ClassifierHandler(_PredictionHandler):
             )
         if not _accepts_json(request.headers.get("accept", "")):
             raise _http_error(400, 'unsupported Accept: the server answers "application/json"')
-        if not self._slots.acquire(blocking=False):
-            raise _http_error(
-                503,
-                f"busy: {self.config.threads + self.config.queue} requests already in "
-                "(TPUSTREAM_SERVING_THREADS + TPUSTREAM_SERVING_QUEUE): retry shortly",
-                headers={"Retry-After": "1"},
-            )
-        submitted = False
+        limit = self.config.max_body_bytes
+        declared = _declared_length(request)
+        if declared is not None and declared > limit:
+            raise _too_large(limit)
+        # charged before the body is read (a client sending Expect: 100-continue sends it only if admitted)
+        ticket = self.admission.admit(limit if declared is None else declared)
+        if isinstance(ticket, str):
+            raise _busy(ticket)
+        admitted = ticket
+        handed_over = False  # from then on, the thread holding the request releases its ticket
         try:
-            body = await _read_body(request, self.config.max_body_bytes)
-            future = self._pool.submit(self._answer, body)
-            submitted = True  # from here the worker releases the slot, also if this coroutine is cancelled
+            body = await _read_body(request, limit)
+            self.admission.resize(admitted, len(body))
+            intake = self._intake.submit(self._check, body)
+            try:
+                checked = await asyncio.wrap_future(intake)
+            except asyncio.CancelledError:
+                intake.add_done_callback(lambda _: self.admission.release(admitted))
+                handed_over = True
+                raise
+            refusal = self.admission.add_pixels(admitted, checked.pixels)
+            if refusal is not None:
+                raise _busy(refusal)
+            future = self._pool.submit(self._answer, checked)
+            future.add_done_callback(lambda _: self.admission.release(admitted))
+            handed_over = True
         finally:
-            if not submitted:
-                self._slots.release()
+            if not handed_over:
+                self.admission.release(admitted)
         return Response(content=await asyncio.wrap_future(future), media_type="application/json")
 
-    def _answer(self, body: bytes) -> bytes:
-        """On a worker thread: parse, preprocess, predict, postprocess, serialise."""
-        try:
-            prediction_input = parse_request(body)
-            predictor = self._predictor
-            results = predictor.postprocess(predictor.predict(predictor.preprocess(prediction_input)))
-            return json.dumps(results).encode()
-        finally:
-            self._slots.release()
+    @property
+    def _classifier(self) -> ClassifierPredictor:
+        return cast(ClassifierPredictor, self._predictor)
+
+    def _check(self, body: bytes) -> CheckedRequest:
+        """On the intake thread: parse the body and check the request from its image headers."""
+        return self._classifier.check(parse_request(body))
+
+    def _answer(self, checked: CheckedRequest) -> bytes:
+        """On a serving thread: decode, predict, postprocess, serialise."""
+        predictor = self._predictor
+        return json.dumps(predictor.postprocess(predictor.predict(predictor.preprocess(checked)))).encode()
+
+
+def _busy(message: str) -> Exception:
+    return _http_error(503, message, headers={"Retry-After": "1"})
 
 
 def _set_torch_threads(count: int) -> None:

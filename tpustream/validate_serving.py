@@ -208,6 +208,8 @@ def _val_images(data_uri: str, limit: int) -> list[tuple[bytes, int]]:
 
 def _compare(expected: dict[str, Any], served: dict[str, Any]) -> str | None:
     """Why a served answer differs from evaluation's for the same image, or None."""
+    if "error" in served:  # the server failed this instance alone (serving.py's per-instance error)
+        return f"not answered: {served['error']}"
     want, got = expected["class_indices"][0], served.get("class_indices", [None])[0]
     probabilities = expected["probabilities"]
     if want != got:

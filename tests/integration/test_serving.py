@@ -251,31 +251,47 @@ def _png(width, height):
     return out.getvalue()
 
 
-def test_a_bad_instance_is_a_400_naming_it_and_the_server_keeps_serving(world):
+def test_a_bad_request_is_a_400_a_bad_instance_fails_alone_and_the_server_keeps_serving(world):
     (good, _), (other, _) = _val_samples(world.digits)[:2]
     status, alone = _post(world, _instances([good]))
     assert status == 200
     jpeg = _val_samples(world.jpegs)[0][0]
     bomb = _png(4200, 4100)  # 17.2 MP in a few KB: over the 16.8 MP budget, refused from its header
-    bad = [
+    # a bad instance next to a good one: its own error in its slot, the good one answered as alone
+    bad_instances = [
         (_instances([good, jpeg[: len(jpeg) // 2]]), "instance 1: undecodable JPEG"),
         (
-            _instances([b"%PDF-1.4 not ours"]),
-            "instance 0: not a JPEG, PNG, PPM/PGM/PBM, BMP, GIF, WebP or TIFF",
+            _instances([good, b"%PDF-1.4 not ours"]),
+            "instance 1: not a JPEG, PNG, PPM/PGM/PBM, BMP, GIF, WebP",
         ),
-        (_instances([b"GIF89a not ours"]), "instance 0: undecodable GIF"),  # a format shards accept: decoded
-        ({"instances": [{"b64": "%%%not base64"}]}, "instance 0: not valid base64"),
-        ({"instances": ["raw string"]}, 'expected {"b64"'),
-        (_instances([bomb]), "exceeds the pixel budget of 16.8 MP"),
+        (_instances([good, b"GIF89a not ours"]), "instance 1: undecodable GIF"),  # a format shards accept
+        (
+            {"instances": [{"b64": base64.b64encode(good).decode()}, {"b64": "%%%not base64"}]},
+            "not valid base64",
+        ),
+        ({"instances": [{"b64": base64.b64encode(good).decode()}, "raw string"]}, 'expected {"b64"'),
+        (_instances([good, bomb]), "exceeds the pixel budget of 16.8 MP"),
         (_instances([good, b"P6\n" + b"9" * (9 << 20)]), "instance 1: 12582916 base64 characters exceed"),
+    ]
+    for body, message in bad_instances:
+        status, answer = _post(world, body)
+        assert status == 200, (message, answer)
+        kept, failed = answer["predictions"]
+        assert kept == alone["predictions"][0] and list(failed) == ["error"], answer
+        assert message in failed["error"], (message, failed)
+        status, answer = _post(world, {"instances": body["instances"][1:]})  # alone: the request fails
+        alone_message = message.replace("instance 1:", "instance 0:")
+        assert status == 400 and alone_message in answer["detail"], (message, answer)
+    bad_requests = [
         (_instances([good] * 65), "65 instances exceed the limit of 64"),
         ({"instances": []}, "no instances"),
         ({"inputs": [1]}, '{"instances"'),
         ({**_instances([good]), "parameters": {"top_k": "3"}}, "top_k must be a positive integer"),
-        (b"{not json", "JSON deserialization failed"),  # the SDK's own serializer answers this one
+        ({**_instances([good]), "parameters": {"top_k": 99}}, "exceeds the model's 10 classes"),
+        (b"{not json", "JSON deserialization failed"),
     ]
     assert len(bomb) < 100_000
-    for body, message in bad:
+    for body, message in bad_requests:
         status, answer = _post(world, body)
         assert status == 400 and message in answer["detail"], (message, answer)
         assert _healthy(world)

@@ -4,7 +4,8 @@ on a model trained here, with small limits so that every budget is reached quick
 
 Malformed bodies are short 400s that quote nothing of the body; budgets refuse a request before decoding it;
 images are decoded one at a time (the server's peak RSS is read from /proc); health checks answer while a
-heavy request runs; excess concurrent requests get a fast 503; every format shard creation accepts is
+heavy request runs; concurrent clients of small requests are all answered, while large bodies over the
+in-flight byte budget get a fast 503; a bad instance fails alone; every format shard creation accepts is
 served, with the same pixels as the same image in PNG, and a bomb in any of them is refused from its header.
 """
 
@@ -36,8 +37,8 @@ LIMITS = {
     "TPUSTREAM_MAX_REQUEST_PIXELS": str(32 * MAX_PIXELS),  # HEAVY images of SIDE x SIDE, exactly
     "TPUSTREAM_MAX_REQUEST_BYTES": str(2 << 20),
     "TPUSTREAM_SERVING_THREADS": "1",
-    "TPUSTREAM_SERVING_QUEUE": "2",
 }
+INFLIGHT_BYTES = 4 * (4 << 20)  # the default: 4 bodies of TPUSTREAM_MAX_BODY_BYTES
 HEAVY = 32
 SMALL_ERROR = 400  # bytes: an error answer is one short line
 
@@ -204,19 +205,87 @@ def test_a_heavy_request_neither_stalls_health_nor_holds_every_image(heavy):
     assert grown < 120, f"peak RSS grew {grown:.0f} MB during one request"
 
 
-def test_requests_beyond_threads_and_queue_get_a_fast_503(served, big_png):
-    heavy = instances([big_png] * HEAVY)
-    small = instances([image_bytes(8, 8)])
-    with ThreadPoolExecutor(5) as pool:
-        running = pool.submit(served.predict, heavy)
-        time.sleep(0.3)  # the heavy request holds the one thread
-        replies = list(pool.map(lambda _: served.predict(small), range(4)))
-        assert running.result().status == 200
-    statuses = sorted(r.status for r in replies)
-    assert statuses == [200, 200, 503, 503], statuses  # 1 thread + 2 queued admitted, 2 refused
-    for refused in (r for r in replies if r.status == 503):
-        assert refused.latency_ms < 500 and refused.headers.get("retry-after") == "1"
-        assert "TPUSTREAM_SERVING_QUEUE" in _assert_short_refusal(refused, 503)
+class HeldRequest:
+    """A predict request whose headers declare ``size`` body bytes and ``Expect: 100-continue``: the server
+    answers "100 Continue" once it has admitted the request and starts reading the body (or its refusal at
+    once); the body is sent only when ``finish`` is called. A request held in flight, with no timing."""
+
+    def __init__(self, served, size):
+        self.size = size
+        self.conn = socket.create_connection(("127.0.0.1", served.port), timeout=60)
+        self.conn.sendall(
+            b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % size
+        )
+        self.interim = self._read_head()
+
+    def _read_head(self):
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = self.conn.recv(1)
+            if not data:
+                break
+            head += data
+        return head
+
+    def finish(self):
+        """Send a valid body of exactly ``size`` bytes (one tiny image, padded); the final answer."""
+        body = b'{"instances": [{"b64": "' + TINY.encode() + b'"}]}'
+        self.conn.sendall(body + b" " * (self.size - len(body)))
+        reply = b""
+        while data := self.conn.recv(1 << 16):
+            reply += data
+        self.conn.close()
+        return reply
+
+
+def test_small_requests_are_answered_while_large_bodies_over_the_byte_budget_get_a_fast_503(served):
+    """Requests held in flight (admitted, their bodies not sent) fill most of the in-flight byte budget: one
+    more large body is refused at once, before it is read, with Retry-After; a small request still fits and
+    is answered; once the held requests finish, the large one is admitted."""
+    large = 7 * INFLIGHT_BYTES // 32  # 3.5 MiB: 4 of them fit the 16 MiB budget, a 5th does not
+    held = [HeldRequest(served, large) for _ in range(4)]
+    try:
+        assert all(h.interim.startswith(b"HTTP/1.1 100") for h in held), [h.interim for h in held]
+        refused = HeldRequest(served, large)
+        assert refused.interim.startswith(b"HTTP/1.1 503"), refused.interim
+        assert b"retry-after: 1" in refused.interim.lower()
+        refused.conn.close()
+        small = served.predict(instances([image_bytes(8, 8)] * 8))
+        assert small.status == 200 and len(small.json()["predictions"]) == 8
+        body = instances([image_bytes(8, 8)]) + b" " * (large - 200)
+        over = served.predict(body)
+        detail = _assert_short_refusal(over, 503)
+        assert "TPUSTREAM_INFLIGHT_BYTES" in detail and over.headers.get("retry-after") == "1"
+        assert served.health().status == 200
+    finally:
+        answers = [h.finish() for h in held]
+    assert all(a.startswith(b"HTTP/1.1 200") for a in answers), [a[:200] for a in answers]
+    assert served.predict(body).status == 200  # the budget is free again
+
+
+def test_eight_concurrent_clients_of_small_requests_are_all_answered(served):
+    """8 clients started together (a barrier), each sending requests of 8 small images one after the other:
+    every request is answered 200 with its own answer, none refused."""
+    import threading
+
+    clients, rounds = 8, 10
+    bodies = [
+        instances([_encode(_rgb(28 + client, 28, seed=client), "PNG")] * 8) for client in range(clients)
+    ]
+    expected = [served.predict(body).json() for body in bodies]
+    start = threading.Barrier(clients)
+
+    def client(index):
+        start.wait()
+        return [served.predict(bodies[index]) for _ in range(rounds)]
+
+    with ThreadPoolExecutor(clients) as pool:
+        replies = list(pool.map(client, range(clients)))
+    statuses = [reply.status for answers in replies for reply in answers]
+    assert statuses == [200] * clients * rounds, sorted(statuses)
+    for index, answers in enumerate(replies):
+        assert all(reply.json() == expected[index] for reply in answers)
 
 
 def test_concurrent_clients_all_get_their_own_answers(served):
@@ -230,8 +299,7 @@ def test_concurrent_clients_all_get_their_own_answers(served):
     def client(index):
         answers = []
         for _ in range(3):
-            while (reply := served.predict(instances(requests[index], top_k=3))).status == 503:
-                time.sleep(0.02)
+            reply = served.predict(instances(requests[index], top_k=3))
             assert reply.status == 200, reply.body[:300]
             answers.append(reply.json())
         return answers
@@ -331,16 +399,103 @@ def test_a_bomb_in_any_format_is_refused_from_its_header(served):
     assert served.health().status == 200
 
 
-def test_damaged_files_of_every_format_are_400s_naming_the_instance(served):
+def test_a_damaged_file_of_any_format_fails_its_own_instance_only(served):
+    """In a request with good images, a damaged one gets ``{"error": "instance N: undecodable ..."}`` in its
+    slot and the others their answers (the same as alone); a request of only damaged images is a 400."""
     pixels = _rgb(48, 40)
     good = _encode(pixels, "PNG")
+    alone = served.predict(instances([good])).json()["predictions"][0]
     for name, data in _pillow_formats(pixels):
         cut = data[: len(data) // 2]
-        reply = served.predict(instances([good, cut]))
-        detail = _assert_short_refusal(reply, 400)
-        assert detail.startswith("instance 1: undecodable"), (name, detail)
+        reply = served.predict(instances([good, cut, good]))
+        assert reply.status == 200, (name, reply.body[:300])
+        first, bad, last = reply.json()["predictions"]
+        assert first == last == alone, name
+        assert list(bad) == ["error"] and bad["error"].startswith("instance 1: undecodable"), (name, bad)
+        _assert_quotes_nothing(reply, cut)
+        detail = _assert_short_refusal(served.predict(instances([cut])), 400, cut)
+        assert detail.startswith("instance 0: undecodable"), (name, detail)
     detail = _assert_short_refusal(served.predict(instances([b"%PDF-1.4 not an image"])), 400)
     assert detail.startswith("instance 0: not a JPEG, PNG, PPM/PGM/PBM, BMP, GIF, WebP or TIFF image")
+    both = _assert_short_refusal(served.predict(instances([b"%PDF-1.4 not an image", good[:40]])), 400)
+    assert both.startswith("instance 0: not a JPEG") and "(and 1 more bad instances)" in both
+
+
+def _assert_quotes_nothing(reply, payload, window=8):
+    """No ``window`` consecutive bytes of ``payload`` (nor of its base64 text) appear in the answer."""
+    for data in (payload, base64.b64encode(payload)):
+        for start in range(max(1, len(data) - window + 1)):
+            fragment = data[start : start + window]
+            assert fragment not in reply.body, (fragment, reply.body[:300])
+
+
+def _png_claiming(width, height):
+    """A real 16x16 PNG whose IHDR (CRC fixed) claims ``width`` x ``height``: a bomb by its header."""
+    import struct
+    import zlib
+
+    data = bytearray(_encode(_rgb(16, 16), "PNG"))
+    assert data[12:16] == b"IHDR"
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    return bytes(data)
+
+
+def _broken_png_chunk():
+    """A PNG whose second chunk's type is not a chunk type: Pillow's message quotes it."""
+    data = bytearray(_encode(_rgb(16, 16), "PNG"))
+    data[37:41] = b"Q\x01Z\x02"
+    return bytes(data)
+
+
+HOSTILE_PAYLOADS = {
+    "text-not-an-image": b"hello\nthis is not an image, it is a secret: 0123456789",
+    "pdf": b"%PDF-1.7 secret-document-contents-here 0123456789",
+    "truncated-jpeg": image_bytes(64, 48, "JPEG", mode="RGB")[:300],
+    "png-broken-chunk": _broken_png_chunk(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_PAYLOADS))
+def test_no_answer_quotes_the_request(served, case):
+    """Hostile image bytes, alone and next to a good image, and hostile non-image values: no 8 bytes of them
+    (nor of their base64) come back, in a 400 or in an instance's error."""
+    payload = HOSTILE_PAYLOADS[case]
+    good = image_bytes(8, 8)
+    for body in (instances([payload]), instances([good, payload])):
+        reply = served.predict(body)
+        assert reply.status in (200, 400), reply.body[:300]
+        _assert_quotes_nothing(reply, payload)
+        if reply.status == 200:
+            assert "error" in reply.json()["predictions"][1]
+    jpeg_text = base64.b64encode(image_bytes(64, 48, "JPEG", mode="RGB")).decode()
+    values = [
+        json.dumps({"instances": [jpeg_text]}),  # the base64 itself as the instance
+        json.dumps({"instances": [{"image": jpeg_text}]}),
+        json.dumps({"instances": [{"b64": TINY}], "parameters": {"top_k": "secret-top-k-0123456789"}}),
+        json.dumps({"instances": [{"b64": TINY}], "parameters": {"top_k": [jpeg_text]}}),
+    ]
+    for body in values:
+        reply = served.predict(body.encode())
+        assert reply.status == 400, reply.body[:300]
+        _assert_quotes_nothing(reply, jpeg_text.encode()[:400])
+        _assert_quotes_nothing(reply, b"secret-top-k-0123456789")
+
+
+def test_a_400_megapixel_png_names_our_pixel_budget(served):
+    """Pillow refuses a 400 MP header itself (its DecompressionBombError, above 179 MP): the answer names
+    TPUSTREAM_MAX_PIXELS and our budget, not Pillow's internals."""
+    detail = _assert_short_refusal(served.predict(instances([_png_claiming(20000, 20000)])), 400)
+    assert detail.startswith("instance 0:") and "TPUSTREAM_MAX_PIXELS" in detail, detail
+    assert "4.2 MP" in detail and "DecompressionBomb" not in detail and "Image size" not in detail, detail
+
+
+def test_top_k_over_the_class_count_is_refused_naming_it(served):
+    reply = served.predict(instances([image_bytes(8, 8)], top_k=11))
+    detail = _assert_short_refusal(reply, 400)
+    assert "10 classes" in detail and "at most 10" in detail, detail
+    answer = served.predict(instances([image_bytes(8, 8)], top_k=10)).json()["predictions"][0]
+    assert len(answer["classes"]) == 10
 
 
 # ------------------------------------------------------------------ in-process: the parts behind the server
@@ -365,7 +520,7 @@ class ExplodingPredictor(serving.ClassifierPredictor):
     def load(self, artifacts_uri, **kwargs):
         self.limits = serving.Limits()
 
-    def preprocess(self, prediction_input):
+    def check(self, prediction_input):
         raise RuntimeError(f"secret internals {prediction_input}")
 
 
@@ -401,8 +556,13 @@ def test_settings_come_from_the_environment_and_the_docstring_lists_them(monkeyp
         assert default == 0 or f"| {default} " in row, row
     monkeypatch.setenv("TPUSTREAM_MAX_REQUEST_PIXELS", "1234")
     monkeypatch.setenv("TPUSTREAM_SERVING_QUEUE", "0")
+    monkeypatch.setenv("TPUSTREAM_INFLIGHT_BYTES", "5000")
     assert serving.Limits.from_env().max_request_pixels == 1234
-    assert serving.ServerConfig.from_env().queue == 0
+    config = serving.ServerConfig.from_env()
+    assert config.queue == 0 and config.admission(serving.Limits.from_env()).max_body_bytes == 5000
+    # unset: derived from the per-request limits
+    default = serving.ServerConfig().admission(serving.Limits(max_request_pixels=1000))
+    assert (default.max_requests, default.max_body_bytes, default.max_pixels) == (65, 4 * (16 << 20), 4000)
     monkeypatch.setenv("TPUSTREAM_SERVING_THREADS", "0")
     with pytest.raises(ValueError, match="TPUSTREAM_SERVING_THREADS"):
         serving.ServerConfig.from_env()
@@ -421,3 +581,29 @@ def test_health_stays_fast_with_threads_busy_decoding(served, big_png):
             time.sleep(0.05)
         assert [f.result().status for f in running] == [200, 200, 200]
     assert probes and max(probes) < 1000
+
+
+def test_admission_holds_what_requests_cost_and_always_admits_one_alone():
+    admission = serving.Admission(requests=3, body_bytes=100, pixels=1000)
+    big = admission.admit(150)  # over the byte budget, but alone: admitted
+    assert isinstance(big, serving.Ticket)
+    assert "TPUSTREAM_INFLIGHT_BYTES" in admission.admit(1)  # type: ignore[operator]
+    admission.release(big)
+    admission.release(big)  # twice: counted once
+    assert (admission.requests, admission.body_bytes) == (0, 0)
+    first, second = admission.admit(60), admission.admit(40)
+    assert isinstance(first, serving.Ticket) and isinstance(second, serving.Ticket)
+    assert "TPUSTREAM_INFLIGHT_BYTES" in admission.admit(1)  # type: ignore[operator]
+    admission.resize(first, 10)  # its body arrived smaller than declared
+    third = admission.admit(50)
+    assert isinstance(third, serving.Ticket)
+    assert "TPUSTREAM_SERVING_QUEUE" in admission.admit(0)  # type: ignore[operator]
+    assert admission.add_pixels(first, 2000) is None  # alone in pixels
+    refusal = admission.add_pixels(second, 1)
+    assert refusal is not None and "TPUSTREAM_INFLIGHT_PIXELS" in refusal
+    admission.release(first)
+    assert admission.add_pixels(second, 600) is None and admission.add_pixels(third, 400) is None
+    assert admission.add_pixels(admission.admit(0), 1) is not None  # type: ignore[arg-type]
+    for ticket in (second, third):
+        admission.release(ticket)
+    assert (admission.requests, admission.body_bytes, admission.pixels) == (1, 0, 0)
