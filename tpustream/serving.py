@@ -87,6 +87,12 @@ times ``TPUSTREAM_SERVING_THREADS``, plus what the waiting requests hold: at mos
 request pixel budget: ~256 Mi px, a few seconds of decoding ahead of a new request on one core.
 Torch's threads: each process would start one intra-op thread per core, so N processes x M serving threads
 would oversubscribe the CPUs N x M times; ``TPUSTREAM_TORCH_THREADS`` defaults to an even share instead.
+
+``Child process [PID] died`` at start (more than one worker): uvicorn's supervisor (uvicorn/supervisors/
+multiprocess.py) pings every worker each 0.5 s and kills one that does not answer within 5 s
+(``timeout_worker_healthcheck``, left at its default by the SDK's ``uvicorn.run``); a spawned worker answers only
+after re-importing the SDK's model_server module, which took ~4.7 s here on a busy machine, so workers started
+together on few cores can miss it and are replaced, before any code of ours runs. See README (Serving).
 """
 
 from __future__ import annotations

@@ -587,23 +587,23 @@ def test_admission_holds_what_requests_cost_and_always_admits_one_alone():
     admission = serving.Admission(requests=3, body_bytes=100, pixels=1000)
     big = admission.admit(150)  # over the byte budget, but alone: admitted
     assert isinstance(big, serving.Ticket)
-    assert "TPUSTREAM_INFLIGHT_BYTES" in admission.admit(1)  # type: ignore[operator]
+    assert "TPUSTREAM_INFLIGHT_BYTES" in admission.admit(1)
     admission.release(big)
     admission.release(big)  # twice: counted once
     assert (admission.requests, admission.body_bytes) == (0, 0)
     first, second = admission.admit(60), admission.admit(40)
     assert isinstance(first, serving.Ticket) and isinstance(second, serving.Ticket)
-    assert "TPUSTREAM_INFLIGHT_BYTES" in admission.admit(1)  # type: ignore[operator]
+    assert "TPUSTREAM_INFLIGHT_BYTES" in admission.admit(1)
     admission.resize(first, 10)  # its body arrived smaller than declared
     third = admission.admit(50)
     assert isinstance(third, serving.Ticket)
-    assert "TPUSTREAM_SERVING_QUEUE" in admission.admit(0)  # type: ignore[operator]
+    assert "TPUSTREAM_SERVING_QUEUE" in admission.admit(0)
     assert admission.add_pixels(first, 2000) is None  # alone in pixels
     refusal = admission.add_pixels(second, 1)
     assert refusal is not None and "TPUSTREAM_INFLIGHT_PIXELS" in refusal
     admission.release(first)
     assert admission.add_pixels(second, 600) is None and admission.add_pixels(third, 400) is None
-    assert admission.add_pixels(admission.admit(0), 1) is not None  # type: ignore[arg-type]
+    assert admission.add_pixels(admission.admit(0), 1) is not None
     for ticket in (second, third):
         admission.release(ticket)
     assert (admission.requests, admission.body_bytes, admission.pixels) == (1, 0, 0)
