@@ -333,8 +333,8 @@ class Admission:
         with self._lock:
             if self.pixels and self.pixels + pixels > self.max_pixels:
                 return (
-                    f"busy: images of {self.pixels / 1e6:.1f} MP already in, and this request's "
-                    f"{pixels / 1e6:.1f} MP would exceed the in-flight budget of {self.max_pixels / 1e6:.1f} MP "
+                    f"busy: images of {_pixel_count(self.pixels)} already in, and this request's "
+                    f"{_pixel_count(pixels)} would exceed the in-flight budget of {_pixel_count(self.max_pixels)} "
                     "(TPUSTREAM_INFLIGHT_PIXELS): retry shortly"
                 )
             self.pixels += pixels
@@ -349,6 +349,10 @@ class Admission:
             self.requests -= 1
             self.body_bytes -= ticket.body_bytes
             self.pixels -= ticket.pixels
+
+
+def _pixel_count(pixels: int) -> str:
+    return f"{pixels / 1e6:.1f} MP" if pixels >= 100_000 else f"{pixels} px"
 
 
 # Every setting's environment variable and default: the README's table is the module docstring's.

@@ -549,6 +549,46 @@ def test_an_unexpected_exception_is_a_500_without_its_text(monkeypatch, caplog):
     assert "secret internals" in caplog.text  # the traceback is in the server's log
 
 
+def test_a_request_whose_pixels_do_not_fit_the_in_flight_budget_is_a_fast_503(served, monkeypatch):
+    """The server's app in-process (TestClient) on the served model, another request holding the whole
+    in-flight pixel budget (its ticket taken directly: no timing): a request's pixels, read from its image
+    headers, do not fit, so it is a 503 with Retry-After naming TPUSTREAM_INFLIGHT_PIXELS and gives its ticket
+    back; once the other is done, the same request is answered."""
+    import torch
+    from fastapi.testclient import TestClient
+    from google.cloud.aiplatform.prediction.model_server import CprModelServer
+
+    budget = 1 << 20
+    env = {
+        **serving.SERVING_ENV,
+        "AIP_HTTP_PORT": "8080",
+        "AIP_HEALTH_ROUTE": "/health",
+        "AIP_PREDICT_ROUTE": "/predict",
+        "AIP_STORAGE_URI": served.model,
+        "TPUSTREAM_INFLIGHT_PIXELS": str(budget),
+        "TPUSTREAM_TORCH_THREADS": str(torch.get_num_threads()),  # the handler sets it: keep this process's
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    server = CprModelServer()
+    admission = server.handler.admission
+    client = TestClient(server.app)
+    other = admission.admit(0)
+    assert isinstance(other, serving.Ticket) and admission.add_pixels(other, budget) is None
+    body = instances([image_bytes(64, 48)])
+    reply = client.post("/predict", content=body, headers={"Content-Type": "application/json"})
+    assert reply.status_code == 503 and reply.headers["retry-after"] == "1"
+    assert (
+        "TPUSTREAM_INFLIGHT_PIXELS" in reply.json()["detail"]
+        and "this request's 3072 px" in reply.json()["detail"]
+    )
+    assert (admission.requests, admission.body_bytes, admission.pixels) == (1, 0, budget)
+    admission.release(other)
+    reply = client.post("/predict", content=body, headers={"Content-Type": "application/json"})
+    assert reply.status_code == 200 and len(reply.json()["predictions"]) == 1
+    assert (admission.requests, admission.body_bytes, admission.pixels) == (0, 0, 0)
+
+
 def test_settings_come_from_the_environment_and_the_docstring_lists_them(monkeypatch):
     for var, default in serving.SERVING_DEFAULTS.items():
         row = next((line for line in serving.__doc__.splitlines() if line.startswith(f"| `{var}` |")), None)
