@@ -723,7 +723,13 @@ class VertexRecorder:
         if not body.get("displayName"):
             raise Refused(400, "INVALID_ARGUMENT", "Endpoint.displayName is required")
         endpoint_id = query.get("endpointId", [str(5100 + len(self.endpoints))])[0]
+        # CreateEndpointRequest.endpoint_id (aiplatform_v1 types/endpoint_service.py): a lowercase letter
+        # then up to 62 of [a-z0-9-], the last a letter or digit; or up to 9 digits, no leading zero.
+        if not re.match(r"^(?:[1-9][0-9]{0,8}|[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?)$", endpoint_id):
+            raise Refused(400, "INVALID_ARGUMENT", f"Invalid endpoint_id {endpoint_id!r}")
         name = f"{parent}/endpoints/{endpoint_id}"
+        if name in self.endpoints:
+            raise Refused(409, "ALREADY_EXISTS", f'Endpoint "{name}" already exists.')
         stamp = _now()
         self.endpoints[name] = {
             **{k: v for k, v in body.items() if k in ("displayName", "description", "labels")},

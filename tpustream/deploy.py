@@ -45,8 +45,13 @@ _CANARY_MODEL = "tpustream-canary-model"
 _CANARY_VERSION = "tpustream-canary-version"
 _PREVIOUS = "tpustream-previous-"  # + deployed model id -> its share before the canary
 _ENDPOINT_NAME = re.compile(
-    r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/endpoints/(?P<id>\d+)$"
+    r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/endpoints/(?P<id>[^/]+)$"
 )
+# An endpoint ID as Vertex defines it (aiplatform_v1 ``types/endpoint_service.py``,
+# ``CreateEndpointRequest.endpoint_id``): a lowercase letter, then up to 62 of ``[a-z0-9-]``, the last a letter
+# or digit; or a number without leading zeros (one a user picks has up to 9 digits; the IDs Vertex generates
+# are longer numbers).
+ENDPOINT_ID = re.compile(r"^(?:[1-9][0-9]*|[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?)$")
 
 
 class DeployError(TpustreamError, ValueError):
@@ -161,9 +166,24 @@ def _read(client: Any, name: str) -> _EndpointState:
     )
 
 
+def _endpoint_name(endpoint: str) -> re.Match[str] | None:
+    """The parts of ``endpoint`` when it is a resource name, None for a display name. Anything that starts
+    with ``projects/`` is taken as a resource name, never as a display name: one that is not well formed,
+    or whose ID Vertex would not accept, is a DeployError instead of a new endpoint of that display name."""
+    if not endpoint.startswith("projects/"):
+        return None
+    named = _ENDPOINT_NAME.match(endpoint)
+    if named is None or not ENDPOINT_ID.match(named["id"]):
+        raise DeployError(
+            f"--endpoint {endpoint} is not an endpoint resource name: projects/P/locations/R/endpoints/ID, "
+            "ID a number or a lowercase letter followed by up to 62 of [a-z0-9-] (ending in a letter or digit)"
+        )
+    return named
+
+
 def _place(endpoint: str, place: vertex.VertexPlace) -> vertex.VertexPlace:
     """``place``, checked against an endpoint given by resource name (it must be in the same region)."""
-    named = _ENDPOINT_NAME.match(endpoint)
+    named = _endpoint_name(endpoint)
     if named and named["location"] != place.location:
         raise DeployError(
             f"--endpoint {endpoint} is in {named['location']}, the model in {place.location}: "
@@ -182,7 +202,7 @@ def _find_endpoint(
         raise DeployError(
             f"--endpoint {endpoint!r}: give a display name (1-128 characters) or a resource name"
         )
-    if _ENDPOINT_NAME.match(endpoint):
+    if _endpoint_name(endpoint):
         try:
             client.get_endpoint(name=endpoint)
         except exceptions.NotFound as exc:
@@ -385,7 +405,7 @@ def rollback(endpoint: str, *, project: str | None = None, region: str | None = 
         ``endpoint``, ``undeployed`` (the canary's deployed model id), ``model`` (its ID@VERSION) and
         ``traffic_split`` after.
     """
-    named = _ENDPOINT_NAME.match(endpoint)
+    named = _endpoint_name(endpoint)
     place = vertex.place_from_env(
         named["project"] if named else project, named["location"] if named else region
     )

@@ -208,6 +208,60 @@ def test_bad_inputs_are_named_with_what_to_do(recorder):
     assert recorder.endpoints == {}  # nothing was created for a refused deploy
 
 
+def test_an_endpoint_named_by_a_letter_id_gets_the_canary_and_its_rollback(recorder):
+    """Vertex endpoint IDs may start with a letter (CreateEndpointRequest.endpoint_id, aiplatform_v1
+    types/endpoint_service.py): a resource name with one is that endpoint, never a display name to create."""
+    vertex.init(vertex.place_from_env())
+    client = vertex.v1_client("endpoint")
+    named = client.create_endpoint(
+        parent=PARENT, endpoint={"display_name": "shop front"}, endpoint_id="my-canary-ep"
+    ).result()
+    assert named.name == f"{PARENT}/endpoints/my-canary-ep"
+    publish(recorder, 1)
+    first = deploy.deploy("digits-classifier", named.name, traffic_percent=100)
+    publish(recorder, 2)
+    canary = deploy.deploy("digits-classifier", named.name, traffic_percent=10)
+    assert first["endpoint"] == canary["endpoint"] == named.name and not canary["created_endpoint"]
+    assert list(recorder.endpoints) == [named.name]  # no endpoint was made of its name
+    assert canary["traffic_split"] == {first["deployed_model_id"]: 90, canary["deployed_model_id"]: 10}
+    assert deploy.rollback(named.name)["traffic_split"] == {first["deployed_model_id"]: 100}
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        f"{PARENT}/endpoints/My_Endpoint",  # upper case and _: no endpoint ID
+        f"{PARENT}/endpoints/ends-with-",
+        f"{PARENT}/endpoints/0123",  # a leading zero
+        f"{PARENT}/endpoints/{'a' * 64}",  # over 63
+        f"{PARENT}/endpoints/5/extra",
+        "projects/proj/endpoints/5",
+    ],
+)
+def test_a_malformed_endpoint_resource_name_is_refused_not_created(recorder, endpoint):
+    publish(recorder, 1)
+    with pytest.raises(DeployError, match="is not an endpoint resource name"):
+        deploy.deploy("digits-classifier", endpoint)
+    with pytest.raises(DeployError, match="is not an endpoint resource name"):
+        deploy.rollback(endpoint)
+    assert recorder.endpoints == {}
+
+
+def test_the_recorder_refuses_endpoint_ids_vertex_refuses(recorder):
+    from google.api_core import exceptions
+
+    vertex.init(vertex.place_from_env())
+    client = vertex.v1_client("endpoint")
+    for bad in ("Upper", "1abc", "0123", "1234567890", "a" * 64, "trailing-"):
+        with pytest.raises(exceptions.BadRequest, match="Invalid endpoint_id"):
+            client.create_endpoint(parent=PARENT, endpoint={"display_name": "x"}, endpoint_id=bad)
+    for good in ("a", "123456789", "ep-" + "a" * 59 + "9"):
+        assert client.create_endpoint(
+            parent=PARENT, endpoint={"display_name": "x"}, endpoint_id=good
+        ).result()
+    assert len(recorder.endpoints) == 3
+
+
 def test_the_recorder_refuses_what_vertex_refuses(recorder):
     """The fake's rules, through the v1 client: a split that does not sum to 100, a model with traffic
     undeployed without a new split, automatic resources for a custom model."""
