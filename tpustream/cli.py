@@ -554,7 +554,17 @@ def predict_cmd(
     machine_type: Annotated[
         str, typer.Option(help="With --vertex-batch: the workers' machine type.")
     ] = "n1-standard-4",
-    max_replicas: Annotated[int, typer.Option(min=1, help="With --vertex-batch: the most workers.")] = 1,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            "--replicas",
+            "--max-replicas",  # its name before: batch jobs never used more than their starting count
+            min=1,
+            help="With --vertex-batch: the machines the job runs on, all from its start. Vertex AI batch "
+            "prediction does not autoscale (it starts starting_replica_count machines and ignores "
+            "max_replica_count), so this sets both.",
+        ),
+    ] = 1,
     wait: Annotated[bool, typer.Option(help="With --vertex-batch: wait for the job to end.")] = False,
     vertex_project: Annotated[
         str | None, typer.Option(help="With --vertex-batch: Vertex project (default GOOGLE_CLOUD_PROJECT).")
@@ -584,7 +594,7 @@ def predict_cmd(
             vertex_batch,
             registry=model or None,
             machine_type=machine_type,
-            max_replicas=max_replicas,
+            replicas=replicas,
             limit=limit,
             wait=wait,
             project=vertex_project,

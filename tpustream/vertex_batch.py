@@ -87,8 +87,7 @@ def submit_batch_prediction(
     *,
     machine_type: str = "n1-standard-4",
     instances_format: str = "jsonl",
-    starting_replicas: int = 1,
-    max_replicas: int = 1,
+    replicas: int = 1,
     batch_size: int = MAX_BATCH,
     top_k: int | None = None,
     registry: str | None = None,
@@ -106,7 +105,9 @@ def submit_batch_prediction(
         input_uris: gs:// JSONL files (``write_instances``), or with ``instances_format="file-list"``
             text files of gs:// image URIs.
         output_prefix: gs:// prefix under which Vertex writes ``prediction-<model>-<time>/``.
-        machine_type, starting_replicas, max_replicas: the machines the job runs on.
+        machine_type, replicas: the machines the job runs on. Batch prediction does not autoscale: Vertex
+            starts ``starting_replica_count`` machines and ignores ``max_replica_count`` ("Get batch
+            predictions from a custom trained model", Limitations), so both are ``replicas``.
         batch_size: instances per request to the model server (1-64).
         top_k: classes per prediction (default: the server's, 5).
         wait: poll every ``poll_seconds`` until the job ends; a failed job raises ``VertexError``.
@@ -131,7 +132,7 @@ def submit_batch_prediction(
     if top_k is not None and top_k < 1:
         raise ConfigError(f"--top-k {top_k} must be positive")
     resources = vertex.MachineResources(
-        machine_type=machine_type, min_replicas=starting_replicas, max_replicas=max_replicas
+        machine_type=machine_type, min_replicas=replicas, max_replicas=replicas
     )
     place = vertex.place_of_model(model, project, region)
     aiplatform = vertex.init(place)
@@ -156,13 +157,12 @@ def submit_batch_prediction(
         parent=f"projects/{place.project}/locations/{place.location}", batch_prediction_job=job
     )
     log.info(
-        "submitted batch prediction %s: %s on %s (%s, %d-%d replicas), predictions under %s",
+        "submitted batch prediction %s: %s on %s (%s x %d, no autoscaling), predictions under %s",
         created.name,
         version.versioned_name,
         ", ".join(input_uris),
         machine_type,
-        starting_replicas,
-        max_replicas,
+        replicas,
         output_prefix,
     )
     if wait:

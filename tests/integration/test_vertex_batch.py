@@ -91,7 +91,7 @@ def test_batch_prediction_sends_the_servers_own_requests_and_gets_evaluations_an
         [written["uri"]],
         "gs://batch/out",
         machine_type="n1-standard-2",
-        max_replicas=2,
+        replicas=2,  # batch prediction does not autoscale: both counts are 2
         wait=True,
         poll_seconds=0.05,
     )
@@ -111,7 +111,7 @@ def test_batch_prediction_sends_the_servers_own_requests_and_gets_evaluations_an
         },
         "dedicatedResources": {
             "machineSpec": {"machineType": "n1-standard-2"},
-            "startingReplicaCount": 1,
+            "startingReplicaCount": 2,
             "maxReplicaCount": 2,
         },
         "manualBatchTuningParameters": {"batchSize": 64},
@@ -200,3 +200,17 @@ def test_file_list_input_and_bad_arguments(served):
         vertex_batch.predict_on_vertex(
             [str(served.log.parent / "nothing")], "digits-classifier", "gs://batch/x"
         )
+    # the CLI: --replicas N starts N machines and allows no more (batch jobs do not autoscale); --max-replicas,
+    # its earlier name, means the same
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    for flag, count in (("--replicas", "3"), ("--max-replicas", "2")):
+        args = ["predict", served.digits, "--vertex-batch", f"gs://batch/cli{count}"]
+        args += ["--vertex-model", "digits-classifier", "--limit", "2", flag, count, "--wait"]
+        said = CliRunner().invoke(app, args)
+        assert said.exit_code == 0, said.output
+        create = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")][-1]
+        resources = create["body"]["dedicatedResources"]
+        assert resources["startingReplicaCount"] == resources["maxReplicaCount"] == int(count)
