@@ -565,6 +565,16 @@ def predict_cmd(
             "max_replica_count), so this sets both.",
         ),
     ] = 1,
+    instances_per_request: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="With --vertex-batch: images per request to the model server (Vertex's batchSize). Default: "
+            "the most that fit the serving image's request budgets with the input's largest image (up to 64); "
+            "a larger value is refused.",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option(help="With --vertex-batch: wait for the job to end.")] = False,
     vertex_project: Annotated[
         str | None, typer.Option(help="With --vertex-batch: Vertex project (default GOOGLE_CLOUD_PROJECT).")
@@ -595,6 +605,7 @@ def predict_cmd(
             registry=model or None,
             machine_type=machine_type,
             replicas=replicas,
+            batch_size=instances_per_request,
             limit=limit,
             wait=wait,
             project=vertex_project,
