@@ -732,7 +732,17 @@ class VertexRecorder:
             raise Refused(409, "ALREADY_EXISTS", f'Endpoint "{name}" already exists.')
         stamp = _now()
         self.endpoints[name] = {
-            **{k: v for k, v in body.items() if k in ("displayName", "description", "labels")},
+            **{
+                k: v
+                for k, v in body.items()
+                if k in ("displayName", "description", "labels", "dedicatedEndpointEnabled")
+            },
+            # Endpoint.dedicated_endpoint_dns: "https://{endpoint_id}.{region}-{uid}.prediction.vertexai.goog"
+            **(
+                {"dedicatedEndpointDns": f"{endpoint_id}.{parent.split('/')[3]}-0.prediction.vertexai.goog"}
+                if body.get("dedicatedEndpointEnabled")
+                else {}
+            ),
             "name": name,
             "createTime": stamp,
             "updateTime": stamp,

@@ -390,10 +390,22 @@ def deploy_cmd(
     machine_type: Annotated[str, typer.Option(help="Serving machine type.")] = "n1-standard-4",
     min_replicas: Annotated[int, typer.Option(min=1, help="Replicas always running.")] = 1,
     max_replicas: Annotated[int, typer.Option(min=1, help="Most replicas under load.")] = 1,
+    dedicated_endpoint: Annotated[
+        bool,
+        typer.Option(
+            help="Create the endpoint (when none has the name) as a dedicated public endpoint: its own DNS "
+            "name and requests up to 10 MB. A shared public endpoint (the default) takes requests up to 1.5 MB, "
+            "far below the model server's 16 MiB body limit: a few photos per request at most."
+        ),
+    ] = False,
     project: VertexProjectOption = None,
     region: VertexRegionOption = None,
 ) -> None:
-    """Deploy a Model Registry version (the champion) to a Vertex AI endpoint as a canary; undo with `rollback`."""
+    """Deploy a Model Registry version (the champion) to a Vertex AI endpoint as a canary; undo with `rollback`.
+
+    Request size: a shared public endpoint takes requests up to 1.5 MB, a dedicated one (--dedicated-endpoint)
+    up to 10 MB; batch prediction (`predict --vertex-batch`) goes to the model server directly, within its own
+    budgets."""
     from tpustream import deploy
 
     outcome = deploy.deploy(
@@ -406,6 +418,7 @@ def deploy_cmd(
         registry=registry,
         project=project,
         region=region,
+        dedicated_endpoint=dedicated_endpoint,
     )
     done = "deployed" if outcome["deployed"] else "already deployed"
     typer.echo(f"{done}: {outcome['model']} on {outcome['endpoint']} as {outcome['deployed_model_id']}")

@@ -247,6 +247,29 @@ def test_a_malformed_endpoint_resource_name_is_refused_not_created(recorder, end
     assert recorder.endpoints == {}
 
 
+def test_deploy_creates_a_dedicated_endpoint_when_asked(recorder):
+    """A shared public endpoint takes requests up to 1.5 MB, a dedicated one up to 10 MB: --dedicated-endpoint
+    creates the endpoint with Endpoint.dedicated_endpoint_enabled; without it, a shared one, as before."""
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    publish(recorder, 1)
+    said = CliRunner().invoke(
+        app, ["deploy", "--endpoint", "big-photos", "--model", "digits-classifier", "--dedicated-endpoint"]
+    )
+    assert said.exit_code == 0, said.output
+    deploy.deploy("digits-classifier", "small-photos")
+    created = {e["displayName"]: e for e in recorder.endpoints.values()}
+    assert (
+        created["big-photos"]["dedicatedEndpointEnabled"] is True
+        and created["big-photos"]["dedicatedEndpointDns"]
+    )
+    assert "dedicatedEndpointEnabled" not in created["small-photos"]
+    help_text = " ".join(CliRunner().invoke(app, ["deploy", "--help"]).output.replace("│", "").split())
+    assert "1.5 MB" in help_text and "10 MB" in help_text
+
+
 def test_the_recorder_refuses_endpoint_ids_vertex_refuses(recorder):
     from google.api_core import exceptions
 
