@@ -293,6 +293,22 @@ def promote_cmd(
     max_class_drop: Annotated[
         float | None, typer.Option(help="Refuse if any class's accuracy drops by more than this.")
     ] = None,
+    min_metric: Annotated[
+        float | None,
+        typer.Option(
+            help="Quality floor: refuse a candidate whose --metric is below this (top1/top5; for loss: above "
+            "it), with or without a champion, so a poor first model is not promoted."
+        ),
+    ] = None,
+    min_class_recall: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
+            "below this, with or without a champion.",
+        ),
+    ] = None,
     vertex_model: Annotated[
         str | None, typer.Option(help="Also publish to this Vertex AI Model Registry model (display name).")
     ] = None,
@@ -320,6 +336,7 @@ def promote_cmd(
     With --vertex-model, a promoted model is uploaded to the Vertex AI Model Registry from its immutable
     registry version with the serving image, and gets the `champion` alias there (deployable as is)."""
     from tpustream import promote, vertex
+    from tpustream.promotion_policy import QualityFloor
 
     if validation:
         from tpustream.validate_serving import require_validated
@@ -333,6 +350,7 @@ def promote_cmd(
         metric=metric,
         min_delta=min_delta,
         max_class_drop=max_class_drop,
+        floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
         vertex=target,
     )
     if outcome.get("vertex"):
@@ -676,12 +694,29 @@ def report_cmd(
     max_class_drop: Annotated[
         float | None, typer.Option(help="The per-class limit the decision applies (as promote's).")
     ] = None,
+    min_metric: Annotated[
+        float | None,
+        typer.Option(
+            help="As promote's quality floor: refuse a candidate whose --metric is below this (top1/top5; for loss: above "
+            "it), with or without a champion, so a poor first model is not promoted."
+        ),
+    ] = None,
+    min_class_recall: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="As promote's quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
+            "below this, with or without a champion.",
+        ),
+    ] = None,
 ) -> None:
     """Write the run report: one self-contained HTML page (training curves, confusion matrices, per-class
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
     Markdown summary. The pipeline's evaluate and promote steps write the same report as KFP artifacts."""
     from tpustream import storage
     from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
+    from tpustream.promotion_policy import QualityFloor
     from tpustream.report import write_run_report
 
     metrics_uri = json_file_uri(metrics, EvalReport.NAME)
@@ -712,6 +747,7 @@ def report_cmd(
         metric=metric,
         min_delta=min_delta,
         max_class_drop=max_class_drop,
+        floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
         data_check=data_check,
     )
     verdict = "promote" if facts.decision.promote else "keep the champion"
