@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -230,6 +231,41 @@ def _find_endpoint(
     return str(created.name), True
 
 
+_CHANGES = (
+    "DeployModelOperationMetadata",
+    "UndeployModelOperationMetadata",
+    "MutateDeployedModelOperationMetadata",
+)
+
+
+def _await_running_changes(
+    client: Any, name: str, *, first_poll: float = 0.05, max_poll: float = 15.0
+) -> None:
+    """Wait for the DeployModel / UndeployModel operations still running on endpoint ``name``.
+
+    A retried deploy task (the pipeline retries a failed one) can start while its first attempt's
+    DeployModel still runs: the endpoint does not list the model until that operation is done, so deciding
+    now would deploy it a second time (billed replicas) with a split computed from stale shares. The
+    endpoint's operations (google.longrunning ListOperations on it) say what is in flight; once they are
+    done, the endpoint's state is read and the deployed version is found, as for any repeated deploy.
+    """
+    from google.longrunning import operations_pb2
+
+    listed = client.list_operations(request=operations_pb2.ListOperationsRequest(name=name))
+    running = [op.name for op in listed.operations if not op.done and op.metadata.type_url.endswith(_CHANGES)]
+    for operation in running:
+        log.info(
+            "waiting for %s, a change of %s still running (a retried deploy's first attempt?)",
+            operation,
+            name,
+        )
+        delay = first_poll
+        while not client.get_operation(request=operations_pb2.GetOperationRequest(name=operation)).done:
+            time.sleep(delay)
+            delay = min(delay * 2, max_poll)
+        log.info("%s is done", operation)
+
+
 def _set_labels(client: Any, state: _EndpointState, labels: dict[str, str]) -> None:
     if labels != state.labels:
         client.update_endpoint(
@@ -285,6 +321,7 @@ def deploy(
     version = vertex.find_model_version(aiplatform, model, registry=registry)
     client = vertex.v1_client("endpoint")
     name, created = _find_endpoint(client, place, endpoint, create=True, dedicated=dedicated_endpoint)
+    _await_running_changes(client, name)
     state = _read(client, name)
     outcome = {"endpoint": name, "created_endpoint": created, "model": version.versioned_name}
     existing = state.deployment_of(version.model_id, version.version_id)

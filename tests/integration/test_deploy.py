@@ -270,6 +270,56 @@ def test_deploy_creates_a_dedicated_endpoint_when_asked(recorder):
     assert "1.5 MB" in help_text and "10 MB" in help_text
 
 
+def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_deploying_twice(recorder):
+    """The pipeline retries a failed deploy task; the first attempt's DeployModel may still be running (it
+    takes minutes, the model is not on the endpoint until it is done). The retry finds the running operation
+    on the endpoint, waits for it, then finds the version deployed and sends nothing more."""
+    import threading
+    import time as clock
+
+    publish(recorder, 1)
+    serving = deploy.deploy("digits-classifier", "shop", traffic_percent=100)
+    publish(recorder, 2)
+    recorder.hold_deploys = True
+    first: dict = {}
+    attempt = threading.Thread(
+        target=lambda: first.update(deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
+        daemon=True,
+    )
+    attempt.start()  # its DeployModel is sent, then it waits for the operation, which the recorder holds
+    deadline = clock.monotonic() + 60
+    while not recorder._held and clock.monotonic() < deadline:
+        clock.sleep(0.01)
+    ((operation, _),) = recorder._held
+    retried: dict = {}
+    retry = threading.Thread(
+        target=lambda: retried.update(deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
+        daemon=True,
+    )
+    retry.start()
+
+    def retry_is_waiting() -> bool:
+        """The retry listed the endpoint's operations (the third ListOperations: one per deploy) and has
+        polled the running one since."""
+        paths = [request["path"] for request in list(recorder.requests)]
+        lists = [i for i, path in enumerate(paths) if path.endswith("/operations")]
+        return len(lists) >= 3 and any(path.endswith(operation) for path in paths[lists[2] :])
+
+    deadline = clock.monotonic() + 60
+    while not retry_is_waiting() and clock.monotonic() < deadline:
+        clock.sleep(0.01)
+    assert retry_is_waiting() and retry.is_alive(), "the retry did not wait for the running deployment"
+    assert recorder.finish_deploys() == 1
+    attempt.join(120)
+    retry.join(120)
+    deploys = [r for r in recorder.requests if r["path"].endswith(":deployModel")]
+    assert len(deploys) == 2  # version 1, then version 2 once: the retry sent none
+    assert first["deployed"] and not retried["deployed"]
+    assert retried["deployed_model_id"] == first["deployed_model_id"]
+    assert retried["traffic_split"] == {serving["deployed_model_id"]: 90, first["deployed_model_id"]: 10}
+    assert recorder.rejected == []
+
+
 def test_the_recorder_refuses_endpoint_ids_vertex_refuses(recorder):
     from google.api_core import exceptions
 
