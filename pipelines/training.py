@@ -312,6 +312,8 @@ def build_pipeline(
         metric: str = "top1",
         min_delta: float = 0.0,
         max_class_drop: float = -1.0,  # refuse a candidate if a class's accuracy drops more (< 0: no check)
+        min_metric: float = -1.0,  # quality floor on `metric`, with or without a champion (< 0: none)
+        min_class_recall: float = -1.0,  # quality floor on every class's recall (< 0: none)
         retrain: bool = False,
         data_check: str = "fail",  # an anomaly in the new dataset stops the run before train; "warn": log it; "off"
         max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/datacheck.py
@@ -402,6 +404,8 @@ def build_pipeline(
                 metric=metric,
                 min_delta=min_delta,
                 max_class_drop=max_class_drop,
+                min_metric=min_metric,
+                min_class_recall=min_class_recall,
                 data_check=check_data.outputs["report"],  # into the run report
             ).set_display_name("evaluate vs champion")
             sized(evaluate, "evaluate-model").set_caching_options(False)
@@ -420,6 +424,8 @@ def build_pipeline(
                     metric=metric,
                     min_delta=min_delta,
                     max_class_drop=max_class_drop,
+                    min_metric=min_metric,
+                    min_class_recall=min_class_recall,
                     vertex_model_name=vertex_model,
                     serving_image=serving_image,
                     **promote_extra,

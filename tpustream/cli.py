@@ -293,6 +293,22 @@ def promote_cmd(
     max_class_drop: Annotated[
         float | None, typer.Option(help="Refuse if any class's accuracy drops by more than this.")
     ] = None,
+    min_metric: Annotated[
+        float | None,
+        typer.Option(
+            help="Quality floor: refuse a candidate whose --metric is below this (top1/top5; for loss: above "
+            "it), with or without a champion, so a poor first model is not promoted."
+        ),
+    ] = None,
+    min_class_recall: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
+            "below this, with or without a champion.",
+        ),
+    ] = None,
     vertex_model: Annotated[
         str | None, typer.Option(help="Also publish to this Vertex AI Model Registry model (display name).")
     ] = None,
@@ -320,6 +336,7 @@ def promote_cmd(
     With --vertex-model, a promoted model is uploaded to the Vertex AI Model Registry from its immutable
     registry version with the serving image, and gets the `champion` alias there (deployable as is)."""
     from tpustream import promote, vertex
+    from tpustream.promotion_policy import QualityFloor
 
     if validation:
         from tpustream.validate_serving import require_validated
@@ -333,6 +350,7 @@ def promote_cmd(
         metric=metric,
         min_delta=min_delta,
         max_class_drop=max_class_drop,
+        floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
         vertex=target,
     )
     if outcome.get("vertex"):
@@ -390,10 +408,22 @@ def deploy_cmd(
     machine_type: Annotated[str, typer.Option(help="Serving machine type.")] = "n1-standard-4",
     min_replicas: Annotated[int, typer.Option(min=1, help="Replicas always running.")] = 1,
     max_replicas: Annotated[int, typer.Option(min=1, help="Most replicas under load.")] = 1,
+    dedicated_endpoint: Annotated[
+        bool,
+        typer.Option(
+            help="Create the endpoint (when none has the name) as a dedicated public endpoint: its own DNS "
+            "name and requests up to 10 MB. A shared public endpoint (the default) takes requests up to 1.5 MB, "
+            "far below the model server's 16 MiB body limit: a few photos per request at most."
+        ),
+    ] = False,
     project: VertexProjectOption = None,
     region: VertexRegionOption = None,
 ) -> None:
-    """Deploy a Model Registry version (the champion) to a Vertex AI endpoint as a canary; undo with `rollback`."""
+    """Deploy a Model Registry version (the champion) to a Vertex AI endpoint as a canary; undo with `rollback`.
+
+    Request size: a shared public endpoint takes requests up to 1.5 MB, a dedicated one (--dedicated-endpoint)
+    up to 10 MB; batch prediction (`predict --vertex-batch`) goes to the model server directly, within its own
+    budgets."""
     from tpustream import deploy
 
     outcome = deploy.deploy(
@@ -406,6 +436,7 @@ def deploy_cmd(
         registry=registry,
         project=project,
         region=region,
+        dedicated_endpoint=dedicated_endpoint,
     )
     done = "deployed" if outcome["deployed"] else "already deployed"
     typer.echo(f"{done}: {outcome['model']} on {outcome['endpoint']} as {outcome['deployed_model_id']}")
@@ -554,7 +585,27 @@ def predict_cmd(
     machine_type: Annotated[
         str, typer.Option(help="With --vertex-batch: the workers' machine type.")
     ] = "n1-standard-4",
-    max_replicas: Annotated[int, typer.Option(min=1, help="With --vertex-batch: the most workers.")] = 1,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            "--replicas",
+            "--max-replicas",  # its name before: batch jobs never used more than their starting count
+            min=1,
+            help="With --vertex-batch: the machines the job runs on, all from its start. Vertex AI batch "
+            "prediction does not autoscale (it starts starting_replica_count machines and ignores "
+            "max_replica_count), so this sets both.",
+        ),
+    ] = 1,
+    instances_per_request: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="With --vertex-batch: images per request to the model server (Vertex's batchSize). Default: "
+            "the most that fit the serving image's request budgets with the input's largest image (up to 64); "
+            "a larger value is refused.",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option(help="With --vertex-batch: wait for the job to end.")] = False,
     vertex_project: Annotated[
         str | None, typer.Option(help="With --vertex-batch: Vertex project (default GOOGLE_CLOUD_PROJECT).")
@@ -584,7 +635,8 @@ def predict_cmd(
             vertex_batch,
             registry=model or None,
             machine_type=machine_type,
-            max_replicas=max_replicas,
+            replicas=replicas,
+            batch_size=instances_per_request,
             limit=limit,
             wait=wait,
             project=vertex_project,
@@ -642,12 +694,29 @@ def report_cmd(
     max_class_drop: Annotated[
         float | None, typer.Option(help="The per-class limit the decision applies (as promote's).")
     ] = None,
+    min_metric: Annotated[
+        float | None,
+        typer.Option(
+            help="As promote's quality floor: refuse a candidate whose --metric is below this (top1/top5; for loss: above "
+            "it), with or without a champion, so a poor first model is not promoted."
+        ),
+    ] = None,
+    min_class_recall: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="As promote's quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
+            "below this, with or without a champion.",
+        ),
+    ] = None,
 ) -> None:
     """Write the run report: one self-contained HTML page (training curves, confusion matrices, per-class
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
     Markdown summary. The pipeline's evaluate and promote steps write the same report as KFP artifacts."""
     from tpustream import storage
     from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
+    from tpustream.promotion_policy import QualityFloor
     from tpustream.report import write_run_report
 
     metrics_uri = json_file_uri(metrics, EvalReport.NAME)
@@ -678,6 +747,7 @@ def report_cmd(
         metric=metric,
         min_delta=min_delta,
         max_class_drop=max_class_drop,
+        floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
         data_check=data_check,
     )
     verdict = "promote" if facts.decision.promote else "keep the champion"

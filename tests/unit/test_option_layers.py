@@ -55,6 +55,9 @@ PIPELINE_ONLY = {
     # copies its event files to AIP_TENSORBOARD_LOG_DIR when Vertex sets it): `pipeline submit --tensorboard`
     "experiment",  # the Vertex AI Experiment a scheduled run joins (tpustream/experiments.py): `pipeline
     # schedule --experiment`; `pipeline submit --experiment` joins through aiplatform instead
+    # the quality floor (promotion_policy.QualityFloor, -1 = none): `promote --min-metric/--min-class-recall`
+    "min_metric",
+    "min_class_recall",
 }
 # The deploy step's parameters -> `tpustream deploy`'s options (no config dataclass: checked below)
 PIPELINE_DEPLOY = {
