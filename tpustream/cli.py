@@ -283,6 +283,25 @@ def evaluate_cmd(
     typer.echo(f"metrics: {output.rstrip('/')}/metrics.json")
 
 
+# The quality floor (promotion_policy.QualityFloor): promote's, and the report's to decide as promote does.
+MinMetricOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Quality floor: refuse a candidate whose --metric is below this (top1/top5; for loss: above it), "
+        "with or without a champion, so a poor first model is not promoted."
+    ),
+]
+MinClassRecallOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        help="Quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
+        "below this, with or without a champion.",
+    ),
+]
+
+
 @app.command("promote")
 def promote_cmd(
     candidate: Annotated[str, typer.Option(help="Candidate model artifact URI.")],
@@ -293,22 +312,8 @@ def promote_cmd(
     max_class_drop: Annotated[
         float | None, typer.Option(help="Refuse if any class's accuracy drops by more than this.")
     ] = None,
-    min_metric: Annotated[
-        float | None,
-        typer.Option(
-            help="Quality floor: refuse a candidate whose --metric is below this (top1/top5; for loss: above "
-            "it), with or without a champion, so a poor first model is not promoted."
-        ),
-    ] = None,
-    min_class_recall: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            help="Quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
-            "below this, with or without a champion.",
-        ),
-    ] = None,
+    min_metric: MinMetricOption = None,
+    min_class_recall: MinClassRecallOption = None,
     vertex_model: Annotated[
         str | None, typer.Option(help="Also publish to this Vertex AI Model Registry model (display name).")
     ] = None,
@@ -694,22 +699,8 @@ def report_cmd(
     max_class_drop: Annotated[
         float | None, typer.Option(help="The per-class limit the decision applies (as promote's).")
     ] = None,
-    min_metric: Annotated[
-        float | None,
-        typer.Option(
-            help="As promote's quality floor: refuse a candidate whose --metric is below this (top1/top5; for loss: above "
-            "it), with or without a champion, so a poor first model is not promoted."
-        ),
-    ] = None,
-    min_class_recall: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            help="As promote's quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
-            "below this, with or without a champion.",
-        ),
-    ] = None,
+    min_metric: MinMetricOption = None,
+    min_class_recall: MinClassRecallOption = None,
 ) -> None:
     """Write the run report: one self-contained HTML page (training curves, confusion matrices, per-class
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
