@@ -191,7 +191,13 @@ def plan_dataset(source: Source, config: ShardConfig) -> DatasetPlan:
     rng = np.random.default_rng(config.seed)
     splits = _split_items(source, config, rng)
     if not splits["train"]:
-        raise ShardError(f"source {source.spec!r} has no training samples after the train/val split")
+        fix = (
+            "its items all carry the val split (ml_use validation/test, val shards or folders): give "
+            "--val-fraction F to re-split every item"
+            if source.has_own_split and config.val_fraction is None
+            else "lower --val-fraction or add images"
+        )
+        raise ShardError(f"source {source.spec!r} has no training samples after the train/val split: {fix}")
     # Each upsample pass is its own permutation, so copies of one image land in different shards
     # (a single shuffle of the tiled list would often put two copies in one shard and one buffer).
     base = np.array(splits["train"], dtype=np.int64)

@@ -615,6 +615,13 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
     by_reason = Counter(reason for _, reason in skipped.values()) + Counter(r.reason for r in rejected)
     examples = [message for message, _ in skipped.values()]
     examples += [r.message if r.message.startswith(r.ref) else f"{r.ref}: {r.message}" for r in rejected]
+    if "train" not in splits or not splits["train"].num_samples:  # 0 train samples is never a dataset
+        written = sum(split.num_samples for split in splits.values())
+        raise ShardError(
+            f"source {source.spec!r}: no train sample could be written ({written} in total; "
+            f"{len(skipped) + len(rejected)} skipped{', e.g. ' + examples[0] if examples else ''}): "
+            "fix the source's images or rows and re-run"
+        )
     manifest = Manifest(
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         source=source.spec,
@@ -683,7 +690,7 @@ def _warn_missing_classes(manifest: Manifest) -> None:
         empty = [name for name, count in zip(manifest.classes, info.class_counts, strict=True) if not count]
         if empty:
             log.warning(
-                "class(es) %s have 0 %s samples: %s; add images of them or drop their folders",
+                "class(es) %s have 0 %s samples: %s; add images of them or leave them out of the source",
                 ", ".join(empty),
                 split,
                 "the model cannot learn them" if split == "train" else "their accuracy is never measured",
