@@ -73,6 +73,11 @@ class ShardConfig:
     being one (its manifest.json is removed) even if this run then fails: re-run to finish the new dataset."""
     strict: bool = False
     """Fail on the first unreadable image or non-image file."""
+    class_names: str | None = None
+    """Class names as FILE (one per line, local or gs://) or a comma list a,b,c: integer label i (a WebDataset
+    .cls index, a folder named 3) becomes name i, so integer and named labels mix as one set of classes. The
+    dataset's classes are these names in this order; an integer label out of range or a name not listed is an
+    error. Without it, WebDataset shards mixing integer and named labels are refused."""
 
     def __post_init__(self) -> None:
         if self.min_train_shards < 1:
@@ -91,6 +96,10 @@ class ShardConfig:
             raise ConfigError(f"--max-pixels must be at least 64, got {self.max_pixels}")
         if self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers}")
+        if self.class_names is not None:
+            from tpustream.class_names import parse_class_names
+
+            parse_class_names(self.class_names)  # a comma list is checked now; a FILE when the source opens
 
 
 @dataclass(frozen=True)

@@ -490,7 +490,7 @@ def create_shards(
     output = storage.check_uri(config.output).rstrip("/")
     finish_replacement(output)  # a swap an earlier --overwrite run did not finish
     if source is None:
-        source = open_source(config.source, staging=output)
+        source = open_source(config.source, staging=output, class_names=config.class_names)
     check_source_listing(source, strict=config.strict)
     # Every check that can fail (source, plan, output) runs before anything is written.
     plan = plan_dataset(source, config)
@@ -786,7 +786,11 @@ def shard_ranges(config: ShardConfig, shards_per_task: int) -> list[list[int]]:
     """``[[start, end), ...]`` over the plan's shards (train then val) for parallel writers (KFP ParallelFor)."""
     if shards_per_task < 1:
         raise ConfigError(f"shards_per_task must be at least 1, got {shards_per_task}")
-    source = open_source(config.source, staging=storage.check_uri(config.output).rstrip("/"))
+    source = open_source(
+        config.source,
+        staging=storage.check_uri(config.output).rstrip("/"),
+        class_names=config.class_names,
+    )
     check_source_listing(source, strict=config.strict)  # the pipeline's --strict stops here, before writing
     plan = plan_dataset(source, config)
     total = len(plan.shards)
@@ -799,7 +803,7 @@ def write_shard_range(config: ShardConfig, start: int, end: int) -> int:
     output = storage.check_uri(config.output).rstrip("/")
     if storage.exists(storage.join(output, MANIFEST_NAME)):
         return 0  # complete already (an earlier run wrote it): nothing to write
-    source = open_source(config.source, staging=output)
+    source = open_source(config.source, staging=output, class_names=config.class_names)
     plan = plan_dataset(source, config)
     storage.ensure_prefix_writable(output)
     todo = [spec for spec in plan.shards[start:end] if _existing_record(spec, output) is None]
@@ -816,7 +820,7 @@ def finalize_dataset(config: ShardConfig) -> Manifest:
     output = storage.check_uri(config.output).rstrip("/")
     if storage.exists(storage.join(output, MANIFEST_NAME)):
         return load_manifest(output)
-    source = open_source(config.source, staging=output)
+    source = open_source(config.source, staging=output, class_names=config.class_names)
     plan = plan_dataset(source, config)
     records = [r for r in (_existing_record(spec, output) for spec in plan.shards) if r is not None]
     return finalize_manifest(output, plan, records)

@@ -132,14 +132,25 @@ def _parse(spec: str) -> tuple[SourceForm | None, str]:
     return form, argument
 
 
-def open_source(spec: str, *, staging: str | None = None) -> Source:
+def open_source(spec: str, *, staging: str | None = None, class_names: str | None = None) -> Source:
     """Parse a SOURCE string and list its items (no image is decoded yet).
 
     Args:
         spec: the SOURCE string (``tpustream shards create --help`` lists the forms).
         staging: a writable location for what a source must materialise first (a Vertex AI managed
             dataset is exported to import files under it); the dataset's own output when creating shards.
+        class_names: ``--class-names`` (FILE or a,b,c): integer labels become these names, and the
+            source's classes are exactly them (``tpustream.class_names``).
     """
+    if class_names is None:
+        return _open(spec, staging, names_given=False)
+    from tpustream.class_names import apply_class_names, read_class_names
+
+    names = read_class_names(class_names)
+    return apply_class_names(_open(spec, staging, names_given=True), names)
+
+
+def _open(spec: str, staging: str | None, *, names_given: bool) -> Source:
     form, argument = _parse(spec.strip())
     if form is not None:
         return form.open(argument)
@@ -155,7 +166,7 @@ def open_source(spec: str, *, staging: str | None = None) -> Source:
     if kind == "shards":
         from tpustream.wds_source import webdataset_source
 
-        return webdataset_source(argument.strip())
+        return webdataset_source(argument.strip(), mixed_labels=names_given)
     try:
         path = storage.check_uri(argument)  # refuses pipe: and unsupported schemes; file:///x is /x
     except storage.StorageError as exc:
@@ -165,7 +176,7 @@ def open_source(spec: str, *, staging: str | None = None) -> Source:
         from tpustream.wds_source import is_shard_directory, webdataset_source
 
         if is_shard_directory(path):
-            return webdataset_source(path)
+            return webdataset_source(path, mixed_labels=names_given)
         from tpustream.file_sources import image_folder_source
 
         return image_folder_source(path)

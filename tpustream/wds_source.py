@@ -8,6 +8,9 @@ needs one image member (IMAGE_EXTS, the first present in that order) and a label
 - a ``.cls`` member: an integer class index (what ``webdataset.ShardWriter`` users write) or a class name;
 - else a ``.json`` member whose ``label``, ``cls`` or ``class`` field (LABEL_FIELDS, in that order) holds one.
 
+Integer labels and class names in one source are refused (``3`` and ``circle`` would be unrelated classes;
+the error names which shards use which) unless ``--class-names`` names the integers (index i -> name i).
+
 Class names are the labels as text, ordered numerically when every label is an integer (so index 3 stays
 class "3") and by name otherwise. A shard whose path below the source (or file name) contains the word
 ``train``/``training`` keeps its samples in train, ``val``/``valid``/``validation``/``test``/``testing`` in val
@@ -38,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tpustream import storage
+from tpustream.class_names import is_integer_label
 from tpustream.imagecodec import UnreadableImage, prepare_image_bytes
 from tpustream.source_types import Item, Rejected, Source, SourceError
 
@@ -195,13 +199,37 @@ def _list_shard(uri: str, root: str) -> _ShardListing:
 
 
 def _ordered_classes(labels: set[str]) -> list[str]:
-    if all(re.fullmatch(r"[+-]?\d+", label) for label in labels):
+    if all(is_integer_label(label) for label in labels):
         return sorted(labels, key=int)
     return sorted(labels)
 
 
-def webdataset_source(spec: str) -> Source:
-    """The WebDataset-shards SOURCE form: see the module."""
+def _few(names: list[str], count: int = 3) -> str:
+    return ", ".join(names[:count]) + (f" and {len(names) - count} more" if len(names) > count else "")
+
+
+def _refuse_mixed_labels(spec: str, root: str, kept: list[tuple[str, _Sample, str | None]]) -> None:
+    """Refuse integer labels beside class names: ``3`` and ``circle`` would be unrelated classes."""
+    shards: dict[bool, dict[str, None]] = {True: {}, False: {}}  # integer? -> shards using it, in order
+    labels: dict[bool, set[str]] = {True: set(), False: set()}
+    for uri, sample, _ in kept:
+        assert sample.label is not None
+        integer = is_integer_label(sample.label)
+        shards[integer][uri[len(root) :] if root else uri] = None
+        labels[integer].add(sample.label)
+    if not labels[True] or not labels[False]:
+        return
+    raise SourceError(
+        f"source {spec!r} mixes integer labels ({_few(_ordered_classes(labels[True]))} in "
+        f"{_few(list(shards[True]))}) with class names ({_few(sorted(labels[False]))} in "
+        f"{_few(list(shards[False]))}), which would make unrelated classes: give --class-names FILE|a,b,c to "
+        "name the integers (index i -> name i), or write the shards with one label form"
+    )
+
+
+def webdataset_source(spec: str, *, mixed_labels: bool = False) -> Source:
+    """The WebDataset-shards SOURCE form: see the module. Integer and named labels together are refused
+    unless ``mixed_labels`` (``--class-names`` then names the integers: ``tpustream.class_names``)."""
     spec = spec.strip()
     files = expand_shard_files(spec)
     directory = "," not in spec and "*" not in spec and not spec.lower().endswith(".tar")
@@ -234,6 +262,8 @@ def webdataset_source(spec: str) -> Source:
     if not kept:
         detail = f"; e.g. {rejected[0].message}" if rejected else ""
         raise SourceError(f"source {spec!r}: no labelled image sample in {len(files)} tar file(s){detail}")
+    if not mixed_labels:
+        _refuse_mixed_labels(spec, root, kept)
 
     classes = _ordered_classes({sample.label for _, sample, _ in kept if sample.label is not None})
     index = {name: i for i, name in enumerate(classes)}
