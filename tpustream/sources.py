@@ -28,7 +28,7 @@ IMAGE_FOLDER_USAGE = "DIR or gs://DIR of class sub-folders"  # the fallback: any
 # Forms recognised by their shape rather than a prefix (docs/ARCHITECTURE.md, "SOURCE forms"):
 IMPORT_FILES_USAGE = "FILE.jsonl|FILE.csv (Vertex AI import files; a comma list or PREFIX*.jsonl)"
 MANAGED_DATASET_USAGE = "projects/P/locations/L/datasets/ID (a Vertex AI managed image dataset)"
-SHARDS_USAGE = "DIR of .tar shards or SHARD.tar (WebDataset shards written by other tools)"
+SHARDS_USAGE = "DIR of .tar shards or SHARD.tar (WebDataset shards written by other tools; .tar.gz, .tgz too)"
 IMPORT_FILE_SUFFIXES = (".jsonl", ".csv")
 MANAGED_DATASET = re.compile(r"^projects/[^/]+/locations/[^/]+/datasets/[^/]+$")
 
@@ -102,8 +102,9 @@ def _is_import_files(spec: str) -> bool:
 
 
 def _is_shard_files(spec: str) -> bool:
-    """A SOURCE naming tar shards directly: ``x.tar`` or a brace pattern ``train-{000000..000009}.tar``."""
-    return spec.lower().endswith(".tar")
+    """A SOURCE naming tar shards directly: ``x.tar`` (``.tar.gz``, ``.tgz``) or a brace pattern
+    ``train-{000000..000009}.tar``."""
+    return spec.lower().endswith((".tar", ".tar.gz", ".tgz"))
 
 
 def source_kind(spec: str) -> str:

@@ -306,3 +306,60 @@ def test_class_names_name_any_source_and_bad_lists_are_config_errors(tmp_path):
         ShardConfig(output=str(tmp_path), class_names="a,,b")
     with pytest.raises(ConfigError, match="no such file"):
         open_source("digits", class_names=str(tmp_path / "missing.txt"))
+
+
+# --------------------------------------------------------------------------- gzip-compressed shards
+
+
+def gzip_shards(directory, *, suffix: str = ".tar.gz") -> None:
+    """Replace every .tar in ``directory`` by its gzip-compressed copy (train ones as two gzip members)."""
+    import gzip
+
+    for tar in sorted(directory.glob("*.tar")):
+        data = tar.read_bytes()
+        if tar.name.startswith("train"):  # several members, as pigz/bgzip write: one stream to a reader
+            half = len(data) // 2
+            compressed = gzip.compress(data[:half], mtime=0) + gzip.compress(data[half:], mtime=0)
+        else:
+            compressed = gzip.compress(data, mtime=0)
+        tar.with_name(tar.stem + suffix).write_bytes(compressed)
+        tar.unlink()
+
+
+@pytest.mark.parametrize("suffix", [".tar.gz", ".tgz"])
+def test_gzip_compressed_shards_read_as_the_plain_ones(tmp_path, monkeypatch, suffix):
+    from tpustream import gzip_index
+
+    monkeypatch.setattr(gzip_index, "CHECKPOINT_SPACING", 4096)  # many restart points in these small shards
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    plain.mkdir()
+    write_stock_shards(str(plain))
+    packed.mkdir()
+    for tar in plain.glob("*.tar"):
+        (packed / tar.name).write_bytes(tar.read_bytes())
+    gzip_shards(packed, suffix=suffix)
+    for name in ("train-0000", "val-0002"):  # webdataset itself reads them: they are what it calls shards
+        assert len(list(wds.WebDataset(f"{packed}/{name}{suffix}", shardshuffle=False))) > 0
+    expected, source = open_source(str(plain)), open_source(str(packed))
+    assert source.classes == expected.classes and not source.rejected
+    assert [
+        str(item.ref).replace(suffix, ".tar").replace("/packed/", "/plain/") for item in source.items
+    ] == [item.ref for item in expected.items]
+    assert [(item.label, item.split) for item in source.items] == [(i.label, i.split) for i in expected.items]
+    for item, same in zip(source.items, expected.items, strict=True):
+        assert source.load(item) == expected.load(same)
+    pattern = f"{packed}/train-*{suffix},{packed}/val-{{0000..0002}}{suffix}"
+    assert source_kind(pattern) == "shards" and len(open_source(pattern).items) == 36
+    manifest, _ = create_shards(ShardConfig(source=str(packed), output=str(tmp_path / "out"), num_shards=2))
+    assert manifest.splits["train"].class_counts == [6, 6, 6] and manifest.skipped.count == 0
+
+
+def test_a_truncated_gzip_shard_is_counted_damaged(tmp_path):
+    write_stock_shards(str(tmp_path))
+    gzip_shards(tmp_path)
+    whole = (tmp_path / "val-0000.tar.gz").read_bytes()
+    (tmp_path / "val-0000.tar.gz").write_bytes(whole[: len(whole) // 2])
+    source = open_source(str(tmp_path))
+    [damaged] = [r for r in source.rejected if r.ref.endswith("val-0000.tar.gz")]
+    assert damaged.reason == "malformed-sample" and "gzip stream ends early" in damaged.message
+    assert len(source.items) < 36
