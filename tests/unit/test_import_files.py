@@ -535,3 +535,30 @@ def test_no_train_samples_suggests_val_fraction(tmp_path):
 
     with pytest.raises(ShardError, match="no training samples.*give --val-fraction F to re-split"):
         plan_dataset(import_files_source(spec), ShardConfig(source=spec, output=str(tmp_path / "out")))
+
+
+def test_shards_create_answers_hostile_import_files_with_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    images = _images(tmp_path / "raw", 4)
+    header_only = _write(tmp_path / "header.csv", ["image,label"])
+    hostile = _write(
+        tmp_path / "hostile.jsonl",
+        [
+            *(_row(image, "ab"[i % 2], "training") for i, image in enumerate(images)),
+            _row(f"{tmp_path}/raw/x\x00.jpg", "a"),
+            "[" * 50_000 + "]" * 50_000,
+        ],
+    )
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["shards", "create", "--source", header_only, "--output", str(tmp_path / "o1")]
+    )
+    assert result.exit_code == 2 and "header row(s) skipped" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "o1" / "manifest.json").exists()
+    args = ["shards", "create", "--source", hostile, "--output", str(tmp_path / "o2"), "--workers", "1"]
+    result = runner.invoke(app, [*args, "--val-fraction", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 4 samples" in result.output and "2 rows rejected" in result.output
