@@ -186,6 +186,8 @@ def _fingerprint(
     params: list[object] = [MANIFEST_FORMAT, source.spec, config.max_side, split]
     if config.max_pixels != DEFAULT_MAX_PIXELS:  # another budget skips other images: another shard
         params.append(config.max_pixels)  # (the default leaves earlier datasets' fingerprints as they were)
+    if config.class_names is not None:  # the records count samples by class name: renamed classes, new shards
+        params.append(source.classes)
     h.update(json.dumps(params).encode())
     for key, i in zip(keys, items, strict=True):
         item = source.items[i]

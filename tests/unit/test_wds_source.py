@@ -363,3 +363,19 @@ def test_a_truncated_gzip_shard_is_counted_damaged(tmp_path):
     [damaged] = [r for r in source.rejected if r.ref.endswith("val-0000.tar.gz")]
     assert damaged.reason == "malformed-sample" and "gzip stream ends early" in damaged.message
     assert len(source.items) < 36
+
+
+def test_renamed_classes_are_another_plan(tmp_path):
+    from tpustream.shard_plan import plan_dataset
+
+    def fingerprints(class_names: str | None) -> list[str]:
+        config = ShardConfig(source="digits", output=str(tmp_path), class_names=class_names)
+        return [
+            shard.fingerprint
+            for shard in plan_dataset(open_source("digits", class_names=class_names), config).shards
+        ]
+
+    words = [f"d{i}" for i in range(10)]
+    assert fingerprints(None) == fingerprints(None)
+    # a resumed run must not reuse shards whose records count samples under the other names
+    assert set(fingerprints(",".join(words))).isdisjoint(fingerprints(",".join(reversed(words))))
