@@ -199,6 +199,13 @@ def _jsonl_row(line: str) -> _Row:
         annotation = row.get("classificationAnnotation")
         if annotation is not None and not isinstance(annotation, dict):
             raise _BadRow("malformed-row", "classificationAnnotation is not an object")
+        if (
+            annotation and "displayName" not in annotation
+        ):  # {"display_name": ...}: a misspelt key, not unlabelled
+            raise _BadRow(
+                "malformed-row",
+                f"classificationAnnotation has no displayName (keys: {sorted(annotation)[:5]})",
+            )
         label = (annotation or {}).get("displayName") or ""
         if not isinstance(label, str):
             raise _BadRow("malformed-row", f"displayName {label!r} is not a string")

@@ -283,7 +283,10 @@ def webdataset_source(spec: str, *, mixed_labels: bool = False) -> Source:
             rejected.append(Rejected(listing.uri, "malformed-sample", f"{listing.uri}: {listing.damaged}"))
     if not kept:
         detail = f"; e.g. {rejected[0].message}" if rejected else ""
-        raise SourceError(f"source {spec!r}: no labelled image sample in {len(files)} tar file(s){detail}")
+        hint = "; the CIFAR-10 python archive is cifar10:PATH" if spec.lower().endswith(GZIP_SUFFIXES) else ""
+        raise SourceError(
+            f"source {spec!r}: no labelled image sample in {len(files)} tar file(s){detail}{hint}"
+        )
     if not mixed_labels:
         _refuse_mixed_labels(spec, root, kept)
 

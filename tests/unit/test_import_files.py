@@ -562,3 +562,13 @@ def test_shards_create_answers_hostile_import_files_with_one_line(tmp_path):
     result = runner.invoke(app, [*args, "--val-fraction", "0.5"])
     assert result.exit_code == 0, result.output
     assert "wrote 4 samples" in result.output and "2 rows rejected" in result.output
+
+
+def test_an_annotation_without_display_name_is_malformed_not_unlabelled(tmp_path):
+    images = _images(tmp_path / "raw", 2)
+    typo = {"imageGcsUri": images[1], "classificationAnnotation": {"display_name": "a"}}
+    source = import_files_source(_write(tmp_path / "l.jsonl", [_row(images[0], "a"), json.dumps(typo)]))
+    [rejected] = source.rejected
+    assert (
+        rejected.reason == "malformed-row" and "no displayName (keys: ['display_name'])" in rejected.message
+    )
