@@ -33,9 +33,10 @@ explicit ``--val-fraction`` re-splits every row, ml_use or not, as it does for e
 CIFAR's own split, import files and shards alike).
 
 Bad rows never raise and never vanish: unparseable rows (also a line over MAX_ROW_CHARS, JSON nested deeper
-than MAX_JSON_DEPTH, a control character in a path or label), rows without a label, multi-label rows and
-images listed twice with two labels become ``Rejected("<import file>:<line>", ...)`` in ``Source.rejected``. An image listed twice
-with the same label is one item (the first row's ml_use is kept). Items are sorted by image URI and classes
+than MAX_JSON_DEPTH, a control character in a path or label, a row without a label whose path is no path),
+rows without a label, multi-label rows and images listed twice with two labels become
+``Rejected("<import file>:<line>", ...)`` in ``Source.rejected``. An image listed twice with the same label
+is one item (the first row's ml_use is kept). Items are sorted by image URI and classes
 by name, so the dataset depends on the set of rows, not their order. Import files are streamed line by line:
 nothing holds a whole file's text.
 """
@@ -199,9 +200,8 @@ def _jsonl_row(line: str) -> _Row:
         annotation = row.get("classificationAnnotation")
         if annotation is not None and not isinstance(annotation, dict):
             raise _BadRow("malformed-row", "classificationAnnotation is not an object")
-        if (
-            annotation and "displayName" not in annotation
-        ):  # {"display_name": ...}: a misspelt key, not unlabelled
+        # {"display_name": ...} is a misspelt key (malformed), not an unlabelled image
+        if annotation and "displayName" not in annotation:
             raise _BadRow(
                 "malformed-row",
                 f"classificationAnnotation has no displayName (keys: {sorted(annotation)[:5]})",
@@ -230,7 +230,7 @@ def _check_path_like(image: str) -> None:
     """Raise malformed-row for a row whose path column is no path: garbage, not an unlabelled image."""
     if not _path_like(image):
         raise _BadRow(
-            "malformed-row", f"{image[:80]!r} is not an image path or gs:// URI: expected {CSV_USAGE}"
+            "malformed-row", f"{image[:80]!r} is not an image path or gs:// URI (and the row has no label)"
         )
 
 
