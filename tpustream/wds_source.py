@@ -24,8 +24,9 @@ streaming, and their images are found again through a gzip index (``tpustream/gz
 through a decompressed copy.
 
 Listing reads every shard once, streaming, several shards at a time; it keeps each image member's place
-(offset, size), not its bytes (in a .tar.gz: its uncompressed offset, plus the gzip index). Writing the new shards then fetches each image by one ranged read (a GET
-with a Range header on GCS). So the source's bytes are read twice: the price of a plan (seeded shuffle,
+(offset, size), not its bytes (in a .tar.gz: its inflated offset, plus the gzip index). Writing the new
+shards then fetches each image by one ranged read (a GET with a Range header on GCS; in a .tar.gz, from the
+index's checkpoint before it: up to 1 MiB more). So the source's bytes are read twice: the price of a plan (seeded shuffle,
 equal-count shards, a per-class val split) that needs every label before the first shard is written.
 Bad samples never raise and never vanish: a sample without an image, without a label or with a label that
 does not parse, and a damaged tar (samples after the damage cannot be found) are ``Source.rejected``
