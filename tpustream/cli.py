@@ -174,7 +174,8 @@ def shards_check(
     examples: Annotated[int, typer.Option(help="File names listed per finding.", min=1)] = 5,
 ) -> None:
     """Is this dataset fit to train on? Duplicates, train/val leakage, empty classes, skipped rate, and
-    drift from --baseline. Exit 1 with one line per anomaly on stderr (0 with --warn-only)."""
+    drift from --baseline. Exit 1 with one line per anomaly on stderr (0 with --warn-only); a warning (a tiny
+    class) is one line on stderr too, and never fails."""
     from tpustream import storage
     from tpustream.datacheck import check_dataset
 
@@ -187,6 +188,8 @@ def shards_check(
         typer.echo(json.dumps(result.to_json(), indent=1) if json_output else result.to_markdown())
     for anomaly in result.anomalies:
         typer.echo(f"ANOMALY {anomaly.code}: {anomaly.reason}", err=True)
+    for warning in result.warnings:  # reported, never a failure
+        typer.echo(f"WARNING {warning.code}: {warning.reason}", err=True)
     count = len(result.anomalies)
     if count and not warn_only:
         fail(
