@@ -126,7 +126,7 @@ class Gate:
     opt_in: bool = False
 
 
-# Every If of build_pipeline's DAG (tests/integration/test_pipeline.py checks that none lacks its Gate).
+# Every If of build_pipeline's DAG (tests/unit/test_pipeline_local.py checks that none lacks its Gate).
 GATES = {
     gate.name: gate
     for gate in (
