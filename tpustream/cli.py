@@ -689,12 +689,40 @@ def report_cmd(
     typer.echo(f"summary: {markdown_uri}")
 
 
+# Both champion commands take the registry either way: `champion show REGISTRY` and `champion history
+# --registry REGISTRY` read as well as the forms each had first (show took --registry, history an argument).
+RegistryArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="REGISTRY",
+        help="Registry URI (a local directory or gs://); or give it as --registry.",
+        show_default=False,
+    ),
+]
+RegistryOption = Annotated[
+    str | None, typer.Option("--registry", help="Registry URI, as an option (the same as REGISTRY).")
+]
+
+
+def _registry(argument: str | None, option: str | None, command: str) -> str:
+    """The registry of a champion command, given as its argument or as --registry (one of them, or both
+    the same)."""
+    if argument and option and argument != option:
+        fail(f"champion {command}: the registry is given twice, {argument} and --registry {option}: give one")
+    registry = argument or option
+    if not registry:
+        fail(
+            f"champion {command}: give the registry: `tpustream champion {command} REGISTRY` (or --registry)"
+        )
+    return registry
+
+
 @champion_app.command("show")
-def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) -> None:
+def champion_show(registry: RegistryArgument = None, registry_option: RegistryOption = None) -> None:
     """Print the champion pointer and check that the version it names is complete."""
     from tpustream.registry import champion_status
 
-    status = champion_status(registry)
+    status = champion_status(_registry(registry, registry_option, "show"))
     typer.echo(json.dumps(status, indent=1))
     if not status["ok"]:
         raise typer.Exit(1)
@@ -702,7 +730,7 @@ def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) 
 
 @champion_app.command("history")
 def champion_history(
-    registry: Annotated[str, typer.Argument(help="Registry URI (a local directory or gs://).")],
+    registry: RegistryArgument = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the entries as one JSON list (oldest first) instead.")
     ] = False,
@@ -713,6 +741,7 @@ def champion_history(
             help="Show this metric (top1, top5, loss); default: the one each decision was taken on."
         ),
     ] = None,
+    registry_option: RegistryOption = None,
 ) -> None:
     """Every version promoted and every candidate refused, oldest first: date, dataset, metric, decision.
 
@@ -721,6 +750,7 @@ def champion_history(
     from tpustream.history import champion_history as read_history
     from tpustream.history import format_history_table
 
+    registry = _registry(registry, registry_option, "history")
     entries = read_history(registry, metric=metric)
     if limit is not None:
         entries = entries[-limit:]

@@ -254,3 +254,26 @@ def test_a_config_error_is_one_line_and_a_bare_value_error_is_a_bug_with_its_tra
     assert _user_error_message(ValueError("invalid literal for int() with base 10: 'x'")) is None
     result = CliRunner().invoke(app, ["train", "--data", "d", "--output", "o", "--epochs", "0"])
     assert result.exit_code == 2 and "epochs" in result.output and "Traceback" not in result.output
+
+
+def test_champion_show_and_history_take_the_registry_as_argument_or_option(tmp_path):
+    """`champion show` took --registry and `champion history` an argument: each takes both now, and the
+    old invocations still work; the registry given twice (differently) or not at all is one line."""
+    registry = str(tmp_path / "registry")
+    os.makedirs(registry)
+    for command, expected in (("show", '"message": "no champion yet"'), ("history", "no decisions yet in")):
+        as_argument = runner.invoke(app, ["champion", command, registry])
+        as_option = runner.invoke(app, ["champion", command, "--registry", registry])
+        both_same = runner.invoke(app, ["champion", command, registry, "--registry", registry])
+        assert as_argument.exit_code == as_option.exit_code == both_same.exit_code == 0, as_argument.output
+        assert expected in as_argument.stdout and as_argument.stdout == as_option.stdout == both_same.stdout
+        twice = runner.invoke(app, ["champion", command, registry, "--registry", str(tmp_path / "other")])
+        assert twice.exit_code == 2 and twice.stderr.strip() == (
+            f"error: champion {command}: the registry is given twice, {registry} and --registry "
+            f"{tmp_path / 'other'}: give one"
+        )
+        missing = runner.invoke(app, ["champion", command])
+        assert missing.exit_code == 2 and missing.stderr.startswith(
+            f"error: champion {command}: give the registry"
+        )
+        assert "Traceback" not in missing.output
