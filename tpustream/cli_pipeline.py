@@ -251,7 +251,9 @@ def pipeline_submit(
         ),
     ] = None,
 ) -> None:
-    """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`)."""
+    """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`).
+
+    --param source=SOURCE is required: the pipeline's default source is the bundled digits (run-local's demo)."""
     from tpustream.pipelines import submit
 
     template = _local_file(template)
@@ -295,7 +297,9 @@ def pipeline_schedule(
         ),
     ] = None,
 ) -> None:
-    """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`."""
+    """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`.
+
+    --param source=SOURCE is required: the pipeline's default source is the bundled digits (run-local's demo)."""
     from tpustream.pipelines import submit
 
     template = _local_file(template)

@@ -401,7 +401,7 @@ def test_a_run_that_cannot_join_its_experiment_is_named_with_why(tmp_path, gcs_b
                 project="proj",
                 region="europe-west4",
                 pipeline_root=f"{gcs_bucket}/root",
-                parameters={"registry": f"{gcs_bucket}/registry"},
+                parameters={"registry": f"{gcs_bucket}/registry", "source": f"{gcs_bucket}/images"},
                 api_endpoint=recorder.url,
                 skip_preflight=True,
                 experiment=EXPERIMENT,
