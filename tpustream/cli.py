@@ -274,13 +274,15 @@ def evaluate_cmd(
 ) -> None:
     """Top-1/top-5/loss, per-class accuracy and confusion matrix on the val split (XLA if PJRT_DEVICE is set)."""
     from tpustream import evaluate
+    from tpustream.report_facts import shows_top5
 
     result = evaluate.evaluate(model, data, output, registry=registry, workers=workers)
     for role, entry in (("candidate", result.candidate), ("champion", result.champion)):
         if entry:
             version = f" (version {entry['version']})" if role == "champion" else ""
+            top5 = f" top-5 {entry['top5']:.4f}" if shows_top5(len(result.classes)) else ""
             typer.echo(
-                f"{role}{version}: top-1 {entry['top1']:.4f} top-5 {entry['top5']:.4f} loss {entry['loss']:.4f} "
+                f"{role}{version}: top-1 {entry['top1']:.4f}{top5} loss {entry['loss']:.4f} "
                 f"on {entry['num_samples']} val samples"
             )
     typer.echo(f"metrics: {output.rstrip('/')}/metrics.json")
