@@ -30,10 +30,11 @@ def evaluate_model(
     from tpustream.promote import preview_decision
     from tpustream.promotion_policy import QualityFloor
     from tpustream.report import write_run_report
+    from tpustream.report_facts import shows_top5
 
     result = evaluate(model.uri, dataset.uri, evaluation.uri, registry=registry or None)
     candidate = result.candidate
-    for key in ("top1", "top5", "loss"):
+    for key in ("top1", "top5", "loss") if shows_top5(len(result.classes)) else ("top1", "loss"):
         metrics.log_metric(key, float(candidate[key]))
     metrics.log_metric("num_samples", float(candidate["num_samples"]))
     confusion.log_confusion_matrix(result.classes, candidate["confusion_matrix"])

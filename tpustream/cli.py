@@ -174,7 +174,8 @@ def shards_check(
     examples: Annotated[int, typer.Option(help="File names listed per finding.", min=1)] = 5,
 ) -> None:
     """Is this dataset fit to train on? Duplicates, train/val leakage, empty classes, skipped rate, and
-    drift from --baseline. Exit 1 with one line per anomaly on stderr (0 with --warn-only)."""
+    drift from --baseline. Exit 1 with one line per anomaly on stderr (0 with --warn-only); a warning (a tiny
+    class) is one line on stderr too, and never fails."""
     from tpustream import storage
     from tpustream.datacheck import check_dataset
 
@@ -187,6 +188,8 @@ def shards_check(
         typer.echo(json.dumps(result.to_json(), indent=1) if json_output else result.to_markdown())
     for anomaly in result.anomalies:
         typer.echo(f"ANOMALY {anomaly.code}: {anomaly.reason}", err=True)
+    for warning in result.warnings:  # reported, never a failure
+        typer.echo(f"WARNING {warning.code}: {warning.reason}", err=True)
     count = len(result.anomalies)
     if count and not warn_only:
         fail(
@@ -271,13 +274,15 @@ def evaluate_cmd(
 ) -> None:
     """Top-1/top-5/loss, per-class accuracy and confusion matrix on the val split (XLA if PJRT_DEVICE is set)."""
     from tpustream import evaluate
+    from tpustream.report_facts import shows_top5
 
     result = evaluate.evaluate(model, data, output, registry=registry, workers=workers)
     for role, entry in (("candidate", result.candidate), ("champion", result.champion)):
         if entry:
             version = f" (version {entry['version']})" if role == "champion" else ""
+            top5 = f" top-5 {entry['top5']:.4f}" if shows_top5(len(result.classes)) else ""
             typer.echo(
-                f"{role}{version}: top-1 {entry['top1']:.4f} top-5 {entry['top5']:.4f} loss {entry['loss']:.4f} "
+                f"{role}{version}: top-1 {entry['top1']:.4f}{top5} loss {entry['loss']:.4f} "
                 f"on {entry['num_samples']} val samples"
             )
     typer.echo(f"metrics: {output.rstrip('/')}/metrics.json")
@@ -747,12 +752,40 @@ def report_cmd(
     typer.echo(f"summary: {markdown_uri}")
 
 
+# Both champion commands take the registry either way: `champion show REGISTRY` and `champion history
+# --registry REGISTRY` read as well as the forms each had first (show took --registry, history an argument).
+RegistryArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="REGISTRY",
+        help="Registry URI (a local directory or gs://); or give it as --registry.",
+        show_default=False,
+    ),
+]
+RegistryOption = Annotated[
+    str | None, typer.Option("--registry", help="Registry URI, as an option (the same as REGISTRY).")
+]
+
+
+def _registry(argument: str | None, option: str | None, command: str) -> str:
+    """The registry of a champion command, given as its argument or as --registry (one of them, or both
+    the same)."""
+    if argument and option and argument != option:
+        fail(f"champion {command}: the registry is given twice, {argument} and --registry {option}: give one")
+    registry = argument or option
+    if not registry:
+        fail(
+            f"champion {command}: give the registry: `tpustream champion {command} REGISTRY` (or --registry)"
+        )
+    return registry
+
+
 @champion_app.command("show")
-def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) -> None:
+def champion_show(registry: RegistryArgument = None, registry_option: RegistryOption = None) -> None:
     """Print the champion pointer and check that the version it names is complete."""
     from tpustream.registry import champion_status
 
-    status = champion_status(registry)
+    status = champion_status(_registry(registry, registry_option, "show"))
     typer.echo(json.dumps(status, indent=1))
     if not status["ok"]:
         raise typer.Exit(1)
@@ -760,7 +793,7 @@ def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) 
 
 @champion_app.command("history")
 def champion_history(
-    registry: Annotated[str, typer.Argument(help="Registry URI (a local directory or gs://).")],
+    registry: RegistryArgument = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the entries as one JSON list (oldest first) instead.")
     ] = False,
@@ -771,6 +804,7 @@ def champion_history(
             help="Show this metric (top1, top5, loss); default: the one each decision was taken on."
         ),
     ] = None,
+    registry_option: RegistryOption = None,
 ) -> None:
     """Every version promoted and every candidate refused, oldest first: date, dataset, metric, decision.
 
@@ -779,6 +813,7 @@ def champion_history(
     from tpustream.history import champion_history as read_history
     from tpustream.history import format_history_table
 
+    registry = _registry(registry, registry_option, "history")
     entries = read_history(registry, metric=metric)
     if limit is not None:
         entries = entries[-limit:]

@@ -69,8 +69,8 @@ class ShardConfig:
     workers: int = 1
     """Parallel shard writers (processes)."""
     overwrite: bool = False
-    """Replace a complete dataset at --output. Checks run first, but once writing starts the old dataset stops
-    being one (its manifest.json is removed) even if this run then fails: re-run to finish the new dataset."""
+    """Replace a complete dataset at --output: the new one is written beside it (in _replacement/) and swapped
+    in only once complete, so the old one stays valid until then, even if this run fails (re-run to finish)."""
     strict: bool = False
     """Fail on the first unreadable image or non-image file."""
     class_names: str | None = None

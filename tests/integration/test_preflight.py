@@ -30,6 +30,7 @@ CPU_IMAGE = "europe-docker.pkg.dev/proj/tpustream/cpu" + DIGEST
 TPU_IMAGE = "europe-docker.pkg.dev/proj/tpustream/tpu" + DIGEST
 SA = "trainer@proj.iam.gserviceaccount.com"
 MEMBER = f"serviceAccount:{SA}"
+SOURCE = "gs://images/cats-and-dogs"  # submit and schedule require --param source (never read here)
 
 
 @pytest.fixture(scope="module")
@@ -323,28 +324,32 @@ def test_submit_refuses_before_any_vertex_call_when_preflight_fails(
         with pytest.raises(
             PreflightFailed, match=r"act-as: you lack iam.serviceAccounts.actAs.*--skip-preflight"
         ):
-            submit_pipeline(templates["v3-8"], parameters={"registry": f"{gcs_bucket}/r"}, **common)
+            submit_pipeline(
+                templates["v3-8"], parameters={"registry": f"{gcs_bucket}/r", "source": SOURCE}, **common
+            )
         assert recorder.requests == [] and google.requests  # refused after asking Google, before Vertex
         # --skip-preflight: no IAM, bucket or quota call; the parameter check still runs, first.
         google.requests.clear()
         with pytest.raises(PreflightFailed, match="did you mean epochs"):
             submit_pipeline(
                 templates["v3-8"],
-                parameters={"registry": f"{gcs_bucket}/r", "epoch": 3},
+                parameters={"registry": f"{gcs_bucket}/r", "source": SOURCE, "epoch": 3},
                 skip_preflight=True,
                 **common,
             )
         assert recorder.requests == [] and google.requests == []
         name = submit_pipeline(
             templates["v3-8"],
-            parameters={"registry": f"{gcs_bucket}/r", "epochs": 3},
+            parameters={"registry": f"{gcs_bucket}/r", "source": SOURCE, "epochs": 3},
             skip_preflight=True,
             **common,
         )
         assert name.startswith("projects/proj/locations/us-central1/pipelineJobs/") and google.requests == []
         # Everything granted: the preflight passes and the run goes to Vertex.
         google.service_accounts[SA]["caller"] = {"iam.serviceAccounts.actAs"}
-        submit_pipeline(templates["v3-8"], parameters={"registry": f"{gcs_bucket}/r"}, **common)
+        submit_pipeline(
+            templates["v3-8"], parameters={"registry": f"{gcs_bucket}/r", "source": SOURCE}, **common
+        )
     finally:
         recorder.close()
     jobs = [r for r in recorder.requests if r["method"] == "POST" and r["path"].endswith("/pipelineJobs")]
@@ -361,7 +366,7 @@ def test_cli_preflight_submit_and_help(templates, google, gcs_bucket, monkeypatc
     for api in ("IAM", "RESOURCE_MANAGER", "CLOUD_QUOTAS"):
         monkeypatch.setenv(f"TPUSTREAM_{api}_ENDPOINT", google.url)
     common = f"--project proj --pipeline-root {gcs_bucket}/runs --registry {gcs_bucket}/registry".split()
-    common += ["--template", templates["v3-8"], "--service-account", SA]
+    common += ["--template", templates["v3-8"], "--service-account", SA, "--param", f"source={SOURCE}"]
     try:
         ok = runner.invoke(app, ["pipeline", "preflight", *common, "--param", "epochs=3", "--schedule"])
         assert ok.exit_code == 0, ok.output
