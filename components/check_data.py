@@ -17,6 +17,7 @@ def check_data(
     max_skipped_rate: float,
     max_class_share_shift: float,
     max_skipped_rate_increase: float,
+    min_class_train_samples: int,
     report: Output[Markdown],
 ) -> None:
     """Write the report; raise DataCheckFailed (the task fails) on an anomaly when ``data_check`` is "fail"."""
@@ -28,6 +29,7 @@ def check_data(
         max_skipped_rate=max_skipped_rate,
         max_class_share_shift=max_class_share_shift,
         max_skipped_rate_increase=max_skipped_rate_increase,
+        min_class_train_samples=int(min_class_train_samples),
     )
     result = check_for_pipeline(
         dataset.uri,
@@ -40,4 +42,5 @@ def check_data(
     report.metadata["data_check"] = data_check
     if result is not None:
         report.metadata["anomalies"] = [anomaly.code for anomaly in result.anomalies]
+        report.metadata["warnings"] = [warning.code for warning in result.warnings]
         report.metadata["baseline"] = result.baseline or ""

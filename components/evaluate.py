@@ -16,20 +16,25 @@ def evaluate_model(
     report: Output[HTML],
     summary: Output[Markdown],
     max_class_drop: float = -1.0,
+    min_metric: float = -1.0,
+    min_class_recall: float = -1.0,
 ) -> str:
     """metrics.json under the `evaluation` artifact; KFP metrics and the confusion matrix for the UI; the run
     report (``report``: one HTML page, ``summary``: Markdown; tpustream/report.py) with the decision as it
     stands before promote. Returns "promote" or "keep" (the DAG's branch; promote decides again under
-    compare-and-swap). ``data_check``: the check-data step's report. ``max_class_drop`` < 0: no per-class check."""
+    compare-and-swap). ``data_check``: the check-data step's report. ``max_class_drop`` < 0: no per-class check; ``min_metric``/``min_class_recall``
+    < 0: no quality floor."""
     import logging
 
     from tpustream.evaluate import evaluate
     from tpustream.promote import preview_decision
+    from tpustream.promotion_policy import QualityFloor
     from tpustream.report import write_run_report
+    from tpustream.report_facts import shows_top5
 
     result = evaluate(model.uri, dataset.uri, evaluation.uri, registry=registry or None)
     candidate = result.candidate
-    for key in ("top1", "top5", "loss"):
+    for key in ("top1", "top5", "loss") if shows_top5(len(result.classes)) else ("top1", "loss"):
         metrics.log_metric(key, float(candidate[key]))
     metrics.log_metric("num_samples", float(candidate["num_samples"]))
     confusion.log_confusion_matrix(result.classes, candidate["confusion_matrix"])
@@ -39,6 +44,7 @@ def evaluate_model(
         metric=metric,
         min_delta=min_delta,
         max_class_drop=max_class_drop if max_class_drop >= 0 else None,
+        floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
     )
     logging.getLogger("tpustream").info(
         "decision: %s (%s)", "promote" if decision.promote else "keep", decision.reason
@@ -55,6 +61,7 @@ def evaluate_model(
             metric=metric,
             min_delta=min_delta,
             max_class_drop=max_class_drop if max_class_drop >= 0 else None,
+            floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
             data_check=data_check.uri,
         )
     except Exception:

@@ -26,6 +26,8 @@ def promote_model(
     report: Output[HTML],
     summary: Output[Markdown],
     max_class_drop: float = -1.0,
+    min_metric: float = -1.0,
+    min_class_recall: float = -1.0,
     vertex_model_name: str = "",
     serving_image: str = "",
     project: str = "",
@@ -35,10 +37,12 @@ def promote_model(
     a pass for this candidate. ``report``/``summary``: the run report with the final decision (evaluate's,
     now settled). Returns the outcome line; the registry's champion.json is the source of truth. Without
     ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName.
-    ``max_class_drop`` < 0: no per-class check."""
+    ``max_class_drop`` < 0: no per-class check; ``min_metric``/``min_class_recall``
+    < 0: no quality floor."""
     import logging
 
     from tpustream.promote import promote
+    from tpustream.promotion_policy import QualityFloor
     from tpustream.report import write_run_report
     from tpustream.validate_serving import require_validated
     from tpustream.vertex import target_from_env
@@ -52,6 +56,7 @@ def promote_model(
         metric=metric,
         min_delta=min_delta,
         max_class_drop=max_class_drop if max_class_drop >= 0 else None,
+        floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
         vertex=target,
     )
     try:  # the report decides nothing: if it cannot be written, the step goes on and says so
@@ -65,6 +70,7 @@ def promote_model(
             metric=metric,
             min_delta=min_delta,
             max_class_drop=max_class_drop if max_class_drop >= 0 else None,
+            floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
             outcome=outcome,
             data_check=data_check.uri,
         )

@@ -8,28 +8,94 @@ import re
 import shutil
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-from tpustream.pipelines.training import build_pipeline
+from tpustream.errors import TpustreamError
+from tpustream.pipelines.training import GATES, build_pipeline
 
-__all__ = ["run_local"]
+__all__ = ["PipelineFailed", "RunSummary", "Skipped", "condition_tasks", "run_local"]
+
+
+class PipelineFailed(TpustreamError, RuntimeError):
+    """A task of the local run failed: which, and its one-line reason (when the run's log was read)."""
+
 
 # What a person watching `make demo` needs from kfp.local's output; everything goes to the log file.
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SHOWN = (
-    (re.compile(r"Task '([\w-]+)' finished with status (\w+)"), "  {0}: {1}"),
-    (re.compile(r"Skipping conditional task ([\w-]+)"), "  {0}: skipped (condition not met)"),
     (re.compile(r"INFO\]: (no new data since .*?;|new data: .*)"), "  {0}"),
     (re.compile(r"INFO\]: (epoch \d+/\d+: .*?val top-1 [0-9.]+)"), "    {0}"),
     (re.compile(r"INFO\]: (decision: .*)"), "  {0}"),
 )
+_STARTED = re.compile(r"Executing task '([\w-]+)'")
+_FINISHED = re.compile(r"Task '([\w-]+)' finished with status (\w+)")
+_CONDITION_FALSE = re.compile(r"Skipping conditional task ([\w-]+)")
+_UPSTREAM_FAILED = re.compile(r"Skipping task ([\w-]+): upstream task\(s\) \[(.*)\] failed")
+# The data check's findings (tpustream/datacheck.py logs one line each): a failed check's reason.
+_FINDING = re.compile(r"data check (anomaly|warning) ([\w-]+): (.*)")
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*))?$")  # the line ending a traceback: `module.Error: why`
 
 
-class _Summary(io.TextIOBase):
-    """A stdout that writes everything to ``log`` and the few lines in _SHOWN to ``terminal``."""
+@dataclass(frozen=True)
+class Skipped:
+    """A condition task of the compiled DAG: what is skipped when it is not run, and what its false condition
+    means (``guards``, ``when_false``); ``quiet``: not worth a line (an option that was not given)."""
 
-    def __init__(self, log: TextIO, terminal: TextIO) -> None:
+    guards: str
+    when_false: str
+    quiet: bool = False
+
+
+def condition_tasks(spec: Any) -> dict[str, Skipped]:
+    """The compiled ``spec``'s condition tasks (``condition-3``) by what they mean: their If's Gate
+    (pipelines/training.py), or, for an If without one, the display names of the tasks inside and the
+    condition itself."""
+    components = spec.components
+
+    def inside(component: str) -> list[str]:
+        tasks = components[component].dag.tasks if component in components else {}
+        names: list[str] = []
+        for task in tasks.values():
+            nested = components.get(task.component_ref.name)
+            if nested is not None and nested.WhichOneof("implementation") == "dag":
+                names += inside(task.component_ref.name)
+            else:
+                names.append(task.task_info.name)
+        return names
+
+    found: dict[str, Skipped] = {}
+    dags = [spec.root.dag] + [c.dag for c in components.values() if c.WhichOneof("implementation") == "dag"]
+    for dag in dags:
+        for name, task in dag.tasks.items():
+            condition = task.trigger_policy.condition
+            if not condition:
+                continue
+            gate = GATES.get(task.task_info.name)
+            if gate is not None:
+                found[name] = Skipped(gate.guards, gate.when_false, gate.opt_in)
+            else:
+                found[name] = Skipped(
+                    ", ".join(inside(task.component_ref.name)),
+                    f"{task.task_info.name or name} not met ({condition})",
+                )
+    return found
+
+
+class RunSummary(io.TextIOBase):
+    """A stdout that writes everything to ``log`` and a summary to ``terminal``: each task's outcome (a
+    failed task's reason under it), each skipped condition by what it means, epochs and decisions."""
+
+    def __init__(self, log: TextIO, terminal: TextIO, conditions: dict[str, Skipped] | None = None) -> None:
         self.log, self.terminal, self.pending = log, terminal, ""
+        self.conditions = conditions or {}
+        self.findings: list[str] = []  # the data check's, since the last task started
+        self.error: str | None = None  # the last exception line of a traceback
+        self.traceback_indent: int | None = None
+        self.failed: dict[str, str] = {}  # task -> its reason
+        self.skipped_for: dict[str, set[str]] = {}  # task skipped after a failure -> the tasks that failed
+        self.reported: set[str] = set()  # skipped tasks already said (a leftover kfp handler logs twice)
 
     def writable(self) -> bool:
         return True
@@ -39,28 +105,98 @@ class _Summary(io.TextIOBase):
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
         for line in lines:
-            plain = _ANSI.sub("", line)
-            for pattern, template in _SHOWN:
-                match = pattern.search(plain)
-                if match:
-                    self.terminal.write(template.format(*match.groups()) + "\n")
-                    self.terminal.flush()
-                    break
+            for shown in self._summarize(_ANSI.sub("", line)):
+                self.terminal.write(shown + "\n")
+                self.terminal.flush()
         return len(text)
 
     def flush(self) -> None:
         self.log.flush()
 
+    def _summarize(self, line: str) -> list[str]:
+        """The terminal's lines for one line of the log (most: none)."""
+        self._read_traceback(line)
+        if match := _STARTED.search(line):
+            self.findings, self.error = [], None
+            return []
+        if match := _FINDING.search(line):
+            kind, code, reason = match.groups()
+            self.findings.append(f"{kind} {code}: {reason}")
+            return []
+        if match := _FINISHED.search(line):
+            task, status = match.groups()
+            shown = [f"  {task}: {status}"]
+            if status != "SUCCESS":
+                self.failed[task] = self.error or (self.findings[0] if self.findings else "")
+                shown += [f"    {finding}" for finding in self.findings]
+                if self.error and not self.findings:
+                    shown.append(f"    error: {self.error}")
+            else:
+                shown += [f"    {finding}" for finding in self.findings]  # data_check=warn, tiny classes
+            self.findings, self.error = [], None
+            return shown
+        if match := _CONDITION_FALSE.search(line):
+            return self._skipped(match.group(1), None)
+        if match := _UPSTREAM_FAILED.search(line):
+            task, upstream = match.groups()
+            causes: set[str] = set()
+            for name in re.findall(r"'([\w-]+)'", upstream):
+                causes |= self.skipped_for.get(name, {name})
+            self.skipped_for[task] = causes
+            return self._skipped(task, ", ".join(sorted(causes)) + " failed")
+        for pattern, template in _SHOWN:
+            if match := pattern.search(line):
+                return [template.format(*match.groups())]
+        return []
+
+    def _skipped(self, task: str, failure: str | None) -> list[str]:
+        """``promotion skipped: candidate refused`` (a condition task), ``train-model: skipped (check-data
+        failed)`` (a task after a failure)."""
+        condition = self.conditions.get(task)
+        if task in self.reported:
+            return []
+        self.reported.add(task)
+        if condition is None:
+            return [f"  {task}: skipped ({failure or 'condition not met'})"]
+        if failure is None and condition.quiet:
+            return []
+        return [f"  {condition.guards} skipped: {failure or condition.when_false}"]
+
+    def _read_traceback(self, line: str) -> None:
+        """Keep the exception line that ends a task's traceback (``self.error``): its one-line reason."""
+        indent = len(line) - len(line.lstrip())
+        if line.strip() == _TRACEBACK:
+            self.traceback_indent = indent
+        elif self.traceback_indent is not None and line.strip():
+            if indent < self.traceback_indent:
+                self.traceback_indent = None
+            elif indent == self.traceback_indent and (match := _EXCEPTION.match(line.strip())):
+                name, message = match.groups()
+                # our own errors (TpustreamError) say everything in their message; anything else, its type too
+                short = name.rsplit(".", 1)[-1]
+                if name.startswith("tpustream.") and message:
+                    self.error = message
+                else:
+                    self.error = f"{short}: {message}" if message else short
+
 
 @contextlib.contextmanager
-def _quiet(log_path: str) -> Iterator[None]:
-    """kfp.local prints every task's full executor log to stdout: send it to ``log_path`` instead."""
+def _quiet(log_path: str, conditions: dict[str, Skipped]) -> Iterator[RunSummary]:
+    """kfp.local prints every task's full executor log to stdout: send it to ``log_path`` instead, and a
+    summary to the terminal."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "w") as log:
-        summary = _Summary(log, sys.stdout)
-        logging.getLogger().handlers.clear()  # they hold the terminal's stderr (restored by _root_logging)
+        summary = RunSummary(log, sys.stdout, conditions)
+        root_logger = logging.getLogger()
+        root_logger.handlers.clear()  # they hold the terminal's stderr (restored by _root_logging)
+        # kfp.local logs its skips between tasks at INFO on the root logger (its own handler is there only
+        # while a task runs): without this one they would reach neither the log nor the summary
+        handler = logging.StreamHandler(summary)
+        handler.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(message)s", "%H:%M:%S"))
+        root_logger.addHandler(handler)
+        root_logger.setLevel(logging.INFO)
         with contextlib.redirect_stdout(summary), contextlib.redirect_stderr(log):
-            yield
+            yield summary
 
 
 @contextlib.contextmanager
@@ -100,8 +236,19 @@ def run_local(
     pipeline_root = os.path.join(root, "pipeline-root")
     earlier = set(os.listdir(pipeline_root)) if os.path.isdir(pipeline_root) else set()
     pipeline = build_pipeline(tpu=None)
-    with _root_logging(), _quiet(log_path) if log_path else contextlib.nullcontext():
-        run = pipeline(registry=registry, **parameters)
+    conditions = condition_tasks(pipeline.pipeline_spec)
+    summary: RunSummary | None = None
+    try:
+        quiet = _quiet(log_path, conditions) if log_path else contextlib.nullcontext()
+        with _root_logging(), quiet as summary:
+            run = pipeline(registry=registry, **parameters)
+    except RuntimeError as exc:  # kfp.local: a task failed
+        failed = summary.failed if summary is not None else {}
+        if not failed:
+            raise PipelineFailed(_ANSI.sub("", str(exc))) from exc
+        raise PipelineFailed(
+            "; ".join(f"{task} failed" + (f": {why}" if why else "") for task, why in failed.items())
+        ) from exc
     # this run's directory (kfp.local names it after the pipeline and the time); not xla-cache and the like
     runs = sorted(
         name

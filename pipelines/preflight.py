@@ -294,8 +294,10 @@ def preflight(
     declared = template_parameters(spec) if spec is not None else None
     if spec is None and not template.startswith("https://"):
         return [Finding("template", FAIL, f"--template {template}: no such file")]
+    default_tensorboard = declared["tensorboard"].default if declared and "tensorboard" in declared else ""
     return check_parameters(declared, parameters) + check_cloud(
         spec,
+        tensorboard=str(parameters.get("tensorboard", default_tensorboard) or ""),
         project=project,
         region=region,
         pipeline_root=pipeline_root,

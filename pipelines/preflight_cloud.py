@@ -20,6 +20,7 @@ from tpustream.pipelines.preflight_findings import (
     FAIL,
     MODEL_ARTIFACTS_DOC,
     OK,
+    TENSORBOARD_BUCKET_DOC,
     WARN,
     Finding,
     bucket_serves_region,
@@ -291,6 +292,38 @@ def _bucket(name: str, uri: str, region: str, *, must_be_in_region: bool, why: s
     )
 
 
+def _tensorboard_bucket(pipeline_root: str, region: str) -> Finding:
+    """The TPU job's log directory is under the pipeline root (pipelines/training.py, TRAIN_JOB_OUTPUT), and
+    "Set up Vertex AI TensorBoard" requires its bucket to be regional (not multi- or dual-region) and in the
+    region of the training job and the TensorBoard instance (the instance's region is checked against the
+    run's by ``check_tensorboard``)."""
+    bucket = pipeline_root[len("gs://") :].split("/", 1)[0]
+    info = storage.bucket_info(pipeline_root, timeout=15.0)
+    location_type = (info.location_type or "").lower()
+    fix = (
+        f"give --pipeline-root a bucket created with --location={region} "
+        f"(gcloud storage buckets create gs://NEW --location={region}), or run without --param tensorboard "
+        f"({TENSORBOARD_BUCKET_DOC})"
+    )
+    if location_type != "region":
+        return Finding(
+            "tensorboard-bucket",
+            FAIL,
+            f"gs://{bucket} is a {location_type or 'non-regional'} bucket ({info.location}): Vertex AI "
+            f"TensorBoard needs the job's log directory in a regional bucket in {region}; {fix}",
+        )
+    if info.location.lower() != region.lower():
+        return Finding(
+            "tensorboard-bucket",
+            FAIL,
+            f"gs://{bucket} is in {info.location}, the training job and TensorBoard in {region}: Vertex AI "
+            f"TensorBoard needs the log bucket in their region; {fix}",
+        )
+    return Finding(
+        "tensorboard-bucket", OK, f"gs://{bucket} is a regional bucket in {region}, as TensorBoard needs"
+    )
+
+
 def _compiled_strategy(spec: dict[str, Any]) -> str:
     """The train job's scheduling strategy compiled into the template (STANDARD, SPOT)."""
     tasks: dict[str, Any] = dict(spec.get("root", {}).get("dag", {}).get("tasks", {}))
@@ -420,8 +453,10 @@ def check_cloud(
     schedule: bool = False,
     api_endpoints: ApiEndpoints | None = None,
     timeout: float = 10.0,
+    tensorboard: str = "",
 ) -> list[Finding]:
-    """Every check but the parameters': TPU region, credentials, IAM, buckets, TPU quota."""
+    """Every check but the parameters': TPU region, credentials, IAM, buckets (with ``tensorboard``, the
+    run's Vertex AI TensorBoard instance, the log bucket's rule too), TPU quota."""
     from tpustream.pipelines.tpu import TPU_TYPES, compiled_slice
 
     endpoints = api_endpoints or ApiEndpoints.from_env()
@@ -480,6 +515,8 @@ def check_cloud(
             why="the TPU hosts stream shards from it across regions (slower, billed egress)",
         ),
     )
+    if tensorboard and tpu is not None:
+        findings += guarded("tensorboard-bucket", lambda: _tensorboard_bucket(pipeline_root, region))
     if isinstance(registry, str) and storage.is_gcs(registry):
         vertex_model = parameters.get("vertex_model")
         findings += guarded(

@@ -13,7 +13,14 @@ from tpustream.pipelines.training import StepResources, build_pipeline, check_im
 
 log = logging.getLogger(__name__)
 
-__all__ = ["compile_pipeline", "submit_pipeline", "schedule_pipeline", "check_tensorboard", "reads_parameter"]
+__all__ = [
+    "compile_pipeline",
+    "submit_pipeline",
+    "schedule_pipeline",
+    "check_source_parameter",
+    "check_tensorboard",
+    "reads_parameter",
+]
 
 # A Vertex AI TensorBoard instance's resource name (aiplatform_v1 CustomJobSpec.tensorboard)
 _TENSORBOARD = re.compile(
@@ -253,6 +260,18 @@ def _check_template_parameters(template: str, parameters: dict[str, Any]) -> Non
     preflight.raise_on_failure(findings, "`tpustream pipeline submit --help` lists the parameters")
 
 
+def check_source_parameter(parameters: dict[str, Any]) -> None:
+    """Refuse a Vertex run without ``--param source``: the pipeline's default source is the bundled digits
+    (what `pipeline run-local` demonstrates on), and a scheduled run that quietly trains on them instead of the
+    user's bucket is a mistake found weeks later. Digits on purpose is ``--param source=digits``."""
+    if not str(parameters.get("source", "")).strip():
+        raise ConfigError(
+            "--param source is required for a Vertex AI run: without it the run trains on the pipeline's default, "
+            "the bundled digits. Give your images, e.g. --param source=gs://BUCKET/images "
+            "(--param source=digits to train on the digits on purpose)"
+        )
+
+
 def _run_preflight(
     template: str,
     *,
@@ -283,6 +302,9 @@ def _run_preflight(
     levels = {preflight.OK: logging.INFO, preflight.WARN: logging.WARNING, preflight.FAIL: logging.ERROR}
     for finding in findings:
         log.log(levels[finding.status], "preflight %s", finding.line())
+    if any(f.check == "credentials" and f.status == preflight.FAIL for f in findings):
+        # the run is sent with the same credentials: skipping the checks would only fail later
+        preflight.raise_on_failure(findings, "submitting needs them too: --skip-preflight would not help")
     preflight.raise_on_failure(findings, "fix them, or pass --skip-preflight to submit anyway")
 
 
@@ -307,6 +329,7 @@ def _job(
     _check_template_parameters(template, parameters)
     check_slice_parameters(template, parameters)
     _check_tensorboard_parameter(template, parameters, region)
+    check_source_parameter(parameters)
     if not storage.is_gcs(pipeline_root):
         raise ConfigError(f"--pipeline-root must be a gs:// URI for Vertex AI, got {pipeline_root!r}")
     if not skip_preflight:

@@ -60,6 +60,8 @@ __all__ = [
     "VERTEX_MAX_CPU",
     "VERTEX_MAX_MEMORY_GB",
     "TRAIN_JOB_OUTPUT",
+    "Gate",
+    "GATES",
 ]
 
 # The TPU CustomJob's baseOutputDirectory: one per run, under the run's pipeline root. Vertex resolves the
@@ -107,6 +109,33 @@ CPU_STEPS = (
     "deploy-model",
     "join-experiment",
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gate:
+    """A ``dsl.If`` of the DAG in the user's words, for ``pipeline run-local`` to name a skipped condition by
+    what it means (``promotion skipped: candidate refused``) instead of its compiled name (``condition-3``).
+
+    ``name`` is the If's name (the compiled condition task's display name); ``guards`` what runs inside it;
+    ``when_false`` what a false condition means; ``opt_in``: false only says an option was not given (an
+    endpoint, an experiment), not worth a line of run-local's summary."""
+
+    name: str
+    guards: str
+    when_false: str
+    opt_in: bool = False
+
+
+# Every If of build_pipeline's DAG (tests/unit/test_pipeline_local.py checks that none lacks its Gate).
+GATES = {
+    gate.name: gate
+    for gate in (
+        Gate(name="new-data", guards="training", when_false="no new data since the last run"),
+        Gate(name="candidate-wins", guards="promotion", when_false="candidate refused"),
+        Gate(name="deploy-requested", guards="deploy", when_false="no endpoint given", opt_in=True),
+        Gate(name="experiment-requested", guards="experiment", when_false="no experiment given", opt_in=True),
+    )
+}
 
 
 def cpu_count(cpu: str) -> float:
@@ -312,6 +341,8 @@ def build_pipeline(
         metric: str = "top1",
         min_delta: float = 0.0,
         max_class_drop: float = -1.0,  # refuse a candidate if a class's accuracy drops more (< 0: no check)
+        min_metric: float = -1.0,  # quality floor on `metric`, with or without a champion (< 0: none)
+        min_class_recall: float = -1.0,  # quality floor on every class's recall (< 0: none)
         retrain: bool = False,
         data_check: str = "fail",  # an anomaly in the new dataset stops the run before train; "warn": log it; "off"
         max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/datacheck.py
@@ -319,6 +350,7 @@ def build_pipeline(
         max_skipped_rate: float = DataCheckThresholds.max_skipped_rate,
         max_class_share_shift: float = DataCheckThresholds.max_class_share_shift,
         max_skipped_rate_increase: float = DataCheckThresholds.max_skipped_rate_increase,
+        min_class_train_samples: int = DataCheckThresholds.min_class_train_samples,  # a warning, never a failure
         vertex_model: str = "",  # also upload a promoted model to this Vertex AI Model Registry model
         serving_image: str = "",  # ... with this serving image (containers/serve; Cloud Build's serve.ref)
         endpoint: str = "",  # then deploy it to this Vertex AI endpoint as a canary (display name or resource); "" none
@@ -373,6 +405,7 @@ def build_pipeline(
                 max_skipped_rate=max_skipped_rate,
                 max_class_share_shift=max_class_share_shift,
                 max_skipped_rate_increase=max_skipped_rate_increase,
+                min_class_train_samples=min_class_train_samples,
             ).set_display_name("check data")
             sized(check_data, "check-data").set_caching_options(False)
             train = ops["train"](
@@ -402,6 +435,8 @@ def build_pipeline(
                 metric=metric,
                 min_delta=min_delta,
                 max_class_drop=max_class_drop,
+                min_metric=min_metric,
+                min_class_recall=min_class_recall,
                 data_check=check_data.outputs["report"],  # into the run report
             ).set_display_name("evaluate vs champion")
             sized(evaluate, "evaluate-model").set_caching_options(False)
@@ -420,6 +455,8 @@ def build_pipeline(
                     metric=metric,
                     min_delta=min_delta,
                     max_class_drop=max_class_drop,
+                    min_metric=min_metric,
+                    min_class_recall=min_class_recall,
                     vertex_model_name=vertex_model,
                     serving_image=serving_image,
                     **promote_extra,

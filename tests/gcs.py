@@ -39,6 +39,9 @@ class FaultProxy:
         self.write_answers_lost = 0
         # lose_answer(method, path) -> True: forward the request (it is applied), then cut its answer
         self.lose_answer: Callable[[str, str], bool] | None = None
+        # rewrite(method, path, body) -> the body to answer instead (e.g. a bucket's location, which
+        # fake-gcs-server always reports as US-CENTRAL1)
+        self.rewrite: Callable[[str, str, bytes], bytes] | None = None
         upstream_url = upstream.rstrip("/").encode()
         proxy = self
 
@@ -74,6 +77,8 @@ class FaultProxy:
                 resp = conn.getresponse()
                 data = resp.read().replace(upstream_url, proxy.url.encode())  # mediaLink -> through us
                 conn.close()
+                if proxy.rewrite is not None:
+                    data = proxy.rewrite(self.command, self.path, data)
                 forced = proxy.lose_answer is not None and proxy.lose_answer(self.command, self.path)
                 cut = (fault or forced) and len(data) > 1
                 if cut:

@@ -341,6 +341,11 @@ class VertexRecorder:
         self.fail_exports = 0  # fail this many export operations, as when the Vertex AI Service Agent
         # cannot write to the destination bucket
         self.endpoints: dict[str, dict] = {}  # endpoint name -> its v1 Endpoint as GET answers it
+        # hold_deploys: DeployModel operations stay running (done: false, the model not yet deployed) until
+        # finish_deploys(), as a real deployment takes minutes; a retried deploy task can meet one in flight
+        self.hold_deploys = False
+        self._held: list[tuple[str, Callable[[], None]]] = []  # (operation name, what finishing it applies)
+        self.operation_polls: dict[str, int] = {}  # operation name -> GETs of it while it ran
         self.evaluations: dict[str, list[dict]] = {}  # "ID@VERSION" -> its ModelEvaluations
         self.batch_jobs: dict[str, dict] = {}  # batch prediction job name -> its v1 BatchPredictionJob
         self.batch_server: str | None = None  # a model server's base URL: batch jobs run against it
@@ -442,7 +447,18 @@ class VertexRecorder:
     ) -> tuple[dict, int]:
         m_operation = re.match(r"^/(?:v1|ui)/(projects/[^/]+/locations/[^/]+/.+/operations/[^/]+)$", path)
         if method == "GET" and m_operation and m_operation.group(1) in self.operations:
-            return self.operations[m_operation.group(1)], 200
+            found = self.operations[m_operation.group(1)]
+            if not found.get("done"):
+                self.operation_polls[found["name"]] = self.operation_polls.get(found["name"], 0) + 1
+            return found, 200
+        m_list = re.match(r"^/(?:v1|ui)/(projects/[^/]+/locations/[^/]+/endpoints/[^/:]+)/operations$", path)
+        if method == "GET" and m_list:  # google.longrunning ListOperations on an endpoint
+            under = [
+                op
+                for name, op in self.operations.items()
+                if name.startswith(f"{m_list.group(1)}/operations/")
+            ]
+            return {"operations": under}, 200
         m = re.match(r"^/v1/(projects/[^/]+/locations/[^/]+)(/.*)$", path)
         if not m:
             return {"error": {"code": 404, "message": f"unknown path {path}"}}, 404
@@ -723,10 +739,26 @@ class VertexRecorder:
         if not body.get("displayName"):
             raise Refused(400, "INVALID_ARGUMENT", "Endpoint.displayName is required")
         endpoint_id = query.get("endpointId", [str(5100 + len(self.endpoints))])[0]
+        # CreateEndpointRequest.endpoint_id (aiplatform_v1 types/endpoint_service.py): a lowercase letter
+        # then up to 62 of [a-z0-9-], the last a letter or digit; or up to 9 digits, no leading zero.
+        if not re.match(r"^(?:[1-9][0-9]{0,8}|[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?)$", endpoint_id):
+            raise Refused(400, "INVALID_ARGUMENT", f"Invalid endpoint_id {endpoint_id!r}")
         name = f"{parent}/endpoints/{endpoint_id}"
+        if name in self.endpoints:
+            raise Refused(409, "ALREADY_EXISTS", f'Endpoint "{name}" already exists.')
         stamp = _now()
         self.endpoints[name] = {
-            **{k: v for k, v in body.items() if k in ("displayName", "description", "labels")},
+            **{
+                k: v
+                for k, v in body.items()
+                if k in ("displayName", "description", "labels", "dedicatedEndpointEnabled")
+            },
+            # Endpoint.dedicated_endpoint_dns: "https://{endpoint_id}.{region}-{uid}.prediction.vertexai.goog"
+            **(
+                {"dedicatedEndpointDns": f"{endpoint_id}.{parent.split('/')[3]}-0.prediction.vertexai.goog"}
+                if body.get("dedicatedEndpointEnabled")
+                else {}
+            ),
             "name": name,
             "createTime": stamp,
             "updateTime": stamp,
@@ -818,11 +850,34 @@ class VertexRecorder:
             "dedicatedResources": resources,
             "createTime": _now(),
         }
-        endpoint.setdefault("deployedModels", []).append(deployed_model)
-        if split:  # "0" is the model being deployed (DeployModelRequest.traffic_split)
-            endpoint["trafficSplit"] = {(new_id if k == "0" else k): v for k, v in split.items()}
-        endpoint.update(updateTime=_now(), etag=f"AMEw{next(self._ids)}")
-        return self._operation(name, "DeployModel", {"deployedModel": deployed_model}, "DeployModelResponse")
+
+        def apply() -> None:
+            endpoint.setdefault("deployedModels", []).append(deployed_model)
+            if split:  # "0" is the model being deployed (DeployModelRequest.traffic_split)
+                endpoint["trafficSplit"] = {(new_id if k == "0" else k): v for k, v in split.items()}
+            endpoint.update(updateTime=_now(), etag=f"AMEw{next(self._ids)}")
+
+        reply = self._operation(name, "DeployModel", {"deployedModel": deployed_model}, "DeployModelResponse")
+        if not self.hold_deploys:
+            apply()
+            return reply
+        running = self.operations[reply["name"]]
+        self.operations[reply["name"]] = {
+            "name": running["name"],
+            "metadata": running["metadata"],
+            "done": False,
+        }
+        self._held.append(
+            (reply["name"], lambda: (apply(), self.operations.__setitem__(reply["name"], running)))
+        )
+        return reply
+
+    def finish_deploys(self) -> int:
+        """Complete every held DeployModel: the models are deployed and the operations done. Returns how many."""
+        held, self._held = self._held, []
+        for _, finish in held:
+            finish()
+        return len(held)
 
     def _undeploy(self, name: str, endpoint: dict, deployed: set[str], body: dict) -> dict:
         """UndeployModel: the model must end with no traffic; a given trafficSplit replaces the endpoint's

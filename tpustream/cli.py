@@ -174,7 +174,8 @@ def shards_check(
     examples: Annotated[int, typer.Option(help="File names listed per finding.", min=1)] = 5,
 ) -> None:
     """Is this dataset fit to train on? Duplicates, train/val leakage, empty classes, skipped rate, and
-    drift from --baseline. Exit 1 with one line per anomaly on stderr (0 with --warn-only)."""
+    drift from --baseline. Exit 1 with one line per anomaly on stderr (0 with --warn-only); a warning (a tiny
+    class) is one line on stderr too, and never fails."""
     from tpustream import storage
     from tpustream.datacheck import check_dataset
 
@@ -187,6 +188,8 @@ def shards_check(
         typer.echo(json.dumps(result.to_json(), indent=1) if json_output else result.to_markdown())
     for anomaly in result.anomalies:
         typer.echo(f"ANOMALY {anomaly.code}: {anomaly.reason}", err=True)
+    for warning in result.warnings:  # reported, never a failure
+        typer.echo(f"WARNING {warning.code}: {warning.reason}", err=True)
     count = len(result.anomalies)
     if count and not warn_only:
         fail(
@@ -271,16 +274,37 @@ def evaluate_cmd(
 ) -> None:
     """Top-1/top-5/loss, per-class accuracy and confusion matrix on the val split (XLA if PJRT_DEVICE is set)."""
     from tpustream import evaluate
+    from tpustream.report_facts import shows_top5
 
     result = evaluate.evaluate(model, data, output, registry=registry, workers=workers)
     for role, entry in (("candidate", result.candidate), ("champion", result.champion)):
         if entry:
             version = f" (version {entry['version']})" if role == "champion" else ""
+            top5 = f" top-5 {entry['top5']:.4f}" if shows_top5(len(result.classes)) else ""
             typer.echo(
-                f"{role}{version}: top-1 {entry['top1']:.4f} top-5 {entry['top5']:.4f} loss {entry['loss']:.4f} "
+                f"{role}{version}: top-1 {entry['top1']:.4f}{top5} loss {entry['loss']:.4f} "
                 f"on {entry['num_samples']} val samples"
             )
     typer.echo(f"metrics: {output.rstrip('/')}/metrics.json")
+
+
+# The quality floor (promotion_policy.QualityFloor): promote's, and the report's to decide as promote does.
+MinMetricOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Quality floor: refuse a candidate whose --metric is below this (top1/top5; for loss: above it), "
+        "with or without a champion, so a poor first model is not promoted."
+    ),
+]
+MinClassRecallOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        help="Quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
+        "below this, with or without a champion.",
+    ),
+]
 
 
 @app.command("promote")
@@ -293,6 +317,8 @@ def promote_cmd(
     max_class_drop: Annotated[
         float | None, typer.Option(help="Refuse if any class's accuracy drops by more than this.")
     ] = None,
+    min_metric: MinMetricOption = None,
+    min_class_recall: MinClassRecallOption = None,
     vertex_model: Annotated[
         str | None, typer.Option(help="Also publish to this Vertex AI Model Registry model (display name).")
     ] = None,
@@ -320,6 +346,7 @@ def promote_cmd(
     With --vertex-model, a promoted model is uploaded to the Vertex AI Model Registry from its immutable
     registry version with the serving image, and gets the `champion` alias there (deployable as is)."""
     from tpustream import promote, vertex
+    from tpustream.promotion_policy import QualityFloor
 
     if validation:
         from tpustream.validate_serving import require_validated
@@ -333,6 +360,7 @@ def promote_cmd(
         metric=metric,
         min_delta=min_delta,
         max_class_drop=max_class_drop,
+        floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
         vertex=target,
     )
     if outcome.get("vertex"):
@@ -390,10 +418,22 @@ def deploy_cmd(
     machine_type: Annotated[str, typer.Option(help="Serving machine type.")] = "n1-standard-4",
     min_replicas: Annotated[int, typer.Option(min=1, help="Replicas always running.")] = 1,
     max_replicas: Annotated[int, typer.Option(min=1, help="Most replicas under load.")] = 1,
+    dedicated_endpoint: Annotated[
+        bool,
+        typer.Option(
+            help="Create the endpoint (when none has the name) as a dedicated public endpoint: its own DNS "
+            "name and requests up to 10 MB. A shared public endpoint (the default) takes requests up to 1.5 MB, "
+            "far below the model server's 16 MiB body limit: a few photos per request at most."
+        ),
+    ] = False,
     project: VertexProjectOption = None,
     region: VertexRegionOption = None,
 ) -> None:
-    """Deploy a Model Registry version (the champion) to a Vertex AI endpoint as a canary; undo with `rollback`."""
+    """Deploy a Model Registry version (the champion) to a Vertex AI endpoint as a canary; undo with `rollback`.
+
+    Request size: a shared public endpoint takes requests up to 1.5 MB, a dedicated one (--dedicated-endpoint)
+    up to 10 MB; batch prediction (`predict --vertex-batch`) goes to the model server directly, within its own
+    budgets."""
     from tpustream import deploy
 
     outcome = deploy.deploy(
@@ -406,6 +446,7 @@ def deploy_cmd(
         registry=registry,
         project=project,
         region=region,
+        dedicated_endpoint=dedicated_endpoint,
     )
     done = "deployed" if outcome["deployed"] else "already deployed"
     typer.echo(f"{done}: {outcome['model']} on {outcome['endpoint']} as {outcome['deployed_model_id']}")
@@ -554,7 +595,27 @@ def predict_cmd(
     machine_type: Annotated[
         str, typer.Option(help="With --vertex-batch: the workers' machine type.")
     ] = "n1-standard-4",
-    max_replicas: Annotated[int, typer.Option(min=1, help="With --vertex-batch: the most workers.")] = 1,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            "--replicas",
+            "--max-replicas",  # its name before: batch jobs never used more than their starting count
+            min=1,
+            help="With --vertex-batch: the machines the job runs on, all from its start. Vertex AI batch "
+            "prediction does not autoscale (it starts starting_replica_count machines and ignores "
+            "max_replica_count), so this sets both.",
+        ),
+    ] = 1,
+    instances_per_request: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="With --vertex-batch: images per request to the model server (Vertex's batchSize). Default: "
+            "the most that fit the serving image's request budgets with the input's largest image (up to 64); "
+            "a larger value is refused.",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option(help="With --vertex-batch: wait for the job to end.")] = False,
     vertex_project: Annotated[
         str | None, typer.Option(help="With --vertex-batch: Vertex project (default GOOGLE_CLOUD_PROJECT).")
@@ -584,7 +645,8 @@ def predict_cmd(
             vertex_batch,
             registry=model or None,
             machine_type=machine_type,
-            max_replicas=max_replicas,
+            replicas=replicas,
+            batch_size=instances_per_request,
             limit=limit,
             wait=wait,
             project=vertex_project,
@@ -642,12 +704,15 @@ def report_cmd(
     max_class_drop: Annotated[
         float | None, typer.Option(help="The per-class limit the decision applies (as promote's).")
     ] = None,
+    min_metric: MinMetricOption = None,
+    min_class_recall: MinClassRecallOption = None,
 ) -> None:
     """Write the run report: one self-contained HTML page (training curves, confusion matrices, per-class
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
     Markdown summary. The pipeline's evaluate and promote steps write the same report as KFP artifacts."""
     from tpustream import storage
     from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
+    from tpustream.promotion_policy import QualityFloor
     from tpustream.report import write_run_report
 
     metrics_uri = json_file_uri(metrics, EvalReport.NAME)
@@ -678,6 +743,7 @@ def report_cmd(
         metric=metric,
         min_delta=min_delta,
         max_class_drop=max_class_drop,
+        floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
         data_check=data_check,
     )
     verdict = "promote" if facts.decision.promote else "keep the champion"
@@ -686,12 +752,40 @@ def report_cmd(
     typer.echo(f"summary: {markdown_uri}")
 
 
+# Both champion commands take the registry either way: `champion show REGISTRY` and `champion history
+# --registry REGISTRY` read as well as the forms each had first (show took --registry, history an argument).
+RegistryArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="REGISTRY",
+        help="Registry URI (a local directory or gs://); or give it as --registry.",
+        show_default=False,
+    ),
+]
+RegistryOption = Annotated[
+    str | None, typer.Option("--registry", help="Registry URI, as an option (the same as REGISTRY).")
+]
+
+
+def _registry(argument: str | None, option: str | None, command: str) -> str:
+    """The registry of a champion command, given as its argument or as --registry (one of them, or both
+    the same)."""
+    if argument and option and argument != option:
+        fail(f"champion {command}: the registry is given twice, {argument} and --registry {option}: give one")
+    registry = argument or option
+    if not registry:
+        fail(
+            f"champion {command}: give the registry: `tpustream champion {command} REGISTRY` (or --registry)"
+        )
+    return registry
+
+
 @champion_app.command("show")
-def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) -> None:
+def champion_show(registry: RegistryArgument = None, registry_option: RegistryOption = None) -> None:
     """Print the champion pointer and check that the version it names is complete."""
     from tpustream.registry import champion_status
 
-    status = champion_status(registry)
+    status = champion_status(_registry(registry, registry_option, "show"))
     typer.echo(json.dumps(status, indent=1))
     if not status["ok"]:
         raise typer.Exit(1)
@@ -699,7 +793,7 @@ def champion_show(registry: Annotated[str, typer.Option(help="Registry URI.")]) 
 
 @champion_app.command("history")
 def champion_history(
-    registry: Annotated[str, typer.Argument(help="Registry URI (a local directory or gs://).")],
+    registry: RegistryArgument = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the entries as one JSON list (oldest first) instead.")
     ] = False,
@@ -710,6 +804,7 @@ def champion_history(
             help="Show this metric (top1, top5, loss); default: the one each decision was taken on."
         ),
     ] = None,
+    registry_option: RegistryOption = None,
 ) -> None:
     """Every version promoted and every candidate refused, oldest first: date, dataset, metric, decision.
 
@@ -718,6 +813,7 @@ def champion_history(
     from tpustream.history import champion_history as read_history
     from tpustream.history import format_history_table
 
+    registry = _registry(registry, registry_option, "history")
     entries = read_history(registry, metric=metric)
     if limit is not None:
         entries = entries[-limit:]

@@ -251,7 +251,9 @@ def pipeline_submit(
         ),
     ] = None,
 ) -> None:
-    """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`)."""
+    """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`).
+
+    --param source=SOURCE is required: the pipeline's default source is the bundled digits (run-local's demo)."""
     from tpustream.pipelines import submit
 
     template = _local_file(template)
@@ -295,7 +297,9 @@ def pipeline_schedule(
         ),
     ] = None,
 ) -> None:
-    """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`."""
+    """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`.
+
+    --param source=SOURCE is required: the pipeline's default source is the bundled digits (run-local's demo)."""
     from tpustream.pipelines import submit
 
     template = _local_file(template)
@@ -335,7 +339,7 @@ def pipeline_run_local(
     """Run the whole DAG here through kfp.local on CPU XLA; prints task outcomes and where everything landed.
 
     The executors' full logs go to ROOT/logs/run-local-TIME.log (printed first); -v prints them here."""
-    from tpustream.pipelines.local import run_local
+    from tpustream.pipelines.local import PipelineFailed, run_local
     from tpustream.registry import champion_status, version_uri
     from tpustream.sources import open_source
 
@@ -363,8 +367,8 @@ def pipeline_run_local(
         typer.echo(f"running the pipeline locally; full logs: {log_path}")
     try:
         out = run_local(root=root, log_path=log_path, **parameters)
-    except RuntimeError as exc:  # kfp.local: a task failed; its own log says why
-        fail(f"{exc}: the failing task's log {'in ' + log_path if log_path else 'above'} says why")
+    except PipelineFailed as exc:  # a task failed: which and why (its reason is printed under it, too)
+        fail(f"{exc}; full log: {log_path}" if log_path else f"{exc} (its log is above)")
     status = champion_status(out["registry"])
     if out["data"] == "skip":
         typer.echo(

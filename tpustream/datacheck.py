@@ -10,9 +10,11 @@ counts, skipped images, image statistics) and its sample index (one content sha2
 - a class with no train or no val samples, a split with none at all;
 - the skipped rate: images that could not be read or decoded and rows the source rejected, per source item;
 - against a baseline dataset (the current champion's training data): new classes (a typo'd folder), vanished
-  classes, a class whose share of the images moved, and a skipped rate that jumped.
+  classes, a class whose share of the images moved, and a skipped rate that jumped;
+- a warning, not an anomaly: a class with a handful of train images (with or without a baseline).
 
-Each finding past its threshold is an ``Anomaly`` (a code, a one-line reason, details). Datasets written
+Each finding past its threshold is an ``Anomaly`` (a code, a one-line reason, details); a warning has the same
+form and is reported, logged and printed, but never fails the check. Datasets written
 before the sample index existed are checked on what their manifest holds, and the report says the hash
 checks were skipped. Torch-free: the pipeline's "check data" step runs it on a CPU machine.
 """
@@ -25,11 +27,13 @@ from typing import Any
 
 from tpustream import storage
 from tpustream.artifacts import ArtifactError, Manifest, ModelCard
+from tpustream.datacheck_report import percents
 from tpustream.errors import ConfigError, TpustreamError
 from tpustream.manifest import iter_sample_index, load_manifest, manifest_digest
 
 __all__ = [
     "ANOMALY_CODES",
+    "WARNING_CODES",
     "DATA_CHECK_MODES",
     "REPORT_FORMAT",
     "Anomaly",
@@ -56,6 +60,7 @@ ANOMALY_CODES = (
     "class-share-shift",  # a class's share of the images moved vs the baseline
     "skipped-rate-increase",  # the skipped rate rose vs the baseline's
 )
+WARNING_CODES = ("tiny-class",)  # a class with fewer train images than min_class_train_samples
 
 
 class DataCheckFailed(TpustreamError, RuntimeError):
@@ -88,6 +93,11 @@ class DataCheckThresholds:
     # is the source's normal; a jump means something upstream changed since the champion's data.
     max_skipped_rate_increase: float = 0.02
     """Rise of the skipped rate vs --baseline's (absolute)."""
+    # Train images of a class (upsampled copies not counted). A class of 3 images is learnt as those 3
+    # images, and val measures it on fewer: worth saying, baseline or not; but a new class or a deliberately
+    # small one is legitimate, so a warning, never a failure.
+    min_class_train_samples: int = 10
+    """Warn (never fail) about a class with fewer train images than this (0: no warning)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -101,6 +111,10 @@ class DataCheckThresholds:
                 raise ConfigError(f"--{name.replace('_', '-')} must be a fraction in [0, 1], got {value}")
         if self.max_leaked_images < 0:
             raise ConfigError(f"--max-leaked-images must be 0 or more, got {self.max_leaked_images}")
+        if self.min_class_train_samples < 0:
+            raise ConfigError(
+                f"--min-class-train-samples must be 0 or more, got {self.min_class_train_samples}"
+            )
 
 
 @dataclass(frozen=True)
@@ -123,6 +137,9 @@ class DataCheckReport:
     facts: dict[str, Any]
     notes: list[str]
     max_examples: int = 5
+    warnings: list[Anomaly] = field(
+        default_factory=list
+    )  # findings that never fail the check (WARNING_CODES)
 
     @property
     def ok(self) -> bool:
@@ -148,6 +165,7 @@ class DataCheckReport:
             "baseline": self.baseline,
             "ok": self.ok,
             "anomalies": [asdict(a) for a in self.anomalies],
+            "warnings": [asdict(w) for w in self.warnings],
             "thresholds": asdict(self.thresholds),
             "facts": self.facts,
             "notes": self.notes,
@@ -285,6 +303,8 @@ def check_dataset(
             )
         )
 
+    warnings = _tiny_classes(manifest, thresholds, facts, max_examples)
+
     if manifest.has_sample_index():
         anomalies += _hash_checks(dataset_uri, manifest, splits, thresholds, facts, max_examples)
         facts["hash_checks"] = True
@@ -308,12 +328,13 @@ def check_dataset(
     }
     if rate > thresholds.max_skipped_rate:
         reasons = ", ".join(f"{reason} {count}" for reason, count in skipped.by_reason.items())
+        shown_rate, shown_limit = percents(rate, thresholds.max_skipped_rate)
         anomalies.append(
             Anomaly(
                 "skipped-rate",
-                f"{rate:.1%} of the source's items were skipped ({skipped.count}"
+                f"{shown_rate} of the source's items were skipped ({skipped.count}"
                 + (f": {reasons}" if reasons else "")
-                + f"), above {thresholds.max_skipped_rate:.1%}"
+                + f"), above {shown_limit}"
                 + (f"; e.g. {skipped.examples[0]}" if skipped.examples else ""),
                 {"rate": rate, "count": skipped.count, "by_reason": skipped.by_reason},
             )
@@ -327,7 +348,39 @@ def check_dataset(
         )
     facts["baseline_note"] = baseline_note
     anomalies.sort(key=lambda a: ANOMALY_CODES.index(a.code))  # the most serious first
-    return DataCheckReport(dataset_uri, baseline, thresholds, anomalies, facts, notes, max_examples)
+    return DataCheckReport(
+        dataset_uri, baseline, thresholds, anomalies, facts, notes, max_examples, warnings=warnings
+    )
+
+
+def _tiny_classes(
+    manifest: Manifest, thresholds: DataCheckThresholds, facts: dict[str, Any], max_examples: int
+) -> list[Anomaly]:
+    """The classes with some, but fewer than ``min_class_train_samples``, train images (upsampled copies not
+    counted; a class with none is an ``empty-class`` anomaly): a warning, with or without a baseline."""
+    limit = thresholds.min_class_train_samples
+    if "train" not in facts["splits"]:
+        facts["tiny_classes"] = []
+        return []
+    upsample = max(1, manifest.upsample)
+    counts = {name: count // upsample for name, count in facts["splits"]["train"]["class_counts"].items()}
+    tiny = sorted(
+        ({"class": name, "train_images": count} for name, count in counts.items() if 0 < count < limit),
+        key=lambda t: (t["train_images"], t["class"]),
+    )
+    facts["tiny_classes"] = tiny
+    if not tiny:
+        return []
+    named = ", ".join(f"{t['class']!r} ({t['train_images']})" for t in tiny[:max_examples])
+    more = f" and {len(tiny) - max_examples} more" if len(tiny) > max_examples else ""
+    return [
+        Anomaly(
+            "tiny-class",
+            f"{len(tiny)} class(es) with fewer than {limit} train images: {named}{more}: the model sees each "
+            "only a few times, and val measures it on fewer still (add images, or merge or drop the class)",
+            {"classes": tiny, "limit": limit},
+        )
+    ]
 
 
 def _hash_checks(
@@ -359,11 +412,12 @@ def _hash_checks(
         )
         if fraction > thresholds.max_duplicate_fraction:
             first = examples[0]["sources"]
+            shown_fraction, shown_limit = percents(fraction, thresholds.max_duplicate_fraction)
             anomalies.append(
                 Anomaly(
                     "duplicate-images",
                     f"{found.extra_copies} {split} image(s) are exact copies of another under a different name "
-                    f"({fraction:.1%} of {found.distinct_images} source images, above {thresholds.max_duplicate_fraction:.1%}), "
+                    f"({shown_fraction} of {found.distinct_images} source images, above {shown_limit}), "
                     f"e.g. {' = '.join(first[:2])}",
                     {
                         "split": split,
@@ -445,23 +499,27 @@ def _baseline_checks(
             anomalies.append(Anomaly(code, f"{len(names)} class(es) {what}: {listed}", {"classes": names}))
     moved = [s for s in shifts if abs(s["change"]) > thresholds.max_class_share_shift]
     if moved:
+        limit = thresholds.max_class_share_shift
         listed = ", ".join(
-            f"{s['class']!r} {s['baseline']:.1%} -> {s['share']:.1%}" for s in moved[:max_examples]
+            f"{s['class']!r} {s['baseline']:.1%} -> {s['share']:.1%} "
+            f"({'+' if s['change'] > 0 else '-'}{percents(abs(s['change']), limit, ' points')[0]})"
+            for s in moved[:max_examples]
         )
         anomalies.append(
             Anomaly(
                 "class-share-shift",
-                f"{len(moved)} class(es) moved more than {thresholds.max_class_share_shift * 100:.0f} points in "
+                f"{len(moved)} class(es) moved more than {limit * 100:g} points in "
                 f"share of the images vs the baseline: {listed}",
                 {"shifts": moved},
             )
         )
     if rate - base_rate > thresholds.max_skipped_rate_increase:
+        rise, limit_shown = percents(rate - base_rate, thresholds.max_skipped_rate_increase, " points")
         anomalies.append(
             Anomaly(
                 "skipped-rate-increase",
-                f"the skipped rate rose from {base_rate:.1%} (baseline) to {rate:.1%}, more than "
-                f"{thresholds.max_skipped_rate_increase:.1%} points: something upstream changed",
+                f"the skipped rate rose {rise}, from {base_rate:.1%} (baseline) to {rate:.1%}, more than "
+                f"{limit_shown}: something upstream changed",
                 {"baseline": base_rate, "rate": rate},
             )
         )
@@ -525,6 +583,8 @@ def check_for_pipeline(
     storage.write_bytes(report_path, report.to_markdown().encode(), content_type="text/markdown")
     for anomaly in report.anomalies:
         log.warning("data check anomaly %s: %s", anomaly.code, anomaly.reason)
+    for warning in report.warnings:
+        log.warning("data check warning %s: %s", warning.code, warning.reason)
     if report.anomalies and mode == "fail":
         raise DataCheckFailed(report.failure_line(report_uri))
     if report.anomalies:

@@ -1,17 +1,42 @@
 """The data check's report as Markdown: the anomalies first (with file names from the sample index), then a
 table of the checks against their limits, the dataset's statistics and its classes. What the pipeline's
-"check data" step shows in the KFP UI and ``tpustream shards check --report`` writes."""
+"check data" step shows in the KFP UI and ``tpustream shards check --report`` writes; and ``percents``, how the
+check and its report print a rate beside its limit."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tpustream.datacheck import DataCheckReport
 
-__all__ = ["render_markdown"]
+__all__ = ["percents", "render_markdown"]
 
 CLASS_ROWS = 20  # the class table: every class up to this many, else the ones that moved most
+
+
+def percents(value: float, limit: float, unit: str = "%", decimals: int = 1) -> tuple[str, str]:
+    """``value`` and ``limit`` (fractions) as percentages with ``decimals`` decimals, or as many more as it
+    takes for a value past its limit to differ from it by more than rounding: 5.05% against 5% is ``5.05%``
+    and ``5.00%``, never ``5.0% ... above 5.0%`` (nor ``5.1%``). ``unit``: what follows the numbers."""
+
+    def shown(fraction: float, places: int) -> str:
+        return f"{fraction * 100:.{places}f}"
+
+    def toward_limit(places: int) -> str:
+        scaled = value * 100 * 10**places
+        # the epsilon: 0.29 * 100 is 28.999999999999996, which is 29.0, not 28.9
+        whole = math.floor(scaled + 1e-6) if value > limit else math.ceil(scaled - 1e-6)
+        return f"{whole / 10**places:.{places}f}"
+
+    while (
+        decimals < 9
+        and value != limit
+        and shown(limit, decimals) in (shown(value, decimals), toward_limit(decimals))
+    ):
+        decimals += 1
+    return shown(value, decimals) + unit, shown(limit, decimals) + unit
 
 
 def _cell(text: object) -> str:
@@ -42,15 +67,29 @@ def render_markdown(report: DataCheckReport) -> str:
         lines += [f"| {_code(a.code)} | {_cell(a.reason)} |" for a in report.anomalies]
         lines.append("")
         lines += _examples(report)
+    if report.warnings:
+        lines += ["## Warnings", "", "Reported, never a failure.", "", "| Check | Reason |", "|---|---|"]
+        lines += [f"| {_code(w.code)} | {_cell(w.reason)} |" for w in report.warnings]
+        lines.append("")
 
     lines += ["## Checks", "", "| Check | Value | Limit | Result |", "|---|---|---|---|"]
 
-    def row(check: str, value: str, limit: str, bad: bool) -> None:
-        lines.append(f"| {check} | {_cell(value)} | {limit} | {'**anomaly**' if bad else 'ok'} |")
+    def row(check: str, value: str, limit: str, bad: bool, warn: bool = False) -> None:
+        result = "**anomaly**" if bad else "**warning**" if warn else "ok"
+        lines.append(f"| {check} | {_cell(value)} | {limit} | {result} |")
 
     codes = {a.code for a in report.anomalies}
     row("Splits with samples", ", ".join(splits) or "none", "train, val", "missing-split" in codes)
     row("Class/split pairs without samples", str(len(facts["empty_classes"])), "0", "empty-class" in codes)
+    if limits.min_class_train_samples and "train" in facts["splits"]:
+        tiny = facts.get("tiny_classes", [])
+        row(
+            f"Classes with fewer than {limits.min_class_train_samples} train images",
+            str(len(tiny)),
+            "0 (a warning)",
+            False,
+            warn=bool(tiny),
+        )
     if facts["hash_checks"]:
         leaked = facts.get("leaked_images", 0)
         row(
@@ -62,16 +101,18 @@ def render_markdown(report: DataCheckReport) -> str:
         for split in splits:
             s = facts["splits"][split]
             bad = "duplicate-images" in codes and s["duplicate_fraction"] > limits.max_duplicate_fraction
-            value = f"{s['duplicate_fraction']:.2%} ({s['duplicate_copies']} copies of {s['images']})"
-            row(f"Exact duplicates in {split}", value, f"{limits.max_duplicate_fraction:.2%}", bad)
+            fraction, limit = percents(s["duplicate_fraction"], limits.max_duplicate_fraction, decimals=2)
+            value = f"{fraction} ({s['duplicate_copies']} copies of {s['images']})"
+            row(f"Exact duplicates in {split}", value, limit, bad)
     else:
         row("Exact duplicates, train/val leakage", "not checked (no sample index)", "-", False)
     skipped = facts["skipped"]
     reasons = ", ".join(f"{reason} {n}" for reason, n in skipped["by_reason"].items())
+    rate, limit = percents(skipped["rate"], limits.max_skipped_rate, decimals=2)
     row(
         "Skipped images and rejected rows",
-        f"{skipped['rate']:.2%} ({skipped['count']}{': ' + reasons if reasons else ''})",
-        f"{limits.max_skipped_rate:.2%}",
+        f"{rate} ({skipped['count']}{': ' + reasons if reasons else ''})",
+        limit,
         "skipped-rate" in codes,
     )
     base = facts.get("baseline")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -45,8 +46,13 @@ _CANARY_MODEL = "tpustream-canary-model"
 _CANARY_VERSION = "tpustream-canary-version"
 _PREVIOUS = "tpustream-previous-"  # + deployed model id -> its share before the canary
 _ENDPOINT_NAME = re.compile(
-    r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/endpoints/(?P<id>\d+)$"
+    r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/endpoints/(?P<id>[^/]+)$"
 )
+# An endpoint ID as Vertex defines it (aiplatform_v1 ``types/endpoint_service.py``,
+# ``CreateEndpointRequest.endpoint_id``): a lowercase letter, then up to 62 of ``[a-z0-9-]``, the last a letter
+# or digit; or a number without leading zeros (one a user picks has up to 9 digits; the IDs Vertex generates
+# are longer numbers).
+ENDPOINT_ID = re.compile(r"^(?:[1-9][0-9]*|[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?)$")
 
 
 class DeployError(TpustreamError, ValueError):
@@ -161,9 +167,24 @@ def _read(client: Any, name: str) -> _EndpointState:
     )
 
 
+def _endpoint_name(endpoint: str) -> re.Match[str] | None:
+    """The parts of ``endpoint`` when it is a resource name, None for a display name. Anything that starts
+    with ``projects/`` is taken as a resource name, never as a display name: one that is not well formed,
+    or whose ID Vertex would not accept, is a DeployError instead of a new endpoint of that display name."""
+    if not endpoint.startswith("projects/"):
+        return None
+    named = _ENDPOINT_NAME.match(endpoint)
+    if named is None or not ENDPOINT_ID.match(named["id"]):
+        raise DeployError(
+            f"--endpoint {endpoint} is not an endpoint resource name: projects/P/locations/R/endpoints/ID, "
+            "ID a number or a lowercase letter followed by up to 62 of [a-z0-9-] (ending in a letter or digit)"
+        )
+    return named
+
+
 def _place(endpoint: str, place: vertex.VertexPlace) -> vertex.VertexPlace:
     """``place``, checked against an endpoint given by resource name (it must be in the same region)."""
-    named = _ENDPOINT_NAME.match(endpoint)
+    named = _endpoint_name(endpoint)
     if named and named["location"] != place.location:
         raise DeployError(
             f"--endpoint {endpoint} is in {named['location']}, the model in {place.location}: "
@@ -173,7 +194,7 @@ def _place(endpoint: str, place: vertex.VertexPlace) -> vertex.VertexPlace:
 
 
 def _find_endpoint(
-    client: Any, place: vertex.VertexPlace, endpoint: str, *, create: bool
+    client: Any, place: vertex.VertexPlace, endpoint: str, *, create: bool, dedicated: bool = False
 ) -> tuple[str, bool]:
     """The endpoint's resource name, and whether this call created it (by display name, when absent)."""
     from google.api_core import exceptions
@@ -182,7 +203,7 @@ def _find_endpoint(
         raise DeployError(
             f"--endpoint {endpoint!r}: give a display name (1-128 characters) or a resource name"
         )
-    if _ENDPOINT_NAME.match(endpoint):
+    if _endpoint_name(endpoint):
         try:
             client.get_endpoint(name=endpoint)
         except exceptions.NotFound as exc:
@@ -200,14 +221,49 @@ def _find_endpoint(
         return str(found[0].name), False
     if not create:
         raise DeployError(f"no endpoint is named {endpoint!r} in {parent}: check --endpoint and --region")
-    log.info("creating endpoint %r in %s", endpoint, parent)
-    operation = client.create_endpoint(
-        parent=parent,
-        endpoint={"display_name": endpoint, "description": "created by tpustream deploy"},
-    )
+    log.info("creating %s endpoint %r in %s", "a dedicated" if dedicated else "a shared", endpoint, parent)
+    spec: dict[str, Any] = {"display_name": endpoint, "description": "created by tpustream deploy"}
+    if dedicated:  # Endpoint.dedicated_endpoint_enabled: its own DNS name, isolated traffic, larger requests
+        spec["dedicated_endpoint_enabled"] = True
+    operation = client.create_endpoint(parent=parent, endpoint=spec)
     created = operation.result(timeout=None)
     log.info("created endpoint %s", created.name)
     return str(created.name), True
+
+
+_CHANGES = (
+    "DeployModelOperationMetadata",
+    "UndeployModelOperationMetadata",
+    "MutateDeployedModelOperationMetadata",
+)
+
+
+def _await_running_changes(
+    client: Any, name: str, *, first_poll: float = 0.05, max_poll: float = 15.0
+) -> None:
+    """Wait for the DeployModel / UndeployModel operations still running on endpoint ``name``.
+
+    A retried deploy task (the pipeline retries a failed one) can start while its first attempt's
+    DeployModel still runs: the endpoint does not list the model until that operation is done, so deciding
+    now would deploy it a second time (billed replicas) with a split computed from stale shares. The
+    endpoint's operations (google.longrunning ListOperations on it) say what is in flight; once they are
+    done, the endpoint's state is read and the deployed version is found, as for any repeated deploy.
+    """
+    from google.longrunning import operations_pb2
+
+    listed = client.list_operations(request=operations_pb2.ListOperationsRequest(name=name))
+    running = [op.name for op in listed.operations if not op.done and op.metadata.type_url.endswith(_CHANGES)]
+    for operation in running:
+        log.info(
+            "waiting for %s, a change of %s still running (a retried deploy's first attempt?)",
+            operation,
+            name,
+        )
+        delay = first_poll
+        while not client.get_operation(request=operations_pb2.GetOperationRequest(name=operation)).done:
+            time.sleep(delay)
+            delay = min(delay * 2, max_poll)
+        log.info("%s is done", operation)
 
 
 def _set_labels(client: Any, state: _EndpointState, labels: dict[str, str]) -> None:
@@ -228,6 +284,7 @@ def deploy(
     registry: str | None = None,
     project: str | None = None,
     region: str | None = None,
+    dedicated_endpoint: bool = False,
 ) -> dict[str, Any]:
     """Serve a Model Registry version on ``endpoint`` with ``traffic_percent`` of its traffic.
 
@@ -242,6 +299,10 @@ def deploy(
         registry: a tpustream registry: deploy the version uploaded from its champion (an error when
             Vertex does not have it) instead of the ``champion`` alias.
         project, region: where ``model`` (a display name) and the endpoint are; default the environment's.
+        dedicated_endpoint: an endpoint this call creates is a dedicated public endpoint
+            (``dedicated_endpoint_enabled``: its own DNS name; requests up to 10 MB) instead of a shared one
+            (requests up to 1.5 MB: "Get online predictions from a custom trained model"). Ignored for an
+            endpoint that exists (Vertex cannot switch one).
 
     Returns:
         ``endpoint`` (resource name), ``created_endpoint``, ``model`` (ID@VERSION), ``deployed_model_id``,
@@ -259,7 +320,8 @@ def deploy(
     aiplatform = vertex.init(place)
     version = vertex.find_model_version(aiplatform, model, registry=registry)
     client = vertex.v1_client("endpoint")
-    name, created = _find_endpoint(client, place, endpoint, create=True)
+    name, created = _find_endpoint(client, place, endpoint, create=True, dedicated=dedicated_endpoint)
+    _await_running_changes(client, name)
     state = _read(client, name)
     outcome = {"endpoint": name, "created_endpoint": created, "model": version.versioned_name}
     existing = state.deployment_of(version.model_id, version.version_id)
@@ -385,7 +447,7 @@ def rollback(endpoint: str, *, project: str | None = None, region: str | None = 
         ``endpoint``, ``undeployed`` (the canary's deployed model id), ``model`` (its ID@VERSION) and
         ``traffic_split`` after.
     """
-    named = _ENDPOINT_NAME.match(endpoint)
+    named = _endpoint_name(endpoint)
     place = vertex.place_from_env(
         named["project"] if named else project, named["location"] if named else region
     )

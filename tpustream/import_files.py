@@ -5,11 +5,13 @@ The single-label forms of Vertex AI's "Prepare image training data for classific
 
 - JSONL, one object per line: ``{"imageGcsUri": "gs://b/raw/1.jpg", "classificationAnnotation":
   {"displayName": "daisy"}, "dataItemResourceLabels": {"aiplatform.googleapis.com/ml_use": "training"}}``.
-  A row whose ``classificationAnnotations`` names several labels makes the whole source a multi-label one,
-  which is refused (we train single-label classifiers); a one-label ``classificationAnnotations`` is read.
+  A row whose ``classificationAnnotations`` names several labels is rejected as "multi-label" (we train
+  single-label classifiers); a one-label ``classificationAnnotations`` is read.
 - CSV, ``[ML_USE,]GCS_FILE_PATH,LABEL``: ML_USE is TRAINING, VALIDATION, TEST (or empty/UNASSIGNED), in
   any case; rows may mix two and three columns. A two-column row whose first field is an ML_USE word is
   ``ML_USE,GCS_FILE_PATH`` with no label (Vertex allows unlabelled images: here an "empty-label" row).
+  Vertex's CSV has no header row; a first row whose path column is no path (``image,label``,
+  ``ml_use,gcs_file_path,label``) is taken for a header, logged and skipped (not counted: it is no data).
 
 A SOURCE is one import file, a comma-separated list of them, or a pattern ``gs://b/labels/*.jsonl`` /
 ``DIR/export-*.csv``: one ``*``, matching every object under the text before it (across ``/``, as a GCS
@@ -17,7 +19,11 @@ prefix does) whose name ends with the text after it, in sorted order. All files 
 
 Images may live in any bucket or on local disk: a path that is neither ``gs://`` nor ``file://`` is
 resolved against the import file's own directory when relative (for an import file on GCS, within its
-bucket). Any other scheme (``pipe:``, ``s3://``) makes that row a rejected row, not an error.
+bucket). Any other scheme (``pipe:``, ``s3://``) makes that row a rejected row, not an error. An import file
+on gs:// names only gs:// images (relative paths stay in its bucket), as Vertex's own import files do
+(https://cloud.google.com/vertex-ai/docs/image-data/classification/prepare-data): a local path there
+(``/mnt/x.jpg``, ``file://``) is rejected as "local-path", since the container reading it is not the
+machine that wrote the file. Only regular files are read as images (a FIFO or device is "missing-object").
 
 Splits: ``training`` -> "train"; ``validation`` and ``test`` both -> "val", because our val split is the one
 ``evaluate`` and the champion comparison run on (Vertex keeps test apart from model selection; we have no
@@ -26,9 +32,11 @@ split: ``shard_plan`` draws 10% of those per class into val, while rows with ml_
 explicit ``--val-fraction`` re-splits every row, ml_use or not, as it does for every source (one rule for
 CIFAR's own split, import files and shards alike).
 
-Bad rows never raise and never vanish: unparseable rows, rows without a label and images listed twice with
-two labels become ``Rejected("<import file>:<line>", ...)`` in ``Source.rejected``. An image listed twice
-with the same label is one item (the first row's ml_use is kept). Items are sorted by image URI and classes
+Bad rows never raise and never vanish: unparseable rows (also a line over MAX_ROW_CHARS, JSON nested deeper
+than MAX_JSON_DEPTH, a control character in a path or label, a row without a label whose path is no path),
+rows without a label, multi-label rows and images listed twice with two labels become
+``Rejected("<import file>:<line>", ...)`` in ``Source.rejected``. An image listed twice with the same label
+is one item (the first row's ml_use is kept). Items are sorted by image URI and classes
 by name, so the dataset depends on the set of rows, not their order. Import files are streamed line by line:
 nothing holds a whole file's text.
 """
@@ -45,6 +53,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -73,6 +82,12 @@ ML_USE_SPLITS: dict[str, str | None] = {
     "": None,
 }
 CSV_USAGE = "[ML_USE,]GCS_FILE_PATH,LABEL"
+MAX_ROW_CHARS = 1 << 20  # a Vertex row is well under 4 KiB; a longer line is refused unread, never held whole
+MAX_JSON_DEPTH = 16  # a Vertex JSONL row nests 3 deep; deeper is refused before json recurses into it
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+_TOO_LONG = "\x00too-long\x00"  # what a CSV line over MAX_ROW_CHARS is read as: one field no real row has
 _JSON = json.JSONDecoder()  # json.loads minus its per-call argument handling: a million rows is the scale
 
 
@@ -145,8 +160,21 @@ def _split_of(ml_use: object) -> str | None:
     return ML_USE_SPLITS[ml_use.strip().lower()]
 
 
-def _jsonl_row(line: str, uri: str, number: int) -> _Row:
-    """One JSONL line as (image, label, split); raises _BadRow, or SourceError for a multi-label row."""
+def _json_depth(line: str) -> int:
+    """How deep ``line``'s arrays and objects nest (brackets inside strings do not count)."""
+    depth = deepest = 0
+    for bracket in _JSON_BRACKET.findall(_JSON_STRING.sub("", line)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _jsonl_row(line: str) -> _Row:
+    """One JSONL line as (image, label, split); raises _BadRow."""
+    if line.count("[") + line.count("{") > MAX_JSON_DEPTH and _json_depth(line) > MAX_JSON_DEPTH:
+        raise _BadRow(
+            "malformed-row", f"JSON nested deeper than {MAX_JSON_DEPTH} levels (a Vertex row has 3)"
+        )
     try:
         row = _JSON.decode(line)
     except ValueError as exc:
@@ -162,26 +190,63 @@ def _jsonl_row(line: str, uri: str, number: int) -> _Row:
             raise _BadRow("malformed-row", "classificationAnnotations is not a list of objects")
         names = {str(a.get("displayName") or "").strip() for a in annotations} - {""}
         if len(names) > 1:
-            raise SourceError(
-                f"{uri}:{number} gives one image {len(names)} labels ({', '.join(sorted(names))}): this is a "
-                "multi-label import file and tpustream trains single-label classifiers; export a "
-                "single-label dataset (one classificationAnnotation per image)"
+            raise _BadRow(
+                "multi-label",
+                f"{image} has {len(names)} labels ({', '.join(sorted(names))}): tpustream trains single-label "
+                "classifiers; keep one classificationAnnotation per image",
             )
         label = names.pop() if names else ""
     else:
         annotation = row.get("classificationAnnotation")
         if annotation is not None and not isinstance(annotation, dict):
             raise _BadRow("malformed-row", "classificationAnnotation is not an object")
+        # {"display_name": ...} is a misspelt key (malformed), not an unlabelled image
+        if annotation and "displayName" not in annotation:
+            raise _BadRow(
+                "malformed-row",
+                f"classificationAnnotation has no displayName (keys: {sorted(annotation)[:5]})",
+            )
         label = (annotation or {}).get("displayName") or ""
         if not isinstance(label, str):
             raise _BadRow("malformed-row", f"displayName {label!r} is not a string")
     if not label.strip():
+        _check_path_like(image)
         raise _BadRow("empty-label", f"{image}: no label (classificationAnnotation.displayName)")
     resource_labels = row.get("dataItemResourceLabels") or {}
     if not isinstance(resource_labels, dict):
         raise _BadRow("malformed-row", "dataItemResourceLabels is not an object")
     ml_use = resource_labels.get(ML_USE_KEY)
     return image.strip(), label.strip(), None if ml_use is None else _split_of(ml_use)
+
+
+def _path_like(image: str) -> bool:
+    """Whether ``image`` can name an image file: a URI, a path with a folder, or a name with an extension."""
+    if "/" in image:
+        return True
+    return bool(re.search(r"[.][A-Za-z0-9]{2,5}$", image)) and not any(c.isspace() for c in image)
+
+
+def _check_path_like(image: str) -> None:
+    """Raise malformed-row for a row whose path column is no path: garbage, not an unlabelled image."""
+    if not _path_like(image):
+        raise _BadRow(
+            "malformed-row", f"{image[:80]!r} is not an image path or gs:// URI (and the row has no label)"
+        )
+
+
+def _csv_path_column(fields: list[str]) -> str:
+    """The GCS_FILE_PATH field of a CSV record, as _csv_row reads it."""
+    fields = [f.strip() for f in fields]
+    if len(fields) == 3 or (len(fields) == 2 and fields[0].lower() in ML_USE_SPLITS and fields[0]):
+        return fields[1]
+    return fields[0]
+
+
+def _is_header(fields: list[str]) -> bool:
+    """A first CSV row that is a header (``image,label``): every field set, the path column no path."""
+    return (
+        1 <= len(fields) <= 3 and all(f.strip() for f in fields) and not _path_like(_csv_path_column(fields))
+    )
 
 
 def _csv_row(fields: list[str]) -> _Row:
@@ -204,6 +269,7 @@ def _csv_row(fields: list[str]) -> _Row:
     if not image:
         raise _BadRow("malformed-row", f"no image path: expected {CSV_USAGE}")
     if not label:
+        _check_path_like(image)
         raise _BadRow("empty-label", f"{image}: no label: expected {CSV_USAGE}")
     return image, label, _split_of(ml_use)
 
@@ -219,16 +285,40 @@ def _open_text(uri: str) -> io.TextIOWrapper:
     return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline="")
 
 
-def _rows(uri: str) -> Iterator[tuple[int, _Row | _BadRow]]:
-    """(line number, row or why not) for every non-blank row of one import file, streamed."""
+def _bounded_lines(text: io.TextIOWrapper) -> Iterator[str | None]:
+    """The lines of ``text``; None for a line over MAX_ROW_CHARS, which is read through but never held."""
+    while line := text.readline(MAX_ROW_CHARS + 1):
+        if len(line) <= MAX_ROW_CHARS or line.endswith(("\n", "\r")):
+            yield line
+            continue
+        while (rest := text.readline(MAX_ROW_CHARS)) and not rest.endswith(("\n", "\r")):
+            pass
+        yield None
+
+
+_LONG_ROW = f"longer than {MAX_ROW_CHARS:,} characters: not a Vertex import row"
+
+
+def _rows(uri: str) -> Iterator[tuple[int, _Row | _BadRow | None]]:
+    """(line number, row or why not) for every non-blank row of one import file, streamed; None for a
+    CSV header row."""
     with _open_text(uri) as text:
         if uri.lower().endswith(".csv"):
-            reader = csv.reader(text)
+            reader = csv.reader(_TOO_LONG + "\n" if line is None else line for line in _bounded_lines(text))
             start = 1
+            first = True
             try:
                 for fields in reader:
                     line, start = start, reader.line_num + 1
                     if not any(f.strip() for f in fields):
+                        continue
+                    is_first, first = first, False
+                    if any(_TOO_LONG in f for f in fields):
+                        yield line, _BadRow("malformed-row", f"line {_LONG_ROW}")
+                        continue
+                    if is_first and _is_header(fields):
+                        log.info("%s:%d is a header row (%s): skipped", uri, line, ",".join(fields)[:200])
+                        yield line, None
                         continue
                     if any("\ufffd" in f for f in fields):
                         yield line, _BadRow("malformed-row", "not UTF-8 text")
@@ -244,14 +334,17 @@ def _rows(uri: str) -> Iterator[tuple[int, _Row | _BadRow]]:
             except csv.Error as exc:  # a field over the csv module's size limit: the reader cannot go on
                 yield start, _BadRow("malformed-row", f"CSV error, rest of the file not read ({exc})")
             return
-        for line, content in enumerate(text, start=1):
+        for line, content in enumerate(_bounded_lines(text), start=1):
+            if content is None:
+                yield line, _BadRow("malformed-row", _LONG_ROW)
+                continue
             if not content.strip():
                 continue
             if "\ufffd" in content:
                 yield line, _BadRow("malformed-row", "not UTF-8 text")
                 continue
             try:
-                yield line, _jsonl_row(content, uri, line)
+                yield line, _jsonl_row(content)
             except _BadRow as bad:
                 yield line, bad
 
@@ -265,6 +358,11 @@ def _base_of(import_file: str) -> str:
 
 def _resolve(image: str, base: str) -> str:
     """An image as written in an import file -> the URI it names (gs://, or a normalised local path)."""
+    if control := _CONTROL.search(image):
+        raise _BadRow(
+            "malformed-row",
+            f"{image[:200]!r}: a control character (U+{ord(control.group()):04X}) in the path",
+        )
     if image.startswith(storage.GCS_SCHEME):
         if not image[len(storage.GCS_SCHEME) :].partition("/")[2]:
             raise _BadRow("malformed-row", f"{image!r} names a bucket, not an image: gs://BUCKET/PATH")
@@ -275,7 +373,11 @@ def _resolve(image: str, base: str) -> str:
         raise _BadRow("malformed-row", str(exc)) from None
     if storage.is_gcs(base):
         if path.startswith("/"):
-            return os.path.normpath(path)
+            raise _BadRow(
+                "local-path",
+                f"{image!r} is a local path in an import file on GCS: name images there by gs:// URI (or "
+                "relative to the import file), as Vertex AI requires",
+            )
         bucket_root = base[: base.index("/", len(storage.GCS_SCHEME)) + 1] if base.count("/") > 2 else base
         name = posixpath.normpath(posixpath.join(base[len(bucket_root) :], path))
         if name == ".." or name.startswith("../"):
@@ -333,15 +435,23 @@ def _list_rows(spec: str, files: list[str]) -> _Listing:
     names: dict[str, str] = {}
     conflicts: dict[str, list[tuple[int, int, str]]] = {}  # image -> every row listing it, once in conflict
     rejected: list[Rejected] = []
+    headers: list[str] = []  # CSV header rows skipped
     merged = split_differs = rows = 0
     for file_index, uri in enumerate(files):
         base = _base_of(uri)
         for line, row in _rows(uri):
+            if row is None:
+                headers.append(f"{uri}:{line}")
+                continue
             rows += 1
             if isinstance(row, _BadRow):
                 rejected.append(Rejected(f"{uri}:{line}", row.reason, row.message))
                 continue
             image, label, split = row
+            if control := _CONTROL.search(label):
+                message = f"label {label[:80]!r}: a control character (U+{ord(control.group()):04X})"
+                rejected.append(Rejected(f"{uri}:{line}", "malformed-row", message))
+                continue
             try:
                 resolved = _resolve(image, base)
             except _BadRow as bad:
@@ -369,6 +479,8 @@ def _list_rows(spec: str, files: list[str]) -> _Listing:
             rejected.append(Rejected(f"{files[file_index]}:{line}", "conflicting-labels", message))
     if not entries:
         example = f" (e.g. {rejected[0].ref}: {rejected[0].message})" if rejected else ""
+        if headers:
+            example += f", {len(headers)} header row(s) skipped ({headers[0]})"
         raise SourceError(
             f"source {spec!r}: no valid row in {len(files)} import file(s), {len(rejected)} rejected{example}; "
             'expected JSONL rows {"imageGcsUri": ..., "classificationAnnotation": {"displayName": ...}} '

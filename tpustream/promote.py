@@ -17,6 +17,7 @@ from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
 from tpustream.promotion_policy import (
     METRICS,
     Decision,
+    QualityFloor,
     RegistryError,
     champion_to_compare,
     decide_for_metrics,
@@ -95,6 +96,7 @@ def promote(
     metric: str = "top1",
     min_delta: float = 0.0,
     max_class_drop: float | None = None,
+    floor: QualityFloor | None = None,
     max_attempts: int = 20,
     vertex: Any = None,
 ) -> dict[str, Any]:
@@ -104,7 +106,8 @@ def promote(
     Model Registry from its immutable registry version, with the serving container, gets the ``champion``
     alias there and the evaluation in ``metrics_uri`` as a model evaluation (``outcome["vertex"]``). A
     candidate that is not promoted is not uploaded (``outcome["vertex"]`` is None): it has no immutable
-    version an endpoint could be pinned to.
+    version an endpoint could be pinned to. ``floor``: what the candidate must reach to be promoted at all,
+    the first model of a registry included.
     """
     if vertex is not None and not storage.is_gcs(registry):  # refused before anything is promoted
         raise RegistryError(
@@ -117,6 +120,7 @@ def promote(
         metric=metric,
         min_delta=min_delta,
         max_class_drop=max_class_drop,
+        floor=floor,
         max_attempts=max_attempts,
     )
     if vertex is not None:
@@ -195,6 +199,7 @@ def _promote(
     metric: str,
     min_delta: float,
     max_class_drop: float | None,
+    floor: QualityFloor | None,
     max_attempts: int,
 ) -> dict[str, Any]:
     if metric not in METRICS:
@@ -226,7 +231,7 @@ def _promote(
             )
             return {**outcome, **context}
         decision = decide_for_metrics(
-            metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
+            metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, floor=floor
         )
         if not decision.promote:
             outcome = {
@@ -289,6 +294,7 @@ def preview_decision(
     metric: str = "top1",
     min_delta: float = 0.0,
     max_class_drop: float | None = None,
+    floor: QualityFloor | None = None,
 ) -> Decision:
     """The decision `promote` would take now for a metrics.json document (the DAG's branch condition;
     `promote` decides again under compare-and-swap)."""
@@ -297,5 +303,5 @@ def preview_decision(
     if current is not None and sha and current.get("model_sha256") == sha:
         return Decision(False, ALREADY_CHAMPION)
     return decide_for_metrics(
-        metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
+        metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, floor=floor
     )

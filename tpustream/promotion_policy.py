@@ -18,6 +18,7 @@ from tpustream.errors import TpustreamError
 __all__ = [
     "METRICS",
     "Decision",
+    "QualityFloor",
     "RegistryError",
     "decide",
     "decide_for_metrics",
@@ -38,6 +39,69 @@ class Decision:
     reason: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class QualityFloor:
+    """What a candidate must reach to be promoted at all, with or without a champion (TFMA's absolute
+    ``GenericValueThreshold``): without a floor, the first model of a registry is promoted whatever it scores.
+
+    ``min_metric``: the promotion metric's floor (top1/top5: at least this; loss: at most this).
+    ``min_class_recall``: every class with val samples must have at least this recall (its per-class
+    accuracy: the share of its samples classified as it). None: no floor.
+    """
+
+    min_metric: float | None = None
+    min_class_recall: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_class_recall is not None and not 0.0 <= self.min_class_recall <= 1.0:
+            raise RegistryError(f"--min-class-recall {self.min_class_recall}: a fraction in [0, 1]")
+        if self.min_metric is not None and not math.isfinite(self.min_metric):
+            raise RegistryError(f"--min-metric {self.min_metric}: a finite number")
+
+    @classmethod
+    def from_pipeline(cls, min_metric: float, min_class_recall: float) -> QualityFloor:
+        """From the pipeline's parameters, where a negative value stands for None (no floor)."""
+        return cls(
+            min_metric=min_metric if min_metric >= 0 else None,
+            min_class_recall=min_class_recall if min_class_recall >= 0 else None,
+        )
+
+    def refusal(self, candidate: dict[str, Any], metric: str) -> str | None:
+        """Why ``candidate`` is below the floor, or None when it reaches it."""
+        value = candidate.get(metric)
+        if self.min_metric is not None and isinstance(value, int | float) and is_finite_number(value):
+            below = value < self.min_metric if METRICS[metric] else value > self.min_metric
+            if below:
+                bound = "at least" if METRICS[metric] else "at most"
+                return (
+                    f"candidate {metric} {value:.4f} is below the quality floor (--min-metric {self.min_metric}: "
+                    f"{bound} that): not promoted, with or without a champion; train longer or on more data, or "
+                    "lower the floor"
+                )
+        if self.min_class_recall is not None:
+            recalls = [
+                (index, recall)
+                for index, recall in enumerate(candidate.get("per_class_accuracy") or [])
+                if recall is not None  # a class without val samples is not measured
+            ]
+            worst = min(recalls, key=lambda item: item[1], default=None)
+            if worst is not None and worst[1] < self.min_class_recall:
+                failing = sum(recall < self.min_class_recall for _, recall in recalls)
+                return (
+                    f"class {worst[0]} recall {worst[1]:.4f} is below --min-class-recall {self.min_class_recall} "
+                    f"({failing} of {len(recalls)} classes are): not promoted, with or without a champion"
+                )
+        return None
+
+    def described(self) -> str:
+        parts = []
+        if self.min_metric is not None:
+            parts.append(f"min_metric {self.min_metric}")
+        if self.min_class_recall is not None:
+            parts.append(f"min_class_recall {self.min_class_recall}")
+        return ", ".join(parts) or "no quality floor"
+
+
 def is_finite_number(value: Any) -> bool:
     """A finite int or float; NaN compares false with everything, so it can neither win nor lose."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
@@ -56,10 +120,11 @@ def decide(
     metric: str = "top1",
     min_delta: float = 0.0,
     max_class_drop: float | None = None,
+    floor: QualityFloor | None = None,
 ) -> Decision:
-    """Promote when there is no champion, or the candidate beats it on ``metric`` by more than zero and at
-    least ``min_delta`` on the same dataset digest, with no class dropping more than ``max_class_drop``.
-    Ties never promote. Pure: no storage, no clock.
+    """Promote when the candidate reaches the quality ``floor`` (if any) and there is no champion, or it beats
+    the champion on ``metric`` by more than zero and at least ``min_delta`` on the same dataset digest, with
+    no class dropping more than ``max_class_drop``. Ties never promote. Pure: no storage, no clock.
 
     Non-finite numbers (NaN, ±inf, or null as files store them) never decide a promotion: a candidate
     with a non-finite top1, top5 or loss is a diverged model and is refused, even into an empty registry;
@@ -79,7 +144,14 @@ def decide(
             f"candidate {', '.join(broken)} is not a finite number: a diverged model is never promoted "
             "(retrain it, e.g. with a lower learning rate)",
         )
+    below = floor.refusal(candidate, metric) if floor is not None else None
+    if below is not None:
+        return Decision(False, below)
     if champion is None:
+        if floor is not None and (floor.min_metric is not None or floor.min_class_recall is not None):
+            return Decision(
+                True, f"no champion yet; the candidate reaches the quality floor ({floor.described()})"
+            )
         return Decision(True, "no champion yet")
     if champion_digest != candidate_digest:
         return Decision(
@@ -129,6 +201,7 @@ def decide_for_metrics(
     metric: str,
     min_delta: float,
     max_class_drop: float | None = None,
+    floor: QualityFloor | None = None,
 ) -> Decision:
     """What `promote` decides for a metrics.json document against the current champion pointer (None:
     no champion), once the candidate is known not to be the champion already."""
@@ -144,6 +217,7 @@ def decide_for_metrics(
         metric=metric,
         min_delta=min_delta,
         max_class_drop=max_class_drop,
+        floor=floor,
     )
 
 

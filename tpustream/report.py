@@ -25,7 +25,7 @@ from tpustream.evaluate import load_model_card
 from tpustream.history import champion_history
 from tpustream.manifest import load_manifest
 from tpustream.promote import ALREADY_CHAMPION, preview_decision, read_champion
-from tpustream.promotion_policy import Decision, RegistryError
+from tpustream.promotion_policy import Decision, QualityFloor, RegistryError
 from tpustream.report_facts import ReportFacts, _class_rows, _verdict
 from tpustream.report_html import render_html
 from tpustream.report_markdown import render_markdown
@@ -64,6 +64,7 @@ def build_report_facts(
     outcome: dict[str, Any] | None = None,
     data_check: str | DataCheckReport | None = None,
     history: list[dict[str, Any]] | None = None,
+    floor: QualityFloor | None = None,
 ) -> ReportFacts:
     """Read a run's model card, metrics and manifest into the facts of its report.
 
@@ -82,6 +83,7 @@ def build_report_facts(
         data_check: the check data step's report: the URI (local or gs://) of its Markdown (the step's
             ``report`` artifact), or the ``DataCheckReport`` itself; None: no data check section.
         history: the champion's history (``tpustream.history.champion_history(registry)``); None: no section.
+        floor: the run's quality floor (``promote --min-metric``/``--min-class-recall``), for a recomputed decision.
 
     Returns:
         The facts ``render_report`` and ``write_report`` take.
@@ -95,7 +97,7 @@ def build_report_facts(
     manifest = load_manifest(dataset_uri)
     if outcome is None:
         decision = preview_decision(
-            metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop
+            metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, floor=floor
         )
         if decision.reason == ALREADY_CHAMPION and registry:  # the champion now: by this run, or earlier
             outcome = _champion_outcome(read_champion(registry) or {}, metrics, history or [])
@@ -204,6 +206,7 @@ def write_run_report(
     max_class_drop: float | None = None,
     outcome: dict[str, Any] | None = None,
     data_check: str | None = None,
+    floor: QualityFloor | None = None,
 ) -> ReportFacts:
     """Read a run's files and the registry's history, and write the report: the one call of the evaluate and
     promote steps and of ``tpustream report``.
@@ -241,6 +244,7 @@ def write_run_report(
         outcome=outcome,
         data_check=data_check,
         history=_registry_history(registry) if registry else None,
+        floor=floor,
     )
     write_report(facts, html_uri, markdown_uri)
     log.info("run report: %s", html_uri)

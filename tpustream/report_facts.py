@@ -22,10 +22,17 @@ from tpustream.errors import ConfigError
 from tpustream.promote import ALREADY_CHAMPION
 from tpustream.promotion_policy import METRICS, Decision, is_finite_number
 
-__all__ = ["NOT_MEASURED", "PLOTTED_CLASSES", "ReportFacts"]
+__all__ = ["NOT_MEASURED", "PLOTTED_CLASSES", "ReportFacts", "shows_top5"]
 
 PLOTTED_CLASSES = 30  # above this many classes, plots show the 30 with the most errors (or largest drops)
 NOT_MEASURED = "not measured"
+
+
+def shows_top5(num_classes: int) -> bool:
+    """Whether top-5 accuracy says anything: only with more than 5 classes. With 5 or fewer every top 5 holds
+    the label, so top-5 is 100% by construction; metrics.json keeps it (the contract), the report, the KFP
+    metrics and `tpustream evaluate` do not show it."""
+    return num_classes > 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,11 +207,14 @@ def _policy_line(facts: ReportFacts) -> str:
 
 
 def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:
-    """(label, candidate, champion, change, css class of the change) for top-1, top-5, loss, samples."""
+    """(label, candidate, champion, change, css class of the change) for top-1, top-5 (with more than 5
+    classes), loss, samples."""
     candidate, champion = facts.metrics.candidate, _champion(facts)
     missing = "none" if champion is None and not facts.metrics.champion_note else NOT_MEASURED
     rows = []
-    for name, label in (("top1", "top-1"), ("top5", "top-5"), ("loss", "loss")):
+    top5 = shows_top5(len(facts.metrics.classes)) or facts.metric == "top5"  # decided on it: still shown
+    shown = [("top1", "top-1"), *([("top5", "top-5")] if top5 else []), ("loss", "loss")]
+    for name, label in shown:
         show: Callable[[Any], str] = _decimal if name == "loss" else lambda v: _percent(v, 2)
         mine: Any = candidate.get(name)
         theirs: Any = (champion or {}).get(name)

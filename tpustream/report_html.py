@@ -40,6 +40,7 @@ from tpustream.report_facts import (
     _shown_rows,
     _table,
     _Verdict,
+    shows_top5,
 )
 from tpustream.report_markdown import _markdown_html
 
@@ -136,6 +137,7 @@ def _training_html(facts: ReportFacts) -> str:
     card = facts.model_card
     history = card.history
     best = card.metrics.get("epoch")
+    top5 = shows_top5(len(card.classes))
     init = card.init
     start = (
         f"warm start from {_code(init.get('from'))} ({_E(str(init.get('kind', '')))}, {_E(str(init.get('weights', '')))} weights)"
@@ -149,7 +151,11 @@ def _training_html(facts: ReportFacts) -> str:
     ]
     if len(history) >= 2:
         parts.append(
-            _figure("plot-curves", report_plots.curves_svg(history), "loss and validation accuracy per epoch")
+            _figure(
+                "plot-curves",
+                report_plots.curves_svg(history, top5=top5),
+                "loss and validation accuracy per epoch",
+            )
         )
     elif history:
         parts.append(_note("One epoch only: there is no curve to draw; its numbers are below."))
@@ -161,7 +167,7 @@ def _training_html(facts: ReportFacts) -> str:
             "train loss",
             "val loss",
             "val top-1",
-            "val top-5",
+            *(["val top-5"] if top5 else []),
             "val samples",
             "seconds",
             "samples/s",
@@ -174,7 +180,7 @@ def _training_html(facts: ReportFacts) -> str:
                 _decimal(row.get("train_loss")),
                 _decimal(row.get("val_loss")),
                 _percent(row.get("val_top1"), 2),
-                _percent(row.get("val_top5"), 2),
+                *([_percent(row.get("val_top5"), 2)] if top5 else []),
                 _E(str(row.get("val_samples", ""))),
                 _decimal(row.get("epoch_seconds"), 1),
                 _decimal(row.get("samples_per_s"), 0),

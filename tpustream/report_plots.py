@@ -50,12 +50,13 @@ def _short(name: str) -> str:
     return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
 
 
-def curves_svg(history: Sequence[dict[str, Any]]) -> str:
+def curves_svg(history: Sequence[dict[str, Any]], *, top5: bool = True) -> str:
     """Loss (train and val) and val accuracy (top-1, top-5) per epoch, side by side.
 
     Args:
         history: the model card's ``history``, one dict per epoch (``epoch``, ``train_loss``, ``val_loss``,
             ``val_top1``, ``val_top5``); a missing or non-finite value is a gap in its line.
+        top5: draw val top-5 (``report_facts.shows_top5``: not with 5 classes or fewer, where it is 100%).
     """
     epochs = [int(row.get("epoch", i + 1)) for i, row in enumerate(history)]
 
@@ -68,7 +69,8 @@ def curves_svg(history: Sequence[dict[str, Any]]) -> str:
     loss.plot(epochs, series("val_loss"), marker="s", color="#e08a00", label="val loss")
     loss.set_title("Loss")
     accuracy.plot(epochs, series("val_top1", 100), marker="o", color=CANDIDATE, label="val top-1")
-    accuracy.plot(epochs, series("val_top5", 100), marker="^", color="#2e7d32", label="val top-5")
+    if top5:
+        accuracy.plot(epochs, series("val_top5", 100), marker="^", color="#2e7d32", label="val top-5")
     accuracy.set_title("Validation accuracy")
     accuracy.yaxis.set_major_formatter(PercentFormatter(decimals=0))
     for ax in (loss, accuracy):

@@ -69,10 +69,15 @@ class ShardConfig:
     workers: int = 1
     """Parallel shard writers (processes)."""
     overwrite: bool = False
-    """Replace a complete dataset at --output. Checks run first, but once writing starts the old dataset stops
-    being one (its manifest.json is removed) even if this run then fails: re-run to finish the new dataset."""
+    """Replace a complete dataset at --output: the new one is written beside it (in _replacement/) and swapped
+    in only once complete, so the old one stays valid until then, even if this run fails (re-run to finish)."""
     strict: bool = False
     """Fail on the first unreadable image or non-image file."""
+    class_names: str | None = None
+    """Class names as FILE (one per line, local or gs://) or a comma list a,b,c: integer label i (a WebDataset
+    .cls index, a folder named 3) becomes name i, so integer and named labels mix as one set of classes. The
+    dataset's classes are these names in this order; an integer label out of range or a name not listed is an
+    error. Without it, WebDataset shards mixing integer and named labels are refused."""
 
     def __post_init__(self) -> None:
         if self.min_train_shards < 1:
@@ -91,6 +96,10 @@ class ShardConfig:
             raise ConfigError(f"--max-pixels must be at least 64, got {self.max_pixels}")
         if self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers}")
+        if self.class_names is not None:
+            from tpustream.class_names import parse_class_names
+
+            parse_class_names(self.class_names)  # a comma list is checked now; a FILE when the source opens
 
 
 @dataclass(frozen=True)
@@ -177,6 +186,8 @@ def _fingerprint(
     params: list[object] = [MANIFEST_FORMAT, source.spec, config.max_side, split]
     if config.max_pixels != DEFAULT_MAX_PIXELS:  # another budget skips other images: another shard
         params.append(config.max_pixels)  # (the default leaves earlier datasets' fingerprints as they were)
+    if config.class_names is not None:  # the records count samples by class name: renamed classes, new shards
+        params.append(source.classes)
     h.update(json.dumps(params).encode())
     for key, i in zip(keys, items, strict=True):
         item = source.items[i]
@@ -191,7 +202,13 @@ def plan_dataset(source: Source, config: ShardConfig) -> DatasetPlan:
     rng = np.random.default_rng(config.seed)
     splits = _split_items(source, config, rng)
     if not splits["train"]:
-        raise ShardError(f"source {source.spec!r} has no training samples after the train/val split")
+        fix = (
+            "its items all carry the val split (ml_use validation/test, val shards or folders): give "
+            "--val-fraction F to re-split every item"
+            if source.has_own_split and config.val_fraction is None
+            else "lower --val-fraction or add images"
+        )
+        raise ShardError(f"source {source.spec!r} has no training samples after the train/val split: {fix}")
     # Each upsample pass is its own permutation, so copies of one image land in different shards
     # (a single shuffle of the tiled list would often put two copies in one shard and one buffer).
     base = np.array(splits["train"], dtype=np.int64)

@@ -490,7 +490,7 @@ def create_shards(
     output = storage.check_uri(config.output).rstrip("/")
     finish_replacement(output)  # a swap an earlier --overwrite run did not finish
     if source is None:
-        source = open_source(config.source, staging=output)
+        source = open_source(config.source, staging=output, class_names=config.class_names)
     check_source_listing(source, strict=config.strict)
     # Every check that can fail (source, plan, output) runs before anything is written.
     plan = plan_dataset(source, config)
@@ -615,6 +615,13 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
     by_reason = Counter(reason for _, reason in skipped.values()) + Counter(r.reason for r in rejected)
     examples = [message for message, _ in skipped.values()]
     examples += [r.message if r.message.startswith(r.ref) else f"{r.ref}: {r.message}" for r in rejected]
+    if "train" not in splits or not splits["train"].num_samples:  # 0 train samples is never a dataset
+        written = sum(split.num_samples for split in splits.values())
+        raise ShardError(
+            f"source {source.spec!r}: no train sample could be written ({written} in total; "
+            f"{len(skipped) + len(rejected)} skipped{', e.g. ' + examples[0] if examples else ''}): "
+            "fix the source's images or rows and re-run"
+        )
     manifest = Manifest(
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         source=source.spec,
@@ -683,7 +690,7 @@ def _warn_missing_classes(manifest: Manifest) -> None:
         empty = [name for name, count in zip(manifest.classes, info.class_counts, strict=True) if not count]
         if empty:
             log.warning(
-                "class(es) %s have 0 %s samples: %s; add images of them or drop their folders",
+                "class(es) %s have 0 %s samples: %s; add images of them or leave them out of the source",
                 ", ".join(empty),
                 split,
                 "the model cannot learn them" if split == "train" else "their accuracy is never measured",
@@ -779,7 +786,11 @@ def shard_ranges(config: ShardConfig, shards_per_task: int) -> list[list[int]]:
     """``[[start, end), ...]`` over the plan's shards (train then val) for parallel writers (KFP ParallelFor)."""
     if shards_per_task < 1:
         raise ConfigError(f"shards_per_task must be at least 1, got {shards_per_task}")
-    source = open_source(config.source, staging=storage.check_uri(config.output).rstrip("/"))
+    source = open_source(
+        config.source,
+        staging=storage.check_uri(config.output).rstrip("/"),
+        class_names=config.class_names,
+    )
     check_source_listing(source, strict=config.strict)  # the pipeline's --strict stops here, before writing
     plan = plan_dataset(source, config)
     total = len(plan.shards)
@@ -792,7 +803,7 @@ def write_shard_range(config: ShardConfig, start: int, end: int) -> int:
     output = storage.check_uri(config.output).rstrip("/")
     if storage.exists(storage.join(output, MANIFEST_NAME)):
         return 0  # complete already (an earlier run wrote it): nothing to write
-    source = open_source(config.source, staging=output)
+    source = open_source(config.source, staging=output, class_names=config.class_names)
     plan = plan_dataset(source, config)
     storage.ensure_prefix_writable(output)
     todo = [spec for spec in plan.shards[start:end] if _existing_record(spec, output) is None]
@@ -809,7 +820,7 @@ def finalize_dataset(config: ShardConfig) -> Manifest:
     output = storage.check_uri(config.output).rstrip("/")
     if storage.exists(storage.join(output, MANIFEST_NAME)):
         return load_manifest(output)
-    source = open_source(config.source, staging=output)
+    source = open_source(config.source, staging=output, class_names=config.class_names)
     plan = plan_dataset(source, config)
     records = [r for r in (_existing_record(spec, output) for spec in plan.shards) if r is not None]
     return finalize_manifest(output, plan, records)

@@ -18,6 +18,8 @@ SKIP_REASONS = (
     "malformed-row",  # an import-file line that does not parse, or lacks the image URI
     "malformed-sample",  # a shard sample (another tool's tar) without an image member, or a damaged tar
     "empty-label",  # a row without a class name
+    "multi-label",  # a row giving one image several labels (tpustream trains single-label classifiers)
+    "local-path",  # a local path in an import file on gs:// (the reading container is another machine)
     "conflicting-labels",  # one image listed twice with two different labels (single-label datasets)
     "missing-object",  # the listed file or object does not exist or cannot be read
     "too-large",  # the header claims more pixels than the budget (--max-pixels)

@@ -28,7 +28,7 @@ IMAGE_FOLDER_USAGE = "DIR or gs://DIR of class sub-folders"  # the fallback: any
 # Forms recognised by their shape rather than a prefix (docs/ARCHITECTURE.md, "SOURCE forms"):
 IMPORT_FILES_USAGE = "FILE.jsonl|FILE.csv (Vertex AI import files; a comma list or PREFIX*.jsonl)"
 MANAGED_DATASET_USAGE = "projects/P/locations/L/datasets/ID (a Vertex AI managed image dataset)"
-SHARDS_USAGE = "DIR of .tar shards or SHARD.tar (WebDataset shards written by other tools)"
+SHARDS_USAGE = "DIR of .tar shards or SHARD.tar (WebDataset shards written by other tools; .tar.gz, .tgz too)"
 IMPORT_FILE_SUFFIXES = (".jsonl", ".csv")
 MANAGED_DATASET = re.compile(r"^projects/[^/]+/locations/[^/]+/datasets/[^/]+$")
 
@@ -102,8 +102,9 @@ def _is_import_files(spec: str) -> bool:
 
 
 def _is_shard_files(spec: str) -> bool:
-    """A SOURCE naming tar shards directly: ``x.tar`` or a brace pattern ``train-{000000..000009}.tar``."""
-    return spec.lower().endswith(".tar")
+    """A SOURCE naming tar shards directly: ``x.tar`` (``.tar.gz``, ``.tgz``) or a brace pattern
+    ``train-{000000..000009}.tar``."""
+    return spec.lower().endswith((".tar", ".tar.gz", ".tgz"))
 
 
 def source_kind(spec: str) -> str:
@@ -132,14 +133,25 @@ def _parse(spec: str) -> tuple[SourceForm | None, str]:
     return form, argument
 
 
-def open_source(spec: str, *, staging: str | None = None) -> Source:
+def open_source(spec: str, *, staging: str | None = None, class_names: str | None = None) -> Source:
     """Parse a SOURCE string and list its items (no image is decoded yet).
 
     Args:
         spec: the SOURCE string (``tpustream shards create --help`` lists the forms).
         staging: a writable location for what a source must materialise first (a Vertex AI managed
             dataset is exported to import files under it); the dataset's own output when creating shards.
+        class_names: ``--class-names`` (FILE or a,b,c): integer labels become these names, and the
+            source's classes are exactly them (``tpustream.class_names``).
     """
+    if class_names is None:
+        return _open(spec, staging, names_given=False)
+    from tpustream.class_names import apply_class_names, read_class_names
+
+    names = read_class_names(class_names)
+    return apply_class_names(_open(spec, staging, names_given=True), names)
+
+
+def _open(spec: str, staging: str | None, *, names_given: bool) -> Source:
     form, argument = _parse(spec.strip())
     if form is not None:
         return form.open(argument)
@@ -155,7 +167,7 @@ def open_source(spec: str, *, staging: str | None = None) -> Source:
     if kind == "shards":
         from tpustream.wds_source import webdataset_source
 
-        return webdataset_source(argument.strip())
+        return webdataset_source(argument.strip(), mixed_labels=names_given)
     try:
         path = storage.check_uri(argument)  # refuses pipe: and unsupported schemes; file:///x is /x
     except storage.StorageError as exc:
@@ -165,7 +177,7 @@ def open_source(spec: str, *, staging: str | None = None) -> Source:
         from tpustream.wds_source import is_shard_directory, webdataset_source
 
         if is_shard_directory(path):
-            return webdataset_source(path)
+            return webdataset_source(path, mixed_labels=names_given)
         from tpustream.file_sources import image_folder_source
 
         return image_folder_source(path)

@@ -8,6 +8,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from typing import IO
@@ -48,6 +49,27 @@ def _local_errors(path: str) -> Iterator[None]:
         raise PathKindError(f"{path} is a directory, not a file: give the path of a file") from exc
     except NotADirectoryError as exc:
         raise _file_in_the_way(path) from exc
+
+
+def _open_regular(path: str, buffering: int = -1) -> IO[bytes]:
+    """Open ``path`` for reading only if it is a regular file: a FIFO or a device named where a file is
+    expected would block the open or the read forever (O_NONBLOCK opens it without waiting, to look)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise PathKindError(f"{path} is a directory, not a file: give the path of a file")
+        kind = (
+            "FIFO"
+            if stat.S_ISFIFO(mode)
+            else "device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "socket"
+        )
+        raise PathKindError(f"{path} is a {kind}, not a regular file: only regular files are read")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb", buffering=buffering)
 
 
 def _ensure_local_parent(path: str) -> None:
@@ -127,14 +149,14 @@ class LocalBackend:
 
     def open_read(self, uri: str) -> IO[bytes]:
         with _local_errors(uri):
-            return open(uri, "rb", buffering=READ_CHUNK)
+            return _open_regular(uri, buffering=READ_CHUNK)
 
     def read_bytes(self, uri: str) -> bytes:
-        with _local_errors(uri), open(uri, "rb") as f:
+        with _local_errors(uri), _open_regular(uri) as f:
             return f.read()
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
-        with _local_errors(uri), open(uri, "rb") as f:
+        with _local_errors(uri), _open_regular(uri) as f:
             f.seek(start)
             return f.read(length)
 

@@ -18,7 +18,7 @@ accounting as import files given directly.
 - What: only image datasets (``metadataSchemaUri`` ``.../metadata/image_1.0.0.yaml``); another schema is
   refused by name. Of the export's annotation sets, those whose ``schema.yaml`` title is
   ``ImageClassificationSingleLabel`` are read (a folder without a schema.yaml is read too; a multi-label
-  row in it is refused by ``import_files``); a dataset with only multi-label or bounding-box sets is refused.
+  row in it is rejected and counted by ``import_files``); a dataset with only multi-label or bounding-box sets is refused.
 - Fingerprint (``managed_dataset_objects``): one ObjectInfo for the dataset resource itself (uri = its name,
   size = its data item count, version = VERSION above), from the GET alone, no export. An image replaced
   in GCS behind an unchanged dataset (same URI, new bytes) is therefore not seen: Vertex does not version

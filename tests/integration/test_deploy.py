@@ -208,6 +208,133 @@ def test_bad_inputs_are_named_with_what_to_do(recorder):
     assert recorder.endpoints == {}  # nothing was created for a refused deploy
 
 
+def test_an_endpoint_named_by_a_letter_id_gets_the_canary_and_its_rollback(recorder):
+    """Vertex endpoint IDs may start with a letter (CreateEndpointRequest.endpoint_id, aiplatform_v1
+    types/endpoint_service.py): a resource name with one is that endpoint, never a display name to create."""
+    vertex.init(vertex.place_from_env())
+    client = vertex.v1_client("endpoint")
+    named = client.create_endpoint(
+        parent=PARENT, endpoint={"display_name": "shop front"}, endpoint_id="my-canary-ep"
+    ).result()
+    assert named.name == f"{PARENT}/endpoints/my-canary-ep"
+    publish(recorder, 1)
+    first = deploy.deploy("digits-classifier", named.name, traffic_percent=100)
+    publish(recorder, 2)
+    canary = deploy.deploy("digits-classifier", named.name, traffic_percent=10)
+    assert first["endpoint"] == canary["endpoint"] == named.name and not canary["created_endpoint"]
+    assert list(recorder.endpoints) == [named.name]  # no endpoint was made of its name
+    assert canary["traffic_split"] == {first["deployed_model_id"]: 90, canary["deployed_model_id"]: 10}
+    assert deploy.rollback(named.name)["traffic_split"] == {first["deployed_model_id"]: 100}
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        f"{PARENT}/endpoints/My_Endpoint",  # upper case and _: no endpoint ID
+        f"{PARENT}/endpoints/ends-with-",
+        f"{PARENT}/endpoints/0123",  # a leading zero
+        f"{PARENT}/endpoints/{'a' * 64}",  # over 63
+        f"{PARENT}/endpoints/5/extra",
+        "projects/proj/endpoints/5",
+    ],
+)
+def test_a_malformed_endpoint_resource_name_is_refused_not_created(recorder, endpoint):
+    publish(recorder, 1)
+    with pytest.raises(DeployError, match="is not an endpoint resource name"):
+        deploy.deploy("digits-classifier", endpoint)
+    with pytest.raises(DeployError, match="is not an endpoint resource name"):
+        deploy.rollback(endpoint)
+    assert recorder.endpoints == {}
+
+
+def test_deploy_creates_a_dedicated_endpoint_when_asked(recorder):
+    """A shared public endpoint takes requests up to 1.5 MB, a dedicated one up to 10 MB: --dedicated-endpoint
+    creates the endpoint with Endpoint.dedicated_endpoint_enabled; without it, a shared one, as before."""
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    publish(recorder, 1)
+    said = CliRunner().invoke(
+        app, ["deploy", "--endpoint", "big-photos", "--model", "digits-classifier", "--dedicated-endpoint"]
+    )
+    assert said.exit_code == 0, said.output
+    deploy.deploy("digits-classifier", "small-photos")
+    created = {e["displayName"]: e for e in recorder.endpoints.values()}
+    assert (
+        created["big-photos"]["dedicatedEndpointEnabled"] is True
+        and created["big-photos"]["dedicatedEndpointDns"]
+    )
+    assert "dedicatedEndpointEnabled" not in created["small-photos"]
+    help_text = " ".join(CliRunner().invoke(app, ["deploy", "--help"]).output.replace("│", "").split())
+    assert "1.5 MB" in help_text and "10 MB" in help_text
+
+
+def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_deploying_twice(recorder):
+    """The pipeline retries a failed deploy task; the first attempt's DeployModel may still be running (it
+    takes minutes, the model is not on the endpoint until it is done). The retry finds the running operation
+    on the endpoint, waits for it, then finds the version deployed and sends nothing more."""
+    import threading
+    import time as clock
+
+    publish(recorder, 1)
+    serving = deploy.deploy("digits-classifier", "shop", traffic_percent=100)
+    publish(recorder, 2)
+    recorder.hold_deploys = True
+    first: dict = {}
+    attempt = threading.Thread(
+        target=lambda: first.update(deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
+        daemon=True,
+    )
+    attempt.start()  # its DeployModel is sent, then it waits for the operation, which the recorder holds
+    deadline = clock.monotonic() + 60
+    while not recorder._held and clock.monotonic() < deadline:
+        clock.sleep(0.01)
+    ((operation, _),) = recorder._held
+    retried: dict = {}
+    retry = threading.Thread(
+        target=lambda: retried.update(deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
+        daemon=True,
+    )
+    retry.start()
+
+    def retry_is_waiting() -> bool:
+        """The retry listed the endpoint's operations (the third ListOperations: one per deploy) and has
+        polled the running one since."""
+        paths = [request["path"] for request in list(recorder.requests)]
+        lists = [i for i, path in enumerate(paths) if path.endswith("/operations")]
+        return len(lists) >= 3 and any(path.endswith(operation) for path in paths[lists[2] :])
+
+    deadline = clock.monotonic() + 60
+    while not retry_is_waiting() and clock.monotonic() < deadline:
+        clock.sleep(0.01)
+    assert retry_is_waiting() and retry.is_alive(), "the retry did not wait for the running deployment"
+    assert recorder.finish_deploys() == 1
+    attempt.join(120)
+    retry.join(120)
+    deploys = [r for r in recorder.requests if r["path"].endswith(":deployModel")]
+    assert len(deploys) == 2  # version 1, then version 2 once: the retry sent none
+    assert first["deployed"] and not retried["deployed"]
+    assert retried["deployed_model_id"] == first["deployed_model_id"]
+    assert retried["traffic_split"] == {serving["deployed_model_id"]: 90, first["deployed_model_id"]: 10}
+    assert recorder.rejected == []
+
+
+def test_the_recorder_refuses_endpoint_ids_vertex_refuses(recorder):
+    from google.api_core import exceptions
+
+    vertex.init(vertex.place_from_env())
+    client = vertex.v1_client("endpoint")
+    for bad in ("Upper", "1abc", "0123", "1234567890", "a" * 64, "trailing-"):
+        with pytest.raises(exceptions.BadRequest, match="Invalid endpoint_id"):
+            client.create_endpoint(parent=PARENT, endpoint={"display_name": "x"}, endpoint_id=bad)
+    for good in ("a", "123456789", "ep-" + "a" * 59 + "9"):
+        assert client.create_endpoint(
+            parent=PARENT, endpoint={"display_name": "x"}, endpoint_id=good
+        ).result()
+    assert len(recorder.endpoints) == 3
+
+
 def test_the_recorder_refuses_what_vertex_refuses(recorder):
     """The fake's rules, through the v1 client: a split that does not sum to 100, a model with traffic
     undeployed without a new split, automatic resources for a custom model."""

@@ -561,3 +561,31 @@ def test_a_class_without_val_samples_is_not_measured_and_metrics_name_the_datase
     evaluate.evaluate(model, "data", "eval")
     written = json.loads(storage.read_bytes(str(tmp_path / "eval" / "metrics.json")))
     assert written["dataset"]["uri"] == str(tmp_path / "data")  # readable from any directory
+
+
+def test_a_model_below_the_quality_floor_is_refused_with_no_champion(digits, models, tmp_path):
+    """The first model of a registry is not promoted whatever it scores: ``--min-metric`` (and
+    ``--min-class-recall``) apply with no champion too, and the refusal is recorded, with no version made."""
+    registry = str(tmp_path / "registry")
+    weak = _evaluate(models, "weak", digits, tmp_path)  # random weights: ~10% top-1
+    runner = CliRunner()
+    base = ["promote", "--candidate", models["weak"], "--metrics", weak, "--registry", registry]
+    refused = runner.invoke(app, [*base, "--min-metric", "0.5"])
+    assert refused.exit_code == 0, refused.output
+    assert "not promoted: candidate top1 0." in refused.output and "--min-metric 0.5" in refused.output
+    assert promote.read_champion(registry) is None and not storage.exists(f"{registry}/versions")
+    events = [json.loads(storage.read_bytes(o.uri)) for o in storage.list_objects(f"{registry}/events")]
+    assert [e["event"] for e in events] == ["refused"] and "quality floor" in events[0]["reason"]
+    by_class = runner.invoke(app, [*base, "--min-class-recall", "0.5"])
+    assert "not promoted: class " in by_class.output and "--min-class-recall 0.5" in by_class.output
+    good = _evaluate(models, "better", digits, tmp_path)
+    top1 = json.loads(storage.read_bytes(good))["candidate"]["top1"]
+    passed = runner.invoke(
+        app,
+        ["promote", "--candidate", models["better"], "--metrics", good, "--registry", registry]
+        + ["--min-metric", str(round(top1 - 0.01, 4))],
+    )
+    assert (
+        "promoted: version 1 is the champion (no champion yet; the candidate reaches the quality floor"
+        in (passed.output)
+    )

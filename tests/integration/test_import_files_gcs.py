@@ -136,3 +136,23 @@ def test_fingerprint_follows_listed_images_and_import_files_on_gcs(gcs_bucket, s
     assert (
         fingerprint.fingerprint(config, fingerprint.source_objects(spec)) != rewritten
     )  # a new file matched
+
+
+def test_an_import_file_on_gcs_names_only_gcs_images(gcs_bucket, tmp_path):
+    local = tmp_path / "secret.jpg"
+    local.write_bytes(_jpeg(7))  # a readable local file: the row must still not reach it
+    for i in range(4):
+        storage.write_bytes(f"{gcs_bucket}/raw/IMG_{i}.jpg", _jpeg(i))
+    spec = f"{gcs_bucket}/labels/l.csv"
+    rows = [f"{gcs_bucket}/raw/IMG_{i}.jpg,{'ab'[i % 2]}" for i in range(3)]
+    rows += ["../raw/IMG_3.jpg,b", f"{local},a", f"file://{local},a"]  # lines 4-6
+    storage.write_bytes(spec, ("\n".join(rows) + "\n").encode())
+    source = open_source(spec)
+    assert sorted(str(item.ref) for item in source.items) == [
+        f"{gcs_bucket}/raw/IMG_{i}.jpg" for i in range(4)
+    ]
+    assert [(r.ref, r.reason) for r in source.rejected] == [
+        (f"{spec}:5", "local-path"),
+        (f"{spec}:6", "local-path"),
+    ]
+    assert "name images there by gs:// URI" in source.rejected[0].message

@@ -401,7 +401,7 @@ def test_a_run_that_cannot_join_its_experiment_is_named_with_why(tmp_path, gcs_b
                 project="proj",
                 region="europe-west4",
                 pipeline_root=f"{gcs_bucket}/root",
-                parameters={"registry": f"{gcs_bucket}/registry"},
+                parameters={"registry": f"{gcs_bucket}/registry", "source": f"{gcs_bucket}/images"},
                 api_endpoint=recorder.url,
                 skip_preflight=True,
                 experiment=EXPERIMENT,
@@ -512,6 +512,8 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert second["report"] is None  # nothing trained: no report (the first run's stays as it was)
     printed = capsys.readouterr().out
     assert "no new data since" in printed and "check-source: SUCCESS" in printed
+    assert "  training skipped: no new data since the last run" in printed  # condition-1, by what it means
+    assert "experiment" not in printed  # an If that only says an option was not given: no line
     assert len(printed.splitlines()) <= 4 and "KFP Executor" not in printed
     assert "KFP Executor" in Path(log_path).read_text()  # the full executor log is in the file
     assert logging.getLogger().handlers == handlers_before  # kfp.local's per-task swaps leave nothing behind

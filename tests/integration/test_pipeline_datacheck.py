@@ -1,13 +1,16 @@
 """The pipeline's "check data" step through the real kfp.local DAG: a source with a val image copied into
-train stops the run before training, naming the leak; the next run, on the fixed source, trains."""
+train stops the run before training, naming the leak (in `pipeline run-local`'s own lines, not only in its
+log); the next run, on the fixed source, trains."""
 
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tpustream import promote
+from tpustream.cli import app
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,10 +53,30 @@ def test_a_leaky_source_stops_before_training_and_the_fixed_source_trains(tmp_pa
         "workers": 2,
     }
     root = str(tmp_path / "run")
-    log_path = tmp_path / "logs" / "leaky.log"
-
-    with pytest.raises(RuntimeError, match="check-data"):
-        run_local(root=root, log_path=str(log_path), **settings)
+    # through the command a user runs: what it prints says why the run failed and what was skipped
+    result = CliRunner().invoke(
+        app,
+        [
+            *("pipeline", "run-local", "--root", root, "--source", str(source), "--model", "tiny"),
+            *("--epochs", "1", "--batch-size", "16", "--lr", "0.2", "--num-shards", "4"),
+            *("--param", "shards_per_task=4"),
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    printed = result.stdout.splitlines()
+    failed = printed.index("  check-data: FAILURE")
+    anomaly = printed[failed + 1]  # the anomaly right under the failed task, not 400 lines into the log
+    assert anomaly.startswith("    anomaly train-val-leak: 1 image(s) are in both train and val")
+    assert "copied-from-val.png (train)" in anomaly and f"{val_three.name} (val)" in anomaly
+    assert "  train-model: skipped (check-data failed)" in printed[failed:]
+    assert "  promotion skipped: check-data failed" in printed[failed:]  # condition-3, by what it means
+    assert not any("condition-" in line for line in printed)
+    (log_path,) = Path(root, "logs").glob("run-local-*.log")
+    error = result.stderr.strip()
+    assert error.startswith("error: check-data failed: data check of ")
+    assert (
+        "train-val-leak" in error and "data_check=warn" in error and error.endswith(f"full log: {log_path}")
+    )
     log = log_path.read_text()
     assert "train-val-leak" in log and "copied-from-val.png" in log and val_three.name in log
     assert "data_check=warn" in log  # the way to train anyway

@@ -91,7 +91,7 @@ def test_batch_prediction_sends_the_servers_own_requests_and_gets_evaluations_an
         [written["uri"]],
         "gs://batch/out",
         machine_type="n1-standard-2",
-        max_replicas=2,
+        replicas=2,  # batch prediction does not autoscale: both counts are 2
         wait=True,
         poll_seconds=0.05,
     )
@@ -111,7 +111,7 @@ def test_batch_prediction_sends_the_servers_own_requests_and_gets_evaluations_an
         },
         "dedicatedResources": {
             "machineSpec": {"machineType": "n1-standard-2"},
-            "startingReplicaCount": 1,
+            "startingReplicaCount": 2,
             "maxReplicaCount": 2,
         },
         "manualBatchTuningParameters": {"batchSize": 64},
@@ -181,7 +181,7 @@ def test_file_list_input_and_bad_arguments(served):
     cases = [
         (dict(input_uris=["/tmp/val.jsonl"]), "give gs:// files"),
         (dict(output_prefix="out"), "--vertex-batch out: give a gs:// prefix"),
-        (dict(batch_size=65), "--batch-size 65: 1 to 64"),
+        (dict(batch_size=65), "--instances-per-request 65: 1 to 64"),
         (dict(instances_format="csv"), "--instances-format 'csv'"),
         (dict(top_k=0), "--top-k 0"),
     ]
@@ -201,3 +201,81 @@ def test_file_list_input_and_bad_arguments(served):
         vertex_batch.predict_on_vertex(
             [str(served.log.parent / "nothing")], "digits-classifier", "gs://batch/x"
         )
+    # the CLI: --replicas N starts N machines and allows no more (batch jobs do not autoscale); --max-replicas,
+    # its earlier name, means the same
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    for flag, count in (("--replicas", "3"), ("--max-replicas", "2")):
+        args = ["predict", served.digits, "--vertex-batch", f"gs://batch/cli{count}"]
+        args += ["--vertex-model", "digits-classifier", "--limit", "2", flag, count, "--wait"]
+        said = CliRunner().invoke(app, args)
+        assert said.exit_code == 0, said.output
+        create = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")][-1]
+        resources = create["body"]["dedicatedResources"]
+        assert resources["startingReplicaCount"] == resources["maxReplicaCount"] == int(count)
+
+
+def _photos(folder, count: int, size=(2048, 1536)) -> list[int]:
+    """``count`` JPEG 'photos' of 3 MP whose noise keeps them at ~2-4 MB each, as a camera's would be; their
+    sizes in bytes."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(7)
+    sizes = []
+    for index in range(count):
+        pixels = rng.integers(0, 256, (size[1], size[0], 3), np.uint8)
+        path = folder / f"photo-{index:02d}.jpg"
+        Image.fromarray(pixels).save(path, "JPEG", quality=92)
+        sizes.append(path.stat().st_size)
+    return sizes
+
+
+def test_a_batch_job_on_multi_megapixel_photos_completes_with_no_errors(served, tmp_path):
+    """Vertex sends ``batchSize`` consecutive instances per request: 64 of these photos would be a 200 MB
+    request, refused whole by the server's budgets. The batch size is chosen to fit them, so every photo is
+    answered; a batch size that cannot fit is refused before any job is submitted."""
+    sizes = _photos(tmp_path / "photos", 9)
+    limits = vertex_batch._limits()
+    assert sum(sizes) > limits.max_request_bytes  # all in one request (what 64 would do) is refused
+    jobs_before = len(served.recorder.batch_jobs)
+    with pytest.raises(ValueError, match=r"--instances-per-request 64: requests of 64 .* over the serving"):
+        vertex_batch.predict_on_vertex(
+            [str(tmp_path / "photos")], "digits-classifier", "gs://batch/photos", batch_size=64
+        )
+    assert len(served.recorder.batch_jobs) == jobs_before  # nothing was submitted
+    calls_before = len(served.recorder.batch_calls)
+    job = vertex_batch.predict_on_vertex(
+        [str(tmp_path / "photos")], "digits-classifier", "gs://batch/photos", wait=True, poll_seconds=0.05
+    )
+    assert job["completion"] == {"successful": 9, "failed": 0, "incomplete": 0}, served.log.read_text()[
+        -2000:
+    ]
+    calls = served.recorder.batch_calls[calls_before:]
+    per_request = [len(call["body"]["instances"]) for call in calls]
+    assert sum(per_request) == 9 and max(per_request) == limits.max_request_bytes // max(sizes)
+    for call in calls:  # each request within the server's byte budget
+        total = sum(len(base64.b64decode(instance["b64"])) for instance in call["body"]["instances"])
+        assert total <= limits.max_request_bytes
+
+
+def test_instances_no_request_can_hold_are_named_before_submitting(served, tmp_path, monkeypatch):
+    """An instances file (not written by tpustream) with an image over the server's pixel limit: named up
+    front, instead of a job whose request containing it fails."""
+    from PIL import Image
+
+    monkeypatch.setenv("TPUSTREAM_MAX_PIXELS", str(1 << 20))
+    big = tmp_path / "big.png"
+    Image.new("RGB", (2000, 1000)).save(big)
+    lines = [json.dumps({"key": "big.png", "b64": base64.b64encode(big.read_bytes()).decode()})]
+    storage.write_bytes("gs://batch/given/big.jsonl", ("\n".join(lines) + "\n").encode())
+    jobs_before = len(served.recorder.batch_jobs)
+    with pytest.raises(
+        ValueError, match=r"1 instances fit no request .* big.png \(2000000 px, over TPUSTREAM_MAX_PIXELS"
+    ):
+        vertex_batch.submit_batch_prediction(
+            "digits-classifier", ["gs://batch/given/big.jsonl"], "gs://batch/o"
+        )
+    assert len(served.recorder.batch_jobs) == jobs_before

@@ -38,3 +38,21 @@ def test_shards_on_gcs_are_resharded_into_a_gcs_dataset(gcs_bucket, tmp_path):
         str(tmp_path / "val-0000.tar"), f"{gcs_bucket}/theirs/val-0000.tar"
     )  # a new generation
     assert fingerprint.fingerprint(config, fingerprint.source_objects(pattern)) != before
+
+
+def test_gzip_shards_on_gcs_are_read_by_ranged_reads_through_their_index(gcs_bucket, tmp_path, monkeypatch):
+    from tests.unit.test_wds_source import gzip_shards
+    from tpustream import gzip_index
+
+    monkeypatch.setattr(gzip_index, "CHECKPOINT_SPACING", 4096)
+    write_stock_shards(str(tmp_path))
+    gzip_shards(tmp_path)
+    for tar in sorted(tmp_path.glob("*.tar.gz")):
+        storage.upload_file(str(tar), f"{gcs_bucket}/packed/{tar.name}")
+    source = open_source(f"{gcs_bucket}/packed")
+    assert len(source.items) == 36 and source.classes == ["0", "1", "2"] and not source.rejected
+    output = f"{gcs_bucket}/datasets/from-gz"
+    manifest, _ = create_shards(ShardConfig(source=f"{gcs_bucket}/packed", output=output, num_shards=2))
+    assert manifest.splits["train"].class_counts == [6, 6, 6]
+    assert manifest.splits["val"].class_counts == [6, 6, 6] and manifest.skipped.count == 0
+    verify_shards(output)

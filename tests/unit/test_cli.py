@@ -114,6 +114,7 @@ def test_bench_write_prints_json_lines():
 def test_pipeline_commands_check_their_input_before_any_cloud_call(tmp_path, monkeypatch):
     template = str(tmp_path / "p.yaml")
     common = ["--project", "p", "--pipeline-root", "gs://b/runs", "--registry", "gs://b/registry"]
+    common += ["--param", "source=gs://b/images"]
     result = runner.invoke(app, ["pipeline", "submit", "--template", template, *common])
     assert result.exit_code == 2 and "no such file" in result.output and "pipeline compile" in result.output
     result = runner.invoke(app, ["pipeline", "compile", "--output", template])
@@ -135,6 +136,15 @@ def test_pipeline_commands_check_their_input_before_any_cloud_call(tmp_path, mon
         app, ["pipeline", "schedule", "--template", template, "--cron", "every monday", *common]
     )
     assert result.exit_code == 2 and "five fields" in result.output
+    # Issue 37: no --param source would train on the pipeline's default, the bundled digits: refused, saying how
+    for command in (["submit"], ["schedule", "--cron", "0 3 * * 1"]):
+        result = runner.invoke(app, ["pipeline", *command, "--template", template, *common[:-2]])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith("error: --param source is required for a Vertex AI run: "), (
+            result.output
+        )
+        assert "the bundled digits" in result.stderr and "--param source=gs://BUCKET/images" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
     # Issue 26: the TensorBoard instance and the experiment, checked before any credential is needed
     tensorboard = "projects/p/locations/europe-west4/tensorboards/42"
     for args, message in [
@@ -163,6 +173,15 @@ def test_pipeline_commands_check_their_input_before_any_cloud_call(tmp_path, mon
     result = runner.invoke(app, ["pipeline", "submit", "--template", template, *common])
     assert result.exit_code == 2 and "credentials" in result.output, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+    # what helps is said; --skip-preflight, which cannot (Vertex needs the same credentials), is not suggested
+    assert (
+        "gcloud auth application-default login" in result.stderr
+        and "GOOGLE_APPLICATION_CREDENTIALS" in result.stderr
+    )
+    assert "--skip-preflight would not help" in result.stderr and "pass --skip-preflight" not in result.stderr
+    skipped = runner.invoke(app, ["pipeline", "submit", "--template", template, *common, "--skip-preflight"])
+    assert skipped.exit_code == 2 and "gcloud auth application-default login" in skipped.stderr
+    assert "--skip-preflight" not in skipped.stderr and "Traceback" not in skipped.output
 
 
 def test_pipeline_yaml_options_take_file_uris(tmp_path, monkeypatch):
@@ -254,3 +273,26 @@ def test_a_config_error_is_one_line_and_a_bare_value_error_is_a_bug_with_its_tra
     assert _user_error_message(ValueError("invalid literal for int() with base 10: 'x'")) is None
     result = CliRunner().invoke(app, ["train", "--data", "d", "--output", "o", "--epochs", "0"])
     assert result.exit_code == 2 and "epochs" in result.output and "Traceback" not in result.output
+
+
+def test_champion_show_and_history_take_the_registry_as_argument_or_option(tmp_path):
+    """`champion show` took --registry and `champion history` an argument: each takes both now, and the
+    old invocations still work; the registry given twice (differently) or not at all is one line."""
+    registry = str(tmp_path / "registry")
+    os.makedirs(registry)
+    for command, expected in (("show", '"message": "no champion yet"'), ("history", "no decisions yet in")):
+        as_argument = runner.invoke(app, ["champion", command, registry])
+        as_option = runner.invoke(app, ["champion", command, "--registry", registry])
+        both_same = runner.invoke(app, ["champion", command, registry, "--registry", registry])
+        assert as_argument.exit_code == as_option.exit_code == both_same.exit_code == 0, as_argument.output
+        assert expected in as_argument.stdout and as_argument.stdout == as_option.stdout == both_same.stdout
+        twice = runner.invoke(app, ["champion", command, registry, "--registry", str(tmp_path / "other")])
+        assert twice.exit_code == 2 and twice.stderr.strip() == (
+            f"error: champion {command}: the registry is given twice, {registry} and --registry "
+            f"{tmp_path / 'other'}: give one"
+        )
+        missing = runner.invoke(app, ["champion", command])
+        assert missing.exit_code == 2 and missing.stderr.startswith(
+            f"error: champion {command}: give the registry"
+        )
+        assert "Traceback" not in missing.output

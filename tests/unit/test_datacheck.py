@@ -20,6 +20,7 @@ from tpustream.datacheck import (
     check_dataset,
     check_for_pipeline,
 )
+from tpustream.datacheck_report import percents
 from tpustream.manifest import manifest_digest
 from tpustream.shard_plan import ShardConfig
 
@@ -140,6 +141,57 @@ def test_skipped_rate_above_the_limit(tmp_path):
     assert report.facts["skipped"]["rate"] == pytest.approx(3 / 48)
     assert "undecodable 3" in report.anomalies[0].reason and "broken-" in report.anomalies[0].reason
     assert check_dataset(uri, thresholds=DataCheckThresholds(max_skipped_rate=0.07)).ok
+    # just past the limit: printed with the decimals that make "above" true (not "6.2% ... above 6.2%")
+    (close,) = check_dataset(uri, thresholds=DataCheckThresholds(max_skipped_rate=0.062)).anomalies
+    assert close.reason.startswith("6.25% of the source's items") and "above 6.20%" in close.reason
+    markdown = check_dataset(uri, thresholds=DataCheckThresholds(max_skipped_rate=0.06249)).to_markdown()
+    assert (
+        "| Skipped images and rejected rows | 6.250% (3: undecodable 3) | 6.249% | **anomaly** |" in markdown
+    )
+
+
+@pytest.mark.parametrize(
+    "value, limit, shown",
+    [
+        (0.0505, 0.05, ("5.05%", "5.00%")),
+        (0.0625, 0.05, ("6.2%", "5.0%")),  # one decimal when it tells them apart
+        (0.05, 0.05, ("5.0%", "5.0%")),
+        (0.0499, 0.05, ("4.99%", "5.00%")),
+        (0.1000001, 0.1, ("10.00001%", "10.00000%")),
+        (0.16666, 0.1, ("16.7%", "10.0%")),  # rounded as usual where rounding cannot blur the gap
+    ],
+)
+def test_percents_show_a_value_past_its_limit_as_different(value, limit, shown):
+    assert percents(value, limit) == shown
+
+
+def test_a_class_with_a_few_train_images_is_a_warning_not_an_anomaly(tmp_path):
+    """No baseline: a class of 3 train images passes the check, but is said (report, JSON, log, CLI)."""
+    uri = _dataset(tmp_path, "tiny", {"cat": (12, 3), "dog": (12, 3), "fox": (3, 1)}, upsample=4)
+    report = check_dataset(uri)
+    assert report.ok and report.baseline is None  # a warning never fails the check
+    (warning,) = report.warnings
+    assert warning.code == "tiny-class" and warning.details["classes"] == [
+        {"class": "fox", "train_images": 3}
+    ]
+    assert "1 class(es) with fewer than 10 train images: 'fox' (3)" in warning.reason  # upsampled copies: not
+    markdown = report.to_markdown()
+    assert "**No anomalies.**" in markdown and "## Warnings" in markdown and "`tiny-class`" in markdown
+    assert "| Classes with fewer than 10 train images | 1 | 0 (a warning) | **warning** |" in markdown
+    assert report.to_json()["warnings"][0]["code"] == "tiny-class"
+    assert check_dataset(uri, thresholds=DataCheckThresholds(min_class_train_samples=3)).warnings == []
+    assert check_dataset(uri, thresholds=DataCheckThresholds(min_class_train_samples=0)).warnings == []
+
+    result = CliRunner().invoke(app, ["shards", "check", uri])
+    assert result.exit_code == 0, result.output
+    assert "WARNING tiny-class: 1 class(es) with fewer than 10 train images" in result.stderr
+    assert f"ok: no anomalies in {uri}" in result.stderr
+
+    report_path = str(tmp_path / "report.md")
+    found = check_for_pipeline(
+        uri, registry="", mode="fail", thresholds=DataCheckThresholds(), report_path=report_path
+    )
+    assert found is not None and found.ok and [w.code for w in found.warnings] == ["tiny-class"]
 
 
 def test_against_a_baseline_new_vanished_shifted_classes_and_a_skipped_rate_jump(tmp_path):
@@ -210,6 +262,7 @@ def test_a_dataset_written_before_the_sample_index_is_checked_on_its_manifest(tm
         {"max_class_share_shift": 2.0},
         {"max_skipped_rate_increase": -1.0},
         {"max_leaked_images": -1},
+        {"min_class_train_samples": -1},
     ],
 )
 def test_thresholds_are_validated(kwargs):

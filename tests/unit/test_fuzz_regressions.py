@@ -312,7 +312,10 @@ def test_pixel_budget_at_write_time_and_max_side_still_downsizes(tmp_path):
                 sides += [max(Image.open(io.BytesIO(v["jpg"])).size) for _, v in iter_tar_samples(f)]
     assert sides and set(sides) == {64}  # legitimate photos still downsized
     result = runner.invoke(app, [*args, "--output", str(tmp_path / "small"), "--max-pixels", "50000"])
-    assert result.exit_code == 0 and "9 skipped" in result.output  # 300x200 = 60,000 px > 50,000
+    # 300x200 = 60,000 px > 50,000: every image skipped, and a dataset of 0 samples is refused
+    assert (
+        result.exit_code == 2 and "no train sample could be written (0 in total; 9 skipped" in result.output
+    )
     result = runner.invoke(app, ["shards", "verify", "--deep", str(out)])
     assert result.exit_code == 0 and "ok: 2 shards" in result.output, result.output
 

@@ -194,7 +194,7 @@ def test_duplicates_with_the_same_label_are_one_item(tmp_path, caplog):
     assert "2 duplicate row(s) merged" in caplog.text and "2 with another ml_use" in caplog.text
 
 
-def test_multi_label_file_is_refused(tmp_path):
+def test_a_multi_label_row_is_counted_not_fatal(tmp_path):
     images = _images(tmp_path / "raw", 2)
     one = {"imageGcsUri": images[0], "classificationAnnotations": [{"displayName": "daisy"}]}
     two = {
@@ -203,9 +203,11 @@ def test_multi_label_file_is_refused(tmp_path):
     }
     single = import_files_source(_write(tmp_path / "one.jsonl", [json.dumps(one)]))
     assert single.classes == ["daisy"]  # one label in the multi-label form is still single-label
-    spec = _write(tmp_path / "multi.jsonl", [json.dumps(one), json.dumps(two)])
-    with pytest.raises(SourceError, match=r"multi.jsonl:2 gives one image 2 labels \(a, b\).*single-label"):
-        import_files_source(spec)
+    source = import_files_source(_write(tmp_path / "multi.jsonl", [json.dumps(one), json.dumps(two)]))
+    assert [item.ref for item in source.items] == [images[0]]
+    [rejected] = source.rejected
+    assert (rejected.ref, rejected.reason) == (f"{tmp_path}/multi.jsonl:2", "multi-label")
+    assert "2 labels (a, b)" in rejected.message and "single-label" in rejected.message
 
 
 def test_relative_and_file_uris_resolve_against_the_import_file(tmp_path, monkeypatch):
@@ -394,8 +396,8 @@ def test_a_large_jsonl_lists_quickly(tmp_path):
         ("gs://other/raw/a.jpg", "gs://other/raw/a.jpg"),
         ("raw/a.jpg", "gs://b/labels/raw/a.jpg"),
         ("../raw/a.jpg", "gs://b/raw/a.jpg"),
-        ("/mnt/disk/a.jpg", "/mnt/disk/a.jpg"),
-        ("file:///mnt/disk/../a.jpg", "/mnt/a.jpg"),
+        ("/mnt/disk/a.jpg", "local path in an import file on GCS"),
+        ("file:///mnt/disk/../a.jpg", "local path in an import file on GCS"),
         ("../../a.jpg", "outside the import file's bucket"),
         ("gs://bucket-only", "names a bucket"),
         ("s3://b/a.jpg", "unsupported URI scheme"),
@@ -409,3 +411,164 @@ def test_images_in_an_import_file_on_gcs_resolve_within_its_bucket(image, expect
     else:
         with pytest.raises(_BadRow, match=expected):
             _resolve(image, "gs://b/labels")
+
+
+# --------------------------------------------------------------------------- hostile import files
+
+
+def test_hostile_jsonl_rows_are_counted_never_raised(tmp_path):
+    images = _images(tmp_path / "raw", 2)
+    spec = _write(
+        tmp_path / "hostile.jsonl",
+        [
+            _row(images[0], "a"),  # 1: good
+            _row(f"{tmp_path}/raw/x\x00.jpg", "a"),  # 2: NUL in the path (open() would raise ValueError)
+            _row(f"{tmp_path}/raw/x\x1b[2J.jpg", "a"),  # 3: an escape sequence
+            "[" * 100_000 + "]" * 100_000,  # 4: json would recurse past Python's limit
+            '{"imageGcsUri": "' + "x" * (2 << 20) + '"}',  # 5: a 2 MiB line: refused unread
+            '{"imageGcsUri": "[[[[[[[[[[[[[[[[[[[[.jpg", "classificationAnnotation": {"displayName": "a"}}',  # 6
+            _row(images[1], "b\n"),  # 7: fine: the label is stripped
+            _row(images[1], "b\x07c"),  # 8: a control character in the label
+            json.dumps({"imageGcsUri": "hello world"}),  # 9: garbage, not an unlabelled image
+            _row(images[1], None),  # 10: an unlabelled image
+        ],
+    )
+    source = import_files_source(spec)
+    reasons = {int(r.ref.rsplit(":", 1)[1]): r.reason for r in source.rejected}
+    assert reasons == {
+        2: "malformed-row",
+        3: "malformed-row",
+        4: "malformed-row",
+        5: "malformed-row",
+        8: "malformed-row",
+        9: "malformed-row",
+        10: "empty-label",
+    }
+    messages = {int(r.ref.rsplit(":", 1)[1]): r.message for r in source.rejected}
+    assert "U+0000" in messages[2] and "U+001B" in messages[3]
+    assert "nested deeper than 16" in messages[4] and "longer than 1,048,576 characters" in messages[5]
+    assert len(messages[5]) < 200  # the line is not quoted back
+    # brackets inside a string are no nesting: row 6 is an image path (it does not exist: skipped when loaded)
+    assert {str(item.ref) for item in source.items} == {
+        images[0],
+        images[1],
+        f"{tmp_path}/[[[[[[[[[[[[[[[[[[[[.jpg",
+    }
+    assert source.classes == ["a", "b"]
+
+
+def test_hostile_csv_rows_are_counted_and_a_header_is_skipped(tmp_path, caplog):
+    images = _images(tmp_path / "raw", 2)
+    text = (
+        "ml_use,gcs_file_path,label\n"  # 1: a header: skipped, not counted
+        f"training,{images[0]},a\n"  # 2
+        "garbage\n"  # 3: one column, no path: malformed, not empty-label
+        + "x"
+        * (2 << 20)
+        + "\n"  # 4: too long
+        f"{tmp_path}/raw/x\x01.jpg,a\n"  # 5: a control character
+        f"{images[1]},b\n"  # 6
+        "image,label\n"  # 7: a header-like row past the first is a row (no such image: read as a path)
+    )
+    (tmp_path / "l.csv").write_text(text)
+    with caplog.at_level("INFO", logger="tpustream.import_files"):
+        source = import_files_source(str(tmp_path / "l.csv"))
+    assert f"{tmp_path}/l.csv:1 is a header row" in caplog.text
+    assert [(r.ref.rsplit(":", 1)[1], r.reason) for r in source.rejected] == [
+        ("3", "malformed-row"),
+        ("4", "malformed-row"),
+        ("5", "malformed-row"),
+    ]
+    assert sorted(str(item.ref) for item in source.items) == sorted([*images, f"{tmp_path}/image"])
+
+
+@pytest.mark.parametrize("header", ["image,label", "ml_use,gcs_file_path,label", "path"])
+def test_a_csv_holding_only_a_header_is_one_clear_error(tmp_path, header):
+    (tmp_path / "h.csv").write_text(header + "\n")
+    with pytest.raises(
+        SourceError, match=r"no valid row in 1 import file.*1 header row\(s\) skipped \(.*h.csv:1\)"
+    ):
+        open_source(str(tmp_path / "h.csv"))
+
+
+def test_a_fifo_named_as_an_image_is_skipped_not_waited_on(tmp_path):
+    images = _images(tmp_path / "raw", 4)
+    os.mkfifo(tmp_path / "raw" / "fifo.jpg")  # nobody ever writes to it: opening it to read would block
+    rows = [_row(image, "ab"[i % 2]) for i, image in enumerate(images)]
+    spec = _write(
+        tmp_path / "l.jsonl", [*rows, _row(f"{tmp_path}/raw/fifo.jpg", "a"), _row("/dev/zero", "b")]
+    )
+    source = import_files_source(spec)
+    fifo = next(item for item in source.items if str(item.ref).endswith("fifo.jpg"))
+    with pytest.raises(UnreadableImage, match="is a FIFO, not a regular file"):
+        source.load(fifo)
+    with pytest.raises(UnreadableImage, match="/dev/zero is a device, not a regular file"):
+        source.load(next(item for item in source.items if item.ref == "/dev/zero"))
+    from tpustream import shards
+
+    manifest, _ = shards.create_shards(
+        ShardConfig(source=spec, output=str(tmp_path / "out"), num_shards=1, val_fraction=0.25),
+        progress=False,
+    )
+    assert manifest.skipped.by_reason == {"missing-object": 2}
+    assert sum(split.num_samples for split in manifest.splits.values()) == 4
+
+
+def test_a_source_whose_images_all_fail_writes_no_dataset(tmp_path):
+    spec = _write(tmp_path / "l.jsonl", [_row(f"{tmp_path}/gone-{i}.jpg", "ab"[i % 2]) for i in range(4)])
+    from tpustream import shards
+    from tpustream.manifest import ShardError
+
+    with pytest.raises(
+        ShardError, match=r"l.jsonl'.*no train sample could be written \(0 in total; 4 skipped"
+    ):
+        shards.create_shards(
+            ShardConfig(source=spec, output=str(tmp_path / "out"), num_shards=1), progress=False
+        )
+    assert not storage.exists(str(tmp_path / "out" / "manifest.json"))
+
+
+def test_no_train_samples_suggests_val_fraction(tmp_path):
+    images = _images(tmp_path / "raw", 2)
+    spec = _write(tmp_path / "l.jsonl", [_row(images[0], "a", "validation"), _row(images[1], "b", "test")])
+    from tpustream.manifest import ShardError
+
+    with pytest.raises(ShardError, match="no training samples.*give --val-fraction F to re-split"):
+        plan_dataset(import_files_source(spec), ShardConfig(source=spec, output=str(tmp_path / "out")))
+
+
+def test_shards_create_answers_hostile_import_files_with_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    images = _images(tmp_path / "raw", 4)
+    header_only = _write(tmp_path / "header.csv", ["image,label"])
+    hostile = _write(
+        tmp_path / "hostile.jsonl",
+        [
+            *(_row(image, "ab"[i % 2], "training") for i, image in enumerate(images)),
+            _row(f"{tmp_path}/raw/x\x00.jpg", "a"),
+            "[" * 50_000 + "]" * 50_000,
+        ],
+    )
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["shards", "create", "--source", header_only, "--output", str(tmp_path / "o1")]
+    )
+    assert result.exit_code == 2 and "header row(s) skipped" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "o1" / "manifest.json").exists()
+    args = ["shards", "create", "--source", hostile, "--output", str(tmp_path / "o2"), "--workers", "1"]
+    result = runner.invoke(app, [*args, "--val-fraction", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 4 samples" in result.output and "2 rows rejected" in result.output
+
+
+def test_an_annotation_without_display_name_is_malformed_not_unlabelled(tmp_path):
+    images = _images(tmp_path / "raw", 2)
+    typo = {"imageGcsUri": images[1], "classificationAnnotation": {"display_name": "a"}}
+    source = import_files_source(_write(tmp_path / "l.jsonl", [_row(images[0], "a"), json.dumps(typo)]))
+    [rejected] = source.rejected
+    assert (
+        rejected.reason == "malformed-row" and "no displayName (keys: ['display_name'])" in rejected.message
+    )

@@ -55,6 +55,9 @@ PIPELINE_ONLY = {
     # copies its event files to AIP_TENSORBOARD_LOG_DIR when Vertex sets it): `pipeline submit --tensorboard`
     "experiment",  # the Vertex AI Experiment a scheduled run joins (tpustream/experiments.py): `pipeline
     # schedule --experiment`; `pipeline submit --experiment` joins through aiplatform instead
+    # the quality floor (promotion_policy.QualityFloor, -1 = none): `promote --min-metric/--min-class-recall`
+    "min_metric",
+    "min_class_recall",
 }
 # The deploy step's parameters -> `tpustream deploy`'s options (no config dataclass: checked below)
 PIPELINE_DEPLOY = {
@@ -73,7 +76,8 @@ PIPELINE_OPTIONS = {
     "input_size": ("train", "input_size"), "init_from": ("train", "init_from"), "patience": ("train", "patience"),
     "early_stop_min_delta": ("train", "min_delta"),
     **{name: ("check", name) for name in ("max_duplicate_fraction", "max_leaked_images", "max_skipped_rate",
-                                           "max_class_share_shift", "max_skipped_rate_increase")},
+                                           "max_class_share_shift", "max_skipped_rate_increase",
+                                           "min_class_train_samples")},
 }  # fmt: skip
 PIPELINE_NONE = {
     "num_shards": 0, "val_fraction": -1.0, "lr": 0.0, "max_side": 0, "max_class_drop": -1.0, "input_size": 0,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tpustream.promotion_policy import RegistryError, decide
+from tpustream.promotion_policy import QualityFloor, RegistryError, decide
 
 
 def m(top1, loss=1.0, per_class=(0.9, 0.9)):
@@ -40,6 +40,33 @@ def m(top1, loss=1.0, per_class=(0.9, 0.9)):
             {"max_class_drop": 0.1},
             True,
             "beats",
+        ),
+        # the quality floor: applied with and without a champion (TFMA's absolute thresholds)
+        (m(0.5), None, {"floor": QualityFloor(min_metric=0.8)}, False, "below the quality floor"),
+        (m(0.85), None, {"floor": QualityFloor(min_metric=0.8)}, True, "reaches the quality floor"),
+        (m(0.8), None, {"floor": QualityFloor(min_metric=0.8)}, True, "no champion yet"),  # at it is enough
+        (
+            m(0.75),
+            m(0.70),
+            {"floor": QualityFloor(min_metric=0.8)},
+            False,
+            "--min-metric 0.8",
+        ),  # beats, too low
+        (m(0.9, loss=0.7), None, {"metric": "loss", "floor": QualityFloor(min_metric=0.5)}, False, "at most"),
+        (m(0.9, loss=0.4), None, {"metric": "loss", "floor": QualityFloor(min_metric=0.5)}, True, "floor"),
+        (
+            m(0.95, per_class=(1.0, 0.55, None)),
+            None,
+            {"floor": QualityFloor(min_class_recall=0.6)},
+            False,
+            "class 1 recall 0.5500 is below --min-class-recall 0.6 (1 of 2 classes are)",
+        ),
+        (
+            m(0.95, per_class=(1.0, 0.6, None)),
+            None,
+            {"floor": QualityFloor(min_class_recall=0.6)},
+            True,
+            "floor",
         ),
         (  # ... while a measured class still is
             m(0.95, per_class=(0.70, None)),
@@ -142,3 +169,12 @@ def test_a_promoted_versions_vertex_evaluation_is_its_metrics_in_the_classificat
     assert "accuracy" in classification_metrics_problem({**metrics, "accuracy": 0.7})
     diverged = {**document, "candidate": {**document["candidate"], "loss": None}}  # NaN is stored as null
     assert "logLoss" not in classification_evaluation(diverged)["metrics"]
+
+
+def test_a_quality_floor_refuses_impossible_values():
+    with pytest.raises(RegistryError, match="--min-class-recall 1.5"):
+        QualityFloor(min_class_recall=1.5)
+    with pytest.raises(RegistryError, match="--min-metric nan"):
+        QualityFloor(min_metric=float("nan"))
+    assert QualityFloor.from_pipeline(-1.0, -1.0) == QualityFloor()
+    assert QualityFloor.from_pipeline(0.9, 0.0) == QualityFloor(min_metric=0.9, min_class_recall=0.0)

@@ -344,6 +344,36 @@ def test_many_classes_are_capped_with_every_class_beyond_the_limit_kept():
     assert "The 30 classes with the largest drops, of 40." in page
 
 
+def test_top5_is_shown_only_with_more_than_5_classes(rendered):
+    """4 classes: every top 5 holds the label, top-5 is 100% by construction: no headline row, no epoch-table
+    column, no curve (unless the decision was taken on it); 40 classes: all three."""
+    from tpustream.report_facts import shows_top5
+    from tpustream.report_plots import curves_svg
+
+    assert [shows_top5(n) for n in (3, 5, 6)] == [False, False, True]
+    page, markdown = rendered
+    assert [row[0] for row in table_rows(markdown, "Policy: decide on")] == [
+        "top-1 (decides)",
+        "loss",
+        "val samples",
+    ]
+    assert "top-5" not in markdown and "top-5" not in page
+    history = sample_facts().model_card.history
+    assert svg_documents(page)[0] == curves_svg(history, top5=False) != curves_svg(history)
+
+    decided_on_top5 = render_report(sample_facts(metric="top5"))[1]
+    assert "top-5 (decides)" in [row[0] for row in table_rows(decided_on_top5, "Policy: decide on")]
+
+    classes = [f"class-{i:02d}" for i in range(40)]
+    metrics = replace(
+        sample_facts().metrics, classes=classes, candidate=evaluation([15] * 40, loss=0.5), champion=None
+    )
+    card = _card({"arch": "resnet18", "classes": classes, "history": epochs(2)})
+    page, markdown = render_report(sample_facts(metrics=metrics, model_card=card, manifest=manifest(classes)))
+    assert [row[0] for row in table_rows(markdown, "Policy: decide on")][:2] == ["top-1 (decides)", "top-5"]
+    assert "<th>val top-5</th>" in page and svg_documents(page)[0] == curves_svg(card.history)
+
+
 # --------------------------------------------------------------------------- escaping, self-containment
 
 

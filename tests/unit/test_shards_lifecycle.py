@@ -13,7 +13,9 @@ import pytest
 from tests.unit.test_shards import _config, _crashing
 from tests.unit.test_sources import make_image_folder
 from tpustream import shards, storage
+from tpustream.cli_options import field_docs
 from tpustream.manifest import ShardError, verify_shards
+from tpustream.shard_plan import ShardConfig
 from tpustream.source_types import SourceError
 from tpustream.sources import open_source
 
@@ -63,6 +65,11 @@ def test_overwrite_keeps_the_old_dataset_valid_until_the_new_one_is_complete(tmp
     assert verify_shards(str(out), progress=False) == (4, [])  # 3 train + 1 val, no old shard left over
     assert sorted(os.listdir(out / "train")) == [f"train-{i:06d}.tar" for i in range(3)]
     assert not (out / shards.REPLACEMENT_DIR).exists() and not (out / "_records").exists()
+    # --overwrite's help (the field's docstring) says what happened here, not that the old manifest goes first
+    help_text = " ".join(field_docs(ShardConfig)["overwrite"].split())
+    assert (
+        "old one stays valid until then, even if this run fails" in help_text and "removed" not in help_text
+    )
 
 
 def test_overwrite_strict_stopping_on_a_bad_image_leaves_the_old_dataset(tmp_path):

@@ -312,3 +312,16 @@ def test_file_uri_sources_are_their_local_paths(tmp_path):
     assert open_source(f"file://{root}").items == open_source(str(root)).items
     _write_cifar(tmp_path / "cifar-10-batches-py")
     assert len(open_source(f"cifar10:file://{tmp_path}").items) == 120
+
+
+def test_a_fifo_in_an_image_folder_is_skipped_not_waited_on(tmp_path):
+    from tpustream.imagecodec import UnreadableImage
+
+    for name in ("cat", "dog"):
+        (tmp_path / name).mkdir()
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / name / "0.png")
+    os.mkfifo(tmp_path / "cat" / "1.png")  # nobody writes to it: a blocking open would never return
+    source = open_source(str(tmp_path))
+    fifo = next(item for item in source.items if str(item.ref) == "cat/1.png")
+    with pytest.raises(UnreadableImage, match="is a FIFO, not a regular file"):
+        source.load(fifo)

@@ -227,3 +227,155 @@ def test_shards_that_all_say_train_give_a_warned_dataset_without_val(tmp_path, c
         )
     assert list(manifest.splits) == ["train"]
     assert "no val split" in caplog.text and "--val-fraction" in caplog.text
+
+
+# --------------------------------------------------------------------------- one meaning per label
+
+SHAPES = ["circle", "square", "triangle"]
+
+
+def write_mixed_label_shards(directory: str, *, per_split: int = 12) -> None:
+    """train-NNNN.tar with integer .cls labels, val-NNNN.tar with .json {"label": name}: class i % 3 both."""
+    for split in ("train", "val"):
+        with wds.ShardWriter(f"{directory}/{split}-%04d.tar", maxcount=5, verbose=0) as writer:
+            for i in range(per_split):
+                label = {"cls": i % 3} if split == "train" else {"json": {"label": SHAPES[i % 3]}}
+                writer.write({"__key__": f"{split}{i:04d}", "png": _encoded(i, "PNG"), **label})
+
+
+def test_integer_and_named_labels_together_are_refused_naming_the_shards(tmp_path):
+    write_mixed_label_shards(str(tmp_path))
+    with pytest.raises(SourceError) as caught:
+        open_source(str(tmp_path))
+    message = str(caught.value)
+    assert "mixes integer labels (0, 1, 2 in train-0000.tar, train-0001.tar, train-0002.tar)" in message
+    assert "class names (circle, square, triangle in val-0000.tar, val-0001.tar, val-0002.tar)" in message
+    assert "--class-names" in message
+    result = CliRunner().invoke(
+        app,
+        ["shards", "create", "--source", str(tmp_path), "--output", str(tmp_path / "out"), "--workers", "1"],
+    )
+    assert result.exit_code == 2 and "mixes integer labels" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_class_names_map_integer_labels_so_both_forms_make_one_set_of_classes(tmp_path):
+    (tmp_path / "shards").mkdir()
+    write_mixed_label_shards(str(tmp_path / "shards"))
+    names = tmp_path / "classes.txt"
+    names.write_text("circle\nsquare\n\ntriangle\n")  # a blank line is no name
+    out = tmp_path / "out"
+    args = ["shards", "create", "--source", str(tmp_path / "shards"), "--output", str(out), "--workers", "1"]
+    result = CliRunner().invoke(app, [*args, "--class-names", str(names)])
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(str(out))
+    assert manifest["classes"] == SHAPES
+    assert manifest["splits"]["train"]["class_counts"] == [4, 4, 4]  # integers 0, 1, 2 -> the three names
+    assert manifest["splits"]["val"]["class_counts"] == [4, 4, 4]  # names -> the same three classes
+    same = open_source(str(tmp_path / "shards"), class_names="circle,square,triangle")
+    assert same.classes == SHAPES and len(same.items) == 24
+
+
+@pytest.mark.parametrize(
+    "class_names, message",
+    [
+        ("circle,square", r"integer label 2 has no name: --class-names gives 2 \(indices 0..1\)"),
+        (
+            "circle,square,triangel",
+            r"label 'triangle' is not one of --class-names \(circle, square, triangel\)",
+        ),
+    ],
+)
+def test_class_names_refuse_an_integer_out_of_range_or_a_name_not_listed(tmp_path, class_names, message):
+    write_mixed_label_shards(str(tmp_path))
+    with pytest.raises(SourceError, match=message):
+        open_source(str(tmp_path), class_names=class_names)
+
+
+def test_class_names_name_any_source_and_bad_lists_are_config_errors(tmp_path):
+    from tpustream.errors import ConfigError
+
+    words = "zero,one,two,three,four,five,six,seven,eight,nine"
+    digits = open_source("digits", class_names=words)
+    plain = open_source("digits")
+    assert digits.classes == words.split(",")
+    assert [item.label for item in digits.items] == [item.label for item in plain.items]
+    with pytest.raises(ConfigError, match="a listed twice"):
+        ShardConfig(output=str(tmp_path), class_names="a,b,a")
+    with pytest.raises(ConfigError, match="'' is not a class name"):
+        ShardConfig(output=str(tmp_path), class_names="a,,b")
+    with pytest.raises(ConfigError, match="no such file"):
+        open_source("digits", class_names=str(tmp_path / "missing.txt"))
+
+
+# --------------------------------------------------------------------------- gzip-compressed shards
+
+
+def gzip_shards(directory, *, suffix: str = ".tar.gz") -> None:
+    """Replace every .tar in ``directory`` by its gzip-compressed copy (train ones as two gzip members)."""
+    import gzip
+
+    for tar in sorted(directory.glob("*.tar")):
+        data = tar.read_bytes()
+        if tar.name.startswith("train"):  # several members, as pigz/bgzip write: one stream to a reader
+            half = len(data) // 2
+            compressed = gzip.compress(data[:half], mtime=0) + gzip.compress(data[half:], mtime=0)
+        else:
+            compressed = gzip.compress(data, mtime=0)
+        tar.with_name(tar.stem + suffix).write_bytes(compressed)
+        tar.unlink()
+
+
+@pytest.mark.parametrize("suffix", [".tar.gz", ".tgz"])
+def test_gzip_compressed_shards_read_as_the_plain_ones(tmp_path, monkeypatch, suffix):
+    from tpustream import gzip_index
+
+    monkeypatch.setattr(gzip_index, "CHECKPOINT_SPACING", 4096)  # many restart points in these small shards
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    plain.mkdir()
+    write_stock_shards(str(plain))
+    packed.mkdir()
+    for tar in plain.glob("*.tar"):
+        (packed / tar.name).write_bytes(tar.read_bytes())
+    gzip_shards(packed, suffix=suffix)
+    for name in ("train-0000", "val-0002"):  # webdataset itself reads them: they are what it calls shards
+        assert len(list(wds.WebDataset(f"{packed}/{name}{suffix}", shardshuffle=False))) > 0
+    expected, source = open_source(str(plain)), open_source(str(packed))
+    assert source.classes == expected.classes and not source.rejected
+    assert [
+        str(item.ref).replace(suffix, ".tar").replace("/packed/", "/plain/") for item in source.items
+    ] == [item.ref for item in expected.items]
+    assert [(item.label, item.split) for item in source.items] == [(i.label, i.split) for i in expected.items]
+    for item, same in zip(source.items, expected.items, strict=True):
+        assert source.load(item) == expected.load(same)
+    pattern = f"{packed}/train-*{suffix},{packed}/val-{{0000..0002}}{suffix}"
+    assert source_kind(pattern) == "shards" and len(open_source(pattern).items) == 36
+    manifest, _ = create_shards(ShardConfig(source=str(packed), output=str(tmp_path / "out"), num_shards=2))
+    assert manifest.splits["train"].class_counts == [6, 6, 6] and manifest.skipped.count == 0
+
+
+def test_a_truncated_gzip_shard_is_counted_damaged(tmp_path):
+    write_stock_shards(str(tmp_path))
+    gzip_shards(tmp_path)
+    whole = (tmp_path / "val-0000.tar.gz").read_bytes()
+    (tmp_path / "val-0000.tar.gz").write_bytes(whole[: len(whole) // 2])
+    source = open_source(str(tmp_path))
+    [damaged] = [r for r in source.rejected if r.ref.endswith("val-0000.tar.gz")]
+    assert damaged.reason == "malformed-sample" and "gzip stream ends early" in damaged.message
+    assert len(source.items) < 36
+
+
+def test_renamed_classes_are_another_plan(tmp_path):
+    from tpustream.shard_plan import plan_dataset
+
+    def fingerprints(class_names: str | None) -> list[str]:
+        config = ShardConfig(source="digits", output=str(tmp_path), class_names=class_names)
+        return [
+            shard.fingerprint
+            for shard in plan_dataset(open_source("digits", class_names=class_names), config).shards
+        ]
+
+    words = [f"d{i}" for i in range(10)]
+    assert fingerprints(None) == fingerprints(None)
+    # a resumed run must not reuse shards whose records count samples under the other names
+    assert set(fingerprints(",".join(words))).isdisjoint(fingerprints(",".join(reversed(words))))
