@@ -658,8 +658,10 @@ def predict_cmd(
         typer.echo(f"batch prediction {job['name']}: {job['state']} ({job['model']})")
         if "output_directory" in job:
             done = job["completion"]
+            errored = job.get("instance_errors", 0)  # counted successful by Vertex: the server's error slot
             typer.echo(
-                f"predictions: {job['output_directory']} ({done['successful']} predicted, {done['failed']} failed)"
+                f"predictions: {job['output_directory']} ({done['successful'] - errored} predicted, "
+                f"{done['failed'] + errored} failed)"
             )
         raise typer.Exit(0)
     if not model:

@@ -220,8 +220,9 @@ def submit_batch_prediction(
         wait: poll every ``poll_seconds`` until the job ends; a failed job raises ``VertexError``.
 
     Returns:
-        ``name``, ``state``, ``model`` (ID@VERSION), and once done ``output_directory`` and ``completion``
-        (successful / failed / incomplete counts).
+        ``name``, ``state``, ``model`` (ID@VERSION), and once done ``output_directory``, ``completion``
+        (successful / failed / incomplete counts, as Vertex counts them) and, for a succeeded job,
+        ``instance_errors``: the instances Vertex counted successful whose prediction is the server's error.
     """
     if instances_format not in _FORMATS:
         raise ConfigError(f"--instances-format {instances_format!r}: choose {' or '.join(_FORMATS)}")
@@ -341,6 +342,14 @@ def _summary(job: Any, model: str) -> dict[str, Any]:
             "failed": int(stats.failed_count),
             "incomplete": int(stats.incomplete_count),
         }
+        if job.state.name == "JOB_STATE_SUCCEEDED":
+            # The model server answers a bad image in its own slot ({"error": ...}) and the rest of its request;
+            # Vertex writes that slot as the instance's prediction and counts it successful.
+            out["instance_errors"] = sum(
+                1
+                for result in iter_results(out["output_directory"])
+                if isinstance(result.get("prediction"), dict) and "error" in result["prediction"]
+            )
     return out
 
 

@@ -165,6 +165,7 @@ def test_a_bad_image_fails_its_own_instance_and_the_job_writes_its_error(served)
     # the server answers the request 200, the bad image's slot an error (serving.py): Vertex writes each slot
     # as that instance's prediction, so the good image sharing its request is answered
     assert job["completion"] == {"successful": 3, "failed": 0, "incomplete": 0}
+    assert job["instance_errors"] == 1  # what Vertex counted successful was the server's error for it
     results = {r["key"]: r["prediction"] for r in vertex_batch.iter_results(job["output_directory"])}
     assert all("classes" in results[item.name] for item in good)
     assert list(results["broken.jpg"]) == ["error"]
