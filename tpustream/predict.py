@@ -629,6 +629,7 @@ def predict_to_output(config: PredictConfig, *, progress: bool = False) -> tuple
             )
         storage.delete(storage.join(output, SUCCESS))  # partial from here until the new _SUCCESS
     classifier = Classifier(model_uri, limits=limits, device=device_for_cli())
+    _say_top_k_cap(config.top_k, classifier)
     started = time.perf_counter()  # the rate: listing, reading, decoding, classifying and writing
     part_request = {
         "model": classifier.uri,
@@ -793,6 +794,17 @@ def run(config: PredictConfig, *, echo: Callable[[str], object] = print, progres
     return 1 if summary.failed else 0
 
 
+def _say_top_k_cap(top_k: int, classifier: Any) -> None:
+    """A top-k over the model's class count answers every class: say so instead of capping it quietly."""
+    if top_k > len(classifier.classes):
+        log.warning(
+            "--top-k %d: the model has %d classes, so each answer lists all %d",
+            top_k,
+            len(classifier.classes),
+            len(classifier.classes),
+        )
+
+
 def _print_results(config: PredictConfig, *, echo: Callable[[str], object], show_bar: bool) -> int:
     from tqdm import tqdm
 
@@ -800,6 +812,7 @@ def _print_results(config: PredictConfig, *, echo: Callable[[str], object], show
 
     limits = config.limits()
     classifier = Classifier(config.model, limits=limits, device=device_for_cli())
+    _say_top_k_cap(config.top_k, classifier)
     skipped = Skipped()
     results = predict_items(
         classifier,

@@ -323,3 +323,10 @@ def test_a_complete_output_is_left_alone_unless_overwrite(world):
 
 def _jsonl(count: int) -> list[str]:
     return [f"predictions-{i:05d}.jsonl" for i in range(count)]
+
+
+def test_a_top_k_over_the_class_count_is_said_not_capped_quietly(world, caplog):
+    with caplog.at_level("WARNING", logger="tpustream"):
+        said = _predict(world, world.folder, "--limit", "2", "--top-k", "12", "--workers", "0")
+    assert said.exit_code == 0, said.output
+    assert "--top-k 12: the model has 10 classes, so each answer lists all 10" in caplog.text
