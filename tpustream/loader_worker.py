@@ -310,8 +310,8 @@ class _EpochStream:
         labels: list[int] = []
         emitted = 0
         capacity = plan.num_batches * cfg.batch_size
-        sizes = [int(shard["num_samples"]) for shard in self.split.shards]
-        for prepared, label in self._decoded(self._raw_samples(plan.read_ranges(sizes), stats), rng, stats, [0]):
+        whole_shards = plan.read_ranges([int(shard["num_samples"]) for shard in self.split.shards])
+        for prepared, label in self._decoded(self._raw_samples(whole_shards, stats), rng, stats, [0]):
             assert prepared is not None  # nothing is skipped on the val split
             if emitted * cfg.batch_size + len(pending) >= capacity:
                 stats.problems.append("more val samples than the manifest lists: extra samples ignored")

@@ -136,7 +136,9 @@ def make_uneven_id_dataset(output, sizes, classes=4):
         ([40, 3, 3, 21, 9], 2, 0, 5, 4),
     ],
 )
-def test_every_train_sample_once_per_epoch_on_small_uneven_shards(tmp_path, sizes, replicas, workers, batch, seed):
+def test_every_train_sample_once_per_epoch_on_small_uneven_shards(
+    tmp_path, sizes, replicas, workers, batch, seed
+):
     """Issue 37: across replicas every train key is delivered exactly once per epoch but for a remainder
     under one global batch, which the reports count as left out; every replica gets the same number of full
     batches; nothing is repeated; the line says so."""

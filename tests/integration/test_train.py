@@ -84,7 +84,10 @@ def test_spmd_learns_and_compiles_stay_flat(digits, tmp_path):
     for h in history:
         assert h["train_samples_seen"] == train_samples // 64 * 64 and h["train_samples_repeated"] == 0
         assert h["train_samples_left_out"] == train_samples % 64
-    assert f"({train_samples // 64 * 64} samples seen, {train_samples % 64} left out, 0 repeated)" in result.stderr
+    assert (
+        f"({train_samples // 64 * 64} samples seen, {train_samples % 64} left out, 0 repeated)"
+        in result.stderr
+    )
     assert "GlobalRate" in result.stderr and "data wait" in result.stderr
     weights = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
     model = build_model("tiny", num_classes=10, input_size=card["input_size"])
