@@ -5,8 +5,9 @@ worker -> stream tars in-process through the storage seam -> shuffle buffer (enc
 + augment -> full batches. Step counts come from the manifest, never from what was read, so every
 replica takes the same number of steps whatever happens to a shard:
 
-- train: ``steps = train_samples // (batch_size * replicas)``; a worker whose shards run short (or
-  are corrupt) repeats samples to fill its quota; no partial batch ever.
+- train: ``steps = train_samples // (batch_size * replicas)``; the plan deals every sample to exactly one
+  (replica, worker) but the remainder under one global batch, which is left out and counted; a worker
+  whose shards turn out short (corrupt) repeats samples to fill its quota; no partial batch ever.
 - val: every sample exactly once across replicas; batches padded to full size with ``mask`` False,
   and replicas with fewer samples get extra all-padding batches so all take the same steps.
 
@@ -59,9 +60,12 @@ class EpochReport:
 
     epoch: int
     steps: int
-    samples: int = 0  # real (unmasked) samples delivered
+    samples: int = 0  # real (unmasked) samples delivered: seen once this epoch
     padded: int = 0  # val padding slots
-    repeated: int = 0  # train samples delivered a second time to fill the quota
+    repeated: int = 0  # train samples delivered a second time to fill the quota (a shard ran short)
+    # train: samples of this replica's shards that no replica reads this epoch, the remainder under one global
+    # batch (train_samples - steps x batch x replicas over all replicas); the epoch plan's, not what was read
+    left_out: int = 0
     undecodable: int = 0  # samples read but not usable: no image or class, undecodable, over --max-pixels
     bad_shards: int = 0
     # manifest samples that bad shards did not yield (negative: a shard held more than its manifest says);
@@ -94,8 +98,9 @@ class EpochReport:
 
     def line(self) -> str:
         return (
-            f"epoch {self.epoch}: {self.steps} steps, {self.samples} samples, {self.repeated} repeated, "
-            f"{self.padded} padding, {self.undecodable} undecodable, {self.bad_shards} bad shard(s), "
+            f"epoch {self.epoch}: {self.steps} steps, {self.samples} samples seen, {self.repeated} repeated, "
+            + (f"{self.left_out} left out (under one global batch), " if self.left_out else "")
+            + f"{self.padded} padding, {self.undecodable} undecodable, {self.bad_shards} bad shard(s), "
             + (
                 f"{self.skipped_on_resume} skipped on resume (not decoded), "
                 if self.skipped_on_resume
@@ -192,15 +197,6 @@ class ShardLoader:
                 idle,
                 readers,
             )
-        elif config.split == "train" and len(self.shards) % readers:
-            log.info(
-                "%d train shards over %d replica(s) x %d worker(s) do not divide evenly: some workers "
-                "repeat a few samples per epoch to keep every replica at %d steps",
-                len(self.shards),
-                self.num_replicas,
-                max(1, config.workers),
-                self.steps_per_epoch,
-            )
 
     # What the workers get (``_Split``), read through the loader.
     @property
@@ -284,7 +280,7 @@ class ShardLoader:
             loader = self._pool
         else:  # no worker processes, or a second epoch open at once: workers and slots of its own
             loader = _data_loader(_EpochStream(self._split, epoch, plans, skip, ring, generation), cfg)
-        report = EpochReport(epoch=epoch, steps=steps)
+        report = EpochReport(epoch=epoch, steps=steps, left_out=sum(plan.left_out for plan in plans))
         self.last_report = report
         started = time.perf_counter()
         delivered = start_batch

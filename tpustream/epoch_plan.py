@@ -2,9 +2,13 @@
 
 Train: every replica takes ``samples // (batch x replicas)`` steps; its shards (a seeded permutation per
 epoch, dealt round-robin to replicas, then to loader workers) give each worker a step quota in proportion
-to its samples. A replica needs one shard of its own; with fewer shards than its workers, the workers
-without one idle (quota 0) and ``idle_workers`` says how many. Val: every shard read by exactly one worker; the replica with the most batches sets the
-step count and the others pad with all-masked batches.
+to its samples. The plan then deals samples, not only shards: a worker reads exactly ``quota x batch``
+samples, the first of its own shards' samples, then the sample ranges other workers (of any replica) hold
+beyond their quota. So every train sample is read exactly once per epoch but for the remainder under one
+global batch, ``left_out`` of the worker whose shard holds it; no partial batch, no repeat. A replica
+needs one shard of its own; with fewer shards than its workers, the workers without one idle (quota 0)
+and ``idle_workers`` says how many. Val: every shard read by exactly one worker; the replica with the most
+batches sets the step count and the others pad with all-masked batches.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 
 from tpustream.errors import TpustreamError
 
-__all__ = ["LoaderError", "WorkerPlan", "plan_epoch", "idle_workers"]
+__all__ = ["LoaderError", "SampleRange", "WorkerPlan", "plan_epoch", "idle_workers"]
 
 
 class LoaderError(TpustreamError, ValueError):
@@ -25,13 +29,36 @@ class LoaderError(TpustreamError, ValueError):
 
 
 @dataclass(frozen=True)
+class SampleRange:
+    """Samples ``start`` (inclusive) to ``stop`` (exclusive) of shard ``shard``, in the tar's order."""
+
+    shard: int  # an index into the split's shard list
+    start: int
+    stop: int
+
+    @property
+    def num_samples(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
 class WorkerPlan:
     """What one loader worker of one replica does in one epoch."""
 
     worker: int
-    shards: tuple[int, ...]  # indices into the split's shard list, in read order
+    shards: tuple[int, ...]  # the shards dealt to it (indices into the split's shard list), in read order
     num_batches: int
     fallback: tuple[int, ...] = ()  # train: shards to read when its own yield nothing
+    # train: what it reads, in order: its own shards cut at its quota, then others' samples beyond theirs;
+    # None: its whole shards (val)
+    ranges: tuple[SampleRange, ...] | None = None
+    left_out: int = 0  # train: samples of its own shards that nobody reads this epoch (the remainder)
+
+    def read_ranges(self, shard_sizes: Sequence[int]) -> tuple[SampleRange, ...]:
+        """The sample ranges this worker reads: ``ranges``, or its whole shards."""
+        if self.ranges is not None:
+            return self.ranges
+        return tuple(SampleRange(s, 0, shard_sizes[s]) for s in self.shards)
 
 
 def _apportion(total: int, weights: Sequence[int]) -> list[int]:
@@ -75,15 +102,17 @@ def plan_epoch(
                 f"{batch_size} x {num_replicas} replicas: use a smaller batch size"
             )
         order = np.random.default_rng([seed, epoch, 0x5A4D]).permutation(num_shards).tolist()
+        ranges, left_out = _deal_samples(shard_sizes, order, num_replicas, readers, steps, batch_size)
         mine = order[replica_index::num_replicas]
         per_worker = [mine[w::readers] for w in range(readers)]
-        quotas = _apportion(steps, [sum(shard_sizes[s] for s in shards) for shards in per_worker])
         plans = [
             WorkerPlan(
                 w,
                 tuple(per_worker[w]),
-                quotas[w],
+                sum(r.num_samples for r in ranges[replica_index][w]) // batch_size,
                 tuple(s for s in mine if s not in per_worker[w]) + tuple(s for s in order if s not in mine),
+                tuple(ranges[replica_index][w]),
+                left_out[replica_index][w],
             )
             for w in range(readers)
         ]
@@ -101,6 +130,75 @@ def plan_epoch(
     counts = batches(groups)
     counts[-1] += steps - sum(counts)  # all-padding batches so every replica takes `steps` steps
     return steps, [WorkerPlan(w, tuple(groups[w]), counts[w]) for w in range(readers)]
+
+
+def _deal_samples(
+    shard_sizes: Sequence[int],
+    order: Sequence[int],
+    num_replicas: int,
+    readers: int,
+    steps: int,
+    batch_size: int,
+) -> tuple[list[list[list[SampleRange]]], list[list[int]]]:
+    """Per replica and worker: the sample ranges it reads and how many of its own samples nobody reads.
+
+    Each replica reads ``steps x batch_size`` samples, split between its workers in whole batches in
+    proportion to their shards' samples (a worker's quota). A worker keeps its own shards' first samples up
+    to its quota; the samples beyond it (a shard's tail, or whole shards) go to the workers short of theirs,
+    first within the replica, then across replicas (replica by replica, worker by worker); what is left
+    (fewer than one global batch) is left out this epoch. The shard permutation changes every epoch, so the
+    samples left out do too.
+    """
+    ranges: list[list[list[SampleRange]]] = []
+    surplus: list[list[list[SampleRange]]] = []  # per replica, per worker: its samples beyond its quota
+    short: list[list[int]] = []  # per replica, per worker: samples still missing from its quota
+    for replica in range(num_replicas):
+        mine = order[replica::num_replicas]
+        per_worker = [mine[w::readers] for w in range(readers)]
+        weights = [sum(shard_sizes[s] for s in shards) for shards in per_worker]
+        quotas = [batches * batch_size for batches in _apportion(steps, weights)]
+        ranges.append([])
+        surplus.append([])
+        short.append([])
+        for shards, quota in zip(per_worker, quotas, strict=True):
+            kept: list[SampleRange] = []
+            extra: list[SampleRange] = []
+            room = quota
+            for shard in shards:
+                size = shard_sizes[shard]
+                take = min(size, room)
+                if take:
+                    kept.append(SampleRange(shard, 0, take))
+                if take < size:
+                    extra.append(SampleRange(shard, take, size))
+                room -= take
+            ranges[replica].append(kept)
+            surplus[replica].append(extra)
+            short[replica].append(room)
+
+    def give(donors: list[list[SampleRange]], takers: list[tuple[int, int]]) -> None:
+        for replica, worker in takers:
+            needed = short[replica][worker]
+            for donor in donors:
+                while needed and donor:
+                    piece = donor[0]
+                    take = min(needed, piece.num_samples)
+                    ranges[replica][worker].append(SampleRange(piece.shard, piece.start, piece.start + take))
+                    if take == piece.num_samples:
+                        donor.pop(0)
+                    else:
+                        donor[0] = SampleRange(piece.shard, piece.start + take, piece.stop)
+                    needed -= take
+            short[replica][worker] = needed
+
+    for replica in range(num_replicas):  # within a host first: its own shards, already on its reading list
+        give(surplus[replica], [(replica, w) for w in range(readers)])
+    takers = [(r, w) for r in range(num_replicas) for w in range(readers)]
+    give([extra for per_replica_surplus in surplus for extra in per_replica_surplus], takers)
+    if any(any(row) for row in short):  # steps x batch x replicas <= the split's samples: never
+        raise LoaderError(f"the epoch plan could not fill every quota: {short} samples short (a bug)")
+    left_out = [[sum(r.num_samples for r in extra) for extra in row] for row in surplus]
+    return ranges, left_out
 
 
 def idle_workers(plans: Sequence[WorkerPlan]) -> int:

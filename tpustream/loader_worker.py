@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tpustream import storage
-from tpustream.epoch_plan import LoaderError, WorkerPlan, plan_epoch
+from tpustream.epoch_plan import LoaderError, SampleRange, WorkerPlan, plan_epoch
 from tpustream.imagecodec import image_member
 from tpustream.loader_config import LoaderConfig
 from tpustream.loader_ring import _Abandoned, _SlotRing
@@ -113,7 +113,7 @@ class _EpochStream:
         self.ring = ring  # worker processes render into it; None: fresh tensors (no worker processes)
         self.generation = generation
         self.persistent = persistent
-        self._reported: set[int] = set()
+        self._reported: set[tuple[int, int]] = set()  # (shard, range start) with a problem
         self._worker: int | None = None  # this DataLoader worker's index (None: the main process)
         self._written = 0  # batches this worker rendered this epoch
 
@@ -140,37 +140,50 @@ class _EpochStream:
 
     # ---------------------------------------------------------------- reading
 
-    def _raw_samples(self, shard_ids: Sequence[int], stats: _Stats) -> Iterator[tuple[bytes, str, int]]:
+    def _raw_samples(self, ranges: Sequence[SampleRange], stats: _Stats) -> Iterator[tuple[bytes, str, int]]:
+        """The usable samples of each range in turn: a range starting past a shard's first sample reads
+        the members before it without picking them (another worker reads those), and stops at its end."""
         split = self.split
-        for shard_id in shard_ids:
-            shard = split.shards[shard_id]
+        for part in ranges:
+            shard = split.shards[part.shard]
             uri = storage.join(split.dataset, shard["path"])
-            count = 0  # samples read from the tar, usable or not
+            whole = part.start == 0 and part.stop == int(shard["num_samples"])
+            count = 0  # samples read from the tar, usable or not, from the shard's first on
             try:
                 with storage.open_read(uri) as stream:
                     # No member may claim more bytes than the manifest's shard size: a forged size costs
                     # an error, never an allocation.
                     # In runs (a list per 1 MiB read): a generator step less per sample.
                     for run in iter_tar_sample_runs(stream, int(shard["num_bytes"])):
+                        if count + len(run) <= part.start:  # wholly before the range: not even picked
+                            count += len(run)
+                            continue
                         for _key, fields in run:
                             count += 1
-                            sample = _pick(fields, split.num_classes)
-                            if sample is None:
-                                stats.undecodable += 1
-                                continue
-                            yield sample
+                            if count > part.start:
+                                sample = _pick(fields, split.num_classes)
+                                if sample is None:
+                                    stats.undecodable += 1
+                                else:
+                                    yield sample
+                            if count == part.stop and not whole:
+                                break
+                        if count == part.stop and not whole:
+                            break
             except (TarFormatError, storage.StorageError, OSError) as exc:
                 problem = f"{shard['path']}: read {count} of {shard['num_samples']} samples ({exc})"
             except Exception as exc:  # anything else a forged shard trips is still one bad shard, not a crash
                 problem = f"{shard['path']}: read {count} of {shard['num_samples']} samples ({type(exc).__name__}: {exc})"
             else:
-                if count == shard["num_samples"]:
+                if count == (shard["num_samples"] if whole else part.stop):
                     continue
                 problem = f"{shard['path']}: read {count} samples, manifest says {shard['num_samples']}"
-            if shard_id not in self._reported:  # once per epoch, though repeat passes read it again
-                self._reported.add(shard_id)
+            key = (part.shard, part.start)
+            if key not in self._reported:  # once per epoch, though repeat passes read it again
+                self._reported.add(key)
                 stats.problems.append(problem)
-                stats.unread += int(shard["num_samples"]) - count
+                # the range's samples the shard did not yield (negative: a whole shard held more)
+                stats.unread += part.num_samples - max(0, count - part.start)
 
     def _shuffled(self, samples: Iterator[Any], rng: random.Random) -> Iterator[Any]:
         size = self.split.config.shuffle_buffer
@@ -248,15 +261,17 @@ class _EpochStream:
         pending: list[Prepared] = []
         labels: list[int] = []
         produced = 0
-        candidates = [plan.shards, plan.fallback]
+        sizes = [int(shard["num_samples"]) for shard in self.split.shards]
+        fallback = WorkerPlan(plan.worker, plan.fallback, 0).read_ranges(sizes)  # whole shards
+        candidates = [plan.read_ranges(sizes), fallback]
         source_index, repeat_pass = 0, 0
         while produced < needed:
             rng = _rng(cfg.seed, self.epoch, self.split.replica_index, plan.worker, repeat_pass)
-            shard_ids = list(candidates[source_index])
+            ranges = list(candidates[source_index])
             if repeat_pass:
-                rng.shuffle(shard_ids)
+                rng.shuffle(ranges)
             delivered_this_pass = 0
-            stream = self._decoded(self._shuffled(self._raw_samples(shard_ids, stats), rng), rng, stats, skip)
+            stream = self._decoded(self._shuffled(self._raw_samples(ranges, stats), rng), rng, stats, skip)
             for prepared, label in stream:
                 if prepared is None:  # part of a batch the resumed run already trained on
                     produced += 1
@@ -295,7 +310,8 @@ class _EpochStream:
         labels: list[int] = []
         emitted = 0
         capacity = plan.num_batches * cfg.batch_size
-        for prepared, label in self._decoded(self._raw_samples(plan.shards, stats), rng, stats, [0]):
+        whole_shards = plan.read_ranges([int(shard["num_samples"]) for shard in self.split.shards])
+        for prepared, label in self._decoded(self._raw_samples(whole_shards, stats), rng, stats, [0]):
             assert prepared is not None  # nothing is skipped on the val split
             if emitted * cfg.batch_size + len(pending) >= capacity:
                 stats.problems.append("more val samples than the manifest lists: extra samples ignored")

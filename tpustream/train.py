@@ -583,6 +583,12 @@ class Trainer:
 
         seconds = time.perf_counter() - run.started
         samples_per_s = run.steps * self.global_batch / seconds
+        loader = self.loaders["train"]
+        # Every replica's plan deals each train sample once, but the remainder under one global batch; a
+        # repeat fills a quota a short (corrupt) shard left open: counted by this process's replica (all
+        # of them on one host) in the part of the epoch this run trained.
+        repeated = loader.last_report.repeated if loader.last_report else 0
+        planned = self.steps_per_epoch * self.global_batch
         return {
             "epoch": self.state.epoch + 1,
             "train_loss": train_loss,
@@ -592,15 +598,22 @@ class Trainer:
             "samples_per_s_per_device": samples_per_s / self.rt.num_devices,
             "data_wait_fraction": run.wait / seconds,
             "compiles": _compiles(met),
+            "train_samples_seen": planned - repeated,
+            "train_samples_left_out": loader.num_samples - planned,
+            "train_samples_repeated": repeated,
         }
 
     def _report(self, r: dict[str, Any]) -> None:
         log.info(
-            "epoch %d/%d: train loss %.4f, val top-1 %.4f top-5 %.4f loss %.4f (%d samples), %.1f s, "
-            "%.0f samples/s (%.0f per device), data wait %.1f%%, XLA compiles so far %d",
+            "epoch %d/%d: train loss %.4f (%d samples seen, %d left out, %d repeated), val top-1 %.4f "
+            "top-5 %.4f loss %.4f (%d samples), %.1f s, %.0f samples/s (%.0f per device), data wait %.1f%%, "
+            "XLA compiles so far %d",
             r["epoch"],
             self.config.epochs,
             r["train_loss"],
+            r["train_samples_seen"],
+            r["train_samples_left_out"],
+            r["train_samples_repeated"],
             r["val_top1"],
             r["val_top5"],
             r["val_loss"],

@@ -79,6 +79,15 @@ def test_spmd_learns_and_compiles_stay_flat(digits, tmp_path):
     assert card["metrics"]["val_samples"] == read_manifest(digits)["splits"]["val"]["num_samples"]
     assert len({h["compiles"] for h in history[1:]}) == 1  # no recompilation after epoch 1 (train and eval)
     assert "4 device(s) (spmd), per-device batch 16, global batch 64" in result.stderr
+    # issue 37: every train sample once per epoch but the remainder under one global batch, said per epoch
+    train_samples = read_manifest(digits)["splits"]["train"]["num_samples"]
+    for h in history:
+        assert h["train_samples_seen"] == train_samples // 64 * 64 and h["train_samples_repeated"] == 0
+        assert h["train_samples_left_out"] == train_samples % 64
+    assert (
+        f"({train_samples // 64 * 64} samples seen, {train_samples % 64} left out, 0 repeated)"
+        in result.stderr
+    )
     assert "GlobalRate" in result.stderr and "data wait" in result.stderr
     weights = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
     model = build_model("tiny", num_classes=10, input_size=card["input_size"])

@@ -72,3 +72,56 @@ def test_batch_larger_than_dataset():
         plan_epoch(
             [3] * 8, split="train", epoch=0, seed=0, num_replicas=2, replica_index=0, workers=1, batch_size=64
         )
+
+
+UNEVEN = [3, 40, 17, 8, 29, 5, 36, 11]  # 149 samples in 8 shards of 3..40
+
+
+@pytest.mark.parametrize("num_shards", [2, 5, 7, 8])
+@pytest.mark.parametrize("replicas, workers", [(1, 0), (1, 3), (2, 1), (2, 2), (2, 4), (3, 2)])
+@pytest.mark.parametrize("batch", [1, 4, 7, 16])
+@pytest.mark.parametrize("seed", [0, 7])
+def test_train_deals_every_sample_once_but_a_counted_remainder(num_shards, replicas, workers, batch, seed):
+    """Issue 37: on small, uneven shards every sample is read by exactly one (replica, worker) per epoch,
+    but for the remainder under one global batch, which the plans count as left out; every replica still
+    takes the same number of full batches."""
+    sizes = UNEVEN[:num_shards]
+    if num_shards < replicas or sum(sizes) < batch * replicas:
+        return  # refused: the tests above
+    for epoch in range(3):
+        reads: list[tuple[int, int]] = []
+        left_out = 0
+        for rank in range(replicas):
+            steps, plans = plan_epoch(sizes, split="train", epoch=epoch, seed=seed, num_replicas=replicas,
+                                      replica_index=rank, workers=workers, batch_size=batch)  # fmt: skip
+            assert steps == sum(sizes) // (batch * replicas)
+            assert sum(p.num_batches for p in plans) == steps
+            for plan in plans:
+                ranges = plan.read_ranges(sizes)
+                assert sum(r.num_samples for r in ranges) == plan.num_batches * batch  # whole batches
+                assert all(0 <= r.start < r.stop <= sizes[r.shard] for r in ranges)
+                reads += [(r.shard, i) for r in ranges for i in range(r.start, r.stop)]
+                assert plan.num_batches == 0 or plan.shards  # an idle worker stays idle
+            left_out += sum(p.left_out for p in plans)
+        assert len(reads) == len(set(reads))  # nothing read twice, by any replica or worker
+        assert left_out == sum(sizes) - len(reads) == sum(sizes) - steps * batch * replicas
+        assert 0 <= left_out < batch * replicas
+
+
+def test_the_samples_left_out_change_with_the_epoch():
+    sizes = UNEVEN[:7]
+    kw = dict(split="train", seed=3, num_replicas=2, workers=2, batch_size=16)
+
+    def unread(epoch):
+        read = {
+            (r.shard, i)
+            for rank in range(2)
+            for p in plan_epoch(sizes, epoch=epoch, replica_index=rank, **kw)[1]
+            for r in p.read_ranges(sizes)
+            for i in range(r.start, r.stop)
+        }
+        return {(s, i) for s, size in enumerate(sizes) for i in range(size)} - read
+
+    left = [unread(epoch) for epoch in range(6)]
+    assert all(len(x) == sum(sizes) - 4 * 32 for x in left)
+    assert len({frozenset(x) for x in left}) > 1
