@@ -28,7 +28,8 @@ class TrainConfig:
     global_batch_size: int | None = None
     """Global batch instead of --batch-size (must divide over the devices)."""
     lr: float | None = None
-    """Peak LR (default 0.1 x global batch / 256)."""
+    """Peak LR (default 0.1 at a global batch of 256, scaled linearly above it and by the square root below:
+    0.035 at 32, 0.4 at 1024)."""
     momentum: float = 0.9
     """SGD momentum."""
     weight_decay: float = 1e-4

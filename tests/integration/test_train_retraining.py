@@ -15,6 +15,7 @@ from PIL import Image
 from tests.integration.test_train import ENV, _cmd, _run, signal_mid_epoch
 from tpustream import shards, storage
 from tpustream.shard_plan import ShardConfig
+from tpustream.train import default_peak_lr
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +55,7 @@ def test_warm_start_from_a_model_begins_where_it_ended_and_is_recorded(digits, b
     assert card["init"]["weights"] == "all" and card["init"]["resolved"].endswith("model.pt")
     assert "warm start from" in result.stderr and "all weights loaded" in result.stderr
     global_batch = int(re.search(r"global batch (\d+)", result.stderr).group(1))
-    assert card["init"]["peak_lr"] == pytest.approx(0.1 * 0.1 * global_batch / 256)
+    assert card["init"]["peak_lr"] == pytest.approx(0.1 * default_peak_lr(global_batch))
     assert f"peak lr {card['init']['peak_lr']:.4g}" in result.stderr
 
 

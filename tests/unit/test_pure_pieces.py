@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tpustream.metrics import masked_sums, summarize
-from tpustream.train import lr_at
+from tpustream.train import default_peak_lr, lr_at
 
 
 def test_lr_warms_up_linearly_to_the_peak_then_decays_by_cosine_to_zero() -> None:
@@ -68,3 +68,11 @@ def test_summarize_turns_sums_from_several_batches_into_means() -> None:
 def test_summarize_of_nothing_is_zero_samples_not_a_division_by_zero() -> None:
     result = summarize(torch.zeros(4, dtype=torch.float64))
     assert result == {"loss": 0.0, "top1": 0.0, "top5": 0.0, "samples": 0}
+
+
+def test_the_default_peak_lr_scales_linearly_above_256_and_by_the_square_root_below():
+    assert default_peak_lr(256) == pytest.approx(0.1)
+    assert default_peak_lr(1024) == pytest.approx(0.4)  # Goyal et al.'s linear rule
+    assert default_peak_lr(64) == pytest.approx(0.05)  # sqrt(1/4) x 0.1
+    assert default_peak_lr(32) == pytest.approx(0.1 * (32 / 256) ** 0.5)
+    assert default_peak_lr(32) > 2.5 * 0.1 * 32 / 256  # where linear scaling starved a small batch
