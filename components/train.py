@@ -15,6 +15,7 @@ def train_model(
     metrics: Output[Metrics],
     input_size: int = 0,
     init_from: str = "",
+    pretrained: str = "",
     registry: str = "",
     patience: int = 0,
     early_stop_min_delta: float = 0.0,
@@ -25,7 +26,9 @@ def train_model(
     ``input_size`` 0: the dataset's rule (the images' median shorter side, within [16, 224]).
     ``init_from``: "" random weights; "champion" the current champion of ``registry`` (none yet, or one that
     does not fit the run, e.g. another architecture: random weights, with a warning); else a model artifact,
-    registry or checkpoint URI (one that does not fit fails the task). ``patience`` 0: no early stopping.
+    registry or checkpoint URI (one that does not fit fails the task). ``pretrained``: "" random weights (or
+    the warm start's), else --pretrained's SPEC: a weights file URI, or a torchvision weights name fetched once
+    into ``pipeline_root``/weights-cache (shared by the runs under that root). ``patience`` 0: no early stopping.
     ``compile_cache``: the persistent XLA compilation cache's URI; "auto": ``pipeline_root``/xla-cache (the run's
     root, resolved by Vertex or kfp.local from {{$.pipeline_root}}); "" none.
 
@@ -71,6 +74,8 @@ def train_model(
                 input_size=int(input_size) or None,
                 init_from=start,
                 init_optional=optional,
+                pretrained=pretrained.strip() or None,
+                weights_cache=f"{pipeline_root.rstrip('/')}/weights-cache" if pipeline_root.strip() else None,
                 patience=int(patience),
                 min_delta=early_stop_min_delta,
                 compile_cache=compile_cache or None,

@@ -335,6 +335,7 @@ def build_pipeline(
         workers: int = PIPELINE_WORKERS,
         input_size: int = 0,  # training input side; 0 = the dataset's rule (median shorter side, within [16, 224])
         init_from: str = "champion",  # warm start: "champion" (none yet: random), "" random, or a model/registry URI
+        pretrained: str = "",  # "" random init; a torchvision weights name (resnet50.IMAGENET1K_V2) or a staged .pth/.safetensors URI
         patience: int = TrainConfig.patience,  # early stopping: epochs without a val top-1 gain of more than early_stop_min_delta
         early_stop_min_delta: float = TrainConfig.min_delta,
         compile_cache: str = "auto",  # persistent XLA compile cache: auto = PIPELINE_ROOT/xla-cache, "" off, or a URI
@@ -418,6 +419,7 @@ def build_pipeline(
                 workers=workers,
                 input_size=input_size,
                 init_from=init_from,
+                pretrained=pretrained,
                 registry=registry,
                 patience=patience,
                 early_stop_min_delta=early_stop_min_delta,

@@ -538,6 +538,11 @@ class ModelCard:
     steps: int = 0
     training: dict[str, Any] = field(default_factory=dict)  # the TrainConfig, as JSON
     init: dict[str, Any] | None = None  # warm start: where the weights began (None: random)
+    # --pretrained: spec, uri, name, sha256 of the weights the backbone started from (None: not pretrained)
+    pretrained: dict[str, Any] | None = None
+    # resize_size, crop_size, mean, std, interpolation: what evaluate, predict and serving apply ({}: the
+    # default, Resize(S/0.875) + CenterCrop(S) with ``normalization``)
+    preprocessing: dict[str, Any] = field(default_factory=dict)
     compile_cache: dict[str, Any] | None = None  # its lookups in the training process (None: no cache)
     stopped_early: bool = False
     created: str = ""
@@ -563,6 +568,8 @@ class ModelCard:
         "steps",
         "training",
         "init",
+        "pretrained",
+        "preprocessing",
         "compile_cache",
         "stopped_early",
         "created",
@@ -591,6 +598,8 @@ class ModelCard:
                 steps=int(document.get("steps") or 0),
                 training=dict(document.get("training") or {}),
                 init=document.get("init"),
+                pretrained=document.get("pretrained"),
+                preprocessing=dict(document.get("preprocessing") or {}),
                 compile_cache=document.get("compile_cache"),
                 stopped_early=bool(document.get("stopped_early", False)),
                 created=str(document.get("created") or ""),
@@ -617,6 +626,8 @@ class ModelCard:
             "steps": self.steps,
             "training": self.training,
             "init": self.init,
+            "pretrained": self.pretrained,
+            "preprocessing": dict(self.preprocessing),
             "compile_cache": self.compile_cache,
             "stopped_early": self.stopped_early,
             "created": self.created,
@@ -634,6 +645,13 @@ class ModelCard:
         storage.write_bytes(
             uri, json.dumps(self.to_json(), indent=1).encode(), content_type="application/json"
         )
+
+    @property
+    def val_crop_fraction(self) -> float:
+        """The evaluation centre crop's share of the shorter side (``preprocessing``; 0.875 without it)."""
+        if self.preprocessing.get("resize_size") and self.preprocessing.get("crop_size"):
+            return float(self.preprocessing["crop_size"]) / float(self.preprocessing["resize_size"])
+        return 0.875
 
     @property
     def best_top1(self) -> float | None:

@@ -169,6 +169,7 @@ class ShardLoader:
             train=config.split == "train",
             min_crop_scale=min_scale,
             max_pixels=config.max_pixels,
+            val_crop_fraction=config.val_crop_fraction,
         )
         self._split = _Split(
             config,

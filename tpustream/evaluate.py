@@ -93,10 +93,12 @@ def _val_manifest(card: ModelCard, model_uri: str, data_uri: str) -> Manifest:
 
 def _load_model(card: ModelCard, model_uri: str, num_classes: int) -> tuple[Any, str]:
     """The artifact's network with its weights (on the CPU), and the sha256 of model.pt."""
-    from tpustream.models import build_model
+    from tpustream.pretrained import build_network
 
     weights, model_digest = _load_weights(model_uri)
-    model = build_model(card.arch, num_classes=num_classes, input_size=card.input_size)
+    model = build_network(
+        card.arch, num_classes=num_classes, input_size=card.input_size, pretrained=card.pretrained is not None
+    )
     try:
         model.load_state_dict(weights)
     except RuntimeError as exc:
@@ -137,6 +139,7 @@ class _ValPass:
                 split="val",
                 batch_size=batch_size,
                 input_size=card.input_size,
+                val_crop_fraction=card.val_crop_fraction,  # model.json's preprocessing
                 num_replicas=1,
                 replica_index=0,
                 workers=workers,
@@ -155,6 +158,14 @@ class _ValPass:
             loader,
         )
 
+    @property
+    def _statistics(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """model.json's normalisation (mean, std), as serving reads it."""
+        from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
+
+        norm = self.card.normalization
+        return tuple(norm.get("mean", IMAGENET_MEAN)), tuple(norm.get("std", IMAGENET_STD))
+
     def batches(self) -> Iterator[tuple[Any, Any, Any]]:
         """(logits as float32, labels, mask) per val batch, on the device; the val split in manifest order
         (shards in order, samples in shard order) when the loader has no workers."""
@@ -165,7 +176,7 @@ class _ValPass:
         with torch.no_grad():
             for batch in self.loader.epoch(0):
                 images, labels, mask = (batch[k].to(self.device) for k in BATCH_KEYS)
-                yield self.model(normalize(images)).float(), labels, mask
+                yield self.model(normalize(images, *self._statistics)).float(), labels, mask
                 if self.device.type != "cpu":
                     import torch_xla
 

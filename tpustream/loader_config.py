@@ -41,6 +41,9 @@ class LoaderConfig:
     min_crop_scale: float | None = None  # default: transforms.default_min_crop_scale(input_size)
     prefetch_factor: int = 4
     max_pixels: int = DEFAULT_MAX_PIXELS  # images whose header claims more are skipped as undecodable
+    val_crop_fraction: float = (
+        0.875  # the val centre crop's share of the shorter side (model.json's preprocessing)
+    )
 
     def __post_init__(self) -> None:
         if self.split not in ("train", "val"):

@@ -391,6 +391,7 @@ class Classifier:
         from tpustream.checkpoint import CheckpointError, load_torch_file
         from tpustream.evaluate import EvaluationError, load_model_card
         from tpustream.models import build_model
+        from tpustream.pretrained import build_network
         from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD, Augment
 
         self.limits = limits or Limits()
@@ -414,12 +415,17 @@ class Classifier:
             )
         except CheckpointError as exc:
             raise BadModel(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
-        model = build_model(
-            card.arch,
-            num_classes=len(self.classes),
-            input_size=self.input_size,
-            in_channels=card.in_channels,
-        )
+        if card.pretrained is not None:  # the stock stem at every input size (tpustream/pretrained.py)
+            model = build_network(
+                card.arch, num_classes=len(self.classes), input_size=self.input_size, pretrained=True
+            )
+        else:
+            model = build_model(
+                card.arch,
+                num_classes=len(self.classes),
+                input_size=self.input_size,
+                in_channels=card.in_channels,
+            )
         try:
             model.load_state_dict(weights)
         except RuntimeError as exc:
@@ -427,7 +433,11 @@ class Classifier:
         self.device = device if device is not None else torch.device("cpu")
         self.model = model.to(self.device).eval()
         self.augment = Augment(
-            output_size=self.input_size, train=False, max_pixels=self.limits.max_pixels, exif=True
+            output_size=self.input_size,
+            train=False,
+            max_pixels=self.limits.max_pixels,
+            exif=True,
+            val_crop_fraction=card.val_crop_fraction,  # model.json's preprocessing, as evaluate's loader
         )
 
     # ------------------------------------------------------------------ images -> uint8 pixels
@@ -478,7 +488,9 @@ class Classifier:
             raise self._undecodable(exc, name, kind) from exc
         if image.size == 0:
             raise BadImage(f"{name}: undecodable {kind} (an empty {image.shape[1]}x{image.shape[0]} image)")
-        box = center_crop_box(image.shape[1], image.shape[0], self.input_size)  # prepare_image's val crop
+        box = center_crop_box(  # prepare_image's val crop
+            image.shape[1], image.shape[0], self.input_size, self.augment.val_crop_fraction
+        )
         return Prepared(image, (float(box[0]), float(box[1]), float(box[2]), float(box[3])), False)
 
     def _too_large(self, exc: Exception, name: str) -> BadImage:

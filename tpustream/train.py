@@ -40,8 +40,9 @@ from tpustream.checkpoint import (
 from tpustream.errors import TpustreamError
 from tpustream.manifest import Manifest, ShardError, load_manifest, manifest_digest
 from tpustream.metrics import masked_sums, summarize
-from tpustream.models import build_model, model_spec
+from tpustream.models import model_spec
 from tpustream.preemption import SigtermFlag, StopAgreement, exit_now
+from tpustream.pretrained import Preprocessing, ResolvedWeights, build_network
 from tpustream.train_config import TrainConfig  # torch-free: the CLI and the pipeline read it
 from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
 from tpustream.xla_runtime import Runtime, device_loader, runtime
@@ -59,6 +60,12 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# A run from --pretrained weights without --lr trains at a tenth of the from-scratch peak LR: fine-tuning's
+# best LR is well below training from scratch's (Kornblith, Shlens, Le, CVPR 2019, sec. 3/A.3: their
+# fine-tuning grid's optimum sits an order of magnitude under the from-scratch one), as torchvision's and
+# timm's fine-tuning recipes do. The same factor as warm start (warm_start.WARM_LR_FACTOR).
+FINE_TUNE_LR_FACTOR = 0.1
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "try again" — the job is restarted and resumes from `last`
 
@@ -280,13 +287,31 @@ class Trainer:
                 raise TrainError(f"--output {self.output}: {exc}") from exc
         self.per_device = self._per_device_batch()
         self.global_batch = self.per_device * self.rt.num_devices
-        self.input_size, self.input_size_reason = resolve_input_size(config, self.dataset, self.manifest)
+        self.pretrained = self._resolve_pretrained()
+        if self.pretrained is not None and not config.input_size:
+            self.input_size = self.pretrained.preprocessing.crop_size
+            self.input_size_reason = (
+                f"the crop size of the --pretrained weights ({self.pretrained.name or self.pretrained.uri})"
+            )
+        else:
+            self.input_size, self.input_size_reason = resolve_input_size(config, self.dataset, self.manifest)
+        self.preprocessing = (
+            self.pretrained.preprocessing.at(self.input_size)
+            if self.pretrained is not None
+            else Preprocessing.default(self.input_size)
+        )
         log.info("input size %d: %s", self.input_size, self.input_size_reason)
         self.loaders = self._loaders()
         self.steps_per_epoch = self.loaders["train"].steps_per_epoch
-        self.peak_lr = config.lr or default_peak_lr(self.global_batch)
+        scratch_lr = default_peak_lr(self.global_batch)
+        self.peak_lr = config.lr or (scratch_lr * FINE_TUNE_LR_FACTOR if self.pretrained else scratch_lr)
         torch.manual_seed(config.seed)
-        self.model = build_model(config.model, num_classes=len(self.classes), input_size=self.input_size)
+        self.model = build_network(
+            config.model,
+            num_classes=len(self.classes),
+            input_size=self.input_size,
+            pretrained=self.pretrained is not None,
+        )
         self.model = self.model.to(self.rt.device)
         self.optimizer = model_spec(config.model).optimizer(
             self.model, lr=self.peak_lr, momentum=config.momentum, weight_decay=config.weight_decay
@@ -300,6 +325,8 @@ class Trainer:
             "dataset": self.dataset,
             "dataset_digest": self.digest,
             "config": {**asdict(config), "data": self.dataset, "output": self.output},
+            "preprocessing": self.preprocessing.to_json(),
+            "pretrained_weights": self.pretrained is not None,
         }
         self.tb_dir = tempfile.mkdtemp(prefix="tpustream-tb-") if self.rt.is_master else ""
         self.writer = _summary_writer(self.tb_dir) if self.rt.is_master else None
@@ -370,6 +397,22 @@ class Trainer:
                 )
         return manifest
 
+    def _resolve_pretrained(self) -> ResolvedWeights | None:
+        """--pretrained resolved to the file this run reads (a named set: the cached, hash-checked copy)."""
+        if not self.config.pretrained:
+            return None
+        from tpustream.pretrained import PretrainedError, default_weights_cache, resolve
+
+        try:
+            return resolve(
+                self.config.pretrained,
+                model=self.config.model,
+                cache=self.config.weights_cache or default_weights_cache(self.output),
+                input_size=self.config.input_size,
+            )
+        except PretrainedError as exc:
+            raise TrainError(str(exc)) from exc
+
     def _per_device_batch(self) -> int:
         wanted, devices = self.config.global_batch_size, self.rt.num_devices
         if wanted is None:
@@ -398,6 +441,7 @@ class Trainer:
                         replica_index=rt.replica_index,
                         workers=self.config.workers,
                         seed=self.config.seed,
+                        val_crop_fraction=self.preprocessing.crop_fraction,
                     ),
                     manifest=self.manifest,
                 )
@@ -431,6 +475,8 @@ class Trainer:
                 f"--output ({config.resume}); to start a new run in {self.output} from its weights, use "
                 f"--init-from {config.resume} (and --resume never, or auto)"
             )
+        if checkpoint.get("meta", {}).get("pretrained"):
+            self.meta["pretrained"] = checkpoint["meta"]["pretrained"]  # kept across restarts, as init
         if checkpoint.get("meta", {}).get("init"):
             self.meta["init"] = checkpoint["meta"]["init"]  # where the run began, kept across restarts
             self._warm_lr()
@@ -442,13 +488,52 @@ class Trainer:
         log.info("resumed from %s at epoch %d, batch %d", uri, self.state.epoch + 1, self.state.batches_done)
 
     def warm_start(self) -> None:
-        """Load --init-from's weights into the fresh model (tpustream/warm_start.py) and record where from."""
-        if not self.config.init_from:
+        """Start a new run from --init-from's weights (tpustream/warm_start.py) or --pretrained's
+        (tpustream/pretrained.py), and record where from. --init-from wins when its classes are the run's
+        (a retraining run); otherwise, or when it cannot be used and is optional, --pretrained starts it."""
+        if self.config.init_from and self._init_from():
+            if self.pretrained is not None:
+                log.info(
+                    "the run starts from --init-from %s (same classes), not --pretrained %s",
+                    self.config.init_from,
+                    self.config.pretrained,
+                )
             return
+        if self.pretrained is not None:
+            self._load_pretrained()
+        else:
+            log.info("the run starts from random weights")
+
+    def _load_pretrained(self) -> None:
+        from tpustream.pretrained import PretrainedError, apply_pretrained, load_state_dict
+
+        assert self.pretrained is not None
+        try:
+            weights, digest = load_state_dict(self.pretrained)
+            self.meta["pretrained"] = apply_pretrained(
+                self.model, weights, arch=self.config.model, resolved=self.pretrained, sha256=digest
+            )
+        except PretrainedError as exc:
+            raise TrainError(str(exc)) from exc
+        log.info(
+            "the run starts from --pretrained %s; peak lr %.4g",
+            self.pretrained.name or self.pretrained.uri,
+            self.peak_lr,
+        )
+
+    def _init_from(self) -> bool:
+        """Load --init-from; whether it started the run (False: not used, --pretrained or random instead)."""
         from tpustream.warm_start import WarmStartError, apply_init_weights, load_init_weights
 
         try:
-            init = load_init_weights(self.config.init_from)
+            init = load_init_weights(self.config.init_from or "")
+            if self.pretrained is not None and init.classes != self.classes:
+                log.info(
+                    "--init-from %s has other classes than this run: --pretrained %s starts it instead",
+                    self.config.init_from,
+                    self.config.pretrained,
+                )
+                return False
             self.meta["init"] = apply_init_weights(
                 self.model,
                 init,
@@ -459,9 +544,12 @@ class Trainer:
         except WarmStartError as exc:
             if not self.config.init_optional:
                 raise TrainError(str(exc)) from exc
-            log.warning("%s: training from random weights instead", exc)
-            return
+            instead = "--pretrained weights" if self.pretrained is not None else "random weights"
+            log.warning("%s: training from %s instead", exc, instead)
+            return False
+        log.info("the run starts from --init-from %s", self.config.init_from)
         self._warm_lr()
+        return True
 
     def _warm_lr(self) -> None:
         """A warm-started run without --lr: a tenth of the scratch default (warm_start.WARM_LR_FACTOR); the
@@ -804,8 +892,15 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> M
         input_size=meta["input_size"],
         input_size_reason=meta.get("input_size_reason", ""),  # checkpoints written before it lack it
         in_channels=3,
-        small_input_stem=model_spec(meta["model"]).small_input_stem(meta["input_size"]),
-        normalization={"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD), "scale": 255},
+        small_input_stem=not meta.get("pretrained_weights")
+        and model_spec(meta["model"]).small_input_stem(meta["input_size"]),
+        normalization={
+            "mean": list(meta.get("preprocessing", {}).get("mean", IMAGENET_MEAN)),
+            "std": list(meta.get("preprocessing", {}).get("std", IMAGENET_STD)),
+            "scale": 255,
+        },
+        preprocessing=meta.get("preprocessing", {}),
+        pretrained=meta.get("pretrained"),  # the weights the backbone began from (None: not pretrained)
         metrics={k: best_epoch.get(k) for k in ("epoch", "val_top1", "val_top5", "val_loss", "val_samples")},
         history=state.history,
         dataset=DatasetRef(uri=meta["dataset"], manifest_digest=meta["dataset_digest"]),

@@ -29,7 +29,7 @@ class TrainConfig:
     """Global batch instead of --batch-size (must divide over the devices)."""
     lr: float | None = None
     """Peak LR (default 0.1 at a global batch of 256, scaled linearly above it and by the square root below:
-    0.035 at 32, 0.4 at 1024)."""
+    0.035 at 32, 0.4 at 1024; with --pretrained or --init-from a tenth of that)."""
     momentum: float = 0.9
     """SGD momentum."""
     weight_decay: float = 1e-4
@@ -72,6 +72,16 @@ class TrainConfig:
     """A warm start that cannot be used (no champion yet, another architecture) trains from random weights
     with a warning instead of failing. Not a CLI option: the pipeline's init_from=champion sets it, whose
     champion may predate a model change; on the CLI an --init-from that does not fit is an error."""
+    pretrained: str | None = None
+    """Start the backbone from pretrained weights: a torchvision weights name (resnet50.IMAGENET1K_V2,
+    efficientnet_b0.DEFAULT) fetched once into --weights-cache, or a .pth/.pt/.safetensors state dict URI in
+    torchvision layout. The head is new; the stock stem is kept (small images are upscaled); the input uses the
+    weights' preprocessing (default input size: their crop size). Fine-tuning defaults: peak LR a tenth of the
+    from-scratch one (0.01 x global batch / 256), 1 warmup epoch, label smoothing 0.1 (Kornblith et al.,
+    CVPR 2019: fine-tuning's best LR is below training from scratch's). --init-from wins when its classes
+    match."""
+    weights_cache: str | None = None
+    """Where named --pretrained weights are fetched to, once, content-addressed (default: OUTPUT/../weights-cache)."""
     patience: int = 0
     """Early stopping: stop after N epochs without a val top-1 gain of more than --min-delta; the model is
     the best epoch's (0: off)."""

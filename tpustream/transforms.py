@@ -72,6 +72,9 @@ class Augment:
     # Turn images upright by their EXIF orientation: for images as users send them (serving, predict).
     # Shards need none: shard creation wrote every image upright (imagecodec.prepare_image_bytes).
     exif: bool = False
+    # The evaluation crop's share of the shorter side (Resize(S/f) + CenterCrop(S)): 0.875 (256/224) from
+    # random weights; pretrained weights' own (torchvision's resnet50.IMAGENET1K_V2: 224/232).
+    val_crop_fraction: float = VAL_CROP_FRACTION
 
     def __post_init__(self) -> None:
         if self.output_size < 1:
@@ -80,6 +83,8 @@ class Augment:
             raise ConfigError(f"max_pixels must be positive, got {self.max_pixels}")
         if not 0.0 < self.min_crop_scale <= 1.0:
             raise ConfigError(f"min_crop_scale must be in (0, 1], got {self.min_crop_scale}")
+        if not 0.0 < self.val_crop_fraction <= 1.0:
+            raise ConfigError(f"val_crop_fraction must be in (0, 1], got {self.val_crop_fraction}")
 
 
 def random_resized_crop_box(
@@ -115,12 +120,14 @@ def random_resized_crop_box(
     return left, top, left + w, top + h
 
 
-def center_crop_box(width: int, height: int, output_size: int) -> tuple[int, int, int, int]:
-    """The square centre crop Resize(S/0.875)+CenterCrop(S) would keep; the whole image when it is
+def center_crop_box(
+    width: int, height: int, output_size: int, fraction: float = VAL_CROP_FRACTION
+) -> tuple[int, int, int, int]:
+    """The square centre crop Resize(S/fraction)+CenterCrop(S) would keep; the whole image when it is
     already smaller than the output (small sources such as digits would lose content otherwise)."""
     side = min(width, height)
     if side > output_size:
-        side = max(1, int(round(side * VAL_CROP_FRACTION)))
+        side = max(1, int(round(side * fraction)))
     left, top = (width - side) // 2, (height - side) // 2
     return left, top, left + side, top + side
 
@@ -215,7 +222,7 @@ def prepare_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -
     def pick_box(width: int, height: int) -> tuple[int, int, int, int]:
         if augment.train:
             return random_resized_crop_box(width, height, rng, scale, ratio)
-        return center_crop_box(width, height, size)
+        return center_crop_box(width, height, size, augment.val_crop_fraction)
 
     if augment.exif:
         orientation = _orientation(data)

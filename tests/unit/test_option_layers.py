@@ -74,13 +74,14 @@ PIPELINE_OPTIONS = {
     "metric": ("promote", "metric"), "min_delta": ("promote", "min_delta"),
     "max_class_drop": ("promote", "max_class_drop"),
     "input_size": ("train", "input_size"), "init_from": ("train", "init_from"), "patience": ("train", "patience"),
-    "early_stop_min_delta": ("train", "min_delta"),
+    "early_stop_min_delta": ("train", "min_delta"), "pretrained": ("train", "pretrained"),
     **{name: ("check", name) for name in ("max_duplicate_fraction", "max_leaked_images", "max_skipped_rate",
                                            "max_class_share_shift", "max_skipped_rate_increase",
                                            "min_class_train_samples")},
 }  # fmt: skip
 PIPELINE_NONE = {
     "num_shards": 0, "val_fraction": -1.0, "lr": 0.0, "max_side": 0, "max_class_drop": -1.0, "input_size": 0,
+    "pretrained": "",
 }  # fmt: skip
 PIPELINE_DIFFERS = {
     "init_from": "scheduled retraining starts from the registry's champion (none yet: random weights); the CLI "

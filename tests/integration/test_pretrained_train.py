@@ -1,0 +1,78 @@
+"""One real `tpustream train --pretrained <uri>` on the digits (resnet18 at 32 px, XLA CPU): model.json records
+the weights and the preprocessing, and evaluate and predict/serving read it back and agree on the same images."""
+
+import hashlib
+import json
+import tarfile
+
+import pytest
+import torch
+from torchvision import models as tv
+
+from tests.integration.test_train import _run
+from tpustream import shards, storage
+from tpustream.evaluate import evaluate_model, val_predictions
+from tpustream.manifest import load_manifest
+from tpustream.serving import Classifier
+from tpustream.shard_plan import ShardConfig
+
+pytestmark = pytest.mark.integration
+
+
+def _first_val_images(data, count):
+    """The first ``count`` val images' bytes in manifest order (the order val_predictions answers in)."""
+    manifest = load_manifest(data)
+    images = []
+    for shard in manifest.split("val").shards:
+        with tarfile.open(storage.join(data, shard.path)) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(".ppm"):
+                    images.append((tar.extractfile(member).read(), member.name))
+        if len(images) >= count:
+            break
+    return images[:count]
+
+
+def test_train_pretrained_records_the_weights_and_every_reader_preprocesses_alike(tmp_path):
+    data = str(tmp_path / "digits")
+    shards.create_shards(ShardConfig(source="digits", output=data, num_shards=4), progress=False)
+    torch.manual_seed(0)
+    weights = tmp_path / "staged" / "resnet18-random.pth"  # stands in for a staged torchvision file
+    weights.parent.mkdir()
+    torch.save(tv.resnet18(weights=None).state_dict(), weights)
+    output = tmp_path / "run"
+    result = _run(
+        data,
+        output,
+        "--epochs",
+        "1",
+        "--model",
+        "resnet18",
+        "--input-size",
+        "32",
+        "--pretrained",
+        str(weights),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the run starts from --pretrained" in result.stderr
+    card = json.loads((output / "model.json").read_text())
+    assert card["pretrained"]["uri"] == str(weights)
+    assert card["pretrained"]["sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert card["pretrained"]["head"] == "fc"
+    assert card["small_input_stem"] is False  # the pretrained 7x7 stem kept at 32 px
+    assert card["preprocessing"]["crop_size"] == 32
+    assert card["preprocessing"]["resize_size"] == round(
+        32 * 256 / 224
+    )  # resnet18.DEFAULT (IMAGENET1K_V1): 256/224
+    assert card["training"]["lr"] == 0.2  # FAST's --lr: given, so no fine-tuning default
+    model_pt = torch.load(output / "model.pt", weights_only=True)
+    assert model_pt["conv1.weight"].shape == (64, 3, 7, 7)
+
+    metrics = evaluate_model(str(output), data, workers=0)
+    assert metrics["top1"] > 0.1  # it learned something in one epoch
+    answers, _ = val_predictions(str(output), data, limit=8)
+    served = Classifier(str(output))
+    results = served.classify(served.render_images(_first_val_images(data, 8)), top_k=5)
+    for evaluated, predicted in zip(answers, results, strict=True):
+        assert evaluated["class_indices"] == predicted["class_indices"]
+        assert evaluated["probabilities"] == pytest.approx(predicted["probabilities"], abs=1e-4)
