@@ -16,7 +16,7 @@ from tpustream.manifest import load_manifest
 from tpustream.serving import Classifier
 from tpustream.shard_plan import ShardConfig
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # resnet18 on XLA CPU: minutes
 
 
 def _first_val_images(data, count):
