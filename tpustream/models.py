@@ -27,6 +27,7 @@ __all__ = [
     "ModelSpec",
     "OptimizerRecipe",
     "SmallInputStem",
+    "adamw",
     "build_model",
     "count_parameters",
     "model_spec",
@@ -81,6 +82,10 @@ class ModelSpec:
     head: str
     torchvision_arch: str | None = None
     input_size: InputSizeRule = field(default_factory=InputSizeRule)
+    base_lr: float = 0.1
+    """The optimizer recipe's peak LR at a global batch of 256 (the trainer scales it with the batch)."""
+    weight_decay: float = 1e-4
+    """The optimizer recipe's weight decay when the run gives none."""
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -123,6 +128,20 @@ def sgd_momentum(
     import torch
 
     return torch.optim.SGD(parameter_groups(model, weight_decay), lr=lr, momentum=momentum)
+
+
+def adamw(model: nn.Module, *, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW (decoupled weight decay) with ``momentum`` as beta1 (0.9 in both the run's default and torch's),
+    beta2 0.999, weight decay on weights only (``parameter_groups``, torchvision's ``--norm-weight-decay 0.0``).
+    Its per-parameter step counts stay on the device (``capturable``): the host reads nothing in a step."""
+    import torch
+
+    return torch.optim.AdamW(
+        parameter_groups(model, weight_decay),
+        lr=lr,
+        betas=(momentum, 0.999),
+        capturable=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -202,6 +221,53 @@ def _efficientnet_stem(model: nn.Module, in_channels: int, *, stride: int) -> nn
     return model
 
 
+def _vit_b_16(*, num_classes: int, in_channels: int, input_size: int) -> nn.Module:
+    """torchvision's ViT-B/16 (Dosovitskiy et al. 2021) for ``input_size`` px: its position embeddings are one
+    per 16 px patch, so the side must be a multiple of 16 (the spec's input-size rule fixes it at 224)."""
+    from torch import nn
+    from torchvision.models import vit_b_16
+
+    if input_size % 16:
+        raise ConfigError(f"--input-size {input_size}: vit_b_16 takes a multiple of 16 px (224 is its own)")
+    model = vit_b_16(weights=None, num_classes=num_classes, image_size=input_size)
+    if in_channels != 3:
+        stem = cast("nn.Conv2d", model.conv_proj)
+        model.conv_proj = nn.Conv2d(in_channels, stem.out_channels, 16, stride=16)
+    return cast("nn.Module", model)
+
+
+def _convnext_tiny(*, num_classes: int, in_channels: int, input_size: int) -> nn.Module:
+    """torchvision's ConvNeXt-T (Liu et al. 2022): a 4x4 stride-4 patchify stem, total stride 32."""
+    from torch import nn
+    from torchvision.models import convnext_tiny
+
+    model = cast("nn.Module", convnext_tiny(weights=None, num_classes=num_classes))
+    if in_channels != 3:
+        model.set_submodule("features.0.0", nn.Conv2d(in_channels, 96, 4, stride=4))
+    return model
+
+
+def _convnext_small_input(model: nn.Module, *, in_channels: int) -> nn.Module:
+    """The patchify stem at stride 2 (padding 1) instead of 4, the same 4x4 kernel: total stride 16, so a
+    32 px image keeps 2x2 features in the last stage (stride 4 leaves 1x1), and the same parameters, so
+    pretrained or any-size checkpoints load. Stride 1 would quadruple the first stage's cost for little."""
+    from torch import nn
+
+    stem = cast("nn.Conv2d", model.get_submodule("features.0.0"))
+    if stem.in_channels != in_channels:
+        stem = nn.Conv2d(in_channels, stem.out_channels, 4, stride=2, padding=1)
+        model.set_submodule("features.0.0", stem)
+    stem.stride, stem.padding = (2, 2), (1, 1)
+    return model
+
+
+def _efficientnet_v2_s(*, num_classes: int, in_channels: int, input_size: int) -> nn.Module:
+    """torchvision's EfficientNetV2-S (Tan & Le 2021): stem conv of stride 2, total stride 32."""
+    from torchvision.models import efficientnet_v2_s
+
+    return _efficientnet_stem(efficientnet_v2_s(weights=None, num_classes=num_classes), in_channels, stride=2)
+
+
 MODEL_SPECS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
@@ -232,6 +298,47 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             head="classifier.1",
             torchvision_arch="efficientnet_b0",
             input_size=InputSizeRule(smallest=32, largest=224),
+        ),
+        # As B0: torchvision's SGD recipe for its EfficientNet-V2 weights, the same stride-1 small-input stem.
+        # 384 px is the side its IMAGENET1K_V1 weights are evaluated at (weights.transforms()).
+        ModelSpec(
+            name="efficientnet_v2_s",
+            builder=_efficientnet_v2_s,
+            small_input=_efficientnet_small_input,
+            optimizer=sgd_momentum,
+            head="classifier.1",
+            torchvision_arch="efficientnet_v2_s",
+            input_size=InputSizeRule(smallest=32, largest=384),
+        ),
+        # torchvision's references/classification/README.md, vit_b_16: --opt adamw --lr 0.003 --wd 0.3
+        # --label-smoothing 0.11 --clip-grad-norm 1 at --batch-size 512 x 8 processes = 4096: 1.875e-4 per 256.
+        # Input size fixed at 224 (smaller images are upscaled, larger ones cropped down): the side its
+        # weights' position embeddings are for, so nothing is interpolated; no small-input stem (a smaller
+        # patch would make a 224-px sequence 4x longer and the weights' patch embedding not fit). The
+        # builder takes any multiple of 16 for an explicit --input-size.
+        ModelSpec(
+            name="vit_b_16",
+            builder=_vit_b_16,
+            small_input=None,
+            optimizer=adamw,
+            head="heads.head",
+            torchvision_arch="vit_b_16",
+            input_size=InputSizeRule(smallest=224, largest=224),
+            base_lr=0.003 * 256 / 4096,
+            weight_decay=0.3,
+        ),
+        # torchvision's references/classification/README.md, ConvNeXt: --opt adamw --lr 1e-3 --wd 0.05
+        # --norm-weight-decay 0.0 at --batch-size 128 x 8 processes = 1024: 2.5e-4 per 256.
+        ModelSpec(
+            name="convnext_tiny",
+            builder=_convnext_tiny,
+            small_input=_convnext_small_input,
+            optimizer=adamw,
+            head="classifier.2",
+            torchvision_arch="convnext_tiny",
+            input_size=InputSizeRule(smallest=32, largest=224),
+            base_lr=1e-3 * 256 / 1024,
+            weight_decay=0.05,
         ),
     )
 }

@@ -86,14 +86,15 @@ def exit_preempted(exc: Preempted) -> NoReturn:
     exit_now(PREEMPTED_EXIT_CODE)
 
 
-def default_peak_lr(global_batch: int) -> float:
+def default_peak_lr(global_batch: int, base: float = 0.1) -> float:
     """SGD's peak LR when the run gives none: 0.1 at a global batch of 256 (torchvision's ResNet recipe),
     scaled linearly above it (Goyal et al. 2017, "Accurate, Large Minibatch SGD") and by the square root
     below it (timm's ``--lr-base-scale sqrt``; Krizhevsky 2014, "One weird trick"): linear scaling gives a
     batch of 32 a tenth of the LR of 0.1 (0.0125), too little for the few hundred steps a small dataset
-    offers; the square root gives it 0.035 (pure)."""
+    offers; the square root gives it 0.035 (pure). ``base`` is the model's recipe's LR at 256
+    (``ModelSpec.base_lr``: 0.1 for SGD, about 2e-4 for the AdamW recipes)."""
     ratio = global_batch / 256
-    return 0.1 * (ratio if ratio >= 1 else math.sqrt(ratio))
+    return base * (ratio if ratio >= 1 else math.sqrt(ratio))
 
 
 def lr_at(step: int, *, peak_lr: float, warmup_steps: int, total_steps: int) -> float:
@@ -303,7 +304,8 @@ class Trainer:
         log.info("input size %d: %s", self.input_size, self.input_size_reason)
         self.loaders = self._loaders()
         self.steps_per_epoch = self.loaders["train"].steps_per_epoch
-        scratch_lr = default_peak_lr(self.global_batch)
+        spec = model_spec(config.model)
+        scratch_lr = default_peak_lr(self.global_batch, spec.base_lr)
         self.peak_lr = config.lr or (scratch_lr * FINE_TUNE_LR_FACTOR if self.pretrained else scratch_lr)
         torch.manual_seed(config.seed)
         self.model = build_network(
@@ -313,8 +315,9 @@ class Trainer:
             pretrained=self.pretrained is not None,
         )
         self.model = self.model.to(self.rt.device)
-        self.optimizer = model_spec(config.model).optimizer(
-            self.model, lr=self.peak_lr, momentum=config.momentum, weight_decay=config.weight_decay
+        weight_decay = spec.weight_decay if config.weight_decay is None else config.weight_decay
+        self.optimizer = spec.optimizer(
+            self.model, lr=self.peak_lr, momentum=config.momentum, weight_decay=weight_decay
         )
         self.state = _State()
         self.meta: dict[str, Any] = {
@@ -558,7 +561,8 @@ class Trainer:
 
         if self.config.lr is not None:
             return
-        self.peak_lr = WARM_LR_FACTOR * default_peak_lr(self.global_batch)
+        base_lr = model_spec(self.config.model).base_lr
+        self.peak_lr = WARM_LR_FACTOR * default_peak_lr(self.global_batch, base_lr)
         self.meta["init"]["peak_lr"] = self.peak_lr  # in model.json: the LR this warm start trained at
         log.info(
             "warm start: peak lr %.4g, %g x the from-scratch default (give --lr to choose another)",

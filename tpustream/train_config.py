@@ -31,9 +31,9 @@ class TrainConfig:
     """Peak LR (default 0.1 at a global batch of 256, scaled linearly above it and by the square root below:
     0.035 at 32, 0.4 at 1024; with --pretrained or --init-from a tenth of that)."""
     momentum: float = 0.9
-    """SGD momentum."""
-    weight_decay: float = 1e-4
-    """SGD weight decay (not on norms/biases)."""
+    """SGD momentum (AdamW's beta1 for the models whose recipe is AdamW)."""
+    weight_decay: float | None = None
+    """Weight decay, not on norms/biases (default: the model's recipe: 1e-4 for SGD, 0.05 ConvNeXt, 0.3 ViT)."""
     label_smoothing: float = 0.1
     """Label smoothing."""
     warmup_epochs: float = 1.0

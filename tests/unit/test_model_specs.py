@@ -132,14 +132,27 @@ def test_tiny_has_no_small_input_stem() -> None:
     )
 
 
+ADAMW = ("vit_b_16", "convnext_tiny")  # torchvision's recipes for their weights; SGD for the others
+
+
 @pytest.mark.parametrize("name", MODEL_NAMES)
-def test_every_optimizer_recipe_is_sgd_momentum_with_decay_on_weights_only(name: str) -> None:
-    model = build_model(name, num_classes=10, input_size=SMALL)
+def test_every_optimizer_recipe_is_sgd_or_adamw_with_decay_on_weights_only(name: str) -> None:
+    model = build_model(name, num_classes=10, input_size=MODEL_SPECS[name].input_size.smallest)
     optimizer = MODEL_SPECS[name].optimizer(model, lr=0.3, momentum=0.8, weight_decay=5e-5)
-    assert type(optimizer) is torch.optim.SGD
     decay, no_decay = optimizer.param_groups
-    for group in (decay, no_decay):
-        assert (group["lr"], group["momentum"], group["nesterov"], group["dampening"]) == (0.3, 0.8, False, 0)
+    if name in ADAMW:
+        assert type(optimizer) is torch.optim.AdamW
+        for group in (decay, no_decay):  # momentum is beta1; step counts stay on the device
+            assert (group["lr"], group["betas"], group["capturable"]) == (0.3, (0.8, 0.999), True)
+    else:
+        assert type(optimizer) is torch.optim.SGD
+        for group in (decay, no_decay):
+            assert (group["lr"], group["momentum"], group["nesterov"], group["dampening"]) == (
+                0.3,
+                0.8,
+                False,
+                0,
+            )
     assert (decay["weight_decay"], no_decay["weight_decay"]) == (5e-5, 0.0)
     assert all(p.ndim > 1 for p in decay["params"]) and all(p.ndim <= 1 for p in no_decay["params"])
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
@@ -205,3 +218,42 @@ def test_each_spec_names_its_classifier_head_and_weights_enum(name: str) -> None
     assert isinstance(head, nn.Linear) and head.out_features == 7
     if spec.torchvision_arch is not None:
         assert len(list(get_model_weights(spec.torchvision_arch))) >= 1
+
+
+def test_recipes_peak_lr_and_weight_decay_are_torchvisions_per_256() -> None:
+    """references/classification/README.md: ViT-B/16 lr 0.003 wd 0.3 at 4096, ConvNeXt lr 1e-3 wd 0.05 at 1024."""
+    from tpustream.train import default_peak_lr
+
+    vit, convnext = MODEL_SPECS["vit_b_16"], MODEL_SPECS["convnext_tiny"]
+    assert default_peak_lr(4096, vit.base_lr) == pytest.approx(0.003) and vit.weight_decay == 0.3
+    assert default_peak_lr(1024, convnext.base_lr) == pytest.approx(1e-3) and convnext.weight_decay == 0.05
+    assert all(MODEL_SPECS[name].base_lr == 0.1 for name in MODEL_NAMES if name not in ADAMW)
+    assert TrainConfig(data="d", output="o").weight_decay is None  # the model's recipe unless the run says
+
+
+def test_vit_trains_at_its_weights_224_px_and_refuses_other_patch_grids() -> None:
+    assert MODEL_SPECS["vit_b_16"].input_size(8) == MODEL_SPECS["vit_b_16"].input_size(3024) == 224
+    assert MODEL_SPECS["vit_b_16"].small_input is None
+    with pytest.raises(ValueError, match="--input-size 100: vit_b_16 takes a multiple of 16"):
+        build_model("vit_b_16", num_classes=3, input_size=100)
+
+
+def test_convnext_small_input_stem_has_stride_2_and_the_same_parameters() -> None:
+    small = build_model("convnext_tiny", num_classes=10, input_size=SMALL)
+    large = build_model("convnext_tiny", num_classes=10, input_size=LARGE)
+    stem_small, stem_large = small.get_submodule("features.0.0"), large.get_submodule("features.0.0")
+    assert (stem_small.stride, stem_small.padding, stem_small.kernel_size) == ((2, 2), (1, 1), (4, 4))
+    assert (stem_large.stride, stem_large.padding) == ((4, 4), (0, 0))
+    assert small.state_dict().keys() == large.state_dict().keys()
+    assert all(v.shape == large.state_dict()[k].shape for k, v in small.state_dict().items())
+    features = small.features(torch.zeros(1, 3, SMALL, SMALL))
+    assert features.shape[-2:] == (2, 2)  # total stride 16
+
+
+def test_efficientnet_v2_small_input_stem_has_stride_1() -> None:
+    small = build_model("efficientnet_v2_s", num_classes=10, input_size=SMALL)
+    assert small.get_submodule("features.0.0").stride == (1, 1)
+    assert build_model("efficientnet_v2_s", num_classes=10, input_size=LARGE).get_submodule(
+        "features.0.0"
+    ).stride == (2, 2)
+    assert MODEL_SPECS["efficientnet_v2_s"].input_size(3024) == 384

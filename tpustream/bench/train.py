@@ -71,9 +71,9 @@ def bench_train(
         model = build_model(model_name, num_classes=len(manifest.classes), input_size=input_size).to(
             rt.device
         )
-        optimizer = model_spec(model_name).optimizer(
-            model, lr=0.01, momentum=config.momentum, weight_decay=config.weight_decay
-        )
+        spec = model_spec(model_name)
+        weight_decay = spec.weight_decay if config.weight_decay is None else config.weight_decay
+        optimizer = spec.optimizer(model, lr=0.01, momentum=config.momentum, weight_decay=weight_decay)
         return model, optimizer
 
     def real_batches() -> Iterator[Any]:
