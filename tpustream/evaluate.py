@@ -158,14 +158,6 @@ class _ValPass:
             loader,
         )
 
-    @property
-    def _statistics(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """model.json's normalisation (mean, std), as serving reads it."""
-        from tpustream.transforms import IMAGENET_MEAN, IMAGENET_STD
-
-        norm = self.card.normalization
-        return tuple(norm.get("mean", IMAGENET_MEAN)), tuple(norm.get("std", IMAGENET_STD))
-
     def batches(self) -> Iterator[tuple[Any, Any, Any]]:
         """(logits as float32, labels, mask) per val batch, on the device; the val split in manifest order
         (shards in order, samples in shard order) when the loader has no workers."""
@@ -176,7 +168,9 @@ class _ValPass:
         with torch.no_grad():
             for batch in self.loader.epoch(0):
                 images, labels, mask = (batch[k].to(self.device) for k in BATCH_KEYS)
-                yield self.model(normalize(images, *self._statistics)).float(), labels, mask
+                # as the training step normalizes (its constants), not as model.json says: validate-serving
+                # then catches a card the server would read differently from training
+                yield self.model(normalize(images)).float(), labels, mask
                 if self.device.type != "cpu":
                     import torch_xla
 

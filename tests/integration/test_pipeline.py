@@ -472,6 +472,7 @@ def _digit_images(root, start, stop):
         Image.fromarray(pixels).convert("RGB").save(folder / f"{i:05d}.png")
 
 
+@pytest.mark.slow  # two whole kfp.local runs
 def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     """A schedule's runs through the real kfp.local DAG: the first trains; the second, on an unchanged
     source, skips shards and training; after images are added, the third trains on a new dataset."""

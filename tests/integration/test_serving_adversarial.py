@@ -334,7 +334,10 @@ def test_every_shard_format_is_answered_as_the_same_image_in_png(served):
     for name, answer in zip(
         [*formats, *(f"{n} as stored" for n in formats)], reply.json()["predictions"], strict=True
     ):
-        assert answer == expected, name
+        # one image alone vs in a batch of 16: a forward pass of another batch size sums in another order,
+        # so the probabilities agree to rounding, not to the last printed digit
+        assert answer["classes"] == expected["classes"], name
+        assert answer["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-5), name
     # grey formats: PGM and 16-bit TIFF against an 8-bit PNG of the same grey
     grey = pixels[:, :, 0]
     from PIL import Image

@@ -82,7 +82,7 @@ def _event_files(prefix, local_dir):
     return found
 
 
-@pytest.mark.parametrize("tpu", ["v3-8", "v5e-16"])
+@pytest.mark.parametrize("tpu", ["v3-8", pytest.param("v5e-16", marks=pytest.mark.slow)])
 def test_train_task_runs_on_every_host_of_the_slice_as_vertex_runs_it(
     tmp_path, gcs_bucket, gcs_server, digits, tpu
 ):
@@ -227,6 +227,7 @@ def _state_dict(uri):
     return torch.load(io.BytesIO(storage.read_bytes(uri)), map_location="cpu", weights_only=True)
 
 
+@pytest.mark.slow  # minutes of XLA CPU across emulated hosts
 def test_sigterm_to_one_host_stops_every_host_at_the_same_step_and_vertex_restarts_them_in_place(
     tmp_path, gcs_bucket, gcs_server, digits
 ):
@@ -283,6 +284,7 @@ def test_sigterm_to_one_host_stops_every_host_at_the_same_step_and_vertex_restar
     assert [h["val_loss"] for h in ref_card["history"]] == [h["val_loss"] for h in card["history"]]
 
 
+@pytest.mark.slow  # minutes of XLA CPU across emulated hosts
 def test_a_kfp_retry_of_a_task_whose_job_failed_runs_a_new_job_that_resumes(
     tmp_path, gcs_bucket, gcs_server, digits
 ):

@@ -58,11 +58,12 @@ def test_a_torchvision_state_dict_loads_into_the_backbone_and_the_head_is_new(ar
         torch.save(state, path)
     else:
         _write_safetensors(path, state)
-    resolved = resolve(str(path), model=arch, input_size=32)
+    size = max(32, spec.input_size.smallest)  # ViT trains at its weights' 224 px only (no interpolation)
+    resolved = resolve(str(path), model=arch, input_size=size)
     weights, digest = load_state_dict(resolved)
     assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
     torch.manual_seed(7)
-    model = build_network(arch, num_classes=3, input_size=32, pretrained=True)
+    model = build_network(arch, num_classes=3, input_size=size, pretrained=True)
     fresh_head = model.get_submodule(spec.head).weight.detach().clone()
     record = apply_pretrained(model, weights, arch=arch, resolved=resolved, sha256=digest)
     own = model.state_dict()
@@ -74,7 +75,7 @@ def test_a_torchvision_state_dict_loads_into_the_backbone_and_the_head_is_new(ar
     assert torch.equal(own[f"{spec.head}.weight"], fresh_head)  # the head is not the file's
     assert record["sha256"] == digest and record["head"] == spec.head
     # the stock stem at 32 px: the pretrained first convolution keeps its shape
-    assert resolved.preprocessing.crop_size == 32
+    assert resolved.preprocessing.crop_size == size
 
 
 def test_a_wrong_architecture_file_is_one_line_naming_it(tmp_path):
