@@ -65,12 +65,13 @@ class InstanceSizes:
     max_bytes: int = 0
     max_pixels: int = 0
     too_large: list[tuple[str, str]] = field(default_factory=list)
+    limits: Any = field(default_factory=lambda: _limits(), repr=False)  # the serving budgets, read once
 
     def add(self, name: str, data: bytes) -> bool:
         """Count ``name``'s image ``data``; False (and recorded in ``too_large``) when no request fits it."""
         from tpustream.imagecodec import image_dimensions, sniff_format
 
-        limits = _limits()
+        limits = self.limits
         if len(data) > limits.max_image_bytes:
             self.too_large.append(
                 (name, f"{len(data)} bytes, over TPUSTREAM_MAX_IMAGE_BYTES {limits.max_image_bytes}")
