@@ -13,6 +13,7 @@ from tpustream.components.promote import promote_model
 from tpustream.components.shards import finalize_shards, plan_shards, write_shards
 from tpustream.components.train import train_model
 from tpustream.components.validate_serving import validate_serving
+from tpustream.components.weights import resolve_weights
 
 __all__ = [
     "check_source",
@@ -20,6 +21,7 @@ __all__ = [
     "write_shards",
     "finalize_shards",
     "check_data",
+    "resolve_weights",
     "train_model",
     "evaluate_model",
     "validate_serving",

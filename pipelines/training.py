@@ -46,6 +46,7 @@ from tpustream.pipelines.tpu import (
     tpu_spec,
     worker_pool_spec,
 )
+from tpustream.pretrained import MODEL_DEFAULT
 from tpustream.shard_plan import ShardConfig
 from tpustream.train_config import TrainConfig
 
@@ -103,6 +104,7 @@ CPU_STEPS = (
     "write-shards",
     "finalize-shards",
     "check-data",
+    "resolve-weights",
     "evaluate-model",
     "validate-serving",
     "promote-model",
@@ -247,6 +249,7 @@ def build_components(
             ("write", components.write_shards),
             ("finalize", components.finalize_shards),
             ("check_data", components.check_data),
+            ("weights", components.resolve_weights),
             ("evaluate", components.evaluate_model),
             ("promote", components.promote_model),
             ("deploy", components.deploy_model),
@@ -335,7 +338,7 @@ def build_pipeline(
         workers: int = PIPELINE_WORKERS,
         input_size: int = 0,  # training input side; 0 = the dataset's rule (median shorter side, within [16, 224])
         init_from: str = "champion",  # warm start: "champion" (none yet: random), "" random, or a model/registry URI
-        pretrained: str = "",  # "" random init; a torchvision weights name (resnet50.IMAGENET1K_V2) or a staged .pth/.safetensors URI
+        pretrained: str = MODEL_DEFAULT,  # the model's torchvision DEFAULT weights; "" random init; a weights name (resnet50.IMAGENET1K_V2) or a staged .pth/.safetensors URI
         patience: int = TrainConfig.patience,  # early stopping: epochs without a val top-1 gain of more than early_stop_min_delta
         early_stop_min_delta: float = TrainConfig.min_delta,
         compile_cache: str = "auto",  # persistent XLA compile cache: auto = PIPELINE_ROOT/xla-cache, "" off, or a URI
@@ -409,6 +412,11 @@ def build_pipeline(
                 min_class_train_samples=min_class_train_samples,
             ).set_display_name("check data")
             sized(check_data, "check-data").set_caching_options(False)
+            # A named weight set is fetched here, once, on CPU: the TPU job's hosts read the cached copy.
+            weights = ops["weights"](
+                pretrained=pretrained, model_name=model_name, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER
+            ).set_display_name("resolve pretrained weights")
+            sized(weights, "resolve-weights").set_caching_options(False)
             train = ops["train"](
                 dataset=finalize.outputs["dataset"],
                 model_name=model_name,
@@ -419,7 +427,7 @@ def build_pipeline(
                 workers=workers,
                 input_size=input_size,
                 init_from=init_from,
-                pretrained=pretrained,
+                pretrained=weights.output,
                 registry=registry,
                 patience=patience,
                 early_stop_min_delta=early_stop_min_delta,

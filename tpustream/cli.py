@@ -79,6 +79,11 @@ champion_app = typer.Typer(help="Inspect the model registry's champion.", no_arg
 app.add_typer(bench_app, name="bench")
 app.add_typer(champion_app, name="champion")
 app.add_typer(pipeline_app, name="pipeline")
+weights_app = typer.Typer(
+    help="Pretrained weights: stage a torchvision weight set where `train --pretrained` reads it.",
+    no_args_is_help=True,
+)
+app.add_typer(weights_app, name="weights")
 
 
 class _CurrentStderr(logging.StreamHandler):
@@ -260,6 +265,37 @@ def train_cmd(config: TrainConfig) -> None:
         typer.echo(
             f"model: {config.output} (best epoch {metrics['epoch']}, val top-1 {metrics['val_top1']:.4f}{early_stop})"
         )
+
+
+@weights_app.command("fetch")
+def weights_fetch(
+    name: Annotated[
+        str, typer.Argument(help="A torchvision weights name: <arch>.<member>, e.g. resnet50.IMAGENET1K_V2.")
+    ],
+    cache: Annotated[
+        str, typer.Option(help="The weights cache (local or gs://) that `train --weights-cache` will read.")
+    ],
+    model: Annotated[
+        str | None,
+        typer.Option(help=f"Model name (default: NAME's arch). One of: {' | '.join(MODEL_NAMES)}."),
+    ] = None,
+) -> None:
+    """Fetch a named weight set once into --cache, its sha256 checked against the hash prefix in its file
+    name (torch.hub's rule); a copy already there is only checked. `train --pretrained NAME --weights-cache
+    CACHE` (every host of a slice) then reads that copy and fetches nothing."""
+    from tpustream.models import MODEL_SPECS
+    from tpustream.pretrained import is_uri, resolve
+
+    if is_uri(name):
+        fail(f"{name} is a file, not a torchvision weights name: pass it to `train --pretrained` as it is")
+    arch = name.rpartition(".")[0]
+    if model is None:
+        found = [m for m, spec in MODEL_SPECS.items() if spec.torchvision_arch == arch]
+        if not found:
+            fail(f"{name}: give --model (the name has no arch tpustream knows, e.g. resnet50.IMAGENET1K_V2)")
+        model = found[0]
+    resolved = resolve(name, model=model, cache=cache)
+    typer.echo(f"{resolved.name}: {resolved.uri} (sha256 {resolved.sha256})")
 
 
 @app.command("evaluate")

@@ -338,7 +338,8 @@ def pipeline_run_local(
 ) -> None:
     """Run the whole DAG here through kfp.local on CPU XLA; prints task outcomes and where everything landed.
 
-    The executors' full logs go to ROOT/logs/run-local-TIME.log (printed first); -v prints them here."""
+    The executors' full logs go to ROOT/logs/run-local-TIME.log (printed first); -v prints them here.
+    Random initial weights unless --param pretrained=SPEC: nothing is fetched from the internet by default."""
     from tpustream.pipelines.local import PipelineFailed, run_local
     from tpustream.registry import champion_status, version_uri
     from tpustream.sources import open_source
@@ -352,6 +353,7 @@ def pipeline_run_local(
         "num_shards": num_shards,
         "bf16": False,
         "workers": 2,
+        "pretrained": "",  # offline here: the pipeline's default (the model's published weights) is fetched
         **_params(param or []),
     }
     open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep

@@ -21,7 +21,9 @@ import hashlib
 import json
 import logging
 import os
+import re
 import struct
+import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -45,8 +47,10 @@ __all__ = [
     "build_network",
     "default_weights_cache",
     "is_uri",
+    "MODEL_DEFAULT",
     "load_state_dict",
     "resolve",
+    "resolve_ahead",
 ]
 
 log = logging.getLogger(__name__)
@@ -191,10 +195,15 @@ def spec_preprocessing(spec: ModelSpec) -> Preprocessing:
     return _weights_preprocessing(get_model_weights(spec.torchvision_arch).DEFAULT)
 
 
+# torch.hub's rule (torch/hub.py, HASH_REGEX, used by download_url_to_file(check_hash=True)): the first
+# "-<hex>." in the file name is a prefix of its sha256; a name without one carries no hash to check.
+_HASH_REGEX = re.compile(r"-([a-f0-9]*)\.")
+
+
 def _hash_prefix(file_name: str) -> str:
-    """torch.hub's rule: the part of the name after the last '-' (before the suffix) prefixes its sha256."""
-    stem = file_name.rsplit(".", 1)[0]
-    return stem.rsplit("-", 1)[-1] if "-" in stem else ""
+    """The sha256 prefix torch.hub reads from ``file_name`` ("" when the name carries none)."""
+    found = _HASH_REGEX.search(file_name)
+    return found.group(1) if found else ""
 
 
 def _check_hash(data: bytes, file_name: str, where: str) -> str:
@@ -224,10 +233,19 @@ def _download(url: str, spec_text: str) -> bytes:
 
 
 def resolve(
-    text: str, *, model: str, cache: str | None = None, input_size: int | None = None
+    text: str,
+    *,
+    model: str,
+    cache: str | None = None,
+    input_size: int | None = None,
+    fetch: bool = True,
+    wait_seconds: float = 0.0,
 ) -> ResolvedWeights:
     """Resolve --pretrained ``text`` for ``model``: a named weight set is found in (or fetched once into)
-    ``cache`` and hash-checked; a URI is checked to exist. ``input_size`` overrides the crop size."""
+    ``cache`` and hash-checked; a URI is checked to exist. ``input_size`` overrides the crop size.
+
+    ``fetch=False`` (every host of a slice but process 0): never download; wait up to ``wait_seconds`` for
+    the copy process 0 (or the pipeline's resolve-weights step) puts in the cache, then read it."""
     spec = model_spec(model)
     text = text.strip()
     if not text:
@@ -258,6 +276,8 @@ def resolve(
         )
     try:
         cached = storage.join(storage.check_uri(cache), file_name)
+        if not fetch:
+            _wait_for(cached, wait_seconds, text)
         if storage.exists(cached):
             digest = _check_hash(storage.read_bytes(cached), file_name, cached)
             log.info("pretrained: %s from the cache, %s", name, cached)
@@ -272,6 +292,44 @@ def resolve(
     if input_size:
         preprocessing = preprocessing.at(input_size)
     return ResolvedWeights(spec=text, uri=cached, name=name, sha256=digest, preprocessing=preprocessing)
+
+
+# The pipeline parameter `pretrained`'s default: the run's model's torchvision DEFAULT weights (a member
+# alone names the run's model's set); a model with none trains from random weights, said in the log.
+MODEL_DEFAULT = "DEFAULT"
+
+
+def resolve_ahead(text: str, *, model: str, cache: str) -> str:
+    """The pipeline's resolve-weights step (a CPU step before the TPU job): fetch a named weight set into
+    ``cache`` once and hash-check it, or check a weights file exists; return the SPEC the train step
+    passes on (its hosts then only read the cached copy). "" for random weights: ``text`` empty, or
+    MODEL_DEFAULT for a model without published weights."""
+    text = text.strip()
+    if not text:
+        log.info("pretrained: none; the run starts from random weights (or its warm start's)")
+        return ""
+    if text == MODEL_DEFAULT and model_spec(model).torchvision_arch is None:
+        log.warning(
+            "pretrained: %s has no published torchvision weights: the run starts from random weights",
+            model,
+        )
+        return ""
+    resolved = resolve(text, model=model, cache=cache)
+    log.info("pretrained: %s -> %s (sha256 %s)", text, resolved.uri, (resolved.sha256 or "not computed")[:12])
+    return text
+
+
+def _wait_for(cached: str, wait_seconds: float, text: str) -> None:
+    """Return once ``cached`` exists (writes are atomic: it is whole); a one-line error after ``wait_seconds``."""
+    deadline = time.monotonic() + wait_seconds
+    while not storage.exists(cached):
+        if time.monotonic() >= deadline:
+            raise PretrainedError(
+                f"--pretrained {text}: {cached} did not appear within {wait_seconds:g} s; process 0 fetches a "
+                "named weight set for the whole slice (see its log), or stage it there first with "
+                "`tpustream weights fetch`"
+            )
+        time.sleep(1.0)
 
 
 # ----------------------------------------------------------------------------------------- reading

@@ -407,11 +407,14 @@ class Trainer:
         from tpustream.pretrained import PretrainedError, default_weights_cache, resolve
 
         try:
+            # A named set is fetched by process 0 alone; the other hosts of a slice read its cached copy.
             return resolve(
                 self.config.pretrained,
                 model=self.config.model,
                 cache=self.config.weights_cache or default_weights_cache(self.output),
                 input_size=self.config.input_size,
+                fetch=self.rt.is_master,
+                wait_seconds=self.config.commit_timeout_minutes * 60,
             )
         except PretrainedError as exc:
             raise TrainError(str(exc)) from exc

@@ -87,7 +87,15 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     )
     assert set(tasks["finalize-shards"]["dependentTasks"]) == {"for-loop-2"}
     assert tasks["check-data"]["dependentTasks"] == ["finalize-shards"]
-    assert sorted(tasks["train-model"]["dependentTasks"]) == ["check-data", "finalize-shards"]
+    assert sorted(tasks["train-model"]["dependentTasks"]) == [
+        "check-data",
+        "finalize-shards",
+        "resolve-weights",
+    ]
+    # --pretrained's named weights are fetched once, by a CPU step, and the TPU job gets that step's SPEC
+    assert tasks["train-model"]["inputs"]["parameters"]["pretrained"]["taskOutputParameter"] == {
+        "outputParameterKey": "Output", "producerTask": "resolve-weights"}  # fmt: skip
+    assert "dependentTasks" not in tasks["resolve-weights"]  # beside the shard writers, not after them
     assert "train-model" in tasks["evaluate-model"]["dependentTasks"]
     # Promotion waits for the candidate's validation in the serving container, and takes its report
     assert "validate-serving" in tasks["promote-model"]["dependentTasks"]
@@ -101,6 +109,7 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     assert tasks["train-model"]["retryPolicy"]["maxRetryCount"] == 2
     assert tasks["write-shards"]["retryPolicy"]["maxRetryCount"] == 2
     params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["pretrained"]["defaultValue"] == "DEFAULT"  # a pipeline run fine-tunes (issue 33, item 6)
     assert {"registry", "source", "datasets_root", "model_name", "epochs", "retrain", "metric"} <= set(params)
     executors = spec["deploymentSpec"]["executors"].values()
     assert {e["container"]["image"] for e in executors} == {CPU_IMAGE}

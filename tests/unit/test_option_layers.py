@@ -88,6 +88,8 @@ PIPELINE_DIFFERS = {
     "from random weights unless told",
     "bf16": "the pipeline trains on TPUs, where bfloat16 is the fast path; the CLI also runs on CPUs",
     "workers": "a TPU host's loader workers; the CLI's 4 suits a workstation",
+    "pretrained": "a pipeline run fine-tunes from its model's published weights (DEFAULT; issue 33's item 6); "
+    "the CLI starts from random weights unless told",
 }
 RUN_LOCAL_NAMES = {"model": "model_name"}  # run-local option -> pipeline parameter
 

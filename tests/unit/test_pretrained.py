@@ -15,11 +15,14 @@ from torchvision import models as tv
 from tpustream.models import MODEL_SPECS
 from tpustream.pretrained import (
     BASE_URL_ENV,
+    MODEL_DEFAULT,
     PretrainedError,
+    _hash_prefix,
     apply_pretrained,
     build_network,
     load_state_dict,
     resolve,
+    resolve_ahead,
 )
 
 PRETRAINED_ARCHS = [name for name, spec in MODEL_SPECS.items() if spec.torchvision_arch]
@@ -190,3 +193,130 @@ def test_a_corrupt_download_is_refused_and_not_cached(tmp_path, monkeypatch):
     finally:
         server.close()
     assert not (tmp_path / "cache" / file_name).exists()
+
+
+def _served_resnet18(monkeypatch, member="IMAGENET1K_V1"):
+    """torchvision's resnet18 ``member`` pointed at a file made here, served by a loopback server that stands
+    in for the internet; returns (server, file name, bytes)."""
+    weights = tv.get_model_weights("resnet18")[member]
+    file_name = weights.url.rsplit("/", 1)[-1]
+    buffer = io.BytesIO()
+    torch.save(_torchvision_state("resnet18"), buffer)
+    data = buffer.getvalue()
+    own_name = file_name.replace(_hash_prefix(file_name), hashlib.sha256(data).hexdigest()[:8])
+    monkeypatch.setattr(weights.value, "url", weights.url.replace(file_name, own_name))
+    server = _WeightsServer({own_name: data})
+    monkeypatch.setenv(BASE_URL_ENV, server.url)
+    return server, own_name, data
+
+
+def test_hosts_other_than_process_0_never_fetch_they_wait_for_its_copy(tmp_path, monkeypatch):
+    """Every host of a slice resolves --pretrained: process 0 (fetch=True) downloads once, the others
+    (fetch=False) wait for its cached copy and read it; the server sees one request whatever the order."""
+    server, own_name, data = _served_resnet18(monkeypatch)
+    cache = str(tmp_path / "cache")
+    others: list = []
+    threads = [
+        threading.Thread(
+            target=lambda: others.append(
+                resolve("IMAGENET1K_V1", model="resnet18", cache=cache, fetch=False, wait_seconds=300)
+            )
+        )
+        for _ in range(3)
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        primary = resolve("IMAGENET1K_V1", model="resnet18", cache=cache, fetch=True)
+        for thread in threads:
+            thread.join(timeout=300)
+    finally:
+        server.close()
+    assert server.requests == [f"/{own_name}"]
+    assert [r.sha256 for r in others] == [primary.sha256] * 3 == [hashlib.sha256(data).hexdigest()] * 3
+
+
+def test_a_host_that_may_not_fetch_says_so_when_the_copy_never_comes(tmp_path, monkeypatch):
+    server, _, _ = _served_resnet18(monkeypatch)
+    try:
+        with pytest.raises(PretrainedError) as error:
+            resolve("IMAGENET1K_V1", model="resnet18", cache=str(tmp_path), fetch=False, wait_seconds=0)
+    finally:
+        server.close()
+    assert server.requests == []
+    message = str(error.value)
+    assert "\n" not in message and "process 0 fetches" in message and "tpustream weights fetch" in message
+
+
+def test_a_gcs_weights_cache_is_filled_once_and_read_after(gcs_bucket, monkeypatch):
+    server, own_name, data = _served_resnet18(monkeypatch)
+    cache = f"{gcs_bucket}/weights-cache"
+    try:
+        first = resolve("resnet18.IMAGENET1K_V1", model="resnet18", cache=cache)
+        second = resolve("resnet18.IMAGENET1K_V1", model="resnet18", cache=cache, fetch=False)
+    finally:
+        server.close()
+    assert server.requests == [f"/{own_name}"]
+    assert (
+        first.uri == second.uri == f"{cache}/{own_name}" and second.sha256 == hashlib.sha256(data).hexdigest()
+    )
+    loaded, _ = load_state_dict(second)
+    assert set(loaded) == set(_torchvision_state("resnet18"))
+
+
+def test_the_pipelines_resolve_step_fetches_the_models_default_set_or_leaves_random_init(
+    tmp_path, monkeypatch
+):
+    """pipelines/training.py's `pretrained` default is MODEL_DEFAULT: the run's model's DEFAULT weights,
+    fetched by the CPU step; a model without published weights (tiny) and "" start from random weights."""
+    assert tv.get_model_weights("resnet18").DEFAULT is tv.get_model_weights("resnet18").IMAGENET1K_V1
+    server, own_name, _ = _served_resnet18(monkeypatch)
+    cache = str(tmp_path / "cache")
+    try:
+        assert resolve_ahead(MODEL_DEFAULT, model="tiny", cache=cache) == ""
+        assert resolve_ahead("  ", model="resnet18", cache=cache) == ""
+        assert server.requests == []
+        assert resolve_ahead(MODEL_DEFAULT, model="resnet18", cache=cache) == MODEL_DEFAULT
+        # the train step's hosts then resolve the same SPEC from the cache, fetching nothing
+        on_host = resolve(MODEL_DEFAULT, model="resnet18", cache=cache, fetch=False)
+    finally:
+        server.close()
+    assert server.requests == [f"/{own_name}"]
+    assert on_host.name == "resnet18.IMAGENET1K_V1" and on_host.uri.endswith(own_name)
+    with pytest.raises(PretrainedError, match="no published torchvision weights"):
+        resolve_ahead("IMAGENET1K_V1", model="tiny", cache=cache)  # a name the user gave is never ignored
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["resnet50-11ad3fa6.pth", "foo-bar.pth", "vit_b_16-c867db91.pth", "a-b-c0ffee.pth", "plain.pth", "x-.pth",
+     "my-weights-v2.safetensors", "conv-deadbeef.tar.pth"],
+)  # fmt: skip
+def test_the_hash_prefix_is_torch_hubs(name):
+    from torch.hub import HASH_REGEX
+
+    found = HASH_REGEX.search(name)
+    assert _hash_prefix(name) == (found.group(1) if found else "")
+
+
+def test_weights_fetch_stages_a_named_set_for_train(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    server, own_name, data = _served_resnet18(monkeypatch)
+    try:
+        result = CliRunner().invoke(
+            app, ["weights", "fetch", "resnet18.IMAGENET1K_V1", "--cache", str(tmp_path)]
+        )
+        again = CliRunner().invoke(
+            app, ["weights", "fetch", "resnet18.IMAGENET1K_V1", "--cache", str(tmp_path)]
+        )
+        wrong = CliRunner().invoke(app, ["weights", "fetch", "nosuch.V1", "--cache", str(tmp_path)])
+    finally:
+        server.close()
+    assert result.exit_code == 0 and again.exit_code == 0, result.output
+    assert server.requests == [f"/{own_name}"]
+    assert f"{tmp_path}/{own_name}" in result.output and hashlib.sha256(data).hexdigest() in result.output
+    assert (tmp_path / own_name).read_bytes() == data
+    assert wrong.exit_code == 2 and "give --model" in wrong.output
