@@ -68,6 +68,22 @@ def test_train_pretrained_records_the_weights_and_every_reader_preprocesses_alik
     model_pt = torch.load(output / "model.pt", weights_only=True)
     assert model_pt["conv1.weight"].shape == (64, 3, 7, 7)
 
+    # A retraining run given both: --init-from (the previous model, same classes) wins over --pretrained,
+    # says so, and starts from the previous model's weights, not the staged file's
+    again = tmp_path / "retrain"
+    result = _run(
+        data, again, "--epochs", "1", "--model", "resnet18", "--input-size", "32", "--pretrained", str(weights),
+        "--init-from", str(output),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (
+        f"the run starts from --init-from {output} (same classes), not --pretrained {weights}"
+        in result.stderr
+    )
+    retrained = json.loads((again / "model.json").read_text())
+    assert retrained["init"]["from"] == str(output) and retrained["init"]["weights"] == "all"
+    assert "pretrained" not in retrained
+
     metrics = evaluate_model(str(output), data, workers=0)
     assert metrics["top1"] > 0.1  # it learned something in one epoch
     answers, _ = val_predictions(str(output), data, limit=8)

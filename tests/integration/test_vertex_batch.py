@@ -186,8 +186,9 @@ def test_file_list_input_and_bad_arguments(served):
         (dict(instances_format="csv"), "--instances-format 'csv'"),
         (dict(top_k=0), "--top-k 0"),
     ]
+    instances = vertex_batch.write_instances([served.digits], "gs://batch/in/cases.jsonl", limit=3)["uri"]
     for overrides, message in cases:
-        kwargs = {"input_uris": ["gs://batch/in/val.jsonl"], "output_prefix": "gs://batch/out", **overrides}
+        kwargs = {"input_uris": [instances], "output_prefix": "gs://batch/out", **overrides}
         with pytest.raises(ValueError, match=message):
             vertex_batch.submit_batch_prediction("digits-classifier", **kwargs)
     # `tpustream predict --vertex-batch`: images are written as instances under the prefix first
@@ -210,7 +211,7 @@ def test_file_list_input_and_bad_arguments(served):
 
     for flag, count in (("--replicas", "3"), ("--max-replicas", "2")):
         args = ["predict", served.digits, "--vertex-batch", f"gs://batch/cli{count}"]
-        args += ["--vertex-model", "digits-classifier", "--limit", "2", flag, count, "--wait"]
+        args += ["--vertex-model", "digits-classifier", "--limit", "2", flag, count]  # no --wait: 30 s polls
         said = CliRunner().invoke(app, args)
         assert said.exit_code == 0, said.output
         create = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")][-1]
