@@ -340,11 +340,16 @@ def _history_html(facts: ReportFacts) -> str:
     parts = []
     if same:
         svg = report_plots.history_svg(same, facts.metric, METRICS[facts.metric])
-        caption = (
-            f"{len(events) - len(same)} events decided on another metric are not drawn."
-            if len(same) < len(events)
-            else ""
-        )
+        notes = []
+        if report_plots.history_on_different_data(same):
+            notes.append(
+                "The decisions were measured on different data (each on its run's val shards): compare a "
+                "candidate with the hollow champion marker joined to it, which is the champion on the same "
+                "data, not with the points of other decisions."
+            )
+        if len(same) < len(events):
+            notes.append(f"{len(events) - len(same)} events decided on another metric are not drawn.")
+        caption = " ".join(notes)
         parts.append(
             _figure("plot-history", svg, f"champion {facts.metric} over the registry's events", caption)
         )

@@ -19,7 +19,16 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-__all__ = ["ALARM", "CANDIDATE", "CHAMPION", "confusion_svg", "curves_svg", "history_svg", "per_class_svg"]
+__all__ = [
+    "ALARM",
+    "CANDIDATE",
+    "CHAMPION",
+    "confusion_svg",
+    "curves_svg",
+    "history_on_different_data",
+    "history_svg",
+    "per_class_svg",
+]
 
 CANDIDATE = "#1f6fb4"
 CHAMPION = "#8c8c8c"
@@ -170,7 +179,10 @@ HISTORY_DATE_TICKS = 12  # up to this many decisions, the history's ticks are th
 
 def history_svg(events: Sequence[dict[str, Any]], metric: str, higher_is_better: bool) -> str:
     """The champion's ``metric`` over the registry's events: promoted versions joined by a step line,
-    refused candidates as red crosses, re-promotions of the champion as grey diamonds.
+    refused candidates as red crosses, re-promotions of the champion as grey diamonds. Where a decision
+    measured the champion of the time on the candidate's data, a hollow grey circle marks that value and a
+    segment joins it to the candidate's: the comparison the decision made, on one dataset. Values of
+    different decisions may come from different data (``history_on_different_data`` says when).
 
     Args:
         events: history entries (``tpustream.history.champion_history``), oldest first, all for ``metric``.
@@ -202,6 +214,18 @@ def history_svg(events: Sequence[dict[str, Any]], metric: str, higher_is_better:
                     ha="center",
                     fontsize=8,
                 )
+    champion_then = np.array([_number(e.get("champion_value")) * scale for e in events])
+    paired = np.isfinite(champion_then) & np.isfinite(values)
+    if paired.any():  # each decision's own comparison: both models on that decision's data
+        ax.vlines(x[paired], champion_then[paired], values[paired], color=CHAMPION, alpha=0.6, linewidth=1)
+        ax.scatter(
+            x[paired],
+            champion_then[paired],
+            facecolors="none",
+            edgecolors=CHAMPION,
+            zorder=3,
+            label="champion then, same data",
+        )
     refused = kinds == "refused"
     if refused.any():
         ax.scatter(x[refused], values[refused], color=ALARM, marker="x", s=50, zorder=3, label="refused")
@@ -221,6 +245,12 @@ def history_svg(events: Sequence[dict[str, Any]], metric: str, higher_is_better:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _svg(fig)
+
+
+def history_on_different_data(events: Sequence[dict[str, Any]]) -> bool:
+    """Whether the decisions in ``events`` were measured on more than one dataset (manifest digests), so
+    that values of different decisions are not comparable on the plot's axis."""
+    return len({e.get("dataset_digest") for e in events if e.get("dataset_digest")}) > 1
 
 
 def _events_where(events: Sequence[dict[str, Any]], mask: np.ndarray) -> list[dict[str, Any]]:

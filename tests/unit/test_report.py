@@ -798,3 +798,24 @@ def test_the_report_command_writes_the_page_and_the_summary_and_says_the_decisio
     assert bad.exit_code == 2 and "--metrics:" in bad.output and "tpustream.metrics/v9" in bad.output, (
         bad.output
     )
+
+
+def test_the_history_shows_each_decisions_champion_on_its_data_and_says_when_data_differ():
+    """Issue 34: v1 72% -> v2 87% on one axis looked like +15 points while the decision compared both models on
+    its own data; the plot marks the champion measured on each decision's data, and the caption says the
+    decisions' data differ when their manifest digests do."""
+    from tpustream.report_plots import history_on_different_data, history_svg
+
+    events = history(4)
+    for n, event in enumerate(events):
+        event["champion_value"] = None if n == 0 else 0.5 + 0.01 * n
+    plain = history_svg([{**e, "champion_value": None} for e in events], "top1", True)
+    paired = history_svg(events, "top1", True)
+    assert "champion then, same data" in paired and "champion then, same data" not in plain
+    same_data_page, _ = render_report(sample_facts(history=events))
+    assert not history_on_different_data(events)
+    assert "measured on different data" not in same_data_page
+    events[2]["dataset_digest"] = "cd" * 32
+    assert history_on_different_data(events)
+    different_page, _ = render_report(sample_facts(history=events))
+    assert "measured on different data" in different_page
