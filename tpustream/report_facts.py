@@ -14,13 +14,16 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tpustream.artifacts import EvalReport, Manifest, ModelCard
 from tpustream.errors import ConfigError
 from tpustream.promote import ALREADY_CHAMPION
 from tpustream.promotion_policy import METRICS, Decision, is_finite_number
+
+if TYPE_CHECKING:
+    from tpustream.report_mistakes import Mistake
 
 __all__ = ["NOT_MEASURED", "PLOTTED_CLASSES", "ReportFacts", "shows_top5"]
 
@@ -57,6 +60,8 @@ class ReportFacts:
         history: the champion's history (``tpustream.history.champion_history``): dicts with ``time``,
             ``event`` ("promoted", "refused", "already-champion"), ``version``, ``candidate``,
             ``dataset_digest``, ``metric``, ``value``, ``reason``, ``champion_version``; None: no section.
+        mistakes: the candidate's most confident wrong predictions (``report_mistakes.pick_mistakes``) and
+            ``thumbnails`` (key -> JPEG data URI) for them; None: no per-sample scores, no section.
     """
 
     model_card: ModelCard
@@ -69,6 +74,8 @@ class ReportFacts:
     manifest: Manifest | None = None
     data_check_markdown: str | None = None
     history: list[dict[str, Any]] | None = None
+    mistakes: list[Mistake] | None = None
+    thumbnails: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:

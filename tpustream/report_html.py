@@ -61,9 +61,44 @@ def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) ->
     ]
     if facts.data_check_markdown is not None:
         sections.append(("data-check", "Data check", _markdown_html(facts.data_check_markdown)))
+    if facts.mistakes is not None:
+        sections.append(("mistakes", "Mistakes", _mistakes_html(facts)))
     if facts.history is not None:
         sections.append(("history", "Champion history", _history_html(facts)))
     return _page(facts, verdict, sections)
+
+
+def _mistakes_html(facts: ReportFacts) -> str:
+    """The candidate's most confident wrong predictions, a few per true class, each with its thumbnail."""
+    mistakes = facts.mistakes or []
+    if not mistakes:
+        return _note("No mistakes: the candidate classified every evaluated sample correctly.")
+    cells = []
+    for mistake in mistakes:
+        thumbnail = facts.thumbnails.get(mistake.key)
+        picture = (
+            f'<img src="{thumbnail}" alt="{_E(mistake.key)}" loading="lazy">'
+            if thumbnail and thumbnail.startswith("data:image/jpeg;base64,")
+            else '<div class="nopic">no picture</div>'
+        )
+        cells.append(
+            f'<figure class="mistake">{picture}<figcaption><b>{_E(mistake.true_class)}</b> taken for '
+            f"<b>{_E(mistake.predicted_class)}</b> ({100 * mistake.confidence:.1f}%)<br>"
+            f"{_code(mistake.source or mistake.key)}</figcaption></figure>"
+        )
+    intro = _note(
+        f"The {len(mistakes)} most confident wrong predictions, at most "
+        f"{max(_per_class_count(mistakes), 1)} per true class, surest first: the images a confidence "
+        "threshold would not catch. Each is the image evaluated (from the shards), with its source file."
+    )
+    return intro + '<div class="mistakes">' + "".join(cells) + "</div>"
+
+
+def _per_class_count(mistakes: list[Any]) -> int:
+    counts: dict[str, int] = {}
+    for mistake in mistakes:
+        counts[mistake.true_class] = counts.get(mistake.true_class, 0) + 1
+    return max(counts.values(), default=0)
 
 
 _CSS = """
@@ -84,6 +119,9 @@ figure{margin:10px 0}figure img{max-width:100%;height:auto;display:block}figcapt
 code{background:#f2f2f4;padding:1px 4px;border-radius:3px;overflow-wrap:anywhere}
 nav{background:#fafafa;border:1px solid #e4e4e4;border-radius:6px;padding:6px 16px}nav ol{margin:6px 0}
 footer{margin-top:40px;color:#777;font-size:13px}
+.mistakes{display:flex;flex-wrap:wrap;gap:10px}figure.mistake{width:150px;margin:0;font-size:12px}
+figure.mistake img{width:96px;height:96px;object-fit:contain;image-rendering:pixelated;background:#f5f5f7}
+.nopic{width:96px;height:96px;background:#f5f5f7;color:#999;font-size:11px;display:flex;align-items:center;justify-content:center}
 """
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
