@@ -109,7 +109,8 @@ def _lists_any(dataset: str, sample_index: str | None, wanted: set[str]) -> bool
         data = storage.read_bytes(storage.join(dataset, sample_index))
     except storage.StorageError:
         return True
-    return any(SampleIndexEntry.from_json_line(line).key in wanted for line in data.splitlines() if line)
+    lines = data.decode("utf-8", "replace").splitlines()
+    return any(SampleIndexEntry.from_json_line(line).key in wanted for line in lines if line)
 
 
 def _thumbnail(fields: dict[str, bytes], side: int) -> str | None:
