@@ -33,7 +33,7 @@ instances, is refused. Torch-free, like ``serving_contract``: ``tpustream.vertex
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tpustream.errors import TpustreamError
 
@@ -42,6 +42,7 @@ __all__ = [
     "B64_KEY",
     "AutoMLParameters",
     "BadRequest",
+    "MIME_TYPE_KEYS",
     "PREDICT_SCHEMATA",
     "automl_prediction",
     "json_type",
@@ -80,7 +81,7 @@ class AutoMLParameters:
     max_predictions: int = 10
 
 
-def request_format(instances: list[Any]) -> str:
+def request_format(instances: list[Any]) -> Literal["automl", "tpustream"]:
     """``"automl"`` when the instances are ``{"content"}``, else ``"tpustream"``; a request with both kinds
     (or an instance with both keys) is a BadRequest. Instances with neither fail alone, later."""
     keys = {
