@@ -40,6 +40,14 @@ the request does not fit the process's in-flight budgets (below), and 500 "inter
 log" for anything else (the traceback is logged, never sent). ``parameters.top_k`` over the class count is
 refused, where ``TPUSTREAM_TOP_K`` (the server's default) is capped at the class count.
 
+AutoML's format too (``tpustream.serving_automl``, Vertex's AutoML image classification schemata): a request
+whose instances are ``{"content": "<base64 image>"}`` (``mimeType`` optional) takes ``parameters``
+``{"confidenceThreshold": 0.0, "maxPredictions": 10}`` (the schema's defaults; maxPredictions is capped at the
+class count) and is answered ``{"predictions": [{"ids": ["3", ...], "displayNames": [...], "confidences":
+[...]}, ...]}`` (ids: class indices, as strings). The instances' key chooses the format per request; mixing
+``b64`` and ``content`` instances, or one format's parameters with the other's, is a 400. The same limits,
+budgets and admission apply, and a bad instance fails alone in its slot (``{"error": ...}``) as above.
+
 Admission (``Admission``): each process admits requests while what the requests in it (being read,
 checked, waiting for a serving thread, worked on) cost fits its budgets: their count
 (``TPUSTREAM_SERVING_THREADS`` + ``TPUSTREAM_SERVING_QUEUE``: a flood of tiny requests cannot queue without
@@ -115,6 +123,18 @@ from tpustream import storage
 from tpustream.errors import ConfigError, TpustreamError
 from tpustream.imagecodec import PIL_FORMATS, sniff_format
 from tpustream.registry import CHAMPION, read_champion, version_uri
+from tpustream.serving_automl import (
+    AUTOML_KEY,
+    B64_KEY,
+    MIME_TYPE_KEYS,
+    AutoMLParameters,
+    BadRequest,
+    automl_prediction,
+    json_type,
+    parse_automl_parameters,
+    refuse_automl_parameters,
+    request_format,
+)
 from tpustream.serving_contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
 
 if TYPE_CHECKING:
@@ -664,13 +684,22 @@ def parse_request(body: bytes) -> dict[str, Any]:
     return value
 
 
-def _decode_instance(instance: Any, index: int, limits: Limits) -> bytes:
-    encoded = instance.get("b64") if isinstance(instance, dict) else None
+def _decode_instance(instance: Any, index: int, limits: Limits, key: str = B64_KEY) -> bytes:
+    """The image bytes of one instance, ``{"b64": ...}`` or (an AutoML request's) ``{"content": ...}``."""
+    encoded = instance.get(key) if isinstance(instance, dict) else None
     if not isinstance(encoded, str):
         raise BadImage(
-            f'instance {index}: expected {{"b64": "<base64 image bytes>"}}, got a JSON {_json_type(instance)}'
-            + (' without a "b64" string' if isinstance(instance, dict) else "")
+            f'instance {index}: expected {{"{key}": "<base64 image bytes>"}}, got a JSON {json_type(instance)}'
+            + (f' without a "{key}" string' if isinstance(instance, dict) else "")
         )
+    if key == AUTOML_KEY:
+        if any(not isinstance(instance.get(name, ""), str) for name in MIME_TYPE_KEYS):
+            raise BadImage(f'instance {index}: "mimeType" must be a string (e.g. "image/jpeg")')
+        if encoded.startswith("gs://"):  # ImageClassificationPredictionInstance allows a URI; we read none
+            raise BadImage(
+                f'instance {index}: "content" is a Cloud Storage URI; this server reads no URI a request names: '
+                "send the image bytes, base64-encoded"
+            )
     if len(encoded) > 4 * ((limits.max_image_bytes + 2) // 3) + 4:  # before decoding it
         raise BadImage(
             f"instance {index}: {len(encoded)} base64 characters exceed the {limits.max_image_bytes}-byte "
@@ -719,7 +748,10 @@ class ClassifierPredictor(_Predictor):
         from base64 lengths and image headers, no pixel decoded: what the request costs. A bad instance is
         recorded for its slot of the answer; a bad request (or one whose every instance is bad) is a 400."""
         if not isinstance(prediction_input, dict) or not isinstance(prediction_input.get("instances"), list):
-            raise _http_error(400, 'the request body must be {"instances": [{"b64": "..."}, ...]}')
+            raise _http_error(
+                400,
+                'the request body must be {"instances": [{"b64": "..."}, ...]} (or AutoML\'s [{"content": ...}])',
+            )
         instances = prediction_input["instances"]
         if not instances:
             raise _http_error(400, "no instances: send at least one image")
@@ -729,16 +761,23 @@ class ClassifierPredictor(_Predictor):
                 f"{len(instances)} instances exceed the limit of {self.limits.max_instances} per request "
                 "(TPUSTREAM_MAX_INSTANCES): split the request",
             )
-        top_k = self._top_k(prediction_input.get("parameters"))
+        parameters = prediction_input.get("parameters")
         try:
-            images, failed, image_bytes, pixels = self._images(instances)
-        except BadImage as exc:
+            automl = request_format(instances) == "automl"
+            if automl:
+                top_k, automl_parameters = None, parse_automl_parameters(parameters)
+            else:
+                refuse_automl_parameters(parameters)
+                top_k, automl_parameters = self._top_k(parameters), None
+            images, failed, image_bytes, pixels = self._images(instances, AUTOML_KEY if automl else B64_KEY)
+        except (BadImage, BadRequest) as exc:
             raise _http_error(400, str(exc)) from exc
         checked = CheckedRequest(
             count=len(instances),
             images=images,
             failed=failed,
             top_k=top_k,
+            automl=automl_parameters,
             image_bytes=image_bytes,
             pixels=pixels,
         )
@@ -754,7 +793,7 @@ class ClassifierPredictor(_Predictor):
             top_k = int(top_k)
         classes = len(self.classifier.classes)
         if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
-            kind = _json_type(top_k)
+            kind = json_type(top_k)
             raise _http_error(
                 400,
                 f"parameters.top_k must be a positive integer (at most the model's {classes} classes), got "
@@ -766,7 +805,9 @@ class ClassifierPredictor(_Predictor):
             )
         return top_k
 
-    def _images(self, instances: list[Any]) -> tuple[list[tuple[int, bytes]], dict[int, str], int, int]:
+    def _images(
+        self, instances: list[Any], key: str = B64_KEY
+    ) -> tuple[list[tuple[int, bytes]], dict[int, str], int, int]:
         """The (index, image bytes) of every instance that passes its own checks (base64, size, format,
         header, per-image pixels), the messages of those that do not, and the good ones' total bytes and
         pixels, checked against the request budgets: a request over one is refused before any decoding."""
@@ -776,7 +817,7 @@ class ClassifierPredictor(_Predictor):
         total_bytes = total_pixels = 0
         for index, instance in enumerate(instances):
             try:
-                data = _decode_instance(instance, index, limits)
+                data = _decode_instance(instance, index, limits, key)
                 pixels = self.classifier.measure(data, f"instance {index}")
             except BadImage as exc:
                 failed[index] = str(exc)
@@ -810,13 +851,24 @@ class ClassifierPredictor(_Predictor):
         )
         for position, message in undecodable.items():
             failed[checked.images[position][0]] = message
-        batch = Batch(pixels=pixels, count=checked.count, failed=failed, top_k=checked.top_k)
+        batch = Batch(
+            pixels=pixels, count=checked.count, failed=failed, top_k=checked.top_k, automl=checked.automl
+        )
         CheckedRequest.raise_if_none_left(checked.count, failed)
         return batch
 
     def predict(self, instances: Batch) -> list[dict[str, Any]]:
-        """One answer per instance, in order: its top-k, or ``{"error": "<why>"}`` for a bad instance."""
-        answers = iter(self.classifier.classify(instances.pixels, instances.top_k))
+        """One answer per instance, in order: its top-k (AutoML's ClassificationPredictionResult for an AutoML
+        request), or ``{"error": "<why>"}`` for a bad instance."""
+        automl = instances.automl
+        if automl is None:
+            results = self.classifier.classify(instances.pixels, instances.top_k)
+        else:  # classify caps maxPredictions at the class count, as the schema allows
+            results = [
+                automl_prediction(result, automl)
+                for result in self.classifier.classify(instances.pixels, automl.max_predictions)
+            ]
+        answers = iter(results)
         return [
             {"error": instances.failed[index]} if index in instances.failed else next(answers)
             for index in range(instances.count)
@@ -824,15 +876,6 @@ class ClassifierPredictor(_Predictor):
 
     def postprocess(self, prediction_results: list[dict[str, Any]]) -> dict[str, Any]:
         return {"predictions": prediction_results}
-
-
-def _json_type(value: Any) -> str:
-    """What a JSON value is, in JSON's words: what an error may say of a request value instead of quoting it."""
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return {str: "string", list: "array", dict: "object", type(None): "null"}.get(type(value), "value")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -847,6 +890,7 @@ class CheckedRequest:
     top_k: int | None
     image_bytes: int
     pixels: int
+    automl: AutoMLParameters | None = None  # an AutoML-shaped request's parameters: answered in its shape
 
     def raise_if_all_failed(self) -> None:
         self.raise_if_none_left(self.count, self.failed)
@@ -870,6 +914,7 @@ class Batch:
     count: int
     failed: dict[int, str]
     top_k: int | None
+    automl: AutoMLParameters | None = None
 
 
 def _accepts_json(accept: str) -> bool:

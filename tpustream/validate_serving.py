@@ -14,6 +14,8 @@ InfraValidator checks a model in its serving binary before pushing it
    answer for the same image (``tpustream.evaluate.val_predictions``: the loader and model code path of
    ``tpustream evaluate``): the same top-1 class, the top-1 probability within ``PROBABILITY_TOLERANCE``
    (batches of different sizes may round differently on a CPU);
+   It sends the first of them again in AutoML's format (``{"content": ...}``, ``maxPredictions``: the format
+   ``tpustream.serving_automl`` adds and the upload declares), whose top-1 must also be evaluation's;
 3. sends malformed requests, which must be answered 400 (never 500), briefly, without echoing the body, and
    checks that the server still answers its health route afterwards.
 
@@ -71,6 +73,7 @@ MALFORMED = {
         json.dumps({"instances": [{"b64": base64.b64encode(b"GIF89a" + b"\0" * 64).decode()}]}).encode(),
         "application/json",
     ),
+    "automl-mixed-formats": (b'{"instances": [{"b64": "AAAA"}, {"content": "AAAA"}]}', "application/json"),
 }
 MAX_ERROR_BYTES = 2048
 
@@ -270,6 +273,40 @@ def _check_answers(
     }
 
 
+def _check_automl(
+    server: ModelServer, images: list[tuple[bytes, int]], expected: list[dict[str, Any]]
+) -> tuple[int, list[str]]:
+    """The first REQUEST_IMAGES val images in AutoML's request format: how many answered, in its shape, with
+    evaluation's top-1, and what went wrong with the others."""
+    chunk = images[:REQUEST_IMAGES]
+    body = {
+        "instances": [{"content": base64.b64encode(image).decode()} for image, _ in chunk],
+        "parameters": {"maxPredictions": 2},
+    }
+    status, raw = server.post(json.dumps(body).encode())
+    if status != 200:
+        return 0, [f"AutoML-format request: HTTP {status} {raw[:200]!r}"]
+    predictions = json.loads(raw).get("predictions", [])
+    if len(predictions) != len(chunk):
+        return 0, [f"AutoML-format request: {len(predictions)} predictions for {len(chunk)} images"]
+    agreed, failures = 0, []
+    for index, served in enumerate(predictions):
+        if "error" not in served and not {"ids", "displayNames", "confidences"} <= set(served):
+            failures.append(f"AutoML-format val sample {index}: not answered in AutoML's shape")
+            continue
+        if "error" not in served:  # the same answer in the b64 format's words, for _compare
+            served = {
+                "class_indices": [int(i) for i in served["ids"]],
+                "probabilities": served["confidences"],
+            }
+        why = _compare(expected[index], served)
+        if why:
+            failures.append(f"AutoML-format val sample {index}: {why}")
+        else:
+            agreed += 1
+    return agreed, failures
+
+
 def _check_malformed(server: ModelServer) -> tuple[list[dict[str, Any]], list[str]]:
     results: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -326,9 +363,10 @@ def validate_serving(
     with start_model_server(model, timeout=timeout) as server:
         startup_s = time.perf_counter() - started
         answers = _check_answers(server, images, expected)
+        automl_agreed, automl_failures = _check_automl(server, images, expected)
         malformed, malformed_failures = _check_malformed(server)
         log_path = server.log_path
-    failures = answers.pop("failures") + malformed_failures
+    failures = answers.pop("failures") + automl_failures + malformed_failures
     report = {
         "format": VALIDATION_FORMAT,
         "model": model,
@@ -337,6 +375,7 @@ def validate_serving(
         "passed": not failures,
         "samples": len(images),
         **answers,
+        "automl_agreed": automl_agreed,
         "startup_s": round(startup_s, 1),
         "malformed": malformed,
         "failures": failures[:20],

@@ -8,7 +8,9 @@ aiplatform's Custom Prediction Routine server + ``tpustream.serving``): the preb
 images serve a TorchServe ``model.mar`` and cannot serve ``model.pt`` + ``model.json``.
 The container spec follows https://cloud.google.com/vertex-ai/docs/predictions/custom-container-requirements
 (port, health and predict routes; Vertex passes them back as AIP_HTTP_PORT / AIP_HEALTH_ROUTE /
-AIP_PREDICT_ROUTE and the artifact copy as AIP_STORAGE_URI).
+AIP_PREDICT_ROUTE and the artifact copy as AIP_STORAGE_URI). The upload declares AutoML image
+classification's instance / parameters / prediction schemata (``predictSchemata``, ``serving_automl.
+PREDICT_SCHEMATA``), which the server also speaks, so that the console and AutoML clients know the format.
 
 The promoted version also gets its evaluation (``tpustream evaluate``'s metrics.json) imported with
 ``ModelService.ImportModelEvaluation`` in Vertex's classification schema (``classification_evaluation``), and
@@ -27,6 +29,7 @@ from typing import Any
 from tpustream import storage
 from tpustream.errors import ConfigError, TpustreamError
 from tpustream.registry import read_champion, version_uri
+from tpustream.serving_automl import PREDICT_SCHEMATA
 from tpustream.serving_contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
 
 __all__ = [
@@ -235,6 +238,7 @@ def publish(
             labels={_label(k): _label(v) for k, v in labels.items()},
             sync=True,
             **container_spec(target.serving_image),
+            **PREDICT_SCHEMATA,  # the AutoML-compatible format the server also accepts (serving_automl)
         )
     else:
         log.info("Vertex AI: %s@%s was uploaded from %s already", parent, model.version_id, artifact_uri)

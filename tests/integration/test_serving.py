@@ -207,6 +207,13 @@ def test_upload_is_the_servable_champion(world):
     assert [(m["path"].rsplit("/", 1)[1], m["body"]) for m in merges] == [
         ("4200@1:mergeVersionAliases", {"versionAliases": ["champion"]})]  # fmt: skip
     assert f"vertex: {PARENT}/models/4200@1" in world.promoted
+    # AutoML's schemata, declared so the console and AutoML clients know the format the server also speaks
+    _parse(model["predictSchemata"], "google.cloud.aiplatform_v1.types.model", "PredictSchemata")
+    assert model["predictSchemata"] == {
+        "instanceSchemaUri": "gs://google-cloud-aiplatform/schema/predict/instance/image_classification_1.0.0.yaml",
+        "parametersSchemaUri": "gs://google-cloud-aiplatform/schema/predict/params/image_classification_1.0.0.yaml",
+        "predictionSchemaUri": "gs://google-cloud-aiplatform/schema/predict/prediction/classification_1.0.0.yaml",
+    }
 
 
 def test_served_answers_equal_evaluation_on_the_val_digits(world):
@@ -303,6 +310,126 @@ def test_a_bad_request_is_a_400_a_bad_instance_fails_alone_and_the_server_keeps_
         alone["predictions"][0]["probabilities"][:2], abs=1e-5
     )
     assert world.server.poll() is None  # the same process served all of it
+
+
+def _parse(body, module, name):
+    """``body`` parsed into aiplatform's proto message ``module.name`` as Vertex parses JSON: an unknown field
+    or a wrong type raises ParseError."""
+    import importlib
+
+    from google.protobuf import json_format
+
+    message = getattr(importlib.import_module(module), name)
+    return json_format.ParseDict(body, message.pb()(), ignore_unknown_fields=False)
+
+
+_INSTANCE = "google.cloud.aiplatform.v1.schema.predict.instance"
+_PARAMS = "google.cloud.aiplatform.v1.schema.predict.params"
+_PREDICTION = "google.cloud.aiplatform.v1.schema.predict.prediction"
+
+
+def _automl(images, parameters=None, mime_type=True):
+    instances = [
+        {"content": base64.b64encode(image).decode(), **({"mimeType": "image/jpeg"} if mime_type else {})}
+        for image in images
+    ]
+    return {"instances": instances, **({"parameters": parameters} if parameters is not None else {})}
+
+
+def _post_automl(world, body):
+    """An AutoML-shaped request, checked against AutoML's schema messages before it is sent, and its answer's
+    predictions checked against ClassificationPredictionResult."""
+    for instance in body["instances"]:
+        _parse(instance, _INSTANCE, "ImageClassificationPredictionInstance")
+    if "parameters" in body:
+        _parse(body["parameters"], _PARAMS, "ImageClassificationPredictionParams")
+    status, answer = _post(world, body)
+    assert status == 200 and list(answer) == ["predictions"], answer
+    for prediction in answer["predictions"]:
+        _parse(prediction, _PREDICTION, "ClassificationPredictionResult")
+    return answer["predictions"]
+
+
+def test_an_automl_shaped_request_gets_automl_shaped_answers(world):
+    """AutoML image classification's request ({"content"} instances, confidenceThreshold / maxPredictions)
+    is answered in its shape (ids as strings, displayNames, confidences), with the b64 format's classes."""
+    from google.cloud.aiplatform.v1.schema.predict.params import ImageClassificationPredictionParams
+    from google.protobuf import json_format
+
+    images = [image for image, _ in _val_samples(world.jpegs)[:3]] + [_val_samples(world.digits)[0][0]]
+    status, reference = _post(world, {**_instances(images), "parameters": {"top_k": 10}})
+    assert status == 200
+    # the schema's defaults: threshold 0.0 and 10 predictions (all 10 classes here), in confidence order
+    for prediction, expected in zip(
+        _post_automl(world, _automl(images)), reference["predictions"], strict=True
+    ):
+        assert prediction == {
+            "ids": [str(index) for index in expected["class_indices"]],
+            "displayNames": expected["classes"],
+            "confidences": expected["probabilities"],
+        }
+    assert _post_automl(world, _automl(images, mime_type=False)) == _post_automl(world, _automl(images))
+    # maxPredictions honoured, and capped at the class count (the schema: "may return fewer")
+    top3 = _post_automl(world, _automl(images, {"maxPredictions": 3}))
+    assert [len(p["ids"]) for p in top3] == [3] * 4
+    assert [p["displayNames"] for p in top3] == [e["classes"][:3] for e in reference["predictions"]]
+    assert [len(p["ids"]) for p in _post_automl(world, _automl(images, {"maxPredictions": 99}))] == [10] * 4
+    # confidenceThreshold honoured: only the classes of at least that confidence, maxPredictions still applies
+    second = reference["predictions"][0]["probabilities"][1]
+    kept = _post_automl(world, _automl(images, {"confidenceThreshold": second, "maxPredictions": 5}))
+    for prediction, expected in zip(kept, reference["predictions"], strict=True):
+        confident = [p for p in expected["probabilities"][:5] if p >= second]
+        assert prediction["confidences"] == confident and len(prediction["ids"]) == len(confident)
+    assert len(kept[0]["ids"]) == 2
+    certain = _post_automl(world, _automl(images, {"confidenceThreshold": 1}))  # possibly no class at all
+    assert [p["confidences"] for p in certain] == [
+        [p for p in e["probabilities"] if p >= 1.0] for e in reference["predictions"]
+    ]
+    # the parameters as the SDK builds them (ImageClassificationPredictionParams(...).to_value(), a Value
+    # whose numbers are doubles), as aiplatform's predict_image_classification sample sends them
+    sdk = json_format.MessageToDict(ImageClassificationPredictionParams(max_predictions=2).to_value())
+    assert sdk == {"maxPredictions": 2.0}
+    assert [p["ids"] for p in _post_automl(world, _automl(images, sdk))] == [p["ids"][:2] for p in top3]
+
+
+def test_automl_bad_shapes_are_clear_400s_and_a_bad_content_fails_alone(world):
+    good = _val_samples(world.digits)[0][0]
+    encoded = base64.b64encode(good).decode()
+    bad_requests = [
+        (
+            {"instances": [{"b64": encoded}, {"content": encoded}]},
+            'the instances mix {"b64": ...} and {"content": ...}',
+        ),
+        ({"instances": [{"b64": encoded, "content": encoded}]}, "the instances mix"),
+        (_automl([good], {"top_k": 3}), 'parameters.top_k is for {"b64": ...} instances'),
+        (
+            {**_instances([good]), "parameters": {"maxPredictions": 3}},
+            "confidenceThreshold / maxPredictions are AutoML's",
+        ),
+        (_automl([good], {"confidenceThreshold": 1.5}), "confidenceThreshold must be a number from 0 to 1"),
+        (_automl([good], {"confidenceThreshold": "0.5"}), "got a JSON string"),
+        (_automl([good], {"maxPredictions": -1}), "maxPredictions must be a positive integer"),
+        (_automl([good], {"maxPredictions": 2.5}), "maxPredictions must be a positive integer"),
+        (_automl([good], {"maxPrediction": 3}), "send only confidenceThreshold and maxPredictions"),
+        (_automl([good], [3]), "parameters must be a JSON object"),
+        (_automl([good] * 65), "65 instances exceed the limit of 64"),  # the same limits as {"b64"}
+        (_automl([b"%PDF-1.4 not ours"]), "instance 0: not a JPEG, PNG"),
+        ({"instances": [{"content": "gs://bucket/image.jpg"}]}, "is a Cloud Storage URI"),
+        ({"instances": [{"content": encoded, "mimeType": 3}]}, '"mimeType" must be a string'),
+    ]
+    for body, message in bad_requests:
+        status, answer = _post(world, body)
+        assert status == 400 and message in answer["detail"], (message, answer)
+        assert "gs://bucket" not in answer["detail"]  # no value of the request is quoted
+    # a bad instance of an AutoML request fails in its own slot, the other answered in AutoML's shape
+    status, answer = _post(world, {"instances": [{"content": encoded}, {"content": "%%%not base64"}]})
+    assert status == 200
+    kept, failed = answer["predictions"]
+    assert (
+        list(kept) == ["ids", "displayNames", "confidences"]
+        and "instance 1: not valid base64" in failed["error"]
+    )
+    assert world.server.poll() is None and _healthy(world)
 
 
 def test_predict_cli_on_images_shards_and_prefixes(world, tmp_path, gcs_server, monkeypatch):

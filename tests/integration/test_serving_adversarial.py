@@ -116,6 +116,33 @@ MALFORMED = {
         json.dumps({"instances": [{"b64": TINY}], "parameters": {"top_k": "9" * 10**5}}).encode(),
         "top_k must be a positive integer",
     ),
+    # AutoML's format ({"content"} instances, tpustream.serving_automl): the same strictness
+    "automl-not-base64-2MB": (
+        b'{"instances": [{"content": "' + b"%%" * (1 << 20) + b'"}]}',
+        "not valid base64",
+    ),
+    "automl-long-uri": (
+        json.dumps({"instances": [{"content": "gs://" + "b" * 10**5}]}).encode(),
+        "Cloud Storage URI",
+    ),
+    "automl-long-threshold": (
+        json.dumps(
+            {"instances": [{"content": TINY}], "parameters": {"confidenceThreshold": "9" * 10**5}}
+        ).encode(),
+        "confidenceThreshold must be a number from 0 to 1, got a JSON string",
+    ),
+    "automl-huge-max-predictions": (
+        f'{{"instances": [{{"content": "{TINY}"}}], "parameters": {{"maxPredictions": 1e300}}}}'.encode(),
+        "maxPredictions must be a positive integer",
+    ),
+    "automl-long-unknown-parameter": (
+        json.dumps({"instances": [{"content": TINY}], "parameters": {"k" * 10**5: 1}}).encode(),
+        "send only confidenceThreshold and maxPredictions",
+    ),
+    "automl-mixed": (
+        json.dumps({"instances": [{"b64": TINY}, {"content": TINY}]}).encode(),
+        'mix {"b64": ...} and {"content": ...}',
+    ),
 }
 
 
@@ -189,6 +216,27 @@ def test_over_the_request_byte_budget(served):
     noise = _encode(np.random.default_rng(1).integers(0, 256, (500, 500, 3), np.uint8), "PNG")  # 0.75 MB
     detail = _assert_short_refusal(served.predict(instances([noise] * 3)), 400)
     assert "instances 0-2:" in detail and "TPUSTREAM_MAX_REQUEST_BYTES" in detail
+
+
+def test_automl_requests_meet_the_same_budgets(served, big_png):
+    """{"content"} instances are held to the {"b64"} ones' limits: per image, per request, from the headers."""
+
+    def automl(images):
+        return json.dumps({"instances": [{"content": base64.b64encode(i).decode()} for i in images]}).encode()
+
+    detail = _assert_short_refusal(served.predict(automl([big_png] * (HEAVY + 1))), 400)
+    assert f"instances 0-{HEAVY}:" in detail and "TPUSTREAM_MAX_REQUEST_PIXELS" in detail
+    noise = _encode(np.random.default_rng(1).integers(0, 256, (500, 500, 3), np.uint8), "PNG")  # 0.75 MB
+    detail = _assert_short_refusal(served.predict(automl([noise] * 3)), 400)
+    assert "instances 0-2:" in detail and "TPUSTREAM_MAX_REQUEST_BYTES" in detail
+    detail = _assert_short_refusal(served.predict(automl([image_bytes(SIDE + 1, SIDE, "PNG")])), 400)
+    assert "instance 0:" in detail and "TPUSTREAM_MAX_PIXELS" in detail
+    reply = served.predict(automl([image_bytes(8, 8)]))
+    assert reply.status == 200 and list(reply.json()["predictions"][0]) == [
+        "ids",
+        "displayNames",
+        "confidences",
+    ]
 
 
 def test_a_heavy_request_neither_stalls_health_nor_holds_every_image(heavy):

@@ -39,8 +39,10 @@ def test_a_good_candidate_answers_as_evaluation_did_and_refuses_malformed_reques
     assert report["passed"] and report["failures"] == []
     assert report["samples"] == 40 and report["agreed"] == 40
     assert report["max_probability_diff"] <= 1e-3
+    assert report["automl_agreed"] == 16  # a request of AutoML's format too (serving_automl)
     assert {case["case"]: case["status"] for case in report["malformed"]} == dict.fromkeys(
-        ("not-json", "not-an-object", "no-instances", "not-base64", "not-an-image"), 400
+        ("not-json", "not-an-object", "no-instances", "not-base64", "not-an-image", "automl-mixed-formats"),
+        400,
     )
     written = json.loads((tmp_path / "check" / "validation.json").read_text())
     assert written == report
