@@ -176,12 +176,18 @@ def _training_html(facts: ReportFacts) -> str:
     history = card.history
     best = card.metrics.get("epoch")
     top5 = shows_top5(len(card.classes))
-    init = card.init
-    start = (
-        f"warm start from {_code(init.get('from'))} ({_E(str(init.get('kind', '')))}, {_E(str(init.get('weights', '')))} weights)"
-        if isinstance(init, dict)
-        else "random initialisation"
-    )
+    init, pretrained = card.init, card.pretrained
+    if isinstance(init, dict):
+        start = f"warm start from {_code(init.get('from'))} ({_E(str(init.get('kind', '')))}, {_E(str(init.get('weights', '')))} weights)"
+    elif isinstance(pretrained, dict):
+        sha = str(pretrained.get("sha256") or "")
+        start = (
+            f"fine-tuned from pretrained weights {_code(pretrained.get('name') or pretrained.get('uri'))}"
+            + (f" (sha256 {_E(sha[:12])}…)" if sha else "")
+            + ", the head new"
+        )
+    else:
+        start = "random initialisation"
     parts = [
         f"<p>{_code(card.arch)}, {len(history)} epoch{'s' if len(history) != 1 else ''}"
         f"{f', best epoch {_E(str(best))}' if best is not None else ''}"
@@ -199,6 +205,7 @@ def _training_html(facts: ReportFacts) -> str:
         parts.append(_note("One epoch only: there is no curve to draw; its numbers are below."))
     else:
         parts.append(_note("No per-epoch history in the model card: nothing to draw."))
+    seen = any("train_samples_seen" in row for row in history)  # cards written before have none
     if history:
         header = [
             "epoch",
@@ -207,6 +214,7 @@ def _training_html(facts: ReportFacts) -> str:
             "val top-1",
             *(["val top-5"] if top5 else []),
             "val samples",
+            *(["train samples seen / left out / repeated"] if seen else []),
             "seconds",
             "samples/s",
             "data wait",
@@ -220,6 +228,7 @@ def _training_html(facts: ReportFacts) -> str:
                 _percent(row.get("val_top1"), 2),
                 *([_percent(row.get("val_top5"), 2)] if top5 else []),
                 _E(str(row.get("val_samples", ""))),
+                *([_E(_samples_seen(row))] if seen else []),
                 _decimal(row.get("epoch_seconds"), 1),
                 _decimal(row.get("samples_per_s"), 0),
                 _percent(row.get("data_wait_fraction")),
@@ -229,6 +238,16 @@ def _training_html(facts: ReportFacts) -> str:
         ]
         parts.append(_table(header, cells))
     return "".join(parts)
+
+
+def _samples_seen(row: dict[str, Any]) -> str:
+    """An epoch's train samples: seen once, left out by the equal-batches rule, repeated to fill batches."""
+    if "train_samples_seen" not in row:
+        return ""
+    return " / ".join(
+        str(row.get(key, ""))
+        for key in ("train_samples_seen", "train_samples_left_out", "train_samples_repeated")
+    )
 
 
 def _confusion_html(facts: ReportFacts) -> str:

@@ -819,3 +819,20 @@ def test_the_history_shows_each_decisions_champion_on_its_data_and_says_when_dat
     assert history_on_different_data(events)
     different_page, _ = render_report(sample_facts(history=events))
     assert "measured on different data" in different_page
+
+
+def test_the_training_section_names_pretrained_weights_and_each_epochs_samples():
+    rows = [{**row, "train_samples_seen": 1000 - n, "train_samples_left_out": n, "train_samples_repeated": 0}
+            for n, row in enumerate(epochs(2))]  # fmt: skip
+    pretrained = {"spec": "resnet18.IMAGENET1K_V1", "uri": "gs://b/cache/resnet18-f37072fd.pth",
+                  "name": "resnet18.IMAGENET1K_V1", "sha256": "f37072fd" + "0" * 56}  # fmt: skip
+    card = _card({"arch": "resnet18", "classes": CLASSES, "history": rows, "pretrained": pretrained})
+    page, _ = render_report(sample_facts(model_card=card))
+    training = page.split('<section id="training">', 1)[1].split("</section>", 1)[0]
+    assert (
+        "fine-tuned from pretrained weights <code>resnet18.IMAGENET1K_V1</code> (sha256 f37072fd0000"
+        in training
+    )
+    assert "train samples seen / left out / repeated" in training and "<td>999 / 1 / 0</td>" in training
+    old, _ = render_report(sample_facts())  # a card written before: no column, random initialisation
+    assert "train samples seen" not in old and "random initialisation" in old
