@@ -61,11 +61,80 @@ def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) ->
     ]
     if facts.data_check_markdown is not None:
         sections.append(("data-check", "Data check", _markdown_html(facts.data_check_markdown)))
+    if isinstance(facts.metrics.candidate.get("per_class"), dict):  # evaluated with per-sample scores
+        sections.append(
+            ("precision-recall", "Precision, recall and thresholds", _precision_recall_html(facts))
+        )
     if facts.mistakes is not None:
         sections.append(("mistakes", "Mistakes", _mistakes_html(facts)))
     if facts.history is not None:
         sections.append(("history", "Champion history", _history_html(facts)))
     return _page(facts, verdict, sections)
+
+
+SHOWN_THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)  # the table's rows; the plot draws every one
+
+
+def _precision_recall_html(facts: ReportFacts) -> str:
+    """Per-class precision, recall, F1 and support (worst F1 first), macro-F1, balanced accuracy and AU-PRC,
+    and what acting only on predictions above a confidence threshold gives (table and curve)."""
+    candidate = facts.metrics.candidate
+    per_class = candidate["per_class"]
+    classes = facts.metrics.classes
+    summary = (
+        f"Macro-F1 {_decimal(candidate.get('macro_f1'))}, balanced accuracy "
+        f"{_percent(candidate.get('balanced_accuracy'))} (the mean of the classes' recalls: every class "
+        f"counts the same, however many samples it has), AU-PRC {_decimal(candidate.get('auprc'))} "
+        f"(micro, one-vs-rest), on {facts.metrics.candidate.get('num_samples', '')} samples."
+    )
+    parts = [_note(summary)]
+
+    def column(name: str) -> list[Any]:
+        values = per_class.get(name)
+        return list(values) if isinstance(values, list) else [None] * len(classes)
+
+    precision, recall, f1 = column("precision"), column("recall"), column("f1")
+    support, auprc = column("support"), column("auprc")
+    order = sorted(
+        range(len(classes)), key=lambda i: (f1[i] is None, f1[i] if f1[i] is not None else 0.0, classes[i])
+    )
+    listed = order[:HTML_CLASS_ROWS]
+    cells = [
+        [
+            _E(classes[i]),
+            _percent(precision[i]),
+            _percent(recall[i]),
+            _decimal(f1[i], 3),
+            _E(str(support[i] if support[i] is not None else "")),
+            _decimal(auprc[i], 3),
+        ]
+        for i in listed
+    ]
+    parts.append(_table(["class", "precision", "recall", "F1", "support", "AU-PRC"], cells))
+    if len(listed) < len(order):
+        parts.append(_note(f"The {len(listed)} classes with the lowest F1 of {len(order)}."))
+    thresholds = candidate.get("thresholds")
+    if isinstance(thresholds, list) and thresholds:
+        parts.append(
+            _figure(
+                "plot-thresholds",
+                report_plots.thresholds_svg(thresholds),
+                "precision, recall and coverage against the confidence threshold",
+                "Acting only on predictions at or above a confidence threshold trades coverage for precision.",
+            )
+        )
+        shown = [row for row in thresholds if round(float(row.get("threshold", -1)), 2) in SHOWN_THRESHOLDS]
+        rows = [
+            [
+                _E(f"{float(row['threshold']):.2f}"),
+                _percent(row.get("precision")),
+                _percent(row.get("recall")),
+                _percent(row.get("coverage")),
+            ]
+            for row in shown
+        ]
+        parts.append(_table(["threshold", "precision", "recall", "coverage"], rows))
+    return "".join(parts)
 
 
 def _mistakes_html(facts: ReportFacts) -> str:
