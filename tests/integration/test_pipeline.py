@@ -71,21 +71,23 @@ def _worker_pools(spec):
 
 def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     spec, text = _compiled(tmp_path, None)
-    root_tasks = spec["root"]["dag"]["tasks"]
-    (experiment,) = set(root_tasks) - {"check-source", "condition-1"}  # and nothing else at the top
+    # the whole DAG runs inside the exit handler whose exit task is the webhook step (issue 35, item 5)
+    assert set(spec["root"]["dag"]["tasks"]) == {"exit-handler-1", "notify-webhook"}
+    root_tasks = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    (experiment,) = set(root_tasks) - {"check-source", "condition-2"}  # and nothing else at the top
     assert root_tasks[experiment]["taskInfo"]["name"] == "experiment-requested"
     assert "dependentTasks" not in root_tasks[experiment]  # joins at the run's start
     tasks = _all_tasks(spec)
     assert tasks["join-experiment"]["inputs"]["parameters"]["pipeline_job_id"]["runtimeValue"] == {
         "constant": "{{$.pipeline_job_uuid}}"
     }
-    assert {"plan-shards", "for-loop-2", "finalize-shards", "check-data", "train-model", "evaluate-model",
-            "promote-model", "write-shards", "condition-3"} <= set(tasks)  # fmt: skip
+    assert {"plan-shards", "for-loop-3", "finalize-shards", "check-data", "train-model", "evaluate-model",
+            "promote-model", "write-shards", "condition-4"} <= set(tasks)  # fmt: skip
     assert (
-        spec["root"]["dag"]["tasks"]["condition-1"]["triggerPolicy"]["condition"]
+        root_tasks["condition-2"]["triggerPolicy"]["condition"]
         == "inputs.parameter_values['pipelinechannel--check-source-Output'] == 'train'"
     )
-    assert set(tasks["finalize-shards"]["dependentTasks"]) == {"for-loop-2"}
+    assert set(tasks["finalize-shards"]["dependentTasks"]) == {"for-loop-3"}
     assert tasks["check-data"]["dependentTasks"] == ["finalize-shards"]
     assert sorted(tasks["train-model"]["dependentTasks"]) == [
         "check-data",
@@ -105,7 +107,7 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     # and whether there is new data is the check step's fingerprint's decision (tpustream/fingerprint.py).
     assert all(t.get("cachingOptions", {}).get("enableCache") is not True for t in tasks.values())
     assert all(t["cachingOptions"] == {} for t in tasks.values() if "componentRef" in t and
-               not t["componentRef"]["name"].startswith(("comp-condition", "comp-for-loop")))  # fmt: skip
+               not t["componentRef"]["name"].startswith(("comp-condition", "comp-for-loop", "comp-exit-handler")))  # fmt: skip
     assert tasks["train-model"]["retryPolicy"]["maxRetryCount"] == 2
     assert tasks["write-shards"]["retryPolicy"]["maxRetryCount"] == 2
     params = spec["root"]["inputDefinitions"]["parameters"]
@@ -188,7 +190,7 @@ def test_every_cpu_step_compiles_explicit_cpu_and_memory_limits(tmp_path, tpu):
     spec, _ = _compiled(tmp_path, tpu)
     tasks = _all_tasks(spec)
     containers = {name for name, t in tasks.items() if not t["componentRef"]["name"].startswith(
-        ("comp-condition", "comp-for-loop"))}  # fmt: skip
+        ("comp-condition", "comp-for-loop", "comp-exit-handler"))}  # fmt: skip
     assert containers - {"train-model"} == set(CPU_STEPS)  # a new CPU step must be sized here too
     for task in CPU_STEPS:
         expected = (
