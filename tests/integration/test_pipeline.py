@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.webhook_receiver import WebhookReceiver
 from tpustream import components, promote
 from tpustream.pipelines.submit import compile_pipeline, schedule_pipeline, submit_pipeline
 from tpustream.pipelines.tpu import TPU_TYPES
@@ -498,6 +499,7 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     first = run_local(root=root, **settings)
     registry = first["registry"]
     assert first["data"] == "train"
+    assert (first["outcome"].decision, first["outcome"].reason) == ("promoted", "version 1")
     status = promote.champion_status(registry)
     assert status["ok"] and status["champion"]["version"] == 1
     assert status["champion"]["metrics"]["top1"] > 0.5
@@ -519,8 +521,17 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert len(trained_models()) == 1
     capsys.readouterr()
     log_path = str(tmp_path / "logs" / "second.log")
-    second = run_local(root=root, log_path=log_path, **settings)  # quiet, as `make demo` runs it
+    with WebhookReceiver() as hook:  # stands in for Slack or Google Chat
+        second = run_local(
+            root=root, log_path=log_path, notify_webhook=hook.url, **settings
+        )  # quiet, as `make demo`
     assert second["data"] == "skip"  # no new data: no shards, no training, nothing promoted
+    (told,) = hook.bodies  # the exit step ran, as on Vertex, and said what the run did
+    assert (
+        told["state"] == "SUCCEEDED"
+        and told["decision"] == "skipped"
+        and "no new data since" in told["reason"]
+    )
     assert second["report"] is None  # nothing trained: no report (the first run's stays as it was)
     printed = capsys.readouterr().out
     assert "no new data since" in printed and "check-source: SUCCESS" in printed

@@ -125,3 +125,37 @@ def test_the_webhook_step_posts_the_outcome_of_a_run_that_succeeds_and_of_one_th
     assert refused["state"] == "FAILED" and refused["decision"] == "refused"
     assert refused["reason"] == "train-val-leak: 1 image" and refused["step"] == "check data"
     assert refused["text"].startswith("tpustream-training failed: refused: train-val-leak: 1 image")
+
+
+def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_links_the_console(
+    tmp_path, gcs_bucket
+):
+    """The compiled notify-webhook task run as Vertex runs it (tests/vertex_emulation.py): its container
+    command, its placeholders resolved by the backend, the final status Vertex hands an exit task, and the
+    outcome that check data recorded under a gs:// pipeline root (the GCS test server)."""
+    from tests.vertex_emulation import run_container_task
+    from tpustream.run_outcome import read_outcome, record_outcome
+
+    path, _, _ = _compile(tmp_path)
+    run_root, job = f"{gcs_bucket}/pipeline-root", "tpustream-training-20261128030000"
+    reason = "data check of gs://b/datasets/x: 1 anomaly: train-val-leak"
+    record_outcome(f"{run_root}/{job}/run-outcome.json", step="check data", decision="refused", reason=reason)
+    failed = {"state": "FAILED", "pipeline_task_name": "exit-handler-1",
+              "error": {"code": 9, "message": "The DAG failed because some tasks failed."}}  # fmt: skip
+    with WebhookReceiver() as hook:
+        done = run_container_task(
+            path, "notify-webhook", pipeline_params={"notify_webhook": hook.url}, run_root=run_root,
+            workdir=tmp_path, job_name=job, project="123", location="europe-west4", final_status=failed,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (told,) = hook.bodies
+    assert told["state"] == "FAILED" and told["decision"] == "refused" and told["reason"] == reason
+    assert told["error"] == "The DAG failed because some tasks failed."
+    assert told["job"] == f"projects/123/locations/europe-west4/pipelineJobs/{job}"
+    assert told["console"] == (
+        f"https://console.cloud.google.com/vertex-ai/locations/europe-west4/pipelines/runs/{job}?project=123"
+    )
+    # our lines name the receiver by its host only (KFP's executor logs its whole input, the URL too: README)
+    ours = [line for line in done.stdout.splitlines() if "notifying" in line]
+    assert ours and not any("s3cr3t-token" in line for line in ours)
+    assert read_outcome(f"{run_root}/{job}/run-outcome.json").decision == "refused"  # read, not changed
