@@ -159,3 +159,44 @@ def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_li
     ours = [line for line in done.stdout.splitlines() if "notifying" in line]
     assert ours and not any("s3cr3t-token" in line for line in ours)
     assert read_outcome(f"{run_root}/{job}/run-outcome.json").decision == "refused"  # read, not changed
+
+
+def test_submit_and_schedule_carry_the_recipients_and_the_webhook_to_vertex(
+    tmp_path, gcs_bucket, monkeypatch
+):
+    """Through the real aiplatform client to the recording endpoint (tests/vertex_fake.py), which parses each
+    body as the aiplatform v1 proto: the run and a run the schedule makes carry both parameters, and the email
+    exit handler is in the submitted spec."""
+    from google.cloud.aiplatform.utils import gcs_utils
+
+    from tests.vertex_fake import VertexRecorder
+    from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
+
+    # Patched: PipelineJob.submit checks the pipeline-root bucket's owner through Cloud Resource Manager, a
+    # Google service that cannot be reached from here.
+    monkeypatch.setattr(
+        gcs_utils, "create_gcs_bucket_for_pipeline_artifacts_if_it_does_not_exist",
+        lambda output_artifacts_gcs_dir=None, **kw: output_artifacts_gcs_dir,
+    )  # fmt: skip
+    path, _, _ = _compile(tmp_path, "--notify", "ml@x.org")
+    url = "https://hooks.slack.com/services/T0/B0/s3cr3t"
+    common = dict(
+        project="proj", region="europe-west4", pipeline_root=f"{gcs_bucket}/root", skip_preflight=True,
+        parameters={"registry": f"{gcs_bucket}/registry", "source": f"{gcs_bucket}/images"},
+        notify_emails=["oncall@x.org, ml@x.org"], notify_webhook=url,
+    )  # fmt: skip
+    recorder = VertexRecorder()
+    try:
+        submit_pipeline(path, api_endpoint=recorder.url, **common)
+        schedule = schedule_pipeline(path, cron="0 3 * * 1", api_endpoint=recorder.url, **common)
+        run = recorder.pipeline_jobs[recorder.scheduled_run(schedule)]
+    finally:
+        recorder.close()
+    assert recorder.rejected == []
+    (job,) = [
+        r["body"] for r in recorder.requests if r["method"] == "POST" and r["path"].endswith("/pipelineJobs")
+    ]
+    for body in (job, run):
+        values = body["runtimeConfig"]["parameterValues"]
+        assert values["notify_emails"] == ["oncall@x.org", "ml@x.org"] and values["notify_webhook"] == url
+    assert EMAIL_COMPONENT in job["pipelineSpec"]["components"]
