@@ -200,3 +200,27 @@ def test_submit_and_schedule_carry_the_recipients_and_the_webhook_to_vertex(
         values = body["runtimeConfig"]["parameterValues"]
         assert values["notify_emails"] == ["oncall@x.org", "ml@x.org"] and values["notify_webhook"] == url
     assert EMAIL_COMPONENT in job["pipelineSpec"]["components"]
+
+
+def test_run_local_leaves_the_email_out_and_says_so_and_a_failed_run_still_notifies(tmp_path, caplog):
+    """The real DAG through kfp.local, failing early (a source that does not exist fails at plan shards, after
+    check source recorded "training"): the exit step runs anyway and tells the webhook where the run had got
+    to and that it failed; the recipients cannot be emailed from here, which the run says."""
+    import logging
+
+    from tpustream.pipelines.local import PipelineFailed, run_local
+
+    with (
+        caplog.at_level(logging.WARNING),
+        WebhookReceiver() as hook,
+        pytest.raises(PipelineFailed, match="plan-shards failed: unknown source"),
+    ):
+        run_local(
+            root=str(tmp_path / "run"), log_path=str(tmp_path / "run.log"), source=str(tmp_path / "missing"),
+            pretrained="", notify_emails=["ml@x.org"], notify_webhook=hook.url,
+        )  # fmt: skip
+    assert "notify_emails: not sent by a local run" in caplog.text
+    (told,) = hook.bodies
+    assert told["state"] == "FAILED" and told["console"] == ""
+    assert (told["step"], told["decision"]) == ("check source", "training")
+    assert told["text"].startswith("tpustream-training failed: after check source (training: ")
