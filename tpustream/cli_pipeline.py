@@ -102,8 +102,8 @@ NotifyWebhookOption = Annotated[
         metavar="URL",
         help="POST the run's state, what it decided (skipped, refused, kept, promoted, deployed) with its "
         "one-line reason, its report's URI and its console link as JSON to this URL when it ends, however it "
-        "ends (a Slack incoming webhook posts the text as is). Sets the notify_webhook parameter. Its path may "
-        "hold a token: only its host is ever logged.",
+        "ends (a Slack incoming webhook posts the text as is). Sets the notify_webhook parameter, which whoever "
+        "sees the run sees too (README, Notifications); tpustream logs only its host.",
     ),
 ]
 
