@@ -284,13 +284,15 @@ def _check_tensorboard_parameter(template: str, parameters: dict[str, Any], regi
 def reads_parameter(spec: dict[str, Any], name: str) -> bool:
     """Whether any task of the compiled ``spec`` takes the pipeline parameter ``name`` as an input."""
     wanted = {name, f"pipelinechannel--{name}"}
+    components = spec.get("components", {})
     dags = [spec.get("root", {}).get("dag", {})]
-    dags += [c["dag"] for c in spec.get("components", {}).values() if "dag" in c]
+    dags += [c["dag"] for c in components.values() if "dag" in c]
     return any(
         source.get("componentInputParameter") in wanted
         for dag in dags
         for task in dag.get("tasks", {}).values()
-        if not task.get("componentRef", {}).get("name", "").startswith(("comp-condition", "comp-for-loop", "comp-exit-handler"))
+        # a group (an If, a ParallelFor, an exit handler, a sub-pipeline) only passes parameters on
+        if "dag" not in components.get(task.get("componentRef", {}).get("name", ""), {})
         for source in task.get("inputs", {}).get("parameters", {}).values()
     )
 

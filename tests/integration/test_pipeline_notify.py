@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from tests.webhook_receiver import WebhookReceiver
 from tpustream.cli import app
 from tpustream.errors import ConfigError
-from tpustream.pipelines.submit import with_notifications
+from tpustream.pipelines.submit import reads_parameter, with_notifications
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +58,7 @@ def test_notify_compiles_in_vertex_email_with_its_recipients_and_the_webhook_exi
     assert webhook["inputs"]["parameters"]["webhook"]["componentInputParameter"] == "notify_webhook"
     outcome = webhook["inputs"]["parameters"]["run_outcome"]["runtimeValue"]["constant"]
     assert outcome == "{{$.pipeline_root}}/{{$.pipeline_job_name}}/run-outcome.json"
+    assert reads_parameter(spec, "notify_emails") and reads_parameter(spec, "notify_webhook")
     # submit/schedule --notify: recipients checked and set as the parameter; a conflict is refused
     assert with_notifications(path, {}, ["a@x.org"], None) == {"notify_emails": ["a@x.org"]}
     assert with_notifications(path, {"notify_emails": "a@x.org,b@x.org"}, None, None) == {
@@ -74,6 +75,7 @@ def test_without_notify_there_is_no_email_step_and_notify_is_refused_for_that_te
     assert spec["root"]["inputDefinitions"]["parameters"]["notify_emails"]["defaultValue"] == []
     name, webhook = _exit_task(spec["root"]["dag"])  # the webhook step is always there ("" URL: it only logs)
     assert name == "notify-webhook"
+    assert not reads_parameter(spec, "notify_emails") and reads_parameter(spec, "notify_webhook")
     with pytest.raises(ConfigError, match="recompile it with `tpustream pipeline compile --notify EMAIL`"):
         with_notifications(path, {}, ["ml@x.org"], None)
     assert with_notifications(path, {}, None, "https://hooks.example/x") == {
