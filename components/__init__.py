@@ -9,6 +9,7 @@ from tpustream.components.check_data import check_data
 from tpustream.components.deploy import deploy_model
 from tpustream.components.evaluate import evaluate_model
 from tpustream.components.experiment import join_experiment
+from tpustream.components.notify import notify_webhook
 from tpustream.components.promote import promote_model
 from tpustream.components.shards import finalize_shards, plan_shards, write_shards
 from tpustream.components.train import train_model
@@ -28,4 +29,5 @@ __all__ = [
     "promote_model",
     "deploy_model",
     "join_experiment",
+    "notify_webhook",
 ]

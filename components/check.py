@@ -21,11 +21,14 @@ def check_source(
     retrain: bool,
     dataset: Output[Dataset],
     min_train_shards: int = 8,
+    run_outcome: str = "",
 ) -> str:
     """Returns "train" or "skip"; `dataset` points at the content-addressed dataset of this fingerprint.
-    Never cached (the pipeline turns caching off): it is the step that reads the live source."""
+    Never cached (the pipeline turns caching off): it is the step that reads the live source.
+    ``run_outcome``: where the run's outcome is recorded (tpustream/run_outcome.py; "" none)."""
     from tpustream import storage
     from tpustream.fingerprint import check_source as check
+    from tpustream.run_outcome import record_outcome
     from tpustream.shards import config_from_pipeline
 
     config = config_from_pipeline(
@@ -49,4 +52,10 @@ def check_source(
     )
     dataset.uri = result.dataset
     dataset.metadata.update(result.as_metadata())
+    record_outcome(
+        run_outcome,
+        step="check source",
+        decision="training" if result.train else "skipped",
+        reason=result.reason,
+    )
     return "train" if result.train else "skip"

@@ -19,9 +19,11 @@ def check_data(
     max_skipped_rate_increase: float,
     min_class_train_samples: int,
     report: Output[Markdown],
+    run_outcome: str = "",
 ) -> None:
     """Write the report; raise DataCheckFailed (the task fails) on an anomaly when ``data_check`` is "fail"."""
-    from tpustream.datacheck import DataCheckThresholds, check_for_pipeline
+    from tpustream.datacheck import DataCheckFailed, DataCheckThresholds, check_for_pipeline
+    from tpustream.run_outcome import record_outcome
 
     thresholds = DataCheckThresholds(
         max_duplicate_fraction=max_duplicate_fraction,
@@ -31,14 +33,18 @@ def check_data(
         max_skipped_rate_increase=max_skipped_rate_increase,
         min_class_train_samples=int(min_class_train_samples),
     )
-    result = check_for_pipeline(
-        dataset.uri,
-        registry=registry,
-        mode=data_check,
-        thresholds=thresholds,
-        report_path=report.path,
-        report_uri=report.uri,
-    )
+    try:
+        result = check_for_pipeline(
+            dataset.uri,
+            registry=registry,
+            mode=data_check,
+            thresholds=thresholds,
+            report_path=report.path,
+            report_uri=report.uri,
+        )
+    except DataCheckFailed as exc:  # the run stops here: its notification says why
+        record_outcome(run_outcome, step="check data", decision="refused", reason=str(exc), report=report.uri)
+        raise
     report.metadata["data_check"] = data_check
     if result is not None:
         report.metadata["anomalies"] = [anomaly.code for anomaly in result.anomalies]

@@ -23,10 +23,12 @@ def deploy_model(
     machine_type: str = "n1-standard-4",
     min_replicas: int = 1,
     max_replicas: int = 1,
+    run_outcome: str = "",
 ) -> str:
     """Returns the outcome line. Without ``endpoint``, or without a Vertex model (promote published none),
     nothing is deployed and ``vertex_endpoint`` carries no resourceName."""
     from tpustream.deploy import deploy
+    from tpustream.run_outcome import read_outcome, record_outcome
 
     model = vertex_model.metadata.get("resourceName", "")
     if not endpoint or not model:
@@ -45,4 +47,14 @@ def deploy_model(
     vertex_endpoint.uri = f"https://{location}-aiplatform.googleapis.com/v1/{outcome['endpoint']}"
     vertex_endpoint.metadata["resourceName"] = outcome["endpoint"]
     split = ", ".join(f"{key}: {share}%" for key, share in outcome["traffic_split"].items())
-    return f"deployed {model} to {outcome['endpoint']} as {outcome['deployed_model_id']} (traffic {split})"
+    line = f"deployed {model} to {outcome['endpoint']} as {outcome['deployed_model_id']} (traffic {split})"
+    promoted = read_outcome(run_outcome)  # promote's: the version and the report stay in the outcome
+    reason = f"{promoted.reason}; {line}" if promoted else line
+    record_outcome(
+        run_outcome,
+        step="deploy",
+        decision="deployed",
+        reason=reason,
+        report=promoted.report if promoted else "",
+    )
+    return line

@@ -18,6 +18,7 @@ def evaluate_model(
     max_class_drop: float = -1.0,
     min_metric: float = -1.0,
     min_class_recall: float = -1.0,
+    run_outcome: str = "",
 ) -> str:
     """metrics.json under the `evaluation` artifact; KFP metrics and the confusion matrix for the UI; the run
     report (``report``: one HTML page, ``summary``: Markdown; tpustream/report.py) with the decision as it
@@ -31,6 +32,7 @@ def evaluate_model(
     from tpustream.promotion_policy import QualityFloor
     from tpustream.report import write_run_report
     from tpustream.report_facts import shows_top5
+    from tpustream.run_outcome import record_outcome
 
     result = evaluate(model.uri, dataset.uri, evaluation.uri, registry=registry or None)
     candidate = result.candidate
@@ -71,5 +73,9 @@ def evaluate_model(
 
         record_trained(
             dataset.metadata["marker"], dataset=dataset.uri, model=model.uri, decision=decision.reason
+        )
+    if not decision.promote:  # the run ends here (a winner's outcome is promote's to record)
+        record_outcome(
+            run_outcome, step="evaluate", decision="kept", reason=decision.reason, report=report.uri
         )
     return "promote" if decision.promote else "keep"

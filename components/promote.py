@@ -32,6 +32,7 @@ def promote_model(
     serving_image: str = "",
     project: str = "",
     location: str = "",
+    run_outcome: str = "",
 ) -> str:
     """``validation``: the validate step's report (tpustream/validate_serving.py); nothing moves unless it is
     a pass for this candidate. ``report``/``summary``: the run report with the final decision (evaluate's,
@@ -44,6 +45,7 @@ def promote_model(
     from tpustream.promote import promote
     from tpustream.promotion_policy import QualityFloor
     from tpustream.report import write_run_report
+    from tpustream.run_outcome import record_outcome
     from tpustream.validate_serving import require_validated
     from tpustream.vertex import target_from_env
 
@@ -80,9 +82,17 @@ def promote_model(
     if published:
         vertex_model.uri = published["uri"]
         vertex_model.metadata["resourceName"] = published["versioned_name"]
-    return (
+    line = (
         f"promoted version {outcome['version']}"
         + (f", Vertex AI model {published['versioned_name']}" if published else "")
         if outcome["promoted"]
         else f"not promoted: {outcome['reason']}"
     )
+    record_outcome(
+        run_outcome,
+        step="promote",
+        decision="promoted" if outcome["promoted"] else "kept",
+        reason=line.removeprefix("promoted ") if outcome["promoted"] else outcome["reason"],
+        report=report.uri,
+    )
+    return line

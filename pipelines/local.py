@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from tpustream.errors import TpustreamError
-from tpustream.pipelines.training import GATES, build_pipeline
+from tpustream.pipelines.training import GATES, PIPELINE_NAME, build_pipeline
+from tpustream.run_outcome import read_outcome
 
 __all__ = ["PipelineFailed", "RunSummary", "Skipped", "condition_tasks", "run_local"]
 
@@ -220,6 +221,10 @@ def run_local(
 
     Training runs on XLA CPU with 4 virtual devices (SPMD), as on a 4-chip TPU host. With ``log_path``,
     the executors' full logs go to that file and only task outcomes, epochs and decisions are printed.
+    The exit step notifies ``notify_webhook`` (a parameter) as on Vertex; ``notify_emails`` cannot be sent
+    from here (Vertex's email component runs only on Vertex): it is logged and left out.
+    Returns ``data`` ("train" or "skip") and ``outcome`` (tpustream/run_outcome.py; None if no step got to
+    record one) among where things landed.
     """
     from kfp import local
 
@@ -235,13 +240,19 @@ def run_local(
     )
     pipeline_root = os.path.join(root, "pipeline-root")
     earlier = set(os.listdir(pipeline_root)) if os.path.isdir(pipeline_root) else set()
+    if parameters.get("notify_emails"):
+        logging.getLogger("tpustream").warning(
+            "notify_emails: not sent by a local run (Vertex's email notification runs only on Vertex AI "
+            "Pipelines); the webhook, if any, is"
+        )
+    parameters.pop("notify_emails", None)
     pipeline = build_pipeline(tpu=None)
     conditions = condition_tasks(pipeline.pipeline_spec)
     summary: RunSummary | None = None
     try:
         quiet = _quiet(log_path, conditions) if log_path else contextlib.nullcontext()
         with _root_logging(), quiet as summary:
-            run = pipeline(registry=registry, **parameters)
+            pipeline(registry=registry, **parameters)
     except RuntimeError as exc:  # kfp.local: a task failed
         failed = summary.failed if summary is not None else {}
         if not failed:
@@ -253,12 +264,15 @@ def run_local(
     runs = sorted(
         name
         for name in set(os.listdir(pipeline_root) if os.path.isdir(pipeline_root) else ()) - earlier
-        if name.startswith("tpustream-training-")
+        if name.startswith(f"{PIPELINE_NAME}-")
     )
+    # what the run did: its steps' outcome (a pipeline's output cannot leave its exit handler)
+    outcome = read_outcome(os.path.join(pipeline_root, runs[-1], "run-outcome.json")) if runs else None
     return {
         "pipeline_root": pipeline_root,
         "registry": registry,
-        "data": run.output,
+        "data": "skip" if outcome is not None and outcome.decision == "skipped" else "train",
+        "outcome": outcome,
         "report": _report_of(pipeline_root, runs[-1], os.path.join(root, "reports")) if runs else None,
     }
 

@@ -8,6 +8,7 @@ from typing import Any
 from tpustream import storage
 from tpustream.errors import ConfigError
 from tpustream.experiments import ExperimentError, check_experiment_name, get_or_create_experiment
+from tpustream.notify import EMAIL_DOC, check_emails, check_webhook
 from tpustream.pipelines.tpu import Capacity, compiled_slice
 from tpustream.pipelines.training import StepResources, build_pipeline, check_image
 
@@ -20,6 +21,7 @@ __all__ = [
     "check_source_parameter",
     "check_tensorboard",
     "reads_parameter",
+    "with_notifications",
 ]
 
 # A Vertex AI TensorBoard instance's resource name (aiplatform_v1 CustomJobSpec.tensorboard)
@@ -60,6 +62,8 @@ def compile_pipeline(
     resources: StepResources | None = None,
     serve_image: str = "",
     tensorboard: str = "",
+    notify_emails: list[str] | None = None,
+    notify_webhook: str = "",
 ) -> str:
     """Write the pipeline YAML (TPU type, images and the CPU steps' sizes fixed now; no credentials inside).
 
@@ -68,8 +72,14 @@ def compile_pipeline(
     ``serve_image``: the serving image the validate step runs in (default ``cpu_image``).
     ``tensorboard``: the default of the ``tensorboard`` parameter, the TensorBoard instance the TPU job
     streams to (a run may name another).
+    ``notify_emails``: compile in Vertex's email notification to these recipients (the ``notify_emails``
+    parameter's default; a run may name others); ``notify_webhook``: the ``notify_webhook`` parameter's
+    default (pipelines/training.py, "Notifications").
     """
     from kfp import compiler
+
+    notify_emails = check_emails(notify_emails)
+    check_webhook(notify_webhook)
 
     if tensorboard:
         check_tensorboard(tensorboard)
@@ -100,6 +110,8 @@ def compile_pipeline(
         resources=resources,
         serve_image=serve_image,
         tensorboard=tensorboard,
+        notify_emails=notify_emails,
+        notify_webhook=notify_webhook,
     )
     compiler.Compiler().compile(pipeline, output)
     return output
@@ -115,6 +127,42 @@ def _with_tensorboard(parameters: dict[str, Any], tensorboard: str | None) -> di
             f"--tensorboard {tensorboard} and --param tensorboard={given} disagree: give one of them"
         )
     return {**parameters, "tensorboard": tensorboard}
+
+
+def with_notifications(
+    template: str, parameters: dict[str, Any], emails: list[str] | None, webhook: str | None
+) -> dict[str, Any]:
+    """The run's parameters with ``--notify`` as ``notify_emails`` and ``--notify-webhook`` as
+    ``notify_webhook`` (None: as given). Recipients need a template compiled with ``--notify``: the email
+    step is Vertex's own component, compiled in or not (pipelines/training.py)."""
+    parameters = dict(parameters)
+    for flag, name, value in (
+        ("--notify", "notify_emails", check_emails(emails) if emails is not None else None),
+        ("--notify-webhook", "notify_webhook", check_webhook(webhook) if webhook is not None else None),
+    ):
+        if value is None:
+            continue
+        given = parameters.get(name)
+        if given not in (None, value):
+            shown = "the URL" if name == "notify_webhook" else given
+            raise ConfigError(f"{flag} and --param {name}={shown} disagree: give one of them")
+        parameters[name] = value
+    if "notify_emails" in parameters:
+        parameters["notify_emails"] = check_emails(parameters["notify_emails"], flag="notify_emails")
+    if "notify_webhook" in parameters:
+        check_webhook(str(parameters["notify_webhook"]), flag="notify_webhook")
+    if parameters.get("notify_emails"):
+        from tpustream.pipelines import preflight
+
+        spec = preflight.load_template(template)
+        if spec is not None and not any(
+            name.startswith("comp-vertex-pipelines-notification-email") for name in spec.get("components", {})
+        ):
+            raise ConfigError(
+                f"--notify: {template} has no email notification step (Vertex's, {EMAIL_DOC}), so no one "
+                "would be emailed: recompile it with `tpustream pipeline compile --notify EMAIL`"
+            )
+    return parameters
 
 
 def _warn_unless_read(template: str, parameter: str) -> None:
@@ -236,13 +284,15 @@ def _check_tensorboard_parameter(template: str, parameters: dict[str, Any], regi
 def reads_parameter(spec: dict[str, Any], name: str) -> bool:
     """Whether any task of the compiled ``spec`` takes the pipeline parameter ``name`` as an input."""
     wanted = {name, f"pipelinechannel--{name}"}
+    components = spec.get("components", {})
     dags = [spec.get("root", {}).get("dag", {})]
-    dags += [c["dag"] for c in spec.get("components", {}).values() if "dag" in c]
+    dags += [c["dag"] for c in components.values() if "dag" in c]
     return any(
         source.get("componentInputParameter") in wanted
         for dag in dags
         for task in dag.get("tasks", {}).values()
-        if not task.get("componentRef", {}).get("name", "").startswith(("comp-condition", "comp-for-loop"))
+        # a group (an If, a ParallelFor, an exit handler, a sub-pipeline) only passes parameters on
+        if "dag" not in components.get(task.get("componentRef", {}).get("name", ""), {})
         for source in task.get("inputs", {}).get("parameters", {}).values()
     )
 
@@ -371,6 +421,8 @@ def submit_pipeline(
     preflight_endpoints: Any = None,
     tensorboard: str | None = None,
     experiment: str | None = None,
+    notify_emails: list[str] | None = None,
+    notify_webhook: str | None = None,
 ) -> str:
     """Submit one run; returns its resource name. The service account is set here, never compiled in.
 
@@ -378,7 +430,9 @@ def submit_pipeline(
     parameter check. ``preflight_endpoints``: its ``ApiEndpoints`` (default: Google's).
     ``tensorboard``: the Vertex AI TensorBoard instance the TPU job streams to (the ``tensorboard``
     parameter; default: the template's). ``experiment``: the Vertex AI Experiment the run joins, created if
-    missing, through aiplatform's ``PipelineJob.submit(experiment=...)`` (tpustream/experiments.py)."""
+    missing, through aiplatform's ``PipelineJob.submit(experiment=...)`` (tpustream/experiments.py).
+    ``notify_emails``/``notify_webhook``: who hears how the run ended (``with_notifications``; default: the
+    template's)."""
     if experiment:
         check_experiment_name(experiment)
     job = _job(
@@ -386,7 +440,9 @@ def submit_pipeline(
         project=project,
         region=region,
         pipeline_root=pipeline_root,
-        parameters=_with_tensorboard(parameters, tensorboard),
+        parameters=with_notifications(
+            template, _with_tensorboard(parameters, tensorboard), notify_emails, notify_webhook
+        ),
         labels=labels,
         no_cache=no_cache,
         api_endpoint=api_endpoint,
@@ -427,6 +483,8 @@ def schedule_pipeline(
     preflight_endpoints: Any = None,
     tensorboard: str | None = None,
     experiment: str | None = None,
+    notify_emails: list[str] | None = None,
+    notify_webhook: str | None = None,
 ) -> str:
     """Create a schedule (at most one run in flight: a tick while a run is active is skipped); returns its name.
     The preflight runs first, as for ``submit_pipeline``.
@@ -434,7 +492,8 @@ def schedule_pipeline(
     ``tensorboard``: as for ``submit_pipeline``, for every run. ``experiment``: every run joins this Vertex AI
     Experiment. A schedule's runs carry no experiment of their own (tpustream/experiments.py says why): the
     name becomes the ``experiment`` pipeline parameter, which a step of each run joins; the experiment is got
-    or created now, so that a refused one is reported before the schedule exists."""
+    or created now, so that a refused one is reported before the schedule exists. ``notify_emails``/
+    ``notify_webhook``: as for ``submit_pipeline``, for every run."""
     check_cron(cron)
     if experiment:
         check_experiment_name(experiment)
@@ -444,7 +503,9 @@ def schedule_pipeline(
         project=project,
         region=region,
         pipeline_root=pipeline_root,
-        parameters=_with_tensorboard(parameters, tensorboard),
+        parameters=with_notifications(
+            template, _with_tensorboard(parameters, tensorboard), notify_emails, notify_webhook
+        ),
         labels=labels,
         no_cache=True,
         api_endpoint=api_endpoint,

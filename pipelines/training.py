@@ -17,6 +17,16 @@ The job always gets a base output directory under the run's pipeline root (``TRA
 Vertex sets ``AIP_TENSORBOARD_LOG_DIR`` (``<base>/logs/``, aiplatform_v1 CustomJobSpec.base_output_directory);
 the trainer copies its event files there (tpustream/train.py), and with an instance Vertex uploads them.
 
+Notifications: the whole DAG runs inside an exit handler whose exit task (``notify-webhook``, ours) POSTs the
+run's state and outcome to the ``notify_webhook`` parameter's URL ("" none: the step only logs it). The outcome
+is what the deciding steps (check source, check data, evaluate, promote, deploy) recorded at ``OUTCOME_PATH``
+(tpustream/run_outcome.py): an exit task may take no other task's output. With ``notify_emails`` at compile
+time, the pipeline is that DAG again, run as a sub-DAG inside a second exit handler whose exit task is GCPC's
+``VertexNotificationEmailOp`` ("Configure email notifications",
+https://cloud.google.com/vertex-ai/docs/pipelines/email-notifications): kfp 2.17 allows one exit task per
+handler and no handler inside another within one pipeline function, and a sub-pipeline is its own function.
+The email op runs only on Vertex (its executor raises elsewhere), so ``pipeline run-local`` compiles it out.
+
 Caching is off on every task: the first step reads a live source whose URI never changes, and the
 decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/fingerprint.py).
 
@@ -28,6 +38,8 @@ that Vertex documents, and Vertex resolving that placeholder is undocumented (ku
 1.8 on Vertex: it did not; closed as stale). A constant is compiled into both fields.
 """
 
+import contextlib
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +75,8 @@ __all__ = [
     "TRAIN_JOB_OUTPUT",
     "Gate",
     "GATES",
+    "OUTCOME_PATH",
+    "PIPELINE_NAME",
 ]
 
 # The TPU CustomJob's baseOutputDirectory: one per run, under the run's pipeline root. Vertex resolves the
@@ -71,6 +85,10 @@ __all__ = [
 # PIPELINE_JOB_ID_PLACEHOLDER the same way, v1/model/upload_model/component.py). A KFP retry of the train task
 # creates a new CustomJob with the same directory: its event files land beside the first attempt's.
 TRAIN_JOB_OUTPUT = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}/train-job"
+# Where the run's deciding steps record its outcome and the exit step reads it (tpustream/run_outcome.py):
+# PIPELINE_JOB_NAME is the run's name on Vertex and kfp.local's run directory under the root there.
+OUTCOME_PATH = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_NAME_PLACEHOLDER}/run-outcome.json"
+PIPELINE_NAME = "tpustream-training"
 LOCAL_IMAGE = "local"  # kfp.local's SubprocessRunner runs in this Python: no image is pulled
 _PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|\$", re.IGNORECASE)
 
@@ -110,6 +128,7 @@ CPU_STEPS = (
     "promote-model",
     "deploy-model",
     "join-experiment",
+    "notify-webhook",
 )
 
 
@@ -254,6 +273,7 @@ def build_components(
             ("promote", components.promote_model),
             ("deploy", components.deploy_model),
             ("experiment", components.join_experiment),
+            ("notify", components.notify_webhook),
         )
     }
     ops["validate"] = component(components.validate_serving, serve_image or cpu_image)
@@ -282,15 +302,20 @@ def build_pipeline(
     resources: StepResources | None = None,
     serve_image: str = "",
     tensorboard: str = "",
+    notify_emails: list[str] | None = None,
+    notify_webhook: str = "",
 ) -> Any:
     """The pipeline function, for kfp's compiler or kfp.local (``tpu=None``: every step runs as is).
 
     ``resources``: the CPU steps' limits (default ``StepResources()``); kfp.local's SubprocessRunner runs
     every step in this machine's processes and ignores them. ``tensorboard``: the default of the
-    ``tensorboard`` parameter (a run may set another)."""
+    ``tensorboard`` parameter (a run may set another). ``notify_emails``: compile in Vertex's email
+    notification (the module doc), these recipients the default of the ``notify_emails`` parameter; none: no
+    email step. ``notify_webhook``: the default of the ``notify_webhook`` parameter."""
     ops = build_components(cpu_image, tpu_image, tpu, capacity, serve_image)
     sizes = resources or StepResources()
     default_tensorboard = tensorboard
+    default_emails, default_webhook = list(notify_emails or []), notify_webhook
 
     def sized(task: Any, step: str) -> Any:
         cpu, memory = sizes.limits(step)
@@ -312,7 +337,7 @@ def build_pipeline(
         }
 
     @dsl.pipeline(
-        name="tpustream-training",
+        name=PIPELINE_NAME,
         description="Image source -> (new data?) shards -> TPU ResNet -> evaluate -> promote",
     )
     # A default that a config dataclass owns is read from it (TrainConfig.epochs): KFP compiles the value, a
@@ -364,7 +389,14 @@ def build_pipeline(
         serving_max_replicas: int = 1,
         tensorboard: str = default_tensorboard,  # a Vertex AI TensorBoard instance the TPU job streams to; "" none
         experiment: str = "",  # the Vertex AI Experiment a scheduled run joins (tpustream/experiments.py); "" none
-    ) -> str:
+        notify_emails: list = default_emails,  # who Vertex emails the run's final state (compiled in only with recipients)
+        notify_webhook: str = default_webhook,  # a URL the exit step POSTs the run's state and outcome to (JSON); "" none
+    ) -> None:
+        # Every step below runs inside the exit handler (an ExitStack: the DAG's body keeps its indentation).
+        on_exit = contextlib.ExitStack()
+        notify = ops["notify"](webhook=notify_webhook, run_outcome=OUTCOME_PATH, pipeline=PIPELINE_NAME)
+        sized(notify, "notify-webhook").set_display_name("notify webhook").set_caching_options(False)
+        on_exit.enter_context(dsl.ExitHandler(notify, name="notify-on-exit"))
         shard_args = dict(
             source=source,
             num_shards=num_shards,
@@ -384,6 +416,7 @@ def build_pipeline(
             lr=lr,
             bf16=bf16,
             retrain=retrain,
+            run_outcome=OUTCOME_PATH,
             **shard_args,
         ).set_display_name("check source for new data")
         sized(check, "check-source").set_caching_options(False)
@@ -410,6 +443,7 @@ def build_pipeline(
                 max_class_share_shift=max_class_share_shift,
                 max_skipped_rate_increase=max_skipped_rate_increase,
                 min_class_train_samples=min_class_train_samples,
+                run_outcome=OUTCOME_PATH,
             ).set_display_name("check data")
             sized(check_data, "check-data").set_caching_options(False)
             # A named weight set is fetched here, once, on CPU: the TPU job's hosts read the cached copy.
@@ -448,6 +482,7 @@ def build_pipeline(
                 min_metric=min_metric,
                 min_class_recall=min_class_recall,
                 data_check=check_data.outputs["report"],  # into the run report
+                run_outcome=OUTCOME_PATH,
             ).set_display_name("evaluate vs champion")
             sized(evaluate, "evaluate-model").set_caching_options(False)
             with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
@@ -469,6 +504,7 @@ def build_pipeline(
                     min_class_recall=min_class_recall,
                     vertex_model_name=vertex_model,
                     serving_image=serving_image,
+                    run_outcome=OUTCOME_PATH,
                     **promote_extra,
                 ).set_display_name("promote")
                 # A retry repairs a failed Model Registry upload: promote finds its champion and uploads it then.
@@ -482,6 +518,7 @@ def build_pipeline(
                         machine_type=serving_machine_type,
                         min_replicas=serving_min_replicas,
                         max_replicas=serving_max_replicas,
+                        run_outcome=OUTCOME_PATH,
                     ).set_display_name("deploy canary")
                     # a retry is safe: the deployed version is found and its share set, nothing is duplicated
                     sized(deploy, "deploy-model").set_caching_options(False)
@@ -496,6 +533,26 @@ def build_pipeline(
                 **promote_extra,
             ).set_display_name("join experiment")
             sized(join, "join-experiment").set_caching_options(False)
-        return check.outputs["Output"]  # "train" or "skip" (no new data): what this run did
+        on_exit.close()  # what this run did is its outcome (OUTCOME_PATH): no output leaves an exit handler
 
-    return tpustream_training
+    return _with_email(tpustream_training) if default_emails else tpustream_training
+
+
+def _with_email(pipeline: Any) -> Any:
+    """``pipeline`` as one sub-DAG inside an exit handler whose exit task is GCPC's ``VertexNotificationEmailOp``
+    (Vertex only; the module doc says why a sub-DAG), with the same parameters: ``notify_emails`` are the
+    recipients."""
+    from google_cloud_pipeline_components.v1.vertex_notification_email import VertexNotificationEmailOp
+
+    signature = inspect.signature(pipeline.pipeline_func)
+    names = list(signature.parameters)
+
+    def tpustream_training(*values: Any) -> None:  # kfp calls it with the parameters' channels, in order
+        parameters = dict(zip(names, values, strict=True))
+        email = VertexNotificationEmailOp(recipients=parameters["notify_emails"])
+        email.set_display_name("email the run's final state")
+        with dsl.ExitHandler(email, name="email-on-exit"):
+            pipeline(**parameters).set_display_name("training")
+
+    tpustream_training.__signature__ = signature  # type: ignore[attr-defined]
+    return dsl.pipeline(name=PIPELINE_NAME, description=pipeline.description)(tpustream_training)

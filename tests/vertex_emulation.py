@@ -253,7 +253,7 @@ class VertexEmulator:
             }
 
         inputs = component["inputDefinitions"].get("artifacts", {})
-        outputs = component["outputDefinitions"].get("artifacts", {})
+        outputs = component.get("outputDefinitions", {}).get("artifacts", {})  # an exit task has none
         return {
             "inputs": {
                 "parameterValues": params,
@@ -265,7 +265,7 @@ class VertexEmulator:
                 },
                 "parameters": {
                     name: {"outputFile": str(workdir / "outputs" / name)}
-                    for name in component["outputDefinitions"].get("parameters", {})
+                    for name in component.get("outputDefinitions", {}).get("parameters", {})
                 },
                 "outputFile": str(workdir / "executor_output.json"),
             },
@@ -355,6 +355,50 @@ class VertexEmulator:
             uri = outputs["artifacts"][0]["uri"]
             if uri.startswith("gs://"):
                 self.gcs_dirs.append(Path("/gcs") / uri[len("gs://") :].split("/", 1)[0])
+
+
+def run_container_task(
+    template: str,
+    task: str,
+    *,
+    pipeline_params: dict[str, Any],
+    run_root: str,
+    workdir: Path,
+    job_name: str = "tpustream-training-20261102030000",
+    project: str = "123",
+    location: str = "us-central1",
+    final_status: dict[str, Any] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess:
+    """Run a plain container task (a lightweight component: ``sh -ec`` writing the function's source, then
+    ``python3 -m kfp.dsl.executor_main``) of the compiled ``template`` as Vertex runs it: its inputs resolved
+    as ``start_task`` resolves them, ``{{$.pipeline_job_name}}`` the run's name too, and for an exit task
+    the ``PipelineTaskFinalStatus`` that Vertex hands it (``final_status``: ``state``,
+    ``pipeline_job_resource_name``, ``pipeline_task_name``, ``error`` {code, message}, the keys kfp's executor
+    reads, kfp/dsl/executor.py)."""
+    spec = yaml.safe_load(Path(template).read_text())
+    task_spec = find_task(spec, task)
+    component = spec["components"][task_spec["componentRef"]["name"]]
+    container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
+    placeholders = {
+        "{{$.pipeline_root}}": run_root, "{{$.pipeline_job_name}}": job_name,
+        "{{$.pipeline_google_cloud_project_id}}": project, "{{$.pipeline_google_cloud_location}}": location,
+    }  # fmt: skip
+    params = VertexEmulator._parameters(spec, task_spec, component, pipeline_params, placeholders)
+    for name, source in task_spec.get("inputs", {}).get("parameters", {}).items():
+        if "taskFinalStatus" in source:
+            params[name] = {
+                "pipeline_job_resource_name": f"projects/{project}/locations/{location}/pipelineJobs/{job_name}",
+                **(final_status or {}),
+            }
+    executor_input = VertexEmulator._executor_input(component, task, params, {}, run_root, workdir)
+    args = [VertexEmulator._resolve(arg, params, executor_input) for arg in container["args"]]
+    assert container["command"][:2] == ["sh", "-ec"], container["command"]  # a lightweight component
+    env = {**host_environment(), "PYTHONPATH": str(ROOT)}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the image's python3
+    return subprocess.run(
+        [*container["command"], *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _protojson(value: Any) -> Any:

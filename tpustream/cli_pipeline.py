@@ -85,6 +85,27 @@ TensorboardOption = Annotated[
         "Default: the template's ('' = none)."
     ),
 ]
+NotifyOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--notify",
+        metavar="EMAIL",
+        help="Email the run's final state (succeeded, failed, cancelled) and a link to it: Vertex AI Pipelines' "
+        "own notification (repeatable, or EMAIL,EMAIL). Sets the notify_emails parameter; the template must "
+        "be compiled with --notify (README, Notifications).",
+    ),
+]
+NotifyWebhookOption = Annotated[
+    str | None,
+    typer.Option(
+        "--notify-webhook",
+        metavar="URL",
+        help="POST the run's state, what it decided (skipped, refused, kept, promoted, deployed) with its "
+        "one-line reason, its report's URI and its console link as JSON to this URL when it ends, however it "
+        "ends (a Slack incoming webhook posts the text as is). Sets the notify_webhook parameter, which whoever "
+        "sees the run sees too (README, Notifications); tpustream logs only its host.",
+    ),
+]
 
 
 def _local_file(value: str) -> str:
@@ -149,9 +170,30 @@ def pipeline_compile(
             "`pipeline submit|schedule --tensorboard` override. Default: none."
         ),
     ] = "",
+    notify: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notify",
+            metavar="EMAIL",
+            help="Compile in Vertex AI Pipelines' email notification (an exit handler with GCPC's "
+            "VertexNotificationEmailOp): these recipients (repeatable, or EMAIL,EMAIL) get the run's final "
+            "state and a link; the default of the notify_emails parameter, which `pipeline submit|schedule "
+            "--notify` override. Default: no email step.",
+        ),
+    ] = None,
+    notify_webhook: Annotated[
+        str,
+        typer.Option(
+            "--notify-webhook",
+            metavar="URL",
+            help="Default of the notify_webhook parameter: the URL the exit step POSTs the run's state and "
+            "outcome to (JSON). Default: none (`pipeline submit|schedule --notify-webhook` set one per run).",
+        ),
+    ] = "",
 ) -> None:
     """Compile the DAG for Vertex AI Pipelines (TPU type, pushed images and the CPU steps' sizes fixed at
     compile time)."""
+    from tpustream.notify import check_emails, redact_url
     from tpustream.pipelines import submit
     from tpustream.pipelines.tpu import Capacity
     from tpustream.pipelines.training import StepResources
@@ -169,6 +211,8 @@ def pipeline_compile(
             resources=sizes,
             serve_image=serving_image,
             tensorboard=tensorboard,
+            notify_emails=check_emails(notify),
+            notify_webhook=notify_webhook,
         )
     except OSError as exc:
         fail(f"--output {output}: cannot write the YAML ({exc.strerror or exc}): give a local file path")
@@ -176,6 +220,8 @@ def pipeline_compile(
         f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity; CPU steps {step_cpu} CPU "
         f"{step_memory}, evaluate {eval_cpu} CPU {eval_memory}"
         + (f"; TensorBoard {tensorboard}" if tensorboard else "")
+        + (f"; email {', '.join(check_emails(notify))}" if notify else "")
+        + (f"; webhook {redact_url(notify_webhook)}" if notify_webhook else "")
         + ")"
     )
 
@@ -250,6 +296,8 @@ def pipeline_submit(
             "to compare runs and their metrics side by side."
         ),
     ] = None,
+    notify: NotifyOption = None,
+    notify_webhook: NotifyWebhookOption = None,
 ) -> None:
     """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`).
 
@@ -269,6 +317,8 @@ def pipeline_submit(
         skip_preflight=skip_preflight,
         tensorboard=tensorboard,
         experiment=experiment,
+        notify_emails=notify,
+        notify_webhook=notify_webhook,
     )
     typer.echo(f"submitted: {name}" + (f" (experiment {experiment})" if experiment else ""))
 
@@ -296,6 +346,8 @@ def pipeline_schedule(
             "their own)."
         ),
     ] = None,
+    notify: NotifyOption = None,
+    notify_webhook: NotifyWebhookOption = None,
 ) -> None:
     """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`.
 
@@ -315,6 +367,8 @@ def pipeline_schedule(
         skip_preflight=skip_preflight,
         tensorboard=tensorboard,
         experiment=experiment,
+        notify_emails=notify,
+        notify_webhook=notify_webhook,
     )
     typer.echo(f"scheduled: {name}" + (f" (experiment {experiment})" if experiment else ""))
 
@@ -331,6 +385,15 @@ def pipeline_run_local(
     lr: Annotated[float, typer.Option(help="Peak LR (0 = scaled default).")] = 0.2,
     num_shards: Annotated[int, typer.Option(help="Train shards.")] = 8,
     param: ParamOption = None,
+    notify_webhook: Annotated[
+        str | None,
+        typer.Option(
+            "--notify-webhook",
+            metavar="URL",
+            help="POST the run's state and outcome to this URL when it ends, as a Vertex run does (the email "
+            "notification is Vertex's own: a local run cannot send it).",
+        ),
+    ] = None,
     verbose: Annotated[
         bool,
         typer.Option("--verbose", "-v", help="Print every task's full log here instead of to the log file."),
@@ -340,6 +403,7 @@ def pipeline_run_local(
 
     The executors' full logs go to ROOT/logs/run-local-TIME.log (printed first); -v prints them here.
     Random initial weights unless --param pretrained=SPEC: nothing is fetched from the internet by default."""
+    from tpustream.notify import check_webhook
     from tpustream.pipelines.local import PipelineFailed, run_local
     from tpustream.registry import champion_status, version_uri
     from tpustream.sources import open_source
@@ -356,6 +420,8 @@ def pipeline_run_local(
         "pretrained": "",  # offline here: the pipeline's default (the model's published weights) is fetched
         **_params(param or []),
     }
+    if notify_webhook is not None:
+        parameters["notify_webhook"] = check_webhook(notify_webhook)
     open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep
     log_path = None
     try:
@@ -372,6 +438,8 @@ def pipeline_run_local(
     except PipelineFailed as exc:  # a task failed: which and why (its reason is printed under it, too)
         fail(f"{exc}; full log: {log_path}" if log_path else f"{exc} (its log is above)")
     status = champion_status(out["registry"])
+    if out["outcome"] is not None:
+        typer.echo(f"outcome: {out['outcome'].line()}")
     if out["data"] == "skip":
         typer.echo(
             "data: no new data since the last run: shards and training skipped (--param retrain=true "

@@ -370,9 +370,23 @@ def test_deploy_component_deploys_promotes_version_and_outputs_the_endpoint(reco
         name="vertex_model", uri="", metadata={"resourceName": f"{PARENT}/models/4200@1"}
     )
     output = artifact_types.VertexEndpoint(name="vertex_endpoint", uri=str(tmp_path / "out"), metadata={})
-    line = deploy_model(vertex_model=model, endpoint="component", vertex_endpoint=output, traffic_percent=100)
+    # the run's outcome (tpustream/run_outcome.py) as promote left it: deploy keeps its version and report
+    from tpustream.run_outcome import read_outcome, record_outcome
+
+    outcome = str(tmp_path / "run-outcome.json")
+    record_outcome(outcome, step="promote", decision="promoted", reason="version 1", report="gs://b/report")
+    line = deploy_model(
+        vertex_model=model,
+        endpoint="component",
+        vertex_endpoint=output,
+        traffic_percent=100,
+        run_outcome=outcome,
+    )
     name = output.metadata["resourceName"]
     assert line.startswith(f"deployed {PARENT}/models/4200@1 to {name} as ")
+    deployed = read_outcome(outcome)
+    assert (deployed.decision, deployed.report) == ("deployed", "gs://b/report")
+    assert deployed.reason == f"version 1; {line}"
     assert output.uri == f"https://{REGION}-aiplatform.googleapis.com/v1/{name}"
     unpublished = artifact_types.VertexModel(name="vertex_model", uri="", metadata={})
     assert deploy_model(vertex_model=unpublished, endpoint="component", vertex_endpoint=output) == (

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.webhook_receiver import WebhookReceiver
 from tpustream import components, promote
 from tpustream.pipelines.submit import compile_pipeline, schedule_pipeline, submit_pipeline
 from tpustream.pipelines.tpu import TPU_TYPES
@@ -71,21 +72,23 @@ def _worker_pools(spec):
 
 def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     spec, text = _compiled(tmp_path, None)
-    root_tasks = spec["root"]["dag"]["tasks"]
-    (experiment,) = set(root_tasks) - {"check-source", "condition-1"}  # and nothing else at the top
+    # the whole DAG runs inside the exit handler whose exit task is the webhook step (issue 35, item 5)
+    assert set(spec["root"]["dag"]["tasks"]) == {"exit-handler-1", "notify-webhook"}
+    root_tasks = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    (experiment,) = set(root_tasks) - {"check-source", "condition-2"}  # and nothing else at the top
     assert root_tasks[experiment]["taskInfo"]["name"] == "experiment-requested"
     assert "dependentTasks" not in root_tasks[experiment]  # joins at the run's start
     tasks = _all_tasks(spec)
     assert tasks["join-experiment"]["inputs"]["parameters"]["pipeline_job_id"]["runtimeValue"] == {
         "constant": "{{$.pipeline_job_uuid}}"
     }
-    assert {"plan-shards", "for-loop-2", "finalize-shards", "check-data", "train-model", "evaluate-model",
-            "promote-model", "write-shards", "condition-3"} <= set(tasks)  # fmt: skip
+    assert {"plan-shards", "for-loop-3", "finalize-shards", "check-data", "train-model", "evaluate-model",
+            "promote-model", "write-shards", "condition-4"} <= set(tasks)  # fmt: skip
     assert (
-        spec["root"]["dag"]["tasks"]["condition-1"]["triggerPolicy"]["condition"]
+        root_tasks["condition-2"]["triggerPolicy"]["condition"]
         == "inputs.parameter_values['pipelinechannel--check-source-Output'] == 'train'"
     )
-    assert set(tasks["finalize-shards"]["dependentTasks"]) == {"for-loop-2"}
+    assert set(tasks["finalize-shards"]["dependentTasks"]) == {"for-loop-3"}
     assert tasks["check-data"]["dependentTasks"] == ["finalize-shards"]
     assert sorted(tasks["train-model"]["dependentTasks"]) == [
         "check-data",
@@ -105,7 +108,7 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     # and whether there is new data is the check step's fingerprint's decision (tpustream/fingerprint.py).
     assert all(t.get("cachingOptions", {}).get("enableCache") is not True for t in tasks.values())
     assert all(t["cachingOptions"] == {} for t in tasks.values() if "componentRef" in t and
-               not t["componentRef"]["name"].startswith(("comp-condition", "comp-for-loop")))  # fmt: skip
+               not t["componentRef"]["name"].startswith(("comp-condition", "comp-for-loop", "comp-exit-handler")))  # fmt: skip
     assert tasks["train-model"]["retryPolicy"]["maxRetryCount"] == 2
     assert tasks["write-shards"]["retryPolicy"]["maxRetryCount"] == 2
     params = spec["root"]["inputDefinitions"]["parameters"]
@@ -188,7 +191,7 @@ def test_every_cpu_step_compiles_explicit_cpu_and_memory_limits(tmp_path, tpu):
     spec, _ = _compiled(tmp_path, tpu)
     tasks = _all_tasks(spec)
     containers = {name for name, t in tasks.items() if not t["componentRef"]["name"].startswith(
-        ("comp-condition", "comp-for-loop"))}  # fmt: skip
+        ("comp-condition", "comp-for-loop", "comp-exit-handler"))}  # fmt: skip
     assert containers - {"train-model"} == set(CPU_STEPS)  # a new CPU step must be sized here too
     for task in CPU_STEPS:
         expected = (
@@ -496,6 +499,7 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     first = run_local(root=root, **settings)
     registry = first["registry"]
     assert first["data"] == "train"
+    assert (first["outcome"].decision, first["outcome"].reason) == ("promoted", "version 1")
     status = promote.champion_status(registry)
     assert status["ok"] and status["champion"]["version"] == 1
     assert status["champion"]["metrics"]["top1"] > 0.5
@@ -517,8 +521,17 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert len(trained_models()) == 1
     capsys.readouterr()
     log_path = str(tmp_path / "logs" / "second.log")
-    second = run_local(root=root, log_path=log_path, **settings)  # quiet, as `make demo` runs it
+    with WebhookReceiver() as hook:  # stands in for Slack or Google Chat
+        second = run_local(
+            root=root, log_path=log_path, notify_webhook=hook.url, **settings
+        )  # quiet, as `make demo`
     assert second["data"] == "skip"  # no new data: no shards, no training, nothing promoted
+    (told,) = hook.bodies  # the exit step ran, as on Vertex, and said what the run did
+    assert (
+        told["state"] == "SUCCEEDED"
+        and told["decision"] == "skipped"
+        and "no new data since" in told["reason"]
+    )
     assert second["report"] is None  # nothing trained: no report (the first run's stays as it was)
     printed = capsys.readouterr().out
     assert "no new data since" in printed and "check-source: SUCCESS" in printed

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.webhook_receiver import WebhookReceiver
 from tpustream import promote
 from tpustream.cli import app
 
@@ -54,15 +55,21 @@ def test_a_leaky_source_stops_before_training_and_the_fixed_source_trains(tmp_pa
     }
     root = str(tmp_path / "run")
     # through the command a user runs: what it prints says why the run failed and what was skipped
-    result = CliRunner().invoke(
-        app,
-        [
-            *("pipeline", "run-local", "--root", root, "--source", str(source), "--model", "tiny"),
-            *("--epochs", "1", "--batch-size", "16", "--lr", "0.2", "--num-shards", "4"),
-            *("--param", "shards_per_task=4"),
-        ],
-    )
+    with WebhookReceiver() as hook:  # stands in for Slack or Google Chat
+        result = CliRunner().invoke(
+            app,
+            [
+                *("pipeline", "run-local", "--root", root, "--source", str(source), "--model", "tiny"),
+                *("--epochs", "1", "--batch-size", "16", "--lr", "0.2", "--num-shards", "4"),
+                *("--param", "shards_per_task=4", "--notify-webhook", hook.url),
+            ],
+        )
     assert result.exit_code == 2, result.output
+    # the failed run's exit step told the webhook, with the data check's one-line reason
+    (told,) = hook.bodies
+    assert told["state"] == "FAILED" and told["decision"] == "refused" and told["step"] == "check data"
+    assert told["reason"].startswith("data check of ") and "train-val-leak" in told["reason"]
+    assert "s3cr3t-token" not in result.output  # the URL's secret part is never printed
     printed = result.stdout.splitlines()
     failed = printed.index("  check-data: FAILURE")
     anomaly = printed[failed + 1]  # the anomaly right under the failed task, not 400 lines into the log
@@ -78,6 +85,9 @@ def test_a_leaky_source_stops_before_training_and_the_fixed_source_trains(tmp_pa
         "train-val-leak" in error and "data_check=warn" in error and error.endswith(f"full log: {log_path}")
     )
     log = log_path.read_text()
+    # our lines name the receiver by its host only (KFP's executor logs its whole input, the URL too: README)
+    ours = [line for line in log.splitlines() if "notifying http://127.0.0.1:" in line]
+    assert ours and not any("s3cr3t-token" in line for line in ours)
     assert "train-val-leak" in log and "copied-from-val.png" in log and val_three.name in log
     assert "data_check=warn" in log  # the way to train anyway
     pipeline_root = os.path.join(root, "pipeline-root")

@@ -58,6 +58,9 @@ PIPELINE_ONLY = {
     # the quality floor (promotion_policy.QualityFloor, -1 = none): `promote --min-metric/--min-class-recall`
     "min_metric",
     "min_class_recall",
+    # who hears how a run ended (tpustream/notify.py): `pipeline compile|submit|schedule --notify/--notify-webhook`
+    "notify_emails",
+    "notify_webhook",
 }
 # The deploy step's parameters -> `tpustream deploy`'s options (no config dataclass: checked below)
 PIPELINE_DEPLOY = {

@@ -1,0 +1,27 @@
+"""Notify step: the DAG's exit task (it runs however the run ended) POSTs the run's state and outcome to a
+webhook. KFP gives an exit task no other task's outputs, so it reads what the deciding steps recorded at
+``run_outcome`` (tpustream/run_outcome.py); ``status`` is filled in by the runner (Vertex, kfp.local)."""
+
+from kfp.dsl import PipelineTaskFinalStatus
+
+
+def notify_webhook(webhook: str, run_outcome: str, pipeline: str, status: PipelineTaskFinalStatus) -> None:
+    """Nothing without ``webhook``. Never fails: a receiver that is down is logged, not raised."""
+    import logging
+
+    from tpustream.notify import post_webhook, redact_url, webhook_body
+    from tpustream.run_outcome import read_outcome
+
+    outcome = read_outcome(run_outcome)
+    body = webhook_body(
+        pipeline=pipeline,
+        job=status.pipeline_job_resource_name,
+        state=status.state,
+        outcome=outcome,
+        error=status.error_message or "",
+    )
+    logging.getLogger("tpustream").info("run %s: %s", status.state, body["text"])
+    if not webhook:
+        return
+    logging.getLogger("tpustream").info("notifying %s", redact_url(webhook))
+    post_webhook(webhook, body)

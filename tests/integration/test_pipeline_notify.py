@@ -1,0 +1,228 @@
+"""A run tells people how it ended (issue 35, item 5): the compiled DAG's exit handlers (Vertex's email op with
+the recipients only when asked; our webhook step always), submit/schedule's ``--notify``, and the webhook step
+through the real kfp.local on a tiny DAG, for a run that succeeds and one that fails. The receiver is
+tests/webhook_receiver.py on loopback, standing in for Slack or Google Chat."""
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tests.webhook_receiver import WebhookReceiver
+from tpustream.cli import app
+from tpustream.errors import ConfigError
+from tpustream.pipelines.submit import reads_parameter, with_notifications
+
+pytestmark = pytest.mark.integration
+
+DIGEST = "@sha256:" + "c" * 64
+IMAGES = ("--image", "europe-docker.pkg.dev/proj/tpustream/cpu" + DIGEST)
+EMAIL_COMPONENT = "comp-vertex-pipelines-notification-email"
+
+
+def _compile(tmp_path, *flags):
+    path = str(tmp_path / "pipeline.yaml")
+    result = CliRunner().invoke(app, ["pipeline", "compile", "--output", path, "--tpu", "", *IMAGES, *flags])
+    assert result.exit_code == 0, result.output
+    with open(path) as f:
+        return path, yaml.safe_load(f), result.stdout
+
+
+def _exit_task(dag):
+    """The root DAG's exit task: the one that runs once every other task is done, however they ended."""
+    (name,) = [n for n, t in dag["tasks"].items() if t.get("triggerPolicy", {}).get("strategy")]
+    return name, dag["tasks"][name]
+
+
+def test_notify_compiles_in_vertex_email_with_its_recipients_and_the_webhook_exit_step(tmp_path):
+    url = "https://hooks.slack.com/services/T0/B0/s3cr3t"
+    path, spec, printed = _compile(
+        tmp_path, "--notify", "ml@x.org", "--notify", "oncall@x.org,ml@x.org", "--notify-webhook", url
+    )
+    assert "email ml@x.org, oncall@x.org; webhook https://hooks.slack.com/…" in printed
+    assert "s3cr3t" not in printed
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["notify_emails"]["defaultValue"] == ["ml@x.org", "oncall@x.org"]
+    assert params["notify_webhook"]["defaultValue"] == url
+    name, email = _exit_task(spec["root"]["dag"])  # Vertex's email op is the whole run's exit task
+    assert email["componentRef"]["name"] == EMAIL_COMPONENT
+    assert email["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    assert email["inputs"]["parameters"]["recipients"]["componentInputParameter"] == "notify_emails"
+    executor = spec["deploymentSpec"]["executors"]["exec-vertex-pipelines-notification-email"]["container"]
+    assert executor["command"][-1].endswith("vertex_notification_email.executor")
+    # the training DAG runs as one sub-DAG inside it, with its own exit handler: the webhook step
+    inner = next(
+        c["dag"] for c in spec["components"].values() if "notify-webhook" in c.get("dag", {}).get("tasks", {})
+    )
+    name, webhook = _exit_task(inner)
+    assert name == "notify-webhook"
+    assert webhook["inputs"]["parameters"]["webhook"]["componentInputParameter"] == "notify_webhook"
+    outcome = webhook["inputs"]["parameters"]["run_outcome"]["runtimeValue"]["constant"]
+    assert outcome == "{{$.pipeline_root}}/{{$.pipeline_job_name}}/run-outcome.json"
+    assert reads_parameter(spec, "notify_emails") and reads_parameter(spec, "notify_webhook")
+    # submit/schedule --notify: recipients checked and set as the parameter; a conflict is refused
+    assert with_notifications(path, {}, ["a@x.org"], None) == {"notify_emails": ["a@x.org"]}
+    assert with_notifications(path, {"notify_emails": "a@x.org,b@x.org"}, None, None) == {
+        "notify_emails": ["a@x.org", "b@x.org"]}  # fmt: skip
+    with pytest.raises(ConfigError, match="--notify-webhook and --param notify_webhook=the URL disagree"):
+        with_notifications(path, {"notify_webhook": "https://a.example/x"}, None, "https://b.example/y")
+
+
+def test_without_notify_there_is_no_email_step_and_notify_is_refused_for_that_template(tmp_path):
+    path, spec, _ = _compile(tmp_path)
+    with open(path) as f:
+        text = f.read()
+    assert EMAIL_COMPONENT not in spec["components"] and "VertexNotificationEmail" not in text
+    assert spec["root"]["inputDefinitions"]["parameters"]["notify_emails"]["defaultValue"] == []
+    name, webhook = _exit_task(spec["root"]["dag"])  # the webhook step is always there ("" URL: it only logs)
+    assert name == "notify-webhook"
+    assert not reads_parameter(spec, "notify_emails") and reads_parameter(spec, "notify_webhook")
+    with pytest.raises(ConfigError, match="recompile it with `tpustream pipeline compile --notify EMAIL`"):
+        with_notifications(path, {}, ["ml@x.org"], None)
+    assert with_notifications(path, {}, None, "https://hooks.example/x") == {
+        "notify_webhook": "https://hooks.example/x"
+    }
+
+
+def _tiny_dag(fail: bool):
+    """A step that records an outcome as the deciding steps do, then fails or not; the real webhook step as
+    the exit task, wired as build_pipeline wires it."""
+    from kfp import dsl
+
+    from tpustream.pipelines.training import LOCAL_IMAGE, OUTCOME_PATH, PIPELINE_NAME, build_components
+
+    def decide(run_outcome: str, fail: bool) -> None:
+        from tpustream.run_outcome import record_outcome
+
+        if fail:
+            record_outcome(
+                run_outcome, step="check data", decision="refused", reason="train-val-leak: 1 image"
+            )
+            raise RuntimeError("data check failed")
+        record_outcome(run_outcome, step="promote", decision="promoted", reason="version 3", report="r.html")
+
+    decide_op = dsl.component(decide, base_image=LOCAL_IMAGE, install_kfp_package=False)
+    notify_op = build_components(LOCAL_IMAGE, LOCAL_IMAGE, None)["notify"]
+
+    @dsl.pipeline(name=PIPELINE_NAME)
+    def tiny(notify_webhook: str = "") -> None:
+        notify = notify_op(webhook=notify_webhook, run_outcome=OUTCOME_PATH, pipeline=PIPELINE_NAME)
+        with dsl.ExitHandler(notify):
+            decide_op(run_outcome=OUTCOME_PATH, fail=fail)
+
+    return tiny
+
+
+def test_the_webhook_step_posts_the_outcome_of_a_run_that_succeeds_and_of_one_that_fails(tmp_path):
+    from kfp import local
+
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    with WebhookReceiver() as hook:
+        _tiny_dag(fail=False)(notify_webhook=hook.url)
+        with pytest.raises(RuntimeError, match="decide"):
+            _tiny_dag(fail=True)(notify_webhook=hook.url)
+    promoted, refused = hook.bodies
+    assert promoted["state"] == "SUCCEEDED" and promoted["decision"] == "promoted"
+    assert promoted["text"] == "tpustream-training succeeded: promoted: version 3; report: r.html"
+    assert promoted["pipeline"] == "tpustream-training" and promoted["console"] == ""  # kfp.local: no console
+    assert refused["state"] == "FAILED" and refused["decision"] == "refused"
+    assert refused["reason"] == "train-val-leak: 1 image" and refused["step"] == "check data"
+    assert refused["text"].startswith("tpustream-training failed: refused: train-val-leak: 1 image")
+
+
+def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_links_the_console(
+    tmp_path, gcs_bucket
+):
+    """The compiled notify-webhook task run as Vertex runs it (tests/vertex_emulation.py): its container
+    command, its placeholders resolved by the backend, the final status Vertex hands an exit task, and the
+    outcome that check data recorded under a gs:// pipeline root (the GCS test server)."""
+    from tests.vertex_emulation import run_container_task
+    from tpustream.run_outcome import read_outcome, record_outcome
+
+    path, _, _ = _compile(tmp_path)
+    run_root, job = f"{gcs_bucket}/pipeline-root", "tpustream-training-20261128030000"
+    reason = "data check of gs://b/datasets/x: 1 anomaly: train-val-leak"
+    record_outcome(f"{run_root}/{job}/run-outcome.json", step="check data", decision="refused", reason=reason)
+    failed = {"state": "FAILED", "pipeline_task_name": "exit-handler-1",
+              "error": {"code": 9, "message": "The DAG failed because some tasks failed."}}  # fmt: skip
+    with WebhookReceiver() as hook:
+        done = run_container_task(
+            path, "notify-webhook", pipeline_params={"notify_webhook": hook.url}, run_root=run_root,
+            workdir=tmp_path, job_name=job, project="123", location="europe-west4", final_status=failed,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (told,) = hook.bodies
+    assert told["state"] == "FAILED" and told["decision"] == "refused" and told["reason"] == reason
+    assert told["error"] == "The DAG failed because some tasks failed."
+    assert told["job"] == f"projects/123/locations/europe-west4/pipelineJobs/{job}"
+    assert told["console"] == (
+        f"https://console.cloud.google.com/vertex-ai/locations/europe-west4/pipelines/runs/{job}?project=123"
+    )
+    # our lines name the receiver by its host only (KFP's executor logs its whole input, the URL too: README)
+    ours = [line for line in done.stdout.splitlines() if "notifying" in line]
+    assert ours and not any("s3cr3t-token" in line for line in ours)
+    assert read_outcome(f"{run_root}/{job}/run-outcome.json").decision == "refused"  # read, not changed
+
+
+def test_submit_and_schedule_carry_the_recipients_and_the_webhook_to_vertex(
+    tmp_path, gcs_bucket, monkeypatch
+):
+    """Through the real aiplatform client to the recording endpoint (tests/vertex_fake.py), which parses each
+    body as the aiplatform v1 proto: the run and a run the schedule makes carry both parameters, and the email
+    exit handler is in the submitted spec."""
+    from google.cloud.aiplatform.utils import gcs_utils
+
+    from tests.vertex_fake import VertexRecorder
+    from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
+
+    # Patched: PipelineJob.submit checks the pipeline-root bucket's owner through Cloud Resource Manager, a
+    # Google service that cannot be reached from here.
+    monkeypatch.setattr(
+        gcs_utils, "create_gcs_bucket_for_pipeline_artifacts_if_it_does_not_exist",
+        lambda output_artifacts_gcs_dir=None, **kw: output_artifacts_gcs_dir,
+    )  # fmt: skip
+    path, _, _ = _compile(tmp_path, "--notify", "ml@x.org")
+    url = "https://hooks.slack.com/services/T0/B0/s3cr3t"
+    common = dict(
+        project="proj", region="europe-west4", pipeline_root=f"{gcs_bucket}/root", skip_preflight=True,
+        parameters={"registry": f"{gcs_bucket}/registry", "source": f"{gcs_bucket}/images"},
+        notify_emails=["oncall@x.org, ml@x.org"], notify_webhook=url,
+    )  # fmt: skip
+    recorder = VertexRecorder()
+    try:
+        submit_pipeline(path, api_endpoint=recorder.url, **common)
+        schedule = schedule_pipeline(path, cron="0 3 * * 1", api_endpoint=recorder.url, **common)
+        run = recorder.pipeline_jobs[recorder.scheduled_run(schedule)]
+    finally:
+        recorder.close()
+    assert recorder.rejected == []
+    (job,) = [
+        r["body"] for r in recorder.requests if r["method"] == "POST" and r["path"].endswith("/pipelineJobs")
+    ]
+    for body in (job, run):
+        values = body["runtimeConfig"]["parameterValues"]
+        assert values["notify_emails"] == ["oncall@x.org", "ml@x.org"] and values["notify_webhook"] == url
+    assert EMAIL_COMPONENT in job["pipelineSpec"]["components"]
+
+
+def test_run_local_leaves_the_email_out_and_says_so_and_a_failed_run_still_notifies(tmp_path, caplog):
+    """The real DAG through kfp.local, failing early (a source that does not exist fails at plan shards, after
+    check source recorded "training"): the exit step runs anyway and tells the webhook where the run had got
+    to and that it failed; the recipients cannot be emailed from here, which the run says."""
+    import logging
+
+    from tpustream.pipelines.local import PipelineFailed, run_local
+
+    with (
+        caplog.at_level(logging.WARNING),
+        WebhookReceiver() as hook,
+        pytest.raises(PipelineFailed, match="plan-shards failed: unknown source"),
+    ):
+        run_local(
+            root=str(tmp_path / "run"), log_path=str(tmp_path / "run.log"), source=str(tmp_path / "missing"),
+            pretrained="", notify_emails=["ml@x.org"], notify_webhook=hook.url,
+        )  # fmt: skip
+    assert "notify_emails: not sent by a local run" in caplog.text
+    (told,) = hook.bodies
+    assert told["state"] == "FAILED" and told["console"] == ""
+    assert (told["step"], told["decision"]) == ("check source", "training")
+    assert told["text"].startswith("tpustream-training failed: after check source (training: ")

@@ -1,0 +1,72 @@
+"""Who hears how a run ended (tpustream/notify.py): recipients and webhook URLs checked up front, the JSON a
+webhook gets, and its POST to a receiver on loopback (tests/webhook_receiver.py stands in for Slack, Google
+Chat and the like): a receiver that is down or refuses never fails the run, and its secret is never logged."""
+
+import logging
+
+import pytest
+
+from tests.webhook_receiver import WebhookReceiver
+from tpustream.errors import ConfigError
+from tpustream.notify import check_emails, check_webhook, console_link, post_webhook, redact_url, webhook_body
+from tpustream.run_outcome import RunOutcome
+
+JOB = "projects/123/locations/europe-west4/pipelineJobs/tpustream-training-20261128"
+
+
+def test_recipients_come_repeated_or_as_comma_lists_and_a_bad_one_is_named():
+    assert check_emails(["ml@x.org", "a@x.org, b@y.org", "ml@x.org"]) == ["ml@x.org", "a@x.org", "b@y.org"]
+    assert check_emails("a@x.org,b@y.org") == ["a@x.org", "b@y.org"]
+    assert check_emails(None) == []
+    with pytest.raises(ConfigError, match=r"--notify 'ml-team' is not an email address"):
+        check_emails(["a@x.org", "ml-team"])
+
+
+def test_a_webhook_url_is_checked_and_only_its_host_is_ever_shown(caplog):
+    secret = "https://hooks.slack.com/services/T0/B0/s3cr3t?token=abc"
+    assert redact_url(secret) == "https://hooks.slack.com/…"
+    assert check_webhook(secret) == secret
+    with pytest.raises(ConfigError) as refused:
+        check_webhook("hooks.slack.com/services/T0/B0/s3cr3t")
+    assert "s3cr3t" not in str(refused.value) and "http(s)" in str(refused.value)
+    with caplog.at_level(logging.WARNING):
+        check_webhook("http://relay.example.com/in/s3cr3t")
+    assert "unencrypted" in caplog.text and "s3cr3t" not in caplog.text
+
+
+def test_the_body_says_what_the_run_decided_and_where_to_look():
+    kept = RunOutcome(
+        step="evaluate", decision="kept", reason="top1 0.80 does not beat 0.85", report="gs://b/r"
+    )
+    body = webhook_body(pipeline="tpustream-training", job=JOB, state="SUCCEEDED", outcome=kept)
+    link = "https://console.cloud.google.com/vertex-ai/locations/europe-west4/pipelines/runs/tpustream-training-20261128?project=123"
+    assert console_link(JOB) == link and console_link("local-pipeline-exit-handler-1") == ""
+    assert body["console"] == link and body["state"] == "SUCCEEDED" and body["error"] == ""
+    assert (body["decision"], body["reason"], body["report"]) == ("kept", kept.reason, "gs://b/r")
+    assert body["text"].startswith("tpustream-training succeeded: kept: top1 0.80 does not beat 0.85")
+    # a step after the last decision failed: where the run had got to, and the error
+    training = RunOutcome(step="check source", decision="training", reason="new data")
+    failed = webhook_body(pipeline="p", job=JOB, state="FAILED", outcome=training, error="quota exceeded")
+    assert failed["text"].startswith(
+        "p failed: after check source (training: new data); error: quota exceeded"
+    )
+    nothing = webhook_body(pipeline="p", job="", state="FAILED", outcome=None, error="")
+    assert nothing["text"] == "p failed: no step recorded an outcome" and nothing["decision"] == ""
+
+
+def test_a_post_is_json_and_a_5xx_is_retried_once():
+    body = {"text": "p succeeded: skipped: no new data", "state": "SUCCEEDED"}
+    with WebhookReceiver(statuses=[503]) as hook:
+        assert post_webhook(hook.url, body, timeout=5, retry_after=0)
+    assert hook.bodies == [body, body]
+    assert hook.requests[0]["content_type"].startswith("application/json")
+
+
+def test_a_receiver_that_refuses_or_is_down_never_fails_the_run_nor_leaks_the_token(caplog):
+    with caplog.at_level(logging.INFO), WebhookReceiver(statuses=[400, 200]) as hook:
+        assert not post_webhook(hook.url, {"text": "x"}, timeout=5, retry_after=0)
+    assert len(hook.requests) == 1  # a 4xx is not retried: the same body would be refused again
+    down = hook.url  # its server is closed now
+    assert not post_webhook(down, {"text": "x"}, timeout=5, retry_after=0)
+    assert "HTTP 400" in caplog.text and "not notified" in caplog.text
+    assert "s3cr3t-token" not in caplog.text and "127.0.0.1" in caplog.text
