@@ -49,7 +49,9 @@ class ClassificationMetrics:
     predicted: list[int]  # per class: samples whose top-1 is the class
     macro_f1: float | None  # over the measured classes; None: no sample at all
     balanced_accuracy: float | None  # mean recall over the measured classes
-    thresholds: list[dict[str, float]]  # {threshold, precision, recall, coverage, f1} per THRESHOLDS entry
+    # per THRESHOLDS entry: {threshold, precision, recall, coverage, f1} of the top-1 prediction, and
+    # micro_precision / micro_recall of every (sample, class) pair at or above it (Vertex's "precision", "recall")
+    thresholds: list[dict[str, float]]
     auprc: float | None  # micro: every (sample, class) pair one-vs-rest
     auprc_per_class: list[float | None]  # None: no sample of the class
     auroc: float | None  # micro
@@ -119,7 +121,7 @@ def classification_metrics(
         predicted=[int(p) for p in predicted_count],
         macro_f1=float(np.mean(measured_f1)) if measured_f1 else None,
         balanced_accuracy=float(np.mean(measured_recall)) if measured_recall else None,
-        thresholds=_threshold_table(top_probabilities[:, 0] if k else np.zeros(count), correct, thresholds),
+        thresholds=_threshold_table(labels, top_classes, top_probabilities, num_classes, correct, thresholds),
         auprc=_micro_curve(labels, top_classes, top_probabilities, num_classes, average_precision),
         auprc_per_class=_per_class_auprc(labels, top_classes, top_probabilities, num_classes),
         auroc=_micro_curve(labels, top_classes, top_probabilities, num_classes, roc_auc),
@@ -134,13 +136,30 @@ def _f1(precision: float, recall: float | None) -> float | None:
 
 
 def _threshold_table(
-    confidence: np.ndarray, correct: np.ndarray, thresholds: tuple[float, ...]
+    labels: np.ndarray,
+    top_classes: np.ndarray,
+    top_probabilities: np.ndarray,
+    num_classes: int,
+    correct: np.ndarray,
+    thresholds: tuple[float, ...],
 ) -> list[dict[str, float]]:
     """Acting only on predictions whose top-1 probability reaches each threshold: the share of those acted on
-    that are right (precision), of all samples that are acted on and right (recall), and acted on (coverage)."""
-    count = max(1, confidence.shape[0])
+    that are right (precision), of all samples that are acted on and right (recall), and acted on (coverage).
+    ``micro_*``: every class whose probability reaches the threshold counts as predicted (a class outside the
+    stored top-k counts at probability 0, as in the curves)."""
+    count = max(1, labels.shape[0])
+    confidence = top_probabilities[:, 0] if top_probabilities.shape[1] else np.zeros(labels.shape[0])
+    scores, positive, outside = _pairs(labels, top_classes, top_probabilities)
+    unstored = labels.shape[0] * (num_classes - top_classes.shape[1])
+    order = np.argsort(scores, kind="mergesort")
+    sorted_scores = scores[order]
+    positives_above = np.r_[np.cumsum(positive[order][::-1])[::-1], 0]  # positives at index i and after
     rows = []
     for threshold in thresholds:
+        first = int(np.searchsorted(sorted_scores, threshold, side="left"))
+        pair_hits = int(positives_above[first]) + (outside if threshold <= 0 else 0)
+        pair_predicted = sorted_scores.shape[0] - first + (unstored if threshold <= 0 else 0)
+        micro_precision = pair_hits / pair_predicted if pair_predicted else 1.0
         acted = confidence >= threshold
         covered = int(acted.sum())
         right = int((acted & correct).sum())
@@ -153,6 +172,8 @@ def _threshold_table(
                 "recall": recall,
                 "coverage": covered / count,
                 "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+                "micro_precision": micro_precision,
+                "micro_recall": pair_hits / count,
             }
         )
     return rows

@@ -69,6 +69,12 @@ def test_auprc_and_auroc_equal_scikit_learns_on_the_stored_scores(k):
     assert measured.auprc_per_class[:-1] == pytest.approx(per_class.tolist())
     assert measured.auprc_per_class[-1] is None  # no sample of the class
     assert measured.scores_top_k == (k or num_classes)
+    # the threshold table's micro columns: every class at or above the threshold counts as predicted
+    for row in measured.thresholds[::9]:
+        predicted = probabilities >= row["threshold"]
+        hits = (predicted & (one_hot > 0)).sum()
+        assert row["micro_recall"] == pytest.approx(hits / len(labels))
+        assert row["micro_precision"] == pytest.approx(hits / predicted.sum() if predicted.sum() else 1.0)
 
 
 def test_threshold_table_counts_by_hand():
@@ -78,8 +84,18 @@ def test_threshold_table_counts_by_hand():
     rows = {row["threshold"]: row for row in classification_metrics(labels, top, top_p, 3).thresholds}
     assert [row["threshold"] for row in rows.values()] == list(THRESHOLDS) and len(rows) == 100
     assert rows[0.0] == pytest.approx(
-        {"threshold": 0.0, "precision": 0.75, "recall": 0.75, "coverage": 1.0, "f1": 0.75}
+        {
+            "threshold": 0.0,
+            "precision": 0.75,
+            "recall": 0.75,
+            "coverage": 1.0,
+            "f1": 0.75,
+            "micro_precision": 4 / 12,  # every class of every sample is predicted at 0
+            "micro_recall": 1.0,
+        }
     )
+    # micro at 0.5: the pairs (0, 0.9) right, (1, 0.6) wrong, (2, 0.5) right and (2, 0.5) wrong
+    assert (rows[0.5]["micro_precision"], rows[0.5]["micro_recall"]) == (0.5, 0.5)
     # at 0.5: samples 0, 1, 2 acted on, 0 and 2 right
     assert (rows[0.5]["precision"], rows[0.5]["recall"], rows[0.5]["coverage"]) == pytest.approx(
         (2 / 3, 0.5, 0.75)
