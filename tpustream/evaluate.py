@@ -22,6 +22,7 @@ from tpustream.batch import BATCH_KEYS
 from tpustream.errors import TpustreamError
 from tpustream.manifest import Manifest, ShardError, iter_sample_index, load_manifest, manifest_digest
 from tpustream.metrics import masked_sums, summarize
+from tpustream.paired_test import PairedTest, paired_test
 from tpustream.registry import read_champion, version_uri
 from tpustream.scores import (
     CHAMPION_SCORES_NAME,
@@ -29,6 +30,7 @@ from tpustream.scores import (
     SCORES_NAME,
     SampleScore,
     metrics_from_scores,
+    read_scores,
     scores_top_k,
     write_scores,
 )
@@ -353,6 +355,17 @@ def evaluate_model(
     }
 
 
+def _paired(output_uri: str) -> PairedTest:
+    """McNemar's exact test of the candidate's and the champion's top-1 on the samples both were scored on,
+    read from the two scores files evaluate has just written."""
+
+    def right(name: str) -> Iterator[tuple[str, bool]]:
+        for row in read_scores(storage.join(output_uri, name)):
+            yield row.key, row.top_classes[0] == row.label
+
+    return paired_test(right(SCORES_NAME), right(CHAMPION_SCORES_NAME))
+
+
 def evaluate(
     model_uri: str, data_uri: str, output_uri: str, *, registry: str | None = None, workers: int = 2
 ) -> EvalReport:
@@ -389,6 +402,7 @@ def evaluate(
                     scores_uri=storage.join(output_uri, CHAMPION_SCORES_NAME),
                 )
                 champion["version"] = current["version"]
+                champion["paired"] = _paired(output_uri).to_json()
     result = EvalReport(
         dataset=DatasetRef(uri=data_uri, manifest_digest=digest, val_samples=manifest.num_samples("val")),
         classes=list(manifest.classes),

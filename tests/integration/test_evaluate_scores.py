@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from scipy.stats import binomtest
 
 from tpustream import evaluate, promote, shards, storage
 from tpustream.data import LoaderConfig, ShardLoader
@@ -82,9 +83,22 @@ def test_scores_name_every_val_sample_and_give_back_evaluates_metrics(digits, tm
         hits = sum(matrix[i][i] for i in range(10))
         assert recomputed["thresholds"][0]["recall"] == pytest.approx(hits / len(rows))
         assert measured["top1"] == pytest.approx(hits / len(rows))
-    # the champion was scored on the same samples
-    keys = {row.key for row in read_scores(f"{out}/scores.jsonl.gz")}
-    assert keys == {row.key for row in read_scores(f"{out}/champion_scores.jsonl.gz")}
+    # the champion was scored on the same samples; the paired test is McNemar's on their discordant pairs
+    ours = {row.key: row.top_classes[0] == row.label for row in read_scores(f"{out}/scores.jsonl.gz")}
+    theirs = {
+        row.key: row.top_classes[0] == row.label for row in read_scores(f"{out}/champion_scores.jsonl.gz")
+    }
+    assert ours.keys() == theirs.keys()
+    only_ours = sum(ours[key] and not theirs[key] for key in ours)
+    only_theirs = sum(theirs[key] and not ours[key] for key in ours)
+    paired = document["champion"]["paired"]
+    assert paired["num_samples"] == len(ours) == document["candidate"]["num_samples"]
+    assert (paired["candidate_only_correct"], paired["champion_only_correct"]) == (only_ours, only_theirs)
+    if only_ours + only_theirs:
+        reference = binomtest(only_ours, only_ours + only_theirs, 0.5).pvalue
+        assert paired["p_value"] == pytest.approx(reference, rel=1e-12)
+    outcome = promote.promote(second, f"{out}/metrics.json", registry, max_p_value=1e-300)
+    assert not outcome["promoted"] and f"on {len(ours)} paired samples" in outcome["reason"]
     assert result.candidate["macro_f1"] is not None and 0.0 <= result.candidate["balanced_accuracy"] <= 1.0
 
 
