@@ -1,10 +1,13 @@
 """Evaluate's per-sample scores for real: tiny models trained here (eager CPU) on the bundled digits, the
 scores file traced back to the shards' sample index, and the metrics it gives back equal metrics.json's."""
 
+import base64
+import io
 import json
 
 import pytest
 import torch
+from PIL import Image
 from scipy.stats import binomtest
 
 from tpustream import evaluate, promote, shards, storage
@@ -12,6 +15,8 @@ from tpustream.data import LoaderConfig, ShardLoader
 from tpustream.errors import ConfigError
 from tpustream.manifest import iter_sample_index, load_manifest
 from tpustream.models import build_model
+from tpustream.report import build_report_facts, render_report
+from tpustream.report_mistakes import MISTAKES_PER_CLASS, MISTAKES_TOTAL
 from tpustream.scores import metrics_from_scores, read_scores
 from tpustream.shard_plan import ShardConfig
 from tpustream.transforms import normalize
@@ -99,6 +104,31 @@ def test_scores_name_every_val_sample_and_give_back_evaluates_metrics(digits, tm
         assert paired["p_value"] == pytest.approx(reference, rel=1e-12)
     outcome = promote.promote(second, f"{out}/metrics.json", registry, max_p_value=1e-300)
     assert not outcome["promoted"] and f"on {len(ours)} paired samples" in outcome["reason"]
+    # the run report's mistakes section reads them: the surest wrong predictions, each with its picture
+    facts = build_report_facts(
+        model_uri=second,
+        metrics_uri=out,
+        dataset_uri=digits,
+        registry=None,
+        metric="top1",
+        min_delta=0.0,
+        max_class_drop=None,
+    )
+    wrong = {row.key: row for row in read_scores(f"{out}/scores.jsonl.gz") if row.top_classes[0] != row.label}
+    assert facts.mistakes and len(facts.mistakes) <= MISTAKES_TOTAL
+    for name in DIGITS:  # each class's surest mistakes (the page's bound not reached with 10 classes)
+        ranked = sorted(
+            (r for r in wrong.values() if r.true_class == name), key=lambda r: (-r.probabilities[0], r.key)
+        )
+        shown = [m.key for m in facts.mistakes if m.true_class == name]
+        assert shown == [r.key for r in ranked[:MISTAKES_PER_CLASS]]
+    for mistake in facts.mistakes:
+        row = wrong[mistake.key]
+        assert (mistake.confidence, mistake.source) == (row.probabilities[0], row.source)
+        assert mistake.predicted_class == DIGITS[row.top_classes[0]] != mistake.true_class
+        picture = base64.b64decode(facts.thumbnails[mistake.key].removeprefix("data:image/jpeg;base64,"))
+        assert Image.open(io.BytesIO(picture)).format == "JPEG"
+    assert '<section id="mistakes">' in render_report(facts)[0]
     assert result.candidate["macro_f1"] is not None and 0.0 <= result.candidate["balanced_accuracy"] <= 1.0
 
 
