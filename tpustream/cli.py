@@ -317,10 +317,13 @@ def evaluate_cmd(
         if entry:
             version = f" (version {entry['version']})" if role == "champion" else ""
             top5 = f" top-5 {entry['top5']:.4f}" if shows_top5(len(result.classes)) else ""
+            macro_f1 = f" macro-F1 {entry['macro_f1']:.4f}" if entry.get("macro_f1") is not None else ""
             typer.echo(
-                f"{role}{version}: top-1 {entry['top1']:.4f}{top5} loss {entry['loss']:.4f} "
+                f"{role}{version}: top-1 {entry['top1']:.4f}{top5}{macro_f1} loss {entry['loss']:.4f} "
                 f"on {entry['num_samples']} val samples"
             )
+            if entry.get("scores"):
+                typer.echo(f"{role} per-sample scores: {output.rstrip('/')}/{entry['scores']}")
     typer.echo(f"metrics: {output.rstrip('/')}/metrics.json")
 
 
