@@ -174,3 +174,39 @@ def bench_load(
         input_size=input_size,
     ):
         typer.echo(line)
+
+
+@bench_app.command("compile")
+def bench_compile_cmd(
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A model to run (repeatable; default: vit_b_16, convnext_tiny, efficientnet_v2_s)."
+        ),
+    ] = None,
+    precision: Annotated[
+        list[str] | None, typer.Option(help="fp32 and/or bf16 (repeatable; default: both).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Images per step.", min=1)] = 2,
+    epochs: Annotated[int, typer.Option(help="Epochs (the first compiles).", min=2)] = 2,
+    steps: Annotated[int, typer.Option(help="Steps per epoch, each at another LR.", min=1)] = 2,
+    timeout: Annotated[float, typer.Option(help="Seconds per model before it is reported as over.")] = 1800,
+) -> None:
+    """Full-size networks through the trainer's step on XLA: compiles after each epoch (0 recompiles after the
+    first is the goal), first-epoch seconds and step time against resnet50, one fresh process per model."""
+    from tpustream.bench.compile import bench_compile
+    from tpustream.cli_options import fail
+    from tpustream.models import MODEL_NAMES
+
+    models = model or ["vit_b_16", "convnext_tiny", "efficientnet_v2_s"]
+    precisions = precision or ["fp32", "bf16"]
+    for name in models:
+        if name not in MODEL_NAMES:
+            fail(f"--model {name!r}: one of {', '.join(MODEL_NAMES)}")
+    for value in precisions:
+        if value not in ("fp32", "bf16"):
+            fail(f"--precision {value!r}: fp32 or bf16")
+    for line in bench_compile(
+        models, precisions=precisions, batch_size=batch_size, epochs=epochs, steps=steps, timeout=timeout
+    ):
+        typer.echo(line)

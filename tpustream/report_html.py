@@ -61,11 +61,80 @@ def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) ->
     ]
     if facts.data_check_markdown is not None:
         sections.append(("data-check", "Data check", _markdown_html(facts.data_check_markdown)))
+    if isinstance(facts.metrics.candidate.get("per_class"), dict):  # evaluated with per-sample scores
+        sections.append(
+            ("precision-recall", "Precision, recall and thresholds", _precision_recall_html(facts))
+        )
     if facts.mistakes is not None:
         sections.append(("mistakes", "Mistakes", _mistakes_html(facts)))
     if facts.history is not None:
         sections.append(("history", "Champion history", _history_html(facts)))
     return _page(facts, verdict, sections)
+
+
+SHOWN_THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)  # the table's rows; the plot draws every one
+
+
+def _precision_recall_html(facts: ReportFacts) -> str:
+    """Per-class precision, recall, F1 and support (worst F1 first), macro-F1, balanced accuracy and AU-PRC,
+    and what acting only on predictions above a confidence threshold gives (table and curve)."""
+    candidate = facts.metrics.candidate
+    per_class = candidate["per_class"]
+    classes = facts.metrics.classes
+    summary = (
+        f"Macro-F1 {_decimal(candidate.get('macro_f1'))}, balanced accuracy "
+        f"{_percent(candidate.get('balanced_accuracy'))} (the mean of the classes' recalls: every class "
+        f"counts the same, however many samples it has), AU-PRC {_decimal(candidate.get('auprc'))} "
+        f"(micro, one-vs-rest), on {facts.metrics.candidate.get('num_samples', '')} samples."
+    )
+    parts = [_note(summary)]
+
+    def column(name: str) -> list[Any]:
+        values = per_class.get(name)
+        return list(values) if isinstance(values, list) else [None] * len(classes)
+
+    precision, recall, f1 = column("precision"), column("recall"), column("f1")
+    support, auprc = column("support"), column("auprc")
+    order = sorted(
+        range(len(classes)), key=lambda i: (f1[i] is None, f1[i] if f1[i] is not None else 0.0, classes[i])
+    )
+    listed = order[:HTML_CLASS_ROWS]
+    cells = [
+        [
+            _E(classes[i]),
+            _percent(precision[i]),
+            _percent(recall[i]),
+            _decimal(f1[i], 3),
+            _E(str(support[i] if support[i] is not None else "")),
+            _decimal(auprc[i], 3),
+        ]
+        for i in listed
+    ]
+    parts.append(_table(["class", "precision", "recall", "F1", "support", "AU-PRC"], cells))
+    if len(listed) < len(order):
+        parts.append(_note(f"The {len(listed)} classes with the lowest F1 of {len(order)}."))
+    thresholds = candidate.get("thresholds")
+    if isinstance(thresholds, list) and thresholds:
+        parts.append(
+            _figure(
+                "plot-thresholds",
+                report_plots.thresholds_svg(thresholds),
+                "precision, recall and coverage against the confidence threshold",
+                "Acting only on predictions at or above a confidence threshold trades coverage for precision.",
+            )
+        )
+        shown = [row for row in thresholds if round(float(row.get("threshold", -1)), 2) in SHOWN_THRESHOLDS]
+        rows = [
+            [
+                _E(f"{float(row['threshold']):.2f}"),
+                _percent(row.get("precision")),
+                _percent(row.get("recall")),
+                _percent(row.get("coverage")),
+            ]
+            for row in shown
+        ]
+        parts.append(_table(["threshold", "precision", "recall", "coverage"], rows))
+    return "".join(parts)
 
 
 def _mistakes_html(facts: ReportFacts) -> str:
@@ -176,12 +245,18 @@ def _training_html(facts: ReportFacts) -> str:
     history = card.history
     best = card.metrics.get("epoch")
     top5 = shows_top5(len(card.classes))
-    init = card.init
-    start = (
-        f"warm start from {_code(init.get('from'))} ({_E(str(init.get('kind', '')))}, {_E(str(init.get('weights', '')))} weights)"
-        if isinstance(init, dict)
-        else "random initialisation"
-    )
+    init, pretrained = card.init, card.pretrained
+    if isinstance(init, dict):
+        start = f"warm start from {_code(init.get('from'))} ({_E(str(init.get('kind', '')))}, {_E(str(init.get('weights', '')))} weights)"
+    elif isinstance(pretrained, dict):
+        sha = str(pretrained.get("sha256") or "")
+        start = (
+            f"fine-tuned from pretrained weights {_code(pretrained.get('name') or pretrained.get('uri'))}"
+            + (f" (sha256 {_E(sha[:12])}…)" if sha else "")
+            + ", the head new"
+        )
+    else:
+        start = "random initialisation"
     parts = [
         f"<p>{_code(card.arch)}, {len(history)} epoch{'s' if len(history) != 1 else ''}"
         f"{f', best epoch {_E(str(best))}' if best is not None else ''}"
@@ -199,6 +274,7 @@ def _training_html(facts: ReportFacts) -> str:
         parts.append(_note("One epoch only: there is no curve to draw; its numbers are below."))
     else:
         parts.append(_note("No per-epoch history in the model card: nothing to draw."))
+    seen = any("train_samples_seen" in row for row in history)  # cards written before have none
     if history:
         header = [
             "epoch",
@@ -207,6 +283,7 @@ def _training_html(facts: ReportFacts) -> str:
             "val top-1",
             *(["val top-5"] if top5 else []),
             "val samples",
+            *(["train samples seen / left out / repeated"] if seen else []),
             "seconds",
             "samples/s",
             "data wait",
@@ -220,6 +297,7 @@ def _training_html(facts: ReportFacts) -> str:
                 _percent(row.get("val_top1"), 2),
                 *([_percent(row.get("val_top5"), 2)] if top5 else []),
                 _E(str(row.get("val_samples", ""))),
+                *([_E(_samples_seen(row))] if seen else []),
                 _decimal(row.get("epoch_seconds"), 1),
                 _decimal(row.get("samples_per_s"), 0),
                 _percent(row.get("data_wait_fraction")),
@@ -229,6 +307,16 @@ def _training_html(facts: ReportFacts) -> str:
         ]
         parts.append(_table(header, cells))
     return "".join(parts)
+
+
+def _samples_seen(row: dict[str, Any]) -> str:
+    """An epoch's train samples: seen once, left out by the equal-batches rule, repeated to fill batches."""
+    if "train_samples_seen" not in row:
+        return ""
+    return " / ".join(
+        str(row.get(key, ""))
+        for key in ("train_samples_seen", "train_samples_left_out", "train_samples_repeated")
+    )
 
 
 def _confusion_html(facts: ReportFacts) -> str:

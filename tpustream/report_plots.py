@@ -247,6 +247,28 @@ def history_svg(events: Sequence[dict[str, Any]], metric: str, higher_is_better:
     return _svg(fig)
 
 
+def thresholds_svg(thresholds: Sequence[dict[str, Any]]) -> str:
+    """Precision, recall and coverage of the top-1 prediction against the confidence threshold at which a
+    prediction is acted on (evaluate's threshold table: ``threshold``, ``precision``, ``recall``,
+    ``coverage`` per row): where to set the threshold for the precision a use needs, and what it costs."""
+    fig = Figure(figsize=(7, 3.4), layout="constrained")
+    ax = fig.add_subplot()
+    x = [_number(row.get("threshold")) for row in thresholds]
+    for key, colour, label in (
+        ("precision", CANDIDATE, "precision (right when acted on)"),
+        ("recall", ALARM, "recall (of all samples, right and acted on)"),
+        ("coverage", CHAMPION, "coverage (acted on)"),
+    ):
+        ax.plot(x, [_number(row.get(key)) * 100 for row in thresholds], color=colour, label=label)
+    ax.set_xlabel("confidence threshold on the top-1 probability")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 102)
+    ax.yaxis.set_major_formatter(PercentFormatter(decimals=0))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    return _svg(fig)
+
+
 def history_on_different_data(events: Sequence[dict[str, Any]]) -> bool:
     """Whether the decisions in ``events`` were measured on more than one dataset (manifest digests), so
     that values of different decisions are not comparable on the plot's axis."""

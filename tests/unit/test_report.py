@@ -819,3 +819,47 @@ def test_the_history_shows_each_decisions_champion_on_its_data_and_says_when_dat
     assert history_on_different_data(events)
     different_page, _ = render_report(sample_facts(history=events))
     assert "measured on different data" in different_page
+
+
+def test_the_training_section_names_pretrained_weights_and_each_epochs_samples():
+    rows = [{**row, "train_samples_seen": 1000 - n, "train_samples_left_out": n, "train_samples_repeated": 0}
+            for n, row in enumerate(epochs(2))]  # fmt: skip
+    pretrained = {"spec": "resnet18.IMAGENET1K_V1", "uri": "gs://b/cache/resnet18-f37072fd.pth",
+                  "name": "resnet18.IMAGENET1K_V1", "sha256": "f37072fd" + "0" * 56}  # fmt: skip
+    card = _card({"arch": "resnet18", "classes": CLASSES, "history": rows, "pretrained": pretrained})
+    page, _ = render_report(sample_facts(model_card=card))
+    training = page.split('<section id="training">', 1)[1].split("</section>", 1)[0]
+    assert (
+        "fine-tuned from pretrained weights <code>resnet18.IMAGENET1K_V1</code> (sha256 f37072fd0000"
+        in training
+    )
+    assert "train samples seen / left out / repeated" in training and "<td>999 / 1 / 0</td>" in training
+    old, _ = render_report(sample_facts())  # a card written before: no column, random initialisation
+    assert "train samples seen" not in old and "random initialisation" in old
+
+
+def test_precision_recall_and_thresholds_are_shown_when_evaluate_measured_them():
+    facts = sample_facts()
+    thresholds = [{"threshold": t / 100, "precision": 0.8 + t / 500, "recall": 0.8 - t / 200,
+                   "coverage": 1 - t / 150, "f1": 0.7} for t in range(100)]  # fmt: skip
+    per_class = {"precision": [0.9, 0.5, 0.8, 0.7], "recall": [0.95, 0.6, None, 0.8],
+                 "f1": [0.92, 0.545, None, 0.747], "support": [20, 20, 0, 20], "predicted": [21, 24, 0, 23],
+                 "auprc": [0.97, 0.6, None, 0.8]}  # fmt: skip
+    candidate = {**facts.metrics.candidate, "per_class": per_class, "thresholds": thresholds,
+                 "macro_f1": 0.7373, "balanced_accuracy": 0.7833, "auprc": 0.81}  # fmt: skip
+    page, _ = render_report(replace(facts, metrics=replace(facts.metrics, candidate=candidate)))
+    section = page.split('<section id="precision-recall">', 1)[1].split("</section>", 1)[0]
+    assert "Macro-F1 0.7373" in section and "balanced accuracy 78.3%" in section
+    # worst F1 first, the unmeasured class last, names escaped
+    names = re.findall(r"<tr[^>]*><td>([^<]*)</td><td>[\d.]+%|<tr[^>]*><td>([^<]*)</td><td>not", section)
+    assert [a or b for a, b in names][:4] == [
+        "dog",
+        "bird &amp; fish",
+        "cat",
+        "&lt;script&gt;alert(1)&lt;/script&gt;",
+    ]
+    assert section.count("<tr") - 2 == 4 + 7  # two header rows; 4 classes and 7 thresholds
+    assert "<td>0.90</td>" in section and '<figure id="plot-thresholds">' in section
+    assert (
+        '<section id="precision-recall">' not in render_report(facts)[0]
+    )  # no per-sample scores: no section
