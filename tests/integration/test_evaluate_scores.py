@@ -128,7 +128,9 @@ def test_scores_name_every_val_sample_and_give_back_evaluates_metrics(digits, tm
         assert mistake.predicted_class == DIGITS[row.top_classes[0]] != mistake.true_class
         picture = base64.b64decode(facts.thumbnails[mistake.key].removeprefix("data:image/jpeg;base64,"))
         assert Image.open(io.BytesIO(picture)).format == "JPEG"
-    assert '<section id="mistakes">' in render_report(facts)[0]
+    page = render_report(facts)[0]
+    assert '<section id="mistakes">' in page and '<section id="precision-recall">' in page
+    assert '<figure id="plot-thresholds">' in page  # the threshold curve drawn from evaluate's table
     assert result.candidate["macro_f1"] is not None and 0.0 <= result.candidate["balanced_accuracy"] <= 1.0
 
 
