@@ -15,7 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PairedTest", "mcnemar_exact_p", "paired_test"]
+__all__ = ["SIGNIFICANCE", "PairedTest", "mcnemar_exact_p", "paired_test"]
+
+SIGNIFICANCE = 0.05  # the level the words of ``PairedTest.described`` refer to (--max-p-value is the user's)
 
 
 def mcnemar_exact_p(candidate_only: int, champion_only: int) -> float:
@@ -59,10 +61,23 @@ class PairedTest:
         )
 
     def described(self) -> str:
-        return (
+        """The test in words: its numbers, how sure they make the difference, and a warning when too few
+        samples differ for any outcome to be significant."""
+        numbers = (
             f"McNemar exact p={self.p_value:.3g} on {self.num_samples} paired samples "
             f"({self.candidate_only} right only by the candidate, {self.champion_only} only by the champion)"
         )
+        discordant = self.candidate_only + self.champion_only
+        if mcnemar_exact_p(discordant, 0) > SIGNIFICANCE:
+            return (
+                f"{numbers}: too few samples tell the models apart ({discordant}) for any result to be "
+                f"significant at {SIGNIFICANCE}; evaluate on more data to separate them"
+            )
+        if self.p_value <= SIGNIFICANCE / 5:
+            return f"{numbers}: very unlikely to be chance"
+        if self.p_value <= SIGNIFICANCE:
+            return f"{numbers}: unlikely to be chance (significant at {SIGNIFICANCE})"
+        return f"{numbers}: could well be chance (not significant at {SIGNIFICANCE})"
 
 
 def paired_test(candidate: Iterable[tuple[str, bool]], champion: Iterable[tuple[str, bool]]) -> PairedTest:

@@ -49,8 +49,18 @@ def test_max_p_value_refuses_a_gain_that_could_be_chance_and_says_how_sure_the_d
     assert not refused.promote and "could be chance" in refused.reason and "p=0.146" in refused.reason
     assert decide(metrics(0.75), metrics(0.5, unsure), **same).promote  # off by default; still said
     assert "p=0.146" in decide(metrics(0.75), metrics(0.5, unsure), **same).reason
+    assert "could well be chance" in decide(metrics(0.75), metrics(0.5, unsure), **same).reason
     unpaired = decide(metrics(0.75), metrics(0.5), max_p_value=0.05, **same)
     assert not unpaired.promote and "same samples" in unpaired.reason
     assert decide(metrics(0.75), None, max_p_value=0.05, **same).promote  # no champion: nothing to compare
     with pytest.raises(RegistryError, match="--max-p-value 0.0: a probability"):
         decide(metrics(0.75), metrics(0.5, sure), max_p_value=0.0, **same)
+
+
+def test_too_few_differing_samples_are_said_to_be_unable_to_separate_the_models():
+    """5 samples right only by the candidate and none by the champion: even this split has p = 0.0625."""
+    few = paired_test([(str(i), i < 5) for i in range(400)], [(str(i), False) for i in range(400)])
+    assert few.p_value == pytest.approx(0.0625)
+    assert "too few samples tell the models apart (5)" in few.described()
+    many = PairedTest(num_samples=400, candidate_only=40, champion_only=10, p_value=mcnemar_exact_p(40, 10))
+    assert many.described().endswith("very unlikely to be chance")
