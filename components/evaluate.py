@@ -39,6 +39,9 @@ def evaluate_model(
     for key in ("top1", "top5", "loss") if shows_top5(len(result.classes)) else ("top1", "loss"):
         metrics.log_metric(key, float(candidate[key]))
     metrics.log_metric("num_samples", float(candidate["num_samples"]))
+    for key in ("macro_f1", "balanced_accuracy", "auprc", "auroc"):  # from the per-sample scores
+        if candidate.get(key) is not None:
+            metrics.log_metric(key, float(candidate[key]))
     confusion.log_confusion_matrix(result.classes, candidate["confusion_matrix"])
     decision = preview_decision(
         result,

@@ -317,10 +317,13 @@ def evaluate_cmd(
         if entry:
             version = f" (version {entry['version']})" if role == "champion" else ""
             top5 = f" top-5 {entry['top5']:.4f}" if shows_top5(len(result.classes)) else ""
+            macro_f1 = f" macro-F1 {entry['macro_f1']:.4f}" if entry.get("macro_f1") is not None else ""
             typer.echo(
-                f"{role}{version}: top-1 {entry['top1']:.4f}{top5} loss {entry['loss']:.4f} "
+                f"{role}{version}: top-1 {entry['top1']:.4f}{top5}{macro_f1} loss {entry['loss']:.4f} "
                 f"on {entry['num_samples']} val samples"
             )
+            if entry.get("scores"):
+                typer.echo(f"{role} per-sample scores: {output.rstrip('/')}/{entry['scores']}")
     typer.echo(f"metrics: {output.rstrip('/')}/metrics.json")
 
 
@@ -348,13 +351,20 @@ def promote_cmd(
     candidate: Annotated[str, typer.Option(help="Candidate model artifact URI.")],
     metrics: Annotated[str, typer.Option(help="metrics.json (or its directory) from tpustream evaluate.")],
     registry: Annotated[str, typer.Option(help="Registry URI (versions/, champion.json, events/).")],
-    metric: Annotated[str, typer.Option(help="top1 | top5 | loss.")] = "top1",
+    metric: Annotated[str, typer.Option(help="top1 | top5 | loss | macro_f1 | balanced_accuracy.")] = "top1",
     min_delta: Annotated[float, typer.Option(help="Required improvement over the champion.")] = 0.0,
     max_class_drop: Annotated[
         float | None, typer.Option(help="Refuse if any class's accuracy drops by more than this.")
     ] = None,
     min_metric: MinMetricOption = None,
     min_class_recall: MinClassRecallOption = None,
+    max_p_value: Annotated[
+        float | None,
+        typer.Option(
+            help="Promote over a champion only if the gain is this unlikely by chance: McNemar's exact test on "
+            "the val samples both were scored on (evaluate --registry). Default: not required."
+        ),
+    ] = None,
     vertex_model: Annotated[
         str | None, typer.Option(help="Also publish to this Vertex AI Model Registry model (display name).")
     ] = None,
@@ -398,6 +408,7 @@ def promote_cmd(
         max_class_drop=max_class_drop,
         floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
         vertex=target,
+        max_p_value=max_p_value,
     )
     if outcome.get("vertex"):
         typer.echo(f"vertex: {outcome['vertex']['versioned_name']} (alias champion)")
@@ -736,7 +747,10 @@ def report_cmd(
         str | None, typer.Option(help="A data check's Markdown report (`shards check --report`) to include.")
     ] = None,
     metric: Annotated[
-        str, typer.Option(help="top1 | top5 | loss: the metric the decision is taken on.")
+        str,
+        typer.Option(
+            help="top1 | top5 | loss | macro_f1 | balanced_accuracy: the metric the decision is taken on."
+        ),
     ] = "top1",
     min_delta: Annotated[float, typer.Option(help="Required improvement over the champion.")] = 0.0,
     max_class_drop: Annotated[

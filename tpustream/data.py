@@ -147,7 +147,8 @@ class ShardLoader:
     """Batches of one split for one replica. ``epoch(n)`` yields exactly ``steps_per_epoch`` batches.
 
     Each batch is ``{"image": uint8 [B,3,S,S], "label": int64 [B], "mask": bool [B]}``; normalise on the
-    device with ``tpustream.transforms.normalize``. ``last_report`` describes the latest epoch.
+    device with ``tpustream.transforms.normalize``. ``last_report`` describes the latest epoch. With
+    ``LoaderConfig.sample_keys`` (evaluation) a batch also has ``"key"``: its samples' keys, "" for padding.
     """
 
     def __init__(self, config: LoaderConfig, manifest: Manifest | None = None) -> None:

@@ -20,9 +20,20 @@ from tpustream import storage
 from tpustream.artifacts import METRICS_FORMAT, ArtifactError, DatasetRef, EvalReport, ModelCard
 from tpustream.batch import BATCH_KEYS
 from tpustream.errors import TpustreamError
-from tpustream.manifest import Manifest, ShardError, load_manifest, manifest_digest
+from tpustream.manifest import Manifest, ShardError, iter_sample_index, load_manifest, manifest_digest
 from tpustream.metrics import masked_sums, summarize
+from tpustream.paired_test import PairedTest, paired_test
 from tpustream.registry import read_champion, version_uri
+from tpustream.scores import (
+    CHAMPION_SCORES_NAME,
+    DECIMALS,
+    SCORES_NAME,
+    SampleScore,
+    metrics_from_scores,
+    read_scores,
+    scores_top_k,
+    write_scores,
+)
 from tpustream.xla_runtime import single_device
 
 __all__ = [
@@ -124,7 +135,9 @@ class _ValPass:
     loader: Any
 
     @classmethod
-    def open(cls, model_uri: str, data_uri: str, *, batch_size: int, workers: int) -> _ValPass:
+    def open(
+        cls, model_uri: str, data_uri: str, *, batch_size: int, workers: int, sample_keys: bool = False
+    ) -> _ValPass:
         from tpustream.data import LoaderConfig, ShardLoader
 
         model_uri = storage.check_uri(model_uri).rstrip("/")
@@ -143,6 +156,7 @@ class _ValPass:
                 num_replicas=1,
                 replica_index=0,
                 workers=workers,
+                sample_keys=sample_keys,
             ),
             manifest=manifest,
         )
@@ -158,9 +172,10 @@ class _ValPass:
             loader,
         )
 
-    def batches(self) -> Iterator[tuple[Any, Any, Any]]:
-        """(logits as float32, labels, mask) per val batch, on the device; the val split in manifest order
-        (shards in order, samples in shard order) when the loader has no workers."""
+    def batches(self) -> Iterator[tuple[Any, Any, Any, list[str] | None]]:
+        """(logits as float32, labels, mask, keys) per val batch, on the device (keys: the samples' keys when
+        opened with ``sample_keys``, else None); the val split in manifest order (shards in order, samples in
+        shard order) when the loader has no workers."""
         import torch
 
         from tpustream.transforms import normalize
@@ -170,7 +185,7 @@ class _ValPass:
                 images, labels, mask = (batch[k].to(self.device) for k in BATCH_KEYS)
                 # as the training step normalizes (its constants), not as model.json says: validate-serving
                 # then catches a card the server would read differently from training
-                yield self.model(normalize(images)).float(), labels, mask
+                yield self.model(normalize(images)).float(), labels, mask, batch.get("key")
                 if self.device.type != "cpu":
                     import torch_xla
 
@@ -186,7 +201,7 @@ def val_predictions(
     run = _ValPass.open(model_uri, data_uri, batch_size=min(64, max(1, limit)), workers=0)
     k = min(top_k, len(run.classes))
     out: list[dict[str, Any]] = []
-    for logits, labels, mask in run.batches():
+    for logits, labels, mask, _ in run.batches():
         probabilities, indices = logits.softmax(dim=1).topk(k, dim=1)
         rows = zip(
             labels.cpu().tolist(),
@@ -203,21 +218,85 @@ def val_predictions(
     return out, run.model_digest
 
 
+class _ScoreCollector:
+    """Each batch's top-k classes and probabilities, kept on the device and read back once at the end (a
+    per-batch read would make every TPU step wait for the host)."""
+
+    def __init__(self, num_classes: int) -> None:
+        self.k = scores_top_k(num_classes)
+        self.parts: list[tuple[Any, Any, Any, Any]] = []
+        self.keys: list[str] = []
+
+    def add(self, logits: Any, labels: Any, mask: Any, keys: list[str] | None) -> None:
+        # classes ranked by logit, as masked_sums ranks them (its top-1 is the confusion matrix's)
+        indices = logits.topk(self.k, dim=1).indices
+        probabilities = logits.softmax(dim=1).gather(1, indices)
+        self.parts.append((labels, mask, indices, probabilities))
+        self.keys.extend(keys or [])
+
+    def rows(self, classes: list[str], sources: dict[str, str]) -> list[SampleScore]:
+        import torch
+
+        labels, mask, indices, probabilities = (
+            torch.cat([part[i] for part in self.parts]).cpu().numpy() for i in range(4)
+        )
+        valid = mask.astype(bool)
+        keys = np.asarray(self.keys, dtype=object)[valid] if len(self.keys) == len(valid) else None
+        # as written: the metrics evaluate reports are the ones the file gives back
+        rounded = np.round(probabilities[valid].astype(np.float64), DECIMALS)
+        return [
+            SampleScore(
+                key=str(keys[row]) if keys is not None else "",
+                source=sources.get(str(keys[row]), "") if keys is not None else "",
+                label=int(label),
+                true_class=classes[int(label)],
+                top_classes=[int(index) for index in top],
+                probabilities=[float(value) for value in probs],
+            )
+            for row, (label, top, probs) in enumerate(
+                zip(labels[valid], indices[valid], rounded, strict=True)
+            )
+        ]
+
+
+def _sample_sources(data_uri: str, manifest: Manifest) -> dict[str, str]:
+    """Sample key -> source file, from the val split's sample index ({} for a dataset without one)."""
+    if not manifest.has_sample_index():
+        return {}
+    try:
+        return {entry.key: entry.source for entry in iter_sample_index(data_uri, manifest, "val")}
+    except ShardError as exc:
+        log.warning("per-sample scores without source files: %s", exc)
+        return {}
+
+
 def evaluate_model(
-    model_uri: str, data_uri: str, *, batch_size: int = 64, workers: int = 2
+    model_uri: str,
+    data_uri: str,
+    *,
+    batch_size: int = 64,
+    workers: int = 2,
+    scores_uri: str | None = None,
 ) -> dict[str, Any]:
-    """Top-1, top-5, loss, per-class accuracy and the confusion matrix of one model on the val split."""
+    """Top-1, top-5, loss, per-class accuracy and the confusion matrix of one model on the val split, and
+    the metrics of its per-sample scores (tpustream/classification_metrics.py: per-class precision, recall,
+    F1; macro-F1, balanced accuracy, the confidence-threshold table, AU-PRC, AU-ROC). ``scores_uri``: also
+    write the scores there (tpustream/scores.py)."""
     import torch
 
-    run = _ValPass.open(model_uri, data_uri, batch_size=batch_size, workers=workers)
+    run = _ValPass.open(
+        model_uri, data_uri, batch_size=batch_size, workers=workers, sample_keys=scores_uri is not None
+    )
     model_uri, data_uri, card, device, loader = run.model_uri, run.data_uri, run.card, run.device, run.loader
     classes, model_digest = run.classes, run.model_digest
     expected = run.manifest.num_samples("val")
     num_classes = len(classes)
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device)
     sums = torch.zeros(4, dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
+    collector = _ScoreCollector(num_classes)
     started = time.perf_counter()
-    for logits, labels, mask in run.batches():
+    for logits, labels, mask, keys in run.batches():
+        collector.add(logits, labels, mask, keys)
         batch_sums, predicted = masked_sums(logits, labels, mask, sums.dtype)
         sums += batch_sums
         cells = labels * num_classes + predicted
@@ -253,6 +332,12 @@ def evaluate_model(
             data_uri,
             ", ".join(unmeasured[:10]),
         )
+    sources = _sample_sources(data_uri, run.manifest) if scores_uri is not None else {}
+    rows = collector.rows(classes, sources)
+    scored = metrics_from_scores(rows, num_classes).to_json()
+    if scores_uri is not None:
+        write_scores(scores_uri, rows)
+        scored["scores"] = scores_uri.rsplit("/", 1)[-1]  # beside metrics.json
     return {
         "model": model_uri,
         "model_sha256": model_digest,
@@ -265,8 +350,20 @@ def evaluate_model(
         "per_class_accuracy": per_class,  # None: the class has no val sample (not measured)
         "unmeasured_classes": unmeasured,
         "confusion_matrix": matrix.tolist(),
+        **scored,  # macro_f1, balanced_accuracy, auprc, auroc, per_class, thresholds, scores_top_k, scores
         "seconds": round(time.perf_counter() - started, 2),
     }
+
+
+def _paired(output_uri: str) -> PairedTest:
+    """McNemar's exact test of the candidate's and the champion's top-1 on the samples both were scored on,
+    read from the two scores files evaluate has just written."""
+
+    def right(name: str) -> Iterator[tuple[str, bool]]:
+        for row in read_scores(storage.join(output_uri, name)):
+            yield row.key, row.top_classes[0] == row.label
+
+    return paired_test(right(SCORES_NAME), right(CHAMPION_SCORES_NAME))
 
 
 def evaluate(
@@ -281,7 +378,11 @@ def evaluate(
     data_uri = storage.absolute(data_uri)  # metrics.json names it: valid from any directory
     digest = manifest_digest(data_uri)
     manifest = load_manifest(data_uri)
-    candidate = evaluate_model(model_uri, data_uri, workers=workers)
+    output_uri = storage.check_uri(output_uri).rstrip("/")
+    storage.ensure_prefix_writable(output_uri)
+    candidate = evaluate_model(
+        model_uri, data_uri, workers=workers, scores_uri=storage.join(output_uri, SCORES_NAME)
+    )
     champion, champion_note = None, None
     if registry:
         current = read_champion(registry)
@@ -294,8 +395,14 @@ def evaluate(
                 champion_note = f"champion version {current['version']} not evaluated: {mismatch}"
                 log.warning("%s; it cannot be compared with this candidate", champion_note)
             else:
-                champion = evaluate_model(champion_uri, data_uri, workers=workers)
+                champion = evaluate_model(
+                    champion_uri,
+                    data_uri,
+                    workers=workers,
+                    scores_uri=storage.join(output_uri, CHAMPION_SCORES_NAME),
+                )
                 champion["version"] = current["version"]
+                champion["paired"] = _paired(output_uri).to_json()
     result = EvalReport(
         dataset=DatasetRef(uri=data_uri, manifest_digest=digest, val_samples=manifest.num_samples("val")),
         classes=list(manifest.classes),
@@ -304,7 +411,5 @@ def evaluate(
         champion_note=champion_note,  # why the champion was not measured, when it was not
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
-    output_uri = storage.check_uri(output_uri).rstrip("/")
-    storage.ensure_prefix_writable(output_uri)
     result.write(storage.join(output_uri, EvalReport.NAME))
     return result

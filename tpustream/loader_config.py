@@ -44,6 +44,7 @@ class LoaderConfig:
     val_crop_fraction: float = (
         0.875  # the val centre crop's share of the shorter side (model.json's preprocessing)
     )
+    sample_keys: bool = False  # val only: each batch also carries "key", its samples' keys ("" for padding)
 
     def __post_init__(self) -> None:
         if self.split not in ("train", "val"):
@@ -56,6 +57,8 @@ class LoaderConfig:
             raise ConfigError(f"input_size must be positive, got {self.input_size}")
         if self.shuffle_buffer < 1:
             raise ConfigError(f"shuffle_buffer must be at least 1, got {self.shuffle_buffer}")
+        if self.sample_keys and self.split == "train":
+            raise ConfigError("sample_keys applies to evaluation splits only, not to the train split")
         if self.max_pixels < 1:
             raise ConfigError(f"max_pixels must be at least 1, got {self.max_pixels}")
         if (self.num_replicas is None) != (self.replica_index is None):

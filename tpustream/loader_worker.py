@@ -140,9 +140,12 @@ class _EpochStream:
 
     # ---------------------------------------------------------------- reading
 
-    def _raw_samples(self, ranges: Sequence[SampleRange], stats: _Stats) -> Iterator[tuple[bytes, str, int]]:
+    def _raw_samples(
+        self, ranges: Sequence[SampleRange], stats: _Stats, *, keyed: bool = False
+    ) -> Iterator[tuple[bytes, str, Any]]:
         """The usable samples of each range in turn: a range starting past a shard's first sample reads
-        the members before it without picking them (another worker reads those), and stops at its end."""
+        the members before it without picking them (another worker reads those), and stops at its end.
+        ``keyed`` (evaluation): each sample's label comes as ``(label, key)``, its key in the shard."""
         split = self.split
         for part in ranges:
             shard = split.shards[part.shard]
@@ -158,12 +161,14 @@ class _EpochStream:
                         if count + len(run) <= part.start:  # wholly before the range: not even picked
                             count += len(run)
                             continue
-                        for _key, fields in run:
+                        for sample_key, fields in run:
                             count += 1
                             if count > part.start:
                                 sample = _pick(fields, split.num_classes)
                                 if sample is None:
                                     stats.undecodable += 1
+                                elif keyed:
+                                    yield sample[0], sample[1], (sample[2], sample_key)
                                 else:
                                     yield sample
                             if count == part.stop and not whole:
@@ -199,9 +204,10 @@ class _EpochStream:
         yield from buffer
 
     def _decoded(
-        self, samples: Iterator[tuple[bytes, str, int]], rng: random.Random, stats: _Stats, skip: list[int]
-    ) -> Iterator[tuple[Prepared | None, int]]:
-        """Decoded samples; the first ``skip[0]`` are only drawn for (``skip_image``) and come out as None."""
+        self, samples: Iterator[tuple[bytes, str, Any]], rng: random.Random, stats: _Stats, skip: list[int]
+    ) -> Iterator[tuple[Prepared | None, Any]]:
+        """Decoded samples with their labels (as ``_raw_samples`` gives them); the first ``skip[0]`` are only
+        drawn for (``skip_image``) and come out as None."""
         augment = self.split.augment
         for data, ext, label in samples:
             try:
@@ -224,8 +230,11 @@ class _EpochStream:
                 raise ValueError("start_batch applies to the train split only")
             yield from self._val(plan)
 
-    def _batch(self, pending: list[Prepared], labels: list[int], stats: _Stats) -> dict[str, Any]:
-        """A full batch: ``pending`` rendered into its first slots, the rest zero padding (mask False)."""
+    def _batch(
+        self, pending: list[Prepared], labels: list[int], stats: _Stats, keys: list[str] | None = None
+    ) -> dict[str, Any]:
+        """A full batch: ``pending`` rendered into its first slots, the rest zero padding (mask False);
+        with ``keys`` (evaluation), ``key``: the samples' keys, "" for padding."""
         import torch
 
         size, batch = self.split.config.input_size, self.split.config.batch_size
@@ -251,6 +260,8 @@ class _EpochStream:
         mask = np.zeros(batch, np.bool_)
         mask[: len(pending)] = True
         out.update(label=label_array, mask=mask, _stats=stats.take())
+        if keys is not None:
+            out["key"] = keys + [""] * (batch - len(keys))
         return out
 
     def _train(self, plan: WorkerPlan, skip_batches: int = 0) -> Iterator[dict[str, Any]]:
@@ -308,26 +319,33 @@ class _EpochStream:
         rng = _rng(cfg.seed, self.epoch, self.split.replica_index, plan.worker)
         pending: list[Prepared] = []
         labels: list[int] = []
+        keys: list[str] | None = [] if cfg.sample_keys else None  # evaluation's per-sample scores
         emitted = 0
         capacity = plan.num_batches * cfg.batch_size
         whole_shards = plan.read_ranges([int(shard["num_samples"]) for shard in self.split.shards])
-        for prepared, label in self._decoded(self._raw_samples(whole_shards, stats), rng, stats, [0]):
+        raw = self._raw_samples(whole_shards, stats, keyed=keys is not None)
+        for prepared, label in self._decoded(raw, rng, stats, [0]):
             assert prepared is not None  # nothing is skipped on the val split
             if emitted * cfg.batch_size + len(pending) >= capacity:
                 stats.problems.append("more val samples than the manifest lists: extra samples ignored")
                 break
             pending.append(prepared)
+            if keys is not None:
+                label, key = label
+                keys.append(key)
             labels.append(label)
             stats.samples += 1
             if len(pending) == cfg.batch_size:
-                yield self._batch(pending, labels, stats)
+                yield self._batch(pending, labels, stats, keys)
                 emitted += 1
                 pending, labels = [], []
+                keys = [] if keys is not None else None
         while emitted < plan.num_batches:
             stats.padded += cfg.batch_size - len(pending)
-            yield self._batch(pending, labels, stats)
+            yield self._batch(pending, labels, stats, keys)
             emitted += 1
             pending, labels = [], []
+            keys = [] if keys is not None else None
 
 
 def _round_robin(counts: list[int]) -> list[int]:

@@ -99,6 +99,7 @@ def promote(
     floor: QualityFloor | None = None,
     max_attempts: int = 20,
     vertex: Any = None,
+    max_p_value: float | None = None,
 ) -> dict[str, Any]:
     """Decide and, if the candidate wins, publish it as the champion atomically. Returns the outcome.
 
@@ -107,7 +108,8 @@ def promote(
     alias there and the evaluation in ``metrics_uri`` as a model evaluation (``outcome["vertex"]``). A
     candidate that is not promoted is not uploaded (``outcome["vertex"]`` is None): it has no immutable
     version an endpoint could be pinned to. ``floor``: what the candidate must reach to be promoted at all,
-    the first model of a registry included.
+    the first model of a registry included. ``max_p_value``: a gain over the champion must be this unlikely
+    by chance (McNemar's exact test on the samples both were scored on; None: not required).
     """
     if vertex is not None and not storage.is_gcs(registry):  # refused before anything is promoted
         raise RegistryError(
@@ -122,6 +124,7 @@ def promote(
         max_class_drop=max_class_drop,
         floor=floor,
         max_attempts=max_attempts,
+        max_p_value=max_p_value,
     )
     if vertex is not None:
         outcome["vertex"] = None
@@ -201,6 +204,7 @@ def _promote(
     max_class_drop: float | None,
     floor: QualityFloor | None,
     max_attempts: int,
+    max_p_value: float | None = None,
 ) -> dict[str, Any]:
     if metric not in METRICS:
         raise RegistryError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
@@ -231,7 +235,13 @@ def _promote(
             )
             return {**outcome, **context}
         decision = decide_for_metrics(
-            metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, floor=floor
+            metrics,
+            current,
+            metric=metric,
+            min_delta=min_delta,
+            max_class_drop=max_class_drop,
+            floor=floor,
+            max_p_value=max_p_value,
         )
         if not decision.promote:
             outcome = {
@@ -261,7 +271,17 @@ def _promote(
             "model_sha256": sha,
             "dataset_digest": digest,
             "metrics": {
-                k: candidate[k] for k in ("top1", "top5", "loss", "per_class_accuracy", "num_samples")
+                k: candidate[k]
+                for k in (
+                    "top1",
+                    "top5",
+                    "loss",
+                    "macro_f1",
+                    "balanced_accuracy",
+                    "per_class_accuracy",
+                    "num_samples",
+                )
+                if k in candidate  # macro_f1, balanced_accuracy: evaluations before them have none
             },
             "previous_version": current["version"] if current else None,
             "promoted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -295,6 +315,7 @@ def preview_decision(
     min_delta: float = 0.0,
     max_class_drop: float | None = None,
     floor: QualityFloor | None = None,
+    max_p_value: float | None = None,
 ) -> Decision:
     """The decision `promote` would take now for a metrics.json document (the DAG's branch condition;
     `promote` decides again under compare-and-swap)."""
@@ -303,5 +324,11 @@ def preview_decision(
     if current is not None and sha and current.get("model_sha256") == sha:
         return Decision(False, ALREADY_CHAMPION)
     return decide_for_metrics(
-        metrics, current, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, floor=floor
+        metrics,
+        current,
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
+        floor=floor,
+        max_p_value=max_p_value,
     )

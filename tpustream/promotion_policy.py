@@ -14,6 +14,7 @@ from typing import Any
 
 from tpustream.artifacts import EvalReport
 from tpustream.errors import TpustreamError
+from tpustream.paired_test import PairedTest
 
 __all__ = [
     "METRICS",
@@ -26,7 +27,11 @@ __all__ = [
     "is_finite_number",
 ]
 
-METRICS = {"top1": True, "top5": True, "loss": False}  # name -> higher is better
+# name -> higher is better. macro_f1 and balanced_accuracy (the mean F1 and the mean recall over the classes
+# with val samples: tpustream/classification_metrics.py) weigh every class alike: for imbalanced classes.
+METRICS = {"top1": True, "top5": True, "loss": False, "macro_f1": True, "balanced_accuracy": True}
+# every evaluation has these; a diverged model has a non-finite one
+_ALWAYS = ("top1", "top5", "loss")
 
 
 class RegistryError(TpustreamError, ValueError):
@@ -44,7 +49,7 @@ class QualityFloor:
     """What a candidate must reach to be promoted at all, with or without a champion (TFMA's absolute
     ``GenericValueThreshold``): without a floor, the first model of a registry is promoted whatever it scores.
 
-    ``min_metric``: the promotion metric's floor (top1/top5: at least this; loss: at most this).
+    ``min_metric``: the promotion metric's floor (loss: at most this; any other: at least this).
     ``min_class_recall``: every class with val samples must have at least this recall (its per-class
     accuracy: the share of its samples classified as it). None: no floor.
     """
@@ -121,10 +126,16 @@ def decide(
     min_delta: float = 0.0,
     max_class_drop: float | None = None,
     floor: QualityFloor | None = None,
+    max_p_value: float | None = None,
 ) -> Decision:
     """Promote when the candidate reaches the quality ``floor`` (if any) and there is no champion, or it beats
     the champion on ``metric`` by more than zero and at least ``min_delta`` on the same dataset digest, with
     no class dropping more than ``max_class_drop``. Ties never promote. Pure: no storage, no clock.
+
+    When evaluate scored both on the same samples (``champion["paired"]``), the reason says how sure the
+    comparison is (McNemar's exact test on the samples one model gets right and the other wrong, and the
+    sample count); ``max_p_value`` (None: off) refuses a gain whose p-value is above it, or that has no
+    paired test to show it.
 
     Non-finite numbers (NaN, ±inf, or null as files store them) never decide a promotion: a candidate
     with a non-finite top1, top5 or loss is a diverged model and is refused, even into an empty registry;
@@ -133,9 +144,17 @@ def decide(
     """
     if metric not in METRICS:
         raise RegistryError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
+    if max_p_value is not None and not 0.0 < max_p_value <= 1.0:
+        raise RegistryError(f"--max-p-value {max_p_value}: a probability in (0, 1], e.g. 0.05")
+    if metric not in candidate:
+        return Decision(
+            False,
+            f"the candidate's evaluation has no {metric} (its metrics.json was written before evaluate measured "
+            f"it): re-run tpustream evaluate, or decide on --metric top1",
+        )
     broken = [
         f"{name} {_shown(candidate.get(name))}"
-        for name in METRICS
+        for name in dict.fromkeys((*_ALWAYS, metric))
         if not is_finite_number(candidate.get(name))
     ]
     if broken:
@@ -168,11 +187,13 @@ def decide(
         )
     higher_better = METRICS[metric]
     gain = candidate[metric] - champion[metric] if higher_better else champion[metric] - candidate[metric]
+    paired = PairedTest.from_json(champion["paired"]) if isinstance(champion.get("paired"), dict) else None
+    sureness = f" ({paired.described()})" if paired else ""
     if gain <= 0 or gain < min_delta:
         return Decision(
             False,
             f"candidate {metric} {candidate[metric]:.4f} vs champion {champion[metric]:.4f}: "
-            f"improvement {gain:+.4f} is not above 0 and at least --min-delta {min_delta}",
+            f"improvement {gain:+.4f} is not above 0 and at least --min-delta {min_delta}{sureness}",
         )
     if max_class_drop is not None:
         drops = [
@@ -188,10 +209,21 @@ def decide(
                 False,
                 f"class {worst[0]} accuracy drops by {worst[1]:.4f}, more than --max-class-drop {max_class_drop}",
             )
-    return Decision(
-        True,
-        f"candidate {metric} {candidate[metric]:.4f} beats champion {champion[metric]:.4f} by {gain:+.4f}",
-    )
+    beats = f"candidate {metric} {candidate[metric]:.4f} beats champion {champion[metric]:.4f} by {gain:+.4f}"
+    if max_p_value is not None:
+        if paired is None:
+            return Decision(
+                False,
+                f"{beats}, but --max-p-value {max_p_value} needs both scored on the same samples and the "
+                "champion was not (evaluate with --registry scores it): keeping the champion",
+            )
+        if paired.p_value > max_p_value:
+            return Decision(
+                False,
+                f"{beats}, but that could be chance: {paired.described()} is above --max-p-value {max_p_value}; "
+                "evaluate on more samples, or keep the champion",
+            )
+    return Decision(True, beats + sureness)
 
 
 def decide_for_metrics(
@@ -202,6 +234,7 @@ def decide_for_metrics(
     min_delta: float,
     max_class_drop: float | None = None,
     floor: QualityFloor | None = None,
+    max_p_value: float | None = None,
 ) -> Decision:
     """What `promote` decides for a metrics.json document against the current champion pointer (None:
     no champion), once the candidate is known not to be the champion already."""
@@ -218,6 +251,7 @@ def decide_for_metrics(
         min_delta=min_delta,
         max_class_drop=max_class_drop,
         floor=floor,
+        max_p_value=max_p_value,
     )
 
 

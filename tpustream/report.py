@@ -23,12 +23,14 @@ from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
 from tpustream.errors import TpustreamError
 from tpustream.evaluate import load_model_card
 from tpustream.history import champion_history
-from tpustream.manifest import load_manifest
+from tpustream.manifest import Manifest, load_manifest
 from tpustream.promote import ALREADY_CHAMPION, preview_decision, read_champion
 from tpustream.promotion_policy import Decision, QualityFloor, RegistryError
 from tpustream.report_facts import ReportFacts, _class_rows, _verdict
 from tpustream.report_html import render_html
 from tpustream.report_markdown import render_markdown
+from tpustream.report_mistakes import Mistake, pick_mistakes, thumbnails
+from tpustream.scores import ScoresError, read_scores
 
 if TYPE_CHECKING:
     from tpustream.datacheck import DataCheckReport
@@ -103,6 +105,7 @@ def build_report_facts(
             outcome = _champion_outcome(read_champion(registry) or {}, metrics, history or [])
     if outcome is not None:
         decision = Decision(bool(outcome.get("promoted")), str(outcome.get("reason", "")))
+    mistakes, pictures = _mistakes(metrics_uri, metrics, dataset_uri, manifest)
     return ReportFacts(
         model_card=card,
         metrics=metrics,
@@ -114,7 +117,37 @@ def build_report_facts(
         manifest=manifest,
         data_check_markdown=_data_check_text(data_check),
         history=history,
+        mistakes=mistakes,
+        thumbnails=pictures,
     )
+
+
+def _mistakes(
+    metrics_uri: str, metrics: EvalReport, dataset_uri: str, manifest: Manifest
+) -> tuple[list[Mistake] | None, dict[str, str]]:
+    """The candidate's most confident mistakes, from the per-sample scores evaluate wrote beside metrics.json,
+    and their thumbnails; (None, {}) when it wrote none (an evaluation before them) or they cannot be read."""
+    name = metrics.candidate.get("scores")
+    if not isinstance(name, str) or not name:
+        return None, {}
+    uri = storage.join(json_file_uri(metrics_uri, EvalReport.NAME).rsplit("/", 1)[0], name)
+    try:
+        wrong = [
+            Mistake(
+                key=row.key,
+                source=row.source,
+                true_class=row.true_class,
+                predicted_class=metrics.classes[row.top_classes[0]],
+                confidence=row.probabilities[0],
+            )
+            for row in read_scores(uri)
+            if row.top_classes[0] != row.label
+        ]
+    except (ScoresError, IndexError) as exc:
+        log.warning("report: no mistakes section (%s)", exc)
+        return None, {}
+    picked = pick_mistakes(wrong)
+    return picked, thumbnails(dataset_uri, manifest, "val", [mistake.key for mistake in picked])
 
 
 def _champion_outcome(

@@ -162,6 +162,7 @@ class _Verdict:
     sentence: str
 
 
+_BALANCED = (("macro_f1", "macro-F1"), ("balanced_accuracy", "balanced accuracy"))  # metrics' rows
 _CLASS_DROP = re.compile(r"^class (\d+) accuracy drops by")  # promotion_policy.decide's per-class refusal
 
 
@@ -221,14 +222,17 @@ def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:
     rows = []
     top5 = shows_top5(len(facts.metrics.classes)) or facts.metric == "top5"  # decided on it: still shown
     shown = [("top1", "top-1"), *([("top5", "top-5")] if top5 else []), ("loss", "loss")]
+    # per-sample scores' class-balanced metrics (evaluations before them have none)
+    shown += [(name, label) for name, label in _BALANCED if name in candidate or name == facts.metric]
     for name, label in shown:
-        show: Callable[[Any], str] = _decimal if name == "loss" else lambda v: _percent(v, 2)
+        as_decimal = name in ("loss", "macro_f1")  # an F1 is a score, not a share of samples
+        show: Callable[[Any], str] = _decimal if as_decimal else lambda v: _percent(v, 2)
         mine: Any = candidate.get(name)
         theirs: Any = (champion or {}).get(name)
         change, tone = "", ""
         if is_finite_number(mine) and is_finite_number(theirs):
             delta = mine - theirs
-            change = f"{delta:+.4f}" if name == "loss" else f"{100 * delta:+.2f} points"
+            change = f"{delta:+.4f}" if as_decimal else f"{100 * delta:+.2f} points"
             if delta:
                 tone = "better" if (delta > 0) == METRICS[name] else "worse"
         decides = " (decides)" if name == facts.metric else ""

@@ -432,6 +432,12 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# The confusion matrix is sent once, and for at most this many classes: a full matrix of 1,000 classes is a
+# million cells (megabytes of JSON, past common request-size limits); the classes with the most errors are
+# the rows a person reads first.
+CONFUSION_MAX_CLASSES = 100
+
+
 def classification_evaluation(document: dict[str, Any], metrics_uri: str = "") -> dict[str, Any]:
     """A ``ModelEvaluation`` (snake-case fields, as the v1 client takes it) of the candidate in a
     ``tpustream evaluate`` metrics.json, its ``metrics`` in Vertex's classification schema.
@@ -439,56 +445,98 @@ def classification_evaluation(document: dict[str, Any], metrics_uri: str = "") -
     The fields are the schema's (aiplatform v1 REST "SchemaModelevaluationMetricsClassificationEvaluationMetrics";
     the same names in GCPC's ``google.ClassificationMetrics`` artifact schema, types/artifact_types.py):
     ``confusionMatrix`` {``annotationSpecs`` [{id, displayName}], ``rows``: rows[i][j] = val samples of class i
-    predicted as j, which is evaluate's matrix}, ``logLoss`` (evaluate's mean cross-entropy) and
-    ``confidenceMetrics`` at threshold 0, the one threshold these counts determine exactly: every class is
-    returned (recall 1, precision 1/K), at most one (``*At1``: top-1) or, with ``maxPredictions`` 5, five
-    (recall top-5, precision top-5/5). ``auPrc``/``auRoc`` need per-sample scores across thresholds, which
-    evaluate does not keep: they are left out rather than made up. Annotation spec ids are the model's class
-    indices (a custom model has no dataset annotation specs)."""
+    predicted as j, which is evaluate's matrix}, sent once, capped at ``CONFUSION_MAX_CLASSES`` classes (those
+    with the most errors; the metadata says so); ``logLoss`` (evaluate's mean cross-entropy); ``auPrc`` and
+    ``auRoc`` (micro, one-vs-rest over the per-sample scores); ``confidenceMetrics``: one point per confidence
+    threshold of evaluate's table (``recall``/``precision``: every class at or above the threshold counts as
+    predicted; ``*At1``: the top-1 prediction only, when it reaches the threshold), and with more than five
+    classes a ``maxPredictions`` 5 point at threshold 0 (top-5). An evaluation written before the per-sample
+    scores has only the threshold-0 point these counts determine exactly. Annotation spec ids are the model's
+    class indices (a custom model has no dataset annotation specs)."""
     candidate = document["candidate"]
     classes = [str(name) for name in document["classes"]]
     count = len(classes)
     matrix = [[int(cell) for cell in row] for row in candidate["confusion_matrix"]]
+    shown = _confusion_classes(matrix, CONFUSION_MAX_CLASSES)
     confusion = {
-        "annotationSpecs": [{"id": str(index), "displayName": name} for index, name in enumerate(classes)],
-        "rows": matrix,
+        "annotationSpecs": [{"id": str(index), "displayName": classes[index]} for index in shown],
+        "rows": [[matrix[i][j] for j in shown] for i in shown],
     }
     top1, top5 = candidate["top1"], candidate["top5"]
-    at_zero: dict[str, Any] = {
-        "confidenceThreshold": 0.0,
-        "recall": 1.0,
-        "precision": 1.0 / count,
-        "f1Score": 2.0 / (count + 1),
-        "recallAt1": top1,
-        "precisionAt1": top1,  # one label per sample and one prediction: precision@1 = recall@1 = top-1
-        "f1ScoreAt1": top1,
-        "confusionMatrix": confusion,
-    }
-    confidence = [at_zero]
+    thresholds = candidate.get("thresholds")
+    if thresholds:
+        confidence = [_confidence_point(row) for row in thresholds]
+    else:  # an evaluation before per-sample scores: the one point its counts determine
+        confidence = [
+            {
+                "confidenceThreshold": 0.0,
+                "recall": 1.0,
+                "precision": 1.0 / count,
+                "f1Score": 2.0 / (count + 1),
+                "recallAt1": top1,
+                "precisionAt1": top1,  # one label per sample, one prediction: precision@1 = recall@1 = top-1
+                "f1ScoreAt1": top1,
+            }
+        ]
     if count > 5 and _finite(top5):
         confidence.append(
             {"confidenceThreshold": 0.0, "maxPredictions": 5, "recall": top5, "precision": top5 / 5}
         )
     metrics: dict[str, Any] = {"confusionMatrix": confusion, "confidenceMetrics": confidence}
-    if _finite(candidate.get("loss")):
-        metrics["logLoss"] = candidate["loss"]
+    for field_name, key in (("logLoss", "loss"), ("auPrc", "auprc"), ("auRoc", "auroc")):
+        if _finite(candidate.get(key)):
+            metrics[field_name] = candidate[key]
     dataset = document["dataset"]
+    metadata = {
+        # the keys GCPC's importer writes (evaluation_dataset_type/_path), plus where the numbers come from
+        "evaluation_dataset_type": "tpustream-shards",
+        "evaluation_dataset_path": [dataset["uri"]],
+        "dataset_manifest_digest": dataset["manifest_digest"],
+        "model_sha256": candidate["model_sha256"],
+        "num_samples": candidate["num_samples"],
+        "top1": top1,
+        "top5": top5,
+        "tpustream_metrics": metrics_uri,
+    }
+    for key in ("macro_f1", "balanced_accuracy"):
+        if _finite(candidate.get(key)):
+            metadata[key] = candidate[key]
+    if len(shown) < count:
+        metadata["confusion_matrix_classes"] = (
+            f"{len(shown)} of {count} classes: those with the most errors (false negatives + false positives); "
+            f"the full matrix is in {metrics_uri or 'metrics.json'}"
+        )
     return {
         "display_name": _evaluation_name(document),
         "metrics_schema_uri": EVALUATION_SCHEMA,
         "metrics": metrics,
-        # the keys GCPC's importer writes (evaluation_dataset_type/_path), plus where the numbers come from
-        "metadata": {
-            "evaluation_dataset_type": "tpustream-shards",
-            "evaluation_dataset_path": [dataset["uri"]],
-            "dataset_manifest_digest": dataset["manifest_digest"],
-            "model_sha256": candidate["model_sha256"],
-            "num_samples": candidate["num_samples"],
-            "top1": top1,
-            "top5": top5,
-            "tpustream_metrics": metrics_uri,
-        },
+        "metadata": metadata,
     }
+
+
+def _confidence_point(row: dict[str, Any]) -> dict[str, Any]:
+    """One row of evaluate's threshold table as a ``ConfidenceMetrics`` point."""
+    precision, recall = row["micro_precision"], row["micro_recall"]
+    return {
+        "confidenceThreshold": row["threshold"],
+        "recall": recall,
+        "precision": precision,
+        "f1Score": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+        "recallAt1": row["recall"],
+        "precisionAt1": row["precision"],
+        "f1ScoreAt1": row["f1"],
+    }
+
+
+def _confusion_classes(matrix: list[list[int]], limit: int) -> list[int]:
+    """The class indices the sent matrix keeps: all up to ``limit``, else the ``limit`` with the most errors
+    (its samples predicted as another class, plus other classes' samples predicted as it), in class order."""
+    count = len(matrix)
+    if count <= limit:
+        return list(range(count))
+    errors = [sum(matrix[i]) + sum(row[i] for row in matrix) - 2 * matrix[i][i] for i in range(count)]
+    ranked = sorted(range(count), key=lambda i: (-errors[i], i))
+    return sorted(ranked[:limit])
 
 
 def _evaluation_name(document: dict[str, Any]) -> str:

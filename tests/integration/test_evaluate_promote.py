@@ -302,7 +302,12 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
             assert metrics["logLoss"] == pytest.approx(measured["candidate"]["loss"])
             at1 = metrics["confidenceMetrics"][0]
             assert at1["recallAt1"] == at1["precisionAt1"] == pytest.approx(measured["candidate"]["top1"])
-            assert metrics["confidenceMetrics"][1]["recall"] == pytest.approx(measured["candidate"]["top5"])
+            top5 = metrics["confidenceMetrics"][-1]  # after the threshold curve (one point per threshold)
+            assert top5["maxPredictions"] == 5 and top5["recall"] == pytest.approx(
+                measured["candidate"]["top5"]
+            )
+            assert metrics["auPrc"] == measured["candidate"]["auprc"]
+            assert len(metrics["confidenceMetrics"]) == len(measured["candidate"]["thresholds"]) + 1
             assert evaluation["metadata"]["evaluation_dataset_path"] == [measured["dataset"]["uri"]]
         assert outcomes[1]["vertex"]["evaluation"] == recorder.evaluations["4200@2"][0]["name"]
         assert recorder.rejected == []

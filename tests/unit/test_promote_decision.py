@@ -90,6 +90,24 @@ def test_different_datasets_are_never_compared():
     assert not decision.promote and "same shards" in decision.reason
 
 
+def test_macro_f1_and_balanced_accuracy_decide_when_asked():
+    """The class-balanced metrics of the per-sample scores: a candidate better on top-1 but worse on a rare
+    class loses on macro-F1; an evaluation written before them cannot be decided on them."""
+    candidate = {**m(0.92), "macro_f1": 0.70, "balanced_accuracy": 0.72}
+    champion = {**m(0.90), "macro_f1": 0.80, "balanced_accuracy": 0.81}
+    same = {"candidate_digest": "d1", "champion_digest": "d1"}
+    assert decide(candidate, champion, **same).promote  # top1
+    for metric in ("macro_f1", "balanced_accuracy"):
+        refused = decide(candidate, champion, metric=metric, **same)
+        assert not refused.promote and f"candidate {metric} 0.7" in refused.reason
+        assert decide(champion, candidate, metric=metric, **same).promote
+    floor = QualityFloor(min_metric=0.75)
+    assert "below the quality floor" in decide(candidate, None, metric="macro_f1", floor=floor, **same).reason
+    old = decide(m(0.95), champion, metric="macro_f1", **same)
+    assert not old.promote and "has no macro_f1" in old.reason and "re-run tpustream evaluate" in old.reason
+    assert decide(m(0.95), champion, **same).promote  # the old evaluation still decides on top1
+
+
 def test_unknown_metric():
     with pytest.raises(RegistryError, match="unknown metric 'f1'"):
         decide(m(0.9), None, candidate_digest="d", champion_digest=None, metric="f1")

@@ -863,3 +863,16 @@ def test_precision_recall_and_thresholds_are_shown_when_evaluate_measured_them()
     assert (
         '<section id="precision-recall">' not in render_report(facts)[0]
     )  # no per-sample scores: no section
+
+
+def test_a_decision_on_macro_f1_shows_it_beside_top1_as_a_score():
+    """The decision table gains macro-F1 and balanced accuracy when evaluate measured them; an F1 is a score
+    (0.7000), balanced accuracy a share of samples (a percentage)."""
+    facts = sample_facts()
+    candidate = {**facts.metrics.candidate, "macro_f1": 0.7, "balanced_accuracy": 0.75}
+    champion = {**facts.metrics.champion, "macro_f1": 0.65, "balanced_accuracy": 0.7}
+    metrics = replace(facts.metrics, candidate=candidate, champion=champion)
+    _, summary = render_report(replace(facts, metrics=metrics, metric="macro_f1"))
+    assert re.search(r"macro-F1 \(decides\) \| 0\.7000 \| 0\.6500 \| \+0\.0500", summary), summary
+    assert re.search(r"balanced accuracy \| 75\.00% \| 70\.00% \| \+5\.00 points", summary)
+    assert "macro-F1" not in render_report(facts)[1]  # an evaluation before them: no rows
