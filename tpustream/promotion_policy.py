@@ -238,6 +238,11 @@ def decide_for_metrics(
 ) -> Decision:
     """What `promote` decides for a metrics.json document against the current champion pointer (None:
     no champion), once the candidate is known not to be the champion already."""
+    if metric == "top5" and len(metrics.classes) <= 5:
+        raise RegistryError(
+            f"--metric top5 with {len(metrics.classes)} classes: every top 5 holds the label, so top-5 is 100% "
+            "for any model and cannot tell a better one; decide on top1, macro_f1 or balanced_accuracy"
+        )
     refusal = _incomplete(metrics) or _not_comparable(metrics, current)
     if refusal is not None:
         return refusal

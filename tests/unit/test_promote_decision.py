@@ -196,3 +196,22 @@ def test_a_quality_floor_refuses_impossible_values():
         QualityFloor(min_metric=float("nan"))
     assert QualityFloor.from_pipeline(-1.0, -1.0) == QualityFloor()
     assert QualityFloor.from_pipeline(0.9, 0.0) == QualityFloor(min_metric=0.9, min_class_recall=0.0)
+
+
+def test_top5_cannot_decide_between_models_of_five_classes_or_fewer():
+    from tpustream.artifacts import EvalReport
+    from tpustream.promotion_policy import RegistryError, decide_for_metrics
+
+    def report(classes):
+        candidate = {"top1": 0.8, "top5": 1.0, "loss": 0.5, "num_samples": 10, "complete": True}
+        return EvalReport.from_json({
+            "format": "tpustream.metrics/v1", "classes": classes, "candidate": candidate, "champion": None,
+            "champion_note": None, "created": "2026-11-28T00:00:00Z",
+            "dataset": {"uri": "gs://b/d", "manifest_digest": "ab" * 32, "val_samples": 10},
+        })  # fmt: skip
+
+    with pytest.raises(RegistryError, match="top-5 is 100% for any model") as error:
+        decide_for_metrics(report(list("abcde")), None, metric="top5", min_delta=0.0)
+    assert "\n" not in str(error.value) and "5 classes" in str(error.value)
+    assert decide_for_metrics(report(list("abcdef")), None, metric="top5", min_delta=0.0).promote
+    assert decide_for_metrics(report(list("abcde")), None, metric="top1", min_delta=0.0).promote
