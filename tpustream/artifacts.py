@@ -356,7 +356,9 @@ class Manifest:
     reads as a default."""
 
     classes: list[str]
-    splits: dict[str, Split]  # "train", "val"; a split with no item is absent
+    splits: dict[
+        str, Split
+    ]  # "train", "val", "test"; a split with no item is absent (test in older datasets)
     created: str = ""
     source: str = ""
     source_description: str = ""
@@ -364,6 +366,7 @@ class Manifest:
     seed: int | None = None
     upsample: int = 1
     val_fraction: float | None = None  # None: the source's own split
+    test_fraction: float = 0.0  # carved for a source without its own test split; 0: none carved
     max_side: int | None = None  # None: images kept at their size
     max_pixels: int | None = None  # None: written before the pixel budget was recorded
     skipped: SkippedSummary = field(default_factory=SkippedSummary)
@@ -382,6 +385,7 @@ class Manifest:
         "seed",
         "upsample",
         "val_fraction",
+        "test_fraction",
         "max_side",
         "max_pixels",
         "splits",
@@ -410,6 +414,7 @@ class Manifest:
                 seed=_optional_int(document.get("seed")),
                 upsample=int(document.get("upsample") or 1),
                 val_fraction=_optional_number(document.get("val_fraction")),
+                test_fraction=_optional_number(document.get("test_fraction")) or 0.0,
                 max_side=_optional_int(document.get("max_side")),
                 max_pixels=_optional_int(document.get("max_pixels")),
                 skipped=SkippedSummary.from_json(document.get("skipped"), f"{where}: 'skipped'"),
@@ -432,6 +437,7 @@ class Manifest:
             "seed": self.seed,
             "upsample": self.upsample,
             "val_fraction": self.val_fraction,
+            "test_fraction": self.test_fraction,
             "max_side": self.max_side,
             "max_pixels": self.max_pixels,
             "splits": {name: split.to_json() for name, split in self.splits.items()},
