@@ -183,6 +183,7 @@ def _decision_record(
         champion, champion_digest = None, None
     return {
         "metric": metric,
+        "split": metrics.split,  # the split both values were measured on: test when the dataset has one
         "value": metrics.candidate.get(metric),
         "champion_value": champion.get(metric) if champion and champion_digest == digest else None,
         "dataset_digest": digest,
@@ -262,7 +263,8 @@ def _promote(
             "dataset_digest": digest,
             "metrics": {
                 k: candidate[k] for k in ("top1", "top5", "loss", "per_class_accuracy", "num_samples")
-            },
+            }
+            | {"split": metrics.split},
             "previous_version": current["version"] if current else None,
             "promoted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
