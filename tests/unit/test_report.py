@@ -798,3 +798,13 @@ def test_the_report_command_writes_the_page_and_the_summary_and_says_the_decisio
     assert bad.exit_code == 2 and "--metrics:" in bad.output and "tpustream.metrics/v9" in bad.output, (
         bad.output
     )
+
+
+def test_the_report_names_the_split_that_decides():
+    page, markdown = render_report(sample_facts())
+    assert "on the val split" in markdown and table_rows(markdown, "Policy: decide on")[-1][0] == "val samples"
+    on_test = replace(sample_facts().metrics, split="test")
+    page, markdown = render_report(sample_facts(metrics=on_test))
+    assert "Policy: decide on top1 (higher is better) on the test split" in markdown
+    assert table_rows(markdown, "Policy: decide on")[-1][0] == "test samples"
+    assert "the share of the true class&#x27;s test samples" in page  # the confusion matrix's note
