@@ -22,6 +22,7 @@ def check_source(
     dataset: Output[Dataset],
     min_train_shards: int = 8,
     run_outcome: str = "",
+    test_fraction: float = 0.0,
 ) -> str:
     """Returns "train" or "skip"; `dataset` points at the content-addressed dataset of this fingerprint.
     Never cached (the pipeline turns caching off): it is the step that reads the live source.
@@ -41,6 +42,7 @@ def check_source(
         max_side=max_side,
         strict=strict,
         min_train_shards=min_train_shards,
+        test_fraction=test_fraction,
     )
     settings = dict(model_name=model_name, epochs=epochs, batch_size=batch_size, lr=lr, bf16=bf16)
     result = check(

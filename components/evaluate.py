@@ -1,4 +1,5 @@
-"""Evaluate step: candidate and champion on the same val shards; decides whether to promote; the run report."""
+"""Evaluate step: candidate and champion on the same held-out shards (test when the dataset has a test split,
+else val); decides whether to promote; the run report."""
 
 from kfp.dsl import HTML, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
@@ -42,6 +43,10 @@ def evaluate_model(
     for key in ("macro_f1", "balanced_accuracy", "auprc", "auroc"):  # from the per-sample scores
         if candidate.get(key) is not None:
             metrics.log_metric(key, float(candidate[key]))
+    if result.val is not None:  # test decided: the candidate's val numbers, for reference
+        for key in ("top1", "loss"):
+            metrics.log_metric(f"val_{key}", float(result.val[key]))
+    evaluation.metadata["split"] = result.split
     confusion.log_confusion_matrix(result.classes, candidate["confusion_matrix"])
     decision = preview_decision(
         result,
@@ -52,7 +57,10 @@ def evaluate_model(
         floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
     )
     logging.getLogger("tpustream").info(
-        "decision: %s (%s)", "promote" if decision.promote else "keep", decision.reason
+        "decision on the %s split: %s (%s)",
+        result.split,
+        "promote" if decision.promote else "keep",
+        decision.reason,
     )
     evaluation.metadata["decision_reason"] = decision.reason
     try:  # the report decides nothing: if it cannot be written, the step goes on and says so

@@ -18,6 +18,7 @@ def plan_shards(
     shards_per_task: int,
     dataset: Input[Dataset],
     min_train_shards: int = 8,
+    test_fraction: float = 0.0,
 ) -> list:
     """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
     from tpustream.shards import config_from_pipeline, shard_ranges
@@ -32,6 +33,7 @@ def plan_shards(
         max_side=max_side,
         strict=strict,
         min_train_shards=min_train_shards,
+        test_fraction=test_fraction,
     )
     return shard_ranges(config, shards_per_task)
 
@@ -47,6 +49,7 @@ def write_shards(
     shard_range: list,
     dataset: Input[Dataset],
     min_train_shards: int = 8,
+    test_fraction: float = 0.0,
 ) -> int:
     """Write one range of the planned shards into the planned dataset location (resumable)."""
     from tpustream.shards import config_from_pipeline, write_shard_range
@@ -61,6 +64,7 @@ def write_shards(
         max_side=max_side,
         strict=strict,
         min_train_shards=min_train_shards,
+        test_fraction=test_fraction,
     )
     return write_shard_range(config, int(shard_range[0]), int(shard_range[1]))
 
@@ -77,6 +81,7 @@ def finalize_shards(
     planned: Input[Dataset],
     dataset: Output[Dataset],
     min_train_shards: int = 8,
+    test_fraction: float = 0.0,
 ) -> None:
     """Write manifest.json once every shard exists; the output artifact points at the dataset."""
     from tpustream.shards import config_from_pipeline, finalize_dataset
@@ -91,6 +96,7 @@ def finalize_shards(
         max_side=max_side,
         strict=strict,
         min_train_shards=min_train_shards,
+        test_fraction=test_fraction,
     )
     manifest = finalize_dataset(config)
     dataset.uri = planned.uri

@@ -350,6 +350,7 @@ def build_pipeline(
         datasets_root: str = "",
         num_shards: int = 0,  # train shards; 0 = auto: ~2,000 samples each, at least one per loader worker of the slice
         val_fraction: float = -1.0,
+        test_fraction: float = ShardConfig.test_fraction,  # held out from training and model selection; 0: none
         upsample: int = ShardConfig.upsample,
         seed: int = ShardConfig.seed,
         max_side: int = 0,  # downsize images whose longer side exceeds this at write time (0: keep sizes)
@@ -401,6 +402,7 @@ def build_pipeline(
             source=source,
             num_shards=num_shards,
             val_fraction=val_fraction,
+            test_fraction=test_fraction,
             upsample=upsample,
             seed=seed,
             max_side=max_side,

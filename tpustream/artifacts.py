@@ -356,7 +356,9 @@ class Manifest:
     reads as a default."""
 
     classes: list[str]
-    splits: dict[str, Split]  # "train", "val"; a split with no item is absent
+    splits: dict[
+        str, Split
+    ]  # "train", "val", "test"; a split with no item is absent (test in older datasets)
     created: str = ""
     source: str = ""
     source_description: str = ""
@@ -364,6 +366,7 @@ class Manifest:
     seed: int | None = None
     upsample: int = 1
     val_fraction: float | None = None  # None: the source's own split
+    test_fraction: float = 0.0  # carved for a source without its own test split; 0: none carved
     max_side: int | None = None  # None: images kept at their size
     max_pixels: int | None = None  # None: written before the pixel budget was recorded
     skipped: SkippedSummary = field(default_factory=SkippedSummary)
@@ -382,6 +385,7 @@ class Manifest:
         "seed",
         "upsample",
         "val_fraction",
+        "test_fraction",
         "max_side",
         "max_pixels",
         "splits",
@@ -410,6 +414,7 @@ class Manifest:
                 seed=_optional_int(document.get("seed")),
                 upsample=int(document.get("upsample") or 1),
                 val_fraction=_optional_number(document.get("val_fraction")),
+                test_fraction=_optional_number(document.get("test_fraction")) or 0.0,
                 max_side=_optional_int(document.get("max_side")),
                 max_pixels=_optional_int(document.get("max_pixels")),
                 skipped=SkippedSummary.from_json(document.get("skipped"), f"{where}: 'skipped'"),
@@ -432,6 +437,7 @@ class Manifest:
             "seed": self.seed,
             "upsample": self.upsample,
             "val_fraction": self.val_fraction,
+            "test_fraction": self.test_fraction,
             "max_side": self.max_side,
             "max_pixels": self.max_pixels,
             "splits": {name: split.to_json() for name, split in self.splits.items()},
@@ -493,29 +499,41 @@ _MODEL_FIX = "re-train, or re-export the model with this version (tpustream trai
 @dataclass(frozen=True, kw_only=True)
 class DatasetRef:
     """The dataset a model was trained or measured on: its URI and manifest digest (and, in metrics.json, how
-    many val samples its manifest lists)."""
+    many val and test samples its manifest lists)."""
 
     uri: str = ""
     manifest_digest: str = ""
     val_samples: int | None = None  # metrics.json only; None: not written
+    test_samples: int | None = None  # metrics.json only; None: the dataset has no test split (not written)
     absent: frozenset[str] = field(default=frozenset(), repr=False)  # keys its file lacked: not written back
 
-    _KEYS: ClassVar[tuple[str, ...]] = ("uri", "manifest_digest", "val_samples")
+    _KEYS: ClassVar[tuple[str, ...]] = ("uri", "manifest_digest", "val_samples", "test_samples")
 
     @classmethod
     def from_json(cls, document: Any, where: str) -> DatasetRef:
         document = _object(document or {}, where)
-        val_samples = document.get("val_samples")
+        val_samples, test_samples = document.get("val_samples"), document.get("test_samples")
         return cls(
             uri=str(document.get("uri") or ""),
             manifest_digest=str(document.get("manifest_digest") or ""),
             val_samples=None if val_samples is None else int(val_samples),
+            test_samples=None if test_samples is None else int(test_samples),
             absent=_absent(document, cls._KEYS),
         )
 
     def to_json(self) -> dict[str, Any]:
-        known = {"uri": self.uri, "manifest_digest": self.manifest_digest, "val_samples": self.val_samples}
-        return _written(known, self.absent | ({"val_samples"} if self.val_samples is None else set()), {})
+        known = {
+            "uri": self.uri,
+            "manifest_digest": self.manifest_digest,
+            "val_samples": self.val_samples,
+            "test_samples": self.test_samples,
+        }
+        unset = {key for key in ("val_samples", "test_samples") if known[key] is None}
+        return _written(known, self.absent | unset, {})
+
+    def samples(self, split: str) -> int | None:
+        """How many samples of ``split`` (val or test) the manifest lists; None: not recorded."""
+        return self.test_samples if split == "test" else self.val_samples
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -669,12 +687,17 @@ _METRICS_FIX = "re-run tpustream evaluate"
 @dataclass(frozen=True, kw_only=True)
 class EvalReport:
     """evaluate's ``metrics.json`` (docs/ARCHITECTURE.md, "Evaluation"): the candidate's and the champion's
-    numbers on one dataset's val split. ``candidate`` and ``champion`` are ``evaluate.evaluate_model``'s
-    results (top1, top5, loss, per_class_accuracy, confusion_matrix, model_sha256, ...)."""
+    numbers on one dataset's decision split (``split``: test when the dataset has one, else val; files written
+    before the test split lack it and read as val). ``candidate`` and ``champion`` are
+    ``evaluate.evaluate_model``'s results (top1, top5, loss, per_class_accuracy, confusion_matrix,
+    model_sha256, ...); ``val``, when test decides, is the candidate's on val (for reference: val chose its
+    best epoch)."""
 
     dataset: DatasetRef
     classes: list[str]
     candidate: dict[str, Any]
+    split: str = "val"  # what candidate and champion were measured on, and promotion decides on
+    val: dict[str, Any] | None = None  # the candidate on val when split is test; None otherwise (not written)
     champion: dict[str, Any] | None = None  # None: no champion, or it could not be measured (champion_note)
     champion_note: str | None = None
     created: str = ""
@@ -687,7 +710,9 @@ class EvalReport:
         "format",
         "dataset",
         "classes",
+        "split",
         "candidate",
+        "val",
         "champion",
         "champion_note",
         "created",
@@ -699,16 +724,22 @@ class EvalReport:
             document = _object(document, where)
             _check_format(document, METRICS_FORMAT, where, "tpustream metrics.json", required=False)
             champion, note = document.get("champion"), document.get("champion_note")
-            if champion is not None and not isinstance(champion, Mapping):
-                raise ArtifactError(
-                    f"{where}: 'champion' is {type(champion).__name__}, expected an object or null"
-                )
+            for key, value in (("champion", champion), ("val", document.get("val"))):
+                if value is not None and not isinstance(value, Mapping):
+                    raise ArtifactError(
+                        f"{where}: {key!r} is {type(value).__name__}, expected an object or null"
+                    )
+            split = str(document.get("split") or "val")
+            if split not in ("val", "test"):
+                raise ArtifactError(f"{where}: 'split' is {split!r}, expected 'val' or 'test'")
             return cls(
                 dataset=DatasetRef.from_json(
                     _require(document, "dataset", Mapping, where), f"{where}: 'dataset'"
                 ),
                 classes=[str(name) for name in _require(document, "classes", list, where)],
                 candidate=dict(_require(document, "candidate", Mapping, where)),
+                split=split,
+                val=None if document.get("val") is None else dict(document["val"]),
                 champion=None if champion is None else dict(champion),
                 champion_note=None if note is None else str(note),
                 created=str(document.get("created") or ""),
@@ -722,12 +753,14 @@ class EvalReport:
             "format": METRICS_FORMAT,
             "dataset": self.dataset.to_json(),
             "classes": list(self.classes),
+            "split": self.split,
             "candidate": self.candidate,
+            "val": self.val,
             "champion": self.champion,
             "champion_note": self.champion_note,
             "created": self.created,
         }
-        return _written(known, self.absent, self.extra)
+        return _written(known, self.absent | ({"val"} if self.val is None else set()), self.extra)
 
     @classmethod
     def read(cls, uri: str) -> EvalReport:

@@ -301,14 +301,18 @@ def weights_fetch(
 @app.command("evaluate")
 def evaluate_cmd(
     model: Annotated[str, typer.Option(help="Model artifact URI (model.pt + model.json).")],
-    data: Annotated[str, typer.Option(help="Dataset URI; its val split is evaluated.")],
+    data: Annotated[
+        str,
+        typer.Option(help="Dataset URI; its test split is evaluated (and val), or val when it has no test."),
+    ],
     output: Annotated[str, typer.Option(help="Where metrics.json is written.")],
     registry: Annotated[
         str | None, typer.Option(help="Also evaluate this registry's champion on the same shards.")
     ] = None,
     workers: Annotated[int, typer.Option(help="Loader worker processes.")] = 2,
 ) -> None:
-    """Top-1/top-5/loss, per-class accuracy and confusion matrix on the val split (XLA if PJRT_DEVICE is set)."""
+    """Top-1/top-5/loss, per-class accuracy and confusion matrix on the test split, or val without one (XLA if
+    PJRT_DEVICE is set)."""
     from tpustream import evaluate
     from tpustream.report_facts import shows_top5
 
@@ -320,10 +324,15 @@ def evaluate_cmd(
             macro_f1 = f" macro-F1 {entry['macro_f1']:.4f}" if entry.get("macro_f1") is not None else ""
             typer.echo(
                 f"{role}{version}: top-1 {entry['top1']:.4f}{top5}{macro_f1} loss {entry['loss']:.4f} "
-                f"on {entry['num_samples']} val samples"
+                f"on {entry['num_samples']} {result.split} samples"
             )
             if entry.get("scores"):
                 typer.echo(f"{role} per-sample scores: {output.rstrip('/')}/{entry['scores']}")
+    if result.val is not None:
+        typer.echo(
+            f"candidate on val (chose its best epoch; test decides): top-1 {result.val['top1']:.4f} "
+            f"loss {result.val['loss']:.4f} on {result.val['num_samples']} val samples"
+        )
     typer.echo(f"metrics: {output.rstrip('/')}/metrics.json")
 
 

@@ -6,7 +6,8 @@ counts, skipped images, image statistics) and its sample index (one content sha2
 
 - exact duplicates within a split: the same bytes under different source names (the upsampled copies of one
   source image are not duplicates);
-- train/val leakage: an image in both splits, which val then measures on data the model trained on;
+- leakage: an image in both train and val, which val then measures on data the model trained on, or in test
+  and train or val, which the held-out test score then measures on data training or model selection saw;
 - a class with no train or no val samples, a split with none at all;
 - the skipped rate: images that could not be read or decoded and rows the source rejected, per source item;
 - against a baseline dataset (the current champion's training data): new classes (a typo'd folder), vanished
@@ -53,6 +54,7 @@ ANOMALY_CODES = (
     "missing-split",  # the dataset has no train or no val samples at all
     "empty-class",  # a class with 0 train or 0 val samples
     "train-val-leak",  # images (by content) in both train and val
+    "test-leak",  # images (by content) in test and in train or val
     "duplicate-images",  # one image under several names within a split
     "skipped-rate",  # skipped images + rejected rows per source item
     "new-classes",  # classes the baseline does not have
@@ -80,7 +82,7 @@ class DataCheckThresholds:
     # Images (by content) in both train and val. Each one is scored on data the model trained on, inflating
     # val accuracy and so the champion comparison; the count is exact and the fix cheap: none by default.
     max_leaked_images: int = 0
-    """Images (by content) in both train and val."""
+    """Images (by content) in both train and val, and (counted apart) in test and train or val."""
     # Skipped images and rejected rows per source item. A truncated upload now and then is normal; one in
     # twenty means the source (or an exporter, or a decoder) broke and the model trains on what is left.
     max_skipped_rate: float = 0.05
@@ -207,7 +209,7 @@ class _SplitHashes:
 
 
 def _class_images(manifest: Manifest) -> dict[str, int]:
-    """Source images per class over both splits (train counts divided by the upsample factor)."""
+    """Source images per class over every split (train counts divided by the upsample factor)."""
     upsample = max(1, manifest.upsample)
     images = dict.fromkeys(manifest.classes, 0)
     for split, info in manifest.splits.items():
@@ -264,7 +266,7 @@ def check_dataset(
     dataset_uri = storage.check_uri(dataset_uri).rstrip("/")
     manifest = load_manifest(dataset_uri)
     classes = list(manifest.classes)
-    splits = [split for split in ("train", "val") if manifest.num_samples(split)]
+    splits = [split for split in ("train", "val", "test") if manifest.num_samples(split)]
     anomalies: list[Anomaly] = []
     notes: list[str] = []
     facts: dict[str, Any] = {
@@ -284,9 +286,10 @@ def check_dataset(
                 {"splits": missing},
             )
         )
-    empty = [
+    empty = [  # test is optional and its classes are reported unmeasured by evaluate, not refused here
         {"class": name, "split": split}
         for split in splits
+        if split != "test"
         for name, count in facts["splits"][split]["class_counts"].items()
         if not count
     ]
@@ -427,15 +430,8 @@ def _hash_checks(
                     },
                 )
             )
-    leaked = sorted(set(hashes["train"].first) & set(hashes["val"].first)) if len(hashes) == 2 else []
-    leaks: list[dict[str, Any]] = [
-        {
-            "sha256": h,
-            "train": hashes["train"].sources(h)[:max_examples],
-            "val": hashes["val"].sources(h)[:max_examples],
-        }
-        for h in leaked[:max_examples]
-    ]
+    leaked = _shared(hashes, "train", "val")
+    leaks = _leak_examples(hashes, leaked, ("train", "val"), max_examples)
     facts["leaked_images"] = len(leaked)
     facts["leak_examples"] = leaks
     if len(leaked) > thresholds.max_leaked_images:
@@ -448,7 +444,46 @@ def _hash_checks(
                 {"count": len(leaked), "examples": leaks},
             )
         )
+    if "test" in hashes:
+        test_leaked = sorted(set(_shared(hashes, "test", "train")) | set(_shared(hashes, "test", "val")))
+        test_leaks = _leak_examples(hashes, test_leaked, ("test", "train", "val"), max_examples)
+        facts["test_leaked_images"] = len(test_leaked)
+        facts["test_leak_examples"] = test_leaks
+        if len(test_leaked) > thresholds.max_leaked_images:
+            leak = test_leaks[0]
+            other = "train" if leak.get("train") else "val"
+            anomalies.append(
+                Anomaly(
+                    "test-leak",
+                    f"{len(test_leaked)} test image(s) are also in train or val (limit "
+                    f"{thresholds.max_leaked_images}): the held-out test score measures them after training or "
+                    f"model selection saw them, e.g. {leak['test'][0]} (test) = {leak[other][0]} ({other})",
+                    {"count": len(test_leaked), "examples": test_leaks},
+                )
+            )
     return anomalies
+
+
+def _shared(hashes: dict[str, _SplitHashes], first: str, second: str) -> list[str]:
+    """The content hashes in both splits (none when either is absent), sorted."""
+    if first not in hashes or second not in hashes:
+        return []
+    return sorted(set(hashes[first].first) & set(hashes[second].first))
+
+
+def _leak_examples(
+    hashes: dict[str, _SplitHashes], leaked: list[str], splits: tuple[str, ...], max_examples: int
+) -> list[dict[str, Any]]:
+    """Per leaked hash (at most ``max_examples``), its source files in each of ``splits`` that holds it."""
+    return [
+        {"sha256": h}
+        | {
+            split: hashes[split].sources(h)[:max_examples]
+            for split in splits
+            if split in hashes and h in hashes[split].first
+        }
+        for h in leaked[:max_examples]
+    ]
 
 
 def _baseline_checks(

@@ -98,6 +98,13 @@ def render_markdown(report: DataCheckReport) -> str:
             str(limits.max_leaked_images),
             "train-val-leak" in codes,
         )
+        if "test_leaked_images" in facts:
+            row(
+                "Test images also in train or val",
+                str(facts["test_leaked_images"]),
+                str(limits.max_leaked_images),
+                "test-leak" in codes,
+            )
         for split in splits:
             s = facts["splits"][split]
             bad = "duplicate-images" in codes and s["duplicate_fraction"] > limits.max_duplicate_fraction
@@ -162,6 +169,18 @@ def _examples(report: DataCheckReport) -> list[str]:
             lines += [f"Images in both splits (at most {report.max_examples}):", ""]
             lines += [
                 f"- {e['sha256'][:12]}: train {', '.join(map(_code, e['train']))}; val {', '.join(map(_code, e['val']))}"
+                for e in examples
+            ]
+            lines.append("")
+        elif anomaly.code == "test-leak":
+            lines += [f"Test images also in train or val (at most {report.max_examples}):", ""]
+            lines += [
+                f"- {e['sha256'][:12]}: "
+                + "; ".join(
+                    f"{split} {', '.join(map(_code, e[split]))}"
+                    for split in ("test", "train", "val")
+                    if split in e
+                )
                 for e in examples
             ]
             lines.append("")

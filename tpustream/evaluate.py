@@ -1,6 +1,8 @@
-"""Evaluation: a model artifact (and the current champion) on a dataset's val split, exactly.
+"""Evaluation: a model artifact (and the current champion) on a dataset's held-out split, exactly.
 
-Every val sample is counted once (the loader's masks); the result records the dataset's manifest
+The decision split is test when the dataset has one (val picked the candidate's best epoch and stopped its
+training early, so its val score is optimistic) and val otherwise; the champion is measured on the same split,
+and the candidate also on val when test decides, for reference. Every sample is counted once (the loader's masks); the result records the dataset's manifest
 digest and the model's sha256 so promotion can refuse to compare numbers from different data, and
 ``complete: false`` when samples were missing, which promotion refuses. metrics.json is strict JSON
 (a NaN loss is written as null).
@@ -38,6 +40,7 @@ from tpustream.xla_runtime import single_device
 
 __all__ = [
     "EvaluationError",
+    "decision_split",
     "METRICS_FORMAT",
     "evaluate_model",
     "evaluate",
@@ -88,8 +91,13 @@ def _load_weights(model_uri: str) -> tuple[dict[str, Any], str]:
         raise EvaluationError(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
 
 
-def _val_manifest(card: ModelCard, model_uri: str, data_uri: str) -> Manifest:
-    """The dataset's manifest, once it is known to have a val split with the model's classes."""
+def decision_split(manifest: Manifest) -> str:
+    """The split promotion decides on: test when the dataset has one, else val (datasets without test)."""
+    return "test" if manifest.num_samples("test") else "val"
+
+
+def _split_manifest(card: ModelCard, model_uri: str, data_uri: str, split: str) -> Manifest:
+    """The dataset's manifest, once it is known to have ``split`` with the model's classes."""
     try:
         manifest = load_manifest(data_uri)
     except ShardError as exc:
@@ -97,8 +105,8 @@ def _val_manifest(card: ModelCard, model_uri: str, data_uri: str) -> Manifest:
     mismatch = _class_mismatch(card, manifest.classes, model_uri, data_uri)
     if mismatch:
         raise EvaluationError(f"{mismatch}; evaluate on a dataset with the same classes")
-    if not manifest.num_samples("val"):
-        raise EvaluationError(f"--data {data_uri} has no val split to evaluate on")
+    if not manifest.num_samples(split):
+        raise EvaluationError(f"--data {data_uri} has no {split} split to evaluate on")
     return manifest
 
 
@@ -121,8 +129,8 @@ def _load_model(card: ModelCard, model_uri: str, num_classes: int) -> tuple[Any,
 
 @dataclass
 class _ValPass:
-    """A model artifact ready to run over a dataset's val split: what ``evaluate_model`` and
-    ``val_predictions`` share, so a check against evaluation runs evaluation's own code."""
+    """A model artifact ready to run over one held-out split of a dataset (val or test): what
+    ``evaluate_model`` and ``val_predictions`` share, so a check against evaluation runs evaluation's own code."""
 
     model_uri: str
     data_uri: str
@@ -136,20 +144,27 @@ class _ValPass:
 
     @classmethod
     def open(
-        cls, model_uri: str, data_uri: str, *, batch_size: int, workers: int, sample_keys: bool = False
+        cls,
+        model_uri: str,
+        data_uri: str,
+        *,
+        batch_size: int,
+        workers: int,
+        sample_keys: bool = False,
+        split: str = "val",
     ) -> _ValPass:
         from tpustream.data import LoaderConfig, ShardLoader
 
         model_uri = storage.check_uri(model_uri).rstrip("/")
         data_uri = storage.absolute(data_uri)  # metrics.json names it: valid from any directory
         card = load_model_card(model_uri)
-        manifest = _val_manifest(card, model_uri, data_uri)
+        manifest = _split_manifest(card, model_uri, data_uri, split)
         device = single_device()
         model, model_digest = _load_model(card, model_uri, len(manifest.classes))
         loader = ShardLoader(
             LoaderConfig(
                 data=data_uri,
-                split="val",
+                split=split,
                 batch_size=batch_size,
                 input_size=card.input_size,
                 val_crop_fraction=card.val_crop_fraction,  # model.json's preprocessing
@@ -259,12 +274,12 @@ class _ScoreCollector:
         ]
 
 
-def _sample_sources(data_uri: str, manifest: Manifest) -> dict[str, str]:
-    """Sample key -> source file, from the val split's sample index ({} for a dataset without one)."""
+def _sample_sources(data_uri: str, manifest: Manifest, split: str) -> dict[str, str]:
+    """Sample key -> source file, from ``split``'s sample index ({} for a dataset without one)."""
     if not manifest.has_sample_index():
         return {}
     try:
-        return {entry.key: entry.source for entry in iter_sample_index(data_uri, manifest, "val")}
+        return {entry.key: entry.source for entry in iter_sample_index(data_uri, manifest, split)}
     except ShardError as exc:
         log.warning("per-sample scores without source files: %s", exc)
         return {}
@@ -277,19 +292,25 @@ def evaluate_model(
     batch_size: int = 64,
     workers: int = 2,
     scores_uri: str | None = None,
+    split: str = "val",
 ) -> dict[str, Any]:
-    """Top-1, top-5, loss, per-class accuracy and the confusion matrix of one model on the val split, and
-    the metrics of its per-sample scores (tpustream/classification_metrics.py: per-class precision, recall,
-    F1; macro-F1, balanced accuracy, the confidence-threshold table, AU-PRC, AU-ROC). ``scores_uri``: also
-    write the scores there (tpustream/scores.py)."""
+    """Top-1, top-5, loss, per-class accuracy and the confusion matrix of one model on ``split`` (val or
+    test), and the metrics of its per-sample scores (tpustream/classification_metrics.py: per-class
+    precision, recall, F1; macro-F1, balanced accuracy, the confidence-threshold table, AU-PRC, AU-ROC).
+    ``scores_uri``: also write the scores there (tpustream/scores.py)."""
     import torch
 
     run = _ValPass.open(
-        model_uri, data_uri, batch_size=batch_size, workers=workers, sample_keys=scores_uri is not None
+        model_uri,
+        data_uri,
+        batch_size=batch_size,
+        workers=workers,
+        sample_keys=scores_uri is not None,
+        split=split,
     )
     model_uri, data_uri, card, device, loader = run.model_uri, run.data_uri, run.card, run.device, run.loader
     classes, model_digest = run.classes, run.model_digest
-    expected = run.manifest.num_samples("val")
+    expected = run.manifest.num_samples(split)
     num_classes = len(classes)
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device)
     sums = torch.zeros(4, dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
@@ -309,15 +330,16 @@ def evaluate_model(
     report = loader.last_report
     if count != expected:
         log.warning(
-            "evaluated %d of the manifest's %d val samples (%s): this result cannot be promoted; find the "
+            "evaluated %d of the manifest's %d %s samples (%s): this result cannot be promoted; find the "
             "damaged shards with `tpustream shards verify %s`, fix or re-create them, then evaluate again",
             count,
             expected,
+            split,
             report.line() if report else "",
             data_uri,
         )
     per_class_total = matrix.sum(axis=1)
-    # A class with no val sample is not measured (None), not 0% accurate: a 0.0 there would read as a drop
+    # A class with no sample in the split is not measured (None), not 0% accurate: a 0.0 there would read as a drop
     # of the champion's whole accuracy to max_class_drop.
     per_class = [
         float(hits / total) if total else None
@@ -326,13 +348,16 @@ def evaluate_model(
     unmeasured = [str(classes[i]) for i, total in enumerate(per_class_total) if not total]
     if unmeasured:
         log.warning(
-            "%d class(es) have no val sample in %s and are not measured: %s (add val images of them, or "
-            "re-create the dataset with a larger --val-fraction)",
+            "%d class(es) have no %s sample in %s and are not measured: %s (add %s images of them, or "
+            "re-create the dataset with a larger --%s-fraction)",
             len(unmeasured),
+            split,
             data_uri,
             ", ".join(unmeasured[:10]),
+            split,
+            split,
         )
-    sources = _sample_sources(data_uri, run.manifest) if scores_uri is not None else {}
+    sources = _sample_sources(data_uri, run.manifest, split) if scores_uri is not None else {}
     rows = collector.rows(classes, sources)
     scored = metrics_from_scores(rows, num_classes).to_json()
     if scores_uri is not None:
@@ -342,12 +367,13 @@ def evaluate_model(
         "model": model_uri,
         "model_sha256": model_digest,
         "arch": card.arch,
+        "split": split,
         "top1": metrics["top1"],
         "top5": metrics["top5"],
         "loss": metrics["loss"],
         "num_samples": count,
         "complete": count == expected,
-        "per_class_accuracy": per_class,  # None: the class has no val sample (not measured)
+        "per_class_accuracy": per_class,  # None: the class has no sample in the split (not measured)
         "unmeasured_classes": unmeasured,
         "confusion_matrix": matrix.tolist(),
         **scored,  # macro_f1, balanced_accuracy, auprc, auroc, per_class, thresholds, scores_top_k, scores
@@ -369,8 +395,9 @@ def _paired(output_uri: str) -> PairedTest:
 def evaluate(
     model_uri: str, data_uri: str, output_uri: str, *, registry: str | None = None, workers: int = 2
 ) -> EvalReport:
-    """Evaluate the candidate (and, with ``registry``, the current champion on the same shards) and
-    write ``OUTPUT/metrics.json``. Returns it.
+    """Evaluate the candidate (and, with ``registry``, the current champion on the same shards) on the
+    decision split (``decision_split``: test when the dataset has one, else val), the candidate also on val
+    when test decides, and write ``OUTPUT/metrics.json``. Returns it.
 
     A champion whose class set differs from the dataset's cannot be measured on it: the result then has
     ``champion: None`` and a ``champion_note`` saying why, and promotion keeps that champion.
@@ -380,9 +407,19 @@ def evaluate(
     manifest = load_manifest(data_uri)
     output_uri = storage.check_uri(output_uri).rstrip("/")
     storage.ensure_prefix_writable(output_uri)
-    candidate = evaluate_model(
-        model_uri, data_uri, workers=workers, scores_uri=storage.join(output_uri, SCORES_NAME)
+    split = decision_split(manifest)
+    log.info(
+        "evaluating on the %s split (%d samples)%s",
+        split,
+        manifest.num_samples(split),
+        ": the held-out test split decides promotion; val is reported for reference"
+        if split == "test"
+        else "",
     )
+    candidate = evaluate_model(
+        model_uri, data_uri, workers=workers, scores_uri=storage.join(output_uri, SCORES_NAME), split=split
+    )
+    val = evaluate_model(model_uri, data_uri, workers=workers) if split == "test" else None
     champion, champion_note = None, None
     if registry:
         current = read_champion(registry)
@@ -400,13 +437,21 @@ def evaluate(
                     data_uri,
                     workers=workers,
                     scores_uri=storage.join(output_uri, CHAMPION_SCORES_NAME),
+                    split=split,
                 )
                 champion["version"] = current["version"]
                 champion["paired"] = _paired(output_uri).to_json()
     result = EvalReport(
-        dataset=DatasetRef(uri=data_uri, manifest_digest=digest, val_samples=manifest.num_samples("val")),
+        dataset=DatasetRef(
+            uri=data_uri,
+            manifest_digest=digest,
+            val_samples=manifest.num_samples("val"),
+            test_samples=manifest.num_samples("test") or None,
+        ),
         classes=list(manifest.classes),
+        split=split,
         candidate=candidate,
+        val=val,
         champion=champion,
         champion_note=champion_note,  # why the champion was not measured, when it was not
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -1,7 +1,8 @@
 """The SOURCE forms that read files: ``cifar10:PATH`` (the official CIFAR-10 python batches, a directory
 or a .tar.gz, local or gs://) and an ImageFolder-layout directory (local or gs://; an optional ``train/`` +
-``val/`` top level is the source's own split, while a ``train/`` with no val images is read as plain class
-folders). Raw arrays are encoded once as binary PPM (the cheapest format for the loader to decode: see
+``val/`` (``validation/``) + ``test/`` top level is the source's own split, while a ``train/`` with no val or
+test images is read as plain class folders; CIFAR-10's ``test_batch`` is its val split, as the benchmark uses
+it). Raw arrays are encoded once as binary PPM (the cheapest format for the loader to decode: see
 ``tpustream bench write``); image files keep their original bytes unless ``max_side`` shrinks them.
 """
 
@@ -27,7 +28,7 @@ __all__ = ["cifar10_source", "image_folder_source", "load_cifar_pickle", "IMAGE_
 KEEP_EXT = {f".{ext}": "jpg" if ext == "jpeg" else ext for ext in IMAGE_EXTS}
 REENCODE_EXT = {".bmp", ".gif", ".webp", ".tif", ".tiff", ".pgm", ".pbm", ".pnm"}
 IMAGE_EXTENSIONS = frozenset(KEEP_EXT) | REENCODE_EXT
-SPLIT_DIR_NAMES = {"train": "train", "val": "val", "validation": "val", "test": "val"}
+SPLIT_DIR_NAMES = {"train": "train", "val": "val", "validation": "val", "test": "test"}
 CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")  # an official extraction
 CIFAR10_CLASSES = [
     "airplane",
@@ -238,7 +239,9 @@ def image_folder_source(root: str) -> Source:
             f"source {root!r}: class folder(s) {', '.join(empty)} contain no images "
             f"(accepted extensions: {', '.join(sorted(IMAGE_EXTENSIONS))}); add images or remove the folder"
         )
-    own_split = split_layout and any(split == "val" for files in by_class.values() for _, split in files)
+    own_split = split_layout and any(
+        split in ("val", "test") for files in by_class.values() for _, split in files
+    )
     if split_layout and not own_split:  # a train/ alone is not a split: one with an empty val would follow
         log.warning(
             "source %s has a train/ folder but no images in a val/, validation/ or test/ folder: its classes "
@@ -262,7 +265,7 @@ def image_folder_source(root: str) -> Source:
     return Source(
         spec=root,
         description=f"ImageFolder at {root}: {len(items)} images, {len(classes)} classes"
-        + (" (own train/val split)" if own_split else ""),
+        + (" (own train/val/test split)" if own_split else ""),
         classes=classes,
         items=items,
         loader=load,

@@ -95,6 +95,8 @@ def fingerprint(config: ShardConfig, objects: list[storage.ObjectInfo]) -> str:
     }
     if config.min_train_shards != MIN_TRAIN_SHARDS:  # another plan; the default keeps earlier fingerprints
         params["min_train_shards"] = config.min_train_shards
+    if config.test_fraction:  # likewise: 0 (no test split carved) keeps earlier fingerprints
+        params["test_fraction"] = config.test_fraction
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for obj in objects:  # the source URI is in params: the full object URIs add nothing but length
         digest.update(f"{obj.uri}\t{obj.size}\t{obj.version}\n".encode())

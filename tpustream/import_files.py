@@ -25,12 +25,11 @@ on gs:// names only gs:// images (relative paths stay in its bucket), as Vertex'
 (``/mnt/x.jpg``, ``file://``) is rejected as "local-path", since the container reading it is not the
 machine that wrote the file. Only regular files are read as images (a FIFO or device is "missing-object").
 
-Splits: ``training`` -> "train"; ``validation`` and ``test`` both -> "val", because our val split is the one
-``evaluate`` and the champion comparison run on (Vertex keeps test apart from model selection; we have no
-third split, and a held-out set nobody evaluates on would be wasted labels). Rows without ml_use have no
-split: ``shard_plan`` draws 10% of those per class into val, while rows with ml_use keep theirs. An
-explicit ``--val-fraction`` re-splits every row, ml_use or not, as it does for every source (one rule for
-CIFAR's own split, import files and shards alike).
+Splits: ``training`` -> "train", ``validation`` -> "val", ``test`` -> "test" (Vertex's convention: test is
+held out from training and model selection, and is what ``evaluate`` and promotion decide on). Rows without
+ml_use have no split: ``shard_plan`` draws 10% of those per class into val, while rows with ml_use keep theirs.
+An explicit ``--val-fraction`` re-splits every train/val row, ml_use or not, as it does for every source (one
+rule for CIFAR's own split, import files and shards alike); test rows stay test.
 
 Bad rows never raise and never vanish: unparseable rows (also a line over MAX_ROW_CHARS, JSON nested deeper
 than MAX_JSON_DEPTH, a control character in a path or label, a row without a label whose path is no path),
@@ -77,7 +76,7 @@ ML_USE_KEY = "aiplatform.googleapis.com/ml_use"
 ML_USE_SPLITS: dict[str, str | None] = {
     "training": "train",
     "validation": "val",
-    "test": "val",
+    "test": "test",
     "unassigned": None,
     "": None,
 }
@@ -532,15 +531,17 @@ def import_files_source(spec: str) -> Source:
             raise UnreadableImage(f"{name}: cannot read ({exc})") from exc
         return prepare_image_bytes(data, os.path.splitext(uri)[1], max_side, name)
 
-    counts = {split: sum(1 for item in listing.items if item.split == split) for split in ("train", "val")}
-    unassigned = len(listing.items) - counts["train"] - counts["val"]
+    counts = {
+        split: sum(1 for item in listing.items if item.split == split) for split in ("train", "val", "test")
+    }
+    unassigned = len(listing.items) - sum(counts.values())
     named = ", ".join(listing.files[:3]) + (
         f" and {len(listing.files) - 3} more" if len(listing.files) > 3 else ""
     )
     description = (
         f"Vertex AI import file(s) {named}: {len(listing.items)} images, "
-        f"{len(listing.classes)} classes ({counts['train']} train / {counts['val']} val / {unassigned} "
-        f"unassigned), {len(listing.rejected)} rows rejected"
+        f"{len(listing.classes)} classes ({counts['train']} train / {counts['val']} val / {counts['test']} test / "
+        f"{unassigned} unassigned), {len(listing.rejected)} rows rejected"
     )
     return Source(
         spec=spec,

@@ -47,8 +47,8 @@ class LoaderConfig:
     sample_keys: bool = False  # val only: each batch also carries "key", its samples' keys ("" for padding)
 
     def __post_init__(self) -> None:
-        if self.split not in ("train", "val"):
-            raise ConfigError(f"split must be 'train' or 'val', got {self.split!r}")
+        if self.split not in ("train", "val", "test"):  # test: read only by evaluation, like val
+            raise ConfigError(f"split must be 'train', 'val' or 'test', got {self.split!r}")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.workers < 0:

@@ -186,6 +186,7 @@ def _decision_record(
         champion, champion_digest = None, None
     return {
         "metric": metric,
+        "split": metrics.split,  # the split both values were measured on: test when the dataset has one
         "value": metrics.candidate.get(metric),
         "champion_value": champion.get(metric) if champion and champion_digest == digest else None,
         "dataset_digest": digest,
@@ -282,7 +283,8 @@ def _promote(
                     "num_samples",
                 )
                 if k in candidate  # macro_f1, balanced_accuracy: evaluations before them have none
-            },
+            }
+            | {"split": metrics.split},
             "previous_version": current["version"] if current else None,
             "promoted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }

@@ -237,12 +237,38 @@ def decide_for_metrics(
     max_p_value: float | None = None,
 ) -> Decision:
     """What `promote` decides for a metrics.json document against the current champion pointer (None:
-    no champion), once the candidate is known not to be the champion already."""
+    no champion), once the candidate is known not to be the champion already. The numbers are those of the
+    document's decision split (``metrics.split``: test when the dataset has one); a test decision says so in
+    its reason."""
     if metric == "top5" and len(metrics.classes) <= 5:
         raise RegistryError(
             f"--metric top5 with {len(metrics.classes)} classes: every top 5 holds the label, so top-5 is 100% "
             "for any model and cannot tell a better one; decide on top1, macro_f1 or balanced_accuracy"
         )
+    decision = _decide_for_metrics(
+        metrics,
+        current,
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
+        floor=floor,
+        max_p_value=max_p_value,
+    )
+    if metrics.split == "test":  # val-decided reasons read as they always have
+        return Decision(decision.promote, f"{decision.reason} (on the held-out test split)")
+    return decision
+
+
+def _decide_for_metrics(
+    metrics: EvalReport,
+    current: dict[str, Any] | None,
+    *,
+    metric: str,
+    min_delta: float,
+    max_class_drop: float | None,
+    floor: QualityFloor | None,
+    max_p_value: float | None,
+) -> Decision:
     refusal = _incomplete(metrics) or _not_comparable(metrics, current)
     if refusal is not None:
         return refusal
@@ -261,17 +287,19 @@ def decide_for_metrics(
 
 
 def _incomplete(metrics: EvalReport) -> Decision | None:
-    """A refusal when the evaluation did not count every val sample: its numbers describe part of the data."""
+    """A refusal when the evaluation did not count every sample of its split: its numbers describe part of the
+    data."""
     candidate, dataset = metrics.candidate, metrics.dataset
     if candidate.get("complete") is True:
         return None
-    counted, expected = candidate.get("num_samples"), dataset.val_samples
+    counted, expected = candidate.get("num_samples"), dataset.samples(metrics.split)
     gap = ""
     if isinstance(counted, int) and isinstance(expected, int) and counted != expected:
         gap = f" ({expected - counted} missing)" if counted < expected else f" ({counted - expected} extra)"
     return Decision(
         False,
-        f"the evaluation is incomplete: it counted {counted} of the dataset's {expected} val samples{gap}, so "
+        f"the evaluation is incomplete: it counted {counted} of the dataset's {expected} {metrics.split} "
+        f"samples{gap}, so "
         f"it cannot be promoted; find the damaged shards with `tpustream shards verify {dataset.uri or None}`, "
         "fix or re-create them, then evaluate again",
     )

@@ -147,7 +147,7 @@ def _mistakes(
         log.warning("report: no mistakes section (%s)", exc)
         return None, {}
     picked = pick_mistakes(wrong)
-    return picked, thumbnails(dataset_uri, manifest, "val", [mistake.key for mistake in picked])
+    return picked, thumbnails(dataset_uri, manifest, metrics.split, [mistake.key for mistake in picked])
 
 
 def _champion_outcome(

@@ -211,7 +211,10 @@ def _refusal(reason: str, facts: ReportFacts, rows: list[_ClassRow]) -> str:
 def _policy_line(facts: ReportFacts) -> str:
     limit = _points(facts.max_class_drop) if facts.max_class_drop is not None else "none (no per-class check)"
     better = "higher" if METRICS[facts.metric] else "lower"
-    return f"Policy: decide on {facts.metric} ({better} is better), min_delta {facts.min_delta}, max_class_drop {limit}."
+    return (
+        f"Policy: decide on {facts.metric} ({better} is better) on the {facts.metrics.split} split, "
+        f"min_delta {facts.min_delta}, max_class_drop {limit}."
+    )
 
 
 def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:
@@ -238,7 +241,8 @@ def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:
         decides = " (decides)" if name == facts.metric else ""
         rows.append((label + decides, show(mine), show(theirs) if champion else missing, change, tone))
     theirs_count = str(champion.get("num_samples", NOT_MEASURED)) if champion else missing
-    rows.append(("val samples", str(candidate.get("num_samples", NOT_MEASURED)), theirs_count, "", ""))
+    samples = f"{facts.metrics.split} samples"  # test when the dataset has one: what decides
+    rows.append((samples, str(candidate.get("num_samples", NOT_MEASURED)), theirs_count, "", ""))
     return rows
 
 

@@ -324,8 +324,8 @@ def _confusion_html(facts: ReportFacts) -> str:
     shown = _confusion_classes(facts)
     parts = [
         _note(
-            "Rows: the true class; columns: the predicted class; colour: the share of the true class's val "
-            "samples"
+            "Rows: the true class; columns: the predicted class; colour: the share of the true class's "
+            f"{facts.metrics.split} samples"
             + (", with counts in the cells." if len(shown) <= report_plots.ANNOTATE_CELLS else ".")
             + (
                 f" {len(shown)} of {len(classes)} classes are shown: those with the most errors, candidate's "

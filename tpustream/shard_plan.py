@@ -1,7 +1,7 @@
 """The plan of a dataset: every shard's contents decided from (source, seed, options) alone.
 
-Seeded stratified train/val split (or the source's own), one permutation per upsample pass, ``num_shards``
-per split with counts differing by at most one, and a fingerprint per shard that resume compares against.
+Seeded stratified train/val(/test) split (or the source's own), one permutation per upsample pass,
+``num_shards`` per split with counts differing by at most one, and a fingerprint per shard that resume compares against.
 Nothing here writes; ``tpustream.shards`` writes what this plans.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,10 +33,12 @@ __all__ = [
 ]
 
 RECORDS_DIR = "_records"
-SPLITS = ("train", "val")
+SPLITS = ("train", "val", "test")  # test: held out from training and model selection; absent when empty
 SAMPLES_PER_SHARD_TARGET = 2000  # the blog's 1.28M samples / 640 shards
 DEFAULT_VAL_FRACTION = 0.1  # ShardConfig.val_fraction None: the val share drawn from items without a split
 MIN_TRAIN_SHARDS = 8  # enough for a host's loader workers to each stream their own shards
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +60,10 @@ class ShardConfig:
     """Val shards (default: about the size of train shards)."""
     val_fraction: float | None = None
     """Stratified val fraction (default: the source's own split, else 0.1)."""
+    test_fraction: float = 0.0
+    """Stratified test fraction carved for a source without a test split of its own (ml_use=test rows, a test/
+    folder or test shards), seeded like the val split; 0: no test split. Training and model selection never
+    read test; evaluate and promotion decide on it when it exists."""
     upsample: int = 1
     """Repeat the train split K times (e.g. 50k CIFAR -> 1.28M)."""
     seed: int = 0
@@ -88,6 +95,14 @@ class ShardConfig:
             raise ConfigError(f"--val-shards must be at least 1, got {self.val_shards}")
         if self.val_fraction is not None and not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise ConfigError(f"--test-fraction must be in [0, 1), got {self.test_fraction}")
+        val_share = DEFAULT_VAL_FRACTION if self.val_fraction is None else self.val_fraction
+        if self.test_fraction and val_share + self.test_fraction >= 1.0:
+            raise ConfigError(
+                f"--test-fraction {self.test_fraction} and the val fraction {val_share} leave no training "
+                "samples: their sum must be below 1"
+            )
         if self.upsample < 1:
             raise ConfigError(f"--upsample must be at least 1, got {self.upsample}")
         if self.max_side is not None and self.max_side < 8:
@@ -139,30 +154,55 @@ def shard_path(split: str, index: int) -> str:
 
 
 def _split_items(source: Source, config: ShardConfig, rng: np.random.Generator) -> dict[str, list[int]]:
-    """Train/val item indices: the source's own split, or a stratified ``val_fraction`` split.
+    """Train/val/test item indices: the source's own split, or a stratified ``val_fraction`` split.
 
-    Without ``val_fraction``, items that carry a split keep it and items without one (import-file rows with
-    no ml_use) get a stratified split of their own at the default 0.1; ``val_fraction`` re-splits them all.
+    Items the source puts in test (ml_use=test, a test/ folder or shard) stay there whatever the options: a
+    curated test set is never re-split into training. A source without one gets a stratified ``test_fraction``
+    of every item first (no draw when it is 0, so earlier plans stay as they were). Of the rest, without
+    ``val_fraction``, items that carry a split keep it and items without one (import-file rows with no
+    ml_use) get a stratified split of their own at the default 0.1; ``val_fraction`` re-splits them all
+    (as a share of every item). A source with train and test but no val gets val drawn from train.
     """
+    pool = list(range(len(source.items)))
+    remaining = 1.0
+    test = [i for i in pool if source.items[i].split == "test"]
+    if test:
+        pool = [i for i in pool if source.items[i].split != "test"]
+        if config.test_fraction:
+            log.warning(
+                "source %s has its own test split (%d items): --test-fraction %s is not applied",
+                source.spec,
+                len(test),
+                config.test_fraction,
+            )
+    elif config.test_fraction:
+        pool, test = _stratified(source, pool, config.test_fraction, rng)
+        remaining = 1.0 - config.test_fraction  # val_fraction stays a share of every item
+    splits: dict[str, list[int]] = {"train": [], "val": []}
     if source.has_own_split and config.val_fraction is None:
-        splits: dict[str, list[int]] = {"train": [], "val": []}
         unassigned: list[int] = []
-        for i, item in enumerate(source.items):
+        for i in pool:
+            item = source.items[i]
             (splits[item.split] if item.split is not None else unassigned).append(i)
         if unassigned:  # no rng draw otherwise: fully split sources keep the plans they always had
             train, val = _stratified(source, unassigned, DEFAULT_VAL_FRACTION, rng)
             splits["train"].extend(train)
             splits["val"].extend(val)
-        return splits
-    fraction = DEFAULT_VAL_FRACTION if config.val_fraction is None else config.val_fraction
-    train, val = _stratified(source, range(len(source.items)), fraction, rng)
-    return {"train": train, "val": val}
+        elif test and not splits["val"]:  # train and test only: model selection needs a val split of its own
+            splits["train"], splits["val"] = _stratified(source, splits["train"], DEFAULT_VAL_FRACTION, rng)
+    else:
+        fraction = DEFAULT_VAL_FRACTION if config.val_fraction is None else config.val_fraction
+        splits["train"], splits["val"] = _stratified(source, pool, fraction / remaining, rng)
+    if test:
+        splits["test"] = test
+    return splits
 
 
 def _stratified(
     source: Source, indices: Iterable[int], fraction: float, rng: np.random.Generator
 ) -> tuple[list[int], list[int]]:
-    """``fraction`` of each class's ``indices`` (at least one while the class has two) to val, seeded."""
+    """(rest, drawn): ``fraction`` of each class's ``indices`` (at least one while the class has two) drawn,
+    seeded."""
     by_class: dict[int, list[int]] = {}
     for i in indices:
         by_class.setdefault(source.items[i].label, []).append(i)
@@ -203,7 +243,7 @@ def plan_dataset(source: Source, config: ShardConfig) -> DatasetPlan:
     splits = _split_items(source, config, rng)
     if not splits["train"]:
         fix = (
-            "its items all carry the val split (ml_use validation/test, val shards or folders): give "
+            "its items all carry the val or test split (ml_use validation/test, val/test shards or folders): give "
             "--val-fraction F to re-split every item"
             if source.has_own_split and config.val_fraction is None
             else "lower --val-fraction or add images"
@@ -216,6 +256,8 @@ def plan_dataset(source: Source, config: ShardConfig) -> DatasetPlan:
         "train": np.concatenate([rng.permutation(base) for _ in range(config.upsample)]),
         "val": rng.permutation(np.array(splits["val"], dtype=np.int64)),
     }
+    if "test" in splits:  # drawn last: a dataset without test keeps the plan it always had
+        order["test"] = rng.permutation(np.array(splits["test"], dtype=np.int64))
     num_train = len(order["train"])
     train_shards = config.num_shards or max(
         min(config.min_train_shards, num_train), math.ceil(num_train / SAMPLES_PER_SHARD_TARGET)
@@ -232,9 +274,11 @@ def plan_dataset(source: Source, config: ShardConfig) -> DatasetPlan:
         raise ShardError(
             f"{num_val} validation samples cannot fill {val_shards} shards: use --val-shards {num_val} or fewer"
         )
+    num_test = len(order.get("test", ()))
+    test_shards = max(1, min(num_test, round(num_test / per_shard))) if num_test else 0
     shards: list[ShardSpec] = []
-    for split, count in (("train", train_shards), ("val", val_shards)):
-        if not len(order[split]):
+    for split, count in (("train", train_shards), ("val", val_shards), ("test", test_shards)):
+        if not len(order.get(split, ())):
             continue
         position = 0  # order[split] is already globally shuffled: classes are mixed in every shard
         for index, chunk in enumerate(np.array_split(order[split], count)):

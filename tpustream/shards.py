@@ -631,6 +631,7 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
         seed=config.seed,
         upsample=config.upsample,
         val_fraction=config.val_fraction,
+        test_fraction=config.test_fraction,
         max_side=config.max_side,
         max_pixels=config.max_pixels,
         splits=splits,
@@ -679,7 +680,7 @@ def _size_stats(sizes: Counter[str]) -> dict[str, dict[str, int]]:
 def _warn_missing_classes(manifest: Manifest) -> None:
     """A split with no sample (train and evaluate need both), or a class with no sample in a split: training
     never sees it, or evaluation never measures it."""
-    for split in SPLITS:
+    for split in ("train", "val"):  # test is optional: 0 test samples is the default
         if split not in manifest.splits:
             log.warning(
                 "the dataset has no %s split (every item the source gave was assigned to the other): `train` and "
@@ -763,6 +764,7 @@ def config_from_pipeline(
     val_fraction: float,
     upsample: int,
     seed: int,
+    test_fraction: float = 0.0,
     max_side: int = 0,
     strict: bool = False,
     min_train_shards: int = MIN_TRAIN_SHARDS,
@@ -774,6 +776,7 @@ def config_from_pipeline(
         output=output,
         num_shards=num_shards or None,
         val_fraction=val_fraction if val_fraction >= 0 else None,
+        test_fraction=test_fraction,
         upsample=upsample,
         seed=seed,
         max_side=max_side or None,
@@ -783,7 +786,7 @@ def config_from_pipeline(
 
 
 def shard_ranges(config: ShardConfig, shards_per_task: int) -> list[list[int]]:
-    """``[[start, end), ...]`` over the plan's shards (train then val) for parallel writers (KFP ParallelFor)."""
+    """``[[start, end), ...]`` over the plan's shards (train, val, then test) for parallel writers (KFP ParallelFor)."""
     if shards_per_task < 1:
         raise ConfigError(f"shards_per_task must be at least 1, got {shards_per_task}")
     source = open_source(

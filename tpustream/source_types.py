@@ -37,7 +37,7 @@ class Item:
 
     ref: str | int
     label: int
-    split: str | None = None  # the source's own split ("train"/"val"), when it has one
+    split: str | None = None  # the source's own split ("train"/"val"/"test"), when it has one
 
 
 @dataclass(frozen=True)

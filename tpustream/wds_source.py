@@ -13,9 +13,9 @@ the error names which shards use which) unless ``--class-names`` names the integ
 
 Class names are the labels as text, ordered numerically when every label is an integer (so index 3 stays
 class "3") and by name otherwise. A shard whose path below the source (or file name) contains the word
-``train``/``training`` keeps its samples in train, ``val``/``valid``/``validation``/``test``/``testing`` in val
-(test joins val as for Vertex AI import files: ``tpustream/import_files.py`` says why); the rest are split
-10% to val per class. An explicit ``--val-fraction`` re-splits every sample, as it does for every source.
+``train``/``training`` keeps its samples in train, ``val``/``valid``/``validation`` in val and ``test``/``testing``
+in test (held out from model selection, as for Vertex AI import files); the rest are split 10% to val per
+class. An explicit ``--val-fraction`` re-splits every train/val sample, as it does for every source.
 
 A SOURCE is a directory (local or gs://) holding ``.tar`` files and no ``manifest.json``, one ``x.tar``, a
 comma list of them, a ``PREFIX*.tar`` pattern or a brace range ``shard-{000000..000009}.tar``. Shards may be
@@ -72,9 +72,11 @@ SHARD_USAGE = (
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 GZIP_SUFFIXES = (".gz", ".tgz")
 LISTING_THREADS = 8  # shards listed at once: on GCS each is a stream of GETs, on disk a read
-_SPLIT_WORDS = {"train": "train", "training": "train"} | {
-    word: "val" for word in ("val", "valid", "validation", "test", "testing")
-}
+_SPLIT_WORDS = (
+    {"train": "train", "training": "train"}
+    | {word: "val" for word in ("val", "valid", "validation")}
+    | {word: "test" for word in ("test", "testing")}
+)
 _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext (tariterators.py)
 
 
@@ -332,11 +334,11 @@ def webdataset_source(spec: str, *, mixed_labels: bool = False) -> Source:
             raise UnreadableImage(f"{ref}: the tar is shorter than when it was listed (changed meanwhile?)")
         return prepare_image_bytes(data, os.extsep + ext, max_side, ref)
 
-    counts = {split: sum(1 for item in items if item.split == split) for split in ("train", "val")}
+    counts = {split: sum(1 for item in items if item.split == split) for split in ("train", "val", "test")}
     named = ", ".join(files[:2]) + (f" and {len(files) - 2} more" if len(files) > 2 else "")
     description = (
         f"WebDataset shards {named}: {len(items)} images, {len(classes)} classes ({counts['train']} train / "
-        f"{counts['val']} val / {len(items) - counts['train'] - counts['val']} unassigned), "
+        f"{counts['val']} val / {counts['test']} test / {len(items) - sum(counts.values())} unassigned), "
         f"{len(rejected)} samples rejected"
     )
     return Source(

@@ -594,3 +594,37 @@ def test_a_model_below_the_quality_floor_is_refused_with_no_champion(digits, mod
         "promoted: version 1 is the champion (no champion yet; the candidate reaches the quality floor"
         in (passed.output)
     )
+
+
+def test_a_dataset_with_a_test_split_is_decided_on_test_and_reports_val_too(models, gcs_bucket, tmp_path):
+    """evaluate measures candidate and champion on test (the candidate also on val); promotion decides on test
+    and says so. The models trained on another split of digits: only which split is read matters here."""
+    data = f"{gcs_bucket}/digits-with-test"
+    shards.create_shards(
+        ShardConfig(source="digits", output=data, num_shards=4, test_fraction=0.15), progress=False
+    )
+    manifest = read_manifest(data)
+    num_val, num_test = (manifest["splits"][split]["num_samples"] for split in ("val", "test"))
+    registry = f"{gcs_bucket}/registry-test-split"
+    first = evaluate.evaluate(models["good"], data, str(tmp_path / "good"), registry=registry)
+    assert first.split == "test" and first.candidate["split"] == "test"
+    assert first.candidate["num_samples"] == num_test and first.candidate["complete"]
+    assert first.val is not None and first.val["split"] == "val" and first.val["num_samples"] == num_val
+    direct = evaluate.evaluate_model(models["good"], data, split="test")
+    assert first.candidate["confusion_matrix"] == direct["confusion_matrix"]
+    assert first.val["confusion_matrix"] == evaluate.evaluate_model(models["good"], data)["confusion_matrix"]
+    document = json.loads((tmp_path / "good" / "metrics.json").read_text())
+    assert document["split"] == "test" and document["dataset"]["test_samples"] == num_test
+    assert document["val"]["num_samples"] == num_val
+    outcome = promote.promote(models["good"], str(tmp_path / "good"), registry)
+    assert outcome["reason"] == "no champion yet (on the held-out test split)"
+    assert promote.read_champion(registry)["metrics"]["split"] == "test"
+
+    second = evaluate.evaluate(models["better"], data, str(tmp_path / "better"), registry=registry)
+    assert second.champion is not None and second.champion["version"] == 1
+    assert second.champion["split"] == "test" and second.champion["num_samples"] == num_test
+    assert second.champion["confusion_matrix"] == direct["confusion_matrix"]  # the champion, on test again
+    outcome = promote.promote(models["better"], str(tmp_path / "better"), registry)
+    assert outcome["reason"].endswith("(on the held-out test split)")
+    events = [json.loads(storage.read_bytes(o.uri)) for o in storage.list_objects(f"{registry}/events")]
+    assert {event["split"] for event in events} == {"test"}

@@ -566,3 +566,13 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert old_card["compile_cache"]["misses"] > 0 and new_card["compile_cache"]["misses"] == 0
     manifest = json.loads(Path(registry, "datasets", new_dataset, "manifest.json").read_text())
     assert sum(split["num_samples"] for split in manifest["splits"].values()) == 1300
+
+
+def test_test_fraction_reaches_every_shard_step(tmp_path):
+    spec, _ = _compiled(tmp_path, None)
+    assert spec["root"]["inputDefinitions"]["parameters"]["test_fraction"]["defaultValue"] == 0.0
+    tasks = _all_tasks(spec)
+    for name in ("check-source", "plan-shards", "write-shards", "finalize-shards"):
+        (task,) = [t for key, t in tasks.items() if key.startswith(name)]
+        wired = task["inputs"]["parameters"]["test_fraction"]["componentInputParameter"]
+        assert wired.removeprefix("pipelinechannel--") == "test_fraction", name

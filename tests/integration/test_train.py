@@ -235,3 +235,60 @@ def test_bench_train_reports_data_wait(digits):
     assert [r["input"] for r in lines] == ["synthetic-on-device", "tpustream-loader"]
     assert all(r["devices"] == 4 and r["global_batch"] == 32 and r["steps_per_s"] > 0 for r in lines)
     assert 0.0 <= lines[1]["data_wait_fraction"] < 1.0
+
+
+def _digits_with_poisoned_test(poison: int):
+    """The bundled digits plus ``poison`` test items: noise images with random labels. The digits carry no
+    split, so their train/val plan (and shards) is the ``digits`` fixture's: the test split is drawn last."""
+    import numpy as np
+
+    from tpustream.builtin_sources import digits_source
+    from tpustream.imagecodec import encode_ppm
+    from tpustream.source_types import Item
+
+    source = digits_source()
+    rng = np.random.default_rng(0)
+    source.items += [Item(f"poison-{i}", int(rng.integers(10)), "test") for i in range(poison)]
+    load_digit = source.loader
+
+    def load(item, max_side):
+        if isinstance(item.ref, str):  # a pattern no digit has, under a label that does not describe it
+            noise = np.random.default_rng(int(item.ref.split("-")[1])).integers(
+                0, 256, (8, 8, 3), dtype=np.uint8
+            )
+            return encode_ppm(noise), "ppm"
+        return load_digit(item, max_side)
+
+    source.loader = load
+    return source
+
+
+def test_a_poisoned_test_split_changes_nothing_in_training(digits, uninterrupted, tmp_path):
+    """Training and best-epoch selection read train and val only: a test split of 900 noise images with random
+    labels leaves every training and val number and the weights exactly as in the run without it."""
+    data = str(tmp_path / "data")
+    shards.create_shards(
+        ShardConfig(source="digits", output=data, num_shards=8),
+        progress=False,
+        source=_digits_with_poisoned_test(900),
+    )
+    clean, poisoned = read_manifest(digits), read_manifest(data)
+    assert "test" not in clean["splits"] and poisoned["splits"]["test"]["num_samples"] == 900
+    for split in ("train", "val"):  # the same bytes: only the test split differs
+        assert [s["sha256"] for s in poisoned["splits"][split]["shards"]] == [
+            s["sha256"] for s in clean["splits"][split]["shards"]
+        ]
+    result = _run(data, tmp_path / "run", "--epochs", "3")  # as the uninterrupted run
+    assert result.returncode == 0, result.stderr[-3000:]
+    clean_card = json.loads((uninterrupted / "model.json").read_text())
+    poisoned_card = json.loads((tmp_path / "run" / "model.json").read_text())
+    numbers = ("epoch", "train_loss", "val_loss", "val_top1", "val_top5", "val_samples", "train_samples_seen")
+    assert [{k: h[k] for k in numbers} for h in poisoned_card["history"]] == [
+        {k: h[k] for k in numbers} for h in clean_card["history"]
+    ]
+    assert poisoned_card["metrics"] == clean_card["metrics"]  # the best epoch, chosen on val alike
+    assert poisoned_card["metrics"]["val_samples"] == clean["splits"]["val"]["num_samples"]
+    assert _equal(
+        torch.load(tmp_path / "run" / "model.pt", weights_only=True),
+        torch.load(uninterrupted / "model.pt", weights_only=True),
+    )

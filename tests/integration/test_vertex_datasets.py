@@ -68,7 +68,8 @@ def test_a_managed_dataset_is_exported_once_and_sharded_end_to_end(gcs_bucket, r
     assert source.spec == DATASET and source.classes == list(CLASSES)
     assert len(source.items) == 25  # 8 per class + the missing image (skipped only when loaded)
     splits = [item.split for item in source.items]
-    assert (splits.count("train"), splits.count("val"), splits.count(None)) == (16, 6, 3)  # test joins val
+    counts = [splits.count(split) for split in ("train", "val", "test", None)]
+    assert counts == [16, 3, 3, 3]  # ml_use=test rows are the test split
     assert "Vertex AI managed dataset" in source.description and "'flowers, v2*'" in source.description
 
     (export,) = _exports(recorder)
@@ -95,7 +96,8 @@ def test_a_managed_dataset_is_exported_once_and_sharded_end_to_end(gcs_bucket, r
     assert read_manifest(output) == manifest.to_json() and verify_shards(output, progress=False)[1] == []
     assert manifest.source == DATASET and manifest.classes == list(CLASSES)
     # train: 16 rows less the missing image, + the 3 unassigned (a 0.1 val share of one per class is none)
-    assert summary.split_samples == {"train": 18, "val": 6}
+    assert summary.split_samples == {"train": 18, "val": 3, "test": 3}
+    assert [shard.path for shard in manifest.splits["test"].shards] == ["test/test-000000.tar"]
     assert manifest.skipped.by_reason == {"missing-object": 1}
     assert len(_exports(recorder)) == 1
 

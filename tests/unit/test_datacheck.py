@@ -369,3 +369,45 @@ def test_the_pipeline_step_fails_warns_or_stays_off(tmp_path):
         assert "Not checked" in f.read()
     with pytest.raises(ValueError, match="data_check 'strict' is not one of fail, warn, off"):
         check_for_pipeline(candidate, mode="strict", **step)
+
+
+def test_a_test_split_is_counted_and_its_leaks_into_train_or_val_are_found(tmp_path):
+    def add_test(root):
+        rng = np.random.default_rng(7)  # other pixels than train's and val's
+        for name in BALANCED:
+            (root / "test" / name).mkdir(parents=True)
+            for i in range(2):
+                pixels = rng.integers(0, 256, (10, 12, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / "test" / name / f"{i:03d}.png")
+
+    clean = check_dataset(_dataset(tmp_path, "clean", BALANCED, edit=add_test))
+    assert clean.ok and clean.facts["test_leaked_images"] == 0
+    assert clean.facts["splits"]["test"]["samples"] == 6
+    assert clean.facts["splits"]["test"]["class_counts"] == {"cat": 2, "dog": 2, "fox": 2}
+    assert "| Test images also in train or val | 0 | 0 | ok |" in clean.to_markdown()
+
+    def leak(root):
+        add_test(root)
+        shutil.copy(root / "train/fox/004.png", root / "test/fox/from-train.png")
+        shutil.copy(root / "val/dog/001.png", root / "test/dog/from-val.png")
+
+    report = check_dataset(_dataset(tmp_path, "leaky", BALANCED, edit=leak))
+    assert _codes(report) == ["test-leak"]  # train and val are still apart
+    (anomaly,) = report.anomalies
+    assert anomaly.details["count"] == 2 and report.facts["leaked_images"] == 0
+    found = sorted(
+        (split, os.path.relpath(path, report.dataset + "-images"))
+        for example in anomaly.details["examples"]
+        for split, paths in example.items()
+        if split != "sha256"
+        for path in paths
+    )
+    assert found == [
+        ("test", "test/dog/from-val.png"),
+        ("test", "test/fox/from-train.png"),
+        ("train", "train/fox/004.png"),
+        ("val", "val/dog/001.png"),
+    ]
+    assert "2 test image(s) are also in train or val" in anomaly.reason
+    assert "Test images also in train or val (at most 5):" in report.to_markdown()
+    assert check_dataset(report.dataset, thresholds=DataCheckThresholds(max_leaked_images=2)).ok

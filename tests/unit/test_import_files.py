@@ -73,11 +73,12 @@ def test_jsonl_rows_become_items_with_splits_and_sorted_classes(tmp_path):
     assert [item.ref for item in source.items] == sorted(images)  # sorted by URI, not row order
     by_ref = {item.ref: item for item in source.items}
     assert (by_ref[images[0]].label, by_ref[images[0]].split) == (0, "train")
-    assert by_ref[images[1]].split == "val" and by_ref[images[2]].split == "val"  # test joins val
+    assert by_ref[images[1]].split == "val" and by_ref[images[2]].split == "test"  # test is its own split
     assert by_ref[images[3]].split is None and by_ref[images[4]].split is None
     assert source.rejected == []
     assert source.description == (
-        f"Vertex AI import file(s) {spec}: 6 images, 3 classes (2 train / 2 val / 2 unassigned), 0 rows rejected"
+        f"Vertex AI import file(s) {spec}: 6 images, 3 classes (2 train / 1 val / 1 test / 2 unassigned), 0 rows "
+        "rejected"
     )
     data, ext = source.load(by_ref[images[5]])
     assert ext == "jpg" and data == Path(images[5]).read_bytes()
@@ -113,7 +114,7 @@ def test_csv_mixes_two_and_three_columns_quoted_fields_and_case(tmp_path):
         "IMG_0001.jpg": ("rose", "val"),
         "IMG_0002.jpg": ("daisy", None),
         "IMG_0003.jpg": ("rose", None),
-        "with, comma.jpg": ("rose", "val"),
+        "with, comma.jpg": ("rose", "test"),
     }
     assert [(r.ref, r.reason) for r in source.rejected] == [(f"{tmp_path}/labels.csv:6", "empty-label")]
 
@@ -572,3 +573,18 @@ def test_an_annotation_without_display_name_is_malformed_not_unlabelled(tmp_path
     assert (
         rejected.reason == "malformed-row" and "no displayName (keys: ['display_name'])" in rejected.message
     )
+
+
+def test_test_rows_stay_test_under_val_and_test_fractions(caplog):
+    assigned = {i: "test" for i in range(0, 20)} | {i: "train" for i in range(20, 100)}
+    source = _mixed_source(assigned, 200)  # 100 rows without ml_use
+    config = ShardConfig(source="mixed", output="/unused", num_shards=4, val_fraction=0.2, test_fraction=0.3)
+    with caplog.at_level("WARNING"):
+        plan = plan_dataset(source, config)
+    test = sorted(i for spec in plan.shards_of("test") for i in spec.items)
+    assert test == list(range(20))  # the user's ml_use=test rows, exactly: never re-split, never carved more
+    assert "has its own test split (20 items): --test-fraction 0.3 is not applied" in caplog.text
+    assert plan.split_counts == {"train": 144, "val": 36, "test": 20}  # val: 0.2 of the 180 others, per class
+    # without --val-fraction the own split is kept: the unassigned rows get the default 0.1 to val
+    plan = plan_dataset(source, ShardConfig(source="mixed", output="/unused", num_shards=4))
+    assert plan.split_counts == {"train": 170, "val": 10, "test": 20}

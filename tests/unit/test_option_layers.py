@@ -70,7 +70,7 @@ PIPELINE_DEPLOY = {
 # Pipeline parameter -> (layer, option). KFP parameters cannot be None: 0 or -1 stand for "none".
 PIPELINE_OPTIONS = {
     "source": ("shards", "source"), "num_shards": ("shards", "num_shards"),
-    "val_fraction": ("shards", "val_fraction"), "upsample": ("shards", "upsample"), "seed": ("shards", "seed"),
+    "val_fraction": ("shards", "val_fraction"), "test_fraction": ("shards", "test_fraction"), "upsample": ("shards", "upsample"), "seed": ("shards", "seed"),
     "max_side": ("shards", "max_side"), "strict": ("shards", "strict"),
     "model_name": ("train", "model"), "epochs": ("train", "epochs"), "batch_size": ("train", "batch_size"),
     "lr": ("train", "lr"), "bf16": ("train", "bf16"), "workers": ("train", "workers"),

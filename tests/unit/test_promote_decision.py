@@ -215,3 +215,49 @@ def test_top5_cannot_decide_between_models_of_five_classes_or_fewer():
     assert "\n" not in str(error.value) and "5 classes" in str(error.value)
     assert decide_for_metrics(report(list("abcdef")), None, metric="top5", min_delta=0.0).promote
     assert decide_for_metrics(report(list("abcde")), None, metric="top1", min_delta=0.0).promote
+
+
+def _report(split, *, complete=True, **document):
+    from tpustream.artifacts import EvalReport
+
+    candidate = m(0.9) | {"model_sha256": "c" * 64, "complete": complete, "num_samples": 30}
+    return EvalReport.from_json(
+        {
+            "dataset": {"uri": "/d", "manifest_digest": "d" * 64, "val_samples": 40, "test_samples": 35},
+            "classes": ["a", "b"],
+            "candidate": candidate,
+            "champion": m(0.8) | {"version": 1, "complete": True},
+        }
+        | ({"split": split} if split else {})
+        | document
+    )
+
+
+def test_a_test_split_decision_says_so_and_counts_against_the_test_split():
+    from tpustream.promotion_policy import decide_for_metrics
+
+    champion = {"version": 1, "model_sha256": "e" * 64, "dataset_digest": "d" * 64, "metrics": m(0.8)}
+    decision = decide_for_metrics(_report("test"), champion, metric="top1", min_delta=0.0)
+    assert decision.promote and decision.reason.endswith("by +0.1000 (on the held-out test split)")
+    refused = decide_for_metrics(_report("test", complete=False), champion, metric="top1", min_delta=0.0)
+    assert not refused.promote and "counted 30 of the dataset's 35 test samples (5 missing)" in refused.reason
+    # a dataset without test (and every metrics.json written before it): val decides, reasons as before
+    for old in (_report(None), _report("val")):
+        assert old.split == "val"
+        decision = decide_for_metrics(old, champion, metric="top1", min_delta=0.0)
+        assert decision.reason == "candidate top1 0.9000 beats champion 0.8000 by +0.1000"
+        refused = decide_for_metrics(_report(None, complete=False), champion, metric="top1", min_delta=0.0)
+        assert "counted 30 of the dataset's 40 val samples" in refused.reason
+
+
+def test_metrics_json_keeps_its_split_and_val_numbers_and_an_old_one_reads_back_unchanged():
+    from tpustream.artifacts import ArtifactError, EvalReport
+
+    new = _report("test", val=m(0.95) | {"split": "val"})
+    assert new.val is not None and new.val["top1"] == 0.95
+    assert EvalReport.from_json(new.to_json()) == new and new.to_json()["split"] == "test"
+    old = _report(None)
+    assert "split" not in old.to_json() and "val" not in old.to_json()  # written back as it was read
+    assert old.dataset.samples("test") == 35 and old.dataset.samples("val") == 40
+    with pytest.raises(ArtifactError, match="'split' is 'train', expected 'val' or 'test'"):
+        _report("train")

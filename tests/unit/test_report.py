@@ -876,3 +876,15 @@ def test_a_decision_on_macro_f1_shows_it_beside_top1_as_a_score():
     assert re.search(r"macro-F1 \(decides\) \| 0\.7000 \| 0\.6500 \| \+0\.0500", summary), summary
     assert re.search(r"balanced accuracy \| 75\.00% \| 70\.00% \| \+5\.00 points", summary)
     assert "macro-F1" not in render_report(facts)[1]  # an evaluation before them: no rows
+
+
+def test_the_report_names_the_split_that_decides():
+    page, markdown = render_report(sample_facts())
+    assert (
+        "on the val split" in markdown and table_rows(markdown, "Policy: decide on")[-1][0] == "val samples"
+    )
+    on_test = replace(sample_facts().metrics, split="test")
+    page, markdown = render_report(sample_facts(metrics=on_test))
+    assert "Policy: decide on top1 (higher is better) on the test split" in markdown
+    assert table_rows(markdown, "Policy: decide on")[-1][0] == "test samples"
+    assert "the share of the true class&#x27;s test samples" in page  # the confusion matrix's note

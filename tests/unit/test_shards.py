@@ -253,3 +253,105 @@ def test_train_folder_alone_still_gets_a_val_split(tmp_path):
     )
     assert manifest.classes == ["cat", "dog"]
     assert summary.split_samples == {"train": 18, "val": 2}  # --val-fraction's default 0.1, per class
+
+
+def test_test_fraction_carves_a_stratified_seeded_test_split_of_its_own():
+    source = open_source("digits")
+    config = _config("/unused", num_shards=4, val_fraction=0.1, test_fraction=0.2, seed=5)
+    plan = plan_dataset(source, config)
+    assert [s.fingerprint for s in plan_dataset(source, config).shards] == [
+        s.fingerprint for s in plan.shards
+    ]
+    items = {split: [i for s in plan.shards_of(split) for i in s.items] for split in ("train", "val", "test")}
+    assert sorted(items["train"] + items["val"] + items["test"]) == list(range(1797))  # disjoint, complete
+    assert plan.split_counts == {split: len(found) for split, found in items.items()}
+    assert 350 <= len(items["test"]) <= 370 and 170 <= len(items["val"]) <= 190  # both shares of every item
+    assert all(30 <= n <= 42 for n in Counter(source.items[i].label for i in items["test"]).values())
+    other = plan_dataset(
+        source, _config("/unused", num_shards=4, val_fraction=0.1, test_fraction=0.2, seed=6)
+    )
+    assert {i for s in other.shards_of("test") for i in s.items} != set(items["test"])
+    # 0 (the default) draws nothing: the plan of a dataset without test is the one it always had
+    before = plan_dataset(source, _config("/unused", num_shards=4, val_fraction=0.1, seed=5))
+    assert "test" not in before.split_counts and not before.shards_of("test")
+    unchanged = plan_dataset(
+        source, _config("/unused", num_shards=4, val_fraction=0.1, test_fraction=0.0, seed=5)
+    )
+    assert [s.fingerprint for s in unchanged.shards] == [s.fingerprint for s in before.shards]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"test_fraction": 1.0}, r"--test-fraction must be in \[0, 1\), got 1.0"),
+        ({"test_fraction": -0.1}, r"--test-fraction must be in \[0, 1\)"),
+        ({"test_fraction": 0.5, "val_fraction": 0.5}, "leave no training samples: their sum must be below 1"),
+    ],
+)
+def test_test_fraction_is_checked(kwargs, message):
+    from tpustream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        _config("/unused", **kwargs)
+
+
+def test_shards_with_a_test_split_are_written_verified_and_listed_in_the_manifest(tmp_path):
+    manifest, summary = shards.create_shards(
+        _config(tmp_path / "ds", num_shards=2, val_fraction=0.1, test_fraction=0.1), progress=False
+    )
+    assert set(manifest.splits) == {"train", "val", "test"} and manifest.test_fraction == 0.1
+    test = manifest.splits["test"]
+    # 0.1 of each class, rounded
+    assert summary.split_samples["test"] == test.num_samples == sum(test.class_counts) == 179
+    assert all(shard.path.startswith("test/test-") for shard in test.shards)
+    assert read_manifest(str(tmp_path / "ds"))["test_fraction"] == 0.1
+    assert verify_shards(str(tmp_path / "ds"), progress=False)[1] == []
+    keys = [key for shard in test.shards for key, _ in _samples(tmp_path / "ds" / shard.path)]
+    assert len(set(keys)) == 179  # every test sample is in the test shards
+    index = {
+        split: [
+            json.loads(line)["source"]
+            for shard in manifest.splits[split].shards
+            for line in (tmp_path / "ds" / shard.sample_index).read_text().splitlines()
+        ]
+        for split in ("train", "val", "test")
+    }
+    assert not set(index["test"]) & (set(index["train"]) | set(index["val"]))  # no source image in two splits
+
+
+def test_a_manifest_written_before_the_test_split_reads_and_writes_back_unchanged(tmp_path):
+    manifest, _ = shards.create_shards(_config(tmp_path / "ds", num_shards=2), progress=False)
+    document = manifest.to_json()
+    del document["test_fraction"]  # what every writer before the test split wrote
+    from tpustream.artifacts import Manifest
+
+    old = Manifest.from_json(json.loads(json.dumps(document)))
+    assert old.test_fraction == 0.0 and old.split("test") is None and old.num_samples("test") == 0
+    assert old.to_json() == document  # the key it lacked is not added back
+    assert set(old.splits) == {"train", "val"}
+
+
+def test_a_test_folder_is_the_test_split_and_val_is_drawn_from_train_without_a_val_folder(tmp_path, caplog):
+    make_image_folder(tmp_path / "img" / "train", per_class=10)
+    make_image_folder(
+        tmp_path / "img" / "test", per_class=3, classes=("dog", "cat")
+    )  # other pixels than train's
+    with caplog.at_level("WARNING"):
+        manifest, summary = shards.create_shards(
+            _config(tmp_path / "ds", source=str(tmp_path / "img"), num_shards=2, test_fraction=0.3),
+            progress=False,
+        )
+    assert summary.split_samples == {"train": 18, "val": 2, "test": 6}  # val: 0.1 of train, per class
+    assert "has its own test split (6 items): --test-fraction 0.3 is not applied" in caplog.text
+    sources = [
+        json.loads(line)["source"]
+        for shard in manifest.splits["test"].shards
+        for line in (tmp_path / "ds" / shard.sample_index).read_text().splitlines()
+    ]
+    assert sorted(os.path.relpath(s, tmp_path / "img").split("/")[0] for s in sources) == ["test"] * 6
+    # --val-fraction re-splits train and val, never the curated test set
+    plan = plan_dataset(
+        open_source(str(tmp_path / "img")),
+        _config("/u", source=str(tmp_path / "img"), val_fraction=0.5, num_shards=1),
+    )
+    assert plan.split_counts == {"train": 10, "val": 10, "test": 6}

@@ -379,3 +379,27 @@ def test_renamed_classes_are_another_plan(tmp_path):
     assert fingerprints(None) == fingerprints(None)
     # a resumed run must not reuse shards whose records count samples under the other names
     assert set(fingerprints(",".join(words))).isdisjoint(fingerprints(",".join(reversed(words))))
+
+
+def test_shards_named_test_are_the_test_split_and_written_as_its_own_shards(tmp_path):
+    for name, first in (("train-0000", 0), ("validation-0000", 100), ("testing-0000", 200)):
+        _tar(
+            str(tmp_path / f"{name}.tar"),
+            [
+                m
+                for j in range(8)
+                for m in ((f"k{j}.png", _encoded(first + j, "PNG")), (f"k{j}.cls", str(j % 2).encode()))
+            ],
+        )
+    source = open_source(str(tmp_path))
+    by_split = {
+        split: sum(item.split == split for item in source.items) for split in ("train", "val", "test")
+    }
+    assert by_split == {"train": 8, "val": 8, "test": 8}
+    assert "(8 train / 8 val / 8 test / 0 unassigned)" in source.description
+    manifest, summary = create_shards(
+        ShardConfig(source=str(tmp_path), output=str(tmp_path / "out"), num_shards=1), progress=False
+    )
+    assert summary.split_samples == {"train": 8, "val": 8, "test": 8}
+    assert manifest.splits["test"].class_counts == [4, 4]
+    assert [shard.path for shard in manifest.splits["test"].shards] == ["test/test-000000.tar"]
