@@ -102,6 +102,12 @@ def bench_finetune_cmd(
     val_per_class: Annotated[
         int, typer.Option(help="Held-out val images per target class (the same at every size).", min=1)
     ] = 60,
+    same_lr_arm: Annotated[
+        bool,
+        typer.Option(
+            help="Also fine-tune the pretrained weights at the random runs' LR (init alone differs)."
+        ),
+    ] = True,
     quick: Annotated[
         bool, typer.Option(help="A smoke run: tiny model, 3 images per class, 2 epochs, batch 4.")
     ] = False,
@@ -132,6 +138,7 @@ def bench_finetune_cmd(
         pretrained_lr=pretrained_lr,
         target_top1=target_top1,
         val_per_class=val_per_class,
+        same_lr_arm=same_lr_arm,
     ):
         typer.echo(line)
 

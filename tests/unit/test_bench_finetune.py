@@ -12,8 +12,16 @@ def _card(tops, steps_per_epoch=4):
     return {"history": history, "steps": steps_per_epoch * len(tops)}
 
 
-def _line(init, tops, target=0.8):
-    return {"init": init, "weights_source": "own", "images_per_class": 10, **_run_line(_card(tops), target)}
+def _line(init, tops, target=0.8, lr=0.1):
+    reading = _run_line(_card(tops), target)
+    return {
+        "init": init,
+        "weights_source": "own",
+        "images_per_class": 10,
+        "lr": lr,
+        "lr_rule": "r",
+        **reading,
+    }
 
 
 def test_a_run_counts_the_first_epoch_at_the_target_and_reports_its_final_top1():
@@ -29,7 +37,7 @@ def test_the_summary_puts_both_inits_side_by_side_with_the_steps_ratio():
     assert summary["final_top1_gain"] == pytest.approx(0.1)
     assert summary["steps_to_target_top1"] == {"random": 12, "pretrained": 4}
     assert summary["steps_to_target_ratio_pretrained_vs_random"] == pytest.approx(0.333)
-    assert summary["verdict"].startswith("pretrained ends +0.1000 top-1 above random")
+    assert summary["verdict"].startswith("at lr 0.1 (r): pretrained ends +0.1000 top-1 above random")
 
 
 def test_the_summary_says_so_when_pretrained_does_not_beat_random():
@@ -50,3 +58,18 @@ def test_the_summary_says_so_when_pretrained_does_not_beat_random():
 def test_options_out_of_range_are_one_line_errors_before_any_training(kwargs, named):
     with pytest.raises(ConfigError, match=named):
         next(bench_finetune(**kwargs))
+
+
+def test_the_summary_adds_the_pretrained_run_at_the_random_lr_when_there_is_one():
+    random = _line("random", [0.5, 0.9])
+    pretrained = _line("pretrained", [0.4, 0.6], lr=0.01)
+    same_lr = _line("pretrained", [0.85, 0.95])
+    summary = summarize_size(random, pretrained, same_lr)
+    assert summary["final_top1"] == {"random": 0.9, "pretrained": 0.6, "pretrained_at_random_lr": 0.95}
+    assert summary["steps_to_target_top1"]["pretrained_at_random_lr"] == 4
+    assert summary["final_top1_gain"] == pytest.approx(-0.3)
+    assert summary["final_top1_gain_at_random_lr"] == pytest.approx(0.05)
+    assert summary["steps_to_target_ratio_at_random_lr"] == pytest.approx(0.5)
+    first, second = summary["verdict"].split(" | ")
+    assert first.startswith("at lr 0.01 (r): pretrained does NOT beat random")
+    assert second.startswith("at lr 0.1 (r): pretrained ends +0.0500 top-1 above random")

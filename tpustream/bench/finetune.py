@@ -15,10 +15,12 @@ ResNet's small-input stem: another network with 16x the compute per step). The r
 trainer's own random init of that network (``ModelSpec.builder`` under ``--seed``, saved as a file and given as
 ``--pretrained``, which is also how the pretraining run gets the stock stem). Each arm trains at the peak LR
 ``train`` gives it by default: the from-scratch default for the random arm, a tenth of it
-(``train.FINE_TUNE_LR_FACTOR``) for the pretrained arm; ``--lr``/``--pretrained-lr`` override them. Both see
+(``train.FINE_TUNE_LR_FACTOR``) for the pretrained arm; ``--lr``/``--pretrained-lr`` override them. As the LR
+then differs too, a third arm (``pretrained_at_random_lr``; ``--no-same-lr-arm`` drops it) starts from the
+pretrained file at the random arm's LR: init is then the only difference. All arms see
 the same train images (the first N per class of a seeded permutation), the same epochs, hence the same steps,
 and are evaluated every epoch on the same held-out val split of the target task (the last ``val_per_class``
-images per class, never trained on). One JSON line per run, then one summary line per size with both side by
+images per class, never trained on). One JSON line per run, then one summary line per size with all side by
 side and a plain verdict; nothing is assumed about who wins.
 """
 
@@ -40,6 +42,7 @@ __all__ = ["bench_finetune", "summarize_size"]
 
 SOURCE_CLASSES = (0, 1, 2, 3, 4)
 TARGET_CLASSES = (5, 6, 7, 8, 9)
+SAME_LR_ARM = "pretrained_at_random_lr"
 
 
 def _packaged_weights() -> list[str]:
@@ -127,8 +130,8 @@ def _run_line(card: dict[str, Any], target: float) -> dict[str, Any]:
     }
 
 
-def summarize_size(random: dict[str, Any], pretrained: dict[str, Any]) -> dict[str, Any]:
-    """One size's two runs side by side: final top-1 and steps to the target, and what they say."""
+def _compare(random: dict[str, Any], pretrained: dict[str, Any]) -> tuple[float, float | None, str]:
+    """A pretrained run against the random one: the final top-1 gain, the steps ratio, and the sentence."""
     gain = round(pretrained["final_top1"] - random["final_top1"], 4)
     r_steps, p_steps = random["steps_to_target_top1"], pretrained["steps_to_target_top1"]
     ratio = round(p_steps / r_steps, 3) if r_steps and p_steps is not None else None
@@ -146,7 +149,19 @@ def summarize_size(random: dict[str, Any], pretrained: dict[str, Any]) -> dict[s
         target = f"only pretrained reaches the target ({p_steps} steps; random never does)"
     else:
         target = f"the target in {p_steps} steps pretrained vs {r_steps} random"
-    return {
+    return gain, ratio, f"at lr {pretrained['lr']:g} ({pretrained['lr_rule']}): {final}; {target}"
+
+
+def summarize_size(
+    random: dict[str, Any], pretrained: dict[str, Any], same_lr: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One size's runs side by side: final top-1 and steps to the target of random init, of pretrained at
+    train's --pretrained LR and (``same_lr``) of pretrained at the random run's LR, and what they say."""
+    runs = {"random": random, "pretrained": pretrained}
+    if same_lr is not None:
+        runs[SAME_LR_ARM] = same_lr
+    gain, ratio, verdict = _compare(random, pretrained)
+    summary: dict[str, Any] = {
         "bench": "finetune",
         "summary": True,
         "weights_source": pretrained["weights_source"],
@@ -154,12 +169,19 @@ def summarize_size(random: dict[str, Any], pretrained: dict[str, Any]) -> dict[s
         "epochs": pretrained["epochs"],
         "steps": pretrained["steps"],
         "target_top1": pretrained["target_top1"],
-        "final_top1": {"random": random["final_top1"], "pretrained": pretrained["final_top1"]},
+        "final_top1": {arm: line["final_top1"] for arm, line in runs.items()},
+        "steps_to_target_top1": {arm: line["steps_to_target_top1"] for arm, line in runs.items()},
         "final_top1_gain": gain,
-        "steps_to_target_top1": {"random": r_steps, "pretrained": p_steps},
         "steps_to_target_ratio_pretrained_vs_random": ratio,
-        "verdict": f"{final}; {target}",
     }
+    verdicts = [verdict]
+    if same_lr is not None:
+        same_gain, same_ratio, same_verdict = _compare(random, same_lr)
+        summary["final_top1_gain_at_random_lr"] = same_gain
+        summary["steps_to_target_ratio_at_random_lr"] = same_ratio
+        verdicts.append(same_verdict)
+    summary["verdict"] = " | ".join(verdicts)
+    return summary
 
 
 def _parse_sizes(images_per_class: Sequence[int], epochs: Sequence[int]) -> list[tuple[int, int]]:
@@ -186,8 +208,11 @@ def bench_finetune(
     target_top1: float = 0.9,
     val_per_class: int = 60,
     seed: int = 0,
+    same_lr_arm: bool = True,
 ) -> Iterator[str]:
-    """JSON lines: per size in ``images_per_class``, the random and the pretrained run, then their summary."""
+    """JSON lines: per size in ``images_per_class``, the random run, the pretrained run at train's --pretrained
+    LR and (``same_lr_arm``, when the two LRs differ) the pretrained run at the random run's LR, then their
+    summary."""
     from tpustream.models import model_spec
     from tpustream.shard_plan import ShardConfig
     from tpustream.shards import create_shards
@@ -208,6 +233,8 @@ def bench_finetune(
     # the trainer's default peak LRs at this global batch (one device): from scratch, and for --pretrained
     random_lr = lr if lr is not None else default_peak_lr(batch_size, spec.base_lr)
     tuned_lr = pretrained_lr if pretrained_lr is not None else random_lr * FINE_TUNE_LR_FACTOR
+    random_rule = "--lr" if lr is not None else "train's from-scratch default"
+    tuned_rule = "--pretrained-lr" if pretrained_lr is not None else "train's --pretrained default, a tenth"
 
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"}
     common = ["--model", model, "--input-size", str(input_size), "--batch-size", str(batch_size)]
@@ -252,21 +279,26 @@ def bench_finetune(
             target = os.path.join(tmp, f"digits-5-9-{per_class}")
             folder = _target_folder(target + "-images", order, per_class, val_per_class)
             create_shards(ShardConfig(source=folder, output=target, num_shards=2), progress=False)
+            arms = [
+                ("random", "random", random_file, random_lr, random_rule),
+                ("pretrained", "pretrained", weights_file, tuned_lr, tuned_rule),
+            ]
+            if same_lr_arm and tuned_lr != random_lr:
+                arms.append((SAME_LR_ARM, "pretrained", weights_file, random_lr, "the random run's"))
             lines = {}
-            for init, start, run_lr in (
-                ("random", random_file, random_lr),
-                ("pretrained", weights_file, tuned_lr),
-            ):
+            for arm, init, start, run_lr, rule in arms:
                 args = [*common, "--epochs", str(run_epochs), "--lr", str(run_lr), "--pretrained", start]
-                card, seconds = _train(target, os.path.join(tmp, f"{init}-{per_class}"), args, env)
+                card, seconds = _train(target, os.path.join(tmp, f"{arm}-{per_class}"), args, env)
                 line = {
                     "bench": "finetune",
                     "weights_source": weights_source,
                     "images_per_class": per_class,
                     "init": init,
+                    "arm": arm,
                     "model": model,
                     "input_size": input_size,
                     "lr": round(run_lr, 6),
+                    "lr_rule": rule,
                     "train_images": per_class * len(TARGET_CLASSES),
                     "val_images": val_per_class * len(TARGET_CLASSES),
                     "dataset_digest": card["dataset"]["manifest_digest"],
@@ -274,7 +306,7 @@ def bench_finetune(
                     **_run_line(card, target_top1),
                     "seconds": round(seconds, 1),
                 }
-                lines[init] = line
+                lines[arm] = line
                 yield json.dumps(line)
-            yield json.dumps(summarize_size(lines["random"], lines["pretrained"]))
+            yield json.dumps(summarize_size(lines["random"], lines["pretrained"], lines.get(SAME_LR_ARM)))
             shutil.rmtree(target + "-images", ignore_errors=True)
