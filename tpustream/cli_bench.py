@@ -98,7 +98,7 @@ def bench_finetune_cmd(
         float | None,
         typer.Option(help="Peak LR of the pretrained runs (default: train's --pretrained one, a tenth)."),
     ] = None,
-    target_top1: Annotated[float, typer.Option(help="The val top-1 whose steps are counted.")] = 0.9,
+    target_top1: Annotated[float, typer.Option(help="The val top-1 whose steps are counted.")] = 0.7,
     val_per_class: Annotated[
         int, typer.Option(help="Held-out val images per target class (the same at every size).", min=1)
     ] = 60,

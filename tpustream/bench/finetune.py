@@ -205,7 +205,7 @@ def bench_finetune(
     batch_size: int = 16,
     lr: float | None = None,
     pretrained_lr: float | None = None,
-    target_top1: float = 0.9,
+    target_top1: float = 0.7,
     val_per_class: int = 60,
     seed: int = 0,
     same_lr_arm: bool = True,
