@@ -74,6 +74,75 @@ def bench_warmstart_cmd(
         typer.echo(line)
 
 
+@bench_app.command("finetune")
+def bench_finetune_cmd(
+    images_per_class: Annotated[
+        str, typer.Option(help="Target-task (digits 5-9) train images per class; a list measures each.")
+    ] = "10,100",
+    epochs: Annotated[
+        str, typer.Option(help="Epochs of both runs at each size (one count, or one per size).")
+    ] = "30,6",
+    pretrain_epochs: Annotated[
+        int, typer.Option(help="Epochs of the pretraining run on digits 0-4.", min=1)
+    ] = 6,
+    model: Annotated[
+        str, typer.Option(help="Model name (a torchvision architecture, or tiny).")
+    ] = "resnet18",
+    input_size: Annotated[int, typer.Option(help="Input side of every run (px).", min=8)] = 32,
+    batch_size: Annotated[int, typer.Option(help="Batch size of every run (one device).", min=1)] = 16,
+    lr: Annotated[
+        float | None,
+        typer.Option(help="Peak LR of the random-init runs (default: train's from-scratch one)."),
+    ] = None,
+    pretrained_lr: Annotated[
+        float | None,
+        typer.Option(help="Peak LR of the pretrained runs (default: train's --pretrained one, a tenth)."),
+    ] = None,
+    target_top1: Annotated[float, typer.Option(help="The val top-1 whose steps are counted.")] = 0.7,
+    val_per_class: Annotated[
+        int, typer.Option(help="Held-out val images per target class (the same at every size).", min=1)
+    ] = 60,
+    same_lr_arm: Annotated[
+        bool,
+        typer.Option(
+            help="Also fine-tune the pretrained weights at the random runs' LR (init alone differs)."
+        ),
+    ] = True,
+    quick: Annotated[
+        bool, typer.Option(help="A smoke run: tiny model, 3 images per class, 2 epochs, batch 4.")
+    ] = False,
+) -> None:
+    """Random init vs --pretrained on the same small target data and step budget: final val top-1 and steps to
+    a target top-1. The weights: our own pretraining on digits 0-4 (no installed package ships ImageNet ones),
+    fine-tuned on digits 5-9. JSON lines, a summary per size."""
+    from tpustream.bench.finetune import bench_finetune
+    from tpustream.errors import ConfigError
+
+    def ints(option: str, text: str) -> list[int]:
+        try:
+            return [int(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise ConfigError(f"{option} {text}: give whole numbers separated by commas") from None
+
+    sizes, counts = ints("--images-per-class", images_per_class), ints("--epochs", epochs)
+    if quick:
+        sizes, counts, pretrain_epochs, model, batch_size = [3], [2], 1, "tiny", 4
+    for line in bench_finetune(
+        images_per_class=sizes,
+        epochs=counts,
+        pretrain_epochs=pretrain_epochs,
+        model=model,
+        input_size=input_size,
+        batch_size=batch_size,
+        lr=lr,
+        pretrained_lr=pretrained_lr,
+        target_top1=target_top1,
+        val_per_class=val_per_class,
+        same_lr_arm=same_lr_arm,
+    ):
+        typer.echo(line)
+
+
 @bench_app.command("train")
 def bench_train_cmd(
     data: Annotated[str, typer.Option(help="Dataset URI (train split is streamed).")],
