@@ -19,13 +19,14 @@ def evaluate_model(
     max_class_drop: float = -1.0,
     min_metric: float = -1.0,
     min_class_recall: float = -1.0,
+    max_p_value: float = -1.0,
     run_outcome: str = "",
 ) -> str:
     """metrics.json under the `evaluation` artifact; KFP metrics and the confusion matrix for the UI; the run
     report (``report``: one HTML page, ``summary``: Markdown; tpustream/report.py) with the decision as it
     stands before promote. Returns "promote" or "keep" (the DAG's branch; promote decides again under
     compare-and-swap). ``data_check``: the check-data step's report. ``max_class_drop`` < 0: no per-class check; ``min_metric``/``min_class_recall``
-    < 0: no quality floor."""
+    < 0: no quality floor; ``max_p_value`` < 0: no significance required."""
     import logging
 
     from tpustream.evaluate import evaluate
@@ -55,6 +56,7 @@ def evaluate_model(
         min_delta=min_delta,
         max_class_drop=max_class_drop if max_class_drop >= 0 else None,
         floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
+        max_p_value=max_p_value if max_p_value >= 0 else None,
     )
     logging.getLogger("tpustream").info(
         "decision on the %s split: %s (%s)",
@@ -75,6 +77,7 @@ def evaluate_model(
             min_delta=min_delta,
             max_class_drop=max_class_drop if max_class_drop >= 0 else None,
             floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
+            max_p_value=max_p_value if max_p_value >= 0 else None,
             data_check=data_check.uri,
         )
     except Exception:

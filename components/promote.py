@@ -28,6 +28,7 @@ def promote_model(
     max_class_drop: float = -1.0,
     min_metric: float = -1.0,
     min_class_recall: float = -1.0,
+    max_p_value: float = -1.0,
     vertex_model_name: str = "",
     serving_image: str = "",
     project: str = "",
@@ -39,7 +40,7 @@ def promote_model(
     now settled). Returns the outcome line; the registry's champion.json is the source of truth. Without
     ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName.
     ``max_class_drop`` < 0: no per-class check; ``min_metric``/``min_class_recall``
-    < 0: no quality floor."""
+    < 0: no quality floor; ``max_p_value`` < 0: no significance required."""
     import logging
 
     from tpustream.promote import promote
@@ -59,6 +60,7 @@ def promote_model(
         min_delta=min_delta,
         max_class_drop=max_class_drop if max_class_drop >= 0 else None,
         floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
+        max_p_value=max_p_value if max_p_value >= 0 else None,
         vertex=target,
     )
     try:  # the report decides nothing: if it cannot be written, the step goes on and says so
@@ -73,6 +75,7 @@ def promote_model(
             min_delta=min_delta,
             max_class_drop=max_class_drop if max_class_drop >= 0 else None,
             floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
+            max_p_value=max_p_value if max_p_value >= 0 else None,
             outcome=outcome,
             data_check=data_check.uri,
         )

@@ -373,6 +373,7 @@ def build_pipeline(
         max_class_drop: float = -1.0,  # refuse a candidate if a class's accuracy drops more (< 0: no check)
         min_metric: float = -1.0,  # quality floor on `metric`, with or without a champion (< 0: none)
         min_class_recall: float = -1.0,  # quality floor on every class's recall (< 0: none)
+        max_p_value: float = -1.0,  # a gain over the champion must have McNemar's p-value at most this (< 0: off)
         retrain: bool = False,
         data_check: str = "fail",  # an anomaly in the new dataset stops the run before train; "warn": log it; "off"
         max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/datacheck.py
@@ -483,6 +484,7 @@ def build_pipeline(
                 max_class_drop=max_class_drop,
                 min_metric=min_metric,
                 min_class_recall=min_class_recall,
+                max_p_value=max_p_value,
                 data_check=check_data.outputs["report"],  # into the run report
                 run_outcome=OUTCOME_PATH,
             ).set_display_name("evaluate vs champion")
@@ -504,6 +506,7 @@ def build_pipeline(
                     max_class_drop=max_class_drop,
                     min_metric=min_metric,
                     min_class_recall=min_class_recall,
+                    max_p_value=max_p_value,
                     vertex_model_name=vertex_model,
                     serving_image=serving_image,
                     run_outcome=OUTCOME_PATH,

@@ -67,6 +67,7 @@ def build_report_facts(
     data_check: str | DataCheckReport | None = None,
     history: list[dict[str, Any]] | None = None,
     floor: QualityFloor | None = None,
+    max_p_value: float | None = None,
 ) -> ReportFacts:
     """Read a run's model card, metrics and manifest into the facts of its report.
 
@@ -86,6 +87,7 @@ def build_report_facts(
             ``report`` artifact), or the ``DataCheckReport`` itself; None: no data check section.
         history: the champion's history (``tpustream.history.champion_history(registry)``); None: no section.
         floor: the run's quality floor (``promote --min-metric``/``--min-class-recall``), for a recomputed decision.
+        max_p_value: the run's ``promote --max-p-value`` (None: off), for a recomputed decision.
 
     Returns:
         The facts ``render_report`` and ``write_report`` take.
@@ -99,7 +101,13 @@ def build_report_facts(
     manifest = load_manifest(dataset_uri)
     if outcome is None:
         decision = preview_decision(
-            metrics, registry, metric=metric, min_delta=min_delta, max_class_drop=max_class_drop, floor=floor
+            metrics,
+            registry,
+            metric=metric,
+            min_delta=min_delta,
+            max_class_drop=max_class_drop,
+            floor=floor,
+            max_p_value=max_p_value,
         )
         if decision.reason == ALREADY_CHAMPION and registry:  # the champion now: by this run, or earlier
             outcome = _champion_outcome(read_champion(registry) or {}, metrics, history or [])
@@ -240,6 +248,7 @@ def write_run_report(
     outcome: dict[str, Any] | None = None,
     data_check: str | None = None,
     floor: QualityFloor | None = None,
+    max_p_value: float | None = None,
 ) -> ReportFacts:
     """Read a run's files and the registry's history, and write the report: the one call of the evaluate and
     promote steps and of ``tpustream report``.
@@ -278,6 +287,7 @@ def write_run_report(
         data_check=data_check,
         history=_registry_history(registry) if registry else None,
         floor=floor,
+        max_p_value=max_p_value,
     )
     write_report(facts, html_uri, markdown_uri)
     log.info("run report: %s", html_uri)

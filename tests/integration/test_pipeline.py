@@ -508,8 +508,10 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     # Issue 26: the run report, promote's (the final decision), copied beside the run as a page
     page = Path(first["report"]).read_text()
     assert first["report"].endswith(".html") and "Promoted as version 1" in page
-    # curves, the candidate's confusion matrix (no champion to show beside it), per-class, history
-    assert page.count("data:image/svg+xml;base64,") == 4
+    # curves, the candidate's confusion matrix (no champion to show beside it), per-class, the threshold curve
+    # (from evaluate's per-sample scores), history; and the mistakes gallery's thumbnails
+    assert page.count("data:image/svg+xml;base64,") == 5 and '<figure id="plot-thresholds">' in page
+    assert '<section id="mistakes">' in page
     assert "No anomalies." in page  # the check-data step's report, in the page
     summary = Path(first["report"]).parent.parent / "pipeline-root"
     (summary,) = summary.glob("tpustream-training-*/promote-model/summary")

@@ -58,6 +58,7 @@ PIPELINE_ONLY = {
     # the quality floor (promotion_policy.QualityFloor, -1 = none): `promote --min-metric/--min-class-recall`
     "min_metric",
     "min_class_recall",
+    "max_p_value",  # promote --max-p-value (-1 = off): the paired test's significance (tpustream/paired_test.py)
     # who hears how a run ended (tpustream/notify.py): `pipeline compile|submit|schedule --notify/--notify-webhook`
     "notify_emails",
     "notify_webhook",
