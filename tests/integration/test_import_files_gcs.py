@@ -80,7 +80,7 @@ def test_shards_from_import_files_on_gcs(gcs_bucket, second_bucket):
         (f"{gcs_bucket}/labels/part-1.jsonl:12", "conflicting-labels"),
     ]
     assert f"{gcs_bucket}/raw/IMG_0020.jpg" in {item.ref for item in source.items}
-    assert "(19 train / 5 val / 7 unassigned), 4 rows rejected" in source.description
+    assert "(19 train / 3 val / 2 test / 7 unassigned), 4 rows rejected" in source.description
 
     out = f"{gcs_bucket}/datasets/flowers"
     manifest, summary = shards.create_shards(
@@ -88,11 +88,12 @@ def test_shards_from_import_files_on_gcs(gcs_bucket, second_bucket):
     )
     assert read_manifest(out) == manifest.to_json() and verify_shards(out, progress=False)[1] == []
     assert manifest.classes == ["daisy", "rose", "tulip"]
-    # assigned rows keep their split (test -> val); of the unassigned (2 daisies, 3 roses, 2 tulips) one per
-    # class goes to val; the missing daisy (training) is skipped when loaded
+    # assigned rows keep their split (ml_use=test rows are the test split); of the unassigned (2 daisies,
+    # 3 roses, 2 tulips) one per class goes to val; the missing daisy (training) is skipped when loaded
     assert manifest.splits["train"].class_counts == [7, 8, 7]
-    assert manifest.splits["val"].class_counts == [3, 2, 3]
-    assert summary.split_samples == {"train": 22, "val": 8}
+    assert manifest.splits["val"].class_counts == [2, 1, 3]
+    assert manifest.splits["test"].class_counts == [1, 1, 0]
+    assert summary.split_samples == {"train": 22, "val": 6, "test": 2}
     missing = [message for message in manifest.skipped.examples if "gone.jpg" in message]
     assert len(missing) == 1 and f"listed at {gcs_bucket}/labels/part-0.jsonl:12" in missing[0]
     assert manifest.skipped.count in (
