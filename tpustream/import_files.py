@@ -72,7 +72,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ML_USE_KEY = "aiplatform.googleapis.com/ml_use"
-# Vertex's ml_use values -> our split. test joins val: evaluate and the champion comparison read val.
+# Vertex's ml_use values -> our split. test is its own split: held out from training and model selection.
 ML_USE_SPLITS: dict[str, str | None] = {
     "training": "train",
     "validation": "val",
