@@ -19,8 +19,10 @@ def check_data(
     max_skipped_rate_increase: float,
     min_class_train_samples: int,
     report: Output[Markdown],
+    class_weights: str = "none",
 ) -> None:
-    """Write the report; raise DataCheckFailed (the task fails) on an anomaly when ``data_check`` is "fail"."""
+    """Write the report; raise DataCheckFailed (the task fails) on an anomaly when ``data_check`` is "fail".
+    ``class_weights``: the train step's (none/auto), which the report's class-shares note names."""
     from tpustream.datacheck import DataCheckThresholds, check_for_pipeline
 
     thresholds = DataCheckThresholds(
@@ -38,6 +40,7 @@ def check_data(
         thresholds=thresholds,
         report_path=report.path,
         report_uri=report.uri,
+        class_weights=class_weights,
     )
     report.metadata["data_check"] = data_check
     if result is not None:
