@@ -20,8 +20,10 @@ def check_data(
     min_class_train_samples: int,
     report: Output[Markdown],
     run_outcome: str = "",
+    class_weights: str = "none",
 ) -> None:
-    """Write the report; raise DataCheckFailed (the task fails) on an anomaly when ``data_check`` is "fail"."""
+    """Write the report; raise DataCheckFailed (the task fails) on an anomaly when ``data_check`` is "fail".
+    ``class_weights``: the train step's (none/auto), which the report's class-shares note names."""
     from tpustream.datacheck import DataCheckFailed, DataCheckThresholds, check_for_pipeline
     from tpustream.run_outcome import record_outcome
 
@@ -41,6 +43,7 @@ def check_data(
             thresholds=thresholds,
             report_path=report.path,
             report_uri=report.uri,
+            class_weights=class_weights,
         )
     except DataCheckFailed as exc:  # the run stops here: its notification says why
         record_outcome(run_outcome, step="check data", decision="refused", reason=str(exc), report=report.uri)

@@ -16,6 +16,9 @@ def train_model(
     input_size: int = 0,
     init_from: str = "",
     pretrained: str = "",
+    freeze_epochs: int = 0,
+    backbone_lr_scale: float = 1.0,
+    class_weights: str = "none",
     registry: str = "",
     patience: int = 0,
     early_stop_min_delta: float = 0.0,
@@ -28,7 +31,9 @@ def train_model(
     does not fit the run, e.g. another architecture: random weights, with a warning); else a model artifact,
     registry or checkpoint URI (one that does not fit fails the task). ``pretrained``: "" random weights (or
     the warm start's), else --pretrained's SPEC: a weights file URI, or a torchvision weights name fetched once
-    into ``pipeline_root``/weights-cache (shared by the runs under that root). ``patience`` 0: no early stopping.
+    into ``pipeline_root``/weights-cache (shared by the runs under that root). ``freeze_epochs``,
+    ``backbone_lr_scale``, ``class_weights``: the fine-tuning recipe's --freeze-epochs, --backbone-lr-scale,
+    --class-weights (none/auto). ``patience`` 0: no early stopping.
     ``compile_cache``: the persistent XLA compilation cache's URI; "auto": ``pipeline_root``/xla-cache (the run's
     root, resolved by Vertex or kfp.local from {{$.pipeline_root}}); "" none.
 
@@ -76,6 +81,9 @@ def train_model(
                 init_optional=optional,
                 pretrained=pretrained.strip() or None,
                 weights_cache=f"{pipeline_root.rstrip('/')}/weights-cache" if pipeline_root.strip() else None,
+                freeze_epochs=int(freeze_epochs),
+                backbone_lr_scale=backbone_lr_scale,
+                class_weights=class_weights,  # type: ignore[arg-type]  # TrainConfig checks none/auto
                 patience=int(patience),
                 min_delta=early_stop_min_delta,
                 compile_cache=compile_cache or None,

@@ -365,6 +365,9 @@ def build_pipeline(
         input_size: int = 0,  # training input side; 0 = the dataset's rule (median shorter side, within [16, 224])
         init_from: str = "champion",  # warm start: "champion" (none yet: random), "" random, or a model/registry URI
         pretrained: str = MODEL_DEFAULT,  # the model's torchvision DEFAULT weights; "" random init; a weights name (resnet50.IMAGENET1K_V2) or a staged .pth/.safetensors URI
+        freeze_epochs: int = TrainConfig.freeze_epochs,  # fine-tuning: the head alone for N epochs, then everything
+        backbone_lr_scale: float = TrainConfig.backbone_lr_scale,  # fine-tuning: the backbone's fraction of the LR
+        class_weights: str = TrainConfig.class_weights,  # "auto": loss weighted by inverse class frequency
         patience: int = TrainConfig.patience,  # early stopping: epochs without a val top-1 gain of more than early_stop_min_delta
         early_stop_min_delta: float = TrainConfig.min_delta,
         compile_cache: str = "auto",  # persistent XLA compile cache: auto = PIPELINE_ROOT/xla-cache, "" off, or a URI
@@ -447,6 +450,7 @@ def build_pipeline(
                 max_skipped_rate_increase=max_skipped_rate_increase,
                 min_class_train_samples=min_class_train_samples,
                 run_outcome=OUTCOME_PATH,
+                class_weights=class_weights,
             ).set_display_name("check data")
             sized(check_data, "check-data").set_caching_options(False)
             # A named weight set is fetched here, once, on CPU: the TPU job's hosts read the cached copy.
@@ -465,6 +469,9 @@ def build_pipeline(
                 input_size=input_size,
                 init_from=init_from,
                 pretrained=weights.output,
+                freeze_epochs=freeze_epochs,
+                backbone_lr_scale=backbone_lr_scale,
+                class_weights=class_weights,
                 registry=registry,
                 patience=patience,
                 early_stop_min_delta=early_stop_min_delta,

@@ -65,6 +65,12 @@ ANOMALY_CODES = (
 WARNING_CODES = ("tiny-class",)  # a class with fewer train images than min_class_train_samples
 
 
+# Train images of the largest class per image of the smallest. Past 3x, an unweighted loss is mostly the
+# large classes' and the small ones' recall suffers: the report says so and names the trainer's remedy
+# (--class-weights auto); a note, never a finding: many real datasets are imbalanced on purpose.
+IMBALANCE_RATIO = 3.0
+
+
 class DataCheckFailed(TpustreamError, RuntimeError):
     """The data check found anomalies and the run was asked to stop on them (``data_check=fail``)."""
 
@@ -249,6 +255,7 @@ def check_dataset(
     *,
     max_examples: int = 5,
     baseline_note: str = "",
+    class_weights: str | None = None,
 ) -> DataCheckReport:
     """Check the dataset at ``dataset_uri`` (against ``baseline_uri``'s when given).
 
@@ -258,6 +265,8 @@ def check_dataset(
         thresholds: the limits (the defaults: ``DataCheckThresholds()``).
         max_examples: file names listed per duplicate or leak finding.
         baseline_note: how the baseline was chosen (or why there is none), for the report.
+        class_weights: the training run's --class-weights (none/auto), named by the class-balance note;
+            None: not known (``shards check``).
 
     Returns:
         The report; ``report.anomalies`` is empty when the dataset passed.
@@ -307,6 +316,9 @@ def check_dataset(
         )
 
     warnings = _tiny_classes(manifest, thresholds, facts, max_examples)
+    balance = _class_balance(manifest, facts, class_weights)
+    if balance:
+        notes.append(balance)
 
     if manifest.has_sample_index():
         anomalies += _hash_checks(dataset_uri, manifest, splits, thresholds, facts, max_examples)
@@ -353,6 +365,37 @@ def check_dataset(
     anomalies.sort(key=lambda a: ANOMALY_CODES.index(a.code))  # the most serious first
     return DataCheckReport(
         dataset_uri, baseline, thresholds, anomalies, facts, notes, max_examples, warnings=warnings
+    )
+
+
+def _class_balance(manifest: Manifest, facts: dict[str, Any], class_weights: str | None) -> str:
+    """The class-shares line: the train split's largest class per its smallest (source images), and what
+    training does about it when past IMBALANCE_RATIO ("" when balanced enough, or fewer than 2 classes)."""
+    if "train" not in facts["splits"]:
+        return ""
+    upsample = max(1, manifest.upsample)
+    counts = {name: count // upsample for name, count in facts["splits"]["train"]["class_counts"].items()}
+    present = {name: count for name, count in counts.items() if count > 0}
+    if len(present) < 2:
+        return ""
+    largest, smallest = max(present, key=present.__getitem__), min(present, key=present.__getitem__)
+    ratio = present[largest] / present[smallest]
+    facts["class_balance"] = {
+        "max_min_ratio": ratio,
+        "largest": largest,
+        "smallest": smallest,
+        "class_weights": class_weights,
+    }
+    if ratio < IMBALANCE_RATIO:
+        return ""
+    if class_weights == "auto":
+        choice = "training uses --class-weights auto (loss weighted by inverse class frequency)"
+    else:
+        given = "training uses --class-weights none; " if class_weights == "none" else ""
+        choice = f"{given}consider --class-weights auto (loss weighted by inverse class frequency)"
+    return (
+        f"class shares: max/min {ratio:.1f}x in train ({largest!r} {present[largest]} images, {smallest!r} "
+        f"{present[smallest]}); {choice}"
     )
 
 
@@ -600,10 +643,12 @@ def check_for_pipeline(
     thresholds: DataCheckThresholds,
     report_path: str,
     report_uri: str = "",
+    class_weights: str | None = None,
 ) -> DataCheckReport | None:
     """The pipeline's "check data" step: check ``dataset`` against the champion's training data, write the
     Markdown report to ``report_path``, log each anomaly; raise DataCheckFailed on any when ``mode`` is
-    "fail" ("warn": only log them; "off": check nothing)."""
+    "fail" ("warn": only log them; "off": check nothing). ``class_weights``: the train step's, which the
+    class-balance note names."""
     if mode not in DATA_CHECK_MODES:
         raise ConfigError(f"data_check {mode!r} is not one of {', '.join(DATA_CHECK_MODES)}")
     if mode == "off":
@@ -614,8 +659,11 @@ def check_for_pipeline(
         return None
     baseline, note = champion_baseline(registry) if registry else (None, "no registry given")
     log.info("data check of %s; baseline: %s (%s)", dataset, baseline or "none", note)
-    report = check_dataset(dataset, baseline, thresholds, baseline_note=note)
+    report = check_dataset(dataset, baseline, thresholds, baseline_note=note, class_weights=class_weights)
     storage.write_bytes(report_path, report.to_markdown().encode(), content_type="text/markdown")
+    for line in report.notes:
+        if line.startswith("class shares:"):
+            log.info("data check: %s", line)
     for anomaly in report.anomalies:
         log.warning("data check anomaly %s: %s", anomaly.code, anomaly.reason)
     for warning in report.warnings:

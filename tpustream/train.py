@@ -55,6 +55,10 @@ __all__ = [
     "exit_now",
     "PREEMPTED_EXIT_CODE",
     "lr_at",
+    "inverse_frequency_weights",
+    "backbone_groups",
+    "freeze_backbone",
+    "fill_optimizer_state",
     "train",
     "MODEL_FORMAT",
 ]
@@ -105,6 +109,89 @@ def lr_at(step: int, *, peak_lr: float, warmup_steps: int, total_steps: int) -> 
     return peak_lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+def inverse_frequency_weights(class_counts: list[int]) -> list[float]:
+    """``--class-weights auto``: one loss weight per class, inverse to its train samples and normalised so
+    that the mean weight over the train samples is 1 (scikit-learn's ``class_weight="balanced"``:
+    ``samples / (classes * count)``). A class without train samples gets 1.0: no sample of it is weighted."""
+    present = [count for count in class_counts if count > 0]
+    total = sum(present)
+    return [total / (len(present) * count) if count > 0 else 1.0 for count in class_counts]
+
+
+# --------------------------------------------------------------------------- fine-tuning
+
+
+def backbone_groups(optimizer: Any, head: set[Any]) -> Any:
+    """``optimizer`` with each parameter group split in two: the ``head`` parameters, and the rest, marked
+    ``backbone`` (``train_step`` gives those ``--backbone-lr-scale`` of the scheduled LR). Regrouped in place
+    before any step: the optimizer has no state to carry over."""
+    groups = []
+    for group in optimizer.param_groups:
+        options = {key: value for key, value in group.items() if key != "params"}
+        for is_backbone in (False, True):
+            params = [p for p in group["params"] if (p not in head) == is_backbone]
+            if params:
+                groups.append({**options, "params": params, "backbone": is_backbone})
+    optimizer.param_groups = []
+    for group in groups:
+        optimizer.add_param_group(group)
+    return optimizer
+
+
+def freeze_backbone(model: Any, head: set[Any], frozen: bool) -> None:
+    """Freeze (or thaw) every parameter but the ``head``'s: a frozen parameter gets no gradient, so the
+    optimizer skips it (no update, no weight decay, no optimizer state) and the backward pass stops at the
+    head. Frozen, the backbone's BatchNorm layers also run in inference mode: its running statistics stay
+    the pretrained ones, as Keras's transfer-learning guide does (the model is otherwise in training mode)."""
+    from torch import nn
+
+    for parameter in model.parameters():
+        if parameter not in head:
+            parameter.requires_grad_(not frozen)
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.train(not frozen)
+
+
+def fill_optimizer_state(optimizer: Any, params: list[Any]) -> int:
+    """Give ``params`` without optimizer state the state their optimizer's first step would create (zero
+    momentum buffer; AdamW's zero step count and moments: the same update to the bit), copied from the host.
+    A parameter thawed after ``--freeze-epochs`` has none; left to the optimizer, its first step would create
+    it inside the step's graph: one more XLA compile of the whole step. Returns how many were filled (other
+    optimizers are left to create their own)."""
+    import torch
+    import torch_xla.core.xla_model as xm
+
+    wanted = set(params)
+    filled = 0
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param not in wanted or optimizer.state.get(param):
+                continue
+
+            def zeros(shape: Any, dtype: Any, device: Any = param.device) -> Any:
+                # device data from the host, no graph to compile (``.to(device)`` makes a 0-d tensor a
+                # constant of the next step's graph instead)
+                sent: Any = xm.send_cpu_data_to_device(torch.zeros(shape, dtype=dtype), device)
+                return sent[0]
+
+            if isinstance(optimizer, torch.optim.SGD) and group["momentum"]:
+                state = {"momentum_buffer": zeros(param.shape, param.dtype)}
+            elif isinstance(optimizer, torch.optim.Adam) and group["capturable"] and not group["fused"]:
+                state = {
+                    "step": zeros((), torch.get_default_dtype()),
+                    "exp_avg": zeros(param.shape, param.dtype),
+                    "exp_avg_sq": zeros(param.shape, param.dtype),
+                }
+                if group["amsgrad"]:
+                    state["max_exp_avg_sq"] = zeros(param.shape, param.dtype)
+            else:
+                continue
+            optimizer.state[param] = state
+            filled += 1
+    return filled
+
+
 # --------------------------------------------------------------------------- steps
 
 
@@ -115,19 +202,41 @@ def _normalize(images: Any) -> Any:
     return normalize(images)
 
 
-def train_step(model: Any, optimizer: Any, batch: Batch, lr: float, config: TrainConfig, rt: Runtime) -> Any:
-    """One optimizer step on a device batch; returns the (device) loss. No host sync."""
+def train_step(
+    model: Any,
+    optimizer: Any,
+    batch: Batch,
+    lr: float,
+    config: TrainConfig,
+    rt: Runtime,
+    class_weights: Any = None,
+) -> Any:
+    """One optimizer step on a device batch; returns the (device) loss. No host sync.
+
+    ``lr`` is the schedule's: the backbone's groups (``backbone_groups``) take ``--backbone-lr-scale`` of it.
+    ``class_weights`` (a device tensor, one weight per class; None: unweighted) weights each sample's loss."""
     import torch
     import torch.nn.functional as F
     import torch_xla
     import torch_xla.core.xla_model as xm
 
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * config.backbone_lr_scale if group.get("backbone") else lr
     images = _normalize(batch["image"])
     with torch.autocast("xla", dtype=torch.bfloat16, enabled=config.bf16):
         logits = model(images)
-    loss = F.cross_entropy(logits.float(), batch["label"], label_smoothing=config.label_smoothing)
+    if class_weights is None:
+        loss = F.cross_entropy(logits.float(), batch["label"], label_smoothing=config.label_smoothing)
+    else:
+        # Averaged over the batch, not over its weights (cross_entropy's own mean): with weights whose mean
+        # per training sample is 1, the loss keeps its unweighted scale and the LR its meaning.
+        loss = F.cross_entropy(
+            logits.float(),
+            batch["label"],
+            weight=class_weights,
+            label_smoothing=config.label_smoothing,
+            reduction="none",
+        ).mean()
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if rt.strategy == "replicas":
@@ -319,6 +428,11 @@ class Trainer:
         self.optimizer = spec.optimizer(
             self.model, lr=self.peak_lr, momentum=config.momentum, weight_decay=weight_decay
         )
+        self.head = set(self.model.get_submodule(spec.head).parameters())
+        if config.backbone_lr_scale != 1.0:
+            self.optimizer = backbone_groups(self.optimizer, self.head)
+        self.freeze_epochs = 0  # --freeze-epochs once the run is known to start from trained weights
+        self.class_weights = self._class_weights()
         self.state = _State()
         self.meta: dict[str, Any] = {
             "model": config.model,
@@ -331,6 +445,9 @@ class Trainer:
             "preprocessing": self.preprocessing.to_json(),
             "pretrained_weights": self.pretrained is not None,
         }
+        if self.class_weights is not None:
+            self.meta["class_weights"] = dict(zip(self.classes, self.class_weights.tolist(), strict=True))
+            self.class_weights = self.class_weights.to(self.rt.device)
         self.tb_dir = tempfile.mkdtemp(prefix="tpustream-tb-") if self.rt.is_master else ""
         self.writer = _summary_writer(self.tb_dir) if self.rt.is_master else None
         self.tb_uris = _tensorboard_uris(self.output) if self.rt.is_master else []
@@ -343,6 +460,7 @@ class Trainer:
         import torch_xla.core.xla_model as xm
 
         self.restore()
+        self._freeze_plan()
         if self.state.epoch >= self.config.epochs and latest_checkpoint_uri(self.output, "best") is None:
             raise TrainError(
                 f"--resume {self.config.resume}: that run has already trained {self.state.epoch} epochs and "
@@ -419,6 +537,34 @@ class Trainer:
         except PretrainedError as exc:
             raise TrainError(str(exc)) from exc
 
+    def _class_weights(self) -> Any:
+        """--class-weights auto: the train split's inverse class frequencies (a host tensor); else None."""
+        import torch
+
+        if self.config.class_weights == "none":
+            return None
+        counts = list(self.manifest.split("train").class_counts)  # type: ignore[union-attr]
+        weights = inverse_frequency_weights(counts)
+        log.info(
+            "class weights (--class-weights auto, inverse train frequency, max/min %.1fx): %s",
+            max(weights) / min(weights),
+            ", ".join(f"{name} {weight:.3g}" for name, weight in zip(self.classes, weights, strict=True)),
+        )
+        return torch.tensor(weights, dtype=torch.float32)
+
+    def _freeze_plan(self) -> None:
+        """--freeze-epochs applies to a run that started from trained weights (--pretrained or --init-from,
+        as its meta says on every restart); one that fell back to random weights (an optional warm start
+        that did not fit) trains everything, with a warning."""
+        wanted = self.config.freeze_epochs
+        if not wanted:
+            return
+        if self.meta.get("pretrained") or self.meta.get("init"):
+            self.freeze_epochs = wanted
+            self.meta["freeze_epochs"] = wanted
+            return
+        log.warning("--freeze-epochs %d ignored: the run starts from random weights", wanted)
+
     def _per_device_batch(self) -> int:
         wanted, devices = self.config.global_batch_size, self.rt.num_devices
         if wanted is None:
@@ -487,7 +633,13 @@ class Trainer:
             self.meta["init"] = checkpoint["meta"]["init"]  # where the run began, kept across restarts
             self._warm_lr()
         self.model.load_state_dict(checkpoint["model"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        try:
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+        except ValueError as exc:  # other parameter groups: --backbone-lr-scale 1 or not
+            raise CheckpointError(
+                f"checkpoint {uri}: its optimizer does not fit this run's ({exc}): resume with the options it "
+                "was written with (--backbone-lr-scale), or use --resume never"
+            ) from exc
         xm.set_rng_state(int(checkpoint["rng"]["xla"]))
         torch.set_rng_state(checkpoint["rng"]["torch"])
         self.state = _State(**checkpoint["state"])
@@ -602,6 +754,7 @@ class Trainer:
         total_steps = self.steps_per_epoch * config.epochs
         warmup_steps = int(round(config.warmup_epochs * self.steps_per_epoch))
         run = _EpochRun(started=time.perf_counter(), loss_sum=torch.zeros((), device=rt.device))
+        self._fine_tuning_phase()
         last_checkpoint = time.monotonic()
         # resumed mid-epoch: the loader skips the batches already trained on without decoding them
         batches = iter(
@@ -616,7 +769,7 @@ class Trainer:
             lr = lr_at(
                 state.global_step, peak_lr=self.peak_lr, warmup_steps=warmup_steps, total_steps=total_steps
             )
-            loss = train_step(self.model, self.optimizer, batch, lr, config, rt)
+            loss = train_step(self.model, self.optimizer, batch, lr, config, rt, self.class_weights)
             run.loss_sum = run.loss_sum + loss
             state.global_step += 1
             state.batches_done += 1
@@ -643,6 +796,25 @@ class Trainer:
             if time.monotonic() - last_checkpoint > config.checkpoint_minutes * 60:
                 self.checkpoint(best=False)
                 last_checkpoint = time.monotonic()
+
+    def _fine_tuning_phase(self) -> None:
+        """--freeze-epochs: the phase of ``state.epoch`` (so a resumed run is in the phase its epoch is): the
+        head alone, or everything. Thawed, the backbone gets its optimizer state before the first step, so
+        the steps compile to the graph a run without freezing compiles: the frozen phase's is the one extra."""
+        if not self.freeze_epochs:
+            return
+        frozen = self.state.epoch < self.freeze_epochs
+        freeze_backbone(self.model, self.head, frozen)
+        if frozen:
+            log.info(
+                "epoch %d: the backbone is frozen (--freeze-epochs %d): training the head only",
+                self.state.epoch + 1,
+                self.freeze_epochs,
+            )
+            return
+        if self.state.epoch == self.freeze_epochs:
+            log.info("epoch %d: the backbone is thawed: training every layer", self.state.epoch + 1)
+        fill_optimizer_state(self.optimizer, [p for p in self.model.parameters() if p not in self.head])
 
     def finish_epoch(self, run: _EpochRun) -> None:
         """Validate, record, log (and TensorBoard), then commit the epoch's checkpoint."""
@@ -917,6 +1089,8 @@ def _write_model_artifact(output: str, meta: dict[str, Any], state: _State) -> M
         init=meta.get("init"),  # warm start: where the weights began (None: random)
         compile_cache=meta.get("compile_cache"),  # its lookups in this process (None: no cache)
         stopped_early=state.stopped_early,
+        # --class-weights auto: the loss weight of each class (the training config says auto)
+        extra={"class_weights": meta["class_weights"]} if meta.get("class_weights") else {},
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
     card.write(storage.join(output, ModelCard.NAME))

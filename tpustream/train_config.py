@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tpustream.errors import ConfigError
 from tpustream.models import model_spec
@@ -87,6 +88,15 @@ class TrainConfig:
     the best epoch's (0: off)."""
     min_delta: float = 0.0
     """Early stopping: the val top-1 gain (0-1) that counts as one."""
+    freeze_epochs: int = 0
+    """Fine-tuning: train only the head for the first N epochs (the backbone's weights and BatchNorm
+    statistics fixed), then everything; needs --pretrained or --init-from. N = --epochs: a linear probe."""
+    backbone_lr_scale: float = 1.0
+    """Fine-tuning: the backbone trains at this fraction (0 < X <= 1) of the scheduled LR, the head at all of
+    it (to keep the backbone fixed, use --freeze-epochs)."""
+    class_weights: Literal["none", "auto"] = "none"
+    """auto: weight the training loss by inverse class frequency in the train split (mean weight per sample
+    1; model.json records the weights), for imbalanced classes; val metrics stay unweighted."""
 
     def __post_init__(self) -> None:
         model_spec(self.model)  # ValueError naming the models
@@ -109,5 +119,22 @@ class TrainConfig:
             raise ConfigError(
                 f"--patience and --min-delta must be >= 0, got {self.patience} and {self.min_delta}"
             )
+        if not 0 <= self.freeze_epochs <= self.epochs:
+            raise ConfigError(
+                f"--freeze-epochs must be in [0, --epochs {self.epochs}], got {self.freeze_epochs} "
+                "(equal to --epochs: only the head ever trains)"
+            )
+        if self.freeze_epochs and not (self.pretrained or self.init_from):
+            raise ConfigError(
+                f"--freeze-epochs {self.freeze_epochs} needs --pretrained or --init-from: freezing a randomly "
+                "initialised backbone trains the head on random features"
+            )
+        if not 0 < self.backbone_lr_scale <= 1:
+            raise ConfigError(
+                f"--backbone-lr-scale must be in (0, 1], got {self.backbone_lr_scale} (to keep the backbone "
+                "fixed, use --freeze-epochs)"
+            )
+        if self.class_weights not in ("none", "auto"):
+            raise ConfigError(f"--class-weights must be none or auto, got {self.class_weights!r}")
         if self.preemption_sync_seconds <= 0 or self.commit_timeout_minutes <= 0:
             raise ConfigError("--preemption-sync-seconds and --commit-timeout-minutes must be positive")

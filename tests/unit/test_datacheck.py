@@ -194,6 +194,37 @@ def test_a_class_with_a_few_train_images_is_a_warning_not_an_anomaly(tmp_path):
     assert found is not None and found.ok and [w.code for w in found.warnings] == ["tiny-class"]
 
 
+def test_imbalanced_classes_get_a_note_naming_the_class_weights_choice(tmp_path, caplog):
+    """Not a finding (imbalance is often the data's truth): a class-shares note that names what training
+    does about it, --class-weights auto, or that it could."""
+    uri = _dataset(tmp_path, "skewed", {"cat": (100, 3), "dog": (24, 3), "fox": (12, 3)}, upsample=2)
+    unknown = check_dataset(uri)  # `shards check`: the training run's choice is not known
+    assert unknown.ok and not unknown.warnings
+    shares = "class shares: max/min 8.3x in train ('cat' 100 images, 'fox' 12)"  # source images, not copies
+    assert [n for n in unknown.notes if n.startswith("class shares")] == [
+        f"{shares}; consider --class-weights auto (loss weighted by inverse class frequency)"
+    ]
+    assert unknown.facts["class_balance"]["max_min_ratio"] == pytest.approx(100 / 12)
+    report_path = str(tmp_path / "report.md")
+    with caplog.at_level("INFO", logger="tpustream.datacheck"):
+        auto = check_for_pipeline(
+            uri,
+            registry="",
+            mode="fail",
+            thresholds=DataCheckThresholds(),
+            report_path=report_path,
+            class_weights="auto",
+        )
+    line = f"{shares}; training uses --class-weights auto (loss weighted by inverse class frequency)"
+    assert auto is not None and line in auto.notes and line in caplog.text
+    with open(report_path) as f:
+        assert line in f.read()  # the report's Notes
+    plain = check_dataset(uri, class_weights="none")
+    assert any("training uses --class-weights none; consider --class-weights auto" in n for n in plain.notes)
+    balanced = check_dataset(_dataset(tmp_path, "even", {"cat": (20, 3), "dog": (10, 3)}))  # 2x: no note
+    assert not [n for n in balanced.notes if n.startswith("class shares")]
+
+
 def test_against_a_baseline_new_vanished_shifted_classes_and_a_skipped_rate_jump(tmp_path):
     baseline = _dataset(tmp_path, "baseline", BALANCED)
     same = _dataset(tmp_path, "same", BALANCED, seed=1)  # other images, same classes and shares

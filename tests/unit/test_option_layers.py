@@ -79,6 +79,8 @@ PIPELINE_OPTIONS = {
     "max_class_drop": ("promote", "max_class_drop"),
     "input_size": ("train", "input_size"), "init_from": ("train", "init_from"), "patience": ("train", "patience"),
     "early_stop_min_delta": ("train", "min_delta"), "pretrained": ("train", "pretrained"),
+    "freeze_epochs": ("train", "freeze_epochs"), "backbone_lr_scale": ("train", "backbone_lr_scale"),
+    "class_weights": ("train", "class_weights"),
     **{name: ("check", name) for name in ("max_duplicate_fraction", "max_leaked_images", "max_skipped_rate",
                                            "max_class_share_shift", "max_skipped_rate_increase",
                                            "min_class_train_samples")},
