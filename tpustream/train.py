@@ -142,7 +142,11 @@ def freeze_backbone(model: Any, head: set[Any], frozen: bool) -> None:
     """Freeze (or thaw) every parameter but the ``head``'s: a frozen parameter gets no gradient, so the
     optimizer skips it (no update, no weight decay, no optimizer state) and the backward pass stops at the
     head. Frozen, the backbone's BatchNorm layers also run in inference mode: its running statistics stay
-    the pretrained ones, as Keras's transfer-learning guide does (the model is otherwise in training mode)."""
+    the pretrained ones, as Keras's transfer-learning guide does (the model is otherwise in training mode).
+
+    Their ``num_batches_tracked`` still counts each training forward while frozen (a hook; it is read only by
+    a BatchNorm without momentum): on XLA a buffer no step has written yet enters the first step after the
+    thaw unlike one a step has written, which compiles that step once more than the steps after it."""
     from torch import nn
 
     for parameter in model.parameters():
@@ -151,6 +155,18 @@ def freeze_backbone(model: Any, head: set[Any], frozen: bool) -> None:
     for module in model.modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             module.train(not frozen)
+            hook = module.__dict__.pop("_tpustream_frozen_count", None)
+            if hook is not None:
+                hook.remove()
+            if frozen and module.num_batches_tracked is not None:
+                module.__dict__["_tpustream_frozen_count"] = module.register_forward_hook(_count_frozen_forward)
+
+
+def _count_frozen_forward(module: Any, inputs: Any, output: Any) -> None:
+    import torch
+
+    if torch.is_grad_enabled():  # a training step's forward, not validation's (under no_grad)
+        module.num_batches_tracked.add_(1)
 
 
 def fill_optimizer_state(optimizer: Any, params: list[Any]) -> int:

@@ -54,8 +54,9 @@ weights = torch.tensor(inverse_frequency_weights(counts)).to(device)
 images = torch.randint(0, 255, (8, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
 batch = {"image": images.to(device), "label": torch.tensor([0, 1, 2, 3, 0, 0, 1, 0]).to(device)}
 
-def backbone():  # weights and BatchNorm statistics of everything but the head ("13")
-    return {k: v.cpu().clone() for k, v in model.state_dict().items() if not k.startswith("13.")}
+def backbone():  # weights and BatchNorm statistics of everything but the head ("13"); not the step counters
+    return {k: v.cpu().clone() for k, v in model.state_dict().items()
+            if not k.startswith("13.") and not k.endswith("num_batches_tracked")}
 
 start = backbone()
 out = {"compiles": [], "backbone_unchanged": []}
@@ -140,7 +141,11 @@ def _imbalanced(root, counts, seed=0):
 
 
 def _backbone(state):
-    return {k: v for k, v in state.items() if not k.startswith("13.")}
+    """The backbone's weights and BatchNorm statistics (not ``num_batches_tracked``, which counts the steps
+    frozen or not: tpustream.train.freeze_backbone)."""
+    return {
+        k: v for k, v in state.items() if not k.startswith("13.") and not k.endswith("num_batches_tracked")
+    }
 
 
 def _checkpoint(output, epoch):
@@ -189,3 +194,25 @@ def test_train_freezes_resumes_mid_freeze_and_weights_classes_from_the_manifest(
     assert regrouped.returncode != 0
     assert "its optimizer does not fit this run's" in regrouped.stderr
     assert "--backbone-lr-scale" in regrouped.stderr and "Traceback" not in regrouped.stderr
+
+
+@pytest.mark.slow  # two 3-epoch `tpustream train` processes: about a minute here
+def test_a_whole_run_with_freeze_epochs_compiles_at_most_one_more_graph(tmp_path):
+    """Through the whole trainer (the loss sum, validation, checkpoints), not the step alone: freezing adds
+    the head-only step graph and nothing else (a thawed first step compiled like the steady one)."""
+    images = _imbalanced(tmp_path / "images", {"a": (48, 6), "b": (12, 6), "c": (8, 6)})
+    data = str(tmp_path / "data")
+    shards.create_shards(ShardConfig(source=str(images), output=data, num_shards=2), progress=False)
+    torch.manual_seed(0)
+    staged = tmp_path / "w.pth"
+    torch.save(build_model("tiny", num_classes=7, input_size=16).state_dict(), staged)
+    common = ("--epochs", "3", "--input-size", "16", "--batch-size", "8", "--pretrained", str(staged))
+    compiles = {}
+    for freeze in ("0", "1"):
+        result = _run(data, tmp_path / f"run{freeze}", *common, "--freeze-epochs", freeze, env=ONE_DEVICE)
+        assert result.returncode == 0, result.stderr[-3000:]
+        card = json.loads((tmp_path / f"run{freeze}" / "model.json").read_text())
+        compiles[freeze] = [epoch["compiles"] for epoch in card["history"]]
+    plain, frozen = compiles["0"], compiles["1"]
+    assert plain[0] == plain[-1], plain  # nothing after the first epoch without freezing
+    assert frozen[1] == frozen[2] and frozen[-1] <= plain[-1] + 1, compiles  # the thaw: one graph, then none
