@@ -187,3 +187,41 @@ def test_the_checks_catch_a_console_error_and_a_fetch(tmp_path):
     )
     run = open_page(guarded, tmp_path)
     assert any("Content Security Policy" in line for line in run.console)
+
+
+def test_the_mistakes_gallery_and_the_threshold_curve_decode_in_chromium(tmp_path):
+    """Issue 34: the report's thumbnails (JPEG data URIs) and the threshold curve are drawn by a real browser,
+    with nothing fetched and nothing on the console."""
+    import base64
+    import io
+    from dataclasses import replace
+
+    from tests.unit.test_report import CLASSES
+    from tpustream.report_mistakes import Mistake
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (24, 24, 3), np.uint8)).save(buffer, "JPEG")
+    picture = "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
+    mistakes = [
+        Mistake(key=f"k{i}", source=f"gs://b/images/{i}.jpg", true_class=CLASSES[i % 4],
+                predicted_class=CLASSES[(i + 1) % 4], confidence=0.9 - i / 100)
+        for i in range(6)
+    ]  # fmt: skip
+    facts = sample_facts(mistakes=mistakes, thumbnails={m.key: picture for m in mistakes})
+    thresholds = [{"threshold": t / 100, "precision": 0.7 + t / 400, "recall": 0.7 - t / 150,
+                   "coverage": 1 - t / 110, "f1": 0.6} for t in range(100)]  # fmt: skip
+    per_class = {"precision": [0.9, 0.5, 0.8, 0.7], "recall": [0.95, 0.6, 0.7, 0.8],
+                 "f1": [0.92, 0.55, 0.75, 0.75], "support": [20, 20, 20, 20], "auprc": [0.9, 0.6, 0.8, 0.8]}  # fmt: skip
+    candidate = {**facts.metrics.candidate, "per_class": per_class, "thresholds": thresholds,
+                 "macro_f1": 0.74, "balanced_accuracy": 0.76, "auprc": 0.8}  # fmt: skip
+    facts = replace(facts, metrics=replace(facts.metrics, candidate=candidate))
+    page = tmp_path / "report.html"
+    write_report(facts, str(page), str(tmp_path / "report.md"))
+    assert open_page(page, tmp_path).console == []  # as written, with its Content-Security-Policy
+    probed = open_page(with_probe(page), tmp_path)
+    assert probed.console == [] and probed.requests == [] and probed.probe is not None
+    images = probed.probe["images"]
+    thumbnails = [image for image in images if image["id"] == ""]  # the gallery's figures carry no id
+    assert len(thumbnails) == 6 and all(image["natural"] == 24 for image in thumbnails), thumbnails
+    (curve,) = [image for image in images if image["id"] == "plot-thresholds"]
+    assert curve["natural"] > 0 and curve["width"] > 200
