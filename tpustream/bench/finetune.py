@@ -29,13 +29,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from tpustream.bench.warmstart import run_train
 from tpustream.errors import ConfigError
 
 __all__ = ["bench_finetune", "summarize_size"]
@@ -102,16 +100,6 @@ def _target_folder(root: str, order: dict[int, list[int]], per_class: int, val_p
         for i in order[c][-val_per_class:]:
             _save_png(images[i], os.path.join(root, "val", str(c), f"{i:05d}.png"))
     return root
-
-
-def _train(data: str, output: str, args: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float]:
-    started = time.perf_counter()
-    command = [sys.executable, "-m", "tpustream.cli", "train", "--data", data, "--output", output, *args]
-    result = subprocess.run(command, env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"train failed ({result.returncode}): {result.stderr[-2000:]}")
-    with open(os.path.join(output, "model.json")) as f:
-        return json.load(f), time.perf_counter() - started
 
 
 def _run_line(card: dict[str, Any], target: float) -> dict[str, Any]:
@@ -256,7 +244,7 @@ def bench_finetune(
             progress=False,
         )
         pre_args = [*common, "--epochs", str(pretrain_epochs), "--lr", str(random_lr)]
-        pre_card, pre_s = _train(
+        pre_card, pre_s = run_train(
             source, os.path.join(tmp, "pretrain"), [*pre_args, "--pretrained", random_file], env
         )
         weights_file = os.path.join(tmp, f"{model}-digits0-4.pth")
@@ -288,7 +276,7 @@ def bench_finetune(
             lines = {}
             for arm, init, start, run_lr, rule in arms:
                 args = [*common, "--epochs", str(run_epochs), "--lr", str(run_lr), "--pretrained", start]
-                card, seconds = _train(target, os.path.join(tmp, f"{arm}-{per_class}"), args, env)
+                card, seconds = run_train(target, os.path.join(tmp, f"{arm}-{per_class}"), args, env)
                 line = {
                     "bench": "finetune",
                     "weights_source": weights_source,

@@ -38,7 +38,8 @@ def _digits_folder(root: str, count: int) -> str:
     return root
 
 
-def _train(data: str, output: str, args: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float]:
+def run_train(data: str, output: str, args: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float]:
+    """One `tpustream train` process (``args`` after --data/--output): its model card and wall seconds."""
     started = time.perf_counter()
     command = [sys.executable, "-m", "tpustream.cli", "train", "--data", data, "--output", output, *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -80,7 +81,7 @@ def bench_warmstart(
             datasets[name] = os.path.join(tmp, name)
             create_shards(ShardConfig(source=source, output=datasets[name], num_shards=8), progress=False)
         champion = os.path.join(tmp, "champion")
-        _train(datasets["last-week"], champion, common, env)
+        run_train(datasets["last-week"], champion, common, env)
         target = evaluate.evaluate(champion, datasets["this-week"], os.path.join(tmp, "eval"), workers=0)
         top1 = float(target.candidate["top1"])
         base = {
@@ -90,7 +91,7 @@ def bench_warmstart(
             "old_images": old,
             "target_val_top1": top1,
         }
-        scratch_card, scratch_s = _train(datasets["this-week"], os.path.join(tmp, "scratch"), common, env)
+        scratch_card, scratch_s = run_train(datasets["this-week"], os.path.join(tmp, "scratch"), common, env)
         scratch = {
             **base,
             "run": "from-scratch",
@@ -101,7 +102,7 @@ def bench_warmstart(
         # the same settings; then fine-tuning's usual lower peak LR (a tenth), which keeps more of the start
         for run, lr_factor in (("warm-start", 1.0), ("warm-start-lr/10", 0.1)):
             args = [*common, "--init-from", champion, "--lr", str(lr * lr_factor)]
-            warm_card, warm_s = _train(
+            warm_card, warm_s = run_train(
                 datasets["this-week"], os.path.join(tmp, run.replace("/", "-")), args, env
             )
             warm = {**base, "run": run, "lr": round(lr * lr_factor, 6), **_reached(warm_card, top1)}
