@@ -159,7 +159,9 @@ def freeze_backbone(model: Any, head: set[Any], frozen: bool) -> None:
             if hook is not None:
                 hook.remove()
             if frozen and module.num_batches_tracked is not None:
-                module.__dict__["_tpustream_frozen_count"] = module.register_forward_hook(_count_frozen_forward)
+                module.__dict__["_tpustream_frozen_count"] = module.register_forward_hook(
+                    _count_frozen_forward
+                )
 
 
 def _count_frozen_forward(module: Any, inputs: Any, output: Any) -> None:
