@@ -103,6 +103,14 @@ def iter_sample_index(
     uri: str, manifest: Manifest, split: str, *, workers: int = 8
 ) -> Iterator[SampleIndexEntry]:
     """Every sample index entry of ``split``, shard by shard in manifest order (files read concurrently)."""
+    for _shard, entries in iter_shard_indexes(uri, manifest, split, workers=workers):
+        yield from entries
+
+
+def iter_shard_indexes(
+    uri: str, manifest: Manifest, split: str, *, workers: int = 8
+) -> Iterator[tuple[Shard, list[SampleIndexEntry]]]:
+    """Each shard of ``split`` with its sample index entries, in manifest order (files read concurrently)."""
     uri = storage.check_uri(uri).rstrip("/")
     found = manifest.split(split)
     shards = found.shards if found is not None else []
@@ -120,7 +128,7 @@ def iter_sample_index(
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for shard, data in _in_order(pool, read, shards, window=2 * max(1, workers)):
-            yield from _index_lines(uri, shard, data)
+            yield shard, list(_index_lines(uri, shard, data))
 
 
 def _in_order(

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from tpustream import storage
 from tpustream.artifacts import Manifest
 from tpustream.imagecodec import DEFAULT_MAX_PIXELS, PIL_FORMATS, decode_ppm, image_member, pixel_budget
-from tpustream.manifest import SampleIndexEntry
 
 __all__ = ["MISTAKES_PER_CLASS", "MISTAKES_TOTAL", "THUMBNAIL_SIDE", "Mistake", "pick_mistakes", "thumbnails"]
 
@@ -73,7 +72,7 @@ def thumbnails(
     A sample whose image cannot be read or decoded is left out (the gallery shows it without a picture) and
     logged; nothing here fails the report."""
     from tpustream import tario
-    from tpustream.manifest import has_sample_index
+    from tpustream.manifest import ShardError, has_sample_index, iter_shard_indexes
 
     wanted = set(keys)
     found = manifest.split(split)
@@ -81,7 +80,15 @@ def thumbnails(
         return {}
     shards = list(found.shards)
     if has_sample_index(manifest):  # open only the shards whose sample index lists a wanted sample
-        shards = [shard for shard in shards if _lists_any(dataset, shard.sample_index, wanted)]
+        try:
+            holding = {
+                shard.path
+                for shard, entries in iter_shard_indexes(dataset, manifest, split)
+                if any(entry.key in wanted for entry in entries)
+            }
+            shards = [shard for shard in shards if shard.path in holding]
+        except (ShardError, storage.StorageError) as exc:
+            log.warning("report: %s; every %s shard is searched for the thumbnails", exc, split)
     out: dict[str, str] = {}
     for shard in shards:
         uri = storage.join(dataset, shard.path)
@@ -99,18 +106,6 @@ def thumbnails(
         if len(out) == len(wanted):
             break
     return out
-
-
-def _lists_any(dataset: str, sample_index: str | None, wanted: set[str]) -> bool:
-    """Whether the shard's sample index names a key in ``wanted`` (an unreadable index: assume it may)."""
-    if not sample_index:
-        return True
-    try:
-        data = storage.read_bytes(storage.join(dataset, sample_index))
-    except storage.StorageError:
-        return True
-    lines = data.decode("utf-8", "replace").splitlines()
-    return any(SampleIndexEntry.from_json_line(line).key in wanted for line in lines if line)
 
 
 def _thumbnail(fields: dict[str, bytes], side: int) -> str | None:
