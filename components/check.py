@@ -26,11 +26,11 @@ def check_source(
 ) -> str:
     """Returns "train" or "skip"; `dataset` points at the content-addressed dataset of this fingerprint.
     Never cached (the pipeline turns caching off): it is the step that reads the live source.
-    ``run_outcome``: where the run's outcome is recorded (tpustream/run_outcome.py; "" none)."""
-    from tpustream import storage
-    from tpustream.fingerprint import check_source as check
-    from tpustream.run_outcome import record_outcome
-    from tpustream.shards import config_from_pipeline
+    ``run_outcome``: where the run's outcome is recorded (tpustream/release/outcome.py; "" none)."""
+    from tpustream.dataset.fingerprint import check_source as check
+    from tpustream.dataset.write import config_from_pipeline
+    from tpustream.release.outcome import record_outcome
+    from tpustream.storage import io as storage
 
     config = config_from_pipeline(
         source=source,

@@ -1,7 +1,7 @@
 """Check data step: between "finalize manifest" and "train", is the dataset fit to spend a TPU run on?
 
 Duplicates, train/val leakage, empty classes, the skipped rate, and drift from the data the current champion
-trained on (tpustream/datacheck.py). The Markdown report is the ``report`` artifact (shown in the KFP UI); an
+trained on (tpustream/dataset/check.py). The Markdown report is the ``report`` artifact (shown in the KFP UI); an
 anomaly fails the task, naming it, unless ``data_check`` is "warn" ("off": nothing is checked).
 """
 
@@ -24,8 +24,8 @@ def check_data(
 ) -> None:
     """Write the report; raise DataCheckFailed (the task fails) on an anomaly when ``data_check`` is "fail".
     ``class_weights``: the train step's (none/auto), which the report's class-shares note names."""
-    from tpustream.datacheck import DataCheckFailed, DataCheckThresholds, check_for_pipeline
-    from tpustream.run_outcome import record_outcome
+    from tpustream.dataset.check import DataCheckFailed, DataCheckThresholds, check_for_pipeline
+    from tpustream.release.outcome import record_outcome
 
     thresholds = DataCheckThresholds(
         max_duplicate_fraction=max_duplicate_fraction,

@@ -1,5 +1,5 @@
 """Deploy step: the Vertex AI model version promote published joins an endpoint as a canary with
-``traffic_percent`` of its traffic, the models serving there keeping the rest (tpustream/deploy.py; undo it
+``traffic_percent`` of its traffic, the models serving there keeping the rest (tpustream/release/deploy.py; undo it
 with ``tpustream rollback --endpoint ENDPOINT``).
 
 Its input is promote's ``vertex_model`` (GCPC's ``google.VertexModel``, ``metadata.resourceName`` =
@@ -27,8 +27,8 @@ def deploy_model(
 ) -> str:
     """Returns the outcome line. Without ``endpoint``, or without a Vertex model (promote published none),
     nothing is deployed and ``vertex_endpoint`` carries no resourceName."""
-    from tpustream.deploy import deploy
-    from tpustream.run_outcome import read_outcome, record_outcome
+    from tpustream.release.deploy import deploy
+    from tpustream.release.outcome import read_outcome, record_outcome
 
     model = vertex_model.metadata.get("resourceName", "")
     if not endpoint or not model:

@@ -23,18 +23,18 @@ def evaluate_model(
     run_outcome: str = "",
 ) -> str:
     """metrics.json under the `evaluation` artifact; KFP metrics and the confusion matrix for the UI; the run
-    report (``report``: one HTML page, ``summary``: Markdown; tpustream/report.py) with the decision as it
+    report (``report``: one HTML page, ``summary``: Markdown; tpustream/report/build.py) with the decision as it
     stands before promote. Returns "promote" or "keep" (the DAG's branch; promote decides again under
     compare-and-swap). ``data_check``: the check-data step's report. ``max_class_drop`` < 0: no per-class check; ``min_metric``/``min_class_recall``
     < 0: no quality floor; ``max_p_value`` < 0: no significance required."""
     import logging
 
-    from tpustream.evaluate import evaluate
-    from tpustream.promote import preview_decision
-    from tpustream.promotion_policy import QualityFloor
-    from tpustream.report import write_run_report
-    from tpustream.report_facts import shows_top5
-    from tpustream.run_outcome import record_outcome
+    from tpustream.registry.policy import QualityFloor
+    from tpustream.release.outcome import record_outcome
+    from tpustream.release.promote import preview_decision
+    from tpustream.report.build import write_run_report
+    from tpustream.report.facts import shows_top5
+    from tpustream.train.evaluate import evaluate
 
     result = evaluate(model.uri, dataset.uri, evaluation.uri, registry=registry or None)
     candidate = result.candidate
@@ -83,7 +83,7 @@ def evaluate_model(
     except Exception:
         logging.getLogger("tpustream").exception("the run report could not be written (the decision stands)")
     if dataset.metadata.get("marker"):  # this dataset + these settings are done: a rerun on them skips
-        from tpustream.registry import record_trained
+        from tpustream.registry.store import record_trained
 
         record_trained(
             dataset.metadata["marker"], dataset=dataset.uri, model=model.uri, decision=decision.reason

@@ -1,4 +1,4 @@
-"""Join-experiment step: a scheduled run adds itself to a Vertex AI Experiment (tpustream/experiments.py).
+"""Join-experiment step: a scheduled run adds itself to a Vertex AI Experiment (tpustream/vertex/experiments.py).
 
 Vertex's Schedule has no experiment field (aiplatform_v1 ``Schedule``, ``CreatePipelineJobRequest``): ``pipeline
 submit --experiment`` joins a run from outside, and a scheduled run joins from inside with this step. The
@@ -9,6 +9,6 @@ other runs in the console.
 
 def join_experiment(experiment: str, project: str = "", location: str = "", pipeline_job_id: str = "") -> str:
     """Returns the experiment's metadata context ("" when ``experiment`` is "")."""
-    from tpustream.experiments import join_experiment as join
+    from tpustream.vertex.experiments import join_experiment as join
 
     return join(experiment, project=project, location=location, pipeline_job_id=pipeline_job_id) or ""

@@ -1,6 +1,6 @@
 """Notify step: the DAG's exit task (it runs however the run ended) POSTs the run's state and outcome to a
 webhook. KFP gives an exit task no other task's outputs, so it reads what the deciding steps recorded at
-``run_outcome`` (tpustream/run_outcome.py); ``status`` is filled in by the runner (Vertex, kfp.local)."""
+``run_outcome`` (tpustream/release/outcome.py); ``status`` is filled in by the runner (Vertex, kfp.local)."""
 
 from kfp.dsl import PipelineTaskFinalStatus
 
@@ -9,8 +9,8 @@ def notify_webhook(webhook: str, run_outcome: str, pipeline: str, status: Pipeli
     """Nothing without ``webhook``. Never fails: a receiver that is down is logged, not raised."""
     import logging
 
-    from tpustream.notify import post_webhook, redact_url, webhook_body
-    from tpustream.run_outcome import read_outcome
+    from tpustream.release.notify import post_webhook, redact_url, webhook_body
+    from tpustream.release.outcome import read_outcome
 
     outcome = read_outcome(run_outcome)
     body = webhook_body(

@@ -3,7 +3,7 @@ promoted version is also uploaded to the Vertex AI Model Registry with the servi
 ``vertex_model`` output (GCPC's ``google.VertexModel``: ``metadata.resourceName`` = ``projects/P/locations/
 L/models/ID@VERSION``, as GCPC's own ModelUploadOp writes it) can feed ``ModelDeployOp`` or batch prediction.
 
-``project`` and ``location``: empty = the environment (``tpustream.vertex.target_from_env``). GCPC's
+``project`` and ``location``: empty = the environment (``tpustream.vertex.model_registry.target_from_env``). GCPC's
 placeholders ({{$.pipeline_google_cloud_project_id}}, _placeholders.py) would be resolved by Vertex but make
 kfp.local fail (kfp/local/placeholder_utils.py cannot resolve them), so they are not defaults; a value that
 is one and arrives unresolved is ignored.
@@ -35,7 +35,7 @@ def promote_model(
     location: str = "",
     run_outcome: str = "",
 ) -> str:
-    """``validation``: the validate step's report (tpustream/validate_serving.py); nothing moves unless it is
+    """``validation``: the validate step's report (tpustream/serve/validate.py); nothing moves unless it is
     a pass for this candidate. ``report``/``summary``: the run report with the final decision (evaluate's,
     now settled). Returns the outcome line; the registry's champion.json is the source of truth. Without
     ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName.
@@ -43,12 +43,12 @@ def promote_model(
     < 0: no quality floor; ``max_p_value`` < 0: no significance required."""
     import logging
 
-    from tpustream.promote import promote
-    from tpustream.promotion_policy import QualityFloor
-    from tpustream.report import write_run_report
-    from tpustream.run_outcome import record_outcome
-    from tpustream.validate_serving import require_validated
-    from tpustream.vertex import target_from_env
+    from tpustream.registry.policy import QualityFloor
+    from tpustream.release.outcome import record_outcome
+    from tpustream.release.promote import promote
+    from tpustream.report.build import write_run_report
+    from tpustream.serve.validate import require_validated
+    from tpustream.vertex.model_registry import target_from_env
 
     require_validated(validation.uri, model.uri)  # the validate step passed, for this very model.pt
     target = target_from_env(vertex_model_name, project, location, serving_image)

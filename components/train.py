@@ -42,8 +42,8 @@ def train_model(
     host write executor_output.json (it skips only non-chief CLUSTER_SPEC replicas,
     kfp/dsl/executor.py), so the other hosts leave with exit 0 once process 0 has committed the model.
     """
-    from tpustream.train import Preempted, TrainConfig, exit_now, exit_preempted, train
-    from tpustream.warm_start import CHAMPION
+    from tpustream.train.trainer import Preempted, TrainConfig, exit_now, exit_preempted, train
+    from tpustream.train.warm_start import CHAMPION
     from tpustream.xla_runtime import is_primary_host
 
     if compile_cache.strip() == "auto":
@@ -54,7 +54,7 @@ def train_model(
         import logging
 
         from tpustream.errors import ConfigError
-        from tpustream.registry import read_champion
+        from tpustream.registry.store import read_champion
 
         if not registry:
             raise ConfigError("init_from=champion needs the registry parameter")

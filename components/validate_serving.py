@@ -2,7 +2,7 @@
 
 Runs in the serving image (``pipeline compile --serving-image``): aiplatform's model server is started on
 the candidate as Vertex AI would start it, answers val images as ``evaluate`` did and refuses malformed
-requests with 400 (tpustream/validate_serving.py). A failure fails the step, so promote never runs; a pass
+requests with 400 (tpustream/serve/validate.py). A failure fails the step, so promote never runs; a pass
 writes ``validation.json`` under the ``validation`` artifact, which promote checks against the candidate.
 """
 
@@ -13,7 +13,7 @@ def validate_serving(
     model: Input[Model], dataset: Input[Dataset], validation: Output[Metrics], samples: int = 64
 ) -> str:
     """Returns the summary line; raises (failing the step) when the candidate fails a check."""
-    from tpustream.validate_serving import validate_serving as validate
+    from tpustream.serve.validate import validate_serving as validate
 
     report = validate(model.uri, data=dataset.uri, samples=int(samples), output=validation.uri)
     validation.log_metric("agreed", float(report["agreed"]))

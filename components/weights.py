@@ -1,7 +1,7 @@
 """Resolve weights step: a CPU step before the TPU job fetches --pretrained's named weight set once per run.
 
 Without it every host of a slice would resolve the name itself; with it they read the hash-checked copy in
-``pipeline_root``/weights-cache, shared by the runs under that root (tpustream/pretrained.py).
+``pipeline_root``/weights-cache, shared by the runs under that root (tpustream/train/pretrained.py).
 """
 
 
@@ -9,6 +9,6 @@ def resolve_weights(pretrained: str, model_name: str, pipeline_root: str) -> str
     """Fetch a torchvision weights name into the cache and check its hash, or check a weights file URI
     exists; return the SPEC for the train step ("" = random weights: ``pretrained`` empty, or "DEFAULT" for
     a model without published weights)."""
-    from tpustream.pretrained import resolve_ahead
+    from tpustream.train.pretrained import resolve_ahead
 
     return resolve_ahead(pretrained, model=model_name, cache=f"{pipeline_root.rstrip('/')}/weights-cache")

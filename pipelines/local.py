@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from tpustream.errors import TpustreamError
 from tpustream.pipelines.training import GATES, PIPELINE_NAME, build_pipeline
-from tpustream.run_outcome import read_outcome
+from tpustream.release.outcome import read_outcome
 
 __all__ = ["PipelineFailed", "RunSummary", "Skipped", "condition_tasks", "run_local"]
 
@@ -33,7 +33,7 @@ _STARTED = re.compile(r"Executing task '([\w-]+)'")
 _FINISHED = re.compile(r"Task '([\w-]+)' finished with status (\w+)")
 _CONDITION_FALSE = re.compile(r"Skipping conditional task ([\w-]+)")
 _UPSTREAM_FAILED = re.compile(r"Skipping task ([\w-]+): upstream task\(s\) \[(.*)\] failed")
-# The data check's findings (tpustream/datacheck.py logs one line each): a failed check's reason.
+# The data check's findings (tpustream/dataset/check.py logs one line each): a failed check's reason.
 _FINDING = re.compile(r"data check (anomaly|warning) ([\w-]+): (.*)")
 _TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*))?$")  # the line ending a traceback: `module.Error: why`
@@ -223,7 +223,7 @@ def run_local(
     the executors' full logs go to that file and only task outcomes, epochs and decisions are printed.
     The exit step notifies ``notify_webhook`` (a parameter) as on Vertex; ``notify_emails`` cannot be sent
     from here (Vertex's email component runs only on Vertex): it is logged and left out.
-    Returns ``data`` ("train" or "skip") and ``outcome`` (tpustream/run_outcome.py; None if no step got to
+    Returns ``data`` ("train" or "skip") and ``outcome`` (tpustream/release/outcome.py; None if no step got to
     record one) among where things landed.
     """
     from kfp import local
@@ -231,7 +231,7 @@ def run_local(
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     os.environ.setdefault("CPU_NUM_DEVICES", "4")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tpustream import storage
+    from tpustream.storage import io as storage
 
     root = os.path.abspath(storage.check_uri(root))  # file:///x is /x, never a directory named "file:"
     registry = registry or os.path.join(root, "registry")

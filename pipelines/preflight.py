@@ -19,7 +19,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tpustream import storage
 from tpustream.errors import ConfigError
 from tpustream.pipelines.preflight_findings import (
     FAIL,
@@ -33,6 +32,7 @@ from tpustream.pipelines.preflight_findings import (
     check_tpu_region,
     raise_on_failure,
 )
+from tpustream.storage import io as storage
 
 if TYPE_CHECKING:
     from tpustream.pipelines.preflight_cloud import ApiEndpoints

@@ -1,6 +1,6 @@
 """The preflight checks that ask Google (pipelines/preflight.py has the others and the entry point).
 
-Each goes through the installed client where there is one (google-cloud-storage via ``tpustream.storage``,
+Each goes through the installed client where there is one (google-cloud-storage via ``tpustream.storage.io``,
 google-cloud-resource-manager) and otherwise REST through google-auth's ``AuthorizedSession`` (IAM, Cloud
 Quotas: no client installed), always with short timeouts. A check that cannot run is a warning saying how to
 check by hand, never a hang or a traceback.
@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tpustream import storage
 from tpustream.pipelines.preflight_findings import (
     FAIL,
     MODEL_ARTIFACTS_DOC,
@@ -26,6 +25,7 @@ from tpustream.pipelines.preflight_findings import (
     bucket_serves_region,
     check_tpu_region,
 )
+from tpustream.storage import io as storage
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ _CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 @dataclass(frozen=True, kw_only=True)
 class ApiEndpoints:
     """Where the Google APIs the checks call are; an ``http://`` one (a loopback fake in tests) is called
-    with anonymous credentials. GCS follows ``STORAGE_EMULATOR_HOST`` (tpustream.storage)."""
+    with anonymous credentials. GCS follows ``STORAGE_EMULATOR_HOST`` (tpustream.storage.io)."""
 
     iam: str = "https://iam.googleapis.com"
     resource_manager: str = "https://cloudresourcemanager.googleapis.com"

@@ -5,12 +5,12 @@ import os
 import re
 from typing import Any
 
-from tpustream import storage
 from tpustream.errors import ConfigError
-from tpustream.experiments import ExperimentError, check_experiment_name, get_or_create_experiment
-from tpustream.notify import EMAIL_DOC, check_emails, check_webhook
 from tpustream.pipelines.tpu import Capacity, compiled_slice
 from tpustream.pipelines.training import StepResources, build_pipeline, check_image
+from tpustream.release.notify import EMAIL_DOC, check_emails, check_webhook
+from tpustream.storage import io as storage
+from tpustream.vertex.experiments import ExperimentError, check_experiment_name, get_or_create_experiment
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def _check_template(template: str) -> None:
 
 def check_slice_parameters(template: str, parameters: dict[str, Any]) -> None:
     """Refuse parameters that cannot train on the template's compiled TPU slice, before anything is written
-    or rented: every host needs a train shard of its own (tpustream/epoch_plan.py). A local template is
+    or rented: every host needs a train shard of its own (tpustream/loader/epoch_plan.py). A local template is
     read here; a gs:// or https:// one is Vertex's to read."""
     if not os.path.isfile(template):
         return
@@ -430,7 +430,7 @@ def submit_pipeline(
     parameter check. ``preflight_endpoints``: its ``ApiEndpoints`` (default: Google's).
     ``tensorboard``: the Vertex AI TensorBoard instance the TPU job streams to (the ``tensorboard``
     parameter; default: the template's). ``experiment``: the Vertex AI Experiment the run joins, created if
-    missing, through aiplatform's ``PipelineJob.submit(experiment=...)`` (tpustream/experiments.py).
+    missing, through aiplatform's ``PipelineJob.submit(experiment=...)`` (tpustream/vertex/experiments.py).
     ``notify_emails``/``notify_webhook``: who hears how the run ended (``with_notifications``; default: the
     template's)."""
     if experiment:
@@ -490,7 +490,7 @@ def schedule_pipeline(
     The preflight runs first, as for ``submit_pipeline``.
 
     ``tensorboard``: as for ``submit_pipeline``, for every run. ``experiment``: every run joins this Vertex AI
-    Experiment. A schedule's runs carry no experiment of their own (tpustream/experiments.py says why): the
+    Experiment. A schedule's runs carry no experiment of their own (tpustream/vertex/experiments.py says why): the
     name becomes the ``experiment`` pipeline parameter, which a step of each run joins; the experiment is got
     or created now, so that a refused one is reported before the schedule exists. ``notify_emails``/
     ``notify_webhook``: as for ``submit_pipeline``, for every run."""

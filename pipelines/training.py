@@ -15,12 +15,12 @@ that ``pipeline submit`` and ``pipeline schedule`` set it without recompiling (`
 (``json_util.recursive_remove_empty`` in container/v1/gcp_launcher/job_remote_runner.py), so "" is no instance.
 The job always gets a base output directory under the run's pipeline root (``TRAIN_JOB_OUTPUT``), from which
 Vertex sets ``AIP_TENSORBOARD_LOG_DIR`` (``<base>/logs/``, aiplatform_v1 CustomJobSpec.base_output_directory);
-the trainer copies its event files there (tpustream/train.py), and with an instance Vertex uploads them.
+the trainer copies its event files there (tpustream/train/trainer.py), and with an instance Vertex uploads them.
 
 Notifications: the whole DAG runs inside an exit handler whose exit task (``notify-webhook``, ours) POSTs the
 run's state and outcome to the ``notify_webhook`` parameter's URL ("" none: the step only logs it). The outcome
 is what the deciding steps (check source, check data, evaluate, promote, deploy) recorded at ``OUTCOME_PATH``
-(tpustream/run_outcome.py): an exit task may take no other task's output. With ``notify_emails`` at compile
+(tpustream/release/outcome.py): an exit task may take no other task's output. With ``notify_emails`` at compile
 time, the pipeline is that DAG again, run as a sub-DAG inside a second exit handler whose exit task is GCPC's
 ``VertexNotificationEmailOp`` ("Configure email notifications",
 https://cloud.google.com/vertex-ai/docs/pipelines/email-notifications): kfp 2.17 allows one exit task per
@@ -28,7 +28,7 @@ handler and no handler inside another within one pipeline function, and a sub-pi
 The email op runs only on Vertex (its executor raises elsewhere), so ``pipeline run-local`` compiles it out.
 
 Caching is off on every task: the first step reads a live source whose URI never changes, and the
-decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/fingerprint.py).
+decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/dataset/fingerprint.py).
 
 Every CPU step carries explicit CPU and memory limits (``StepResources``), from which Vertex AI Pipelines
 picks the step's machine ("Specify the machine configuration for a pipeline step"; without them every step
@@ -47,7 +47,8 @@ from typing import Any
 from kfp import dsl
 
 from tpustream import components
-from tpustream.datacheck import DataCheckThresholds
+from tpustream.dataset.check import DataCheckThresholds
+from tpustream.dataset.plan import ShardConfig
 from tpustream.errors import ConfigError
 from tpustream.pipelines.tpu import (
     PIPELINE_WORKERS,
@@ -58,9 +59,8 @@ from tpustream.pipelines.tpu import (
     tpu_spec,
     worker_pool_spec,
 )
-from tpustream.pretrained import MODEL_DEFAULT
-from tpustream.shard_plan import ShardConfig
-from tpustream.train_config import TrainConfig
+from tpustream.train.config import TrainConfig
+from tpustream.train.pretrained import MODEL_DEFAULT
 
 __all__ = [
     "TPU_TYPES",
@@ -85,7 +85,7 @@ __all__ = [
 # PIPELINE_JOB_ID_PLACEHOLDER the same way, v1/model/upload_model/component.py). A KFP retry of the train task
 # creates a new CustomJob with the same directory: its event files land beside the first attempt's.
 TRAIN_JOB_OUTPUT = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}/train-job"
-# Where the run's deciding steps record its outcome and the exit step reads it (tpustream/run_outcome.py):
+# Where the run's deciding steps record its outcome and the exit step reads it (tpustream/release/outcome.py):
 # PIPELINE_JOB_NAME is the run's name on Vertex and kfp.local's run directory under the root there.
 OUTCOME_PATH = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_NAME_PLACEHOLDER}/run-outcome.json"
 PIPELINE_NAME = "tpustream-training"
@@ -379,7 +379,7 @@ def build_pipeline(
         max_p_value: float = -1.0,  # a gain over the champion must have McNemar's p-value at most this (< 0: off)
         retrain: bool = False,
         data_check: str = "fail",  # an anomaly in the new dataset stops the run before train; "warn": log it; "off"
-        max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/datacheck.py
+        max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/dataset/check.py
         max_leaked_images: int = DataCheckThresholds.max_leaked_images,
         max_skipped_rate: float = DataCheckThresholds.max_skipped_rate,
         max_class_share_shift: float = DataCheckThresholds.max_class_share_shift,
@@ -393,7 +393,7 @@ def build_pipeline(
         serving_min_replicas: int = 1,
         serving_max_replicas: int = 1,
         tensorboard: str = default_tensorboard,  # a Vertex AI TensorBoard instance the TPU job streams to; "" none
-        experiment: str = "",  # the Vertex AI Experiment a scheduled run joins (tpustream/experiments.py); "" none
+        experiment: str = "",  # the Vertex AI Experiment a scheduled run joins (tpustream/vertex/experiments.py); "" none
         notify_emails: list = default_emails,  # who Vertex emails the run's final state (compiled in only with recipients)
         notify_webhook: str = default_webhook,  # a URL the exit step POSTs the run's state and outcome to (JSON); "" none
     ) -> None:

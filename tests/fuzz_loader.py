@@ -41,7 +41,7 @@ CASE_TIMEOUT_S = 20.0
 def _image_bytes(rng: np.random.Generator, i: int) -> tuple[bytes, str]:
     from PIL import Image
 
-    from tpustream.imagecodec import encode_ppm
+    from tpustream.image.codec import encode_ppm
 
     h, w = int(rng.integers(6, 20)), int(rng.integers(6, 20))
     pixels = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
@@ -55,9 +55,9 @@ def _image_bytes(rng: np.random.Generator, i: int) -> tuple[bytes, str]:
 
 def make_base(root: str, count: int = 48) -> str:
     """A real dataset of PPM, PNG and JPEG samples: 4 train shards, 2 val shards."""
-    from tpustream import shards
-    from tpustream.shard_plan import ShardConfig
-    from tpustream.source_types import Item, Source
+    from tpustream.dataset import write as shards
+    from tpustream.dataset.plan import ShardConfig
+    from tpustream.sources.types import Item, Source
 
     rng = np.random.default_rng(0)
     images = [_image_bytes(rng, i) for i in range(count)]
@@ -267,7 +267,7 @@ def image_cases(rng: random.Random) -> list[tuple[str, ImageMutation]]:
 
 def _rewrite_shard(path: str, mutate: ImageMutation, every: int) -> None:
     """Rewrite a shard through the real writer with every ``every``-th sample's image mutated."""
-    from tpustream.tario import TarShardWriter, iter_tar_samples
+    from tpustream.dataset.tario import TarShardWriter, iter_tar_samples
 
     with open(path, "rb") as f:
         samples = list(iter_tar_samples(f))
@@ -284,7 +284,7 @@ def _refresh_manifest(dataset: str) -> None:
     """Make the manifest describe the shards as they now are (a consistent, forged dataset)."""
     import hashlib
 
-    from tpustream.tario import iter_tar_samples
+    from tpustream.dataset.tario import iter_tar_samples
 
     path = os.path.join(dataset, "manifest.json")
     with open(path) as f:
@@ -305,8 +305,8 @@ def _refresh_manifest(dataset: str) -> None:
 
 def run_loader(dataset: str) -> dict[str, Any]:
     """Both splits on both replicas; raises AssertionError when an invariant breaks."""
-    from tpustream.data import LoaderConfig, ShardLoader
-    from tpustream.manifest import load_manifest
+    from tpustream.dataset.manifest import load_manifest
+    from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 
     manifest = load_manifest(dataset)
     out: dict[str, Any] = {}
@@ -341,8 +341,8 @@ def run_loader(dataset: str) -> dict[str, Any]:
 
 def run_case(base: str, work: str, description: str, tar_mut: TarMutation | None,
              image_mut: ImageMutation | None, consistent: bool) -> dict[str, Any]:  # fmt: skip
-    from tpustream.imagecodec import CorruptImage, prepare_image_bytes
-    from tpustream.manifest import read_manifest, verify_shards
+    from tpustream.dataset.manifest import read_manifest, verify_shards
+    from tpustream.image.codec import CorruptImage, prepare_image_bytes
 
     dataset = os.path.join(work, "case")
     shutil.rmtree(dataset, ignore_errors=True)
@@ -374,7 +374,7 @@ def run_case(base: str, work: str, description: str, tar_mut: TarMutation | None
 
 
 def _sample_images(base: str, ext: str) -> list[bytes]:
-    from tpustream.tario import iter_tar_samples
+    from tpustream.dataset.tario import iter_tar_samples
 
     out = []
     for name in sorted(os.listdir(os.path.join(base, "train"))):

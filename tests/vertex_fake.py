@@ -2,7 +2,7 @@
 
 It answers the calls tpustream and GCPC's launcher make (pipelineJobs, schedules, customJobs, the Metadata
 service's default store and its contexts with addContextChildren (how a run joins a Vertex AI Experiment:
-tpustream/experiments.py), the Model
+tpustream/vertex/experiments.py), the Model
 Registry's list/upload/get/mergeVersionAliases and model evaluations' import/list, managed datasets' get and
 export with the export's long-running operation, endpoints' create/get/list/update (PATCH) with deployModel
 and undeployModel as long-running operations, batchPredictionJobs' create/get), records every request

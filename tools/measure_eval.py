@@ -6,9 +6,9 @@
 
 Builds a small dataset with ``tpustream shards create --source synthetic-imagenet:N`` (500x375 JPEGs, so
 decoding and resizing are measured too), a randomly initialised model artifact (model.pt + model.json, as
-`tpustream train` writes them; the weights do not change the cost), then runs ``tpustream.evaluate`` as the
+`tpustream train` writes them; the weights do not change the cost), then runs ``tpustream.train.evaluate`` as the
 evaluate step does: one untimed pass first (imports, page cache, and on XLA the graph compile, reported as
-``first_pass_s``), then ``tpustream.evaluate.evaluate`` timed over the val split. Prints one JSON line.
+``first_pass_s``), then ``tpustream.train.evaluate.evaluate`` timed over the val split. Prints one JSON line.
 
 Two rates per core: ``img_s_per_core_wall`` divides the timed pass's img/s by the CPUs this process may
 use (torch's and XLA's thread pools size to them), which on a shared machine counts the other tenants' time
@@ -41,7 +41,7 @@ def build_dataset(root: str, images: int) -> str:
     if not os.path.exists(os.path.join(data, "manifest.json")):
         source = f"synthetic-imagenet:{math.ceil(images / VAL_FRACTION)}"
         subprocess.run(
-            [sys.executable, "-m", "tpustream.cli", "shards", "create", "--source", source, "--output", data,
+            [sys.executable, "-m", "tpustream.cli.main", "shards", "create", "--source", source, "--output", data,
              "--val-fraction", str(VAL_FRACTION), "--num-shards", "1"],
             check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip
@@ -92,8 +92,8 @@ def main() -> None:
         os.environ.pop("PJRT_DEVICE", None)  # tpustream.xla_runtime.single_device: plain torch CPU
     import torch
 
-    from tpustream import evaluate
-    from tpustream.manifest import read_manifest
+    from tpustream.dataset.manifest import read_manifest
+    from tpustream.train import evaluate
 
     root = args.keep or tempfile.mkdtemp(prefix="tpustream-measure-eval-")
     data = build_dataset(root, args.images)

@@ -28,8 +28,8 @@ WAITING = ("_PollLikeSelector.select", "Condition.wait", "Event.wait", "time.sle
 
 def run_loader(data: str, workers: int, seconds: float, batch_size: int, input_size: int | None) -> None:
     from tpustream.bench.load import input_size_for
-    from tpustream.data import LoaderConfig, ShardLoader
-    from tpustream.manifest import read_manifest
+    from tpustream.dataset.manifest import read_manifest
+    from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 
     size = input_size_for(
         data, read_manifest(data), "train", input_size
@@ -61,9 +61,9 @@ def part_of(frames: list[str], worker: bool) -> str:
     ):
         if any(marker in stack for marker in markers):
             return part
-    if leaf == "_EpochStream._shuffled":
+    if leaf == "EpochStream._shuffled":
         return "shuffle buffer"
-    if "_EpochStream" in stack:
+    if "EpochStream" in stack:
         return "loader loops: generators, batching, stats"
     if leaf in WAITING:
         return "torch DataLoader: waiting for the next index"

@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tpustream import storage
 from tpustream.errors import TpustreamError
+from tpustream.storage import io as storage
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -50,9 +50,9 @@ __all__ = [
     "json_file_uri",
 ]
 
-MANIFEST_FORMAT = "tpustream.shards/v1"
+MANIFEST_FORMAT = "tpustream.dataset.write/v1"
 MODEL_FORMAT = "tpustream.model/v1"
-METRICS_FORMAT = "tpustream.metrics/v1"
+METRICS_FORMAT = "tpustream.metrics.masked/v1"
 
 
 class ArtifactError(TpustreamError, ValueError):
@@ -442,7 +442,7 @@ class Manifest:
             "max_pixels": self.max_pixels,
             "splits": {name: split.to_json() for name, split in self.splits.items()},
             # count: source images skipped + rows the source rejected while listing; sample_slots: the samples
-            # the images cost (x upsample in train); by_reason: tpustream.source_types.SKIP_REASONS
+            # the images cost (x upsample in train); by_reason: tpustream.sources.types.SKIP_REASONS
             "skipped": self.skipped.to_json(),
             "ignored_files": self.ignored_files.to_json(),
         }

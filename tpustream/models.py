@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, cast
 
 from tpustream.errors import ConfigError
-from tpustream.loader_config import InputSizeRule
+from tpustream.loader.config import InputSizeRule
 
 if TYPE_CHECKING:
     import torch

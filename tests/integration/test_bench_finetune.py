@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tpustream.cli import app
+from tpustream.cli.main import app
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # four train processes: about 1.5 minutes
 

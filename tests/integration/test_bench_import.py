@@ -6,7 +6,7 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from tpustream.cli import app
+from tpustream.cli.main import app
 
 pytestmark = pytest.mark.integration
 

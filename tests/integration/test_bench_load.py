@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tpustream.bench.load import bench_load
-from tpustream.cli import app
+from tpustream.cli.main import app
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def test_one_line_per_pipeline_and_worker_count_with_ratios_to_tpustream():
 @pytest.mark.slow
 def test_the_kernel_runs_in_that_many_processes_at_once(tmp_path):
     from tpustream.bench.load import _kernel_in_processes, _resolve_dataset
-    from tpustream.manifest import read_manifest
+    from tpustream.dataset.manifest import read_manifest
 
     dataset = _resolve_dataset("synthetic-cifar:300", str(tmp_path))
     rates = _kernel_in_processes((dataset, read_manifest(dataset), "train", 32, 16), 2, 0.3)
@@ -73,7 +73,7 @@ def test_workers_takes_a_list_and_refuses_anything_else():
 
 def test_the_hand_off_ceiling_runs_shardloaders_own_path_with_workers_that_only_hand_out(tmp_path):
     from tpustream.bench.load import _handoff_batches, _ready_batch, _resolve_dataset
-    from tpustream.manifest import read_manifest
+    from tpustream.dataset.manifest import read_manifest
 
     dataset = _resolve_dataset("synthetic-cifar:64", str(tmp_path))
     manifest = read_manifest(dataset)
@@ -117,7 +117,7 @@ def test_the_feed_lines_carry_their_keys_and_the_v5e_comparison_at_224():
 def test_the_device_transfer_and_feed_ceilings_measure_on_xla_cpu(tmp_path):
     pytest.importorskip("torch_xla")
     from tpustream.bench.load import FEED_SIZES, _resolve_dataset, _xla_feed
-    from tpustream.manifest import read_manifest
+    from tpustream.dataset.manifest import read_manifest
 
     dataset = _resolve_dataset("synthetic-cifar:64", str(tmp_path))
     result = _xla_feed((dataset, read_manifest(dataset), "train", 8), 1, 0.3, 1)

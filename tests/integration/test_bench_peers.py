@@ -7,11 +7,11 @@ from functools import partial
 
 import pytest
 
-from tpustream import shards
 from tpustream.bench import peers as bench_peers
 from tpustream.bench.load import _split_samples
-from tpustream.manifest import read_manifest
-from tpustream.shard_plan import ShardConfig
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import read_manifest
+from tpustream.dataset.plan import ShardConfig
 
 pytestmark = pytest.mark.integration
 

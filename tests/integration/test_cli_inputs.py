@@ -19,9 +19,9 @@ from PIL import Image
 from sklearn.datasets import load_digits
 from typer.testing import CliRunner
 
-from tpustream import shards
-from tpustream.cli import app
-from tpustream.shard_plan import ShardConfig
+from tpustream.cli.main import app
+from tpustream.dataset import write as shards
+from tpustream.dataset.plan import ShardConfig
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ def _train(data, output, *args):
     return [
         sys.executable,
         "-m",
-        "tpustream.cli",
+        "tpustream.cli.main",
         "train",
         "--data",
         str(data),

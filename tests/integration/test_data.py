@@ -5,13 +5,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tpustream import shards, storage
-from tpustream.data import LoaderConfig, ShardLoader
-from tpustream.epoch_plan import LoaderError
-from tpustream.imagecodec import encode_ppm
-from tpustream.manifest import read_manifest
-from tpustream.shard_plan import ShardConfig
-from tpustream.source_types import Item, Source
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import read_manifest
+from tpustream.dataset.plan import ShardConfig
+from tpustream.image.codec import encode_ppm
+from tpustream.loader.epoch_plan import LoaderError
+from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
+from tpustream.sources.types import Item, Source
+from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +43,8 @@ def make_id_dataset(output, count=400, num_shards=8, val_shards=3, val_fraction=
 
 
 def _split_ids(manifest, dataset, split):
-    from tpustream.imagecodec import decode_ppm
-    from tpustream.tario import iter_tar_samples
+    from tpustream.dataset.tario import iter_tar_samples
+    from tpustream.image.codec import decode_ppm
 
     ids = []
     for shard in manifest.splits[split].shards:
@@ -99,7 +100,7 @@ def make_uneven_id_dataset(output, sizes, classes=4):
     import json
 
     from tpustream.artifacts import Manifest
-    from tpustream.tario import TarShardWriter, iter_tar_samples
+    from tpustream.dataset.tario import TarShardWriter, iter_tar_samples
 
     count = 4 * len(sizes) * max(sizes) // 3 + 8
     manifest = make_id_dataset(output, count=count, num_shards=len(sizes), val_shards=2)
@@ -233,8 +234,8 @@ def test_undecodable_samples_are_skipped_and_counted(tmp_path):
 
 def _split_ids_raw(dataset):
     """Val ids of a dataset whose broken samples decode to None."""
-    from tpustream.imagecodec import decode_ppm
-    from tpustream.tario import iter_tar_samples
+    from tpustream.dataset.tario import iter_tar_samples
+    from tpustream.image.codec import decode_ppm
 
     manifest = read_manifest(str(dataset))
     ids = []
@@ -291,8 +292,8 @@ def test_resumed_epoch_equals_the_uninterrupted_tail_and_decodes_nothing_skipped
     skipped without decoding. 3 workers over 8 shards: unequal batch counts per worker."""
     import torch
 
-    from tpustream.shard_plan import ShardConfig
-    from tpustream.shards import create_shards
+    from tpustream.dataset.plan import ShardConfig
+    from tpustream.dataset.write import create_shards
 
     dataset = str(tmp_path / "ds")
     create_shards(ShardConfig(source=source, output=dataset, num_shards=num_shards), progress=False)

@@ -9,12 +9,12 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from tpustream import storage
 from tpustream.artifacts import SizeSummary
-from tpustream.cli import app
-from tpustream.manifest import iter_sample_index, verify_shards
-from tpustream.shard_plan import ShardConfig
-from tpustream.shards import create_shards
+from tpustream.cli.main import app
+from tpustream.dataset.manifest import iter_sample_index, verify_shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.dataset.write import create_shards
+from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
 

@@ -1,9 +1,9 @@
-"""Canary deployment and rollback (tpustream/deploy.py) through the real google-cloud-aiplatform client.
+"""Canary deployment and rollback (tpustream/release/deploy.py) through the real google-cloud-aiplatform client.
 
 Vertex AI cannot be reached from here: tests/vertex_fake.py stands in for its REST API on loopback, parses
 every request body as the v1 protos (DeployModelRequest, UndeployModelRequest, Endpoint) and refuses what
 Vertex documents it refuses (a split that does not sum to 100, undeploying a model that has traffic). The
-Model Registry versions are published with ``tpustream.vertex.publish`` (no model files are read for that).
+Model Registry versions are published with ``tpustream.vertex.model_registry.publish`` (no model files are read for that).
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import json
 
 import pytest
 
-from tpustream import deploy, storage, vertex
-from tpustream.deploy import DeployError, canary_split
+from tpustream.release import deploy
+from tpustream.release.deploy import DeployError, canary_split
+from tpustream.storage import io as storage
+from tpustream.vertex import model_registry as vertex
 
 pytestmark = pytest.mark.integration
 
@@ -252,7 +254,7 @@ def test_deploy_creates_a_dedicated_endpoint_when_asked(recorder):
     creates the endpoint with Endpoint.dedicated_endpoint_enabled; without it, a shared one, as before."""
     from typer.testing import CliRunner
 
-    from tpustream.cli import app
+    from tpustream.cli.main import app
 
     publish(recorder, 1)
     said = CliRunner().invoke(
@@ -370,8 +372,8 @@ def test_deploy_component_deploys_promotes_version_and_outputs_the_endpoint(reco
         name="vertex_model", uri="", metadata={"resourceName": f"{PARENT}/models/4200@1"}
     )
     output = artifact_types.VertexEndpoint(name="vertex_endpoint", uri=str(tmp_path / "out"), metadata={})
-    # the run's outcome (tpustream/run_outcome.py) as promote left it: deploy keeps its version and report
-    from tpustream.run_outcome import read_outcome, record_outcome
+    # the run's outcome (tpustream/release/outcome.py) as promote left it: deploy keeps its version and report
+    from tpustream.release.outcome import read_outcome, record_outcome
 
     outcome = str(tmp_path / "run-outcome.json")
     record_outcome(outcome, step="promote", decision="promoted", reason="version 1", report="gs://b/report")
@@ -403,7 +405,7 @@ def test_cli_deploys_a_canary_and_rolls_it_back(recorder):
     version serving, then back to 100% on the version that served before."""
     from typer.testing import CliRunner
 
-    from tpustream.cli import app
+    from tpustream.cli.main import app
 
     publish(recorder, 1)
     runner = CliRunner()

@@ -13,17 +13,20 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tpustream import evaluate, promote, shards, storage
-from tpustream.builtin_sources import digits_source
-from tpustream.cli import app
-from tpustream.data import LoaderConfig, ShardLoader
-from tpustream.imagecodec import decode_ppm
-from tpustream.manifest import read_manifest
+from tpustream.cli.main import app
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import read_manifest
+from tpustream.dataset.plan import ShardConfig
+from tpustream.dataset.tario import iter_tar_samples
+from tpustream.image.codec import decode_ppm
+from tpustream.image.transforms import Augment, decode_image, normalize
+from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 from tpustream.models import build_model
-from tpustream.promotion_policy import RegistryError
-from tpustream.shard_plan import ShardConfig
-from tpustream.tario import iter_tar_samples
-from tpustream.transforms import Augment, decode_image, normalize
+from tpustream.registry.policy import RegistryError
+from tpustream.release import promote
+from tpustream.sources.builtin import digits_source
+from tpustream.storage import io as storage
+from tpustream.train import evaluate
 
 pytestmark = pytest.mark.integration
 
@@ -159,7 +162,7 @@ def test_racing_promotions_end_with_one_consistent_champion(
     better = _evaluate(models, "better", digits, tmp_path, registry)
     # Both read the pointer, both fill their version, then both try the swap: one must lose.
     barrier = threading.Barrier(2, timeout=60)
-    real_fill = promote.fill_version  # promote's own name for tpustream.registry.fill_version
+    real_fill = promote.fill_version  # promote's own name for tpustream.registry.store.fill_version
     calls = {"n": 0}
 
     def fill_then_wait(*args, **kwargs):
@@ -243,8 +246,8 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
     (Vertex AI itself cannot be reached from here). Only promoted models are uploaded, from their
     immutable registry version, with the serving image (tests/integration/test_serving.py serves one)."""
     from tests.vertex_fake import VertexRecorder
-    from tpustream import vertex
-    from tpustream.vertex import VertexTarget
+    from tpustream.vertex import model_registry as vertex
+    from tpustream.vertex.model_registry import VertexTarget
 
     image = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "d" * 64
     recorder = VertexRecorder()
@@ -328,7 +331,7 @@ def test_a_failed_vertex_upload_keeps_the_registry_and_a_rerun_of_promote_repair
     without IAM), the step fails loudly, the registry keeps its champion, and promote run again uploads the
     champion Vertex lacks (found missing by its labels), once: a third run uploads nothing."""
     from tests.vertex_fake import VertexRecorder
-    from tpustream.vertex import VertexTarget
+    from tpustream.vertex.model_registry import VertexTarget
 
     image = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "e" * 64
     recorder = VertexRecorder()

@@ -10,16 +10,19 @@ import torch
 from PIL import Image
 from scipy.stats import binomtest
 
-from tpustream import evaluate, promote, shards, storage
-from tpustream.data import LoaderConfig, ShardLoader
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import iter_sample_index, load_manifest
+from tpustream.dataset.plan import ShardConfig
 from tpustream.errors import ConfigError
-from tpustream.manifest import iter_sample_index, load_manifest
+from tpustream.image.transforms import normalize
+from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
+from tpustream.metrics.scores import metrics_from_scores, read_scores
 from tpustream.models import build_model
-from tpustream.report import build_report_facts, render_report
-from tpustream.report_mistakes import MISTAKES_PER_CLASS, MISTAKES_TOTAL
-from tpustream.scores import metrics_from_scores, read_scores
-from tpustream.shard_plan import ShardConfig
-from tpustream.transforms import normalize
+from tpustream.release import promote
+from tpustream.report.build import build_report_facts, render_report
+from tpustream.report.mistakes import MISTAKES_PER_CLASS, MISTAKES_TOTAL
+from tpustream.storage import io as storage
+from tpustream.train import evaluate
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from tpustream import promote, storage
-from tpustream.history import champion_history, format_history_table
-from tpustream.promotion_policy import RegistryError
+from tpustream.registry.history import champion_history, format_history_table
+from tpustream.registry.policy import RegistryError
+from tpustream.release import promote
+from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,7 @@ def write_candidate(root, name, *, top1, champion=None):
     card = {"format": "tpustream.model/v1", "arch": "tiny", "classes": ["cat", "dog"], "input_size": 16}
     storage.write_bytes(f"{model}/model.json", json.dumps(card).encode())
     metrics = {
-        "format": "tpustream.metrics/v1",
+        "format": "tpustream.metrics.masked/v1",
         "dataset": {"uri": f"{root}/data", "manifest_digest": DIGEST, "val_samples": 100},
         "classes": ["cat", "dog"],
         "candidate": {"model": model, "model_sha256": hashlib.sha256(weights).hexdigest(), **scores(top1)},

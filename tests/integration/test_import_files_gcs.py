@@ -7,10 +7,12 @@ import pytest
 
 from tests.gcs import make_bucket
 from tests.unit.test_import_files import _jpeg, _row
-from tpustream import fingerprint, shards, storage
-from tpustream.manifest import read_manifest, verify_shards
-from tpustream.shard_plan import ShardConfig
-from tpustream.sources import open_source
+from tpustream.dataset import fingerprint
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import read_manifest, verify_shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.sources.dispatch import open_source
+from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import pytest
 from PIL import Image
 
 from tests.integration.test_train import ENV, _run
-from tpustream import shards
-from tpustream.shard_plan import ShardConfig
+from tpustream.dataset import write as shards
+from tpustream.dataset.plan import ShardConfig
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ from torchvision.models import ConvNeXt, EfficientNet, VisionTransformer
 from torchvision.models.convnext import CNBlockConfig
 from torchvision.models.efficientnet import FusedMBConvConfig, MBConvConfig
 from tpustream.models import MODEL_SPECS
-from tpustream.train import TrainConfig, Runtime, train_step, _compiles
+from tpustream.train.trainer import TrainConfig, Runtime, train_step, compile_count
 
 name, bf16 = sys.argv[1], sys.argv[2] == "bf16"
 spec = MODEL_SPECS[name]
@@ -79,7 +79,7 @@ losses, compiles = [], []
 for epoch in range(3):  # three "epochs" of two steps, each step at another LR (the schedule's)
     for step in range(2):
         losses.append(train_step(model, optimizer, batch, 1e-3 * (0.9 + 0.03 * (2 * epoch + step)), config, rt))
-    compiles.append(_compiles(met))
+    compiles.append(compile_count(met))
 print("compiles", *compiles, "losses", *[float(loss.cpu()) for loss in losses])
 """
 
@@ -116,7 +116,16 @@ def test_efficientnet_b0_trains_and_evaluates_from_its_spec_alone(few_digits, tm
 
     # evaluated as the server runs it: eager on the CPU, the network rebuilt from model.json's arch
     eager_cpu = {key: value for key, value in ENV.items() if key != "PJRT_DEVICE"}
-    command = [sys.executable, "-m", "tpustream.cli", "evaluate", "--model", str(run), "--data", few_digits]
+    command = [
+        sys.executable,
+        "-m",
+        "tpustream.cli.main",
+        "evaluate",
+        "--model",
+        str(run),
+        "--data",
+        few_digits,
+    ]
     evaluated = subprocess.run(
         [*command, "--output", str(tmp_path / "eval"), "--workers", "0"],
         env=eager_cpu,

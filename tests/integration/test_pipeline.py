@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from tests.webhook_receiver import WebhookReceiver
-from tpustream import components, promote
+from tpustream import components
 from tpustream.pipelines.submit import compile_pipeline, schedule_pipeline, submit_pipeline
 from tpustream.pipelines.tpu import TPU_TYPES
+from tpustream.release import promote
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +106,7 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     assert tasks["promote-model"]["inputs"]["artifacts"]["validation"]["taskOutputArtifact"] == {
         "outputArtifactKey": "validation", "producerTask": "validate-serving"}  # fmt: skip
     # No task is ever served from KFP's cache: the source URI never changes between scheduled runs,
-    # and whether there is new data is the check step's fingerprint's decision (tpustream/fingerprint.py).
+    # and whether there is new data is the check step's fingerprint's decision (tpustream/dataset/fingerprint.py).
     assert all(t.get("cachingOptions", {}).get("enableCache") is not True for t in tasks.values())
     assert all(t["cachingOptions"] == {} for t in tasks.values() if "componentRef" in t and
                not t["componentRef"]["name"].startswith(("comp-condition", "comp-for-loop", "comp-exit-handler")))  # fmt: skip
@@ -204,7 +205,7 @@ def test_every_cpu_step_compiles_explicit_cpu_and_memory_limits(tmp_path, tpu):
 def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
     from typer.testing import CliRunner
 
-    from tpustream.cli import app
+    from tpustream.cli.main import app
     from tpustream.pipelines.training import CPU_STEPS
 
     path = tmp_path / "p.yaml"
@@ -273,12 +274,12 @@ def _calls(requests):
 def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatch):
     """Also issue 26: --tensorboard as the run's parameter, --experiment through aiplatform's own
     submit(experiment=...) for a run, and for a schedule the parameter its runs join with
-    (tpustream/experiments.py), proved by a run Vertex's scheduler makes from the schedule's body."""
+    (tpustream/vertex/experiments.py), proved by a run Vertex's scheduler makes from the schedule's body."""
     from google.cloud import aiplatform, aiplatform_v1
     from google.cloud.aiplatform.utils import gcs_utils
 
     from tests.vertex_fake import VertexRecorder, schedule_tick, validate_body
-    from tpustream.experiments import join_experiment
+    from tpustream.vertex.experiments import join_experiment
 
     # Patched: PipelineJob.submit checks the pipeline-root bucket's owner through Cloud Resource
     # Manager, a Google service that cannot be reached from here (it would retry for a minute).
@@ -393,7 +394,7 @@ def test_a_run_that_cannot_join_its_experiment_is_named_with_why(tmp_path, gcs_b
     from google.cloud.aiplatform.utils import gcs_utils
 
     from tests.vertex_fake import VertexRecorder
-    from tpustream.experiments import ExperimentError
+    from tpustream.vertex.experiments import ExperimentError
 
     monkeypatch.setattr(  # as in the test above: Resource Manager cannot be reached from here
         gcs_utils, "create_gcs_bucket_for_pipeline_artifacts_if_it_does_not_exist", lambda **kw: None

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.webhook_receiver import WebhookReceiver
-from tpustream import promote
-from tpustream.cli import app
+from tpustream.cli.main import app
+from tpustream.release import promote
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -8,7 +8,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.webhook_receiver import WebhookReceiver
-from tpustream.cli import app
+from tpustream.cli.main import app
 from tpustream.errors import ConfigError
 from tpustream.pipelines.submit import reads_parameter, with_notifications
 
@@ -91,7 +91,7 @@ def _tiny_dag(fail: bool):
     from tpustream.pipelines.training import LOCAL_IMAGE, OUTCOME_PATH, PIPELINE_NAME, build_components
 
     def decide(run_outcome: str, fail: bool) -> None:
-        from tpustream.run_outcome import record_outcome
+        from tpustream.release.outcome import record_outcome
 
         if fail:
             record_outcome(
@@ -136,7 +136,7 @@ def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_li
     command, its placeholders resolved by the backend, the final status Vertex hands an exit task, and the
     outcome that check data recorded under a gs:// pipeline root (the GCS test server)."""
     from tests.vertex_emulation import run_container_task
-    from tpustream.run_outcome import read_outcome, record_outcome
+    from tpustream.release.outcome import read_outcome, record_outcome
 
     path, _, _ = _compile(tmp_path)
     run_root, job = f"{gcs_bucket}/pipeline-root", "tpustream-training-20261128030000"

@@ -25,9 +25,11 @@ from typer.testing import CliRunner
 
 from tests.gcs import make_bucket
 from tests.integration.test_evaluate_promote import make_model
-from tpustream import predict, shards, storage
-from tpustream.cli import app
-from tpustream.shard_plan import ShardConfig
+from tpustream.cli.main import app
+from tpustream.dataset import write as shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.serve import predict
+from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +128,7 @@ def _relative(line: dict, root: str) -> dict:
 
 def _reference(model: str, uris: list[str]) -> list[dict]:
     """The serving classifier's answers for these images, all in one request."""
-    from tpustream.serving import Classifier, Limits
+    from tpustream.serve.server import Classifier, Limits
 
     classifier = Classifier(model, limits=Limits(max_pixels=int(MAX_PIXELS), top_k=3))
     prepared = [classifier.prepare(storage.read_bytes(uri), uri) for uri in uris]
@@ -206,7 +208,7 @@ def _predict_process(world, env: dict[str, str], *args: str) -> subprocess.Compl
     killed run, so that its probabilities are computed the same way to the last bit (an in-process run
     inherits whatever thread settings earlier tests left, and conv sums in another order differ in the 6th
     decimal)."""
-    command = [sys.executable, "-m", "tpustream.cli", "predict", "--model", world.model, *args]
+    command = [sys.executable, "-m", "tpustream.cli.main", "predict", "--model", world.model, *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -218,7 +220,7 @@ def test_a_killed_run_resumes_with_only_its_missing_parts(world, gcs_server, tmp
     env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.url}
     with open(tmp_path / "killed.log", "wb") as log:  # the process writes to its own copy
         killed = subprocess.Popen(
-            [sys.executable, "-m", "tpustream.cli", "predict", "--model", world.model, *args],
+            [sys.executable, "-m", "tpustream.cli.main", "predict", "--model", world.model, *args],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=log,

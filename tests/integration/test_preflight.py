@@ -358,7 +358,7 @@ def test_submit_refuses_before_any_vertex_call_when_preflight_fails(
 
 
 def test_cli_preflight_submit_and_help(templates, google, gcs_bucket, monkeypatch):
-    from tpustream.cli import app
+    from tpustream.cli.main import app
 
     runner = CliRunner()
     recorder = _vertex_recorder(monkeypatch)

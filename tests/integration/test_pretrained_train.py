@@ -10,11 +10,12 @@ import torch
 from torchvision import models as tv
 
 from tests.integration.test_train import _run
-from tpustream import shards, storage
-from tpustream.evaluate import evaluate_model, val_predictions
-from tpustream.manifest import load_manifest
-from tpustream.serving import Classifier
-from tpustream.shard_plan import ShardConfig
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import load_manifest
+from tpustream.dataset.plan import ShardConfig
+from tpustream.serve.server import Classifier
+from tpustream.storage import io as storage
+from tpustream.train.evaluate import evaluate_model, val_predictions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # resnet18 on XLA CPU: minutes
 

@@ -29,7 +29,7 @@ import pytest
 from PIL import Image
 
 from tests.unit.test_report import PLOT_IDS, sample_facts
-from tpustream.report import write_report
+from tpustream.report.build import write_report
 
 pytestmark = pytest.mark.integration
 
@@ -197,7 +197,7 @@ def test_the_mistakes_gallery_and_the_threshold_curve_decode_in_chromium(tmp_pat
     from dataclasses import replace
 
     from tests.unit.test_report import CLASSES
-    from tpustream.report_mistakes import Mistake
+    from tpustream.report.mistakes import Mistake
 
     buffer = io.BytesIO()
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (24, 24, 3), np.uint8)).save(buffer, "JPEG")

@@ -30,11 +30,13 @@ from typer.testing import CliRunner
 
 from tests.gcs import make_bucket
 from tests.integration.test_evaluate_promote import DIGITS, make_model
-from tpustream import evaluate, shards, storage
-from tpustream.cli import app
-from tpustream.manifest import read_manifest
-from tpustream.shard_plan import ShardConfig
-from tpustream.tario import iter_tar_samples
+from tpustream.cli.main import app
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import read_manifest
+from tpustream.dataset.plan import ShardConfig
+from tpustream.dataset.tario import iter_tar_samples
+from tpustream.storage import io as storage
+from tpustream.train import evaluate
 
 pytestmark = pytest.mark.integration
 
@@ -193,7 +195,7 @@ def _served_confusion(world, samples):
 def test_upload_is_the_servable_champion(world):
     """What reaches Vertex parses as an aiplatform v1 UploadModelRequest (the recorder validates every
     body against the protos) and names the serving container: image, port, routes, the predictor's env."""
-    from tpustream.serving import SERVING_ENV
+    from tpustream.serve.server import SERVING_ENV
 
     assert world.recorder.rejected == []
     model = world.upload["body"]["model"]
@@ -493,7 +495,7 @@ def test_promote_component_exposes_a_vertex_model_for_model_deploy_op(
 
     from tpustream.components.promote import promote_model
     from tpustream.pipelines.training import build_pipeline
-    from tpustream.validate_serving import validate_serving
+    from tpustream.serve.validate import validate_serving
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
     monkeypatch.setenv("TPUSTREAM_VERTEX_ENDPOINT", world.recorder.url)

@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 
 from tests.integration.test_evaluate_promote import make_model
-from tpustream import serving, shards
 from tpustream.bench.serve import ModelServer, Watch, image_bytes, instances
-from tpustream.shard_plan import ShardConfig
+from tpustream.dataset import write as shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.serve import server as serving
 
 pytestmark = pytest.mark.integration
 
@@ -116,7 +117,7 @@ MALFORMED = {
         json.dumps({"instances": [{"b64": TINY}], "parameters": {"top_k": "9" * 10**5}}).encode(),
         "top_k must be a positive integer",
     ),
-    # AutoML's format ({"content"} instances, tpustream.serving_automl): the same strictness
+    # AutoML's format ({"content"} instances, tpustream.serve.automl): the same strictness
     "automl-not-base64-2MB": (
         b'{"instances": [{"content": "' + b"%%" * (1 << 20) + b'"}]}',
         "not valid base64",
@@ -370,7 +371,7 @@ def _pillow_formats(pixels):
 def test_every_shard_format_is_answered_as_the_same_image_in_png(served):
     """... and as the bytes shard creation stores for it (re-encoded to PNG: what training and evaluation
     read), so a served WebP/BMP/TIFF/GIF gets the answer `tpustream evaluate` gave its shard sample."""
-    from tpustream.imagecodec import prepare_image_bytes
+    from tpustream.image.codec import prepare_image_bytes
 
     pixels = _rgb(48, 40, seed=3)
     png = _encode(pixels, "PNG")
@@ -555,7 +556,7 @@ def test_top_k_over_the_class_count_is_refused_naming_it(served):
 def test_streamed_render_equals_render_batch_of_all_prepared(served, big_png):
     """render_images (one decoded image alive at a time) gives the pixels of ``pixels(prepare(...))``
     (render_batch with batch_alone) for a request mixing small same-shaped, small odd and large images."""
-    from tpustream.serving import Classifier
+    from tpustream.serve.server import Classifier
 
     classifier = Classifier(served.model)
     images = [_encode(_rgb(8, 8, seed=i), "PNG") for i in range(3)] + [big_png, _encode(_rgb(12, 9), "BMP")]

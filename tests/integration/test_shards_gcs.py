@@ -6,11 +6,12 @@ import pytest
 
 from tests.unit.test_shards import _crashing
 from tests.unit.test_sources import make_image_folder
-from tpustream import shards, storage
-from tpustream.manifest import ShardError, verify_shards
-from tpustream.shard_plan import ShardConfig
-from tpustream.sources import open_source
-from tpustream.tario import iter_tar_samples
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import ShardError, verify_shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.dataset.tario import iter_tar_samples
+from tpustream.sources.dispatch import open_source
+from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
 
@@ -141,7 +142,7 @@ def test_killed_writer_rerun_completes(gcs_bucket):
     import time
 
     out = f"{gcs_bucket}/killed"
-    cmd = [sys.executable, "-m", "tpustream.cli", "shards", "create", "--source", "synthetic-imagenet:400",
+    cmd = [sys.executable, "-m", "tpustream.cli.main", "shards", "create", "--source", "synthetic-imagenet:400",
            "--output", out, "--num-shards", "16", "--workers", "1"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
@@ -176,7 +177,7 @@ def test_resume_on_gcs_removes_partial_objects(gcs_bucket):
 
 def test_partial_cifar10_copy_on_gcs_is_an_error(gcs_bucket, tmp_path):
     from tests.unit.test_sources import CIFAR_BATCHES, _write_cifar
-    from tpustream.source_types import SourceError
+    from tpustream.sources.types import SourceError
 
     _write_cifar(tmp_path / "cifar", batches=CIFAR_BATCHES[:5])
     for path in sorted((tmp_path / "cifar").iterdir()):

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from tpustream import storage
+from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tpustream import shards
-from tpustream.manifest import manifest_digest, read_manifest
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import manifest_digest, read_manifest
+from tpustream.dataset.plan import ShardConfig
 from tpustream.models import build_model
-from tpustream.shard_plan import ShardConfig
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ def _cmd(data, output, *args):
     return [
         sys.executable,
         "-m",
-        "tpustream.cli",
+        "tpustream.cli.main",
         "train",
         "--data",
         data,
@@ -205,7 +205,7 @@ def test_resnet50_two_steps_on_xla():
     code = """
 import torch, torch_xla, torch_xla.debug.metrics as met
 from tpustream.models import build_model
-from tpustream.train import TrainConfig, Runtime, train_step
+from tpustream.train.trainer import TrainConfig, Runtime, train_step
 device = torch_xla.device()
 model = build_model("resnet50", num_classes=10, input_size=64).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -227,7 +227,7 @@ print("losses", losses, "params", sum(p.numel() for p in model.parameters()))
 
 
 def test_bench_train_reports_data_wait(digits):
-    cmd = [sys.executable, "-m", "tpustream.cli", "bench", "train", "--data", digits, "--model", "tiny",
+    cmd = [sys.executable, "-m", "tpustream.cli.main", "bench", "train", "--data", digits, "--model", "tiny",
            "--steps", "4", "--batch-size", "8", "--workers", "1"]  # fmt: skip
     result = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -242,9 +242,9 @@ def _digits_with_poisoned_test(poison: int):
     split, so their train/val plan (and shards) is the ``digits`` fixture's: the test split is drawn last."""
     import numpy as np
 
-    from tpustream.builtin_sources import digits_source
-    from tpustream.imagecodec import encode_ppm
-    from tpustream.source_types import Item
+    from tpustream.image.codec import encode_ppm
+    from tpustream.sources.builtin import digits_source
+    from tpustream.sources.types import Item
 
     source = digits_source()
     rng = np.random.default_rng(0)

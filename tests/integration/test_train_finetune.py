@@ -16,11 +16,11 @@ import torch
 from PIL import Image
 
 from tests.integration.test_train import ENV, _run
-from tpustream import shards
-from tpustream.manifest import load_manifest
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import load_manifest
+from tpustream.dataset.plan import ShardConfig
 from tpustream.models import build_model
-from tpustream.shard_plan import ShardConfig
-from tpustream.train import inverse_frequency_weights
+from tpustream.train.trainer import inverse_frequency_weights
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +33,8 @@ SCALE = 0.25  # --backbone-lr-scale of both runs: only --freeze-epochs differs b
 STEPS = """
 import json, sys, torch, torch_xla, torch_xla.debug.metrics as met
 from tpustream import models
-from tpustream.train import (
-    Runtime, TrainConfig, _compiles, backbone_groups, fill_optimizer_state, freeze_backbone,
+from tpustream.train.trainer import (
+    Runtime, TrainConfig, compile_count, backbone_groups, fill_optimizer_state, freeze_backbone,
     inverse_frequency_weights, train_step,
 )
 
@@ -68,7 +68,7 @@ for epoch in range(3):
     for step in range(2):
         lr = 0.1 * (0.9 + 0.03 * (2 * epoch + step))
         train_step(model, optimizer, batch, lr, config, rt, weights)
-    out["compiles"].append(_compiles(met))
+    out["compiles"].append(compile_count(met))
     out["backbone_unchanged"].append(all(torch.equal(start[k], v) for k, v in backbone().items()))
 out["lr"] = lr
 out["group_lrs"] = [[group["backbone"], group["lr"]] for group in optimizer.param_groups]
@@ -142,7 +142,7 @@ def _imbalanced(root, counts, seed=0):
 
 def _backbone(state):
     """The backbone's weights and BatchNorm statistics (not ``num_batches_tracked``, which counts the steps
-    frozen or not: tpustream.train.freeze_backbone)."""
+    frozen or not: tpustream.train.trainer.freeze_backbone)."""
     return {
         k: v for k, v in state.items() if not k.startswith("13.") and not k.endswith("num_batches_tracked")
     }

@@ -13,9 +13,10 @@ import pytest
 from PIL import Image
 
 from tests.integration.test_train import ENV, _cmd, _run, signal_mid_epoch
-from tpustream import shards, storage
-from tpustream.shard_plan import ShardConfig
-from tpustream.train import default_peak_lr
+from tpustream.dataset import write as shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.storage import io as storage
+from tpustream.train.trainer import default_peak_lr
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +122,7 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
     """The flag alone, in a process of its own: the first Ctrl-C asks, the second leaves with 130."""
     script = (
         "import os, signal, time\n"
-        "from tpustream.preemption import SigtermFlag\n"
+        "from tpustream.train.preemption import SigtermFlag\n"
         "with SigtermFlag() as flag:\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
         "    assert flag.requested and flag.interrupted\n"
@@ -140,7 +141,7 @@ def test_a_second_run_finds_every_program_in_a_gcs_compile_cache(digits, gcs_ser
     """Two runs of the same program with --compile-cache gs://...: the first compiles and uploads every program,
     the second downloads them and misses none. XLA's CPU client cannot load a serialized executable (XLA:
     "Deserializing serialized executable not supported"), so here the found entries count as load failures and
-    compile again; on a TPU they are hits (tpustream/compile_cache.py)."""
+    compile again; on a TPU they are hits (tpustream/train/compile_cache.py)."""
     cache = f"{gcs_bucket}/xla-cache"
     env = {**ENV, "STORAGE_EMULATOR_HOST": gcs_server.url}
     first = _run(digits, tmp_path / "first", "--epochs", "1", "--compile-cache", cache, env=env)
@@ -163,7 +164,7 @@ def test_only_process_0_of_a_slice_writes_the_cache_and_replicas_get_a_path_each
 
     script = (
         "import os, sys\n"
-        "from tpustream.compile_cache import open_compile_cache\n"
+        "from tpustream.train.compile_cache import open_compile_cache\n"
         "cache = open_compile_cache(sys.argv[1], strategy=sys.argv[2])\n"
         "print(cache.writer, cache.uri, os.environ['XLA_PERSISTENT_CACHE_READ_ONLY'])\n"
     )

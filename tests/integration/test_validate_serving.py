@@ -11,15 +11,16 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.integration.test_evaluate_promote import make_model
-from tpustream import evaluate, shards
-from tpustream.cli import app
-from tpustream.shard_plan import ShardConfig
-from tpustream.validate_serving import (
+from tpustream.cli.main import app
+from tpustream.dataset import write as shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.serve.validate import (
     ServingValidationError,
     require_validated,
     start_model_server,
     validate_serving,
 )
+from tpustream.train import evaluate
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Vertex AI batch prediction on the champion (tpustream/vertex_batch.py): the request the real aiplatform
+"""Vertex AI batch prediction on the champion (tpustream/vertex/batch_prediction.py): the request the real aiplatform
 client sends, and what the batch job then sends to the real model server, answered as evaluation measured.
 
 Real parts: a model trained here, evaluated and promoted into a gs:// registry (the GCS-API test server),
@@ -21,9 +21,14 @@ import pytest
 from tests.gcs import make_bucket
 from tests.integration.test_evaluate_promote import make_model
 from tests.integration.test_serving import _free_port, _start_server
-from tpustream import evaluate, promote, shards, storage, vertex, vertex_batch
-from tpustream.predict import iter_items
-from tpustream.shard_plan import ShardConfig
+from tpustream.dataset import write as shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.release import promote
+from tpustream.serve.predict import iter_items
+from tpustream.storage import io as storage
+from tpustream.train import evaluate
+from tpustream.vertex import batch_prediction as vertex_batch
+from tpustream.vertex import model_registry as vertex
 
 pytestmark = pytest.mark.integration
 
@@ -207,7 +212,7 @@ def test_file_list_input_and_bad_arguments(served):
     # its earlier name, means the same
     from typer.testing import CliRunner
 
-    from tpustream.cli import app
+    from tpustream.cli.main import app
 
     for flag, count in (("--replicas", "3"), ("--max-replicas", "2")):
         args = ["predict", served.digits, "--vertex-batch", f"gs://batch/cli{count}"]

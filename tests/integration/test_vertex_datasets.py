@@ -12,13 +12,15 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from tests.vertex_fake import TEXT_METADATA_SCHEMA, VertexRecorder
-from tpustream import fingerprint, shards, storage
-from tpustream.cli import app
-from tpustream.manifest import read_manifest, verify_shards
-from tpustream.shard_plan import ShardConfig
-from tpustream.source_types import SourceError
-from tpustream.sources import open_source
-from tpustream.vertex_datasets import EXPORT_DIR, EXPORT_MARKER, managed_dataset_objects
+from tpustream.cli.main import app
+from tpustream.dataset import fingerprint
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import read_manifest, verify_shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.sources.dispatch import open_source
+from tpustream.sources.types import SourceError
+from tpustream.sources.vertex_dataset import EXPORT_DIR, EXPORT_MARKER, managed_dataset_objects
+from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
 

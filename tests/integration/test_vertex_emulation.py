@@ -28,11 +28,11 @@ from tests.vertex_emulation import (
     step_machine,
     wait_for,
 )
-from tpustream import storage
+from tpustream.dataset.plan import ShardConfig
+from tpustream.dataset.write import create_shards
 from tpustream.pipelines.submit import compile_pipeline, submit_pipeline
 from tpustream.pipelines.tpu import TPU_TYPES, Capacity
-from tpustream.shard_plan import ShardConfig
-from tpustream.shards import create_shards
+from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +153,7 @@ def test_the_readme_v5e_16_example_trains_with_the_pipelines_own_shard_and_worke
     into its shard steps) and its default 8 loader workers on each of v5e-16's 4 hosts: the job trains."""
     import yaml
 
-    from tpustream.shards import config_from_pipeline
+    from tpustream.dataset.write import config_from_pipeline
 
     template = str(tmp_path / "p.yaml")
     compile_pipeline(template, tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
@@ -210,7 +210,7 @@ def _host_env(gcs_server, *, hosts, index):
 
 def _train_cmd(digits, output, epochs, *extra):
     """`tpustream train` with the train task's PARAMS."""
-    return [sys.executable, "-m", "tpustream.cli", "train", "--data", digits, "--output", output, "--model", "tiny",
+    return [sys.executable, "-m", "tpustream.cli.main", "train", "--data", digits, "--output", output, "--model", "tiny",
             "--epochs", str(epochs), "--batch-size", "16", "--lr", "0.2", "--workers", "0", *extra]  # fmt: skip
 
 

@@ -4,11 +4,12 @@ ranged GET per image into a gs:// dataset; the directory and the pattern forms r
 import pytest
 
 from tests.unit.test_wds_source import write_stock_shards
-from tpustream import fingerprint, storage
-from tpustream.manifest import verify_shards
-from tpustream.shard_plan import ShardConfig
-from tpustream.shards import create_shards
-from tpustream.sources import open_source
+from tpustream.dataset import fingerprint
+from tpustream.dataset.manifest import verify_shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.dataset.write import create_shards
+from tpustream.sources.dispatch import open_source
+from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +43,7 @@ def test_shards_on_gcs_are_resharded_into_a_gcs_dataset(gcs_bucket, tmp_path):
 
 def test_gzip_shards_on_gcs_are_read_by_ranged_reads_through_their_index(gcs_bucket, tmp_path, monkeypatch):
     from tests.unit.test_wds_source import gzip_shards
-    from tpustream import gzip_index
+    from tpustream.sources import gzip_index
 
     monkeypatch.setattr(gzip_index, "CHECKPOINT_SPACING", 4096)
     write_stock_shards(str(tmp_path))

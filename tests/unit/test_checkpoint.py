@@ -5,7 +5,7 @@ import fractions
 import pytest
 import torch
 
-from tpustream import checkpoint
+from tpustream.train import checkpoint
 
 
 @pytest.fixture

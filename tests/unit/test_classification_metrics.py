@@ -10,8 +10,8 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
-from tpustream.classification_metrics import THRESHOLDS, average_precision, classification_metrics
-from tpustream.scores import (
+from tpustream.metrics.classification import THRESHOLDS, average_precision, classification_metrics
+from tpustream.metrics.scores import (
     SampleScore,
     ScoresError,
     metrics_from_scores,

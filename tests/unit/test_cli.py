@@ -6,7 +6,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from tpustream.cli import app
+from tpustream.cli.main import app
 
 runner = CliRunner()
 
@@ -30,7 +30,7 @@ def test_help_imports_no_torch():
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
-        "from tpustream.cli import app\n"
+        "from tpustream.cli.main import app\n"
         "for args in (['train'], ['shards', 'create'], ['shards', 'check'], ['predict'], ['evaluate']):\n"
         "    assert CliRunner().invoke(app, [*args, '--help']).exit_code == 0, args\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_xla', 'torchvision')))"
@@ -226,7 +226,7 @@ def test_logging_follows_the_current_stderr(monkeypatch):
     import io
     import logging
 
-    from tpustream.cli import _setup_logging
+    from tpustream.cli.main import _setup_logging
 
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [])
@@ -262,9 +262,9 @@ def test_an_evaluate_error_is_one_line_not_a_traceback(tmp_path):
 def test_a_config_error_is_one_line_and_a_bare_value_error_is_a_bug_with_its_traceback():
     """The CLI's one error boundary: ConfigError (an option out of range) is the user's to fix; a bare
     ValueError from a library or our own code is a bug, and its traceback is not swallowed."""
-    from tpustream.cli import _user_error_message
+    from tpustream.cli.main import _user_error_message
     from tpustream.errors import ConfigError
-    from tpustream.train import TrainConfig
+    from tpustream.train.trainer import TrainConfig
 
     with pytest.raises(ConfigError) as raised:
         TrainConfig(data="d", output="o", epochs=0)

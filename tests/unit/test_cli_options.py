@@ -1,4 +1,4 @@
-"""tpustream/cli_options.py: a config dataclass becomes typer options, its field docstrings their help."""
+"""tpustream/cli/options.py: a config dataclass becomes typer options, its field docstrings their help."""
 
 import dataclasses
 import importlib.util
@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tpustream.cli_options import Opt, config_parameters, field_docs, from_config
+from tpustream.cli.options import Opt, config_parameters, field_docs, from_config
 
 runner = CliRunner()
 

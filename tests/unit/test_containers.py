@@ -100,8 +100,8 @@ def _env(steps):
 
 
 def test_serve_image_runs_the_cpr_model_server_with_the_predictor_promote_uploads():
-    from tpustream.serving import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
-    from tpustream.vertex import container_spec
+    from tpustream.serve.server import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
+    from tpustream.vertex.model_registry import container_spec
 
     steps = _instructions(ROOT / "containers" / "serve" / "Dockerfile")
     env = _env(steps)

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from tpustream.epoch_plan import LoaderError, idle_workers, plan_epoch
+from tpustream.loader.epoch_plan import LoaderError, idle_workers, plan_epoch
 
 LAYOUTS = list(itertools.product([3, 8, 9, 13, 17, 40], [1, 2, 4], [0, 1, 2, 3, 8], [4, 7, 16]))
 

@@ -1,4 +1,4 @@
-"""The data check (tpustream/datacheck.py) on small datasets made with create_shards from ImageFolder
+"""The data check (tpustream/dataset/check.py) on small datasets made with create_shards from ImageFolder
 directories of generated PNGs: each anomaly found, none on a clean dataset, baselines, thresholds, the CLI."""
 
 import json
@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from tpustream import shards, storage
-from tpustream.cli import app
-from tpustream.datacheck import (
+from tpustream.cli.main import app
+from tpustream.dataset import write as shards
+from tpustream.dataset.check import (
     ANOMALY_CODES,
     DataCheckFailed,
     DataCheckThresholds,
@@ -20,9 +20,10 @@ from tpustream.datacheck import (
     check_dataset,
     check_for_pipeline,
 )
-from tpustream.datacheck_report import percents
-from tpustream.manifest import manifest_digest
-from tpustream.shard_plan import ShardConfig
+from tpustream.dataset.check_report import percents
+from tpustream.dataset.manifest import manifest_digest
+from tpustream.dataset.plan import ShardConfig
+from tpustream.storage import io as storage
 
 
 def _folder(root, counts, *, seed=0, size=(12, 10)):
@@ -70,7 +71,7 @@ def test_a_clean_dataset_has_no_anomalies(tmp_path):
     assert "**No anomalies.**" in markdown and "## Anomalies" not in markdown
     assert "| Images in both train and val | 0 | 0 | ok |" in markdown
     document = report.to_json()
-    assert document["format"] == "tpustream.datacheck/v1" and document["ok"] is True
+    assert document["format"] == "tpustream.dataset.check/v1" and document["ok"] is True
     json.dumps(document)  # plain JSON
 
 
@@ -206,7 +207,7 @@ def test_imbalanced_classes_get_a_note_naming_the_class_weights_choice(tmp_path,
     ]
     assert unknown.facts["class_balance"]["max_min_ratio"] == pytest.approx(100 / 12)
     report_path = str(tmp_path / "report.md")
-    with caplog.at_level("INFO", logger="tpustream.datacheck"):
+    with caplog.at_level("INFO", logger="tpustream.dataset.check"):
         auto = check_for_pipeline(
             uri,
             registry="",

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from tpustream.imagecodec import exif_orientation, orient, prepare_image_bytes
-from tpustream.transforms import Augment, prepare_image
+from tpustream.image.codec import exif_orientation, orient, prepare_image_bytes
+from tpustream.image.transforms import Augment, prepare_image
 
 
 def _scene(width: int = 48, height: int = 32) -> np.ndarray:
@@ -73,7 +73,7 @@ def test_serving_augment_turns_a_rotated_image_upright_and_the_loader_default_do
 def test_a_rotated_lossless_image_is_stored_turned_once_as_served(fmt: str, ext: str) -> None:
     """Pillow's TIFF plugin turns an image upright as it loads it; shard creation must not turn it again, so
     the stored pixels are the ones the model server decodes from the same file (imagecodec.decode_rgb)."""
-    from tpustream.imagecodec import decode_rgb
+    from tpustream.image.codec import decode_rgb
 
     stored = _scene()
     encoded = io.BytesIO()

@@ -4,10 +4,10 @@ import os
 
 import pytest
 
-from tpustream import storage
-from tpustream.fingerprint import check_source, fingerprint, source_objects
-from tpustream.registry import record_trained
-from tpustream.shard_plan import ShardConfig
+from tpustream.dataset.fingerprint import check_source, fingerprint, source_objects
+from tpustream.dataset.plan import ShardConfig
+from tpustream.registry.store import record_trained
+from tpustream.storage import io as storage
 
 SETTINGS = {"model_name": "tiny", "epochs": 3}
 

@@ -14,10 +14,12 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from tpustream import shards
-from tpustream.cli import app
-from tpustream.data import LoaderConfig, ShardLoader
-from tpustream.imagecodec import (
+from tpustream.cli.main import app
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import read_manifest
+from tpustream.dataset.plan import ShardConfig
+from tpustream.dataset.tario import TarFormatError, TarShardWriter, iter_tar_samples
+from tpustream.image.codec import (
     DEFAULT_MAX_PIXELS,
     CorruptImage,
     ImageTooLarge,
@@ -26,11 +28,9 @@ from tpustream.imagecodec import (
     ppm_header,
     prepare_image_bytes,
 )
-from tpustream.manifest import read_manifest
-from tpustream.shard_plan import ShardConfig
-from tpustream.source_types import Item, Source
-from tpustream.tario import TarFormatError, TarShardWriter, iter_tar_samples
-from tpustream.transforms import Augment, prepare_image
+from tpustream.image.transforms import Augment, prepare_image
+from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
+from tpustream.sources.types import Item, Source
 
 
 @contextmanager
@@ -333,6 +333,6 @@ def test_loader_skips_an_image_above_its_pixel_budget(tmp_path):
 
 
 def test_cli_default_budget_is_the_codec_default():
-    from tpustream import cli
+    from tpustream.cli import main as cli
 
     assert cli.DEFAULT_MAX_PIXELS == DEFAULT_MAX_PIXELS == 8192 * 8192

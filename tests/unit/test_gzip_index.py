@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tpustream.gzip_index import IndexingGunzip, read_at
+from tpustream.sources.gzip_index import IndexingGunzip, read_at
 
 
 def _data(seed: int) -> bytes:

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tpustream.history import champion_history, format_history_table
-from tpustream.promotion_policy import RegistryError
+from tpustream.registry.history import champion_history, format_history_table
+from tpustream.registry.policy import RegistryError
 
 D1, D2 = "d1" * 32, "e2" * 32  # manifest digests of two datasets
 
@@ -207,7 +207,7 @@ def test_corrupt_event_files_are_skipped_with_a_warning_naming_them(tmp_path, ca
         (events / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     (events / "notes.txt").write_text("not an event")  # not a .json: not read at all
     (events / "future.json").write_text(json.dumps({"event": "retired", "time": "2024-06-01T00:00:00Z"}))
-    with caplog.at_level(logging.WARNING, logger="tpustream.history"):
+    with caplog.at_level(logging.WARNING, logger="tpustream.registry.history"):
         history = champion_history(str(tmp_path))
     assert [e["version"] for e in history] == [1, 2]  # the good ones, whatever else is there
     warned = [r.getMessage() for r in caplog.records]
@@ -267,14 +267,14 @@ def test_the_table_limit_keeps_the_newest(tmp_path):
 
 
 def test_the_history_needs_no_torch():
-    code = "import sys, tpustream.history; sys.exit('torch' in sys.modules)"
+    code = "import sys, tpustream.registry.history; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 def test_champion_history_command_prints_the_table_the_json_and_the_newest(tmp_path):
     from typer.testing import CliRunner
 
-    from tpustream.cli import app
+    from tpustream.cli.main import app
 
     write_events(tmp_path, [NEW_REFUSED, OLD_ALREADY, NEW_PROMOTED, OLD_REFUSED, OLD_PROMOTED])
     runner = CliRunner()

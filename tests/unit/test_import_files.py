@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tpustream import fingerprint, storage
-from tpustream.imagecodec import CorruptImage, UnreadableImage
-from tpustream.import_files import import_file_objects, import_files_source
-from tpustream.shard_plan import ShardConfig, plan_dataset
-from tpustream.source_types import SKIP_REASONS, Item, Source, SourceError
-from tpustream.sources import open_source, source_kind
+from tpustream.dataset import fingerprint
+from tpustream.dataset.plan import ShardConfig, plan_dataset
+from tpustream.image.codec import CorruptImage, UnreadableImage
+from tpustream.sources.dispatch import open_source, source_kind
+from tpustream.sources.import_files import import_file_objects, import_files_source
+from tpustream.sources.types import SKIP_REASONS, Item, Source, SourceError
+from tpustream.storage import io as storage
 
 
 def _jpeg(seed: int, size: tuple[int, int] = (12, 10)) -> bytes:
@@ -188,7 +189,7 @@ def test_duplicates_with_the_same_label_are_one_item(tmp_path, caplog):
             _row(images[0], "a"),
         ],
     )
-    with caplog.at_level("INFO", logger="tpustream.import_files"):
+    with caplog.at_level("INFO", logger="tpustream.sources.import_files"):
         source = import_files_source(spec)
     assert len(source.items) == 2 and source.rejected == []
     assert source.items[0].split == "train"  # the first row's ml_use
@@ -405,7 +406,7 @@ def test_a_large_jsonl_lists_quickly(tmp_path):
     ],
 )
 def test_images_in_an_import_file_on_gcs_resolve_within_its_bucket(image, expected):
-    from tpustream.import_files import _BadRow, _resolve
+    from tpustream.sources.import_files import _BadRow, _resolve
 
     if expected.startswith(("gs://", "/")):
         assert _resolve(image, "gs://b/labels") == expected
@@ -472,7 +473,7 @@ def test_hostile_csv_rows_are_counted_and_a_header_is_skipped(tmp_path, caplog):
         "image,label\n"  # 7: a header-like row past the first is a row (no such image: read as a path)
     )
     (tmp_path / "l.csv").write_text(text)
-    with caplog.at_level("INFO", logger="tpustream.import_files"):
+    with caplog.at_level("INFO", logger="tpustream.sources.import_files"):
         source = import_files_source(str(tmp_path / "l.csv"))
     assert f"{tmp_path}/l.csv:1 is a header row" in caplog.text
     assert [(r.ref.rsplit(":", 1)[1], r.reason) for r in source.rejected] == [
@@ -505,7 +506,7 @@ def test_a_fifo_named_as_an_image_is_skipped_not_waited_on(tmp_path):
         source.load(fifo)
     with pytest.raises(UnreadableImage, match="/dev/zero is a device, not a regular file"):
         source.load(next(item for item in source.items if item.ref == "/dev/zero"))
-    from tpustream import shards
+    from tpustream.dataset import write as shards
 
     manifest, _ = shards.create_shards(
         ShardConfig(source=spec, output=str(tmp_path / "out"), num_shards=1, val_fraction=0.25),
@@ -517,8 +518,8 @@ def test_a_fifo_named_as_an_image_is_skipped_not_waited_on(tmp_path):
 
 def test_a_source_whose_images_all_fail_writes_no_dataset(tmp_path):
     spec = _write(tmp_path / "l.jsonl", [_row(f"{tmp_path}/gone-{i}.jpg", "ab"[i % 2]) for i in range(4)])
-    from tpustream import shards
-    from tpustream.manifest import ShardError
+    from tpustream.dataset import write as shards
+    from tpustream.dataset.manifest import ShardError
 
     with pytest.raises(
         ShardError, match=r"l.jsonl'.*no train sample could be written \(0 in total; 4 skipped"
@@ -532,7 +533,7 @@ def test_a_source_whose_images_all_fail_writes_no_dataset(tmp_path):
 def test_no_train_samples_suggests_val_fraction(tmp_path):
     images = _images(tmp_path / "raw", 2)
     spec = _write(tmp_path / "l.jsonl", [_row(images[0], "a", "validation"), _row(images[1], "b", "test")])
-    from tpustream.manifest import ShardError
+    from tpustream.dataset.manifest import ShardError
 
     with pytest.raises(ShardError, match="no training samples.*give --val-fraction F to re-split"):
         plan_dataset(import_files_source(spec), ShardConfig(source=spec, output=str(tmp_path / "out")))
@@ -541,7 +542,7 @@ def test_no_train_samples_suggests_val_fraction(tmp_path):
 def test_shards_create_answers_hostile_import_files_with_one_line(tmp_path):
     from typer.testing import CliRunner
 
-    from tpustream.cli import app
+    from tpustream.cli.main import app
 
     images = _images(tmp_path / "raw", 4)
     header_only = _write(tmp_path / "header.csv", ["image,label"])

@@ -1,4 +1,5 @@
-"""The modules of ``tpustream`` import each other without a cycle, counting imports inside functions too.
+"""The packages of ``tpustream`` import each other in one layer order, and its modules without a cycle, counting
+imports inside functions too; no module reaches into another package's private names.
 
 A function-level import hides a cycle from Python (nothing fails at import time) but not from the reader:
 ``serving -> evaluate -> promote -> vertex -> serving`` made every one of those modules depend on all the
@@ -20,7 +21,31 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 # Benchmarks and the loopback GCS server: nothing that runs in production imports them. The CLI's bench commands
 # are the one boundary, and only inside the commands, so importing the CLI (``tpustream --help``) does not load them.
 BENCH = f"{PACKAGE}.bench"
-BENCH_BOUNDARY = f"{PACKAGE}.cli_bench"  # the `tpustream bench` commands
+BENCH_BOUNDARY = f"{PACKAGE}.cli.bench"  # the `tpustream bench` commands
+# The layer order, lowest first: a package (or shared leaf module) imports only itself and those before it, so
+# each can be read, tested and changed knowing only what sits below it. docs/ARCHITECTURE.md explains each room.
+LAYERS = (
+    "errors",  # the error types every layer raises
+    "storage",  # local paths and gs:// URIs
+    "artifacts",  # the typed JSON files the steps pass each other
+    "xla_runtime",  # where a process sits in an XLA job
+    "image",  # decode, resize, augment
+    "metrics",  # loss/accuracy, per-sample scores, classification metrics, the paired test
+    "sources",  # every SOURCE form behind one dispatch
+    "registry",  # the champion pointer, the promotion policy, its history
+    "dataset",  # shard plan, writers, tar reading, manifest, data check, fingerprint
+    "loader",  # ShardLoader and its workers
+    "data",  # the deprecated ``tpustream.data`` path to the loader
+    "models",  # the model zoo (its input sizes come from the loader's rule)
+    "train",  # the trainer, checkpoints, warm starts, pretrained weights, evaluation
+    "serve",  # the model server, its contract, serving validation, batch predict
+    "vertex",  # Vertex AI Model Registry, batch prediction, experiments
+    "release",  # promote, deploy, the run's outcome and its notification
+    "report",  # the run report
+    "components",  # the KFP components
+    "pipelines",  # the KFP pipelines, preflight, submit
+    "cli",  # the ``tpustream`` command
+)
 
 
 def _module_name(path: Path) -> str:
@@ -131,16 +156,86 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_is_read_from_every_module() -> None:
     graph = import_graph()
-    assert {"tpustream.storage", "tpustream.registry", "tpustream.promote", "tpustream.serving"} <= set(graph)
-    assert "tpustream.storage" in graph["tpustream.registry"]  # a module-level import
-    assert "tpustream.vertex" in graph["tpustream.promote"]  # a function-level one
-    assert "tpustream.transforms" in graph["tpustream.serving"]  # also imported under TYPE_CHECKING
-    assert "tpustream.datacheck" not in graph["tpustream.datacheck_report"]  # only under TYPE_CHECKING
+    assert {
+        "tpustream.storage.io",
+        "tpustream.registry.store",
+        "tpustream.release.promote",
+        "tpustream.serve.server",
+    } <= set(graph)
+    assert "tpustream.storage.io" in graph["tpustream.registry.store"]  # a module-level import
+    assert "tpustream.vertex.model_registry" in graph["tpustream.release.promote"]  # a function-level one
+    assert (
+        "tpustream.image.transforms" in graph["tpustream.serve.server"]
+    )  # also imported under TYPE_CHECKING
+    assert (
+        "tpustream.dataset.check" not in graph["tpustream.dataset.check_report"]
+    )  # only under TYPE_CHECKING
     assert "tpustream.bench.peers" in graph["tpustream.bench.load"]  # a subpackage is walked too
     assert "tpustream.bench.load" in graph[BENCH_BOUNDARY]
     # components/ and pipelines/ are in the package (tpustream/components, tpustream/pipelines link to them)
     assert "tpustream.components" in graph["tpustream.pipelines.training"]
     assert "tpustream.pipelines.training" in graph["tpustream.pipelines.local"]
+
+
+def _unit(module: str) -> str:
+    """The package (or shared leaf module) of ``tpustream`` that holds ``module``."""
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def layer_violations(graph: dict[str, set[str]], layers: tuple[str, ...]) -> list[str]:
+    """Each import of ``graph`` that reaches up the layer order, as "importer -> imported"."""
+    rank = {unit: index for index, unit in enumerate(layers)}
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if not _is_bench(module)
+        for target in targets
+        if not _is_bench(target) and rank[_unit(target)] > rank[_unit(module)]
+    )
+
+
+def test_every_package_has_its_place_in_the_layer_order() -> None:
+    units = {_unit(module) for module in import_graph() if not _is_bench(module)} - {""}
+    assert units - set(LAYERS) == set(), "add the new package to LAYERS, in its place"
+    assert set(LAYERS) - units == set(), "a package in LAYERS is gone: remove it"
+
+
+def test_packages_import_only_down_the_layer_order() -> None:
+    assert layer_violations(import_graph(), LAYERS) == []
+
+
+def test_layer_violations_names_an_import_up_the_order() -> None:
+    graph = {"tpustream.a.x": {"tpustream.b.y"}, "tpustream.b.y": {"tpustream.a.z"}, "tpustream.a.z": set()}
+    assert layer_violations(graph, ("a", "b")) == ["tpustream.a.x -> tpustream.b.y"]
+    assert layer_violations(graph, ("b", "a")) == ["tpustream.b.y -> tpustream.a.z"]
+
+
+def private_cross_imports() -> list[str]:
+    """``from tpustream.pkg.mod import _name`` where ``pkg`` is not the importer's own package."""
+    paths = {_module_name(path): path for path in _sources()}
+    found = []
+    for module, path in paths.items():
+        for node in _import_nodes(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                not isinstance(node, ast.ImportFrom)
+                or node.level
+                or not (node.module or "").startswith(PACKAGE)
+            ):
+                continue
+            if _unit(node.module or "") == _unit(module):
+                continue
+            found += [
+                f"{module} takes {node.module}.{alias.name}"
+                for alias in node.names
+                if alias.name.startswith("_") and not alias.name.startswith("__")
+            ]
+    return sorted(found)
+
+
+def test_no_module_imports_another_packages_private_names() -> None:
+    assert private_cross_imports() == [], (
+        "make the name public in its package, or move the code that needs it"
+    )
 
 
 def test_only_the_cli_imports_the_benchmarks() -> None:
@@ -151,7 +246,7 @@ def test_only_the_cli_imports_the_benchmarks() -> None:
 
 
 def test_the_cli_imports_the_benchmarks_only_inside_its_commands() -> None:
-    path = ROOT / "cli_bench.py"
+    path = ROOT / "cli" / "bench.py"
     names = [
         name
         for node in _module_level_import_nodes(ast.parse(path.read_text(), filename=str(path)))

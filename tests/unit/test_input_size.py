@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tpustream import shards
 from tpustream.artifacts import Manifest
-from tpustream.data import default_input_size, input_size_rule
-from tpustream.manifest import load_manifest, read_manifest
-from tpustream.shard_plan import ShardConfig
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import load_manifest, read_manifest
+from tpustream.dataset.plan import ShardConfig
+from tpustream.loader.shard_loader import default_input_size, input_size_rule
 
 
 @pytest.mark.parametrize(

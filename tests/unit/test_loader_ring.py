@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tpustream.loader_ring import _Abandoned, _SlotRing
+from tpustream.loader.ring import _Abandoned, _SlotRing
 
 
 def test_a_worker_waits_for_its_oldest_slot_to_be_copied_out():
@@ -35,8 +35,8 @@ def test_taken_images_are_a_copy_and_a_waiting_worker_gives_up_when_the_epoch_en
 
 
 def test_the_ring_shrinks_to_what_dev_shm_holds_and_refuses_with_the_size_needed(caplog):
-    from tpustream.data import ring_depth
-    from tpustream.epoch_plan import LoaderError
+    from tpustream.loader.epoch_plan import LoaderError
+    from tpustream.loader.shard_loader import ring_depth
 
     mib = 1 << 20
     assert ring_depth(5, 100 * mib, None, "train loader") == 5  # no /dev/shm to measure: as configured
@@ -53,10 +53,11 @@ def test_the_ring_shrinks_to_what_dev_shm_holds_and_refuses_with_the_size_needed
 def test_a_loader_under_a_small_dev_shm_streams_with_fewer_slots_or_says_what_to_do(tmp_path, monkeypatch):
     """/dev/shm's free space is what a container of Docker's default 64 MB would report (patched: making a
     small tmpfs needs mount rights CI may lack); the ring and its workers are real."""
-    from tpustream import data, shards
-    from tpustream.data import LoaderConfig, ShardLoader
-    from tpustream.epoch_plan import LoaderError
-    from tpustream.shard_plan import ShardConfig
+    from tpustream.dataset import write as shards
+    from tpustream.dataset.plan import ShardConfig
+    from tpustream.loader import shard_loader as data
+    from tpustream.loader.epoch_plan import LoaderError
+    from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 
     out = str(tmp_path / "digits")
     shards.create_shards(ShardConfig(source="digits", output=out, num_shards=4), progress=False)

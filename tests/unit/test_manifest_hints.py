@@ -7,8 +7,8 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from tpustream.cli import app
-from tpustream.manifest import ShardError, read_manifest
+from tpustream.cli.main import app
+from tpustream.dataset.manifest import ShardError, read_manifest
 
 
 def _photo(path) -> None:
@@ -50,7 +50,7 @@ def test_train_on_raw_images_is_one_line_with_the_hint(tmp_path) -> None:
 
 @pytest.mark.integration
 def test_raw_images_in_a_bucket_get_the_same_hint(gcs_bucket) -> None:
-    from tpustream import storage
+    from tpustream.storage import io as storage
 
     for i in range(3):
         storage.write_bytes(f"{gcs_bucket}/photos/cat/{i}.jpg", b"not read")

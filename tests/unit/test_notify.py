@@ -1,4 +1,4 @@
-"""Who hears how a run ended (tpustream/notify.py): recipients and webhook URLs checked up front, the JSON a
+"""Who hears how a run ended (tpustream/release/notify.py): recipients and webhook URLs checked up front, the JSON a
 webhook gets, and its POST to a receiver on loopback (tests/webhook_receiver.py stands in for Slack, Google
 Chat and the like): a receiver that is down or refuses never fails the run, and its secret is never logged."""
 
@@ -8,8 +8,15 @@ import pytest
 
 from tests.webhook_receiver import WebhookReceiver
 from tpustream.errors import ConfigError
-from tpustream.notify import check_emails, check_webhook, console_link, post_webhook, redact_url, webhook_body
-from tpustream.run_outcome import RunOutcome
+from tpustream.release.notify import (
+    check_emails,
+    check_webhook,
+    console_link,
+    post_webhook,
+    redact_url,
+    webhook_body,
+)
+from tpustream.release.outcome import RunOutcome
 
 JOB = "projects/123/locations/europe-west4/pipelineJobs/tpustream-training-20261128"
 

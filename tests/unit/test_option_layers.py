@@ -2,7 +2,7 @@
 ``DataCheckThresholds``, ``promote``'s keyword arguments).
 
 ``tpustream train``, ``shards create`` and ``shards check`` are derived from their config
-(tpustream/cli_options.py): their options cannot drift from it, so here they are only checked to still be
+(tpustream/cli/options.py): their options cannot drift from it, so here they are only checked to still be
 derived. What is still written twice is checked to agree: the pipeline's parameters that do not read their
 default from a config (a stand-in for None, a value unlike the CLI's on purpose, promote's keyword
 arguments), ``promote``'s options (no config dataclass), run-local's and deploy's. A new option in any layer
@@ -15,11 +15,11 @@ import inspect
 import pytest
 import typer.main
 
-from tpustream.cli import app
-from tpustream.cli_options import field_docs
-from tpustream.datacheck import DataCheckThresholds
-from tpustream.shard_plan import ShardConfig
-from tpustream.train_config import TrainConfig
+from tpustream.cli.main import app
+from tpustream.cli.options import field_docs
+from tpustream.dataset.check import DataCheckThresholds
+from tpustream.dataset.plan import ShardConfig
+from tpustream.train.config import TrainConfig
 
 # layer -> the command derived from its config, and the config
 DERIVED = {
@@ -53,13 +53,13 @@ PIPELINE_ONLY = {
     *("endpoint", "canary_percent", "serving_machine_type", "serving_min_replicas", "serving_max_replicas"),
     "tensorboard",  # the TPU CustomJob's Vertex AI TensorBoard instance; no CLI train option (the trainer only
     # copies its event files to AIP_TENSORBOARD_LOG_DIR when Vertex sets it): `pipeline submit --tensorboard`
-    "experiment",  # the Vertex AI Experiment a scheduled run joins (tpustream/experiments.py): `pipeline
+    "experiment",  # the Vertex AI Experiment a scheduled run joins (tpustream/vertex/experiments.py): `pipeline
     # schedule --experiment`; `pipeline submit --experiment` joins through aiplatform instead
     # the quality floor (promotion_policy.QualityFloor, -1 = none): `promote --min-metric/--min-class-recall`
     "min_metric",
     "min_class_recall",
-    "max_p_value",  # promote --max-p-value (-1 = off): the paired test's significance (tpustream/paired_test.py)
-    # who hears how a run ended (tpustream/notify.py): `pipeline compile|submit|schedule --notify/--notify-webhook`
+    "max_p_value",  # promote --max-p-value (-1 = off): the paired test's significance (tpustream/metrics/paired_test.py)
+    # who hears how a run ended (tpustream/release/notify.py): `pipeline compile|submit|schedule --notify/--notify-webhook`
     "notify_emails",
     "notify_webhook",
 }
@@ -112,7 +112,7 @@ def _cli_defaults(*path: str) -> dict[str, object]:
 
 
 def _config_defaults() -> dict[str, dict[str, object]]:
-    from tpustream import promote
+    from tpustream.release import promote
 
     def fields(cls: type) -> dict[str, object]:
         return {f.name: f.default for f in dataclasses.fields(cls)}

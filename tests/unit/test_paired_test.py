@@ -3,8 +3,8 @@
 import pytest
 from scipy.stats import binomtest
 
-from tpustream.paired_test import PairedTest, mcnemar_exact_p, paired_test
-from tpustream.promotion_policy import RegistryError, decide
+from tpustream.metrics.paired_test import PairedTest, mcnemar_exact_p, paired_test
+from tpustream.registry.policy import RegistryError, decide
 
 
 @pytest.mark.parametrize("candidate_only, champion_only", [(6, 0), (9, 3), (14, 4), (30, 17), (5, 5), (1, 0)])

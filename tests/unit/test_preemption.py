@@ -1,4 +1,4 @@
-"""The slice-wide stop-step agreement (tpustream/preemption.py), hosts as threads over one local directory.
+"""The slice-wide stop-step agreement (tpustream/train/preemption.py), hosts as threads over one local directory.
 
 The trainer's use of it, with real host processes under the Vertex emulation, is in
 tests/integration/test_vertex_emulation.py; this file pins the protocol: everyone stops at the largest
@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tpustream import storage
-from tpustream.preemption import PREEMPTION_DIR, SigtermFlag, StopAgreement
+from tpustream.storage import io as storage
+from tpustream.train.preemption import PREEMPTION_DIR, SigtermFlag, StopAgreement
 
 
 def _agreement(output, host, hosts, flag=None, *, from_step=0, sync_seconds=10.0):
@@ -75,7 +75,7 @@ def test_a_host_that_never_reports_makes_the_others_time_out_naming_it(tmp_path,
         for k in range(2)
     ]  # fmt: skip
     started = time.monotonic()
-    with caplog.at_level(logging.ERROR, logger="tpustream.preemption"):
+    with caplog.at_level(logging.ERROR, logger="tpustream.train.preemption"):
         for t in threads:
             t.start()
         for t in threads:
@@ -130,7 +130,7 @@ def test_stop_step_is_none_until_someone_is_told(tmp_path):
 
 @pytest.mark.parametrize("sync_seconds", [0, -1])
 def test_sync_seconds_must_be_positive(tmp_path, sync_seconds):
-    from tpustream.train import TrainConfig
+    from tpustream.train.trainer import TrainConfig
 
     with pytest.raises(ValueError, match="--preemption-sync-seconds"):
         TrainConfig(data="d", output=str(tmp_path), preemption_sync_seconds=sync_seconds)
@@ -143,7 +143,7 @@ def test_a_host_waiting_for_process_0_reports_its_final_step_when_another_host_i
     waiting for its report and exited without a model, and the host waited for model.json forever.)"""
     from types import SimpleNamespace
 
-    from tpustream.train import Preempted, _wait_for_primary
+    from tpustream.train.trainer import Preempted, _wait_for_primary
 
     total = 60
     primary, finished = _agreement(tmp_path, 0, 2, sync_seconds=5.0), _agreement(tmp_path, 1, 2)

@@ -1,4 +1,4 @@
-"""tpustream.pretrained on plain (CPU) models: torchvision-layout files load into every supported backbone with
+"""tpustream.train.pretrained on plain (CPU) models: torchvision-layout files load into every supported backbone with
 a new head, a named weight set is fetched once and hash-checked, wrong files are one-line errors."""
 
 import hashlib
@@ -13,7 +13,7 @@ import torch
 from torchvision import models as tv
 
 from tpustream.models import MODEL_SPECS
-from tpustream.pretrained import (
+from tpustream.train.pretrained import (
     BASE_URL_ENV,
     MODEL_DEFAULT,
     PretrainedError,
@@ -302,7 +302,7 @@ def test_the_hash_prefix_is_torch_hubs(name):
 def test_weights_fetch_stages_a_named_set_for_train(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from tpustream.cli import app
+    from tpustream.cli.main import app
 
     server, own_name, data = _served_resnet18(monkeypatch)
     try:

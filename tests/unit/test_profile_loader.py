@@ -11,17 +11,17 @@ spec.loader.exec_module(profile_loader)
 
 MAIN = 'process 10:"python tools/profile_loader.py --run"'
 WORKER = 'process 11:"python tools/profile_loader.py --run"'
-EPOCH = "<module> (profile_loader.py:1);ShardLoader.epoch (tpustream/data.py:680)"
+EPOCH = "<module> (profile_loader.py:1);ShardLoader.epoch (tpustream/loader/shard_loader.py:680)"
 STREAM = f"{MAIN};{WORKER};{EPOCH};_worker_loop (torch/utils/data/_utils/worker.py:300)"
 RAW = [
     f"{MAIN};{EPOCH};Queue.get (multiprocessing/queues.py:113);_PollLikeSelector.select (selectors.py:415) 30\n",
-    f"{MAIN};{EPOCH};_SlotRing.take (tpustream/data.py:228) 10\n",
+    f"{MAIN};{EPOCH};_SlotRing.take (tpustream/loader/shard_loader.py:228) 10\n",
     f"{MAIN};Thread._bootstrap (threading.py:1002);Condition.wait (threading.py:327) 500\n",  # feeder thread
-    f"{STREAM};_EpochStream._batch (tpustream/data.py:398);render_batch (tpustream/transforms.py:307) 50\n",
-    f"{STREAM};_EpochStream._decoded (tpustream/data.py:367);prepare_image (tpustream/transforms.py:199) 10\n",
-    f"{STREAM};_EpochStream._raw_samples (tpustream/data.py:322);_sample_runs (tpustream/tario.py:449) 20\n",
-    f"{STREAM};_EpochStream._shuffled (tpustream/data.py:350) 5\n",
-    f"{STREAM};_EpochStream._train (tpustream/data.py:445) 5\n",
+    f"{STREAM};EpochStream._batch (tpustream/loader/shard_loader.py:398);render_batch (tpustream/image/transforms.py:307) 50\n",
+    f"{STREAM};EpochStream._decoded (tpustream/loader/shard_loader.py:367);prepare_image (tpustream/image/transforms.py:199) 10\n",
+    f"{STREAM};EpochStream._raw_samples (tpustream/loader/shard_loader.py:322);_sample_runs (tpustream/dataset/tario.py:449) 20\n",
+    f"{STREAM};EpochStream._shuffled (tpustream/loader/shard_loader.py:350) 5\n",
+    f"{STREAM};EpochStream._train (tpustream/loader/shard_loader.py:445) 5\n",
     f"{MAIN};{WORKER};_worker_loop (torch/utils/data/_utils/worker.py:290);wait (multiprocessing/connection.py:939);"
     "_PollLikeSelector.select (selectors.py:415) 10\n",
     "not a stack line\n",

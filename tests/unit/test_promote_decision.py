@@ -2,7 +2,7 @@
 
 import pytest
 
-from tpustream.promotion_policy import QualityFloor, RegistryError, decide
+from tpustream.registry.policy import QualityFloor, RegistryError, decide
 
 
 def m(top1, loss=1.0, per_class=(0.9, 0.9)):
@@ -152,7 +152,7 @@ def test_a_champion_with_a_non_finite_number_is_kept_not_beaten(value):
 def test_a_promoted_versions_vertex_evaluation_is_its_metrics_in_the_classification_schema():
     """What promote imports into the Vertex AI Model Registry (pure: the conversion of a metrics.json)."""
     from tests.vertex_fake import classification_metrics_problem
-    from tpustream.vertex import EVALUATION_SCHEMA, classification_evaluation
+    from tpustream.vertex.model_registry import EVALUATION_SCHEMA, classification_evaluation
 
     document = {
         "classes": ["cat", "dog", "owl"],
@@ -200,12 +200,12 @@ def test_a_quality_floor_refuses_impossible_values():
 
 def test_top5_cannot_decide_between_models_of_five_classes_or_fewer():
     from tpustream.artifacts import EvalReport
-    from tpustream.promotion_policy import RegistryError, decide_for_metrics
+    from tpustream.registry.policy import RegistryError, decide_for_metrics
 
     def report(classes):
         candidate = {"top1": 0.8, "top5": 1.0, "loss": 0.5, "num_samples": 10, "complete": True}
         return EvalReport.from_json({
-            "format": "tpustream.metrics/v1", "classes": classes, "candidate": candidate, "champion": None,
+            "format": "tpustream.metrics.masked/v1", "classes": classes, "candidate": candidate, "champion": None,
             "champion_note": None, "created": "2026-11-28T00:00:00Z",
             "dataset": {"uri": "gs://b/d", "manifest_digest": "ab" * 32, "val_samples": 10},
         })  # fmt: skip
@@ -234,7 +234,7 @@ def _report(split, *, complete=True, **document):
 
 
 def test_a_test_split_decision_says_so_and_counts_against_the_test_split():
-    from tpustream.promotion_policy import decide_for_metrics
+    from tpustream.registry.policy import decide_for_metrics
 
     champion = {"version": 1, "model_sha256": "e" * 64, "dataset_digest": "d" * 64, "metrics": m(0.8)}
     decision = decide_for_metrics(_report("test"), champion, metric="top1", min_delta=0.0)

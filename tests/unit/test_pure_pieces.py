@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tpustream.metrics import masked_sums, summarize
-from tpustream.train import default_peak_lr, lr_at
+from tpustream.metrics.masked import masked_sums, summarize
+from tpustream.train.trainer import default_peak_lr, lr_at
 
 
 def test_lr_warms_up_linearly_to_the_peak_then_decays_by_cosine_to_zero() -> None:

@@ -8,8 +8,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tpustream import registry, storage
-from tpustream.promotion_policy import RegistryError
+from tpustream.registry import store as registry
+from tpustream.registry.policy import RegistryError
+from tpustream.storage import io as storage
 
 
 def test_json_bytes_writes_null_for_every_non_finite_number():
@@ -208,7 +209,7 @@ def test_a_version_with_an_unreadable_version_json_is_skipped_not_claimed_again(
     write kept failing on the number the readable versions pointed to). Now n stays taken and is named."""
     import threading
 
-    from tpustream.registry import claim_version
+    from tpustream.registry.store import claim_version
 
     registry = str(tmp_path)
     first = claim_version(registry, "aa" * 32, "gs://b/one")
@@ -218,7 +219,7 @@ def test_a_version_with_an_unreadable_version_json_is_skipped_not_claimed_again(
     worker = threading.Thread(
         target=lambda: claimed.append(claim_version(registry, "bb" * 32, "gs://b/two")), daemon=True
     )
-    with caplog.at_level("WARNING", logger="tpustream.registry"):
+    with caplog.at_level("WARNING", logger="tpustream.registry.store"):
         worker.start()
         worker.join(timeout=20)
     assert not worker.is_alive(), "claim_version loops on the unreadable version"

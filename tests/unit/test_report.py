@@ -1,4 +1,4 @@
-"""The run report (tpustream/report.py and its report_facts, report_html, report_markdown): facts built by
+"""The run report (tpustream/report/build.py and its report_facts, report_html, report_markdown): facts built by
 hand, the page and the summary checked for what a user relies on: the decision told right, the class beyond
 max_class_drop marked, every user string escaped, nothing fetched from the network, a plot per section, and
 missing data said instead of crashing; ``write_run_report`` on a run's files and a registry."""
@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from tpustream import report
 from tpustream.artifacts import EvalReport, Manifest, ModelCard
-from tpustream.promotion_policy import Decision, decide
-from tpustream.report import (
+from tpustream.registry.policy import Decision, decide
+from tpustream.report import build as report
+from tpustream.report.build import (
     ReportError,
     ReportFacts,
     build_report_facts,
@@ -105,7 +105,7 @@ def _card(fields: dict[str, Any]) -> ModelCard:
 def manifest(classes: list[str]) -> Manifest:
     return Manifest.from_json(
         {
-            "format": "tpustream.shards/v1",
+            "format": "tpustream.dataset.write/v1",
             "created": "2025-11-20T10:00:00Z",
             "source": "gs://bucket/import.jsonl",
             "classes": classes,
@@ -163,7 +163,7 @@ def sample_facts(**changes: Any) -> ReportFacts:
     champion = evaluation([16, 18, 15, 12], loss=0.70, version=2)  # top-1 0.7625
     metrics = EvalReport.from_json(
         {
-            "format": "tpustream.metrics/v1",
+            "format": "tpustream.metrics.masked/v1",
             "dataset": {"uri": "gs://bucket/data/ab12", "manifest_digest": "ab" * 32, "val_samples": 80},
             "classes": CLASSES,
             "candidate": candidate,
@@ -347,8 +347,8 @@ def test_many_classes_are_capped_with_every_class_beyond_the_limit_kept():
 def test_top5_is_shown_only_with_more_than_5_classes(rendered):
     """4 classes: every top 5 holds the label, top-5 is 100% by construction: no headline row, no epoch-table
     column, no curve (unless the decision was taken on it); 40 classes: all three."""
-    from tpustream.report_facts import shows_top5
-    from tpustream.report_plots import curves_svg
+    from tpustream.report.facts import shows_top5
+    from tpustream.report.plots import curves_svg
 
     assert [shows_top5(n) for n in (3, 5, 6)] == [False, False, True]
     page, markdown = rendered
@@ -652,7 +652,7 @@ def write_run_files(tmp_path, facts: ReportFacts) -> dict[str, str]:
 
 
 def promoted_event(version: int, previous: int | None, time: str, value: float) -> dict[str, Any]:
-    """A "promoted" event as ``tpustream.promote`` logs it (the pointer trimmed to what history reads)."""
+    """A "promoted" event as ``tpustream.release.promote`` logs it (the pointer trimmed to what history reads)."""
     return {
         "event": "promoted",
         "promoted": True,
@@ -681,14 +681,14 @@ def test_write_run_report_shows_the_registrys_history_and_the_promote_steps_outc
     (events / "20251120T110500-5f4e3d2c1b0a.json").write_text(
         json.dumps(promoted_event(2, 1, "2025-11-20T11:05:00.000000Z", 0.8))
     )
-    outcome = {  # what tpustream.promote.promote returns for this run: the second event is its own
+    outcome = {  # what tpustream.release.promote.promote returns for this run: the second event is its own
         "promoted": True,
         "version": 2,
         "reason": "candidate top1 0.8000 beats champion 0.7625 by +0.0375",
         "previous_version": 1,
         "vertex": None,
     }
-    with caplog.at_level(logging.INFO, logger="tpustream.report"):
+    with caplog.at_level(logging.INFO, logger="tpustream.report.build"):
         facts = write_run_report(
             **paths,
             registry=str(tmp_path / "registry"),
@@ -750,7 +750,7 @@ def test_missing_metrics_are_a_report_error(tmp_path):
 
 def test_importing_the_report_module_loads_no_torch():
     """The CLI imports it: its --help stays torch-free (matplotlib, the plots' only heavy import, is no torch)."""
-    code = "import sys, tpustream.report; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_xla')))"
+    code = "import sys, tpustream.report.build; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_xla')))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
     assert report.__all__ == [
@@ -766,7 +766,7 @@ def test_importing_the_report_module_loads_no_torch():
 def test_the_report_command_writes_the_page_and_the_summary_and_says_the_decision(tmp_path):
     from typer.testing import CliRunner
 
-    from tpustream.cli import app
+    from tpustream.cli.main import app
 
     facts = sample_facts()
     runner = CliRunner()
@@ -791,20 +791,20 @@ def test_the_report_command_writes_the_page_and_the_summary_and_says_the_decisio
         app, ["report", "--model", "m", "--metrics", str(tmp_path / "nowhere"), "--output", "o"]
     )
     assert missing.exit_code == 2 and "does not exist: run tpustream evaluate first" in missing.output
-    (tmp_path / "bad.json").write_text('{"format": "tpustream.metrics/v9", "candidate": {}}')
+    (tmp_path / "bad.json").write_text('{"format": "tpustream.metrics.masked/v9", "candidate": {}}')
     bad = runner.invoke(
         app, ["report", "--model", "m", "--metrics", str(tmp_path / "bad.json"), "--output", "o"]
     )
-    assert bad.exit_code == 2 and "--metrics:" in bad.output and "tpustream.metrics/v9" in bad.output, (
-        bad.output
-    )
+    assert (
+        bad.exit_code == 2 and "--metrics:" in bad.output and "tpustream.metrics.masked/v9" in bad.output
+    ), bad.output
 
 
 def test_the_history_shows_each_decisions_champion_on_its_data_and_says_when_data_differ():
     """Issue 34: v1 72% -> v2 87% on one axis looked like +15 points while the decision compared both models on
     its own data; the plot marks the champion measured on each decision's data, and the caption says the
     decisions' data differ when their manifest digests do."""
-    from tpustream.report_plots import history_on_different_data, history_svg
+    from tpustream.report.plots import history_on_different_data, history_svg
 
     events = history(4)
     for n, event in enumerate(events):

@@ -1,4 +1,4 @@
-"""The run report's mistakes gallery (tpustream/report_mistakes.py): which mistakes are shown, thumbnails read
+"""The run report's mistakes gallery (tpustream/report/mistakes.py): which mistakes are shown, thumbnails read
 from the shards that hold them, and the section's page (every thumbnail a JPEG that decodes)."""
 
 import base64
@@ -8,12 +8,12 @@ import re
 from PIL import Image
 
 from tests.unit.test_report import EVIL, sample_facts
-from tpustream import storage
-from tpustream.manifest import iter_sample_index, load_manifest
-from tpustream.report import render_report
-from tpustream.report_mistakes import Mistake, pick_mistakes, thumbnails
-from tpustream.shard_plan import ShardConfig
-from tpustream.shards import create_shards
+from tpustream.dataset.manifest import iter_sample_index, load_manifest
+from tpustream.dataset.plan import ShardConfig
+from tpustream.dataset.write import create_shards
+from tpustream.report.build import render_report
+from tpustream.report.mistakes import Mistake, pick_mistakes, thumbnails
+from tpustream.storage import io as storage
 
 
 def _mistake(key, true_class, confidence, predicted="x"):

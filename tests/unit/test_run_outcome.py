@@ -1,10 +1,10 @@
-"""The run outcome record (tpustream/run_outcome.py): what the deciding steps write and the exit step reads."""
+"""The run outcome record (tpustream/release/outcome.py): what the deciding steps write and the exit step reads."""
 
 import json
 
 import pytest
 
-from tpustream.run_outcome import FORMAT, RunOutcome, read_outcome, record_outcome
+from tpustream.release.outcome import FORMAT, RunOutcome, read_outcome, record_outcome
 
 
 def test_an_outcome_is_replaced_by_the_next_step_and_read_back(tmp_path):

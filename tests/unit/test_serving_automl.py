@@ -4,7 +4,7 @@ names, proto3's 0 for "unset", a protobuf Value's doubles; what the model server
 import pytest
 from google.protobuf import json_format
 
-from tpustream.serving_automl import (
+from tpustream.serve.automl import (
     AutoMLParameters,
     BadRequest,
     automl_prediction,

@@ -13,20 +13,20 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tpustream import shards
 from tpustream.artifacts import Manifest, SizeSummary
-from tpustream.imagecodec import CorruptImage, UnreadableImage, check_pixels, encode_ppm
-from tpustream.manifest import (
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import (
     ShardError,
     has_sample_index,
     iter_sample_index,
     read_manifest,
     verify_shards,
 )
-from tpustream.shard_plan import ShardConfig
-from tpustream.source_types import Item, Rejected, Source
-from tpustream.sources import open_source
-from tpustream.tario import iter_tar_samples
+from tpustream.dataset.plan import ShardConfig
+from tpustream.dataset.tario import iter_tar_samples
+from tpustream.image.codec import CorruptImage, UnreadableImage, check_pixels, encode_ppm
+from tpustream.sources.dispatch import open_source
+from tpustream.sources.types import Item, Rejected, Source
 
 
 def _image(path, width, height, seed, fmt=None):
@@ -175,7 +175,7 @@ def test_a_class_missing_from_a_split_is_named_at_create(tmp_path, caplog):
             _image(root / "train" / name / f"{i}.png", 8, 8, seed=10 * c + i)
     for name in ("cat", "dog"):
         _image(root / "val" / name / "v.png", 8, 8, seed=len(name) + 500)
-    with caplog.at_level(logging.WARNING, logger="tpustream.shards"):
+    with caplog.at_level(logging.WARNING, logger="tpustream.dataset.write"):
         manifest, _ = _create(root, tmp_path / "ds")
     assert manifest.splits["val"].class_counts == [1, 1, 0]
     assert any("fox" in r.getMessage() and "0 val samples" in r.getMessage() for r in caplog.records)

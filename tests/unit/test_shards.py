@@ -5,12 +5,13 @@ from collections import Counter
 import pytest
 
 from tests.unit.test_sources import make_image_folder
-from tpustream import shards, storage
-from tpustream.manifest import MANIFEST_FORMAT, ShardError, read_manifest, verify_shards
-from tpustream.shard_plan import ShardConfig, plan_dataset
-from tpustream.source_types import Item, Source
-from tpustream.sources import open_source
-from tpustream.tario import iter_tar_samples
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import MANIFEST_FORMAT, ShardError, read_manifest, verify_shards
+from tpustream.dataset.plan import ShardConfig, plan_dataset
+from tpustream.dataset.tario import iter_tar_samples
+from tpustream.sources.dispatch import open_source
+from tpustream.sources.types import Item, Source
+from tpustream.storage import io as storage
 
 
 def _config(output, **kw):

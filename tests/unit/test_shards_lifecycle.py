@@ -12,12 +12,13 @@ import pytest
 
 from tests.unit.test_shards import _config, _crashing
 from tests.unit.test_sources import make_image_folder
-from tpustream import shards, storage
-from tpustream.cli_options import field_docs
-from tpustream.manifest import ShardError, verify_shards
-from tpustream.shard_plan import ShardConfig
-from tpustream.source_types import SourceError
-from tpustream.sources import open_source
+from tpustream.cli.options import field_docs
+from tpustream.dataset import write as shards
+from tpustream.dataset.manifest import ShardError, verify_shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.sources.dispatch import open_source
+from tpustream.sources.types import SourceError
+from tpustream.storage import io as storage
 
 
 def _complete_dataset(out):
@@ -163,7 +164,7 @@ def _alive(pid):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
 def test_sigkilled_create_takes_its_writer_processes_with_it(tmp_path):
-    cmd = [sys.executable, "-m", "tpustream.cli", "shards", "create", "--source", "synthetic-imagenet:4000",
+    cmd = [sys.executable, "-m", "tpustream.cli.main", "shards", "create", "--source", "synthetic-imagenet:4000",
            "--output", str(tmp_path / "ds"), "--num-shards", "16", "--workers", "2"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers: list[int] = []

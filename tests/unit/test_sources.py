@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tpustream.imagecodec import CorruptImage, decode_ppm, encode_ppm, prepare_image_bytes
-from tpustream.source_types import SourceError
-from tpustream.sources import open_source
+from tpustream.image.codec import CorruptImage, decode_ppm, encode_ppm, prepare_image_bytes
+from tpustream.sources.dispatch import open_source
+from tpustream.sources.types import SourceError
 
 
 def test_digits_is_real_bundled_data():
@@ -315,7 +315,7 @@ def test_file_uri_sources_are_their_local_paths(tmp_path):
 
 
 def test_a_fifo_in_an_image_folder_is_skipped_not_waited_on(tmp_path):
-    from tpustream.imagecodec import UnreadableImage
+    from tpustream.image.codec import UnreadableImage
 
     for name in ("cat", "dog"):
         (tmp_path / name).mkdir()

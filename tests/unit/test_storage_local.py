@@ -9,7 +9,7 @@ import pytest
 SCRIPT = """
 import os, sys
 os.umask(int(sys.argv[1], 8))
-from tpustream import storage
+from tpustream.storage import io as storage
 storage.write_bytes(sys.argv[2], b"x")
 storage.write_bytes(sys.argv[2] + ".once", b"x", create_only=True)
 src = sys.argv[2] + ".src"
@@ -31,7 +31,7 @@ def test_written_files_follow_the_umask(tmp_path, umask, expected):
 
 
 def test_open_write_publishes_only_a_finished_file(tmp_path):
-    from tpustream import storage
+    from tpustream.storage import io as storage
 
     target = str(tmp_path / "sub" / "obj")
     with pytest.raises(RuntimeError), storage.open_write(target) as f:
@@ -48,7 +48,7 @@ def test_open_write_publishes_only_a_finished_file(tmp_path):
 
 def test_a_file_where_a_directory_is_expected_names_the_file(tmp_path):
     # `evaluate --model notes.txt`, `shards verify notes.txt`, ...: once a NotADirectoryError traceback
-    from tpustream import storage
+    from tpustream.storage import io as storage
 
     notes = tmp_path / "notes.txt"
     notes.write_text("x")
@@ -71,7 +71,7 @@ def test_a_file_where_a_directory_is_expected_names_the_file(tmp_path):
 
 
 def test_a_directory_where_a_file_is_expected(tmp_path):
-    from tpustream import storage
+    from tpustream.storage import io as storage
 
     for call in (
         lambda: storage.read_bytes(str(tmp_path)),
@@ -92,13 +92,13 @@ def test_a_directory_where_a_file_is_expected(tmp_path):
      ("file://rel/x", "rel/x"), ("/abs/x", "/abs/x")],
 )  # fmt: skip
 def test_file_uris_are_local_paths(uri, path):
-    from tpustream import storage
+    from tpustream.storage import io as storage
 
     assert storage.check_uri(uri) == path
 
 
 def test_a_file_uri_never_makes_a_directory_named_file_colon(tmp_path, monkeypatch):
-    from tpustream import storage
+    from tpustream.storage import io as storage
 
     monkeypatch.chdir(tmp_path)
     storage.write_bytes(f"file://{tmp_path}/a/obj", b"1")

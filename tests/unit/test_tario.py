@@ -5,7 +5,7 @@ import tarfile
 
 import pytest
 
-from tpustream.tario import TarFormatError, TarShardWriter, iter_tar_samples
+from tpustream.dataset.tario import TarFormatError, TarShardWriter, iter_tar_samples
 
 
 def _shard(samples):
@@ -50,8 +50,8 @@ def test_gnu_tar_reads_shards(tmp_path):
 def test_stock_webdataset_reads_shards(tmp_path):
     import webdataset as wds
 
-    from tpustream.builtin_sources import synthetic_cifar_image
-    from tpustream.imagecodec import encode_ppm
+    from tpustream.image.codec import encode_ppm
+    from tpustream.sources.builtin import synthetic_cifar_image
 
     path = tmp_path / "s.tar"
     with open(path, "wb") as f, TarShardWriter(f) as writer:
@@ -260,7 +260,7 @@ TARS_LAID_OUT_OTHERWISE = {
 
 @pytest.mark.parametrize("case", sorted(TARS_LAID_OUT_OTHERWISE))
 def test_a_tar_laid_out_otherwise_reads_right_and_the_batch_scan_backs_off(case, monkeypatch):
-    from tpustream import tario
+    from tpustream.dataset import tario
 
     data = TARS_LAID_OUT_OTHERWISE[case](1500)
     readers = []
@@ -281,7 +281,7 @@ def test_a_tar_laid_out_otherwise_reads_right_and_the_batch_scan_backs_off(case,
 
 
 def test_group_samples_hands_out_each_sample_as_it_completes_and_keeps_them_on_an_error():
-    from tpustream.tario import group_samples
+    from tpustream.dataset.tario import group_samples
 
     def members():
         yield from [("a.x", b"1"), ("a.y", b"2"), ("b.x", b"3"), ("c.x", b"4")]

@@ -6,11 +6,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tpustream.cli import app
+from tpustream.cli.main import app
 from tpustream.errors import ConfigError
 from tpustream.models import build_model, model_spec, sgd_momentum
-from tpustream.train import backbone_groups, freeze_backbone, inverse_frequency_weights
-from tpustream.train_config import TrainConfig
+from tpustream.train.config import TrainConfig
+from tpustream.train.trainer import backbone_groups, freeze_backbone, inverse_frequency_weights
 
 
 def _config(**options):

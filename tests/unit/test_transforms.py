@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tpustream.builtin_sources import synthetic_cifar_image, synthetic_imagenet_jpeg
-from tpustream.imagecodec import encode_ppm
-from tpustream.transforms import (
+from tpustream.image.codec import encode_ppm
+from tpustream.image.transforms import (
     Augment,
     Prepared,
     center_crop_box,
@@ -18,6 +17,7 @@ from tpustream.transforms import (
     render,
     render_batch,
 )
+from tpustream.sources.builtin import synthetic_cifar_image, synthetic_imagenet_jpeg
 
 
 def _pillow(image, box, size, flip):

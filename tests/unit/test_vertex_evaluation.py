@@ -9,9 +9,9 @@ import pytest
 from google.cloud.aiplatform_v1.types import ImportModelEvaluationRequest
 
 from tests.vertex_fake import classification_metrics_problem, validate_body
-from tpustream.classification_metrics import THRESHOLDS
-from tpustream.scores import SampleScore, metrics_from_scores, scores_top_k
-from tpustream.vertex import CONFUSION_MAX_CLASSES, classification_evaluation
+from tpustream.metrics.classification import THRESHOLDS
+from tpustream.metrics.scores import SampleScore, metrics_from_scores, scores_top_k
+from tpustream.vertex.model_registry import CONFUSION_MAX_CLASSES, classification_evaluation
 
 
 def evaluate_document(num_classes, num_samples, seed=0):

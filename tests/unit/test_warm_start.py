@@ -1,4 +1,4 @@
-"""tpustream.warm_start on plain (CPU) models: which weights move, which rows of the head are kept, what refuses."""
+"""tpustream.train.warm_start on plain (CPU) models: which weights move, which rows of the head are kept, what refuses."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tpustream.models import build_model
-from tpustream.warm_start import WarmStartError, apply_init_weights, load_init_weights
+from tpustream.train.warm_start import WarmStartError, apply_init_weights, load_init_weights
 
 
 def _artifact(root, classes, *, arch="tiny", input_size=16, seed=1):

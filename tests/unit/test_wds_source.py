@@ -13,13 +13,13 @@ import webdataset as wds
 from PIL import Image
 from typer.testing import CliRunner
 
-from tpustream import fingerprint
-from tpustream.cli import app
-from tpustream.manifest import read_manifest, verify_shards
-from tpustream.shard_plan import ShardConfig
-from tpustream.shards import create_shards
-from tpustream.source_types import SourceError
-from tpustream.sources import open_source, source_kind
+from tpustream.cli.main import app
+from tpustream.dataset import fingerprint
+from tpustream.dataset.manifest import read_manifest, verify_shards
+from tpustream.dataset.plan import ShardConfig
+from tpustream.dataset.write import create_shards
+from tpustream.sources.dispatch import open_source, source_kind
+from tpustream.sources.types import SourceError
 
 
 def _pixels(seed: int) -> np.ndarray:
@@ -328,7 +328,7 @@ def gzip_shards(directory, *, suffix: str = ".tar.gz") -> None:
 
 @pytest.mark.parametrize("suffix", [".tar.gz", ".tgz"])
 def test_gzip_compressed_shards_read_as_the_plain_ones(tmp_path, monkeypatch, suffix):
-    from tpustream import gzip_index
+    from tpustream.sources import gzip_index
 
     monkeypatch.setattr(gzip_index, "CHECKPOINT_SPACING", 4096)  # many restart points in these small shards
     plain, packed = tmp_path / "plain", tmp_path / "packed"
@@ -366,7 +366,7 @@ def test_a_truncated_gzip_shard_is_counted_damaged(tmp_path):
 
 
 def test_renamed_classes_are_another_plan(tmp_path):
-    from tpustream.shard_plan import plan_dataset
+    from tpustream.dataset.plan import plan_dataset
 
     def fingerprints(class_names: str | None) -> list[str]:
         config = ShardConfig(source="digits", output=str(tmp_path), class_names=class_names)

@@ -201,10 +201,10 @@ def bench_finetune(
     """JSON lines: per size in ``images_per_class``, the random run, the pretrained run at train's --pretrained
     LR and (``same_lr_arm``, when the two LRs differ) the pretrained run at the random run's LR, then their
     summary."""
+    from tpustream.dataset.plan import ShardConfig
+    from tpustream.dataset.write import create_shards
     from tpustream.models import model_spec
-    from tpustream.shard_plan import ShardConfig
-    from tpustream.shards import create_shards
-    from tpustream.train import FINE_TUNE_LR_FACTOR, default_peak_lr
+    from tpustream.train.trainer import FINE_TUNE_LR_FACTOR, default_peak_lr
 
     spec = model_spec(model)
     sizes = _parse_sizes(images_per_class, epochs)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tpustream import storage
+from tpustream.storage import io as storage
 
 __all__ = ["bench_import"]
 
@@ -41,7 +41,7 @@ def _small_jpeg(index: int, label: int) -> bytes:
     """A distinct 64x64 JPEG (a few KB) whose class sets its colour and grating."""
     from PIL import Image
 
-    from tpustream.builtin_sources import synthetic_cifar_image
+    from tpustream.sources.builtin import synthetic_cifar_image
 
     out = io.BytesIO()
     Image.fromarray(synthetic_cifar_image(index, label, size=64)).save(out, format="JPEG", quality=90)
@@ -90,9 +90,9 @@ def _compare_sources(
     sources: dict[str, str], images: int, repeats: int, workers: int
 ) -> Iterator[dict[str, Any]]:
     """Listing and ``shards create`` for each source, interleaved repeat by repeat; medians."""
-    from tpustream.shard_plan import ShardConfig
-    from tpustream.shards import create_shards
-    from tpustream.sources import open_source
+    from tpustream.dataset.plan import ShardConfig
+    from tpustream.dataset.write import create_shards
+    from tpustream.sources.dispatch import open_source
 
     listing: dict[str, list[float]] = {name: [] for name in sources}
     creating: dict[str, list[float]] = {name: [] for name in sources}
@@ -157,7 +157,7 @@ def bench_import(*, images: int, rows: int, repeats: int, workers: int) -> Itera
                 else:
                     os.environ["STORAGE_EMULATOR_HOST"] = previous
         if rows:
-            from tpustream.import_files import import_files_source
+            from tpustream.sources.import_files import import_files_source
 
             path = os.path.join(workdir, "rows.jsonl")
             _write_jsonl(path, rows)

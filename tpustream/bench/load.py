@@ -3,7 +3,7 @@
 (A) per-file: the same samples as one file per image, torchvision ImageFolder + DataLoader;
 (B) the blog's pipeline: stock webdataset .shuffle().decode("pil").to_tuple().map_tuple(torchvision
     transforms incl. ToTensor + Normalize).batched(B, partial=True) + DataLoader;
-(ours) tpustream.data from local disk; (ours-gcs) tpustream.data from a GCS-API server on loopback;
+(ours) tpustream.loader.shard_loader from local disk; (ours-gcs) tpustream.loader.shard_loader from a GCS-API server on loopback;
 (peers) ``bench.peers``: each installed peer's documented pipeline and its plumbing with our decoder, over
     the same samples (webdataset: our shards; litdata, grain, mosaic-streaming: written in their own formats);
 (ceilings) our decode+crop kernel alone in one process (``kernel-alone``, x cores used), the same kernel
@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from tpustream import storage
 from tpustream.artifacts import Manifest
-from tpustream.data import _EpochStream, _Stats
 from tpustream.errors import ConfigError
+from tpustream.loader.worker import EpochStream, WorkerStats
+from tpustream.storage import io as storage
 
 __all__ = ["bench_load", "input_size_for"]
 
@@ -47,7 +47,7 @@ __all__ = ["bench_load", "input_size_for"]
 def _blog_transform(size: int, train: bool) -> Any:
     from torchvision import transforms as T
 
-    from tpustream.transforms import default_min_crop_scale
+    from tpustream.image.transforms import default_min_crop_scale
 
     normalize = T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     if train:
@@ -89,7 +89,7 @@ def _blog_loader(urls: list[str], size: int, batch: int, workers: int, train: bo
 
 
 def _ours_loader(dataset: str, split: str, size: int, batch: int, workers: int) -> Iterable[Any]:
-    from tpustream.data import LoaderConfig, ShardLoader
+    from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 
     loader = ShardLoader(
         LoaderConfig(
@@ -120,7 +120,7 @@ def _kernel_alone(
 
     import torch
 
-    from tpustream.transforms import Augment, default_min_crop_scale, prepare_image, render_batch
+    from tpustream.image.transforms import Augment, default_min_crop_scale, prepare_image, render_batch
 
     samples: list[tuple[bytes, str]] = []
     for shard in manifest["splits"][split]["shards"]:  # whole shards, until there are 4 batches
@@ -231,7 +231,7 @@ V5E_HOST_NEED_IMG_S = 10_000
 _LONG_EPOCH_BATCHES = 500_000
 
 
-class _ReadyBatches(_EpochStream):
+class _ReadyBatches(EpochStream):
     """ShardLoader's worker body with the work taken out: no reading, decoding or rendering. Each batch is
     the worker's next ring slot, which already holds a rendered batch (written once by the main process),
     handed out as ShardLoader's workers hand out theirs: the slot claimed in turn (``_SlotRing.claim``, which
@@ -241,7 +241,7 @@ class _ReadyBatches(_EpochStream):
     def _run(self, plan: Any, skip_batches: int) -> Iterator[dict[str, Any]]:
         assert self.ring is not None and self._worker is not None, "hand-off needs worker processes"
         batch = self.split.config.batch_size
-        stats = _Stats()
+        stats = WorkerStats()
         for _ in range(plan.num_batches - skip_batches):
             slot = self.ring.claim(self._worker, self._written, self.generation)
             self._written += 1
@@ -257,7 +257,7 @@ def _ready_batch(dataset: str, manifest: dict[str, Any], split: str, size: int, 
 
     import torch
 
-    from tpustream.transforms import Augment, default_min_crop_scale, prepare_image, render_batch
+    from tpustream.image.transforms import Augment, default_min_crop_scale, prepare_image, render_batch
 
     augment = Augment(output_size=size, train=split == "train", min_crop_scale=default_min_crop_scale(size))
     rng = random.Random(0)
@@ -280,7 +280,7 @@ def _handoff_batches(
     import copy
     import weakref
 
-    from tpustream import data as loader_module
+    from tpustream.loader import shard_loader as loader_module
 
     long = copy.deepcopy(manifest)
     shards = long["splits"][split]["shards"]
@@ -467,8 +467,8 @@ def _feed_lines(
 
 def _shard_samples(dataset: str, shard: dict[str, Any]) -> Iterator[tuple[str, bytes, str, int]]:
     """One shard's samples as stored: (key, image bytes, image extension, class index)."""
-    from tpustream.imagecodec import image_member
-    from tpustream.tario import iter_tar_samples
+    from tpustream.dataset.tario import iter_tar_samples
+    from tpustream.image.codec import image_member
 
     with storage.open_read(storage.join(dataset, shard["path"])) as stream:
         for key, fields in iter_tar_samples(stream):
@@ -486,7 +486,7 @@ def _split_samples(
 
 def input_size_for(dataset: str, manifest: dict[str, Any], split: str, requested: int | None = None) -> int:
     """The output side the bench measures at: ``requested``, else the trainer's default for the dataset."""
-    from tpustream.data import default_input_size
+    from tpustream.loader.shard_loader import default_input_size
 
     if not manifest["splits"].get(split, {}).get("num_samples"):
         raise ConfigError(f"{dataset} has no {split} samples to measure")
@@ -507,9 +507,9 @@ def _export_image_folder(dataset: str, manifest: dict[str, Any], split: str, roo
 
 def _resolve_dataset(data: str, workdir: str) -> str:
     """A dataset URI as given, or a SOURCE spec sharded into ``workdir`` first."""
-    from tpustream import shards
-    from tpustream.manifest import ShardError, read_manifest
-    from tpustream.shard_plan import ShardConfig
+    from tpustream.dataset import write as shards
+    from tpustream.dataset.manifest import ShardError, read_manifest
+    from tpustream.dataset.plan import ShardConfig
 
     try:
         read_manifest(data)
@@ -554,7 +554,7 @@ def bench_load(
 ) -> Iterator[str]:
     """Yield one JSON line per pipeline and worker count (median of ``repeats`` interleaved runs)."""
     from tpustream.bench import peers as bench_peers
-    from tpustream.manifest import read_manifest
+    from tpustream.dataset.manifest import read_manifest
 
     worker_counts = [workers] if isinstance(workers, int) else list(workers)
     workdir = tempfile.mkdtemp(prefix="tpustream-bench-load-")

@@ -68,7 +68,7 @@ def _documented_transform(size: int, train: bool) -> Any:
     """torchvision's uint8 pipeline: the same crop sampling and output as ours, PIL doing the pixels."""
     from torchvision import transforms as T
 
-    from tpustream.transforms import default_min_crop_scale
+    from tpustream.image.transforms import default_min_crop_scale
 
     if train:
         scale = (default_min_crop_scale(size), 1.0)
@@ -87,15 +87,15 @@ class _OurDecoder:
     """Picklable: raw sample -> (Prepared, label); a batch of them -> (uint8 [B,3,S,S], labels)."""
 
     def __init__(self, size: int, train: bool) -> None:
-        from tpustream.transforms import Augment, default_min_crop_scale
+        from tpustream.image.transforms import Augment, default_min_crop_scale
 
         self.size = size
         self.augment = Augment(output_size=size, train=train, min_crop_scale=default_min_crop_scale(size))
         self.rng: random.Random | None = None
 
     def __call__(self, sample: dict[str, Any]) -> tuple[Any, int]:
-        from tpustream.imagecodec import image_member
-        from tpustream.transforms import prepare_image
+        from tpustream.image.codec import image_member
+        from tpustream.image.transforms import prepare_image
 
         if self.rng is None:  # per worker process: forked copies must not draw the same crops
             self.rng = random.Random(os.getpid())
@@ -105,7 +105,7 @@ class _OurDecoder:
     def collate(self, items: list[tuple[Any, int]]) -> tuple[Any, Any]:
         import torch
 
-        from tpustream.transforms import render_batch
+        from tpustream.image.transforms import render_batch
 
         images = torch.empty((len(items), 3, self.size, self.size), dtype=torch.uint8)
         render_batch([prepared for prepared, _ in items], self.size, images)

@@ -74,7 +74,7 @@ def _wait_for_step(proc: subprocess.Popen, log_path: str, at_least: int, timeout
 
 
 def _cache_lookups(log_path: str) -> dict[str, Any]:
-    """What the restarted process's compile cache found, from its closing log line (tpustream/compile_cache.py)."""
+    """What the restarted process's compile cache found, from its closing log line (tpustream/train/compile_cache.py)."""
     with open(log_path, errors="replace") as f:
         found = _LOOKUPS.findall(f.read())
     if not found:
@@ -116,7 +116,7 @@ def _preempt_and_restart(cmd: list[str], env: dict[str, str], workdir: str, posi
 def _loader_to_batch(config: Any, start: int, replay: bool) -> tuple[float, dict[str, int]]:
     """Seconds until batch ``start`` of epoch 0 is in hand, ours or by replay; then the rest of the epoch
     is drained so the report counts every sample the epoch decoded and skipped."""
-    from tpustream.data import ShardLoader
+    from tpustream.loader.shard_loader import ShardLoader
 
     loader = ShardLoader(config)
     began = time.perf_counter()
@@ -141,9 +141,9 @@ def bench_preempt(
     positions: tuple[float, ...] = (0.05, 0.5, 0.9),
     keep: str | None = None,
 ) -> Iterator[str]:
-    from tpustream.data import LoaderConfig, ShardLoader
-    from tpustream.shard_plan import ShardConfig
-    from tpustream.shards import create_shards
+    from tpustream.dataset.plan import ShardConfig
+    from tpustream.dataset.write import create_shards
+    from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 
     root = keep or tempfile.mkdtemp(prefix="tpustream-bench-preempt-")
     data = os.path.join(root, "data")

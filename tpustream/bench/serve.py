@@ -1,5 +1,5 @@
 """``python -m tpustream.bench.serve [--model DIR]``: the model server (aiplatform's CPR server with
-``tpustream.serving``, started as Vertex starts it) under hostile requests; one JSON line per case.
+``tpustream.serve.server``, started as Vertex starts it) under hostile requests; one JSON line per case.
 
 Each case sends one request (or several at once) to the real server process and reports the status, the
 latency, the response size, the server's resident memory before and at its peak during the case
@@ -101,7 +101,7 @@ class ModelServer:
         self._running = contextlib.ExitStack()
 
     def __enter__(self) -> ModelServer:
-        from tpustream.validate_serving import start_model_server
+        from tpustream.serve.validate import start_model_server
 
         server = self._running.enter_context(
             start_model_server(self.model, env=self.env, timeout=120, log_path=self.log_path)
@@ -159,13 +159,13 @@ class ModelServer:
     def predict(
         self, body: bytes, content_type: str | None = "application/json", timeout: float = 120
     ) -> Reply:
-        from tpustream.serving import PREDICT_ROUTE
+        from tpustream.serve.server import PREDICT_ROUTE
 
         headers = {"Content-Type": content_type} if content_type else {}
         return self.request("POST", PREDICT_ROUTE, body, headers, timeout)
 
     def health(self, timeout: float = 10) -> Reply:
-        from tpustream.serving import HEALTH_ROUTE
+        from tpustream.serve.server import HEALTH_ROUTE
 
         return self.request("GET", HEALTH_ROUTE, timeout=timeout)
 
@@ -390,7 +390,7 @@ def run(
 ) -> list[dict[str, Any]]:
     """Start the model server on ``model`` (None: a random ``arch`` model built in a temporary directory),
     run the cases, return one dict per case (``echo``: called with each JSON line as it is measured)."""
-    from tpustream.serving import SERVING_DEFAULTS
+    from tpustream.serve.server import SERVING_DEFAULTS
 
     lines: list[dict[str, Any]] = []
 

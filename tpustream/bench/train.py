@@ -20,7 +20,7 @@ def _timed_steps(
 ) -> float:
     """Seconds for ``steps`` steps after two warm-up steps (the first step, and the first with momentum
     buffers, are different graphs: both compile outside the timed region), device work included."""
-    from tpustream.train import train_step
+    from tpustream.train.trainer import train_step
 
     for _ in range(2):
         loss = train_step(model, optimizer, next(batches), 0.01, config, rt)
@@ -39,10 +39,10 @@ def bench_train(
 
     import torch
 
-    from tpustream.data import LoaderConfig, ShardLoader
-    from tpustream.manifest import load_manifest
+    from tpustream.dataset.manifest import load_manifest
+    from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
     from tpustream.models import build_model, model_spec
-    from tpustream.train import TrainConfig, resolve_input_size
+    from tpustream.train.trainer import TrainConfig, resolve_input_size
     from tpustream.xla_runtime import device_loader, runtime
 
     config = TrainConfig(

@@ -41,7 +41,7 @@ def _digits_folder(root: str, count: int) -> str:
 def run_train(data: str, output: str, args: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float]:
     """One `tpustream train` process (``args`` after --data/--output): its model card and wall seconds."""
     started = time.perf_counter()
-    command = [sys.executable, "-m", "tpustream.cli", "train", "--data", data, "--output", output, *args]
+    command = [sys.executable, "-m", "tpustream.cli.main", "train", "--data", data, "--output", output, *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"train failed ({result.returncode}): {result.stderr[-2000:]}")
@@ -64,9 +64,9 @@ def _reached(card: dict[str, Any], target: float) -> dict[str, Any]:
 def bench_warmstart(
     *, old: int = 1000, epochs: int = 6, model: str = "tiny", batch_size: int = 16, lr: float = 0.2
 ) -> Iterator[str]:
-    from tpustream import evaluate
-    from tpustream.shard_plan import ShardConfig
-    from tpustream.shards import create_shards
+    from tpustream.dataset.plan import ShardConfig
+    from tpustream.dataset.write import create_shards
+    from tpustream.train import evaluate
 
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.setdefault("PJRT_DEVICE", "CPU")

@@ -32,7 +32,7 @@ def _tar_bytes(directory: str) -> int:
 
 
 def _write_ours(samples: Sequence[tuple[str, str, bytes, bytes]], directory: str, per_shard: int) -> None:
-    from tpustream.tario import TarShardWriter
+    from tpustream.dataset.tario import TarShardWriter
 
     for shard, start in enumerate(range(0, len(samples), per_shard)):
         with (
@@ -101,7 +101,7 @@ def _encoding_choice(images: Sequence[Any], repeats: int) -> Iterator[dict[str, 
     import numpy as np
     from PIL import Image
 
-    from tpustream.imagecodec import decode_ppm, encode_ppm
+    from tpustream.image.codec import decode_ppm, encode_ppm
 
     ppm = [encode_ppm(img) for img in images]
     png = []
@@ -137,8 +137,8 @@ def bench_write(
     *, samples: int, imagenet_samples: int, repeats: int, samples_per_shard: int
 ) -> Iterator[str]:
     """Yield JSON lines: CIFAR-size and ImageNet-size writes (ours vs stock), then PPM vs PNG."""
-    from tpustream.builtin_sources import synthetic_cifar_image, synthetic_imagenet_jpeg
-    from tpustream.imagecodec import encode_ppm
+    from tpustream.image.codec import encode_ppm
+    from tpustream.sources.builtin import synthetic_cifar_image, synthetic_imagenet_jpeg
 
     images = [synthetic_cifar_image(i, i % 10) for i in range(samples)]  # every sample distinct
     cifar = [(f"{i:08d}", "ppm", encode_ppm(img), str(i % 10).encode()) for i, img in enumerate(images)]

@@ -1,0 +1,281 @@
+"""The ``tpustream bench`` commands: one JSON line per result, ratios against the baseline run beside it.
+
+The one module outside ``tpustream/bench/`` that imports it, and only inside a command, so ``tpustream
+--help`` loads no benchmark (tests/unit/test_import_graph.py)."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+__all__ = ["bench_app"]
+
+bench_app = typer.Typer(
+    help="Benchmarks: one JSON line per result, ratios against the baseline.", no_args_is_help=True
+)
+
+
+@bench_app.command("write")
+def bench_write(
+    samples: Annotated[int, typer.Option(help="CIFAR-size samples per run.", min=1)] = 20000,
+    imagenet_samples: Annotated[int, typer.Option(help="ImageNet-size JPEG samples per run.", min=1)] = 600,
+    repeats: Annotated[int, typer.Option(help="Runs per writer (the median is reported).", min=1)] = 3,
+    samples_per_shard: Annotated[int, typer.Option(help="Samples per shard for both writers.", min=1)] = 2000,
+) -> None:
+    """Our shard writer vs stock webdataset.ShardWriter on the same planned samples, side by side."""
+    from tpustream.bench import write
+
+    for line in write.bench_write(
+        samples=samples,
+        imagenet_samples=imagenet_samples,
+        repeats=repeats,
+        samples_per_shard=samples_per_shard,
+    ):
+        typer.echo(line)
+
+
+@bench_app.command("import")
+def bench_import_cmd(
+    images: Annotated[
+        int, typer.Option(help="Small JPEGs, uploaded flat with an import file and as ImageFolder.", min=10)
+    ] = 2000,
+    rows: Annotated[
+        int, typer.Option(help="Rows of a local JSONL whose parsing is timed (0 skips it).", min=0)
+    ] = 1_000_000,
+    repeats: Annotated[int, typer.Option(help="Runs per source (the median is reported).", min=1)] = 3,
+    workers: Annotated[
+        int, typer.Option(help="shards create writer processes, the same for both sources.", min=1)
+    ] = max(1, os.cpu_count() or 1),
+) -> None:
+    """Vertex AI import file vs ImageFolder on the GCS test server: listing rows/s and shards create images/s,
+    and the parse rate of a large JSONL."""
+    from tpustream.bench.import_files import bench_import
+
+    for line in bench_import(images=images, rows=rows, repeats=repeats, workers=workers):
+        typer.echo(line)
+
+
+@bench_app.command("warmstart")
+def bench_warmstart_cmd(
+    old: Annotated[
+        int, typer.Option(help="Images of last week's data (the digits' first N; now: all).", min=100)
+    ] = 1000,
+    epochs: Annotated[int, typer.Option(help="Epochs of every run.", min=1)] = 6,
+    model: Annotated[str, typer.Option(help="Model name.")] = "tiny",
+    batch_size: Annotated[int, typer.Option(help="Per-device batch size.", min=1)] = 16,
+    lr: Annotated[float, typer.Option(help="Peak LR of every run.")] = 0.2,
+) -> None:
+    """Epochs and steps to reach the champion's val top-1 after new data lands: from scratch vs --init-from."""
+    from tpustream.bench.warmstart import bench_warmstart
+
+    for line in bench_warmstart(old=old, epochs=epochs, model=model, batch_size=batch_size, lr=lr):
+        typer.echo(line)
+
+
+@bench_app.command("finetune")
+def bench_finetune_cmd(
+    images_per_class: Annotated[
+        str, typer.Option(help="Target-task (digits 5-9) train images per class; a list measures each.")
+    ] = "10,100",
+    epochs: Annotated[
+        str, typer.Option(help="Epochs of both runs at each size (one count, or one per size).")
+    ] = "30,6",
+    pretrain_epochs: Annotated[
+        int, typer.Option(help="Epochs of the pretraining run on digits 0-4.", min=1)
+    ] = 6,
+    model: Annotated[
+        str, typer.Option(help="Model name (a torchvision architecture, or tiny).")
+    ] = "resnet18",
+    input_size: Annotated[int, typer.Option(help="Input side of every run (px).", min=8)] = 32,
+    batch_size: Annotated[int, typer.Option(help="Batch size of every run (one device).", min=1)] = 16,
+    lr: Annotated[
+        float | None,
+        typer.Option(help="Peak LR of the random-init runs (default: train's from-scratch one)."),
+    ] = None,
+    pretrained_lr: Annotated[
+        float | None,
+        typer.Option(help="Peak LR of the pretrained runs (default: train's --pretrained one, a tenth)."),
+    ] = None,
+    target_top1: Annotated[float, typer.Option(help="The val top-1 whose steps are counted.")] = 0.7,
+    val_per_class: Annotated[
+        int, typer.Option(help="Held-out val images per target class (the same at every size).", min=1)
+    ] = 60,
+    same_lr_arm: Annotated[
+        bool,
+        typer.Option(
+            help="Also fine-tune the pretrained weights at the random runs' LR (init alone differs)."
+        ),
+    ] = True,
+    quick: Annotated[
+        bool, typer.Option(help="A smoke run: tiny model, 3 images per class, 2 epochs, batch 4.")
+    ] = False,
+) -> None:
+    """Random init vs --pretrained on the same small target data and step budget: final val top-1 and steps to
+    a target top-1. The weights: our own pretraining on digits 0-4 (no installed package ships ImageNet ones),
+    fine-tuned on digits 5-9. JSON lines, a summary per size."""
+    from tpustream.bench.finetune import bench_finetune
+    from tpustream.errors import ConfigError
+
+    def ints(option: str, text: str) -> list[int]:
+        try:
+            return [int(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise ConfigError(f"{option} {text}: give whole numbers separated by commas") from None
+
+    sizes, counts = ints("--images-per-class", images_per_class), ints("--epochs", epochs)
+    if quick:
+        sizes, counts, pretrain_epochs, model, batch_size = [3], [2], 1, "tiny", 4
+    for line in bench_finetune(
+        images_per_class=sizes,
+        epochs=counts,
+        pretrain_epochs=pretrain_epochs,
+        model=model,
+        input_size=input_size,
+        batch_size=batch_size,
+        lr=lr,
+        pretrained_lr=pretrained_lr,
+        target_top1=target_top1,
+        val_per_class=val_per_class,
+        same_lr_arm=same_lr_arm,
+    ):
+        typer.echo(line)
+
+
+@bench_app.command("train")
+def bench_train_cmd(
+    data: Annotated[str, typer.Option(help="Dataset URI (train split is streamed).")],
+    model: Annotated[str, typer.Option(help="Model name.")] = "resnet50",
+    steps: Annotated[int, typer.Option(help="Timed steps per input (after two warm-up steps).", min=1)] = 20,
+    batch_size: Annotated[int, typer.Option(help="Per-device batch size.")] = 32,
+    workers: Annotated[int, typer.Option(help="Loader worker processes.")] = max(1, os.cpu_count() or 1),
+    bf16: Annotated[bool, typer.Option(help="bfloat16 autocast.")] = False,
+) -> None:
+    """Steps/s with synthetic on-device input vs the real loader: the data wait your host would cause."""
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    from tpustream.bench.train import bench_train
+
+    for line in bench_train(
+        data=data, model_name=model, steps=steps, batch_size=batch_size, workers=workers, bf16=bf16
+    ):
+        typer.echo(line)
+
+
+@bench_app.command("preempt")
+def bench_preempt_cmd(
+    images: Annotated[
+        int, typer.Option(help="synthetic-imagenet images (500x375 JPEGs) to train on.", min=64)
+    ] = 1200,
+    batch_size: Annotated[int, typer.Option(help="Batch size.", min=1)] = 16,
+    workers: Annotated[int, typer.Option(help="Loader workers.", min=0)] = 2,
+    input_size: Annotated[int, typer.Option(help="Training input side.", min=16)] = 224,
+) -> None:
+    """SIGTERM mid-epoch and restart, at three positions: signal->exit, restart->first step, and the loader's
+    way back to the position (ours: nothing skipped is decoded) against replaying the epoch. JSON lines."""
+    from tpustream.bench.preempt import bench_preempt
+
+    for line in bench_preempt(images=images, batch_size=batch_size, workers=workers, input_size=input_size):
+        typer.echo(line)
+
+
+@bench_app.command("serve")
+def bench_serve_cmd(
+    model: Annotated[
+        str | None, typer.Option(help="Model directory or registry (default: a random model built here).")
+    ] = None,
+    arch: Annotated[
+        str, typer.Option(help="The random model's architecture (tiny, resnet18, resnet50).")
+    ] = "tiny",
+    streamed_case: Annotated[
+        bool,
+        typer.Option(
+            help="Also run 64 images of 16 MP in one request on a second server, request budget raised."
+        ),
+    ] = True,
+) -> None:
+    """The model server under hostile requests, as Vertex starts it: status, latency, response size, the server's
+    RSS and the health route's latency during each case (malformed bodies, budgets, formats, bombs, load)."""
+    from tpustream.bench import serve
+
+    serve.run(model, arch=arch, streamed_case=streamed_case, echo=typer.echo)
+
+
+@bench_app.command("load")
+def bench_load(
+    data: Annotated[
+        str,
+        typer.Option(
+            help="Dataset URI, or a SOURCE (e.g. synthetic-cifar:20000) sharded into a temp dir first."
+        ),
+    ] = "synthetic-cifar:20000",
+    split: Annotated[str, typer.Option(help="train (augmented) or val.")] = "train",
+    batch_size: Annotated[int, typer.Option(help="Batch size of every pipeline.")] = 128,
+    workers: Annotated[
+        str, typer.Option(help="DataLoader workers of every pipeline; a list (1,2,4) measures each.")
+    ] = str(max(1, os.cpu_count() or 1)),
+    seconds: Annotated[
+        float, typer.Option(help="Measured seconds per run, after the first batch.", min=0.1)
+    ] = 8.0,
+    repeats: Annotated[int, typer.Option(help="Interleaved runs per pipeline (median reported).", min=1)] = 3,
+    input_size: Annotated[
+        int | None, typer.Option(help="Output side (default: 224 for large images, else the image size).")
+    ] = None,
+) -> None:
+    """Per-file ImageFolder (A), the blog's webdataset pipeline (B), ours local and from GCS, installed peers,
+    and the ceilings (our kernel alone, the kernel in as many processes as cores used, our pipeline without
+    workers)."""
+    from tpustream.bench import load as bl
+
+    try:
+        worker_counts = [int(count) for count in workers.split(",")]
+    except ValueError:
+        worker_counts = []
+    if not worker_counts or min(worker_counts) < 0:
+        raise typer.BadParameter(f"--workers takes counts like 2 or 1,2,4, got {workers!r}")
+    for line in bl.bench_load(
+        data=data,
+        split=split,
+        batch_size=batch_size,
+        workers=worker_counts,
+        seconds=seconds,
+        repeats=repeats,
+        input_size=input_size,
+    ):
+        typer.echo(line)
+
+
+@bench_app.command("compile")
+def bench_compile_cmd(
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A model to run (repeatable; default: vit_b_16, convnext_tiny, efficientnet_v2_s)."
+        ),
+    ] = None,
+    precision: Annotated[
+        list[str] | None, typer.Option(help="fp32 and/or bf16 (repeatable; default: both).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Images per step.", min=1)] = 2,
+    epochs: Annotated[int, typer.Option(help="Epochs (the first compiles).", min=2)] = 2,
+    steps: Annotated[int, typer.Option(help="Steps per epoch, each at another LR.", min=1)] = 2,
+    timeout: Annotated[float, typer.Option(help="Seconds per model before it is reported as over.")] = 1800,
+) -> None:
+    """Full-size networks through the trainer's step on XLA: compiles after each epoch (0 recompiles after the
+    first is the goal), first-epoch seconds and step time against resnet50, one fresh process per model."""
+    from tpustream.bench.compile import bench_compile
+    from tpustream.cli.options import fail
+    from tpustream.models import MODEL_NAMES
+
+    models = model or ["vit_b_16", "convnext_tiny", "efficientnet_v2_s"]
+    precisions = precision or ["fp32", "bf16"]
+    for name in models:
+        if name not in MODEL_NAMES:
+            fail(f"--model {name!r}: one of {', '.join(MODEL_NAMES)}")
+    for value in precisions:
+        if value not in ("fp32", "bf16"):
+            fail(f"--precision {value!r}: fp32 or bf16")
+    for line in bench_compile(
+        models, precisions=precisions, batch_size=batch_size, epochs=epochs, steps=steps, timeout=timeout
+    ):
+        typer.echo(line)

@@ -1,0 +1,459 @@
+"""The ``tpustream pipeline`` commands: compile, preflight, submit, schedule and run-local the KFP DAG."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperCommand
+
+from tpustream.cli.options import fail
+from tpustream.errors import TpustreamError
+
+__all__ = ["pipeline_app"]
+
+log = logging.getLogger("tpustream")
+
+pipeline_app = typer.Typer(
+    help="Compile, submit, schedule or run locally the KFP training DAG.", no_args_is_help=True
+)
+
+
+def _pairs(values: list[str]) -> dict[str, str]:
+    """KEY=VALUE pairs, values as typed."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--param {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def _params(values: list[str]) -> dict[str, object]:
+    """KEY=VALUE pairs; values parsed as JSON when they are JSON (numbers, booleans), else strings."""
+    out: dict[str, object] = {}
+    for key, value in _pairs(values).items():
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def _pipeline_params(template: str, registry: str, values: list[str]) -> dict[str, Any]:
+    """The run's parameters, each typed as the template declares it (``--param source=123`` stays a string);
+    what is wrong with a name or a value is the preflight's to report."""
+    from tpustream.pipelines import preflight
+
+    spec = preflight.load_template(template)
+    declared = preflight.template_parameters(spec) if spec is not None else None
+    return preflight.parse_parameters(declared, {"registry": registry, **_pairs(values)})
+
+
+class _ParametersHelp(TyperCommand):
+    """A pipeline command whose ``--help`` ends with the pipeline's parameters, built only when help is
+    shown (it imports kfp, never torch)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from tpustream.pipelines.preflight import parameters_help, pipeline_parameters
+
+        self.epilog = parameters_help(pipeline_parameters())
+        super().format_help(ctx, formatter)
+
+
+def _tpu_help() -> str:
+    from tpustream.pipelines.tpu import tpu_table_text
+
+    return "TPU type (Vertex AI custom training; '' = train on the CPU image): " + tpu_table_text() + "."
+
+
+TpuOption = Annotated[str | None, typer.Option(help=_tpu_help())]
+ParamOption = Annotated[
+    list[str] | None, typer.Option("--param", help="Pipeline parameter KEY=VALUE (repeatable).")
+]
+LabelOption = Annotated[list[str] | None, typer.Option("--label", help="Run label KEY=VALUE (repeatable).")]
+TensorboardOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Vertex AI TensorBoard instance (projects/P/locations/REGION/tensorboards/ID, in the run's region) "
+        "the TPU training job streams its event files to; sets the pipeline's tensorboard parameter. "
+        "Default: the template's ('' = none)."
+    ),
+]
+NotifyOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--notify",
+        metavar="EMAIL",
+        help="Email the run's final state (succeeded, failed, cancelled) and a link to it: Vertex AI Pipelines' "
+        "own notification (repeatable, or EMAIL,EMAIL). Sets the notify_emails parameter; the template must "
+        "be compiled with --notify (README, Notifications).",
+    ),
+]
+NotifyWebhookOption = Annotated[
+    str | None,
+    typer.Option(
+        "--notify-webhook",
+        metavar="URL",
+        help="POST the run's state, what it decided (skipped, refused, kept, promoted, deployed) with its "
+        "one-line reason, its report's URI and its console link as JSON to this URL when it ends, however it "
+        "ends (a Slack incoming webhook posts the text as is). Sets the notify_webhook parameter, which whoever "
+        "sees the run sees too (README, Notifications); tpustream logs only its host.",
+    ),
+]
+
+
+def _local_file(value: str) -> str:
+    """An option naming a local file (the pipeline YAML): ``file:///x`` is ``/x``, as in every other option."""
+    if not value.startswith("file:"):
+        return value
+    from tpustream.storage import io as storage
+
+    return storage.check_uri(value)
+
+
+@pipeline_app.command("compile")
+def pipeline_compile(
+    output: Annotated[str, typer.Option(help="Pipeline YAML to write.")] = "tpustream-pipeline.yaml",
+    tpu: TpuOption = "v3-8",
+    image: Annotated[
+        str, typer.Option(help="Pushed image for the CPU steps, best by digest (REPO/cpu@sha256:...).")
+    ] = "",
+    tpu_image: Annotated[
+        str, typer.Option(help="Pushed image for the TPU trainer, best by digest (REPO/tpu@sha256:...).")
+    ] = "",
+    serving_image: Annotated[
+        str,
+        typer.Option(
+            help="Pushed serving image (containers/serve; Cloud Build's serve.ref): the validate step starts the "
+            "candidate's model server in it before promotion. Default: the CPU steps' image."
+        ),
+    ] = "",
+    capacity: Annotated[
+        str,
+        typer.Option(
+            help="TPU capacity: on-demand (default); spot (single-host TPU types only: Vertex does not offer "
+            "Spot VMs for TPU Pods; discounted, can be preempted at any time: the step resumes from `last`). "
+            "flex-start is refused: Vertex's Dynamic Workload Scheduler is for GPUs only."
+        ),
+    ] = "on-demand",
+    timeout: Annotated[str, typer.Option(help="Stop the TPU job after this long (e.g. 36h, 3d).")] = "1d",
+    step_cpu: Annotated[
+        str,
+        typer.Option(
+            help="CPU limit of every CPU step but evaluate (check source, plan, write, finalize, check data, "
+            "promote): CPUs (4) or millicores (500m), at most 96. Vertex picks each step's machine from its "
+            "CPU and memory limits."
+        ),
+    ] = "4",
+    step_memory: Annotated[
+        str, typer.Option(help="Memory limit of those steps: a size in K, M or G (16G), at most 624G.")
+    ] = "16G",
+    eval_cpu: Annotated[
+        str,
+        typer.Option(
+            help="CPU limit of the evaluate step, which runs the candidate and the champion over the whole val "
+            "split on CPU (README, Evaluation and promotion, has the img/s per core to size it by)."
+        ),
+    ] = "16",
+    eval_memory: Annotated[str, typer.Option(help="Memory limit of the evaluate step (64G).")] = "64G",
+    tensorboard: Annotated[
+        str,
+        typer.Option(
+            help="Vertex AI TensorBoard instance (projects/P/locations/REGION/tensorboards/ID) the TPU training "
+            "job streams its event files to: the default of the pipeline's tensorboard parameter, which "
+            "`pipeline submit|schedule --tensorboard` override. Default: none."
+        ),
+    ] = "",
+    notify: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notify",
+            metavar="EMAIL",
+            help="Compile in Vertex AI Pipelines' email notification (an exit handler with GCPC's "
+            "VertexNotificationEmailOp): these recipients (repeatable, or EMAIL,EMAIL) get the run's final "
+            "state and a link; the default of the notify_emails parameter, which `pipeline submit|schedule "
+            "--notify` override. Default: no email step.",
+        ),
+    ] = None,
+    notify_webhook: Annotated[
+        str,
+        typer.Option(
+            "--notify-webhook",
+            metavar="URL",
+            help="Default of the notify_webhook parameter: the URL the exit step POSTs the run's state and "
+            "outcome to (JSON). Default: none (`pipeline submit|schedule --notify-webhook` set one per run).",
+        ),
+    ] = "",
+) -> None:
+    """Compile the DAG for Vertex AI Pipelines (TPU type, pushed images and the CPU steps' sizes fixed at
+    compile time)."""
+    from tpustream.pipelines import submit
+    from tpustream.pipelines.tpu import Capacity
+    from tpustream.pipelines.training import StepResources
+    from tpustream.release.notify import check_emails, redact_url
+
+    plan = Capacity(kind=capacity, timeout=timeout)
+    sizes = StepResources(cpu=step_cpu, memory=step_memory, eval_cpu=eval_cpu, eval_memory=eval_memory)
+    output = _local_file(output)
+    try:
+        submit.compile_pipeline(
+            output,
+            tpu=tpu or None,
+            cpu_image=image,
+            tpu_image=tpu_image,
+            capacity=plan,
+            resources=sizes,
+            serve_image=serving_image,
+            tensorboard=tensorboard,
+            notify_emails=check_emails(notify),
+            notify_webhook=notify_webhook,
+        )
+    except OSError as exc:
+        fail(f"--output {output}: cannot write the YAML ({exc.strerror or exc}): give a local file path")
+    typer.echo(
+        f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity; CPU steps {step_cpu} CPU "
+        f"{step_memory}, evaluate {eval_cpu} CPU {eval_memory}"
+        + (f"; TensorBoard {tensorboard}" if tensorboard else "")
+        + (f"; email {', '.join(check_emails(notify))}" if notify else "")
+        + (f"; webhook {redact_url(notify_webhook)}" if notify_webhook else "")
+        + ")"
+    )
+
+
+SkipPreflightOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-preflight",
+        help="Skip the IAM, bucket, TPU region and quota checks of `pipeline preflight` (the parameter names "
+        "and types are still checked: that needs no credentials).",
+    ),
+]
+
+
+@pipeline_app.command("preflight", cls=_ParametersHelp)
+def pipeline_preflight(
+    template: Annotated[str, typer.Option(help="Compiled pipeline YAML (local or gs://).")],
+    project: Annotated[str, typer.Option(help="Google Cloud project.")],
+    pipeline_root: Annotated[str, typer.Option(help="gs:// root for run artifacts.")],
+    registry: Annotated[str, typer.Option(help="gs:// model registry.")],
+    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
+    service_account: Annotated[str | None, typer.Option(help="Service account the run acts as.")] = None,
+    schedule: Annotated[
+        bool, typer.Option("--schedule", help="Also check what `pipeline schedule` needs.")
+    ] = False,
+    param: ParamOption = None,
+) -> None:
+    """Check a run before submitting it: parameter names and types (no credentials needed), the TPU type's
+    region, IAM (actAs on the service account, project roles), the buckets and their regions, TPU quota.
+
+    One line per check (ok, warn or fail, and its fix); exit 1 if any fails. Submit and schedule run it."""
+    from tpustream.pipelines import preflight
+
+    template = _local_file(template)
+    findings = preflight.preflight(
+        template,
+        project=project,
+        region=region,
+        pipeline_root=pipeline_root,
+        registry=registry,
+        service_account=service_account,
+        parameters=_pipeline_params(template, registry, param or []),
+        schedule=schedule,
+    )
+    for finding in findings:
+        typer.echo(finding.line())
+    if any(finding.status == preflight.FAIL for finding in findings):
+        raise typer.Exit(1)
+
+
+@pipeline_app.command("submit", cls=_ParametersHelp)
+def pipeline_submit(
+    template: Annotated[str, typer.Option(help="Compiled pipeline YAML.")],
+    project: Annotated[str, typer.Option(help="Google Cloud project.")],
+    pipeline_root: Annotated[
+        str, typer.Option(help="gs:// root for run artifacts (shards, models, metrics).")
+    ],
+    registry: Annotated[str, typer.Option(help="gs:// model registry (champion.json, versions/).")],
+    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
+    service_account: Annotated[str | None, typer.Option(help="Service account the run acts as.")] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Turn caching off for every step (it is compiled off already).")
+    ] = False,
+    param: ParamOption = None,
+    label: LabelOption = None,
+    skip_preflight: SkipPreflightOption = False,
+    tensorboard: TensorboardOption = None,
+    experiment: Annotated[
+        str | None,
+        typer.Option(
+            help="Vertex AI Experiment the run joins (created if missing; lowercase letters, digits, hyphens), "
+            "to compare runs and their metrics side by side."
+        ),
+    ] = None,
+    notify: NotifyOption = None,
+    notify_webhook: NotifyWebhookOption = None,
+) -> None:
+    """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`).
+
+    --param source=SOURCE is required: the pipeline's default source is the bundled digits (run-local's demo)."""
+    from tpustream.pipelines import submit
+
+    template = _local_file(template)
+    name = submit.submit_pipeline(
+        template,
+        project=project,
+        region=region,
+        pipeline_root=pipeline_root,
+        parameters=_pipeline_params(template, registry, param or []),
+        service_account=service_account,
+        labels={k: str(v) for k, v in _params(label or []).items()},
+        no_cache=no_cache,
+        skip_preflight=skip_preflight,
+        tensorboard=tensorboard,
+        experiment=experiment,
+        notify_emails=notify,
+        notify_webhook=notify_webhook,
+    )
+    typer.echo(f"submitted: {name}" + (f" (experiment {experiment})" if experiment else ""))
+
+
+@pipeline_app.command("schedule", cls=_ParametersHelp)
+def pipeline_schedule(
+    template: Annotated[str, typer.Option(help="Compiled pipeline YAML.")],
+    cron: Annotated[
+        str, typer.Option(help='Cron, e.g. "0 3 * * 1" (optionally "TZ=Europe/Paris 0 3 * * 1").')
+    ],
+    project: Annotated[str, typer.Option(help="Google Cloud project.")],
+    pipeline_root: Annotated[str, typer.Option(help="gs:// root for run artifacts.")],
+    registry: Annotated[str, typer.Option(help="gs:// model registry.")],
+    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
+    service_account: Annotated[str | None, typer.Option(help="Service account the runs act as.")] = None,
+    param: ParamOption = None,
+    label: LabelOption = None,
+    skip_preflight: SkipPreflightOption = False,
+    tensorboard: TensorboardOption = None,
+    experiment: Annotated[
+        str | None,
+        typer.Option(
+            help="Vertex AI Experiment every run joins (created now if missing): set as the pipeline's "
+            "experiment parameter, which a step of each run acts on (a schedule's runs carry no experiment of "
+            "their own)."
+        ),
+    ] = None,
+    notify: NotifyOption = None,
+    notify_webhook: NotifyWebhookOption = None,
+) -> None:
+    """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`.
+
+    --param source=SOURCE is required: the pipeline's default source is the bundled digits (run-local's demo)."""
+    from tpustream.pipelines import submit
+
+    template = _local_file(template)
+    name = submit.schedule_pipeline(
+        template,
+        cron=cron,
+        project=project,
+        region=region,
+        pipeline_root=pipeline_root,
+        parameters=_pipeline_params(template, registry, param or []),
+        service_account=service_account,
+        labels={k: str(v) for k, v in _params(label or []).items()},
+        skip_preflight=skip_preflight,
+        tensorboard=tensorboard,
+        experiment=experiment,
+        notify_emails=notify,
+        notify_webhook=notify_webhook,
+    )
+    typer.echo(f"scheduled: {name}" + (f" (experiment {experiment})" if experiment else ""))
+
+
+@pipeline_app.command("run-local")
+def pipeline_run_local(
+    root: Annotated[
+        str, typer.Option(help="Local directory for the run (pipeline root, registry).")
+    ] = "demo-output/pipeline",
+    source: Annotated[str, typer.Option(help="SOURCE (default: the bundled digits).")] = "digits",
+    model: Annotated[str, typer.Option(help="Model name.")] = "tiny",
+    epochs: Annotated[int, typer.Option(help="Epochs.")] = 8,
+    batch_size: Annotated[int, typer.Option(help="Per-device batch (4 virtual XLA CPU devices).")] = 16,
+    lr: Annotated[float, typer.Option(help="Peak LR (0 = scaled default).")] = 0.2,
+    num_shards: Annotated[int, typer.Option(help="Train shards.")] = 8,
+    param: ParamOption = None,
+    notify_webhook: Annotated[
+        str | None,
+        typer.Option(
+            "--notify-webhook",
+            metavar="URL",
+            help="POST the run's state and outcome to this URL when it ends, as a Vertex run does (the email "
+            "notification is Vertex's own: a local run cannot send it).",
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Print every task's full log here instead of to the log file."),
+    ] = False,
+) -> None:
+    """Run the whole DAG here through kfp.local on CPU XLA; prints task outcomes and where everything landed.
+
+    The executors' full logs go to ROOT/logs/run-local-TIME.log (printed first); -v prints them here.
+    Random initial weights unless --param pretrained=SPEC: nothing is fetched from the internet by default."""
+    from tpustream.pipelines.local import PipelineFailed, run_local
+    from tpustream.registry.store import champion_status, version_uri
+    from tpustream.release.notify import check_webhook
+    from tpustream.sources.dispatch import open_source
+
+    parameters: dict[str, Any] = {
+        "source": source,
+        "model_name": model,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "num_shards": num_shards,
+        "bf16": False,
+        "workers": 2,
+        "pretrained": "",  # offline here: the pipeline's default (the model's published weights) is fetched
+        **_params(param or []),
+    }
+    if notify_webhook is not None:
+        parameters["notify_webhook"] = check_webhook(notify_webhook)
+    open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep
+    log_path = None
+    try:
+        root = _local_file(root)
+    except TpustreamError as exc:
+        fail(f"--root: {exc}")
+    if not verbose:
+        log_path = os.path.join(
+            os.path.abspath(_local_file(root)), "logs", time.strftime("run-local-%Y%m%d-%H%M%S.log")
+        )
+        typer.echo(f"running the pipeline locally; full logs: {log_path}")
+    try:
+        out = run_local(root=root, log_path=log_path, **parameters)
+    except PipelineFailed as exc:  # a task failed: which and why (its reason is printed under it, too)
+        fail(f"{exc}; full log: {log_path}" if log_path else f"{exc} (its log is above)")
+    status = champion_status(out["registry"])
+    if out["outcome"] is not None:
+        typer.echo(f"outcome: {out['outcome'].line()}")
+    if out["data"] == "skip":
+        typer.echo(
+            "data: no new data since the last run: shards and training skipped (--param retrain=true "
+            "trains anyway)"
+        )
+    typer.echo(f"pipeline root (shards, model, metrics): {out['pipeline_root']}")
+    typer.echo(f"registry: {out['registry']}")
+    champion = status["champion"]
+    if champion:
+        typer.echo(
+            f"champion: version {champion['version']}, top-1 {champion['metrics']['top1']:.4f} "
+            f"({version_uri(out['registry'], champion['version'])})"
+        )
+    else:
+        typer.echo("champion: none")
+    if out["report"]:
+        typer.echo(f"report (open in a browser): {out['report']}")

@@ -1,0 +1,55 @@
+"""The dataset on storage: ``plan`` sizes the shards, ``write`` writes them and the manifest last, ``tario`` reads
+and writes tar members, ``manifest`` reads a dataset back, ``check`` is the data check, ``fingerprint`` a source's identity.
+
+The names below are the package's public API, imported on first use so that importing the package loads nothing
+heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.dataset.check import DataCheckFailed, DataCheckReport, check_dataset
+    from tpustream.dataset.fingerprint import check_source
+    from tpustream.dataset.manifest import ShardError, load_manifest, read_manifest, verify_shards
+    from tpustream.dataset.plan import DatasetPlan, ShardConfig, plan_dataset
+    from tpustream.dataset.write import CreateSummary, create_shards
+
+_HOMES = {
+    "ShardConfig": "plan",
+    "DatasetPlan": "plan",
+    "plan_dataset": "plan",
+    "create_shards": "write",
+    "CreateSummary": "write",
+    "load_manifest": "manifest",
+    "read_manifest": "manifest",
+    "verify_shards": "manifest",
+    "ShardError": "manifest",
+    "check_dataset": "check",
+    "DataCheckReport": "check",
+    "DataCheckFailed": "check",
+    "check_source": "fingerprint",
+}
+__all__ = [
+    "DatasetPlan",
+    "ShardConfig",
+    "plan_dataset",
+    "CreateSummary",
+    "create_shards",
+    "ShardError",
+    "load_manifest",
+    "read_manifest",
+    "verify_shards",
+    "DataCheckFailed",
+    "DataCheckReport",
+    "check_dataset",
+    "check_source",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -1,0 +1,677 @@
+"""The data check before training: is this dataset fit to spend a TPU run on? (TFX StatisticsGen +
+ExampleValidator, for tpustream datasets.)
+
+A scheduled retraining run trains on whatever landed in the bucket. This reads the dataset's manifest (class
+counts, skipped images, image statistics) and its sample index (one content sha256 per sample) and reports:
+
+- exact duplicates within a split: the same bytes under different source names (the upsampled copies of one
+  source image are not duplicates);
+- leakage: an image in both train and val, which val then measures on data the model trained on, or in test
+  and train or val, which the held-out test score then measures on data training or model selection saw;
+- a class with no train or no val samples, a split with none at all;
+- the skipped rate: images that could not be read or decoded and rows the source rejected, per source item;
+- against a baseline dataset (the current champion's training data): new classes (a typo'd folder), vanished
+  classes, a class whose share of the images moved, and a skipped rate that jumped;
+- a warning, not an anomaly: a class with a handful of train images (with or without a baseline).
+
+Each finding past its threshold is an ``Anomaly`` (a code, a one-line reason, details); a warning has the same
+form and is reported, logged and printed, but never fails the check. Datasets written
+before the sample index existed are checked on what their manifest holds, and the report says the hash
+checks were skipped. Torch-free: the pipeline's "check data" step runs it on a CPU machine.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tpustream.artifacts import ArtifactError, Manifest, ModelCard
+from tpustream.dataset.check_report import percents
+from tpustream.dataset.manifest import iter_sample_index, load_manifest, manifest_digest
+from tpustream.errors import ConfigError, TpustreamError
+from tpustream.storage import io as storage
+
+__all__ = [
+    "ANOMALY_CODES",
+    "WARNING_CODES",
+    "DATA_CHECK_MODES",
+    "REPORT_FORMAT",
+    "Anomaly",
+    "DataCheckFailed",
+    "DataCheckReport",
+    "DataCheckThresholds",
+    "champion_baseline",
+    "check_dataset",
+    "check_for_pipeline",
+]
+
+log = logging.getLogger(__name__)
+
+REPORT_FORMAT = "tpustream.dataset.check/v1"
+DATA_CHECK_MODES = ("fail", "warn", "off")  # the pipeline's data_check parameter
+ANOMALY_CODES = (
+    "missing-split",  # the dataset has no train or no val samples at all
+    "empty-class",  # a class with 0 train or 0 val samples
+    "train-val-leak",  # images (by content) in both train and val
+    "test-leak",  # images (by content) in test and in train or val
+    "duplicate-images",  # one image under several names within a split
+    "skipped-rate",  # skipped images + rejected rows per source item
+    "new-classes",  # classes the baseline does not have
+    "vanished-classes",  # baseline classes this dataset lacks
+    "class-share-shift",  # a class's share of the images moved vs the baseline
+    "skipped-rate-increase",  # the skipped rate rose vs the baseline's
+)
+WARNING_CODES = ("tiny-class",)  # a class with fewer train images than min_class_train_samples
+
+
+# Train images of the largest class per image of the smallest. Past 3x, an unweighted loss is mostly the
+# large classes' and the small ones' recall suffers: the report says so and names the trainer's remedy
+# (--class-weights auto); a note, never a finding: many real datasets are imbalanced on purpose.
+IMBALANCE_RATIO = 3.0
+
+
+class DataCheckFailed(TpustreamError, RuntimeError):
+    """The data check found anomalies and the run was asked to stop on them (``data_check=fail``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataCheckThresholds:
+    """How far a dataset may go before the check calls it anomalous (a finding above its limit).
+
+    The comment above a field says why its default; its docstring is the ``shards check`` option's help."""
+
+    # Extra copies of one image under other names, per distinct image of a split. Scraped and user-uploaded
+    # data hold a few (a photo saved twice); a folder uploaded twice or a sync gone wrong is several percent.
+    max_duplicate_fraction: float = 0.01
+    """Exact copies under other names, per distinct image of a split."""
+    # Images (by content) in both train and val. Each one is scored on data the model trained on, inflating
+    # val accuracy and so the champion comparison; the count is exact and the fix cheap: none by default.
+    max_leaked_images: int = 0
+    """Images (by content) in both train and val, and (counted apart) in test and train or val."""
+    # Skipped images and rejected rows per source item. A truncated upload now and then is normal; one in
+    # twenty means the source (or an exporter, or a decoder) broke and the model trains on what is left.
+    max_skipped_rate: float = 0.05
+    """Skipped images and rejected rows per source item."""
+    # A class's share of the images vs the baseline's, absolute (0.10 = 10 points). Fresh data moves shares
+    # by a point or two; ten points is a class flooded or half gone, which changes what the model learns.
+    max_class_share_shift: float = 0.10
+    """A class's share of the images vs --baseline's (absolute, 0.10 = 10 points)."""
+    # The skipped rate's rise vs the baseline's, absolute (0.02 = 2 points): a steady trickle of bad files
+    # is the source's normal; a jump means something upstream changed since the champion's data.
+    max_skipped_rate_increase: float = 0.02
+    """Rise of the skipped rate vs --baseline's (absolute)."""
+    # Train images of a class (upsampled copies not counted). A class of 3 images is learnt as those 3
+    # images, and val measures it on fewer: worth saying, baseline or not; but a new class or a deliberately
+    # small one is legitimate, so a warning, never a failure.
+    min_class_train_samples: int = 10
+    """Warn (never fail) about a class with fewer train images than this (0: no warning)."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_duplicate_fraction",
+            "max_skipped_rate",
+            "max_class_share_shift",
+            "max_skipped_rate_increase",
+        ):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be a fraction in [0, 1], got {value}")
+        if self.max_leaked_images < 0:
+            raise ConfigError(f"--max-leaked-images must be 0 or more, got {self.max_leaked_images}")
+        if self.min_class_train_samples < 0:
+            raise ConfigError(
+                f"--min-class-train-samples must be 0 or more, got {self.min_class_train_samples}"
+            )
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """One finding past its threshold: ``code`` (ANOMALY_CODES), a one-line ``reason``, and its details."""
+
+    code: str
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataCheckReport:
+    """What the check found: the anomalies first, then the facts they were judged on."""
+
+    dataset: str
+    baseline: str | None
+    thresholds: DataCheckThresholds
+    anomalies: list[Anomaly]
+    facts: dict[str, Any]
+    notes: list[str]
+    max_examples: int = 5
+    warnings: list[Anomaly] = field(
+        default_factory=list
+    )  # findings that never fail the check (WARNING_CODES)
+
+    @property
+    def ok(self) -> bool:
+        return not self.anomalies
+
+    def failure_line(self, report_uri: str = "") -> str:
+        """One line naming the anomalies, where the report is and what to do."""
+        count = len(self.anomalies)
+        first = self.anomalies[0]
+        more = (
+            f" (and {count - 1} more: {', '.join(a.code for a in self.anomalies[1:])})" if count > 1 else ""
+        )
+        where = f"; report: {report_uri}" if report_uri else ""
+        return (
+            f"data check of {self.dataset}: {count} anomal{'y' if count == 1 else 'ies'}, {first.code}: "
+            f"{first.reason}{more}{where}. Fix the source, or train anyway with data_check=warn"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": REPORT_FORMAT,
+            "dataset": self.dataset,
+            "baseline": self.baseline,
+            "ok": self.ok,
+            "anomalies": [asdict(a) for a in self.anomalies],
+            "warnings": [asdict(w) for w in self.warnings],
+            "thresholds": asdict(self.thresholds),
+            "facts": self.facts,
+            "notes": self.notes,
+        }
+
+    def to_markdown(self) -> str:
+        from tpustream.dataset.check_report import render_markdown
+
+        return render_markdown(self)
+
+
+# --------------------------------------------------------------------------- the facts
+
+
+@dataclass
+class _SplitHashes:
+    """A split's content hashes: the first source seen for each, and every source for those seen under two
+    or more names (few, so the full set is kept only for them)."""
+
+    first: dict[str, str] = field(default_factory=dict)
+    more: dict[str, set[str]] = field(default_factory=dict)
+
+    def add(self, sha256: str, source: str) -> None:
+        seen = self.first.setdefault(sha256, source)
+        if seen != source:
+            self.more.setdefault(sha256, {seen}).add(source)
+
+    def sources(self, sha256: str) -> list[str]:
+        return sorted(self.more.get(sha256) or {self.first[sha256]})
+
+    @property
+    def extra_copies(self) -> int:
+        return sum(len(sources) - 1 for sources in self.more.values())
+
+    @property
+    def distinct_images(self) -> int:
+        """Source files (an upsampled copy is the same file): distinct (content, source) pairs."""
+        return len(self.first) + self.extra_copies
+
+
+def _class_images(manifest: Manifest) -> dict[str, int]:
+    """Source images per class over every split (train counts divided by the upsample factor)."""
+    upsample = max(1, manifest.upsample)
+    images = dict.fromkeys(manifest.classes, 0)
+    for split, info in manifest.splits.items():
+        for name, count in zip(manifest.classes, info.class_counts, strict=True):
+            images[name] += count // upsample if split == "train" else count
+    return images
+
+
+def _skipped_rate(manifest: Manifest) -> float:
+    images, skipped = sum(_class_images(manifest).values()), manifest.skipped
+    return skipped.count / (images + skipped.count) if images + skipped.count else 0.0
+
+
+def _shares(images: dict[str, int]) -> dict[str, float]:
+    total = sum(images.values())
+    return {name: count / total if total else 0.0 for name, count in images.items()}
+
+
+def _split_facts(manifest: Manifest, split: str) -> dict[str, Any]:
+    info = manifest.splits[split]
+    stats = info.stats.to_json() if info.stats else {}  # datasets written before the statistics have none
+    return {
+        "samples": info.num_samples,
+        "class_counts": dict(zip(manifest.classes, info.class_counts, strict=True)),
+        "formats": stats.get("formats", {}),
+        **{key: stats[key] for key in ("width", "height", "short_side") if key in stats},
+    }
+
+
+# --------------------------------------------------------------------------- the check
+
+
+def check_dataset(
+    dataset_uri: str,
+    baseline_uri: str | None = None,
+    thresholds: DataCheckThresholds | None = None,
+    *,
+    max_examples: int = 5,
+    baseline_note: str = "",
+    class_weights: str | None = None,
+) -> DataCheckReport:
+    """Check the dataset at ``dataset_uri`` (against ``baseline_uri``'s when given).
+
+    Args:
+        dataset_uri: the dataset (the directory holding manifest.json), local or gs://.
+        baseline_uri: the dataset to compare with (the champion's training data); None: no comparison.
+        thresholds: the limits (the defaults: ``DataCheckThresholds()``).
+        max_examples: file names listed per duplicate or leak finding.
+        baseline_note: how the baseline was chosen (or why there is none), for the report.
+        class_weights: the training run's --class-weights (none/auto), named by the class-balance note;
+            None: not known (``shards check``).
+
+    Returns:
+        The report; ``report.anomalies`` is empty when the dataset passed.
+    """
+    thresholds = thresholds or DataCheckThresholds()
+    dataset_uri = storage.check_uri(dataset_uri).rstrip("/")
+    manifest = load_manifest(dataset_uri)
+    classes = list(manifest.classes)
+    splits = [split for split in ("train", "val", "test") if manifest.num_samples(split)]
+    anomalies: list[Anomaly] = []
+    notes: list[str] = []
+    facts: dict[str, Any] = {
+        "manifest_digest": manifest_digest(dataset_uri),
+        "source": manifest.source or None,
+        "classes": len(classes),
+        "splits": {split: _split_facts(manifest, split) for split in splits},
+    }
+
+    missing = [split for split in ("train", "val") if split not in splits]
+    if missing:
+        anomalies.append(
+            Anomaly(
+                "missing-split",
+                f"the dataset has no {' and no '.join(missing)} samples: training needs both "
+                "(re-create it with a validation fraction, or add images to the split)",
+                {"splits": missing},
+            )
+        )
+    empty = [  # test is optional and its classes are reported unmeasured by evaluate, not refused here
+        {"class": name, "split": split}
+        for split in splits
+        if split != "test"
+        for name, count in facts["splits"][split]["class_counts"].items()
+        if not count
+    ]
+    facts["empty_classes"] = empty
+    if empty:
+        named = ", ".join(f"{e['class']!r} (0 {e['split']})" for e in empty[:max_examples])
+        anomalies.append(
+            Anomaly(
+                "empty-class",
+                f"{len(empty)} class/split pair(s) without samples: {named}"
+                + (f" and {len(empty) - max_examples} more" if len(empty) > max_examples else "")
+                + ": the model cannot learn a class it never sees, nor is it measured on one val lacks",
+                {"empty": empty},
+            )
+        )
+
+    warnings = _tiny_classes(manifest, thresholds, facts, max_examples)
+    balance = _class_balance(manifest, facts, class_weights)
+    if balance:
+        notes.append(balance)
+
+    if manifest.has_sample_index():
+        anomalies += _hash_checks(dataset_uri, manifest, splits, thresholds, facts, max_examples)
+        facts["hash_checks"] = True
+    else:
+        facts["hash_checks"] = False
+        notes.append(
+            "Hash checks (exact duplicates, train/val leakage) skipped: the dataset has no sample index "
+            "(written before tpustream kept one). Re-create it with `tpustream shards create --overwrite` "
+            "to check them."
+        )
+
+    skipped = manifest.skipped
+    rate = _skipped_rate(manifest)
+    facts["skipped"] = {
+        "count": skipped.count,
+        "sample_slots": skipped.sample_slots,
+        "by_reason": skipped.by_reason,
+        "rejected_rows": skipped.rejected_rows,
+        "examples": skipped.examples[:max_examples],
+        "rate": rate,
+    }
+    if rate > thresholds.max_skipped_rate:
+        reasons = ", ".join(f"{reason} {count}" for reason, count in skipped.by_reason.items())
+        shown_rate, shown_limit = percents(rate, thresholds.max_skipped_rate)
+        anomalies.append(
+            Anomaly(
+                "skipped-rate",
+                f"{shown_rate} of the source's items were skipped ({skipped.count}"
+                + (f": {reasons}" if reasons else "")
+                + f"), above {shown_limit}"
+                + (f"; e.g. {skipped.examples[0]}" if skipped.examples else ""),
+                {"rate": rate, "count": skipped.count, "by_reason": skipped.by_reason},
+            )
+        )
+
+    baseline = None
+    if baseline_uri:
+        baseline = storage.check_uri(baseline_uri).rstrip("/")
+        anomalies += _baseline_checks(
+            manifest, load_manifest(baseline), rate, thresholds, facts, max_examples
+        )
+    facts["baseline_note"] = baseline_note
+    anomalies.sort(key=lambda a: ANOMALY_CODES.index(a.code))  # the most serious first
+    return DataCheckReport(
+        dataset_uri, baseline, thresholds, anomalies, facts, notes, max_examples, warnings=warnings
+    )
+
+
+def _class_balance(manifest: Manifest, facts: dict[str, Any], class_weights: str | None) -> str:
+    """The class-shares line: the train split's largest class per its smallest (source images), and what
+    training does about it when past IMBALANCE_RATIO ("" when balanced enough, or fewer than 2 classes)."""
+    if "train" not in facts["splits"]:
+        return ""
+    upsample = max(1, manifest.upsample)
+    counts = {name: count // upsample for name, count in facts["splits"]["train"]["class_counts"].items()}
+    present = {name: count for name, count in counts.items() if count > 0}
+    if len(present) < 2:
+        return ""
+    largest, smallest = max(present, key=present.__getitem__), min(present, key=present.__getitem__)
+    ratio = present[largest] / present[smallest]
+    facts["class_balance"] = {
+        "max_min_ratio": ratio,
+        "largest": largest,
+        "smallest": smallest,
+        "class_weights": class_weights,
+    }
+    if ratio < IMBALANCE_RATIO:
+        return ""
+    if class_weights == "auto":
+        choice = "training uses --class-weights auto (loss weighted by inverse class frequency)"
+    else:
+        given = "training uses --class-weights none; " if class_weights == "none" else ""
+        choice = f"{given}consider --class-weights auto (loss weighted by inverse class frequency)"
+    return (
+        f"class shares: max/min {ratio:.1f}x in train ({largest!r} {present[largest]} images, {smallest!r} "
+        f"{present[smallest]}); {choice}"
+    )
+
+
+def _tiny_classes(
+    manifest: Manifest, thresholds: DataCheckThresholds, facts: dict[str, Any], max_examples: int
+) -> list[Anomaly]:
+    """The classes with some, but fewer than ``min_class_train_samples``, train images (upsampled copies not
+    counted; a class with none is an ``empty-class`` anomaly): a warning, with or without a baseline."""
+    limit = thresholds.min_class_train_samples
+    if "train" not in facts["splits"]:
+        facts["tiny_classes"] = []
+        return []
+    upsample = max(1, manifest.upsample)
+    counts = {name: count // upsample for name, count in facts["splits"]["train"]["class_counts"].items()}
+    tiny = sorted(
+        ({"class": name, "train_images": count} for name, count in counts.items() if 0 < count < limit),
+        key=lambda t: (t["train_images"], t["class"]),
+    )
+    facts["tiny_classes"] = tiny
+    if not tiny:
+        return []
+    named = ", ".join(f"{t['class']!r} ({t['train_images']})" for t in tiny[:max_examples])
+    more = f" and {len(tiny) - max_examples} more" if len(tiny) > max_examples else ""
+    return [
+        Anomaly(
+            "tiny-class",
+            f"{len(tiny)} class(es) with fewer than {limit} train images: {named}{more}: the model sees each "
+            "only a few times, and val measures it on fewer still (add images, or merge or drop the class)",
+            {"classes": tiny, "limit": limit},
+        )
+    ]
+
+
+def _hash_checks(
+    uri: str,
+    manifest: Manifest,
+    splits: list[str],
+    thresholds: DataCheckThresholds,
+    facts: dict[str, Any],
+    max_examples: int,
+) -> list[Anomaly]:
+    """Duplicates within each split and leakage between them, from the sample index's content hashes."""
+    anomalies: list[Anomaly] = []
+    hashes: dict[str, _SplitHashes] = {}
+    for split in splits:
+        hashes[split] = found = _SplitHashes()
+        for entry in iter_sample_index(uri, manifest, split):
+            found.add(entry.sha256, entry.source)
+        fraction = found.extra_copies / found.distinct_images if found.distinct_images else 0.0
+        groups = sorted(found.more, key=lambda h: (-len(found.more[h]), h))
+        examples = [
+            {"sha256": h, "sources": found.sources(h)[: max(2, max_examples)]} for h in groups[:max_examples]
+        ]
+        facts["splits"][split].update(
+            images=found.distinct_images,
+            duplicate_groups=len(found.more),
+            duplicate_copies=found.extra_copies,
+            duplicate_fraction=fraction,
+            duplicate_examples=examples,
+        )
+        if fraction > thresholds.max_duplicate_fraction:
+            first = examples[0]["sources"]
+            shown_fraction, shown_limit = percents(fraction, thresholds.max_duplicate_fraction)
+            anomalies.append(
+                Anomaly(
+                    "duplicate-images",
+                    f"{found.extra_copies} {split} image(s) are exact copies of another under a different name "
+                    f"({shown_fraction} of {found.distinct_images} source images, above {shown_limit}), "
+                    f"e.g. {' = '.join(first[:2])}",
+                    {
+                        "split": split,
+                        "copies": found.extra_copies,
+                        "fraction": fraction,
+                        "examples": examples,
+                    },
+                )
+            )
+    leaked = _shared(hashes, "train", "val")
+    leaks = _leak_examples(hashes, leaked, ("train", "val"), max_examples)
+    facts["leaked_images"] = len(leaked)
+    facts["leak_examples"] = leaks
+    if len(leaked) > thresholds.max_leaked_images:
+        leak = leaks[0]
+        anomalies.append(
+            Anomaly(
+                "train-val-leak",
+                f"{len(leaked)} image(s) are in both train and val (limit {thresholds.max_leaked_images}): val "
+                f"scores them after training on them, e.g. {leak['train'][0]} (train) = {leak['val'][0]} (val)",
+                {"count": len(leaked), "examples": leaks},
+            )
+        )
+    if "test" in hashes:
+        test_leaked = sorted(set(_shared(hashes, "test", "train")) | set(_shared(hashes, "test", "val")))
+        test_leaks = _leak_examples(hashes, test_leaked, ("test", "train", "val"), max_examples)
+        facts["test_leaked_images"] = len(test_leaked)
+        facts["test_leak_examples"] = test_leaks
+        if len(test_leaked) > thresholds.max_leaked_images:
+            leak = test_leaks[0]
+            other = "train" if leak.get("train") else "val"
+            anomalies.append(
+                Anomaly(
+                    "test-leak",
+                    f"{len(test_leaked)} test image(s) are also in train or val (limit "
+                    f"{thresholds.max_leaked_images}): the held-out test score measures them after training or "
+                    f"model selection saw them, e.g. {leak['test'][0]} (test) = {leak[other][0]} ({other})",
+                    {"count": len(test_leaked), "examples": test_leaks},
+                )
+            )
+    return anomalies
+
+
+def _shared(hashes: dict[str, _SplitHashes], first: str, second: str) -> list[str]:
+    """The content hashes in both splits (none when either is absent), sorted."""
+    if first not in hashes or second not in hashes:
+        return []
+    return sorted(set(hashes[first].first) & set(hashes[second].first))
+
+
+def _leak_examples(
+    hashes: dict[str, _SplitHashes], leaked: list[str], splits: tuple[str, ...], max_examples: int
+) -> list[dict[str, Any]]:
+    """Per leaked hash (at most ``max_examples``), its source files in each of ``splits`` that holds it."""
+    return [
+        {"sha256": h}
+        | {
+            split: hashes[split].sources(h)[:max_examples]
+            for split in splits
+            if split in hashes and h in hashes[split].first
+        }
+        for h in leaked[:max_examples]
+    ]
+
+
+def _baseline_checks(
+    manifest: Manifest,
+    baseline: Manifest,
+    rate: float,
+    thresholds: DataCheckThresholds,
+    facts: dict[str, Any],
+    max_examples: int,
+) -> list[Anomaly]:
+    """New and vanished classes, class shares that moved, a skipped rate that rose: vs the baseline."""
+    anomalies: list[Anomaly] = []
+    images, base_images = _class_images(manifest), _class_images(baseline)
+    new = [name for name in images if name not in base_images]
+    vanished = [name for name in base_images if name not in images]
+    shares, base_shares = _shares(images), _shares(base_images)
+    shifts: list[dict[str, Any]] = sorted(
+        (
+            {
+                "class": name,
+                "baseline": base_shares[name],
+                "share": shares[name],
+                "change": shares[name] - base_shares[name],
+            }
+            for name in images
+            if name in base_shares
+        ),
+        key=lambda s: (-abs(s["change"]), s["class"]),
+    )
+    base_rate = _skipped_rate(baseline)
+    facts["baseline"] = {
+        "classes": len(base_images),
+        "images": sum(base_images.values()),
+        "new_classes": new,
+        "vanished_classes": vanished,
+        "share_shifts": shifts,
+        "baseline_shares": base_shares,
+        "skipped_rate": base_rate,
+    }
+    for code, names, what in (
+        ("new-classes", new, "not in the baseline (a new class, or a typo'd folder or label?)"),
+        ("vanished-classes", vanished, "of the baseline are gone (an export or a folder missing?)"),
+    ):
+        if names:
+            listed = ", ".join(repr(n) for n in names[:max_examples]) + (
+                " ..." if len(names) > max_examples else ""
+            )
+            anomalies.append(Anomaly(code, f"{len(names)} class(es) {what}: {listed}", {"classes": names}))
+    moved = [s for s in shifts if abs(s["change"]) > thresholds.max_class_share_shift]
+    if moved:
+        limit = thresholds.max_class_share_shift
+        listed = ", ".join(
+            f"{s['class']!r} {s['baseline']:.1%} -> {s['share']:.1%} "
+            f"({'+' if s['change'] > 0 else '-'}{percents(abs(s['change']), limit, ' points')[0]})"
+            for s in moved[:max_examples]
+        )
+        anomalies.append(
+            Anomaly(
+                "class-share-shift",
+                f"{len(moved)} class(es) moved more than {limit * 100:g} points in "
+                f"share of the images vs the baseline: {listed}",
+                {"shifts": moved},
+            )
+        )
+    if rate - base_rate > thresholds.max_skipped_rate_increase:
+        rise, limit_shown = percents(rate - base_rate, thresholds.max_skipped_rate_increase, " points")
+        anomalies.append(
+            Anomaly(
+                "skipped-rate-increase",
+                f"the skipped rate rose {rise}, from {base_rate:.1%} (baseline) to {rate:.1%}, more than "
+                f"{limit_shown}: something upstream changed",
+                {"baseline": base_rate, "rate": rate},
+            )
+        )
+    return anomalies
+
+
+# --------------------------------------------------------------------------- the pipeline's step
+
+
+def champion_baseline(registry: str) -> tuple[str | None, str]:
+    """The dataset the registry's champion was trained on (from its model.json), and how it was found; or
+    None and why there is none (no champion yet, its dataset gone or changed)."""
+    from tpustream.registry.store import read_champion, version_uri
+
+    champion = read_champion(registry)
+    if champion is None:
+        return None, "no champion yet: the first run has nothing to compare with"
+    card_uri = storage.join(version_uri(registry, champion["version"]), "model.json")
+    try:
+        trained_on = ModelCard.read(card_uri).dataset
+    except (storage.NotFound, ArtifactError) as exc:
+        return None, f"the champion's model card {card_uri} names no dataset ({type(exc).__name__})"
+    if trained_on is None or not trained_on.uri or not trained_on.manifest_digest:
+        return None, f"the champion's model card {card_uri} names no dataset and its digest"
+    dataset, digest = trained_on.uri, trained_on.manifest_digest
+    try:
+        found = manifest_digest(dataset)
+    except storage.StorageError:
+        return None, f"the champion's training data {dataset} is gone: nothing to compare with"
+    if found != digest:
+        return (
+            None,
+            f"the champion's training data {dataset} changed since it trained (manifest digest differs)",
+        )
+    return dataset, f"the training data of champion version {champion['version']}"
+
+
+def check_for_pipeline(
+    dataset: str,
+    *,
+    registry: str,
+    mode: str,
+    thresholds: DataCheckThresholds,
+    report_path: str,
+    report_uri: str = "",
+    class_weights: str | None = None,
+) -> DataCheckReport | None:
+    """The pipeline's "check data" step: check ``dataset`` against the champion's training data, write the
+    Markdown report to ``report_path``, log each anomaly; raise DataCheckFailed on any when ``mode`` is
+    "fail" ("warn": only log them; "off": check nothing). ``class_weights``: the train step's, which the
+    class-balance note names."""
+    if mode not in DATA_CHECK_MODES:
+        raise ConfigError(f"data_check {mode!r} is not one of {', '.join(DATA_CHECK_MODES)}")
+    if mode == "off":
+        storage.write_bytes(
+            report_path, f"# Data check: `{dataset}`\n\nNot checked: the run set `data_check=off`.\n".encode()
+        )
+        log.warning("data check off (data_check=off): %s goes to training unchecked", dataset)
+        return None
+    baseline, note = champion_baseline(registry) if registry else (None, "no registry given")
+    log.info("data check of %s; baseline: %s (%s)", dataset, baseline or "none", note)
+    report = check_dataset(dataset, baseline, thresholds, baseline_note=note, class_weights=class_weights)
+    storage.write_bytes(report_path, report.to_markdown().encode(), content_type="text/markdown")
+    for line in report.notes:
+        if line.startswith("class shares:"):
+            log.info("data check: %s", line)
+    for anomaly in report.anomalies:
+        log.warning("data check anomaly %s: %s", anomaly.code, anomaly.reason)
+    for warning in report.warnings:
+        log.warning("data check warning %s: %s", warning.code, warning.reason)
+    if report.anomalies and mode == "fail":
+        raise DataCheckFailed(report.failure_line(report_uri))
+    if report.anomalies:
+        log.warning("data_check=warn: training on %s despite %d anomalies", dataset, len(report.anomalies))
+    else:
+        log.info("data check passed: %s", dataset)
+    return report

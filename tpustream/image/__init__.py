@@ -1,0 +1,40 @@
+"""Images: ``codec`` decodes and checks bytes (EXIF orientation, pixel budget, PPM), ``transforms`` resizes,
+crops, augments and renders them into a batch.
+
+The names below are the package's public API, imported on first use so that importing the package loads nothing
+heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.image.codec import CorruptImage, ImageTooLarge, UnreadableImage, decode_rgb
+    from tpustream.image.transforms import Augment, prepare_image, render_batch
+
+_HOMES = {
+    "decode_rgb": "codec",
+    "CorruptImage": "codec",
+    "UnreadableImage": "codec",
+    "ImageTooLarge": "codec",
+    "Augment": "transforms",
+    "prepare_image": "transforms",
+    "render_batch": "transforms",
+}
+__all__ = [
+    "CorruptImage",
+    "ImageTooLarge",
+    "UnreadableImage",
+    "decode_rgb",
+    "Augment",
+    "prepare_image",
+    "render_batch",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -1,0 +1,25 @@
+"""The batch contract between the loader and its consumers (trainer, evaluation, benchmarks).
+
+``ShardLoader.epoch()`` (tpustream/loader/shard_loader.py) yields one ``Batch`` per step: a dict, so that torch_xla's
+``MpDeviceLoader`` moves it to the device and shards it per key (tpustream/xla_runtime.py), typed here so
+that every reader agrees on the keys. Every replica gets the same number of full batches; the samples
+added to fill the last one carry ``mask`` False and count in no metric (tpustream/metrics/masked.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Batch", "BATCH_KEYS"]
+
+
+class Batch(TypedDict):
+    image: torch.Tensor  # uint8 [B, 3, S, S]; normalised on the device (transforms.normalize)
+    label: torch.Tensor  # int64 [B]
+    mask: torch.Tensor  # bool [B]: False for padding samples
+
+
+BATCH_KEYS = tuple(Batch.__annotations__)  # ("image", "label", "mask")

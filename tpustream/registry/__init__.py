@@ -1,0 +1,47 @@
+"""The model registry: ``store`` where each record lives (the champion pointer, versions, events), ``policy`` when a
+candidate replaces the champion (pure), ``history`` the champion's history.
+
+The names below are the package's public API, imported on first use so that importing the package loads nothing
+heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.registry.history import HistoryEntry, champion_history
+    from tpustream.registry.policy import Decision, QualityFloor, RegistryError, decide
+    from tpustream.registry.store import list_events, list_versions, read_champion, version_uri
+
+_HOMES = {
+    "read_champion": "store",
+    "version_uri": "store",
+    "list_versions": "store",
+    "list_events": "store",
+    "Decision": "policy",
+    "QualityFloor": "policy",
+    "RegistryError": "policy",
+    "decide": "policy",
+    "champion_history": "history",
+    "HistoryEntry": "history",
+}
+__all__ = [
+    "list_events",
+    "list_versions",
+    "read_champion",
+    "version_uri",
+    "Decision",
+    "QualityFloor",
+    "RegistryError",
+    "decide",
+    "HistoryEntry",
+    "champion_history",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

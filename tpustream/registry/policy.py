@@ -1,0 +1,333 @@
+"""When a candidate replaces the champion: the promotion rules, pure (no storage, no clock).
+
+``decide`` compares two sets of evaluation numbers; ``decide_for_metrics`` applies it to an evaluate run's
+metrics.json against the current champion pointer, refusing first what must never be promoted: an
+incomplete evaluation, a champion the run could not measure, non-finite numbers.
+``tpustream.release.promote`` acts on the decision (registry, compare-and-swap).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tpustream.artifacts import EvalReport
+from tpustream.errors import TpustreamError
+from tpustream.metrics.paired_test import PairedTest
+
+__all__ = [
+    "METRICS",
+    "Decision",
+    "QualityFloor",
+    "RegistryError",
+    "decide",
+    "decide_for_metrics",
+    "champion_to_compare",
+    "is_finite_number",
+]
+
+# name -> higher is better. macro_f1 and balanced_accuracy (the mean F1 and the mean recall over the classes
+# with val samples: tpustream/metrics/classification.py) weigh every class alike: for imbalanced classes.
+METRICS = {"top1": True, "top5": True, "loss": False, "macro_f1": True, "balanced_accuracy": True}
+# every evaluation has these; a diverged model has a non-finite one
+_ALWAYS = ("top1", "top5", "loss")
+
+
+class RegistryError(TpustreamError, ValueError):
+    """The registry or the inputs to a promotion are unusable; the message says what and the repair."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    promote: bool
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualityFloor:
+    """What a candidate must reach to be promoted at all, with or without a champion (TFMA's absolute
+    ``GenericValueThreshold``): without a floor, the first model of a registry is promoted whatever it scores.
+
+    ``min_metric``: the promotion metric's floor (loss: at most this; any other: at least this).
+    ``min_class_recall``: every class with val samples must have at least this recall (its per-class
+    accuracy: the share of its samples classified as it). None: no floor.
+    """
+
+    min_metric: float | None = None
+    min_class_recall: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_class_recall is not None and not 0.0 <= self.min_class_recall <= 1.0:
+            raise RegistryError(f"--min-class-recall {self.min_class_recall}: a fraction in [0, 1]")
+        if self.min_metric is not None and not math.isfinite(self.min_metric):
+            raise RegistryError(f"--min-metric {self.min_metric}: a finite number")
+
+    @classmethod
+    def from_pipeline(cls, min_metric: float, min_class_recall: float) -> QualityFloor:
+        """From the pipeline's parameters, where a negative value stands for None (no floor)."""
+        return cls(
+            min_metric=min_metric if min_metric >= 0 else None,
+            min_class_recall=min_class_recall if min_class_recall >= 0 else None,
+        )
+
+    def refusal(self, candidate: dict[str, Any], metric: str) -> str | None:
+        """Why ``candidate`` is below the floor, or None when it reaches it."""
+        value = candidate.get(metric)
+        if self.min_metric is not None and isinstance(value, int | float) and is_finite_number(value):
+            below = value < self.min_metric if METRICS[metric] else value > self.min_metric
+            if below:
+                bound = "at least" if METRICS[metric] else "at most"
+                return (
+                    f"candidate {metric} {value:.4f} is below the quality floor (--min-metric {self.min_metric}: "
+                    f"{bound} that): not promoted, with or without a champion; train longer or on more data, or "
+                    "lower the floor"
+                )
+        if self.min_class_recall is not None:
+            recalls = [
+                (index, recall)
+                for index, recall in enumerate(candidate.get("per_class_accuracy") or [])
+                if recall is not None  # a class without val samples is not measured
+            ]
+            worst = min(recalls, key=lambda item: item[1], default=None)
+            if worst is not None and worst[1] < self.min_class_recall:
+                failing = sum(recall < self.min_class_recall for _, recall in recalls)
+                return (
+                    f"class {worst[0]} recall {worst[1]:.4f} is below --min-class-recall {self.min_class_recall} "
+                    f"({failing} of {len(recalls)} classes are): not promoted, with or without a champion"
+                )
+        return None
+
+    def described(self) -> str:
+        parts = []
+        if self.min_metric is not None:
+            parts.append(f"min_metric {self.min_metric}")
+        if self.min_class_recall is not None:
+            parts.append(f"min_class_recall {self.min_class_recall}")
+        return ", ".join(parts) or "no quality floor"
+
+
+def is_finite_number(value: Any) -> bool:
+    """A finite int or float; NaN compares false with everything, so it can neither win nor lose."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+def decide(
+    candidate: dict[str, Any],
+    champion: dict[str, Any] | None,
+    *,
+    candidate_digest: str,
+    champion_digest: str | None,
+    metric: str = "top1",
+    min_delta: float = 0.0,
+    max_class_drop: float | None = None,
+    floor: QualityFloor | None = None,
+    max_p_value: float | None = None,
+) -> Decision:
+    """Promote when the candidate reaches the quality ``floor`` (if any) and there is no champion, or it beats
+    the champion on ``metric`` by more than zero and at least ``min_delta`` on the same dataset digest, with
+    no class dropping more than ``max_class_drop``. Ties never promote. Pure: no storage, no clock.
+
+    When evaluate scored both on the same samples (``champion["paired"]``), the reason says how sure the
+    comparison is (McNemar's exact test on the samples one model gets right and the other wrong, and the
+    sample count); ``max_p_value`` (None: off) refuses a gain whose p-value is above it, or that has no
+    paired test to show it.
+
+    Non-finite numbers (NaN, ±inf, or null as files store them) never decide a promotion: a candidate
+    with a non-finite top1, top5 or loss is a diverged model and is refused, even into an empty registry;
+    a champion with a non-finite ``metric`` is kept, since no candidate can be said to beat it on that
+    metric (the reason says to decide on another ``--metric``); its other metrics still compare normally.
+    """
+    if metric not in METRICS:
+        raise RegistryError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
+    if max_p_value is not None and not 0.0 < max_p_value <= 1.0:
+        raise RegistryError(f"--max-p-value {max_p_value}: a probability in (0, 1], e.g. 0.05")
+    if metric not in candidate:
+        return Decision(
+            False,
+            f"the candidate's evaluation has no {metric} (its metrics.json was written before evaluate measured "
+            f"it): re-run tpustream evaluate, or decide on --metric top1",
+        )
+    broken = [
+        f"{name} {_shown(candidate.get(name))}"
+        for name in dict.fromkeys((*_ALWAYS, metric))
+        if not is_finite_number(candidate.get(name))
+    ]
+    if broken:
+        return Decision(
+            False,
+            f"candidate {', '.join(broken)} is not a finite number: a diverged model is never promoted "
+            "(retrain it, e.g. with a lower learning rate)",
+        )
+    below = floor.refusal(candidate, metric) if floor is not None else None
+    if below is not None:
+        return Decision(False, below)
+    if champion is None:
+        if floor is not None and (floor.min_metric is not None or floor.min_class_recall is not None):
+            return Decision(
+                True, f"no champion yet; the candidate reaches the quality floor ({floor.described()})"
+            )
+        return Decision(True, "no champion yet")
+    if champion_digest != candidate_digest:
+        return Decision(
+            False,
+            f"champion was measured on dataset {str(champion_digest)[:12]}, the candidate on {candidate_digest[:12]}: "
+            "evaluate both on the same shards (tpustream evaluate --registry)",
+        )
+    if not is_finite_number(champion.get(metric)):
+        return Decision(
+            False,
+            f"champion {metric} {_shown(champion.get(metric))} is not a finite number, so no candidate can be "
+            f"said to beat it: keeping the champion; decide on another --metric (e.g. top1), or replace a "
+            "broken champion by hand",
+        )
+    higher_better = METRICS[metric]
+    gain = candidate[metric] - champion[metric] if higher_better else champion[metric] - candidate[metric]
+    paired = PairedTest.from_json(champion["paired"]) if isinstance(champion.get("paired"), dict) else None
+    sureness = f" ({paired.described()})" if paired else ""
+    if gain <= 0 or gain < min_delta:
+        return Decision(
+            False,
+            f"candidate {metric} {candidate[metric]:.4f} vs champion {champion[metric]:.4f}: "
+            f"improvement {gain:+.4f} is not above 0 and at least --min-delta {min_delta}{sureness}",
+        )
+    if max_class_drop is not None:
+        drops = [
+            (i, champ - cand)
+            for i, (cand, champ) in enumerate(
+                zip(candidate["per_class_accuracy"], champion["per_class_accuracy"], strict=True)
+            )
+            if cand is not None and champ is not None  # a class without val samples is not measured
+        ]
+        worst = max(drops, key=lambda d: d[1], default=(None, 0.0))
+        if worst[1] > max_class_drop:
+            return Decision(
+                False,
+                f"class {worst[0]} accuracy drops by {worst[1]:.4f}, more than --max-class-drop {max_class_drop}",
+            )
+    beats = f"candidate {metric} {candidate[metric]:.4f} beats champion {champion[metric]:.4f} by {gain:+.4f}"
+    if max_p_value is not None:
+        if paired is None:
+            return Decision(
+                False,
+                f"{beats}, but --max-p-value {max_p_value} needs both scored on the same samples and the "
+                "champion was not (evaluate with --registry scores it): keeping the champion",
+            )
+        if paired.p_value > max_p_value:
+            return Decision(
+                False,
+                f"{beats}, but that could be chance: {paired.described()} is above --max-p-value {max_p_value}; "
+                "evaluate on more samples, or keep the champion",
+            )
+    return Decision(True, beats + sureness)
+
+
+def decide_for_metrics(
+    metrics: EvalReport,
+    current: dict[str, Any] | None,
+    *,
+    metric: str,
+    min_delta: float,
+    max_class_drop: float | None = None,
+    floor: QualityFloor | None = None,
+    max_p_value: float | None = None,
+) -> Decision:
+    """What `promote` decides for a metrics.json document against the current champion pointer (None:
+    no champion), once the candidate is known not to be the champion already. The numbers are those of the
+    document's decision split (``metrics.split``: test when the dataset has one); a test decision says so in
+    its reason."""
+    if metric == "top5" and len(metrics.classes) <= 5:
+        raise RegistryError(
+            f"--metric top5 with {len(metrics.classes)} classes: every top 5 holds the label, so top-5 is 100% "
+            "for any model and cannot tell a better one; decide on top1, macro_f1 or balanced_accuracy"
+        )
+    decision = _decide_for_metrics(
+        metrics,
+        current,
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
+        floor=floor,
+        max_p_value=max_p_value,
+    )
+    if metrics.split == "test":  # val-decided reasons read as they always have
+        return Decision(decision.promote, f"{decision.reason} (on the held-out test split)")
+    return decision
+
+
+def _decide_for_metrics(
+    metrics: EvalReport,
+    current: dict[str, Any] | None,
+    *,
+    metric: str,
+    min_delta: float,
+    max_class_drop: float | None,
+    floor: QualityFloor | None,
+    max_p_value: float | None,
+) -> Decision:
+    refusal = _incomplete(metrics) or _not_comparable(metrics, current)
+    if refusal is not None:
+        return refusal
+    champion, champion_digest = champion_to_compare(metrics, current)
+    return decide(
+        metrics.candidate,
+        champion,
+        candidate_digest=metrics.dataset.manifest_digest,
+        champion_digest=champion_digest,
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
+        floor=floor,
+        max_p_value=max_p_value,
+    )
+
+
+def _incomplete(metrics: EvalReport) -> Decision | None:
+    """A refusal when the evaluation did not count every sample of its split: its numbers describe part of the
+    data."""
+    candidate, dataset = metrics.candidate, metrics.dataset
+    if candidate.get("complete") is True:
+        return None
+    counted, expected = candidate.get("num_samples"), dataset.samples(metrics.split)
+    gap = ""
+    if isinstance(counted, int) and isinstance(expected, int) and counted != expected:
+        gap = f" ({expected - counted} missing)" if counted < expected else f" ({counted - expected} extra)"
+    return Decision(
+        False,
+        f"the evaluation is incomplete: it counted {counted} of the dataset's {expected} {metrics.split} "
+        f"samples{gap}, so "
+        f"it cannot be promoted; find the damaged shards with `tpustream shards verify {dataset.uri or None}`, "
+        "fix or re-create them, then evaluate again",
+    )
+
+
+def _not_comparable(metrics: EvalReport, current: dict[str, Any] | None) -> Decision | None:
+    """A refusal when the evaluate run could not measure the champion (``champion_note`` says why, e.g. a
+    different class set): its recorded numbers are from other data, so the candidate must not win by default."""
+    note = metrics.champion_note
+    if current is None or metrics.champion is not None or not note:
+        return None
+    return Decision(
+        False,
+        f"{note}. Keeping champion version {current['version']}: a candidate is never promoted over a champion "
+        "it was not compared with. For the new class set start a new registry (promote with another "
+        "--registry), or evaluate on a dataset with the champion's classes",
+    )
+
+
+def champion_to_compare(
+    metrics: EvalReport, current: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The champion numbers to compare with: measured in the same evaluate run when that run saw the
+    current champion (and counted every sample), else the ones recorded at its promotion (with their
+    own dataset digest, which `decide` checks)."""
+    if current is None:
+        return None, None
+    measured = metrics.champion
+    if measured and measured.get("version") == current["version"] and measured.get("complete", True):
+        return measured, metrics.dataset.manifest_digest
+    return current["metrics"], current["dataset_digest"]

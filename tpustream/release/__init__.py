@@ -1,0 +1,32 @@
+"""Releasing a model: ``promote`` (champion/challenger, atomic), ``deploy`` (canary and rollback), ``outcome`` what a
+run ended with, ``notify`` telling people.
+
+The names below are the package's public API, imported on first use so that importing the package loads nothing
+heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.release.deploy import CanaryRecord, DeployError, rollback
+    from tpustream.release.outcome import RunOutcome, record_outcome
+    from tpustream.release.promote import preview_decision
+
+_HOMES = {
+    "preview_decision": "promote",
+    "rollback": "deploy",
+    "DeployError": "deploy",
+    "CanaryRecord": "deploy",
+    "RunOutcome": "outcome",
+    "record_outcome": "outcome",
+}
+__all__ = ["preview_decision", "CanaryRecord", "DeployError", "rollback", "RunOutcome", "record_outcome"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

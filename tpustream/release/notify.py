@@ -1,0 +1,159 @@
+"""Tell people how a pipeline run ended: the recipients and webhook a run is given, and the webhook's POST.
+
+Email is Vertex's own (GCPC's ``VertexNotificationEmailOp`` in an exit handler, pipelines/training.py: Vertex
+sends the run's state and a link); the webhook is ours: one JSON POST with the run's state, what it decided
+(tpustream/release/outcome.py), the run report's URI and the console link. The body carries ``text``, the whole
+story in one line, so that a Slack incoming webhook posts it as is; other receivers read the fields.
+
+A webhook URL often carries its secret in the path or query (Slack, Google Chat): only ``redact_url``'s form
+is ever logged. A receiver that is down never fails the run: one retry, then a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from tpustream.errors import ConfigError
+from tpustream.release.outcome import RunOutcome
+
+__all__ = [
+    "EMAIL_DOC",
+    "check_emails",
+    "check_webhook",
+    "console_link",
+    "post_webhook",
+    "redact_url",
+    "webhook_body",
+]
+
+log = logging.getLogger(__name__)
+
+EMAIL_DOC = "https://cloud.google.com/vertex-ai/docs/pipelines/email-notifications"
+_EMAIL = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+\.[^@\s,;<>]+$")
+_JOB = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/pipelineJobs/(?P<job>[^/]+)$")
+
+
+def check_emails(value: list[str] | tuple[str, ...] | str | None, flag: str = "--notify") -> list[str]:
+    """The recipients of ``value`` (repeated options and/or comma lists), deduplicated in order; refuses one
+    that is not an address (naming ``flag``)."""
+    items = [value] if isinstance(value, str) else list(value or [])
+    emails: list[str] = []
+    for item in items:
+        for email in (part.strip() for part in str(item).split(",")):
+            if not email:
+                continue
+            if not _EMAIL.match(email):
+                raise ConfigError(
+                    f"{flag} {email!r} is not an email address: give NAME@DOMAIN (repeat the option or "
+                    "separate addresses with commas)"
+                )
+            if email not in emails:
+                emails.append(email)
+    return emails
+
+
+def check_webhook(url: str, flag: str = "--notify-webhook") -> str:
+    """Refuse what is not an http(s) URL with a host (naming ``flag``, never the URL's secret part)."""
+    if not url:
+        return url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"{flag} {redact_url(url)}: not an http(s) URL; give the receiver's full URL "
+            "(https://HOST/PATH, e.g. a Slack incoming webhook)"
+        )
+    if parts.scheme == "http" and parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("%s %s is plain http: the run's outcome travels unencrypted", flag, redact_url(url))
+    return url
+
+
+def redact_url(url: str) -> str:
+    """``https://hooks.slack.com/…``: the scheme and host only (a webhook's path or query is its secret)."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.scheme or not parts.hostname:
+        return "<a URL that is not http(s)>"
+    port = f":{parts.port}" if parts.port else ""
+    hidden = "/…" if parts.path.strip("/") or parts.query else ""
+    return f"{parts.scheme}://{parts.hostname}{port}{hidden}"
+
+
+def console_link(job_resource_name: str) -> str:
+    """The run's page in the Google Cloud console; "" when ``job_resource_name`` is not a Vertex pipeline job
+    (kfp.local's runs)."""
+    match = _JOB.match(job_resource_name or "")
+    if match is None:
+        return ""
+    return (
+        f"https://console.cloud.google.com/vertex-ai/locations/{match['location']}/pipelines/runs/"
+        f"{match['job']}?project={match['project']}"
+    )
+
+
+def webhook_body(
+    *, pipeline: str, job: str, state: str, outcome: RunOutcome | None, error: str = ""
+) -> dict[str, Any]:
+    """The JSON a webhook gets. ``state``: KFP's final state of the run's DAG (SUCCEEDED, FAILED, CANCELLED);
+    ``outcome``: what the run decided last (None: no step got that far); ``error``: the failure message
+    Vertex gives the exit task (kfp.local's is only "Task ... failed.")."""
+    link = console_link(job)
+    if outcome is None:
+        story = "no step recorded an outcome"
+    elif state == "SUCCEEDED" or outcome.decision == "refused":
+        story = outcome.line()
+    else:  # a step after the last decision failed: say where the run had got to
+        story = f"after {outcome.step} ({outcome.line()})"
+    text = f"{pipeline} {state.lower()}: {story}"
+    if state != "SUCCEEDED" and error:
+        text += f"; error: {error}"
+    if outcome is not None and outcome.report:
+        text += f"; report: {outcome.report}"
+    if link:
+        text += f"; {link}"
+    return {
+        "text": text,
+        "pipeline": pipeline,
+        "job": job,
+        "state": state,
+        "decision": outcome.decision if outcome else "",
+        "reason": outcome.reason if outcome else "",
+        "step": outcome.step if outcome else "",
+        "report": outcome.report if outcome else "",
+        "error": error if state != "SUCCEEDED" else "",
+        "console": link,
+    }
+
+
+def post_webhook(
+    url: str, body: dict[str, Any], *, timeout: float = 10.0, retries: int = 1, retry_after: float = 5.0
+) -> bool:
+    """POST ``body`` as JSON to ``url``; True when the receiver answered 2xx. A connection error, a timeout or
+    a 5xx is retried ``retries`` times after ``retry_after`` seconds; a 4xx is not (the same body would be
+    refused again). Never raises: a notification must not fail the run it reports."""
+    data = json.dumps(body).encode()
+    shown = redact_url(url)
+    for attempt in range(retries + 1):
+        request = urllib.request.Request(
+            url, data=data, method="POST", headers={"Content-Type": "application/json; charset=utf-8"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                log.info("notified %s (HTTP %d)", shown, response.status)
+                return True
+        except urllib.error.HTTPError as exc:
+            problem, retry = f"HTTP {exc.code}", exc.code >= 500
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            problem, retry = f"{type(reason).__name__}: {reason}", True
+        if not retry or attempt == retries:
+            log.warning("webhook %s not notified (%s): the run's outcome is in its logs", shown, problem)
+            return False
+        log.info("webhook %s: %s, retrying in %.0f s", shown, problem, retry_after)
+        time.sleep(retry_after)
+    return False

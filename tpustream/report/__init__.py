@@ -1,0 +1,29 @@
+"""The run report: ``build`` gathers a run's facts and writes it, ``facts`` the facts, ``html``/``markdown`` the two
+renderings, ``plots`` its SVG plots, ``mistakes`` the gallery of wrong predictions.
+
+The names below are the package's public API, imported on first use so that importing the package loads nothing
+heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.report.build import ReportError, write_report, write_run_report
+    from tpustream.report.facts import ReportFacts
+
+_HOMES = {
+    "write_report": "build",
+    "write_run_report": "build",
+    "ReportError": "build",
+    "ReportFacts": "facts",
+}
+__all__ = ["ReportError", "write_report", "write_run_report", "ReportFacts"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

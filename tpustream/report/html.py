@@ -1,0 +1,501 @@
+"""The run report's HTML page: the decision in a header, then one section per concern, in one file.
+
+Sections, in order: the decision with headline numbers, training curves, confusion matrices, per-class
+accuracy, the data set, the data check (when given), the champion's history (when given). Above 30 classes
+(PLOTTED_CLASSES) tick labels would be unreadable: the heatmaps show the 30 classes with the most errors, the
+per-class bars the 30 largest drops, and the captions say so; the per-class table lists 100 classes, and every
+class beyond max_class_drop wherever it ranks.
+
+The page fetches nothing: plots are SVG (``tpustream.report.plots``) inlined as ``data:`` images, the CSS is
+inline, there is no script, and a Content-Security-Policy allows only ``data:`` images and the inline style.
+Every string from the user's data (class names, URIs, reasons) is escaped; the data check's Markdown becomes
+HTML in ``tpustream.report.markdown``, escaped there before its markup is.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from tpustream.registry.policy import METRICS
+from tpustream.report import plots as report_plots
+from tpustream.report.facts import (
+    _E,
+    NOT_MEASURED,
+    PLOTTED_CLASSES,
+    ReportFacts,
+    _champion,
+    _champion_heading,
+    _ClassRow,
+    _confusion_classes,
+    _decimal,
+    _events,
+    _headline,
+    _is_square,
+    _metric_value,
+    _no_champion_text,
+    _percent,
+    _points,
+    _policy_line,
+    _shown_rows,
+    _table,
+    _Verdict,
+    shows_top5,
+)
+from tpustream.report.markdown import _markdown_html
+
+__all__ = ["render_html"]
+
+HTML_CLASS_ROWS = 100  # per-class table rows in the page (every class beyond max_class_drop is always listed)
+HTML_DATASET_CLASS_ROWS = 50
+HTML_HISTORY_ROWS = 50
+
+
+def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) -> str:
+    """The page for ``facts``, whose ``verdict`` and per-class ``rows`` (``report_facts``) it states."""
+    sections = [
+        ("training", "Training", _training_html(facts)),
+        ("confusion", "Confusion matrices", _confusion_html(facts)),
+        ("per-class", "Per-class accuracy", _per_class_html(facts, rows)),
+        ("dataset", "Data set", _dataset_html(facts)),
+    ]
+    if facts.data_check_markdown is not None:
+        sections.append(("data-check", "Data check", _markdown_html(facts.data_check_markdown)))
+    if isinstance(facts.metrics.candidate.get("per_class"), dict):  # evaluated with per-sample scores
+        sections.append(
+            ("precision-recall", "Precision, recall and thresholds", _precision_recall_html(facts))
+        )
+    if facts.mistakes is not None:
+        sections.append(("mistakes", "Mistakes", _mistakes_html(facts)))
+    if facts.history is not None:
+        sections.append(("history", "Champion history", _history_html(facts)))
+    return _page(facts, verdict, sections)
+
+
+SHOWN_THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)  # the table's rows; the plot draws every one
+
+
+def _precision_recall_html(facts: ReportFacts) -> str:
+    """Per-class precision, recall, F1 and support (worst F1 first), macro-F1, balanced accuracy and AU-PRC,
+    and what acting only on predictions above a confidence threshold gives (table and curve)."""
+    candidate = facts.metrics.candidate
+    per_class = candidate["per_class"]
+    classes = facts.metrics.classes
+    summary = (
+        f"Macro-F1 {_decimal(candidate.get('macro_f1'))}, balanced accuracy "
+        f"{_percent(candidate.get('balanced_accuracy'))} (the mean of the classes' recalls: every class "
+        f"counts the same, however many samples it has), AU-PRC {_decimal(candidate.get('auprc'))} "
+        f"(micro, one-vs-rest), on {facts.metrics.candidate.get('num_samples', '')} samples."
+    )
+    parts = [_note(summary)]
+
+    def column(name: str) -> list[Any]:
+        values = per_class.get(name)
+        return list(values) if isinstance(values, list) else [None] * len(classes)
+
+    precision, recall, f1 = column("precision"), column("recall"), column("f1")
+    support, auprc = column("support"), column("auprc")
+    order = sorted(
+        range(len(classes)), key=lambda i: (f1[i] is None, f1[i] if f1[i] is not None else 0.0, classes[i])
+    )
+    listed = order[:HTML_CLASS_ROWS]
+    cells = [
+        [
+            _E(classes[i]),
+            _percent(precision[i]),
+            _percent(recall[i]),
+            _decimal(f1[i], 3),
+            _E(str(support[i] if support[i] is not None else "")),
+            _decimal(auprc[i], 3),
+        ]
+        for i in listed
+    ]
+    parts.append(_table(["class", "precision", "recall", "F1", "support", "AU-PRC"], cells))
+    if len(listed) < len(order):
+        parts.append(_note(f"The {len(listed)} classes with the lowest F1 of {len(order)}."))
+    thresholds = candidate.get("thresholds")
+    if isinstance(thresholds, list) and thresholds:
+        parts.append(
+            _figure(
+                "plot-thresholds",
+                report_plots.thresholds_svg(thresholds),
+                "precision, recall and coverage against the confidence threshold",
+                "Acting only on predictions at or above a confidence threshold trades coverage for precision.",
+            )
+        )
+        shown = [row for row in thresholds if round(float(row.get("threshold", -1)), 2) in SHOWN_THRESHOLDS]
+        rows = [
+            [
+                _E(f"{float(row['threshold']):.2f}"),
+                _percent(row.get("precision")),
+                _percent(row.get("recall")),
+                _percent(row.get("coverage")),
+            ]
+            for row in shown
+        ]
+        parts.append(_table(["threshold", "precision", "recall", "coverage"], rows))
+    return "".join(parts)
+
+
+def _mistakes_html(facts: ReportFacts) -> str:
+    """The candidate's most confident wrong predictions, a few per true class, each with its thumbnail."""
+    mistakes = facts.mistakes or []
+    if not mistakes:
+        return _note("No mistakes: the candidate classified every evaluated sample correctly.")
+    cells = []
+    for mistake in mistakes:
+        thumbnail = facts.thumbnails.get(mistake.key)
+        picture = (
+            f'<img src="{thumbnail}" alt="{_E(mistake.key)}" loading="lazy">'
+            if thumbnail and thumbnail.startswith("data:image/jpeg;base64,")
+            else '<div class="nopic">no picture</div>'
+        )
+        cells.append(
+            f'<figure class="mistake">{picture}<figcaption><b>{_E(mistake.true_class)}</b> taken for '
+            f"<b>{_E(mistake.predicted_class)}</b> ({100 * mistake.confidence:.1f}%)<br>"
+            f"{_code(mistake.source or mistake.key)}</figcaption></figure>"
+        )
+    intro = _note(
+        f"The {len(mistakes)} most confident wrong predictions, at most "
+        f"{max(_per_class_count(mistakes), 1)} per true class, surest first: the images a confidence "
+        "threshold would not catch. Each is the image evaluated (from the shards), with its source file."
+    )
+    return intro + '<div class="mistakes">' + "".join(cells) + "</div>"
+
+
+def _per_class_count(mistakes: list[Any]) -> int:
+    counts: dict[str, int] = {}
+    for mistake in mistakes:
+        counts[mistake.true_class] = counts.get(mistake.true_class, 0) + 1
+    return max(counts.values(), default=0)
+
+
+_CSS = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d1d1f;
+ max-width:1180px;margin:0 auto;padding:0 24px 48px}
+h1{font-size:26px;margin:0 0 6px}h2{margin-top:36px;border-bottom:2px solid #e4e4e4;padding-bottom:4px}
+header{margin:20px 0;padding:16px 20px;border-left:8px solid #1f6fb4;background:#eef3fb;border-radius:6px}
+header.promoted{border-color:#2e7d32;background:#e8f5e9}header.refused{border-color:#c62828;background:#fdecea}
+header .sentence{font-size:17px;margin:4px 0 10px}
+table{border-collapse:collapse;margin:10px 0;font-variant-numeric:tabular-nums}
+th,td{padding:4px 12px;border-bottom:1px solid #ddd;text-align:right;vertical-align:top}
+th{background:#f5f5f7}th:first-child,td:first-child{text-align:left}
+table.text td,table.text th,table.events td:nth-child(n+6),table.events th:nth-child(n+6){text-align:left;max-width:460px;overflow-wrap:anywhere}
+tr.exceeds td,tr.refused td:nth-child(2){color:#b71c1c;font-weight:600}tr.exceeds{background:#fdecea}
+.better{color:#2e7d32}.worse{color:#c62828}
+.note{color:#555}.plots{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
+figure{margin:10px 0}figure img{max-width:100%;height:auto;display:block}figcaption{color:#555;font-size:13px}
+code{background:#f2f2f4;padding:1px 4px;border-radius:3px;overflow-wrap:anywhere}
+nav{background:#fafafa;border:1px solid #e4e4e4;border-radius:6px;padding:6px 16px}nav ol{margin:6px 0}
+footer{margin-top:40px;color:#777;font-size:13px}
+.mistakes{display:flex;flex-wrap:wrap;gap:10px}figure.mistake{width:150px;margin:0;font-size:12px}
+figure.mistake img{width:96px;height:96px;object-fit:contain;image-rendering:pixelated;background:#f5f5f7}
+.nopic{width:96px;height:96px;background:#f5f5f7;color:#999;font-size:11px;display:flex;align-items:center;justify-content:center}
+"""
+_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+
+def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, str]]) -> str:
+    champion_header = _E(_champion_heading(facts))
+    headline = _table(
+        ["", "candidate", champion_header, "change"],
+        [
+            [_E(a), _E(b), _E(c), f'<span class="{tone}">{_E(d)}</span>' if tone else _E(d)]
+            for a, b, c, d, tone in _headline(facts)
+        ],
+    )
+    note = ""
+    if _champion(facts) is None:
+        note = f'<p class="note">No champion numbers: {_E(_no_champion_text(facts))}.</p>'
+    toc = "".join(f'<li><a href="#{key}">{_E(title)}</a></li>' for key, title, _ in sections)
+    body = "".join(
+        f'<section id="{key}"><h2>{_E(title)}</h2>{content}</section>' for key, title, content in sections
+    )
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>tpustream run report: {_E(verdict.title)}</title><style>{_CSS}</style></head><body>"
+        f'<header id="decision" class="{verdict.kind}"><h1>{_E(verdict.title)}</h1>'
+        f'<p class="sentence">{_E(verdict.sentence)}</p>{headline}{note}'
+        f'<p class="note">{_E(_policy_line(facts))}</p></header>'
+        f"<nav><strong>Contents</strong><ol>{toc}</ol></nav>{body}"
+        f"<footer>tpustream run report. Candidate {_code(facts.metrics.candidate.get('model', ''))}, evaluated "
+        f"{_E(facts.metrics.created)} on {_code(facts.metrics.dataset.uri)}.</footer>"
+        "</body></html>\n"
+    )
+
+
+def _code(text: Any) -> str:
+    return f"<code>{_E(str(text))}</code>"
+
+
+def _figure(plot_id: str, svg: str, alt: str, caption: str = "") -> str:
+    source = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode("ascii")
+    below = f"<figcaption>{_E(caption)}</figcaption>" if caption else ""
+    return f'<figure id="{plot_id}"><img src="{source}" alt="{_E(alt)}">{below}</figure>'
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{_E(text)}</p>'
+
+
+def _training_html(facts: ReportFacts) -> str:
+    card = facts.model_card
+    history = card.history
+    best = card.metrics.get("epoch")
+    top5 = shows_top5(len(card.classes))
+    init, pretrained = card.init, card.pretrained
+    if isinstance(init, dict):
+        start = f"warm start from {_code(init.get('from'))} ({_E(str(init.get('kind', '')))}, {_E(str(init.get('weights', '')))} weights)"
+    elif isinstance(pretrained, dict):
+        sha = str(pretrained.get("sha256") or "")
+        start = (
+            f"fine-tuned from pretrained weights {_code(pretrained.get('name') or pretrained.get('uri'))}"
+            + (f" (sha256 {_E(sha[:12])}…)" if sha else "")
+            + ", the head new"
+        )
+    else:
+        start = "random initialisation"
+    parts = [
+        f"<p>{_code(card.arch)}, {len(history)} epoch{'s' if len(history) != 1 else ''}"
+        f"{f', best epoch {_E(str(best))}' if best is not None else ''}"
+        f"{', stopped early' if card.stopped_early else ''}; {start}.</p>"
+    ]
+    if len(history) >= 2:
+        parts.append(
+            _figure(
+                "plot-curves",
+                report_plots.curves_svg(history, top5=top5),
+                "loss and validation accuracy per epoch",
+            )
+        )
+    elif history:
+        parts.append(_note("One epoch only: there is no curve to draw; its numbers are below."))
+    else:
+        parts.append(_note("No per-epoch history in the model card: nothing to draw."))
+    seen = any("train_samples_seen" in row for row in history)  # cards written before have none
+    if history:
+        header = [
+            "epoch",
+            "train loss",
+            "val loss",
+            "val top-1",
+            *(["val top-5"] if top5 else []),
+            "val samples",
+            *(["train samples seen / left out / repeated"] if seen else []),
+            "seconds",
+            "samples/s",
+            "data wait",
+            "XLA compiles",
+        ]
+        cells = [
+            [
+                _E(str(row.get("epoch", ""))),
+                _decimal(row.get("train_loss")),
+                _decimal(row.get("val_loss")),
+                _percent(row.get("val_top1"), 2),
+                *([_percent(row.get("val_top5"), 2)] if top5 else []),
+                _E(str(row.get("val_samples", ""))),
+                *([_E(_samples_seen(row))] if seen else []),
+                _decimal(row.get("epoch_seconds"), 1),
+                _decimal(row.get("samples_per_s"), 0),
+                _percent(row.get("data_wait_fraction")),
+                _E(str(row.get("compiles", ""))),
+            ]
+            for row in history
+        ]
+        parts.append(_table(header, cells))
+    return "".join(parts)
+
+
+def _samples_seen(row: dict[str, Any]) -> str:
+    """An epoch's train samples: seen once, left out by the equal-batches rule, repeated to fill batches."""
+    if "train_samples_seen" not in row:
+        return ""
+    return " / ".join(
+        str(row.get(key, ""))
+        for key in ("train_samples_seen", "train_samples_left_out", "train_samples_repeated")
+    )
+
+
+def _confusion_html(facts: ReportFacts) -> str:
+    classes = facts.metrics.classes
+    shown = _confusion_classes(facts)
+    parts = [
+        _note(
+            "Rows: the true class; columns: the predicted class; colour: the share of the true class's "
+            f"{facts.metrics.split} samples"
+            + (", with counts in the cells." if len(shown) <= report_plots.ANNOTATE_CELLS else ".")
+            + (
+                f" {len(shown)} of {len(classes)} classes are shown: those with the most errors, candidate's "
+                "and champion's together."
+                if len(shown) < len(classes)
+                else ""
+            )
+        )
+    ]
+    figures = []
+    for plot_id, who, result in (
+        ("plot-confusion-candidate", "candidate", facts.metrics.candidate),
+        ("plot-confusion-champion", _champion_heading(facts), _champion(facts)),
+    ):
+        if result is None:
+            figures.append(_note(f"No {who} matrix: {_no_champion_text(facts)}."))
+        elif not _is_square(result.get("confusion_matrix"), len(classes)):
+            figures.append(_note(f"No {who} matrix: metrics.json holds none for its {len(classes)} classes."))
+        else:
+            svg = report_plots.confusion_svg(result["confusion_matrix"], classes, shown, who.capitalize())
+            figures.append(_figure(plot_id, svg, f"{who} confusion matrix"))
+    parts.append(f'<div class="plots">{"".join(figures)}</div>')
+    return "".join(parts)
+
+
+def _per_class_html(facts: ReportFacts, rows: list[_ClassRow]) -> str:
+    champion = _champion(facts)
+    if facts.max_class_drop is None:
+        limit = "No max_class_drop was set: no class's drop can refuse the candidate."
+    else:
+        limit = f"max_class_drop is {_points(facts.max_class_drop)}: classes whose accuracy drops by more are in red."
+    parts = [_note(limit + ("" if champion else f" No champion numbers: {_no_champion_text(facts)}."))]
+    plotted = rows[:PLOTTED_CLASSES]
+    caption = (
+        f"The {len(plotted)} classes with the largest drops, of {len(rows)}."
+        if len(plotted) < len(rows)
+        else ""
+    )
+    svg = report_plots.per_class_svg(
+        [row.name for row in plotted],
+        [row.candidate for row in plotted],
+        [row.champion for row in plotted] if champion else None,
+        [row.exceeds for row in plotted],
+    )
+    parts.append(_figure("plot-per-class", svg, "per-class accuracy, candidate and champion", caption))
+    listed = _shown_rows(rows, HTML_CLASS_ROWS)
+    cells = [
+        [
+            _E(row.name),
+            _percent(row.candidate),
+            _percent(row.champion) if champion else "none",
+            f"{100 * row.drop:+.1f}" if row.drop is not None else NOT_MEASURED,
+            "yes" if row.exceeds else "",
+        ]
+        for row in listed
+    ]
+    header = [
+        "class",
+        "candidate",
+        _E(_champion_heading(facts)),
+        "drop (points, + is worse)",
+        "beyond max_class_drop",
+    ]
+    parts.append(_table(header, cells, ["exceeds" if row.exceeds else "" for row in listed]))
+    if len(listed) < len(rows):
+        parts.append(_note(f"{len(rows) - len(listed)} more classes, with smaller drops, are not listed."))
+    return "".join(parts)
+
+
+def _dataset_html(facts: ReportFacts) -> str:
+    dataset = facts.metrics.dataset
+    digest = dataset.manifest_digest[:12]
+    parts = [f"<p>{_code(dataset.uri or '?')}{f', manifest {_code(digest)}' if digest else ''}.</p>"]
+    manifest = facts.manifest
+    if manifest is None:
+        return "".join(parts) + _note("The manifest was not given: no per-split facts.")
+    classes, splits = manifest.classes, manifest.splits
+    parts.append(
+        f"<p>Source {_code(manifest.source or '?')}; {len(classes)} classes; created {_E(manifest.created or '?')}.</p>"
+    )
+    parts.append(
+        _table(
+            ["split", "samples", "bytes", "shards"],
+            [
+                [
+                    _E(name),
+                    _E(str(s.num_samples)),
+                    _E(f"{s.num_bytes:,}"),
+                    _E(str(len(s.shards))),
+                ]
+                for name, s in splits.items()
+            ],
+        )
+    )
+    shown = classes[:HTML_DATASET_CLASS_ROWS]
+    counts = {name: s.class_counts for name, s in splits.items()}
+    rows = [
+        [_E(name)] + [_E(str(counts[split][i])) if i < len(counts[split]) else "0" for split in splits]
+        for i, name in enumerate(shown)
+    ]
+    parts.append(_table(["class", *(f"{_E(split)} samples" for split in splits)], rows))
+    if len(shown) < len(classes):
+        parts.append(_note(f"The first {len(shown)} of {len(classes)} classes."))
+    skipped = manifest.skipped
+    if skipped.count:
+        reasons = [
+            [_E(reason), _E(str(count))]
+            for reason, count in sorted(skipped.by_reason.items(), key=lambda r: -r[1])
+        ]
+        rows_refused = (
+            f"{skipped.rejected_rows} row{'' if skipped.rejected_rows == 1 else 's'} refused while listing"
+        )
+        parts.append(f"<p>{skipped.count} images or rows skipped ({rows_refused}).</p>")
+        if reasons:
+            parts.append(_table(["skipped because", "count"], reasons))
+        if skipped.examples:
+            parts.append(
+                "<p>For example:</p><ul>"
+                + "".join(f"<li>{_code(e)}</li>" for e in skipped.examples[:5])
+                + "</ul>"
+            )
+    else:
+        parts.append("<p>Skipped images: none.</p>")
+    return "".join(parts)
+
+
+def _when(time: Any) -> str:
+    """An event's ISO-8601 UTC time as ``YYYY-mm-dd HH:MM UTC`` (as ``champion history`` prints it)."""
+    text = str(time or "")
+    return f"{text[:10]} {text[11:16]} UTC" if len(text) >= 16 and text[10] == "T" else text
+
+
+def _history_html(facts: ReportFacts) -> str:
+    events = _events(facts)
+    if not events:
+        return _note("No registry events yet: this registry has no history.")
+    same = [event for event in events if event.get("metric") == facts.metric]
+    parts = []
+    if same:
+        svg = report_plots.history_svg(same, facts.metric, METRICS[facts.metric])
+        notes = []
+        if report_plots.history_on_different_data(same):
+            notes.append(
+                "The decisions were measured on different data (each on its run's val shards): compare a "
+                "candidate with the hollow champion marker joined to it, which is the champion on the same "
+                "data, not with the points of other decisions."
+            )
+        if len(same) < len(events):
+            notes.append(f"{len(events) - len(same)} events decided on another metric are not drawn.")
+        caption = " ".join(notes)
+        parts.append(
+            _figure("plot-history", svg, f"champion {facts.metric} over the registry's events", caption)
+        )
+    else:
+        parts.append(_note(f"No event was decided on {facts.metric}: nothing to draw."))
+    newest = list(reversed(events))[:HTML_HISTORY_ROWS]
+    cells = [
+        [
+            _E(_when(event.get("time"))),
+            _E(str(event.get("event", ""))),
+            _E(str(event.get("version") if event.get("version") is not None else "")),
+            f"{_E(str(event.get('metric', '')))} {_metric_value(event)}",
+            _E(str(event.get("champion_version") if event.get("champion_version") is not None else "")),
+            _code(event.get("candidate", "")),
+            _E(str(event.get("reason", ""))),
+        ]
+        for event in newest
+    ]
+    header = ["time", "event", "version", "value", "champion then", "candidate", "reason"]
+    parts.append(_table(header, cells, [str(event.get("event", "")) for event in newest], css="events"))
+    if len(newest) < len(events):
+        parts.append(_note(f"The newest {len(newest)} of {len(events)} events."))
+    return "".join(parts)

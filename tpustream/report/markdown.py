@@ -1,0 +1,218 @@
+"""The run report's Markdown: the summary it writes, and the data check's Markdown it reads for the page.
+
+The summary holds the page's facts as text; it is what the KFP UI shows as a Markdown artifact: the decision
+and headline numbers, the 20 largest per-class drops (and every class beyond max_class_drop), the training in
+one line, the data set, the data check's own Markdown (its headings moved under this one's) and the 10 newest
+history events. Every user string is escaped for Markdown and for HTML (the KFP UI renders HTML in Markdown).
+``_markdown_html`` turns the data check's report (headings, paragraphs, tables, lists, **bold**, `code`) into
+HTML for the page's data check section, every character escaped first.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tpustream.report.facts import (
+    _E,
+    NOT_MEASURED,
+    ReportFacts,
+    _champion,
+    _champion_heading,
+    _ClassRow,
+    _decimal,
+    _events,
+    _headline,
+    _metric_value,
+    _no_champion_text,
+    _percent,
+    _points,
+    _policy_line,
+    _shown_rows,
+    _table,
+    _Verdict,
+)
+
+__all__ = ["render_markdown"]  # and _markdown_html, for tpustream.report.html
+
+MARKDOWN_CLASS_ROWS = 20
+MARKDOWN_HISTORY_ROWS = 10
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
+
+
+def _md(text: Any) -> str:
+    """A user string in Markdown: Markdown's markup escaped, HTML's too (the KFP UI renders HTML in Markdown)."""
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\n", " ")
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return (
+        ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        + ["| " + " | ".join(row) + " |" for row in rows]
+        + [""]
+    )
+
+
+def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) -> str:
+    """The summary for ``facts``, whose ``verdict`` and per-class ``rows`` (``report_facts``) it states."""
+    champion = _champion(facts)
+    lines = [
+        f"# Run report: {verdict.title}",
+        "",
+        f"**{_md(verdict.sentence)}**",
+        "",
+        _policy_line(facts),
+        "",
+    ]
+    lines += _md_table(
+        ["", "candidate", _md(_champion_heading(facts)), "change"],
+        [[_md(c) for c in row[:4]] for row in _headline(facts)],
+    )
+    if champion is None:
+        lines += [f"No champion numbers: {_md(_no_champion_text(facts))}.", ""]
+
+    listed = _shown_rows(rows, MARKDOWN_CLASS_ROWS)
+    lines += ["## Per-class accuracy", ""]
+    if facts.max_class_drop is not None:
+        lines += [f"Largest drops first; max_class_drop {_points(facts.max_class_drop)}.", ""]
+    else:
+        lines += ["Largest drops first; no max_class_drop was set.", ""]
+    cells = []
+    for row in listed:
+        name = f"**{_md(row.name)}**" if row.exceeds else _md(row.name)
+        drop = f"{100 * row.drop:+.1f}" if row.drop is not None else NOT_MEASURED
+        cells.append(
+            [
+                name,
+                _percent(row.candidate),
+                _percent(row.champion) if champion else "none",
+                drop,
+                "**yes**" if row.exceeds else "",
+            ]
+        )
+    lines += _md_table(["class", "candidate", "champion", "drop (points)", "beyond max_class_drop"], cells)
+    if len(listed) < len(rows):
+        lines += [f"{len(rows) - len(listed)} more classes, with smaller drops, are not listed.", ""]
+
+    history = facts.model_card.history
+    lines += ["## Training", ""]
+    if history:
+        first, last = history[0], history[-1]
+        lines += [
+            f"{_md(facts.model_card.arch)}, {len(history)} epochs: train loss {_decimal(first.get('train_loss'))} → "
+            f"{_decimal(last.get('train_loss'))}, val top-1 {_percent(first.get('val_top1'), 2)} → {_percent(last.get('val_top1'), 2)}.",
+            "",
+        ]
+    else:
+        lines += ["No per-epoch history in the model card.", ""]
+
+    lines += _markdown_dataset(facts)
+    if facts.data_check_markdown is not None:
+        lines += ["## Data check", ""]
+        lines += [
+            re.sub(r"^(#{1,4}) ", r"\1## ", line) for line in facts.data_check_markdown.splitlines()
+        ] + [""]
+    if facts.history is not None:
+        lines += _markdown_history(facts)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _markdown_dataset(facts: ReportFacts) -> list[str]:
+    lines = ["## Data set", "", f"`{(facts.metrics.dataset.uri or '?').replace('`', '')}`", ""]
+    if facts.manifest is None:
+        return lines + ["The manifest was not given.", ""]
+    splits, classes = facts.manifest.splits, facts.manifest.classes
+    shown = ", ".join(_md(name) for name in classes[:MARKDOWN_CLASS_ROWS])
+    lines += [f"{len(classes)} classes: {shown}{', …' if len(classes) > MARKDOWN_CLASS_ROWS else ''}", ""]
+    lines += _md_table(["split", "samples"], [[_md(name), str(s.num_samples)] for name, s in splits.items()])
+    skipped = facts.manifest.skipped
+    reasons = ", ".join(
+        f"{_md(reason)} {count}" for reason, count in sorted(skipped.by_reason.items(), key=lambda r: -r[1])
+    )
+    lines += [f"Skipped: {skipped.count or 'none'}{f' ({reasons})' if reasons else ''}.", ""]
+    return lines
+
+
+def _markdown_history(facts: ReportFacts) -> list[str]:
+    events = _events(facts)
+    lines = [f"## Champion history (last {MARKDOWN_HISTORY_ROWS})", ""]
+    if not events:
+        return lines + ["No registry events yet.", ""]
+    cells = [
+        [
+            _md(event.get("time", "")),
+            _md(event.get("event", "")),
+            _md(event.get("version") if event.get("version") is not None else ""),
+            f"{_md(event.get('metric', ''))} {_metric_value(event)}",
+            _md(event.get("reason", "")),
+        ]
+        for event in list(reversed(events))[:MARKDOWN_HISTORY_ROWS]
+    ]
+    return lines + _md_table(["time", "event", "version", "value", "reason"], cells)
+
+
+# --------------------------------------------------------------------------- the data check's Markdown, as HTML
+
+_MD_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+_MD_SEPARATOR = re.compile(r"^:?-+:?$")
+
+
+def _markdown_html(text: str) -> str:
+    """The Markdown the data check writes (headings, paragraphs, tables, lists, **bold**, `code`) as HTML,
+    every character of it escaped first; headings move two levels down, under the page's section."""
+    out: list[str] = []
+    paragraph: list[str] = []
+    table: list[list[str]] = []
+    items: list[str] = []
+
+    def flush() -> None:
+        if paragraph:
+            out.append(f"<p>{_md_inline(' '.join(paragraph))}</p>")
+            paragraph.clear()
+        if items:
+            out.append("<ul>" + "".join(f"<li>{_md_inline(item)}</li>" for item in items) + "</ul>")
+            items.clear()
+        if table:
+            body = [row for row in table[1:] if not all(_MD_SEPARATOR.match(cell.strip()) for cell in row)]
+            header = [_md_inline(cell) for cell in table[0]]
+            out.append(_table(header, [[_md_inline(cell) for cell in row] for row in body], css="text"))
+            table.clear()
+
+    current = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        heading = _MD_HEADING.match(stripped)
+        kind = "table" if stripped.startswith("|") else "item" if stripped.startswith("- ") else "text"
+        if not stripped or heading or kind != current:
+            flush()
+            current = kind
+        if kind == "table":
+            row = stripped[1:]
+            if row.endswith("|") and not row.endswith("\\|"):
+                row = row[:-1]
+            table.append([cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", row)])
+        elif kind == "item":
+            items.append(stripped[2:])
+        elif heading:
+            level = min(6, len(heading.group(1)) + 2)
+            out.append(f"<h{level}>{_md_inline(heading.group(2))}</h{level}>")
+        elif stripped:
+            paragraph.append(stripped)
+    flush()
+    return "".join(out)
+
+
+def _md_inline(text: str) -> str:
+    parts = re.split(r"`([^`]*)`", text)  # odd parts are code spans
+    out = []
+    for position, part in enumerate(parts):
+        escaped = _E(part)
+        out.append(
+            f"<code>{escaped}</code>"
+            if position % 2
+            else re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", escaped)
+        )
+    return "".join(out)

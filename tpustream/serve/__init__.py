@@ -1,0 +1,41 @@
+"""Serving: ``server`` is the model server's handler and predictor, ``contract`` its routes and environment,
+``automl`` the AutoML-compatible format, ``validate`` serving validation, ``predict`` batch prediction.
+
+The names below are the package's public API, imported on first use so that importing the package loads nothing
+heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.serve.predict import PredictConfig, PredictError
+    from tpustream.serve.server import Classifier, ClassifierHandler, ClassifierPredictor
+    from tpustream.serve.validate import ServingValidationError, validate_serving
+
+_HOMES = {
+    "ClassifierHandler": "server",
+    "ClassifierPredictor": "server",
+    "Classifier": "server",
+    "validate_serving": "validate",
+    "ServingValidationError": "validate",
+    "PredictConfig": "predict",
+    "PredictError": "predict",
+}
+__all__ = [
+    "Classifier",
+    "ClassifierHandler",
+    "ClassifierPredictor",
+    "ServingValidationError",
+    "validate_serving",
+    "PredictConfig",
+    "PredictError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

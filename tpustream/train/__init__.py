@@ -1,0 +1,40 @@
+"""Training: ``config`` (``TrainConfig``), ``trainer`` (the loop and its step), ``checkpoint``, ``preemption``,
+``warm_start``, ``pretrained`` weights, ``compile_cache`` and ``evaluate`` (a checkpoint on the validation shards).
+
+The names below are the package's public API, imported on first use so that importing the package loads nothing
+heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.train.evaluate import EvaluationError, evaluate_model
+    from tpustream.train.trainer import TrainError, train
+
+_HOMES = {
+    "train": "trainer",
+    "TrainError": "trainer",
+    "evaluate_model": "evaluate",
+    "EvaluationError": "evaluate",
+}
+__all__ = ["TrainError", "train", "EvaluationError", "evaluate_model"]
+
+
+# Old paths that keep working for one release (0.x), with a DeprecationWarning naming the new one.
+_MOVED = {"TrainConfig": "config"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        new = f"{__name__}.{_MOVED[name]}.{name}"
+        warnings.warn(
+            f"{__name__}.{name} moved to {new}; import it from there", DeprecationWarning, stacklevel=2
+        )
+        return getattr(importlib.import_module(f"{__name__}.{_MOVED[name]}"), name)
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

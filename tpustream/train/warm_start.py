@@ -1,0 +1,218 @@
+"""Warm start: a new training run that starts from another model's weights (``train --init-from URI``).
+
+URI is a model artifact (the directory ``tpustream train`` wrote: model.json + model.pt), a registry (its
+champion's version), a checkpoint file (``.pt``) or a training output with checkpoints (its ``best``, else its
+``last``). Only the weights are taken: the optimizer starts fresh and the LR schedule is the run's own (a new
+run, not a resumed one; ``--resume`` continues a run in its own ``--output``).
+
+Same architecture and classes: every weight is loaded. Changed classes: the backbone is loaded and the head
+(the network's last Linear layer) is new, except the rows of the classes both runs have, which keep theirs.
+Anything else that does not fit (another architecture, a stem built for another input size) is a TrainError
+naming the fix. What was loaded is recorded in the model card's ``init``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from tpustream.artifacts import ArtifactError, ModelCard
+from tpustream.errors import TpustreamError
+from tpustream.storage import io as storage
+
+__all__ = ["WarmStartError", "InitWeights", "load_init_weights", "apply_init_weights", "CHAMPION"]
+
+log = logging.getLogger(__name__)
+
+CHAMPION = "champion"  # the pipeline's init_from value for "the registry's current champion"
+# A warm-started run without --lr trains at this fraction of the from-scratch default peak LR: the champion's
+# weights are already near a minimum that the full LR would first throw them out of. Measured with
+# `tpustream bench warmstart` (README, "Warm start"): at a tenth of the LR the new run reached the champion's
+# val top-1 in its first epoch; at the full LR in epoch 4, like training from scratch.
+WARM_LR_FACTOR = 0.1
+
+
+class WarmStartError(TpustreamError, ValueError):
+    """--init-from cannot be used as given; the message names it and what to do."""
+
+
+@dataclass(frozen=True)
+class InitWeights:
+    uri: str  # as given
+    resolved: str  # the file the weights came from
+    kind: str  # "model", "champion" or "checkpoint"
+    arch: str | None  # None: a checkpoint written without it
+    classes: list[str]
+    input_size: int | None
+    weights: dict[str, Any]
+
+
+def _json(uri: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(storage.read_bytes(uri))
+    except storage.NotFound:
+        return None
+    except ValueError as exc:
+        raise WarmStartError(f"--init-from: {uri} is corrupt ({exc})") from exc
+
+
+def _model_card(uri: str) -> ModelCard | None:
+    try:
+        return ModelCard.read(uri)
+    except storage.NotFound:
+        return None
+    except ArtifactError as exc:
+        raise WarmStartError(f"--init-from: {exc}") from exc
+
+
+def load_init_weights(uri: str) -> InitWeights:
+    """Find and read the weights ``uri`` names (see the module)."""
+    from tpustream.train.checkpoint import (
+        CheckpointError,
+        latest_checkpoint_uri,
+        load_checkpoint,
+        load_torch_file,
+    )
+
+    given = uri
+    try:
+        uri = storage.check_uri(uri).rstrip("/")
+    except storage.StorageError as exc:
+        raise WarmStartError(f"--init-from {given}: {exc}") from exc
+    try:
+        if uri.endswith(".pt"):
+            checkpoint = load_checkpoint(uri)
+            return _from_checkpoint(given, uri, checkpoint)
+        kind = "model"
+        pointer = _json(storage.join(uri, "champion.json"))
+        if pointer is not None:
+            from tpustream.registry.store import version_uri
+
+            uri, kind = version_uri(uri, int(pointer["version"])), "champion"
+        card = _model_card(storage.join(uri, "model.json"))
+        if card is not None:
+            weights, _ = load_torch_file(storage.join(uri, "model.pt"), what="model weights")
+            return InitWeights(
+                given,
+                storage.join(uri, "model.pt"),
+                kind,
+                card.arch,
+                list(card.classes),
+                card.input_size,
+                weights,
+            )
+        checkpoint_uri = latest_checkpoint_uri(uri, "best") or latest_checkpoint_uri(uri, "last")
+    except (CheckpointError, storage.StorageError, KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, WarmStartError):
+            raise
+        raise WarmStartError(f"--init-from {given}: {exc}") from exc
+    if checkpoint_uri is None:
+        raise WarmStartError(
+            f"--init-from {given}: neither a model artifact (model.json), a registry (champion.json), a "
+            "checkpoint (.pt) nor a training output with checkpoints: give one of those"
+        )
+    try:
+        return _from_checkpoint(given, checkpoint_uri, load_checkpoint(checkpoint_uri))
+    except CheckpointError as exc:
+        raise WarmStartError(f"--init-from {given}: {exc}") from exc
+
+
+def _from_checkpoint(given: str, uri: str, checkpoint: dict[str, Any]) -> InitWeights:
+    meta = checkpoint.get("meta") or {}
+    if "model" not in checkpoint:
+        raise WarmStartError(f"--init-from {given}: {uri} holds no model weights")
+    return InitWeights(
+        given,
+        uri,
+        "checkpoint",
+        meta.get("model"),
+        list(meta.get("classes") or []),
+        meta.get("input_size"),
+        checkpoint["model"],
+    )
+
+
+def _head(model: Any) -> str:
+    """The name of the network's last Linear layer: the classifier head."""
+    import torch.nn as nn
+
+    names = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    if not names:
+        raise WarmStartError("the network has no Linear head to replace")
+    return names[-1]
+
+
+def apply_init_weights(
+    model: Any, init: InitWeights, *, arch: str, classes: list[str], input_size: int
+) -> dict[str, Any]:
+    """Load ``init`` into ``model`` (built for ``arch``, ``classes``); returns the model card's ``init``."""
+    import torch
+
+    if init.arch is not None and init.arch != arch:
+        raise WarmStartError(
+            f"--init-from {init.uri} is a {init.arch}, this run trains a {arch}: pass --model {init.arch}, or "
+            "start from a model of this architecture"
+        )
+    head = _head(model)
+    head_keys = {f"{head}.weight", f"{head}.bias"}
+    own = model.state_dict()
+    same_classes = init.classes == classes
+    loaded = {}
+    for key, value in init.weights.items():
+        if key in head_keys and not same_classes:
+            continue
+        if key not in own:
+            raise WarmStartError(f"--init-from {init.uri}: its weight {key!r} is not in this run's {arch}")
+        if tuple(own[key].shape) != tuple(value.shape):
+            raise WarmStartError(
+                f"--init-from {init.uri}: {key} is {tuple(value.shape)} there, {tuple(own[key].shape)} here "
+                f"(it was trained at {init.input_size} px, this run at {input_size}: a stem built for another "
+                f"input size differs); pass --input-size {init.input_size}"
+            )
+        loaded[key] = value
+    missing = set(own) - set(loaded) - (head_keys if not same_classes else set())
+    if missing:
+        raise WarmStartError(
+            f"--init-from {init.uri} lacks {len(missing)} weight(s) of this run's {arch}, e.g. {sorted(missing)[0]}"
+        )
+    kept_rows: list[str] = []
+    if not same_classes:
+        weight, bias = own[f"{head}.weight"].clone(), own[f"{head}.bias"].clone()
+        old_index = {name: i for i, name in enumerate(init.classes)}
+        old_weight, old_bias = init.weights.get(f"{head}.weight"), init.weights.get(f"{head}.bias")
+        for i, name in enumerate(classes):
+            j = old_index.get(name)
+            if j is not None and old_weight is not None and old_bias is not None:
+                weight[i] = old_weight[j].to(weight.dtype)
+                bias[i] = old_bias[j].to(bias.dtype)
+                kept_rows.append(name)
+        loaded[f"{head}.weight"], loaded[f"{head}.bias"] = weight, bias
+    with torch.no_grad():
+        model.load_state_dict(loaded, strict=True)
+    new = sorted(set(classes) - set(init.classes))
+    gone = sorted(set(init.classes) - set(classes))
+    if same_classes:
+        log.info("warm start from %s (%s %s): all weights loaded", init.uri, init.kind, init.resolved)
+    else:
+        log.warning(
+            "warm start from %s (%s %s): the classes changed (new: %s; gone: %s): backbone loaded, a new head "
+            "(%d of %d class rows kept from it)",
+            init.uri,
+            init.kind,
+            init.resolved,
+            ", ".join(new) or "none",
+            ", ".join(gone) or "none",
+            len(kept_rows),
+            len(classes),
+        )
+    return {
+        "from": init.uri,
+        "resolved": init.resolved,
+        "kind": init.kind,
+        "weights": "all" if same_classes else "backbone",
+        "head_rows_kept": len(classes) if same_classes else len(kept_rows),
+        "new_classes": new,
+        "gone_classes": gone,
+    }

@@ -1,0 +1,38 @@
+"""Vertex AI: ``model_registry`` (Model Registry uploads and evaluations), ``batch_prediction`` and ``experiments``.
+
+The names below are the package's public API, imported on first use so that importing the package loads nothing
+heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.vertex.batch_prediction import predict_on_vertex
+    from tpustream.vertex.experiments import ExperimentError, join_experiment
+    from tpustream.vertex.model_registry import VertexError, VertexTarget, publish
+
+_HOMES = {
+    "publish": "model_registry",
+    "VertexError": "model_registry",
+    "VertexTarget": "model_registry",
+    "predict_on_vertex": "batch_prediction",
+    "join_experiment": "experiments",
+    "ExperimentError": "experiments",
+}
+__all__ = [
+    "VertexError",
+    "VertexTarget",
+    "publish",
+    "predict_on_vertex",
+    "ExperimentError",
+    "join_experiment",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
