@@ -41,7 +41,7 @@ def build_dataset(root: str, images: int) -> str:
     if not os.path.exists(os.path.join(data, "manifest.json")):
         source = f"synthetic-imagenet:{math.ceil(images / VAL_FRACTION)}"
         subprocess.run(
-            [sys.executable, "-m", "tpustream.cli.main", "shards", "create", "--source", source, "--output", data,
+            [sys.executable, "-m", "tpustream.cli", "shards", "create", "--source", source, "--output", data,
              "--val-fraction", str(VAL_FRACTION), "--num-shards", "1"],
             check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip

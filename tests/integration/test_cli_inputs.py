@@ -39,7 +39,7 @@ def _train(data, output, *args):
     return [
         sys.executable,
         "-m",
-        "tpustream.cli.main",
+        "tpustream.cli",
         "train",
         "--data",
         str(data),

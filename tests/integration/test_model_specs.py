@@ -119,7 +119,7 @@ def test_efficientnet_b0_trains_and_evaluates_from_its_spec_alone(few_digits, tm
     command = [
         sys.executable,
         "-m",
-        "tpustream.cli.main",
+        "tpustream.cli",
         "evaluate",
         "--model",
         str(run),

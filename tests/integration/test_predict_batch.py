@@ -208,7 +208,7 @@ def _predict_process(world, env: dict[str, str], *args: str) -> subprocess.Compl
     killed run, so that its probabilities are computed the same way to the last bit (an in-process run
     inherits whatever thread settings earlier tests left, and conv sums in another order differ in the 6th
     decimal)."""
-    command = [sys.executable, "-m", "tpustream.cli.main", "predict", "--model", world.model, *args]
+    command = [sys.executable, "-m", "tpustream.cli", "predict", "--model", world.model, *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -220,7 +220,7 @@ def test_a_killed_run_resumes_with_only_its_missing_parts(world, gcs_server, tmp
     env = {**os.environ, "STORAGE_EMULATOR_HOST": gcs_server.url}
     with open(tmp_path / "killed.log", "wb") as log:  # the process writes to its own copy
         killed = subprocess.Popen(
-            [sys.executable, "-m", "tpustream.cli.main", "predict", "--model", world.model, *args],
+            [sys.executable, "-m", "tpustream.cli", "predict", "--model", world.model, *args],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=log,

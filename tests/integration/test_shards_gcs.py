@@ -142,7 +142,7 @@ def test_killed_writer_rerun_completes(gcs_bucket):
     import time
 
     out = f"{gcs_bucket}/killed"
-    cmd = [sys.executable, "-m", "tpustream.cli.main", "shards", "create", "--source", "synthetic-imagenet:400",
+    cmd = [sys.executable, "-m", "tpustream.cli", "shards", "create", "--source", "synthetic-imagenet:400",
            "--output", out, "--num-shards", "16", "--workers", "1"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120

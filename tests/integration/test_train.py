@@ -34,7 +34,7 @@ def _cmd(data, output, *args):
     return [
         sys.executable,
         "-m",
-        "tpustream.cli.main",
+        "tpustream.cli",
         "train",
         "--data",
         data,
@@ -227,7 +227,7 @@ print("losses", losses, "params", sum(p.numel() for p in model.parameters()))
 
 
 def test_bench_train_reports_data_wait(digits):
-    cmd = [sys.executable, "-m", "tpustream.cli.main", "bench", "train", "--data", digits, "--model", "tiny",
+    cmd = [sys.executable, "-m", "tpustream.cli", "bench", "train", "--data", digits, "--model", "tiny",
            "--steps", "4", "--batch-size", "8", "--workers", "1"]  # fmt: skip
     result = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -210,7 +210,7 @@ def _host_env(gcs_server, *, hosts, index):
 
 def _train_cmd(digits, output, epochs, *extra):
     """`tpustream train` with the train task's PARAMS."""
-    return [sys.executable, "-m", "tpustream.cli.main", "train", "--data", digits, "--output", output, "--model", "tiny",
+    return [sys.executable, "-m", "tpustream.cli", "train", "--data", digits, "--output", output, "--model", "tiny",
             "--epochs", str(epochs), "--batch-size", "16", "--lr", "0.2", "--workers", "0", *extra]  # fmt: skip
 
 

@@ -226,7 +226,7 @@ def test_logging_follows_the_current_stderr(monkeypatch):
     import io
     import logging
 
-    from tpustream.cli.main import _setup_logging
+    from tpustream.cli.app import _setup_logging
 
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [])
@@ -262,7 +262,7 @@ def test_an_evaluate_error_is_one_line_not_a_traceback(tmp_path):
 def test_a_config_error_is_one_line_and_a_bare_value_error_is_a_bug_with_its_traceback():
     """The CLI's one error boundary: ConfigError (an option out of range) is the user's to fix; a bare
     ValueError from a library or our own code is a bug, and its traceback is not swallowed."""
-    from tpustream.cli.main import _user_error_message
+    from tpustream.cli.app import _user_error_message
     from tpustream.errors import ConfigError
     from tpustream.train.trainer import TrainConfig
 

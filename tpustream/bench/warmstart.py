@@ -41,7 +41,7 @@ def _digits_folder(root: str, count: int) -> str:
 def run_train(data: str, output: str, args: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float]:
     """One `tpustream train` process (``args`` after --data/--output): its model card and wall seconds."""
     started = time.perf_counter()
-    command = [sys.executable, "-m", "tpustream.cli.main", "train", "--data", data, "--output", output, *args]
+    command = [sys.executable, "-m", "tpustream.cli", "train", "--data", data, "--output", output, *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"train failed ({result.returncode}): {result.stderr[-2000:]}")

@@ -164,3 +164,22 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """End a command with one line, ``error: <message>``, on stderr, and exit ``code`` (2: a user error)."""
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code)
+
+
+# The quality floor (promotion_policy.QualityFloor): promote's, and the report's to decide as promote does.
+MinMetricOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Quality floor: refuse a candidate whose --metric is below this (top1/top5; for loss: above it), "
+        "with or without a champion, so a poor first model is not promoted."
+    ),
+]
+MinClassRecallOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        help="Quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
+        "below this, with or without a champion.",
+    ),
+]
