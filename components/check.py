@@ -27,8 +27,8 @@ def check_source(
     """Returns "train" or "skip"; `dataset` points at the content-addressed dataset of this fingerprint.
     Never cached (the pipeline turns caching off): it is the step that reads the live source.
     ``run_outcome``: where the run's outcome is recorded (tpustream/release/outcome.py; "" none)."""
+    from tpustream.dataset.fanout import config_from_pipeline
     from tpustream.dataset.fingerprint import check_source as check
-    from tpustream.dataset.write import config_from_pipeline
     from tpustream.release.outcome import record_outcome
     from tpustream.storage import io as storage
 

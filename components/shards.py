@@ -21,7 +21,7 @@ def plan_shards(
     test_fraction: float = 0.0,
 ) -> list:
     """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
-    from tpustream.dataset.write import config_from_pipeline, shard_ranges
+    from tpustream.dataset.fanout import config_from_pipeline, shard_ranges
 
     config = config_from_pipeline(
         source=source,
@@ -52,7 +52,7 @@ def write_shards(
     test_fraction: float = 0.0,
 ) -> int:
     """Write one range of the planned shards into the planned dataset location (resumable)."""
-    from tpustream.dataset.write import config_from_pipeline, write_shard_range
+    from tpustream.dataset.fanout import config_from_pipeline, write_shard_range
 
     config = config_from_pipeline(
         source=source,
@@ -84,7 +84,7 @@ def finalize_shards(
     test_fraction: float = 0.0,
 ) -> None:
     """Write manifest.json once every shard exists; the output artifact points at the dataset."""
-    from tpustream.dataset.write import config_from_pipeline, finalize_dataset
+    from tpustream.dataset.fanout import config_from_pipeline, finalize_dataset
 
     config = config_from_pipeline(
         source=source,

@@ -6,6 +6,7 @@ import pytest
 
 from tests.unit.test_shards import _crashing
 from tests.unit.test_sources import make_image_folder
+from tpustream.dataset import finalize
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import ShardError, verify_shards
 from tpustream.dataset.plan import ShardConfig
@@ -79,7 +80,7 @@ def test_missing_bucket_and_existing_dataset(gcs_bucket):
     )
     assert len(manifest.splits["train"].shards) == 3
     assert verify_shards(f"{gcs_bucket}/ds", progress=False) == (4, [])
-    assert not storage.list_objects(f"{gcs_bucket}/ds/{shards.REPLACEMENT_DIR}")
+    assert not storage.list_objects(f"{gcs_bucket}/ds/{finalize.REPLACEMENT_DIR}")
 
 
 def test_create_and_verify_through_five_percent_faults(gcs_bucket, fault_proxy, tmp_path, monkeypatch):

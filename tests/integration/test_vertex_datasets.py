@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tests.vertex_fake import TEXT_METADATA_SCHEMA, VertexRecorder
 from tpustream.cli.main import app
-from tpustream.dataset import fingerprint
+from tpustream.dataset import fanout, fingerprint
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import read_manifest, verify_shards
 from tpustream.dataset.plan import ShardConfig
@@ -209,12 +209,12 @@ def test_shards_create_reads_a_managed_dataset_from_the_cli(gcs_bucket, recorder
 
 def test_the_pipelines_plan_write_and_finalize_steps_share_one_export(gcs_bucket, recorder):
     recorder.add_image_dataset(DATASET, _rows(gcs_bucket, per_class=4))
-    config = shards.config_from_pipeline(
+    config = fanout.config_from_pipeline(
         source=DATASET, output=f"{gcs_bucket}/datasets/run", num_shards=2, val_fraction=-1, upsample=1, seed=0
     )
-    ranges = shards.shard_ranges(config, shards_per_task=1)
-    assert sum(shards.write_shard_range(config, start, end) for start, end in ranges) == len(ranges)
-    manifest = shards.finalize_dataset(config)
+    ranges = fanout.shard_ranges(config, shards_per_task=1)
+    assert sum(fanout.write_shard_range(config, start, end) for start, end in ranges) == len(ranges)
+    manifest = fanout.finalize_dataset(config)
     assert manifest.source == DATASET and sum(manifest.splits["train"].class_counts) == 6
     assert len(_exports(recorder)) == 1
 

@@ -153,7 +153,7 @@ def test_the_readme_v5e_16_example_trains_with_the_pipelines_own_shard_and_worke
     into its shard steps) and its default 8 loader workers on each of v5e-16's 4 hosts: the job trains."""
     import yaml
 
-    from tpustream.dataset.write import config_from_pipeline
+    from tpustream.dataset.fanout import config_from_pipeline
 
     template = str(tmp_path / "p.yaml")
     compile_pipeline(template, tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)

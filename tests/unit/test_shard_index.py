@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from tpustream.artifacts import Manifest, SizeSummary
+from tpustream.dataset import shard_writer
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import (
     ShardError,
@@ -175,7 +176,7 @@ def test_a_class_missing_from_a_split_is_named_at_create(tmp_path, caplog):
             _image(root / "train" / name / f"{i}.png", 8, 8, seed=10 * c + i)
     for name in ("cat", "dog"):
         _image(root / "val" / name / "v.png", 8, 8, seed=len(name) + 500)
-    with caplog.at_level(logging.WARNING, logger="tpustream.dataset.write"):
+    with caplog.at_level(logging.WARNING, logger="tpustream.dataset.finalize"):
         manifest, _ = _create(root, tmp_path / "ds")
     assert manifest.splits["val"].class_counts == [1, 1, 0]
     assert any("fox" in r.getMessage() and "0 val samples" in r.getMessage() for r in caplog.records)
@@ -265,7 +266,7 @@ def test_objects_on_gcs_load_in_parallel_in_plan_order_with_the_pixel_budget(tmp
     source = _memory_source(40, loader=load, locator=lambda item: f"gs://b/{item.ref}.jpg")
     config = ShardConfig(source="memory", output=str(tmp_path / "ds"), num_shards=1, val_fraction=0.0)
     manifest, _ = shards.create_shards(config, progress=False, source=source)
-    assert 1 < state["most"] <= shards.LOAD_WINDOW
+    assert 1 < state["most"] <= shard_writer.LOAD_WINDOW
     (shard,) = manifest.splits["train"].shards
     with open(tmp_path / "ds" / shard.path, "rb") as f:
         written = [int(fields["ppm"][-1]) for _, fields in iter_tar_samples(f)]
@@ -282,7 +283,7 @@ def test_objects_on_gcs_load_in_parallel_in_plan_order_with_the_pixel_budget(tmp
         ShardConfig(source="memory", output="/unused", max_pixels=63)
     small = ShardConfig(source="memory", output=str(tmp_path / "small"), num_shards=1, val_fraction=0.0)
     spec = shards.plan_dataset(source, small).shards[0]
-    record = shards.write_shard(
+    record = shard_writer.write_shard(
         source, spec, str(tmp_path / "small"), max_side=None, strict=False, max_pixels=63
     )
     assert record.num_samples == 0 and set(record.skipped_reasons) == {"too-large", "undecodable"}

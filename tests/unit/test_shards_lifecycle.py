@@ -13,6 +13,7 @@ import pytest
 from tests.unit.test_shards import _config, _crashing
 from tests.unit.test_sources import make_image_folder
 from tpustream.cli.options import field_docs
+from tpustream.dataset import finalize
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import ShardError, verify_shards
 from tpustream.dataset.plan import ShardConfig
@@ -58,14 +59,14 @@ def test_overwrite_keeps_the_old_dataset_valid_until_the_new_one_is_complete(tmp
     # the old dataset as it was: same manifest, every shard matching it; the new one waits beside it
     assert (out / "manifest.json").read_bytes() == old_manifest
     assert verify_shards(str(out), progress=False) == (5, [])
-    assert (out / shards.REPLACEMENT_DIR / "_records").is_dir()
+    assert (out / finalize.REPLACEMENT_DIR / "_records").is_dir()
     with caplog.at_level("WARNING"):  # re-running resumes the replacement, then swaps it in
         manifest, summary = shards.create_shards(_config(out, num_shards=3, overwrite=True), progress=False)
     assert summary.reused_shards > 0 and "replacing the dataset" in caplog.text
     assert len(manifest.splits["train"].shards) == 3
     assert verify_shards(str(out), progress=False) == (4, [])  # 3 train + 1 val, no old shard left over
     assert sorted(os.listdir(out / "train")) == [f"train-{i:06d}.tar" for i in range(3)]
-    assert not (out / shards.REPLACEMENT_DIR).exists() and not (out / "_records").exists()
+    assert not (out / finalize.REPLACEMENT_DIR).exists() and not (out / "_records").exists()
     # --overwrite's help (the field's docstring) says what happened here, not that the old manifest goes first
     help_text = " ".join(field_docs(ShardConfig)["overwrite"].split())
     assert (
@@ -104,12 +105,12 @@ def test_a_swap_cut_off_midway_is_finished_by_the_next_run(tmp_path, monkeypatch
         shards.create_shards(_config(out, num_shards=2, overwrite=True), progress=False)
     assert not (out / "manifest.json").exists()  # neither the old dataset nor a mixed one is advertised
     monkeypatch.setattr(storage, "move", real_move)
-    assert shards.finish_replacement(str(out)) is True
+    assert finalize.finish_replacement(str(out)) is True
     manifest = json.loads((out / "manifest.json").read_text())
     assert len(manifest["splits"]["train"]["shards"]) == 2
     assert verify_shards(str(out), progress=False) == (3, [])
-    assert not (out / shards.REPLACEMENT_DIR).exists()
-    assert shards.finish_replacement(str(out)) is False
+    assert not (out / finalize.REPLACEMENT_DIR).exists()
+    assert finalize.finish_replacement(str(out)) is False
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)], ids=["umask022", "umask027"])

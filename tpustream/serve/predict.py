@@ -277,7 +277,7 @@ def _start_worker(classifier: Classifier, parent_pid: int) -> None:
     global _worker_classifier
     import torch
 
-    from tpustream.dataset.write import exit_with_parent  # shards' writers need the same; one implementation
+    from tpustream.dataset.pool import exit_with_parent  # shards' writers need the same; one implementation
 
     exit_with_parent(parent_pid)
     torch.set_num_threads(1)
