@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 from tpustream.cli.main import app
 from tpustream.dataset import write as shards
 from tpustream.dataset.check import (
-    ANOMALY_CODES,
     DataCheckFailed,
     DataCheckThresholds,
-    champion_baseline,
     check_dataset,
     check_for_pipeline,
 )
+from tpustream.dataset.check_baseline import champion_baseline
 from tpustream.dataset.check_report import percents
+from tpustream.dataset.check_result import ANOMALY_CODES
 from tpustream.dataset.manifest import manifest_digest
 from tpustream.dataset.plan import ShardConfig
 from tpustream.storage import io as storage

@@ -168,7 +168,7 @@ def test_the_graph_is_read_from_every_module() -> None:
         "tpustream.image.transforms" in graph["tpustream.serve.server"]
     )  # also imported under TYPE_CHECKING
     assert (
-        "tpustream.dataset.check" not in graph["tpustream.dataset.check_report"]
+        "tpustream.dataset.check_result" not in graph["tpustream.dataset.check_report"]
     )  # only under TYPE_CHECKING
     assert "tpustream.bench.peers" in graph["tpustream.bench.load"]  # a subpackage is walked too
     assert "tpustream.bench.load" in graph[BENCH_BOUNDARY]

@@ -11,7 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tpustream.dataset.check import DataCheckFailed, DataCheckReport, check_dataset
+    from tpustream.dataset.check import DataCheckFailed, check_dataset
+    from tpustream.dataset.check_result import DataCheckReport
     from tpustream.dataset.fingerprint import check_source
     from tpustream.dataset.manifest import ShardError, load_manifest, read_manifest, verify_shards
     from tpustream.dataset.plan import DatasetPlan, ShardConfig, plan_dataset
@@ -28,7 +29,7 @@ _HOMES = {
     "verify_shards": "manifest",
     "ShardError": "manifest",
     "check_dataset": "check",
-    "DataCheckReport": "check",
+    "DataCheckReport": "check_result",
     "DataCheckFailed": "check",
     "check_source": "fingerprint",
 }

@@ -18,51 +18,48 @@ Each finding past its threshold is an ``Anomaly`` (a code, a one-line reason, de
 form and is reported, logged and printed, but never fails the check. Datasets written
 before the sample index existed are checked on what their manifest holds, and the report says the hash
 checks were skipped. Torch-free: the pipeline's "check data" step runs it on a CPU machine.
+
+This module owns the checks of the dataset itself, their limits and the pipeline's step; the baseline side
+(the champion's data, what moved since) is ``dataset.check_baseline``, the report object and the shapes of its
+facts ``dataset.check_result``, its Markdown ``dataset.check_report``.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
-from tpustream.artifacts import ArtifactError, Manifest, ModelCard
+from tpustream.artifacts import Manifest
+from tpustream.dataset.check_baseline import baseline_checks, champion_baseline, skipped_rate
 from tpustream.dataset.check_report import percents
+from tpustream.dataset.check_result import (
+    ANOMALY_CODES,
+    SIZE_KEYS,
+    Anomaly,
+    DataCheckFacts,
+    DataCheckReport,
+    DuplicateGroup,
+    EmptyClass,
+    LeakExample,
+    SplitFacts,
+    SplitName,
+    TinyClass,
+)
 from tpustream.dataset.manifest import iter_sample_index, load_manifest, manifest_digest
 from tpustream.errors import ConfigError, TpustreamError
 from tpustream.storage import io as storage
 
 __all__ = [
-    "ANOMALY_CODES",
-    "WARNING_CODES",
     "DATA_CHECK_MODES",
-    "REPORT_FORMAT",
-    "Anomaly",
     "DataCheckFailed",
-    "DataCheckReport",
     "DataCheckThresholds",
-    "champion_baseline",
     "check_dataset",
     "check_for_pipeline",
 ]
 
 log = logging.getLogger(__name__)
 
-REPORT_FORMAT = "tpustream.dataset.check/v1"
 DATA_CHECK_MODES = ("fail", "warn", "off")  # the pipeline's data_check parameter
-ANOMALY_CODES = (
-    "missing-split",  # the dataset has no train or no val samples at all
-    "empty-class",  # a class with 0 train or 0 val samples
-    "train-val-leak",  # images (by content) in both train and val
-    "test-leak",  # images (by content) in test and in train or val
-    "duplicate-images",  # one image under several names within a split
-    "skipped-rate",  # skipped images + rejected rows per source item
-    "new-classes",  # classes the baseline does not have
-    "vanished-classes",  # baseline classes this dataset lacks
-    "class-share-shift",  # a class's share of the images moved vs the baseline
-    "skipped-rate-increase",  # the skipped rate rose vs the baseline's
-)
-WARNING_CODES = ("tiny-class",)  # a class with fewer train images than min_class_train_samples
 
 
 # Train images of the largest class per image of the smallest. Past 3x, an unweighted loss is mostly the
@@ -125,66 +122,6 @@ class DataCheckThresholds:
             )
 
 
-@dataclass(frozen=True)
-class Anomaly:
-    """One finding past its threshold: ``code`` (ANOMALY_CODES), a one-line ``reason``, and its details."""
-
-    code: str
-    reason: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class DataCheckReport:
-    """What the check found: the anomalies first, then the facts they were judged on."""
-
-    dataset: str
-    baseline: str | None
-    thresholds: DataCheckThresholds
-    anomalies: list[Anomaly]
-    facts: dict[str, Any]
-    notes: list[str]
-    max_examples: int = 5
-    warnings: list[Anomaly] = field(
-        default_factory=list
-    )  # findings that never fail the check (WARNING_CODES)
-
-    @property
-    def ok(self) -> bool:
-        return not self.anomalies
-
-    def failure_line(self, report_uri: str = "") -> str:
-        """One line naming the anomalies, where the report is and what to do."""
-        count = len(self.anomalies)
-        first = self.anomalies[0]
-        more = (
-            f" (and {count - 1} more: {', '.join(a.code for a in self.anomalies[1:])})" if count > 1 else ""
-        )
-        where = f"; report: {report_uri}" if report_uri else ""
-        return (
-            f"data check of {self.dataset}: {count} anomal{'y' if count == 1 else 'ies'}, {first.code}: "
-            f"{first.reason}{more}{where}. Fix the source, or train anyway with data_check=warn"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format": REPORT_FORMAT,
-            "dataset": self.dataset,
-            "baseline": self.baseline,
-            "ok": self.ok,
-            "anomalies": [asdict(a) for a in self.anomalies],
-            "warnings": [asdict(w) for w in self.warnings],
-            "thresholds": asdict(self.thresholds),
-            "facts": self.facts,
-            "notes": self.notes,
-        }
-
-    def to_markdown(self) -> str:
-        from tpustream.dataset.check_report import render_markdown
-
-        return render_markdown(self)
-
-
 # --------------------------------------------------------------------------- the facts
 
 
@@ -214,35 +151,18 @@ class _SplitHashes:
         return len(self.first) + self.extra_copies
 
 
-def _class_images(manifest: Manifest) -> dict[str, int]:
-    """Source images per class over every split (train counts divided by the upsample factor)."""
-    upsample = max(1, manifest.upsample)
-    images = dict.fromkeys(manifest.classes, 0)
-    for split, info in manifest.splits.items():
-        for name, count in zip(manifest.classes, info.class_counts, strict=True):
-            images[name] += count // upsample if split == "train" else count
-    return images
-
-
-def _skipped_rate(manifest: Manifest) -> float:
-    images, skipped = sum(_class_images(manifest).values()), manifest.skipped
-    return skipped.count / (images + skipped.count) if images + skipped.count else 0.0
-
-
-def _shares(images: dict[str, int]) -> dict[str, float]:
-    total = sum(images.values())
-    return {name: count / total if total else 0.0 for name, count in images.items()}
-
-
-def _split_facts(manifest: Manifest, split: str) -> dict[str, Any]:
+def _split_facts(manifest: Manifest, split: str) -> SplitFacts:
     info = manifest.splits[split]
     stats = info.stats.to_json() if info.stats else {}  # datasets written before the statistics have none
-    return {
+    facts: SplitFacts = {
         "samples": info.num_samples,
         "class_counts": dict(zip(manifest.classes, info.class_counts, strict=True)),
         "formats": stats.get("formats", {}),
-        **{key: stats[key] for key in ("width", "height", "short_side") if key in stats},
     }
+    for key in SIZE_KEYS:
+        if key in stats:
+            facts[key] = stats[key]
+    return facts
 
 
 # --------------------------------------------------------------------------- the check
@@ -278,7 +198,7 @@ def check_dataset(
     splits = [split for split in ("train", "val", "test") if manifest.num_samples(split)]
     anomalies: list[Anomaly] = []
     notes: list[str] = []
-    facts: dict[str, Any] = {
+    facts: DataCheckFacts = {
         "manifest_digest": manifest_digest(dataset_uri),
         "source": manifest.source or None,
         "classes": len(classes),
@@ -295,7 +215,9 @@ def check_dataset(
                 {"splits": missing},
             )
         )
-    empty = [  # test is optional and its classes are reported unmeasured by evaluate, not refused here
+    empty: list[
+        EmptyClass
+    ] = [  # test is optional and its classes are reported unmeasured by evaluate, not refused here
         {"class": name, "split": split}
         for split in splits
         if split != "test"
@@ -332,7 +254,7 @@ def check_dataset(
         )
 
     skipped = manifest.skipped
-    rate = _skipped_rate(manifest)
+    rate = skipped_rate(manifest)
     facts["skipped"] = {
         "count": skipped.count,
         "sample_slots": skipped.sample_slots,
@@ -358,9 +280,7 @@ def check_dataset(
     baseline = None
     if baseline_uri:
         baseline = storage.check_uri(baseline_uri).rstrip("/")
-        anomalies += _baseline_checks(
-            manifest, load_manifest(baseline), rate, thresholds, facts, max_examples
-        )
+        anomalies += baseline_checks(manifest, load_manifest(baseline), rate, thresholds, facts, max_examples)
     facts["baseline_note"] = baseline_note
     anomalies.sort(key=lambda a: ANOMALY_CODES.index(a.code))  # the most serious first
     return DataCheckReport(
@@ -368,7 +288,7 @@ def check_dataset(
     )
 
 
-def _class_balance(manifest: Manifest, facts: dict[str, Any], class_weights: str | None) -> str:
+def _class_balance(manifest: Manifest, facts: DataCheckFacts, class_weights: str | None) -> str:
     """The class-shares line: the train split's largest class per its smallest (source images), and what
     training does about it when past IMBALANCE_RATIO ("" when balanced enough, or fewer than 2 classes)."""
     if "train" not in facts["splits"]:
@@ -400,7 +320,7 @@ def _class_balance(manifest: Manifest, facts: dict[str, Any], class_weights: str
 
 
 def _tiny_classes(
-    manifest: Manifest, thresholds: DataCheckThresholds, facts: dict[str, Any], max_examples: int
+    manifest: Manifest, thresholds: DataCheckThresholds, facts: DataCheckFacts, max_examples: int
 ) -> list[Anomaly]:
     """The classes with some, but fewer than ``min_class_train_samples``, train images (upsampled copies not
     counted; a class with none is an ``empty-class`` anomaly): a warning, with or without a baseline."""
@@ -410,7 +330,7 @@ def _tiny_classes(
         return []
     upsample = max(1, manifest.upsample)
     counts = {name: count // upsample for name, count in facts["splits"]["train"]["class_counts"].items()}
-    tiny = sorted(
+    tiny: list[TinyClass] = sorted(
         ({"class": name, "train_images": count} for name, count in counts.items() if 0 < count < limit),
         key=lambda t: (t["train_images"], t["class"]),
     )
@@ -434,7 +354,7 @@ def _hash_checks(
     manifest: Manifest,
     splits: list[str],
     thresholds: DataCheckThresholds,
-    facts: dict[str, Any],
+    facts: DataCheckFacts,
     max_examples: int,
 ) -> list[Anomaly]:
     """Duplicates within each split and leakage between them, from the sample index's content hashes."""
@@ -446,16 +366,15 @@ def _hash_checks(
             found.add(entry.sha256, entry.source)
         fraction = found.extra_copies / found.distinct_images if found.distinct_images else 0.0
         groups = sorted(found.more, key=lambda h: (-len(found.more[h]), h))
-        examples = [
+        examples: list[DuplicateGroup] = [
             {"sha256": h, "sources": found.sources(h)[: max(2, max_examples)]} for h in groups[:max_examples]
         ]
-        facts["splits"][split].update(
-            images=found.distinct_images,
-            duplicate_groups=len(found.more),
-            duplicate_copies=found.extra_copies,
-            duplicate_fraction=fraction,
-            duplicate_examples=examples,
-        )
+        split_facts = facts["splits"][split]
+        split_facts["images"] = found.distinct_images
+        split_facts["duplicate_groups"] = len(found.more)
+        split_facts["duplicate_copies"] = found.extra_copies
+        split_facts["duplicate_fraction"] = fraction
+        split_facts["duplicate_examples"] = examples
         if fraction > thresholds.max_duplicate_fraction:
             first = examples[0]["sources"]
             shown_fraction, shown_limit = percents(fraction, thresholds.max_duplicate_fraction)
@@ -494,7 +413,7 @@ def _hash_checks(
         facts["test_leak_examples"] = test_leaks
         if len(test_leaked) > thresholds.max_leaked_images:
             leak = test_leaks[0]
-            other = "train" if leak.get("train") else "val"
+            other: SplitName = "train" if leak.get("train") else "val"
             anomalies.append(
                 Anomaly(
                     "test-leak",
@@ -515,124 +434,20 @@ def _shared(hashes: dict[str, _SplitHashes], first: str, second: str) -> list[st
 
 
 def _leak_examples(
-    hashes: dict[str, _SplitHashes], leaked: list[str], splits: tuple[str, ...], max_examples: int
-) -> list[dict[str, Any]]:
+    hashes: dict[str, _SplitHashes], leaked: list[str], splits: tuple[SplitName, ...], max_examples: int
+) -> list[LeakExample]:
     """Per leaked hash (at most ``max_examples``), its source files in each of ``splits`` that holds it."""
-    return [
-        {"sha256": h}
-        | {
-            split: hashes[split].sources(h)[:max_examples]
-            for split in splits
-            if split in hashes and h in hashes[split].first
-        }
-        for h in leaked[:max_examples]
-    ]
-
-
-def _baseline_checks(
-    manifest: Manifest,
-    baseline: Manifest,
-    rate: float,
-    thresholds: DataCheckThresholds,
-    facts: dict[str, Any],
-    max_examples: int,
-) -> list[Anomaly]:
-    """New and vanished classes, class shares that moved, a skipped rate that rose: vs the baseline."""
-    anomalies: list[Anomaly] = []
-    images, base_images = _class_images(manifest), _class_images(baseline)
-    new = [name for name in images if name not in base_images]
-    vanished = [name for name in base_images if name not in images]
-    shares, base_shares = _shares(images), _shares(base_images)
-    shifts: list[dict[str, Any]] = sorted(
-        (
-            {
-                "class": name,
-                "baseline": base_shares[name],
-                "share": shares[name],
-                "change": shares[name] - base_shares[name],
-            }
-            for name in images
-            if name in base_shares
-        ),
-        key=lambda s: (-abs(s["change"]), s["class"]),
-    )
-    base_rate = _skipped_rate(baseline)
-    facts["baseline"] = {
-        "classes": len(base_images),
-        "images": sum(base_images.values()),
-        "new_classes": new,
-        "vanished_classes": vanished,
-        "share_shifts": shifts,
-        "baseline_shares": base_shares,
-        "skipped_rate": base_rate,
-    }
-    for code, names, what in (
-        ("new-classes", new, "not in the baseline (a new class, or a typo'd folder or label?)"),
-        ("vanished-classes", vanished, "of the baseline are gone (an export or a folder missing?)"),
-    ):
-        if names:
-            listed = ", ".join(repr(n) for n in names[:max_examples]) + (
-                " ..." if len(names) > max_examples else ""
-            )
-            anomalies.append(Anomaly(code, f"{len(names)} class(es) {what}: {listed}", {"classes": names}))
-    moved = [s for s in shifts if abs(s["change"]) > thresholds.max_class_share_shift]
-    if moved:
-        limit = thresholds.max_class_share_shift
-        listed = ", ".join(
-            f"{s['class']!r} {s['baseline']:.1%} -> {s['share']:.1%} "
-            f"({'+' if s['change'] > 0 else '-'}{percents(abs(s['change']), limit, ' points')[0]})"
-            for s in moved[:max_examples]
-        )
-        anomalies.append(
-            Anomaly(
-                "class-share-shift",
-                f"{len(moved)} class(es) moved more than {limit * 100:g} points in "
-                f"share of the images vs the baseline: {listed}",
-                {"shifts": moved},
-            )
-        )
-    if rate - base_rate > thresholds.max_skipped_rate_increase:
-        rise, limit_shown = percents(rate - base_rate, thresholds.max_skipped_rate_increase, " points")
-        anomalies.append(
-            Anomaly(
-                "skipped-rate-increase",
-                f"the skipped rate rose {rise}, from {base_rate:.1%} (baseline) to {rate:.1%}, more than "
-                f"{limit_shown}: something upstream changed",
-                {"baseline": base_rate, "rate": rate},
-            )
-        )
-    return anomalies
+    examples: list[LeakExample] = []
+    for h in leaked[:max_examples]:
+        example: LeakExample = {"sha256": h}
+        for split in splits:
+            if split in hashes and h in hashes[split].first:
+                example[split] = hashes[split].sources(h)[:max_examples]
+        examples.append(example)
+    return examples
 
 
 # --------------------------------------------------------------------------- the pipeline's step
-
-
-def champion_baseline(registry: str) -> tuple[str | None, str]:
-    """The dataset the registry's champion was trained on (from its model.json), and how it was found; or
-    None and why there is none (no champion yet, its dataset gone or changed)."""
-    from tpustream.registry.store import read_champion, version_uri
-
-    champion = read_champion(registry)
-    if champion is None:
-        return None, "no champion yet: the first run has nothing to compare with"
-    card_uri = storage.join(version_uri(registry, champion["version"]), "model.json")
-    try:
-        trained_on = ModelCard.read(card_uri).dataset
-    except (storage.NotFound, ArtifactError) as exc:
-        return None, f"the champion's model card {card_uri} names no dataset ({type(exc).__name__})"
-    if trained_on is None or not trained_on.uri or not trained_on.manifest_digest:
-        return None, f"the champion's model card {card_uri} names no dataset and its digest"
-    dataset, digest = trained_on.uri, trained_on.manifest_digest
-    try:
-        found = manifest_digest(dataset)
-    except storage.StorageError:
-        return None, f"the champion's training data {dataset} is gone: nothing to compare with"
-    if found != digest:
-        return (
-            None,
-            f"the champion's training data {dataset} changed since it trained (manifest digest differs)",
-        )
-    return dataset, f"the training data of champion version {champion['version']}"
 
 
 def check_for_pipeline(

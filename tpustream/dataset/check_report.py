@@ -6,10 +6,16 @@ check and its report print a rate beside its limit."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from tpustream.dataset.check import DataCheckReport
+    from tpustream.dataset.check_result import (
+        DataCheckReport,
+        DuplicateGroup,
+        LeakExample,
+        SizeKey,
+        SplitFacts,
+    )
 
 __all__ = ["percents", "render_markdown"]
 
@@ -47,7 +53,7 @@ def _code(text: object) -> str:
     return f"`{_cell(text).replace('`', '')}`"
 
 
-def _sizes(facts: dict[str, Any], key: str) -> str:
+def _sizes(facts: SplitFacts, key: SizeKey) -> str:
     size = facts.get(key)
     return f"{size['min']} / {size['median']} / {size['max']}" if size else "-"
 
@@ -148,7 +154,12 @@ def render_markdown(report: DataCheckReport) -> str:
         lines.append("| source images | " + " | ".join(str(s["images"]) for s in per_split) + " |")
     formats = [", ".join(f"{ext} {n}" for ext, n in s["formats"].items()) or "-" for s in per_split]
     lines.append("| formats | " + " | ".join(formats) + " |")
-    for key, label in (("width", "width"), ("height", "height"), ("short_side", "shorter side")):
+    labels: tuple[tuple[SizeKey, str], ...] = (
+        ("width", "width"),
+        ("height", "height"),
+        ("short_side", "shorter side"),
+    )
+    for key, label in labels:
         lines.append(
             f"| {label} min / median / max | " + " | ".join(_sizes(s, key) for s in per_split) + " |"
         )
@@ -165,11 +176,12 @@ def _examples(report: DataCheckReport) -> list[str]:
     lines: list[str] = []
     for anomaly in report.anomalies:
         examples = anomaly.details.get("examples") or []
+        leaks = cast("list[LeakExample]", examples)  # what each code's details hold
         if anomaly.code == "train-val-leak":
             lines += [f"Images in both splits (at most {report.max_examples}):", ""]
             lines += [
                 f"- {e['sha256'][:12]}: train {', '.join(map(_code, e['train']))}; val {', '.join(map(_code, e['val']))}"
-                for e in examples
+                for e in leaks
             ]
             lines.append("")
         elif anomaly.code == "test-leak":
@@ -181,12 +193,13 @@ def _examples(report: DataCheckReport) -> list[str]:
                     for split in ("test", "train", "val")
                     if split in e
                 )
-                for e in examples
+                for e in leaks
             ]
             lines.append("")
         elif anomaly.code == "duplicate-images":
             lines += [f"Copies in {anomaly.details['split']} (at most {report.max_examples} groups):", ""]
-            lines += [f"- {e['sha256'][:12]}: {', '.join(map(_code, e['sources']))}" for e in examples]
+            groups = cast("list[DuplicateGroup]", examples)
+            lines += [f"- {e['sha256'][:12]}: {', '.join(map(_code, e['sources']))}" for e in groups]
             lines.append("")
     return lines
 

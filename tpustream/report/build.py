@@ -33,7 +33,7 @@ from tpustream.storage import io as storage
 from tpustream.train.evaluate import load_model_card
 
 if TYPE_CHECKING:
-    from tpustream.dataset.check import DataCheckReport
+    from tpustream.dataset.check_result import DataCheckReport
 
 __all__ = [
     "ReportError",
