@@ -267,7 +267,8 @@ def image_cases(rng: random.Random) -> list[tuple[str, ImageMutation]]:
 
 def _rewrite_shard(path: str, mutate: ImageMutation, every: int) -> None:
     """Rewrite a shard through the real writer with every ``every``-th sample's image mutated."""
-    from tpustream.dataset.tario import TarShardWriter, iter_tar_samples
+    from tpustream.dataset.tar_writer import TarShardWriter
+    from tpustream.dataset.tario import iter_tar_samples
 
     with open(path, "rb") as f:
         samples = list(iter_tar_samples(f))

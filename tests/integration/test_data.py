@@ -100,7 +100,8 @@ def make_uneven_id_dataset(output, sizes, classes=4):
     import json
 
     from tpustream.artifacts import Manifest
-    from tpustream.dataset.tario import TarShardWriter, iter_tar_samples
+    from tpustream.dataset.tar_writer import TarShardWriter
+    from tpustream.dataset.tario import iter_tar_samples
 
     count = 4 * len(sizes) * max(sizes) // 3 + 8
     manifest = make_id_dataset(output, count=count, num_shards=len(sizes), val_shards=2)

@@ -5,7 +5,8 @@ import tarfile
 
 import pytest
 
-from tpustream.dataset.tario import TarFormatError, TarShardWriter, iter_tar_samples
+from tpustream.dataset.tar_writer import TarShardWriter
+from tpustream.dataset.tario import TarFormatError, iter_tar_samples
 
 
 def _shard(samples):

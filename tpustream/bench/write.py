@@ -32,7 +32,7 @@ def _tar_bytes(directory: str) -> int:
 
 
 def _write_ours(samples: Sequence[tuple[str, str, bytes, bytes]], directory: str, per_shard: int) -> None:
-    from tpustream.dataset.tario import TarShardWriter
+    from tpustream.dataset.tar_writer import TarShardWriter
 
     for shard, start in enumerate(range(0, len(samples), per_shard)):
         with (

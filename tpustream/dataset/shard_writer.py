@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from tpustream.dataset.manifest import SampleIndexEntry, ShardError, index_path
 from tpustream.dataset.plan import ShardSpec
-from tpustream.dataset.tario import TarShardWriter
+from tpustream.dataset.tar_writer import TarShardWriter
 from tpustream.image.codec import (
     DEFAULT_MAX_PIXELS,
     CorruptImage,
