@@ -406,13 +406,13 @@ def test_a_large_jsonl_lists_quickly(tmp_path):
     ],
 )
 def test_images_in_an_import_file_on_gcs_resolve_within_its_bucket(image, expected):
-    from tpustream.sources.import_files import _BadRow, _resolve
+    from tpustream.sources.import_rows import BadRow, resolve
 
     if expected.startswith(("gs://", "/")):
-        assert _resolve(image, "gs://b/labels") == expected
+        assert resolve(image, "gs://b/labels") == expected
     else:
-        with pytest.raises(_BadRow, match=expected):
-            _resolve(image, "gs://b/labels")
+        with pytest.raises(BadRow, match=expected):
+            resolve(image, "gs://b/labels")
 
 
 # --------------------------------------------------------------------------- hostile import files
@@ -473,7 +473,7 @@ def test_hostile_csv_rows_are_counted_and_a_header_is_skipped(tmp_path, caplog):
         "image,label\n"  # 7: a header-like row past the first is a row (no such image: read as a path)
     )
     (tmp_path / "l.csv").write_text(text)
-    with caplog.at_level("INFO", logger="tpustream.sources.import_files"):
+    with caplog.at_level("INFO", logger="tpustream.sources"):
         source = import_files_source(str(tmp_path / "l.csv"))
     assert f"{tmp_path}/l.csv:1 is a header row" in caplog.text
     assert [(r.ref.rsplit(":", 1)[1], r.reason) for r in source.rejected] == [
