@@ -167,7 +167,7 @@ def _why_no_manifest(uri: str) -> str:
     """What ``uri`` holds instead of a dataset, and what to run: the hint of read_manifest's error."""
     import os
 
-    from tpustream.sources.files import IMAGE_EXTENSIONS
+    from tpustream.sources.image_folder import IMAGE_EXTENSIONS
 
     where = "" if storage.is_gcs(uri) or os.path.isabs(uri) else f", relative to {os.getcwd()}"
     try:

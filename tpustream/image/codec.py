@@ -68,7 +68,7 @@ def image_member(fields: Mapping[str, Any]) -> str | None:
     return None
 
 
-# Every format shard creation accepts (file_sources.IMAGE_EXTENSIONS: JPEG, PNG and PPM kept as they are, the
+# Every format shard creation accepts (sources.image_folder.IMAGE_EXTENSIONS: JPEG, PNG and PPM kept as they are, the
 # others re-encoded), by the name ``sniff_format`` gives it, with the one Pillow plugin allowed to read it: an
 # image sent to the model server or to ``tpustream predict`` is never handed to any other Pillow plugin.
 PIL_FORMATS = {

@@ -41,7 +41,7 @@ import numpy as np
 
 from tpustream.errors import TpustreamError
 from tpustream.image.codec import image_member
-from tpustream.sources.files import IMAGE_EXTENSIONS
+from tpustream.sources.image_folder import IMAGE_EXTENSIONS
 from tpustream.storage import io as storage
 
 if TYPE_CHECKING:

@@ -1,9 +1,13 @@
-"""The SOURCE forms: a registry ``{prefix: SourceForm}``, with an ImageFolder directory as the fallback.
+"""The SOURCE forms behind one dispatch (as timm's ``data/readers/reader_factory.py``): two tables, the forms
+written ``prefix[:ARGUMENT]`` (``SOURCE_FORMS``) and the forms recognised by their shape (``SHAPED_FORMS``:
+a Vertex AI dataset's resource name, import files, tar shards), with a directory as the fallback (ImageFolder,
+or a directory of shards: told apart when listed).
 
-``open_source`` parses a SOURCE string and lists its items. The registry's keys and usages are the one
-list of forms: they make the CLI's help text, the "unknown source" error and the data fingerprint's
-choice of what to list (``source_location``). Importing this module loads no image code: each form
-imports its module (``builtin_sources``, ``file_sources``) only when opened.
+``open_source`` parses a SOURCE string and lists its items. The tables are the one list of forms: they make the
+CLI's help text, the "unknown source" error, ``source_kind`` and the data fingerprint's choice of what to list
+(``source_location``). Each form is one module (``builtin``, ``cifar10``, ``image_folder``, ``import_files``,
+``vertex_dataset``, ``webdataset``), imported only when a SOURCE of that form is opened: importing this module
+loads no image code.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from tpustream.storage import io as storage
 __all__ = [
     "SourceForm",
     "SOURCE_FORMS",
+    "ShapedForm",
+    "SHAPED_FORMS",
     "open_source",
     "source_kind",
     "source_location",
@@ -76,7 +82,7 @@ def _synthetic_imagenet(argument: str) -> Source:
 
 
 def _cifar10(argument: str) -> Source:
-    from tpustream.sources.files import cifar10_source
+    from tpustream.sources.cifar10 import cifar10_source
 
     return cifar10_source(argument)
 
@@ -87,12 +93,6 @@ SOURCE_FORMS: dict[str, SourceForm] = {
     "synthetic-imagenet": SourceForm("synthetic-imagenet:N", _synthetic_imagenet),
     "cifar10": SourceForm("cifar10:PATH", _cifar10, reads_path=True),
 }
-
-
-def source_help() -> str:
-    """The SOURCE forms as the CLI's help lists them."""
-    usages = [*(form.usage for form in SOURCE_FORMS.values()), IMPORT_FILES_USAGE, MANAGED_DATASET_USAGE]
-    return " | ".join([*usages, SHARDS_USAGE, IMAGE_FOLDER_USAGE]) + "."
 
 
 def _is_import_files(spec: str) -> bool:
@@ -107,21 +107,60 @@ def _is_shard_files(spec: str) -> bool:
     return spec.lower().endswith((".tar", ".tar.gz", ".tgz"))
 
 
+def _managed_dataset(spec: str, staging: str | None, names_given: bool) -> Source:
+    from tpustream.sources.vertex_dataset import managed_dataset_source
+
+    return managed_dataset_source(spec, staging=staging)
+
+
+def _import_files(spec: str, staging: str | None, names_given: bool) -> Source:
+    from tpustream.sources.import_files import import_files_source
+
+    return import_files_source(spec)
+
+
+def _shard_files(spec: str, staging: str | None, names_given: bool) -> Source:
+    from tpustream.sources.webdataset import webdataset_source
+
+    return webdataset_source(spec, mixed_labels=names_given)
+
+
+@dataclass(frozen=True)
+class ShapedForm:
+    """A SOURCE form recognised by its shape rather than a prefix: whether a (stripped) SOURCE ``matches``
+    it, and how to ``open`` it (with the staging location and whether --class-names was given)."""
+
+    usage: str
+    matches: Callable[[str], bool]
+    open: Callable[[str, str | None, bool], Source]
+
+
+# In the order they are tried (and listed): a dataset's resource name is never read as files.
+SHAPED_FORMS: dict[str, ShapedForm] = {
+    "managed-dataset": ShapedForm(
+        MANAGED_DATASET_USAGE, lambda spec: MANAGED_DATASET.match(spec) is not None, _managed_dataset
+    ),
+    "import-files": ShapedForm(IMPORT_FILES_USAGE, _is_import_files, _import_files),
+    "shards": ShapedForm(SHARDS_USAGE, _is_shard_files, _shard_files),
+}
+
+
+def source_help() -> str:
+    """The SOURCE forms as the CLI's help lists them."""
+    usages = [form.usage for form in SOURCE_FORMS.values()] + [form.usage for form in SHAPED_FORMS.values()]
+    return " | ".join([*usages, IMAGE_FOLDER_USAGE]) + "."
+
+
 def source_kind(spec: str) -> str:
     """Which family a SOURCE belongs to, from its text alone (nothing is read): "builtin" (digits,
-    synthetic), a registered form's prefix ("cifar10"), "import-files", "managed-dataset", "shards" (tar
-    files named directly) or "directory" (ImageFolder, or a directory of shards: told apart when listed)."""
+    synthetic), a registered form's prefix ("cifar10"), a shaped form's name ("managed-dataset",
+    "import-files", "shards": tar files named directly) or "directory" (ImageFolder, or a directory of shards:
+    told apart when listed)."""
     spec = spec.strip()
     form, _ = _parse(spec)
     if form is not None:
         return next(name for name, f in SOURCE_FORMS.items() if f is form) if form.reads_path else "builtin"
-    if MANAGED_DATASET.match(spec):
-        return "managed-dataset"
-    if _is_import_files(spec):
-        return "import-files"
-    if _is_shard_files(spec):
-        return "shards"
-    return "directory"
+    return next((kind for kind, shaped in SHAPED_FORMS.items() if shaped.matches(spec)), "directory")
 
 
 def _parse(spec: str) -> tuple[SourceForm | None, str]:
@@ -156,18 +195,8 @@ def _open(spec: str, staging: str | None, *, names_given: bool) -> Source:
     if form is not None:
         return form.open(argument)
     kind = source_kind(argument)
-    if kind == "managed-dataset":
-        from tpustream.sources.vertex_dataset import managed_dataset_source
-
-        return managed_dataset_source(argument.strip(), staging=staging)
-    if kind == "import-files":
-        from tpustream.sources.import_files import import_files_source
-
-        return import_files_source(argument.strip())
-    if kind == "shards":
-        from tpustream.sources.webdataset import webdataset_source
-
-        return webdataset_source(argument.strip(), mixed_labels=names_given)
+    if kind in SHAPED_FORMS:
+        return SHAPED_FORMS[kind].open(argument.strip(), staging, names_given)
     try:
         path = storage.check_uri(argument)  # refuses pipe: and unsupported schemes; file:///x is /x
     except storage.StorageError as exc:
@@ -178,7 +207,7 @@ def _open(spec: str, staging: str | None, *, names_given: bool) -> Source:
 
         if is_shard_directory(path):
             return webdataset_source(path, mixed_labels=names_given)
-        from tpustream.sources.files import image_folder_source
+        from tpustream.sources.image_folder import image_folder_source
 
         return image_folder_source(path)
     if kind == "file":

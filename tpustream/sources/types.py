@@ -1,6 +1,6 @@
 """What every SOURCE form produces: labelled ``Item``s and a ``Source`` that loads one as image bytes.
 
-Kept apart from the forms themselves (``builtin_sources``, ``file_sources``) and from their registry
+Kept apart from the forms themselves (``builtin``, ``cifar10``, ``image_folder``, ...) and from their registry
 (``sources``) so that each of those imports this module and none imports another back.
 """
 
