@@ -18,7 +18,8 @@ from tpustream.cli.main import app
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import read_manifest
 from tpustream.dataset.plan import ShardConfig
-from tpustream.dataset.tario import TarFormatError, TarShardWriter, iter_tar_samples
+from tpustream.dataset.tar_writer import TarShardWriter
+from tpustream.dataset.tario import TarFormatError, iter_tar_samples
 from tpustream.image.codec import (
     DEFAULT_MAX_PIXELS,
     CorruptImage,
@@ -333,6 +334,6 @@ def test_loader_skips_an_image_above_its_pixel_budget(tmp_path):
 
 
 def test_cli_default_budget_is_the_codec_default():
-    from tpustream.cli import main as cli
+    from tpustream.cli import data as cli  # the shards commands (cli/main.py registers them)
 
     assert cli.DEFAULT_MAX_PIXELS == DEFAULT_MAX_PIXELS == 8192 * 8192

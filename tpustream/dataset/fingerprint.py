@@ -20,8 +20,9 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypedDict
 
 from tpustream.dataset.manifest import MANIFEST_NAME
 from tpustream.dataset.plan import MIN_TRAIN_SHARDS, ShardConfig
@@ -31,6 +32,7 @@ from tpustream.storage import io as storage
 
 __all__ = [
     "DataCheck",
+    "DataCheckMetadata",
     "FINGERPRINT_FORMAT",
     "source_objects",
     "fingerprint",
@@ -40,6 +42,18 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FINGERPRINT_FORMAT = "tpustream.dataset.fingerprint/v1"
+
+
+class DataCheckMetadata(TypedDict):
+    """``DataCheck`` as the pipeline's dataset artifact metadata (JSON: what the KFP UI shows)."""
+
+    fingerprint: str
+    num_objects: int
+    num_bytes: int
+    dataset: str
+    marker: str
+    train: bool
+    reason: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,8 +68,16 @@ class DataCheck:
     train: bool
     reason: str
 
-    def as_metadata(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_metadata(self) -> DataCheckMetadata:
+        return {
+            "fingerprint": self.fingerprint,
+            "num_objects": self.num_objects,
+            "num_bytes": self.num_bytes,
+            "dataset": self.dataset,
+            "marker": self.marker,
+            "train": self.train,
+            "reason": self.reason,
+        }
 
 
 def source_objects(spec: str) -> list[storage.ObjectInfo]:
@@ -103,12 +125,17 @@ def fingerprint(config: ShardConfig, objects: list[storage.ObjectInfo]) -> str:
     return digest.hexdigest()
 
 
-def _settings_digest(settings: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+def _settings_digest(settings: Mapping[str, object]) -> str:
+    return hashlib.sha256(json.dumps(dict(settings), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def check_source(
-    config: ShardConfig, *, datasets_root: str, registry: str, settings: dict[str, Any], retrain: bool = False
+    config: ShardConfig,
+    *,
+    datasets_root: str,
+    registry: str,
+    settings: Mapping[str, object],
+    retrain: bool = False,
 ) -> DataCheck:
     """Fingerprint ``config.source`` and decide whether this run has anything to train on.
 
@@ -116,7 +143,8 @@ def check_source(
         config: the shard parameters (``config.output`` is ignored: the dataset location is derived).
         datasets_root: where content-addressed datasets live (``<root>/<fingerprint[:16]>``).
         registry: the model registry; its ``trained/`` records which datasets were already trained on.
-        settings: the training settings that make a model (model, epochs, batch size, lr, ...).
+        settings: the training settings that make a model (model, epochs, batch size, lr, ...): any JSON
+            object, only hashed.
         retrain: train even when nothing changed.
     """
     started = time.perf_counter()

@@ -106,12 +106,14 @@ def _client(location: str) -> Any:
     from google.cloud import aiplatform_v1
 
     endpoint = os.environ.get(ENDPOINT_ENV) or f"{location}-aiplatform.googleapis.com"
-    kwargs: dict[str, Any] = {"transport": "rest", "client_options": {"api_endpoint": endpoint}}
+    credentials = None  # the default: found in the environment
     if endpoint.startswith("http://"):  # a loopback endpoint (tests): no credentials to find or send
         from google.auth.credentials import AnonymousCredentials
 
-        kwargs["credentials"] = AnonymousCredentials()
-    return aiplatform_v1.DatasetServiceClient(**kwargs)
+        credentials = AnonymousCredentials()
+    return aiplatform_v1.DatasetServiceClient(
+        transport="rest", client_options={"api_endpoint": endpoint}, credentials=credentials
+    )
 
 
 @contextlib.contextmanager

@@ -193,13 +193,13 @@ class GcsBackend:
 
     def write_bytes(self, uri: str, data: bytes, *, create_only: bool, content_type: str | None) -> None:
         blob = _blob(uri)
-        kwargs: dict[str, Any] = {"retry": _retry()}
-        if create_only:
-            kwargs["if_generation_match"] = 0
         try:
             with _gcs_errors(uri):
                 blob.upload_from_string(
-                    data, content_type=content_type or "application/octet-stream", **kwargs
+                    data,
+                    content_type=content_type or "application/octet-stream",
+                    retry=_retry(),
+                    if_generation_match=0 if create_only else None,  # None: the default, any generation
                 )
         except PreconditionFailed as exc:
             if self._holds(uri, data):  # our own earlier attempt landed and only its answer was lost
