@@ -245,7 +245,7 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
     """The real google-cloud-aiplatform client against a recording REST endpoint on loopback
     (Vertex AI itself cannot be reached from here). Only promoted models are uploaded, from their
     immutable registry version, with the serving image (tests/integration/test_serving.py serves one)."""
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
     from tpustream.vertex import model_registry as vertex
     from tpustream.vertex.model_registry import VertexTarget
 
@@ -330,7 +330,7 @@ def test_a_failed_vertex_upload_keeps_the_registry_and_a_rerun_of_promote_repair
     """Promotion moves champion.json first; when the Model Registry upload then fails (here a 403, as
     without IAM), the step fails loudly, the registry keeps its champion, and promote run again uploads the
     champion Vertex lacks (found missing by its labels), once: a third run uploads nothing."""
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
     from tpustream.vertex.model_registry import VertexTarget
 
     image = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "e" * 64
@@ -514,7 +514,7 @@ def test_promote_reports_what_happened_when_write_answers_are_lost(digits, model
     """Every conditional write (version claim, champion compare-and-swap, event) is applied by the server
     and its answer cut on the way back, so the client retries it with its condition: the retry collides
     with its own success. Promotion must still say "promoted", exit cleanly, and log one event."""
-    from tests.gcs import FaultProxy
+    from tests.fakes.gcs import FaultProxy
 
     registry = f"{gcs_bucket}/lossy"
     weak = _evaluate(models, "weak", digits, tmp_path, registry)

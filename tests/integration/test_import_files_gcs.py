@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.gcs import make_bucket
+from tests.fakes.gcs import make_bucket
 from tests.unit.test_import_files import _jpeg, _row
 from tpustream.dataset import fingerprint
 from tpustream.dataset import write as shards

@@ -4,7 +4,7 @@ as Vertex AI would start it, and `tpustream predict`.
 Real parts: aiplatform's own model server (`python -m google.cloud.aiplatform.prediction.model_server`,
 FastAPI + uvicorn) in a subprocess, real HTTP, a model trained here, the registry on the GCS-API test
 server (fake-gcs-server), the real aiplatform client. Stood in for, because they cannot be reached from
-here: Vertex AI's REST API (tests/vertex_fake.py records and proto-validates the requests) and Vertex's
+here: Vertex AI's REST API (tests/fakes/vertex/ records and proto-validates the requests) and Vertex's
 container launcher (this test sets the AIP_* variables from the recorded upload the way Vertex documents
 it; the artifact is read straight from the gs:// registry version instead of Vertex's copy of it).
 """
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tests.gcs import make_bucket
+from tests.fakes.gcs import make_bucket
 from tests.integration.test_evaluate_promote import DIGITS, make_model
 from tpustream.cli.main import app
 from tpustream.dataset import write as shards
@@ -92,7 +92,7 @@ def _start_server(env: dict[str, str], port: int, log_path) -> subprocess.Popen:
 def world(gcs_server, tmp_path_factory):
     """A model trained here, evaluated and promoted into a gs:// registry with `--vertex-model` (the
     recording Vertex endpoint), and the model server started from the recorded upload."""
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
 
     tmp = tmp_path_factory.mktemp("serving")
     with pytest.MonkeyPatch.context() as mp:
