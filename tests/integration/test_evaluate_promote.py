@@ -13,6 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.common.models import DIGITS, make_model
 from tpustream.cli.main import app
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import read_manifest
@@ -20,7 +21,6 @@ from tpustream.dataset.plan import ShardConfig
 from tpustream.dataset.tario import iter_tar_samples
 from tpustream.image.codec import decode_ppm
 from tpustream.image.transforms import Augment, decode_image, normalize
-from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 from tpustream.models import build_model
 from tpustream.registry.policy import RegistryError
 from tpustream.release import promote
@@ -36,45 +36,6 @@ def digits(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("data") / "digits")
     shards.create_shards(ShardConfig(source="digits", output=out, num_shards=4), progress=False)
     return out
-
-
-DIGITS = [str(d) for d in range(10)]
-
-
-def make_model(root, data, *, seed, steps, classes=DIGITS):
-    """A tiny model artifact: `steps` eager-CPU SGD steps on the train split (0 = random init)."""
-    torch.manual_seed(seed)
-    model = build_model("tiny", num_classes=len(classes), input_size=16)
-    if steps:
-        loader = ShardLoader(
-            LoaderConfig(data=data, batch_size=64, input_size=16, workers=0, num_replicas=1, replica_index=0)
-        )
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        done = 0
-        for epoch in range(100):
-            for batch in loader.epoch(epoch):
-                loss = torch.nn.functional.cross_entropy(model(normalize(batch["image"])), batch["label"])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                done += 1
-                if done == steps:
-                    break
-            if done == steps:
-                break
-    model.eval()
-    root = str(root)
-    with open(f"{root}.pt", "wb") as f:
-        torch.save(model.state_dict(), f)
-    storage.upload_file(f"{root}.pt", storage.join(root, "model.pt"))
-    card = {
-        "format": "tpustream.model/v1",
-        "arch": "tiny",
-        "classes": list(classes),
-        "input_size": 16,
-    }
-    storage.write_bytes(storage.join(root, "model.json"), json.dumps(card).encode())
-    return root
 
 
 @pytest.fixture(scope="module")

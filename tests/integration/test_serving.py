@@ -16,10 +16,6 @@ import io
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
 import types
 import urllib.error
 import urllib.request
@@ -28,8 +24,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.common.models import DIGITS, make_model
+from tests.common.serving import free_port as _free_port
+from tests.common.serving import start_server as _start_server
 from tests.fakes.gcs import make_bucket
-from tests.integration.test_evaluate_promote import DIGITS, make_model
 from tpustream.cli.main import app
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import read_manifest
@@ -60,32 +58,6 @@ def _jpeg_folder(root) -> str:
         folder.mkdir(parents=True, exist_ok=True)
         Image.fromarray(pixels).convert("RGB").save(folder / f"{counts[int(label)]:02d}.jpg", quality=90)
     return str(root)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(env: dict[str, str], port: int, log_path) -> subprocess.Popen:
-    log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(
-        [sys.executable, "-m", "google.cloud.aiplatform.prediction.model_server"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"model server exited {process.returncode}:\n{log_path.read_text()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{env['AIP_HEALTH_ROUTE']}", timeout=2) as r:
-                if r.status == 200:
-                    return process
-        except OSError:
-            time.sleep(0.3)
-    process.kill()
-    raise AssertionError(f"model server not healthy in 90 s:\n{log_path.read_text()}")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.integration.test_train import ENV, _cmd, _run, signal_mid_epoch
+from tests.common.train import ENV, signal_mid_epoch
+from tests.common.train import run_train as _run
+from tests.common.train import train_command as _cmd
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 from tpustream.storage import io as storage

@@ -18,9 +18,10 @@ import types
 import numpy as np
 import pytest
 
+from tests.common.models import make_model
+from tests.common.serving import free_port as _free_port
+from tests.common.serving import start_server as _start_server
 from tests.fakes.gcs import make_bucket
-from tests.integration.test_evaluate_promote import make_model
-from tests.integration.test_serving import _free_port, _start_server
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 from tpustream.release import promote
