@@ -21,7 +21,10 @@ ioformat) and a schema.yaml under ``<outputUriPrefix>export-data-<display name>-
 written into the GCS stand-in (STORAGE_EMULATOR_HOST); the sub-folder's name is ours (Vertex names it
 after the annotations' schema title), so code under test must not depend on it.
 A batch prediction job on a JSONL input is run against ``batch_server`` (a model server's base URL) as the
-v1 BatchPredictionJob docs describe it (``_run_batch_prediction``), its output written into the GCS stand-in.
+v1 BatchPredictionJob docs describe it (batch.py), its output written into the GCS stand-in.
+This module holds the server, the request log, validation and routing, the Model Registry and model
+evaluations; each family of calls is a mixin of its own module (runs, endpoints, batch, datasets), and
+what Vertex accepts is in rules.py.
 Used because Vertex AI cannot be reached from here.
 """
 
