@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.gcs import FaultProxy, GcsServer, make_bucket
+from tests.fakes.gcs import FaultProxy, GcsServer, make_bucket
 
 _bucket_ids = itertools.count()
 

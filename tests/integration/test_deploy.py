@@ -1,6 +1,6 @@
 """Canary deployment and rollback (tpustream/release/deploy.py) through the real google-cloud-aiplatform client.
 
-Vertex AI cannot be reached from here: tests/vertex_fake.py stands in for its REST API on loopback, parses
+Vertex AI cannot be reached from here: tests/fakes/vertex/ stands in for its REST API on loopback, parses
 every request body as the v1 protos (DeployModelRequest, UndeployModelRequest, Endpoint) and refuses what
 Vertex documents it refuses (a split that does not sum to 100, undeploying a model that has traffic). The
 Model Registry versions are published with ``tpustream.vertex.model_registry.publish`` (no model files are read for that).
@@ -26,7 +26,7 @@ PARENT = f"projects/proj/locations/{REGION}"
 
 @pytest.fixture
 def recorder(monkeypatch):
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
 
     fake = VertexRecorder()
     monkeypatch.setenv("TPUSTREAM_VERTEX_ENDPOINT", fake.url)

@@ -1,4 +1,4 @@
-"""Fuzz the loader with mutated real shards and images (tests/fuzz_loader.py), seeded and time-bounded.
+"""Fuzz the loader with mutated real shards and images (tests/common/fuzz_loader.py), seeded and time-bounded.
 
 The cases run in a child process with a per-case watchdog, so a hang fails the test naming its case
 instead of blocking the suite. Cases that once failed are kept, as explicit bytes, in
@@ -23,7 +23,7 @@ TOTAL_TIMEOUT_S = 240
 def test_mutated_shards_and_images_never_hang_crash_or_misreport(tmp_path, seed):
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "tests.fuzz_loader", str(seed), "1000", str(tmp_path)],
+            [sys.executable, "-m", "tests.common.fuzz_loader", str(seed), "1000", str(tmp_path)],
             cwd=ROOT, capture_output=True, text=True, timeout=TOTAL_TIMEOUT_S,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:

@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from tests.gcs import make_bucket
-from tests.unit.test_import_files import _jpeg, _row
+from tests.common.sources import import_row as _row
+from tests.common.sources import noise_jpeg as _jpeg
+from tests.fakes.gcs import make_bucket
 from tpustream.dataset import fingerprint
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import read_manifest, verify_shards

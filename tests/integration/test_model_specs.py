@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.integration.test_train import ENV, _run
+from tests.common.train import ENV
+from tests.common.train import run_train as _run
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.webhook_receiver import WebhookReceiver
+from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream import components
 from tpustream.pipelines.submit import compile_pipeline, schedule_pipeline, submit_pipeline
 from tpustream.pipelines.tpu import TPU_TYPES
@@ -39,7 +39,7 @@ def _all_tasks(spec):
 
 def _join_step_inputs(job, resource_name):
     """The join-experiment task's inputs in the run ``job`` (a PipelineJob body), resolved as Vertex does:
-    pipeline parameters and the placeholders GCPC and kfp document (tests/vertex_emulation.py)."""
+    pipeline parameters and the placeholders GCPC and kfp document (tests/fakes/vertex/emulation.py)."""
     tasks = _all_tasks(job["pipelineSpec"])
     task = tasks["join-experiment"]
     # only a run with an experiment gets the step ("" joins nothing)
@@ -143,7 +143,7 @@ def test_the_validate_step_runs_in_the_serving_image(tmp_path):
 def test_tpu_job_is_one_pool_per_slice_as_the_pipeline_identity(tmp_path, tpu):
     from google.cloud import aiplatform_v1
 
-    from tests.vertex_fake import tpu_job_hosts
+    from tests.fakes.vertex import tpu_job_hosts
 
     spec, text = _compiled(tmp_path, tpu)
     expected = TPU_TYPES[tpu]
@@ -157,7 +157,7 @@ def test_tpu_job_is_one_pool_per_slice_as_the_pipeline_identity(tmp_path, tpu):
         "kfp.dsl.executor_main",
     ]  # Python gets SIGTERM
     # What Vertex will receive parses as a CustomJob and passes its TPU rules, on as many hosts as the table says.
-    from tests.vertex_emulation import _protojson
+    from tests.fakes.vertex.emulation import protojson as _protojson
 
     body = {"display_name": "t", "job_spec": {"worker_pool_specs": [_protojson(pool)]}}
     job = aiplatform_v1.CustomJob(body)
@@ -171,7 +171,7 @@ def test_tpu_job_is_one_pool_per_slice_as_the_pipeline_identity(tmp_path, tpu):
 
 def _resources(spec, task):
     """The compiled ``container.resources`` of ``task``'s executor (None: none set)."""
-    from tests.vertex_emulation import find_task
+    from tests.fakes.vertex.emulation import find_task
 
     component = spec["components"][find_task(spec, task)["componentRef"]["name"]]
     return spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"].get("resources")
@@ -278,7 +278,7 @@ def test_submit_and_schedule_through_aiplatform(tmp_path, gcs_bucket, monkeypatc
     from google.cloud import aiplatform, aiplatform_v1
     from google.cloud.aiplatform.utils import gcs_utils
 
-    from tests.vertex_fake import VertexRecorder, schedule_tick, validate_body
+    from tests.fakes.vertex import VertexRecorder, schedule_tick, validate_body
     from tpustream.vertex.experiments import join_experiment
 
     # Patched: PipelineJob.submit checks the pipeline-root bucket's owner through Cloud Resource
@@ -393,7 +393,7 @@ def test_a_run_that_cannot_join_its_experiment_is_named_with_why(tmp_path, gcs_b
     names the submitted run and the API's reason (one line on the CLI: ExperimentError)."""
     from google.cloud.aiplatform.utils import gcs_utils
 
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
     from tpustream.vertex.experiments import ExperimentError
 
     monkeypatch.setattr(  # as in the test above: Resource Manager cannot be reached from here
@@ -429,7 +429,7 @@ def test_the_recording_endpoint_rejects_what_vertex_would(tmp_path):
     TensorBoard instance of another region or without the service account Vertex needs for it."""
     import requests
 
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
 
     recorder = VertexRecorder()
     try:

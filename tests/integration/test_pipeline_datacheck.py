@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.webhook_receiver import WebhookReceiver
+from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream.cli.main import app
 from tpustream.release import promote
 

@@ -1,13 +1,13 @@
 """A run tells people how it ended (issue 35, item 5): the compiled DAG's exit handlers (Vertex's email op with
 the recipients only when asked; our webhook step always), submit/schedule's ``--notify``, and the webhook step
 through the real kfp.local on a tiny DAG, for a run that succeeds and one that fails. The receiver is
-tests/webhook_receiver.py on loopback, standing in for Slack or Google Chat."""
+tests/fakes/webhook_receiver.py on loopback, standing in for Slack or Google Chat."""
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tests.webhook_receiver import WebhookReceiver
+from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream.cli.main import app
 from tpustream.errors import ConfigError
 from tpustream.pipelines.submit import reads_parameter, with_notifications
@@ -132,10 +132,10 @@ def test_the_webhook_step_posts_the_outcome_of_a_run_that_succeeds_and_of_one_th
 def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_links_the_console(
     tmp_path, gcs_bucket
 ):
-    """The compiled notify-webhook task run as Vertex runs it (tests/vertex_emulation.py): its container
+    """The compiled notify-webhook task run as Vertex runs it (tests/fakes/vertex/emulation.py): its container
     command, its placeholders resolved by the backend, the final status Vertex hands an exit task, and the
     outcome that check data recorded under a gs:// pipeline root (the GCS test server)."""
-    from tests.vertex_emulation import run_container_task
+    from tests.fakes.vertex.emulation import run_container_task
     from tpustream.release.outcome import read_outcome, record_outcome
 
     path, _, _ = _compile(tmp_path)
@@ -166,12 +166,12 @@ def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_li
 def test_submit_and_schedule_carry_the_recipients_and_the_webhook_to_vertex(
     tmp_path, gcs_bucket, monkeypatch
 ):
-    """Through the real aiplatform client to the recording endpoint (tests/vertex_fake.py), which parses each
+    """Through the real aiplatform client to the recording endpoint (tests/fakes/vertex/), which parses each
     body as the aiplatform v1 proto: the run and a run the schedule makes carry both parameters, and the email
     exit handler is in the submitted spec."""
     from google.cloud.aiplatform.utils import gcs_utils
 
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
     from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
 
     # Patched: PipelineJob.submit checks the pipeline-root bucket's owner through Cloud Resource Manager, a

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tests.gcs import make_bucket
-from tests.integration.test_evaluate_promote import make_model
+from tests.common.models import make_model
+from tests.fakes.gcs import make_bucket
 from tpustream.cli.main import app
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig

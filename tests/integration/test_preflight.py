@@ -1,13 +1,13 @@
 """`tpustream pipeline preflight` and the checks submit/schedule run first: parameters against the compiled
 template, TPU region, IAM, buckets and TPU quota, through the real clients to loopback fakes (the GCS-API
-server; tests/google_fakes.py for IAM, Resource Manager and Cloud Quotas; tests/vertex_fake.py for Vertex)."""
+server; tests/fakes/google_apis.py for IAM, Resource Manager and Cloud Quotas; tests/fakes/vertex/ for Vertex)."""
 
 import time
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.google_fakes import GoogleApisFake, tpu_quota_info
+from tests.fakes.google_apis import GoogleApisFake, tpu_quota_info
 from tpustream.pipelines.preflight import (
     FAIL,
     OK,
@@ -179,7 +179,7 @@ def test_tensorboard_needs_a_regional_log_bucket_in_the_run_region(
     """ "Set up Vertex AI TensorBoard": the log bucket (under the pipeline root) must be regional and in the
     job's and the instance's region. fake-gcs-server reports every bucket as US-CENTRAL1: a proxy in front of
     it answers the bucket's metadata as a multi-region US bucket, as GCS would for one created so."""
-    from tests.gcs import FaultProxy, make_bucket
+    from tests.fakes.gcs import FaultProxy, make_bucket
 
     make_bucket(gcs_server.url, "tb-regional")
     make_bucket(gcs_server.url, "tb-multi")
@@ -294,7 +294,7 @@ def test_bucket_location_serves_region(location, region, data_locations, serves)
 def _vertex_recorder(monkeypatch):
     from google.cloud.aiplatform.utils import gcs_utils
 
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
 
     # Patched as in test_pipeline.py: PipelineJob.submit checks the bucket's owner through Cloud Resource
     # Manager's v1 API, which the aiplatform SDK calls at Google only.

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torchvision import models as tv
 
-from tests.integration.test_train import _run
+from tests.common.train import run_train as _run
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import load_manifest
 from tpustream.dataset.plan import ShardConfig

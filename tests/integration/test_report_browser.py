@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.unit.test_report import PLOT_IDS, sample_facts
+from tests.common.report import PLOT_IDS, sample_facts
 from tpustream.report.build import write_report
 
 pytestmark = pytest.mark.integration
@@ -196,7 +196,7 @@ def test_the_mistakes_gallery_and_the_threshold_curve_decode_in_chromium(tmp_pat
     import io
     from dataclasses import replace
 
-    from tests.unit.test_report import CLASSES
+    from tests.common.report import CLASSES
     from tpustream.report.mistakes import Mistake
 
     buffer = io.BytesIO()

@@ -4,7 +4,7 @@ as Vertex AI would start it, and `tpustream predict`.
 Real parts: aiplatform's own model server (`python -m google.cloud.aiplatform.prediction.model_server`,
 FastAPI + uvicorn) in a subprocess, real HTTP, a model trained here, the registry on the GCS-API test
 server (fake-gcs-server), the real aiplatform client. Stood in for, because they cannot be reached from
-here: Vertex AI's REST API (tests/vertex_fake.py records and proto-validates the requests) and Vertex's
+here: Vertex AI's REST API (tests/fakes/vertex/ records and proto-validates the requests) and Vertex's
 container launcher (this test sets the AIP_* variables from the recorded upload the way Vertex documents
 it; the artifact is read straight from the gs:// registry version instead of Vertex's copy of it).
 """
@@ -16,10 +16,6 @@ import io
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
 import types
 import urllib.error
 import urllib.request
@@ -28,8 +24,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tests.gcs import make_bucket
-from tests.integration.test_evaluate_promote import DIGITS, make_model
+from tests.common.models import DIGITS, make_model
+from tests.common.serving import free_port as _free_port
+from tests.common.serving import start_server as _start_server
+from tests.fakes.gcs import make_bucket
 from tpustream.cli.main import app
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import read_manifest
@@ -62,37 +60,11 @@ def _jpeg_folder(root) -> str:
     return str(root)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(env: dict[str, str], port: int, log_path) -> subprocess.Popen:
-    log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(
-        [sys.executable, "-m", "google.cloud.aiplatform.prediction.model_server"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"model server exited {process.returncode}:\n{log_path.read_text()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{env['AIP_HEALTH_ROUTE']}", timeout=2) as r:
-                if r.status == 200:
-                    return process
-        except OSError:
-            time.sleep(0.3)
-    process.kill()
-    raise AssertionError(f"model server not healthy in 90 s:\n{log_path.read_text()}")
-
-
 @pytest.fixture(scope="module")
 def world(gcs_server, tmp_path_factory):
     """A model trained here, evaluated and promoted into a gs:// registry with `--vertex-model` (the
     recording Vertex endpoint), and the model server started from the recorded upload."""
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
 
     tmp = tmp_path_factory.mktemp("serving")
     with pytest.MonkeyPatch.context() as mp:

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.integration.test_evaluate_promote import make_model
+from tests.common.models import make_model
 from tpustream.bench.serve import ModelServer, Watch, image_bytes, instances
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tests.unit.test_shards import _crashing
-from tests.unit.test_sources import make_image_folder
+from tests.common.shards import crashing_source as _crashing
+from tests.common.sources import make_image_folder
 from tpustream.dataset import finalize
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import ShardError, verify_shards
@@ -177,7 +177,8 @@ def test_resume_on_gcs_removes_partial_objects(gcs_bucket):
 
 
 def test_partial_cifar10_copy_on_gcs_is_an_error(gcs_bucket, tmp_path):
-    from tests.unit.test_sources import CIFAR_BATCHES, _write_cifar
+    from tests.common.sources import CIFAR_BATCHES
+    from tests.common.sources import write_cifar as _write_cifar
     from tpustream.sources.types import SourceError
 
     _write_cifar(tmp_path / "cifar", batches=CIFAR_BATCHES[:5])

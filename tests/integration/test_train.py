@@ -2,7 +2,6 @@
 process-global), SPMD over 4 virtual CPU devices unless said otherwise."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,9 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from tests.common.train import ENV, signal_mid_epoch
+from tests.common.train import run_train as _run
+from tests.common.train import train_command as _cmd
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import manifest_digest, read_manifest
 from tpustream.dataset.plan import ShardConfig
@@ -19,34 +21,12 @@ from tpustream.models import build_model
 
 pytestmark = pytest.mark.integration
 
-ENV = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4", "TF_CPP_MIN_LOG_LEVEL": "2"}
-FAST = ["--model", "tiny", "--batch-size", "16", "--workers", "2", "--lr", "0.2", "--log-steps", "5"]
-
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("data") / "digits")
     shards.create_shards(ShardConfig(source="digits", output=out, num_shards=8), progress=False)
     return out
-
-
-def _cmd(data, output, *args):
-    return [
-        sys.executable,
-        "-m",
-        "tpustream.cli",
-        "train",
-        "--data",
-        data,
-        "--output",
-        str(output),
-        *FAST,
-        *args,
-    ]
-
-
-def _run(data, output, *args, env=ENV, timeout=400):
-    return subprocess.run(_cmd(data, output, *args), env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _last_weights(output):
@@ -126,26 +106,6 @@ def test_kill_and_resume_equals_uninterrupted(digits, uninterrupted, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr
     assert _equal(_last_weights(output), _last_weights(uninterrupted))
-
-
-def signal_mid_epoch(data, output, signum, at="epoch 2 step 35"):
-    """A 3-epoch run sent ``signum`` once its log shows ``at``; returns (exit code, its whole stderr)."""
-    proc = subprocess.Popen(
-        _cmd(data, output, "--epochs", "3"),
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if at in line:
-            proc.send_signal(signum)
-            break
-    rest = proc.stderr.read()  # not communicate(): with a timeout it reads the pipe past the text buffer
-    proc.wait(timeout=300)
-    return proc.returncode, "".join(seen) + rest
 
 
 def test_sigterm_mid_epoch_writes_last_and_resumes(digits, uninterrupted, tmp_path):

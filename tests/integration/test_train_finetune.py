@@ -15,7 +15,8 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.integration.test_train import ENV, _run
+from tests.common.train import ENV
+from tests.common.train import run_train as _run
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import load_manifest
 from tpustream.dataset.plan import ShardConfig

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.integration.test_train import ENV, _cmd, _run, signal_mid_epoch
+from tests.common.train import ENV, signal_mid_epoch
+from tests.common.train import run_train as _run
+from tests.common.train import train_command as _cmd
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 from tpustream.storage import io as storage
@@ -160,7 +162,7 @@ def test_a_second_run_finds_every_program_in_a_gcs_compile_cache(digits, gcs_ser
 def test_only_process_0_of_a_slice_writes_the_cache_and_replicas_get_a_path_each(tmp_path):
     """Per torch_xla's "Compilation Caching" docs: SPMD hosts share one cache that process 0 writes; processes of
     torch_xla.launch each have their own. Checked in fresh processes (the cache is set before any computation)."""
-    from tests.vertex_emulation import emulated_slice_vars
+    from tests.fakes.vertex.emulation import emulated_slice_vars
 
     script = (
         "import os, sys\n"

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from tests.integration.test_evaluate_promote import make_model
+from tests.common.models import make_model
 from tpustream.cli.main import app
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig

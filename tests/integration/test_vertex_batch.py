@@ -3,7 +3,7 @@ client sends, and what the batch job then sends to the real model server, answer
 
 Real parts: a model trained here, evaluated and promoted into a gs:// registry (the GCS-API test server),
 the real aiplatform client, aiplatform's own model server started from the recorded upload as in
-tests/integration/test_serving.py. Stood in for: Vertex AI's REST API (tests/vertex_fake.py, which parses
+tests/integration/test_serving.py. Stood in for: Vertex AI's REST API (tests/fakes/vertex/, which parses
 the job as a v1 BatchPredictionJob) and its batch workers, which the fake emulates as the v1 docs describe
 them: each JSONL line an instance, the key field kept out of it, ``batchSize`` instances per request.
 """
@@ -18,9 +18,10 @@ import types
 import numpy as np
 import pytest
 
-from tests.gcs import make_bucket
-from tests.integration.test_evaluate_promote import make_model
-from tests.integration.test_serving import _free_port, _start_server
+from tests.common.models import make_model
+from tests.common.serving import free_port as _free_port
+from tests.common.serving import start_server as _start_server
+from tests.fakes.gcs import make_bucket
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 from tpustream.release import promote
@@ -39,7 +40,7 @@ PARENT = "projects/proj/locations/europe-west4"
 @pytest.fixture(scope="module")
 def served(gcs_server, tmp_path_factory):
     """A champion uploaded to the recording Vertex endpoint, and its model server running."""
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
 
     tmp = tmp_path_factory.mktemp("batch")
     with pytest.MonkeyPatch.context() as mp:

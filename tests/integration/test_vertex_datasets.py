@@ -1,5 +1,5 @@
 """A Vertex AI managed image dataset as a SOURCE: the real aiplatform v1 DatasetService client against the
-recording endpoint (tests/vertex_fake.py), which exports the dataset's items as JSONL into the GCS test
+recording endpoint (tests/fakes/vertex/), which exports the dataset's items as JSONL into the GCS test
 server; then the import files are read and sharded as any others. Mocked: nothing but Vertex AI itself."""
 
 import io
@@ -11,7 +11,7 @@ from google.cloud import aiplatform_v1
 from PIL import Image
 from typer.testing import CliRunner
 
-from tests.vertex_fake import TEXT_METADATA_SCHEMA, VertexRecorder
+from tests.fakes.vertex import TEXT_METADATA_SCHEMA, VertexRecorder
 from tpustream.cli.main import app
 from tpustream.dataset import fanout, fingerprint
 from tpustream.dataset import write as shards

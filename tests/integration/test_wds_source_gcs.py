@@ -3,7 +3,7 @@ ranged GET per image into a gs:// dataset; the directory and the pattern forms r
 
 import pytest
 
-from tests.unit.test_wds_source import write_stock_shards
+from tests.common.sources import write_stock_shards
 from tpustream.dataset import fingerprint
 from tpustream.dataset.manifest import verify_shards
 from tpustream.dataset.plan import ShardConfig
@@ -42,7 +42,7 @@ def test_shards_on_gcs_are_resharded_into_a_gcs_dataset(gcs_bucket, tmp_path):
 
 
 def test_gzip_shards_on_gcs_are_read_by_ranged_reads_through_their_index(gcs_bucket, tmp_path, monkeypatch):
-    from tests.unit.test_wds_source import gzip_shards
+    from tests.common.sources import gzip_shards
     from tpustream.sources import gzip_index
 
     monkeypatch.setattr(gzip_index, "CHECKPOINT_SPACING", 4096)

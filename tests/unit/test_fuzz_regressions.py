@@ -1,4 +1,4 @@
-"""Inputs that once hung or crashed the loader or the writer (issue 15, and cases tests/fuzz_loader.py found),
+"""Inputs that once hung or crashed the loader or the writer (issue 15, and cases tests/common/fuzz_loader.py found),
 kept as explicit bytes. Each runs under an alarm, so a regression to a hang fails instead of blocking."""
 
 import io

@@ -1,6 +1,5 @@
 """Vertex AI import files (JSONL, CSV) as a SOURCE, on local files: parsing, rejected rows, splits, loading."""
 
-import io
 import json
 import os
 import time
@@ -9,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
+from tests.common.sources import import_row as _row
+from tests.common.sources import noise_jpeg as _jpeg
 from tpustream.dataset import fingerprint
 from tpustream.dataset.plan import ShardConfig, plan_dataset
 from tpustream.image.codec import CorruptImage, UnreadableImage
@@ -18,13 +18,6 @@ from tpustream.sources.dispatch import open_source, source_kind
 from tpustream.sources.import_files import import_file_objects, import_files_source
 from tpustream.sources.types import SKIP_REASONS, Item, Source, SourceError
 from tpustream.storage import io as storage
-
-
-def _jpeg(seed: int, size: tuple[int, int] = (12, 10)) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="JPEG")
-    return out.getvalue()
 
 
 def _images(directory, count: int) -> list[str]:
@@ -37,15 +30,6 @@ def _images(directory, count: int) -> list[str]:
             f.write(_jpeg(i))
         paths.append(str(path))
     return paths
-
-
-def _row(image: str, label: str | None, ml_use: str | None = None) -> str:
-    row: dict = {"imageGcsUri": image}
-    if label is not None:
-        row["classificationAnnotation"] = {"displayName": label}
-    if ml_use is not None:
-        row["dataItemResourceLabels"] = {"aiplatform.googleapis.com/ml_use": ml_use}
-    return json.dumps(row)
 
 
 def _write(path, lines: list[str]) -> str:

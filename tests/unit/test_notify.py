@@ -1,12 +1,12 @@
 """Who hears how a run ended (tpustream/release/notify.py): recipients and webhook URLs checked up front, the JSON a
-webhook gets, and its POST to a receiver on loopback (tests/webhook_receiver.py stands in for Slack, Google
+webhook gets, and its POST to a receiver on loopback (tests/fakes/webhook_receiver.py stands in for Slack, Google
 Chat and the like): a receiver that is down or refuses never fails the run, and its secret is never logged."""
 
 import logging
 
 import pytest
 
-from tests.webhook_receiver import WebhookReceiver
+from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream.errors import ConfigError
 from tpustream.release.notify import (
     check_emails,

@@ -1,7 +1,7 @@
 """The slice-wide stop-step agreement (tpustream/train/preemption.py), hosts as threads over one local directory.
 
 The trainer's use of it, with real host processes under the Vertex emulation, is in
-tests/integration/test_vertex_emulation.py; this file pins the protocol: everyone stops at the largest
+tests/integration/test_pipeline_on_vertex.py; this file pins the protocol: everyone stops at the largest
 reported step, a missing host makes the others time out with a message naming it, and files of an
 earlier attempt never stop this one.
 """

@@ -151,7 +151,7 @@ def test_a_champion_with_a_non_finite_number_is_kept_not_beaten(value):
 
 def test_a_promoted_versions_vertex_evaluation_is_its_metrics_in_the_classification_schema():
     """What promote imports into the Vertex AI Model Registry (pure: the conversion of a metrics.json)."""
-    from tests.vertex_fake import classification_metrics_problem
+    from tests.fakes.vertex import classification_metrics_problem
     from tpustream.vertex.model_registry import EVALUATION_SCHEMA, classification_evaluation
 
     document = {

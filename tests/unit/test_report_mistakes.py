@@ -7,7 +7,7 @@ import re
 
 from PIL import Image
 
-from tests.unit.test_report import EVIL, sample_facts
+from tests.common.report import EVIL, sample_facts
 from tpustream.dataset.manifest import iter_sample_index, load_manifest
 from tpustream.dataset.plan import ShardConfig
 from tpustream.dataset.write import create_shards

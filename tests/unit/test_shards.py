@@ -4,19 +4,17 @@ from collections import Counter
 
 import pytest
 
-from tests.unit.test_sources import make_image_folder
+from tests.common.shards import Crash as _Crash
+from tests.common.shards import crashing_source as _crashing
+from tests.common.shards import shard_config as _config
+from tests.common.sources import make_image_folder
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import MANIFEST_FORMAT, ShardError, read_manifest, verify_shards
-from tpustream.dataset.plan import ShardConfig, plan_dataset
+from tpustream.dataset.plan import plan_dataset
 from tpustream.dataset.tario import iter_tar_samples
 from tpustream.sources.dispatch import open_source
 from tpustream.sources.types import Item, Source
 from tpustream.storage import io as storage
-
-
-def _config(output, **kw):
-    kw.setdefault("source", "digits")
-    return ShardConfig(output=str(output), **kw)
 
 
 def _samples(path):
@@ -103,22 +101,6 @@ def test_existing_dataset_refused_then_overwritten(tmp_path):
     assert len(manifest.splits["train"].shards) == 3
     assert sorted(os.listdir(out / "train")) == [f"train-{i:06d}.tar" for i in range(3)]  # stale shards gone
     assert verify_shards(str(out), progress=False)[1] == []
-
-
-class _Crash(RuntimeError):
-    pass
-
-
-def _crashing(source, after):
-    calls = {"n": 0}
-
-    def load(item, max_side):
-        calls["n"] += 1
-        if calls["n"] > after:
-            raise _Crash("power cut")
-        return source.loader(item, max_side)
-
-    return Source(source.spec, source.description, source.classes, source.items, load)
 
 
 def test_crash_leaves_no_manifest_and_rerun_resumes(tmp_path):

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from tests.unit.test_shards import _config, _crashing
-from tests.unit.test_sources import make_image_folder
+from tests.common.shards import crashing_source as _crashing
+from tests.common.shards import shard_config as _config
+from tests.common.sources import make_image_folder
 from tpustream.cli.options import field_docs
 from tpustream.dataset import finalize
 from tpustream.dataset import write as shards

@@ -7,6 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.common.sources import CIFAR_BATCHES, make_image_folder
+from tests.common.sources import solid_jpeg as _jpeg
+from tests.common.sources import write_cifar as _write_cifar
 from tpustream.image.codec import CorruptImage, decode_ppm, encode_ppm, prepare_image_bytes
 from tpustream.sources.dispatch import open_source
 from tpustream.sources.types import SourceError
@@ -63,38 +66,6 @@ def test_pipe_source_refused():
 
 
 # --------------------------------------------------------------------------- CIFAR-10
-
-
-CIFAR_BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-
-
-def _write_cifar(directory, per_batch=20, protocol=2, batches=CIFAR_BATCHES):
-    """Write batches in the official layout (dicts with bytes keys, protocol 2 like the originals)."""
-    rng = np.random.default_rng(1)
-    os.makedirs(directory, exist_ok=True)
-    for name in batches:
-        batch = {
-            b"batch_label": name.encode(),
-            b"labels": [int(x) for x in rng.integers(0, 10, per_batch)],
-            b"data": rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8),
-            b"filenames": [f"{name}_{i}.png".encode() for i in range(per_batch)],
-        }
-        with open(os.path.join(directory, name), "wb") as f:
-            pickle.dump(batch, f, protocol=protocol)
-    with open(os.path.join(directory, "batches.meta"), "wb") as f:
-        names = [
-            b"airplane",
-            b"automobile",
-            b"bird",
-            b"cat",
-            b"deer",
-            b"dog",
-            b"frog",
-            b"horse",
-            b"ship",
-            b"truck",
-        ]
-        pickle.dump({b"label_names": names, b"num_cases_per_batch": per_batch}, f, protocol=2)
 
 
 def test_cifar10_dir_and_targz(tmp_path):
@@ -180,20 +151,6 @@ def test_cifar10_path_that_is_a_batch_file_or_missing(tmp_path):
 
 
 # --------------------------------------------------------------------------- ImageFolder
-
-
-def _jpeg(color, size=(40, 30)):
-    out = io.BytesIO()
-    Image.new("RGB", size, color).save(out, format="JPEG")
-    return out.getvalue()
-
-
-def make_image_folder(root, per_class=4, classes=("cat", "dog")):
-    for c, name in enumerate(classes):
-        os.makedirs(root / name, exist_ok=True)
-        for i in range(per_class):
-            (root / name / f"{i}.jpg").write_bytes(_jpeg((c * 100, i * 40, 0)))
-    return root
 
 
 def test_image_folder_keeps_original_bytes(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from google.cloud.aiplatform_v1.types import ImportModelEvaluationRequest
 
-from tests.vertex_fake import classification_metrics_problem, validate_body
+from tests.fakes.vertex import classification_metrics_problem, validate_body
 from tpustream.metrics.classification import THRESHOLDS
 from tpustream.metrics.scores import SampleScore, metrics_from_scores, scores_top_k
 from tpustream.vertex.model_registry import CONFUSION_MAX_CLASSES, classification_evaluation

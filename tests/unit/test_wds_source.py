@@ -13,6 +13,9 @@ import webdataset as wds
 from PIL import Image
 from typer.testing import CliRunner
 
+from tests.common.sources import encoded_image as _encoded
+from tests.common.sources import gzip_shards, write_stock_shards
+from tests.common.sources import noise_pixels as _pixels
 from tpustream.cli.main import app
 from tpustream.dataset import fingerprint
 from tpustream.dataset.manifest import read_manifest, verify_shards
@@ -20,36 +23,6 @@ from tpustream.dataset.plan import ShardConfig
 from tpustream.dataset.write import create_shards
 from tpustream.sources.dispatch import open_source, source_kind
 from tpustream.sources.types import SourceError
-
-
-def _pixels(seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 255, (20, 24, 3), dtype=np.uint8)
-
-
-def _encoded(seed: int, fmt: str, **options: object) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(_pixels(seed)).save(out, format=fmt, **options)
-    return out.getvalue()
-
-
-def write_stock_shards(directory: str, *, per_split: int = 18, maxcount: int = 7) -> dict[str, int]:
-    """train-NNNN.tar / val-NNNN.tar by webdataset's own ShardWriter; returns {sample key: seed}. Class c of
-    sample i is i % 3; labels as .cls ints, .json {"label"} and .json {"cls"}; jpg, png and lossless webp."""
-    seeds = {}
-    for split_number, split in enumerate(("train", "val")):
-        with wds.ShardWriter(f"{directory}/{split}-%04d.tar", maxcount=maxcount, verbose=0) as writer:
-            for i in range(per_split):
-                seed = split_number * 1000 + i
-                key = f"{split}/s{i:05d}"
-                seeds[key] = seed
-                if i % 3 == 0:
-                    sample = {"jpg": _encoded(seed, "JPEG", quality=95), "cls": i % 3}
-                elif i % 3 == 1:
-                    sample = {"png": _encoded(seed, "PNG"), "json": {"label": i % 3}}
-                else:
-                    sample = {"webp": _encoded(seed, "WEBP", lossless=True), "json": {"cls": i % 3}}
-                writer.write({"__key__": key, **sample})
-    return seeds
 
 
 def test_stock_shardwriter_shards_are_resharded_with_their_splits_labels_and_pixels(tmp_path):
@@ -309,21 +282,6 @@ def test_class_names_name_any_source_and_bad_lists_are_config_errors(tmp_path):
 
 
 # --------------------------------------------------------------------------- gzip-compressed shards
-
-
-def gzip_shards(directory, *, suffix: str = ".tar.gz") -> None:
-    """Replace every .tar in ``directory`` by its gzip-compressed copy (train ones as two gzip members)."""
-    import gzip
-
-    for tar in sorted(directory.glob("*.tar")):
-        data = tar.read_bytes()
-        if tar.name.startswith("train"):  # several members, as pigz/bgzip write: one stream to a reader
-            half = len(data) // 2
-            compressed = gzip.compress(data[:half], mtime=0) + gzip.compress(data[half:], mtime=0)
-        else:
-            compressed = gzip.compress(data, mtime=0)
-        tar.with_name(tar.stem + suffix).write_bytes(compressed)
-        tar.unlink()
 
 
 @pytest.mark.parametrize("suffix", [".tar.gz", ".tgz"])

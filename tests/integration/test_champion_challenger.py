@@ -13,6 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.common.models import DIGITS, make_model
 from tpustream.cli.main import app
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import read_manifest
@@ -20,7 +21,6 @@ from tpustream.dataset.plan import ShardConfig
 from tpustream.dataset.tario import iter_tar_samples
 from tpustream.image.codec import decode_ppm
 from tpustream.image.transforms import Augment, decode_image, normalize
-from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 from tpustream.models import build_model
 from tpustream.registry.policy import RegistryError
 from tpustream.release import promote
@@ -36,45 +36,6 @@ def digits(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("data") / "digits")
     shards.create_shards(ShardConfig(source="digits", output=out, num_shards=4), progress=False)
     return out
-
-
-DIGITS = [str(d) for d in range(10)]
-
-
-def make_model(root, data, *, seed, steps, classes=DIGITS):
-    """A tiny model artifact: `steps` eager-CPU SGD steps on the train split (0 = random init)."""
-    torch.manual_seed(seed)
-    model = build_model("tiny", num_classes=len(classes), input_size=16)
-    if steps:
-        loader = ShardLoader(
-            LoaderConfig(data=data, batch_size=64, input_size=16, workers=0, num_replicas=1, replica_index=0)
-        )
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        done = 0
-        for epoch in range(100):
-            for batch in loader.epoch(epoch):
-                loss = torch.nn.functional.cross_entropy(model(normalize(batch["image"])), batch["label"])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                done += 1
-                if done == steps:
-                    break
-            if done == steps:
-                break
-    model.eval()
-    root = str(root)
-    with open(f"{root}.pt", "wb") as f:
-        torch.save(model.state_dict(), f)
-    storage.upload_file(f"{root}.pt", storage.join(root, "model.pt"))
-    card = {
-        "format": "tpustream.model/v1",
-        "arch": "tiny",
-        "classes": list(classes),
-        "input_size": 16,
-    }
-    storage.write_bytes(storage.join(root, "model.json"), json.dumps(card).encode())
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +206,7 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
     """The real google-cloud-aiplatform client against a recording REST endpoint on loopback
     (Vertex AI itself cannot be reached from here). Only promoted models are uploaded, from their
     immutable registry version, with the serving image (tests/integration/test_serving.py serves one)."""
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
     from tpustream.vertex import model_registry as vertex
     from tpustream.vertex.model_registry import VertexTarget
 
@@ -330,7 +291,7 @@ def test_a_failed_vertex_upload_keeps_the_registry_and_a_rerun_of_promote_repair
     """Promotion moves champion.json first; when the Model Registry upload then fails (here a 403, as
     without IAM), the step fails loudly, the registry keeps its champion, and promote run again uploads the
     champion Vertex lacks (found missing by its labels), once: a third run uploads nothing."""
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
     from tpustream.vertex.model_registry import VertexTarget
 
     image = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "e" * 64
@@ -514,7 +475,7 @@ def test_promote_reports_what_happened_when_write_answers_are_lost(digits, model
     """Every conditional write (version claim, champion compare-and-swap, event) is applied by the server
     and its answer cut on the way back, so the client retries it with its condition: the retry collides
     with its own success. Promotion must still say "promoted", exit cleanly, and log one event."""
-    from tests.gcs import FaultProxy
+    from tests.fakes.gcs import FaultProxy
 
     registry = f"{gcs_bucket}/lossy"
     weak = _evaluate(models, "weak", digits, tmp_path, registry)

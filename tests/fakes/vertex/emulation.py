@@ -9,7 +9,7 @@ For a task compiled as a GCPC CustomJob (our TPU train step) that is:
 2. build the task's executor input (input and output artifacts with URIs under the run's root, the
    output file) and substitute it into the launcher container's arguments, JSON-escaped where the
    compiled YAML says ``{{$.json_escape[1]}}`` (google_cloud_pipeline_components/v1/custom_job/utils.py);
-3. run GCPC's real launcher with those arguments (tests/gcpc_launcher_shim.py), with
+3. run GCPC's real launcher with those arguments (tests/fakes/vertex/gcpc_launcher_shim.py), with
    ``VERTEX_AI_PIPELINES_RUN_LABELS`` set as Vertex sets it for the launcher
    (container/v1/gcp_launcher/utils/gcp_labels_util.py), against the recording endpoint, which validates
    the CustomJob against the aiplatform v1 proto and Vertex's TPU rules;
@@ -47,9 +47,9 @@ from typing import Any
 
 import yaml
 
-from tests.vertex_fake import VertexRecorder
+from tests.fakes.vertex.recorder import VertexRecorder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 _PARAM = re.compile(r"\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}")
 _OUTPUT_PARAM_FILE = re.compile(r"\{\{\$\.outputs\.parameters\['([^']+)'\]\.output_file\}\}")
 
@@ -215,7 +215,7 @@ class VertexEmulator:
         self.current = run
         with open(run.launcher_log, "wb") as log:
             run.launcher = subprocess.Popen(
-                [sys.executable, "-u", "-m", "tests.gcpc_launcher_shim", container["command"][3], *args],
+                [sys.executable, "-u", "-m", "tests.fakes.vertex.gcpc_launcher_shim", container["command"][3], *args],
                 cwd=ROOT, env=env,
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
@@ -275,7 +275,7 @@ class VertexEmulator:
     def _resolve(arg: str, params: dict, executor_input: dict) -> str:
         def param(m: re.Match) -> str:
             value = params[m.group(1)]
-            return value if isinstance(value, str) else json.dumps(_protojson(value))
+            return value if isinstance(value, str) else json.dumps(protojson(value))
 
         def output_file(m: re.Match) -> str:
             return str(executor_input["outputs"]["parameters"][m.group(1)]["outputFile"])
@@ -401,16 +401,16 @@ def run_container_task(
     )
 
 
-def _protojson(value: Any) -> Any:
+def protojson(value: Any) -> Any:
     """Parameter values are protobuf Values (numbers are doubles: the YAML says ``replica_count: 1.0``);
     the backend serialises them as protojson does, integral doubles without a fraction (``1``), which
     the launcher's int64 fields accept. Python's json.dumps would write ``1.0`` and fail there."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _protojson(v) for k, v in value.items()}
+        return {k: protojson(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_protojson(v) for v in value]
+        return [protojson(v) for v in value]
     return value
 
 

@@ -1,6 +1,6 @@
 """The loader fuzzer: mutate real shards and images, and check each case end to end.
 
-Run by ``tests/integration/test_fuzz.py`` in a subprocess (``python -m tests.fuzz_loader SEED CASES DIR``) so
+Run by ``tests/integration/test_fuzz.py`` in a subprocess (``python -m tests.common.fuzz_loader SEED CASES DIR``) so
 that a hang is killed by a per-case watchdog (``faulthandler``, which fires even inside C code) and named:
 the driver prints ``START <n> <case>`` before each case and one JSON line after it.
 

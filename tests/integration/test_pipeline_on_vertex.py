@@ -1,7 +1,7 @@
-"""The compiled pipeline's TPU train task, run the way Vertex AI runs it (tests/vertex_emulation.py):
+"""The compiled pipeline's TPU train task, run the way Vertex AI runs it (tests/fakes/vertex/emulation.py):
 GCPC's real launcher posts the CustomJob to the recording endpoint (validated against the aiplatform v1
 proto and Vertex's TPU rules), and the job's one worker pool runs on every host of the slice, each host
-a process on XLA CPU. Mocked: nothing but what tests/vertex_emulation.py says cannot run here (the
+a process on XLA CPU. Mocked: nothing but what tests/fakes/vertex/emulation.py says cannot run here (the
 image is this venv; the hosts share one machine; the API host and polling interval in the launcher)."""
 
 import io
@@ -17,7 +17,7 @@ import torch
 from google.cloud import aiplatform_v1
 from google.protobuf import json_format
 
-from tests.vertex_emulation import (
+from tests.fakes.vertex.emulation import (
     VERTEX_DEFAULT_STEP_MACHINE,
     StepMachine,
     VertexEmulator,
@@ -184,7 +184,7 @@ def test_the_readme_v5e_16_example_trains_with_the_pipelines_own_shard_and_worke
 
 def test_submit_refuses_parameters_the_compiled_slice_cannot_train_on(tmp_path, gcs_bucket):
     """Before any credential, bucket or Vertex call: 2 train shards cannot feed v5e-16's 4 hosts."""
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
 
     template = str(tmp_path / "p.yaml")
     compile_pipeline(template, tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
@@ -396,7 +396,7 @@ def test_capacity_vertex_does_not_offer_for_the_tpu_is_refused_at_compile_and_by
     the same CustomJob, so these tests cannot drift from Vertex's rules again."""
     import requests
 
-    from tests.vertex_fake import VertexRecorder
+    from tests.fakes.vertex import VertexRecorder
     from tpustream.pipelines.tpu import worker_pool_spec
 
     template = tmp_path / "p.yaml"
@@ -422,7 +422,7 @@ def test_capacity_vertex_does_not_offer_for_the_tpu_is_refused_at_compile_and_by
 
 
 def test_the_evaluate_step_asks_vertex_for_its_own_machine_and_no_cpu_step_for_the_default(tmp_path):
-    """The compiled YAML read as Vertex reads a container task's limits (tests/vertex_emulation.py): evaluate
+    """The compiled YAML read as Vertex reads a container task's limits (tests/fakes/vertex/emulation.py): evaluate
     asks for the evaluation size, every other CPU step for the step size, and none is left to Vertex's
     default e2-standard-4; a compile-time override reaches the machine."""
     import yaml
