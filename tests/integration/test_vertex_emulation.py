@@ -30,7 +30,8 @@ from tests.vertex_emulation import (
 )
 from tpustream.dataset.plan import ShardConfig
 from tpustream.dataset.write import create_shards
-from tpustream.pipelines.submit import compile_pipeline, submit_pipeline
+from tpustream.pipelines.compile import compile_pipeline
+from tpustream.pipelines.submit import submit_pipeline
 from tpustream.pipelines.tpu import TPU_TYPES, Capacity
 from tpustream.storage import io as storage
 
@@ -427,7 +428,7 @@ def test_the_evaluate_step_asks_vertex_for_its_own_machine_and_no_cpu_step_for_t
     default e2-standard-4; a compile-time override reaches the machine."""
     import yaml
 
-    from tpustream.pipelines.training import CPU_STEPS, StepResources
+    from tpustream.pipelines.steps import CPU_STEPS, StepResources
 
     template = tmp_path / "p.yaml"
     compile_pipeline(str(template), tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
