@@ -67,6 +67,9 @@ def test_notify_compiles_in_vertex_email_with_its_recipients_and_the_webhook_exi
         "notify_emails": ["a@x.org", "b@x.org"]}  # fmt: skip
     with pytest.raises(ConfigError, match="--notify-webhook and --param notify_webhook=the URL disagree"):
         with_notifications(path, {"notify_webhook": "https://a.example/x"}, None, "https://b.example/y")
+    # a value that is no address list is a one-line error, not a TypeError from deep inside
+    with pytest.raises(ConfigError, match=r"--param notify_emails=5: give email addresses"):
+        with_notifications(path, {"notify_emails": 5}, None, None)
 
 
 def test_without_notify_there_is_no_email_step_and_notify_is_refused_for_that_template(tmp_path):

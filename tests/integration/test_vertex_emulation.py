@@ -32,7 +32,7 @@ from tpustream.dataset.plan import ShardConfig
 from tpustream.dataset.write import create_shards
 from tpustream.pipelines.compile import compile_pipeline
 from tpustream.pipelines.submit import submit_pipeline
-from tpustream.pipelines.tpu import TPU_TYPES, Capacity
+from tpustream.pipelines.tpu import TPU_TYPES, Capacity, capacity_kind
 from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
@@ -473,6 +473,12 @@ def test_the_emulation_reads_the_default_machine_and_refuses_what_vertex_does_no
 
 def test_capacity_options_are_checked_before_compiling():
     with pytest.raises(ValueError, match="--capacity"):
-        Capacity(kind="preemptible")
+        Capacity(kind="preemptible")  # a kind from outside the type checker's sight (a config, a test)
+    # the CLI's text becomes the Literal through one check, with the choices in its error
+    assert capacity_kind("spot") == "spot"
+    with pytest.raises(
+        ValueError, match="--capacity 'preemptible': choose one of on-demand, spot, flex-start"
+    ):
+        capacity_kind("preemptible")
     with pytest.raises(ValueError, match="--timeout"):
         Capacity(timeout="tomorrow")
