@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict, cast
 
 from tpustream.errors import ConfigError
 from tpustream.pipelines.tpu import TPU_TYPES
@@ -86,7 +86,15 @@ def load_template(template: str) -> CompiledTemplate | None:
     return CompiledTemplate(spec)
 
 
-def _parameters_from(definitions: dict[str, Any]) -> dict[str, Parameter]:
+class ParameterDefinition(TypedDict, total=False):
+    """``root.inputDefinitions.parameters.<name>`` of the IR, the fields read here."""
+
+    parameterType: str
+    defaultValue: JsonValue
+    isOptional: bool
+
+
+def _parameters_from(definitions: dict[str, ParameterDefinition]) -> dict[str, Parameter]:
     return {
         name: Parameter(
             name=name,
@@ -101,7 +109,9 @@ def _parameters_from(definitions: dict[str, Any]) -> dict[str, Parameter]:
 def template_parameters(template: CompiledTemplate) -> dict[str, Parameter]:
     """The pipeline's parameters as a compiled template declares them."""
     root = template.document.get("root", {})
-    return _parameters_from(root.get("inputDefinitions", {}).get("parameters", {}))
+    return _parameters_from(
+        cast(dict[str, ParameterDefinition], root.get("inputDefinitions", {}).get("parameters", {}))
+    )
 
 
 def pipeline_parameters() -> dict[str, Parameter]:
@@ -111,7 +121,7 @@ def pipeline_parameters() -> dict[str, Parameter]:
     from tpustream.pipelines.training import build_pipeline
 
     inputs = json_format.MessageToDict(build_pipeline(tpu=None).pipeline_spec.root.input_definitions)
-    return _parameters_from(inputs.get("parameters", {}))
+    return _parameters_from(cast(dict[str, ParameterDefinition], inputs.get("parameters", {})))
 
 
 def _find(node: Any, key: str) -> Any:
