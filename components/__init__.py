@@ -1,6 +1,6 @@
 """KFP components: one thin adapter per step (artifacts -> URIs -> one call into tpustream -> outputs).
 
-The functions here are plain; ``tpustream.pipelines.training.build_components`` wraps them with
+The functions here are plain; ``tpustream.pipelines.steps.build_components`` wraps them with
 ``dsl.component`` at compile time so the container images are chosen then.
 """
 

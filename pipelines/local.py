@@ -9,13 +9,14 @@ import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from tpustream.errors import TpustreamError
+from tpustream.pipelines.template import JsonValue
 from tpustream.pipelines.training import GATES, PIPELINE_NAME, build_pipeline
-from tpustream.release.outcome import read_outcome
+from tpustream.release.outcome import RunOutcome, read_outcome
 
-__all__ = ["PipelineFailed", "RunSummary", "Skipped", "condition_tasks", "run_local"]
+__all__ = ["LocalRun", "PipelineFailed", "RunSummary", "Skipped", "condition_tasks", "run_local"]
 
 
 class PipelineFailed(TpustreamError, RuntimeError):
@@ -37,6 +38,21 @@ _UPSTREAM_FAILED = re.compile(r"Skipping task ([\w-]+): upstream task\(s\) \[(.*
 _FINDING = re.compile(r"data check (anomaly|warning) ([\w-]+): (.*)")
 _TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*))?$")  # the line ending a traceback: `module.Error: why`
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalRun:
+    """Where a local run's things landed, and what it did.
+
+    ``data``: "train", or "skip" when the source had nothing new; ``outcome``: what its deciding steps
+    recorded (tpustream/release/outcome.py; None if no step got to record one); ``report``: its report page
+    (None when nothing was trained)."""
+
+    pipeline_root: str
+    registry: str
+    data: Literal["train", "skip"]
+    outcome: RunOutcome | None
+    report: str | None
 
 
 @dataclass(frozen=True)
@@ -215,16 +231,15 @@ def _root_logging() -> Iterator[None]:
 
 
 def run_local(
-    *, root: str, registry: str | None = None, log_path: str | None = None, **parameters: Any
-) -> dict[str, Any]:
+    *, root: str, registry: str | None = None, log_path: str | None = None, **parameters: JsonValue
+) -> LocalRun:
     """Run every step locally under ``root`` (pipeline root); returns where things landed.
 
     Training runs on XLA CPU with 4 virtual devices (SPMD), as on a 4-chip TPU host. With ``log_path``,
     the executors' full logs go to that file and only task outcomes, epochs and decisions are printed.
     The exit step notifies ``notify_webhook`` (a parameter) as on Vertex; ``notify_emails`` cannot be sent
     from here (Vertex's email component runs only on Vertex): it is logged and left out.
-    Returns ``data`` ("train" or "skip") and ``outcome`` (tpustream/release/outcome.py; None if no step got to
-    record one) among where things landed.
+    Returns where things landed and what the run did (``LocalRun``).
     """
     from kfp import local
 
@@ -268,13 +283,13 @@ def run_local(
     )
     # what the run did: its steps' outcome (a pipeline's output cannot leave its exit handler)
     outcome = read_outcome(os.path.join(pipeline_root, runs[-1], "run-outcome.json")) if runs else None
-    return {
-        "pipeline_root": pipeline_root,
-        "registry": registry,
-        "data": "skip" if outcome is not None and outcome.decision == "skipped" else "train",
-        "outcome": outcome,
-        "report": _report_of(pipeline_root, runs[-1], os.path.join(root, "reports")) if runs else None,
-    }
+    return LocalRun(
+        pipeline_root=pipeline_root,
+        registry=registry,
+        data="skip" if outcome is not None and outcome.decision == "skipped" else "train",
+        outcome=outcome,
+        report=_report_of(pipeline_root, runs[-1], os.path.join(root, "reports")) if runs else None,
+    )
 
 
 def _report_of(pipeline_root: str, run: str, reports: str) -> str | None:

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
 
 from tpustream.errors import ConfigError
 
 __all__ = [
+    "MachineSpec",
+    "ContainerSpec",
+    "DiskSpec",
+    "WorkerPoolSpec",
     "TpuSpec",
     "TPU_TYPES",
     "tpu_spec",
@@ -29,13 +33,48 @@ __all__ = [
     "tpu_table_text",
     "CAPACITY",
     "Capacity",
+    "CapacityKind",
+    "capacity_kind",
     "duration",
     "FRESH_JOB_LAUNCHER",
     "fresh_job_command",
     "PIPELINE_WORKERS",
     "min_train_shards",
-    "compiled_slice",
 ]
+
+
+class _Machine(TypedDict):
+    machine_type: str
+
+
+class MachineSpec(_Machine, total=False):
+    """A worker pool's ``machine_spec`` as the YAML carries it to Vertex (aiplatform v1 field names)."""
+
+    accelerator_type: str  # v2/v3
+    accelerator_count: int
+    tpu_topology: str  # v5e, v6e
+
+
+class ContainerSpec(TypedDict, total=False):
+    """A worker pool's ``container_spec``: GCPC builds it for the train component (image, command, args)."""
+
+    image_uri: str
+    command: list[str]
+    args: list[str]
+
+
+class DiskSpec(TypedDict):
+    boot_disk_type: str
+    boot_disk_size_gb: int
+
+
+class WorkerPoolSpec(TypedDict):
+    """One worker pool of the TPU CustomJob (aiplatform v1 ``WorkerPoolSpec``), the train task's input."""
+
+    machine_spec: MachineSpec
+    replica_count: int
+    container_spec: ContainerSpec
+    disk_spec: DiskSpec
 
 
 @dataclass(frozen=True)
@@ -58,11 +97,12 @@ class TpuSpec:
     def hosts(self) -> int:
         return self.chips // self.chips_per_host
 
-    def machine_spec(self) -> dict[str, Any]:
+    def machine_spec(self) -> MachineSpec:
         """The ``MachineSpec`` of the worker pool (aiplatform v1 field names)."""
-        spec: dict[str, Any] = {"machine_type": self.machine_type}
+        spec: MachineSpec = {"machine_type": self.machine_type}
         if self.accelerator_type:
-            spec.update(accelerator_type=self.accelerator_type, accelerator_count=self.accelerator_count)
+            spec["accelerator_type"] = self.accelerator_type
+            spec["accelerator_count"] = self.accelerator_count
         if self.topology:
             spec["tpu_topology"] = self.topology
         return spec
@@ -104,31 +144,6 @@ def tpu_spec(name: str) -> TpuSpec:
     return TPU_TYPES[name]
 
 
-def _find(node: Any, key: str) -> Any:
-    """The first value under ``key`` anywhere in a parsed YAML document, or None."""
-    if isinstance(node, dict):
-        if key in node:
-            return node[key]
-        node = list(node.values())
-    if isinstance(node, list):
-        for child in node:
-            found = _find(child, key)
-            if found is not None:
-                return found
-    return None
-
-
-def compiled_slice(spec: dict[str, Any]) -> tuple[str | None, int]:
-    """The TPU type a compiled pipeline trains on (None: the CPU image) and its number of hosts."""
-    pools = _find(spec, "worker_pool_specs")
-    default = pools.get("runtimeValue", {}).get("constant") if isinstance(pools, dict) else pools
-    machine = (default or [{}])[0].get("machine_spec", {}) if isinstance(default, list) else {}
-    for name, tpu in TPU_TYPES.items():
-        if tpu.machine_spec() == {k: v for k, v in machine.items() if k in tpu.machine_spec()} and machine:
-            return name, tpu.hosts
-    return None, 1
-
-
 # The pipeline's default loader workers per host (its `workers` parameter): the compiled shard floor gives each
 # of them a train shard of its own on every host of the slice.
 PIPELINE_WORKERS = 8
@@ -141,7 +156,7 @@ def min_train_shards(tpu: str | None) -> int:
     return (tpu_spec(tpu).hosts if tpu else 1) * PIPELINE_WORKERS
 
 
-def worker_pool_spec(spec: TpuSpec, container_spec: dict[str, Any]) -> dict[str, Any]:
+def worker_pool_spec(spec: TpuSpec, container_spec: ContainerSpec) -> WorkerPoolSpec:
     """The one worker pool of a TPU job: ``replica_count`` 1 whatever the number of hosts (a slice is one
     replica); Vertex runs ``container_spec`` on every host of it."""
     return {
@@ -170,7 +185,8 @@ def tpu_table_text() -> str:
 # - "Schedule training jobs based on resource availability" (Dynamic Workload Scheduler, FLEX_START;
 #   https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws), Requirements: GPUs (L4, A100, H100,
 #   H200, B200) only. tpustream trains on TPUs, so flex-start is refused whatever the type.
-CAPACITY = {"on-demand": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START"}
+CapacityKind = Literal["on-demand", "spot", "flex-start"]
+CAPACITY: dict[CapacityKind, str] = {"on-demand": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START"}
 SPOT_DOC = "https://cloud.google.com/vertex-ai/docs/training/use-spot-vms"
 FLEX_START_DOC = "https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -184,16 +200,23 @@ def duration(text: str, flag: str) -> str:
     raise ConfigError(f"{flag} {text!r}: give a duration such as 90m, 2h, 1d or 3600s")
 
 
+def capacity_kind(text: str) -> CapacityKind:
+    """``--capacity``'s value as a CapacityKind, or a ConfigError naming the choices."""
+    for kind in CAPACITY:
+        if text == kind:
+            return kind
+    raise ConfigError(f"--capacity {text!r}: choose one of {', '.join(CAPACITY)}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Capacity:
     """Which capacity the TPU job runs on, and how long it may run."""
 
-    kind: str = "on-demand"
+    kind: CapacityKind = "on-demand"
     timeout: str = "1d"  # a hung job stops costing TPU time after a day; raise it for long runs
 
     def __post_init__(self) -> None:
-        if self.kind not in CAPACITY:
-            raise ConfigError(f"--capacity {self.kind!r}: choose one of {', '.join(CAPACITY)}")
+        capacity_kind(self.kind)  # a kind from outside the type checker's sight (a config file, a test)
         duration(self.timeout, "--timeout")
 
     def check_tpu(self, tpu: str) -> None:

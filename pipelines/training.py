@@ -13,9 +13,8 @@ ID``; "" none) that the TPU CustomJob streams its event files to. A parameter, n
 that ``pipeline submit`` and ``pipeline schedule`` set it without recompiling (``pipeline compile
 --tensorboard`` only sets its default): GCPC's launcher drops an empty ``tensorboard`` from the CustomJob
 (``json_util.recursive_remove_empty`` in container/v1/gcp_launcher/job_remote_runner.py), so "" is no instance.
-The job always gets a base output directory under the run's pipeline root (``TRAIN_JOB_OUTPUT``), from which
-Vertex sets ``AIP_TENSORBOARD_LOG_DIR`` (``<base>/logs/``, aiplatform_v1 CustomJobSpec.base_output_directory);
-the trainer copies its event files there (tpustream/train/trainer.py), and with an instance Vertex uploads them.
+The job's log directory is under the run's pipeline root (``TRAIN_JOB_OUTPUT``, pipelines/steps.py), and with
+an instance Vertex uploads the event files the trainer copies there.
 
 Notifications: the whole DAG runs inside an exit handler whose exit task (``notify-webhook``, ours) POSTs the
 run's state and outcome to the ``notify_webhook`` parameter's URL ("" none: the step only logs it). The outcome
@@ -30,106 +29,36 @@ The email op runs only on Vertex (its executor raises elsewhere), so ``pipeline 
 Caching is off on every task: the first step reads a live source whose URI never changes, and the
 decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/dataset/fingerprint.py).
 
-Every CPU step carries explicit CPU and memory limits (``StepResources``), from which Vertex AI Pipelines
-picks the step's machine ("Specify the machine configuration for a pipeline step"; without them every step
-runs on e2-standard-4). They are compile-time constants, not pipeline parameters: kfp 2.17 would compile a
-parameter into ``resourceCpuLimit: '{{$.inputs.parameters[...]}}'`` alone, without the numeric ``cpuLimit``
-that Vertex documents, and Vertex resolving that placeholder is undocumented (kubeflow/pipelines#6681, kfp
-1.8 on Vertex: it did not; closed as stale). A constant is compiled into both fields.
+Each step's component, image and CPU and memory limits (``StepResources``) are pipelines/steps.py's; this
+module wires them into the DAG.
 """
 
 import contextlib
 import inspect
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from kfp import dsl
 
-from tpustream import components
 from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
-from tpustream.errors import ConfigError
-from tpustream.pipelines.tpu import (
-    PIPELINE_WORKERS,
-    TPU_TYPES,
-    Capacity,
-    fresh_job_command,
-    min_train_shards,
-    tpu_spec,
-    worker_pool_spec,
-)
+from tpustream.pipelines.steps import LOCAL_IMAGE, StepResources, build_components
+from tpustream.pipelines.tpu import PIPELINE_WORKERS, Capacity, min_train_shards
 from tpustream.train.config import TrainConfig
 from tpustream.train.pretrained import MODEL_DEFAULT
 
 __all__ = [
-    "TPU_TYPES",
-    "build_components",
     "build_pipeline",
-    "check_image",
-    "LOCAL_IMAGE",
-    "StepResources",
-    "CPU_STEPS",
-    "VERTEX_MAX_CPU",
-    "VERTEX_MAX_MEMORY_GB",
-    "TRAIN_JOB_OUTPUT",
     "Gate",
     "GATES",
     "OUTCOME_PATH",
     "PIPELINE_NAME",
 ]
 
-# The TPU CustomJob's baseOutputDirectory: one per run, under the run's pipeline root. Vertex resolves the
-# placeholders inside a longer constant (kfp's own example for PIPELINE_ROOT_PLACEHOLDER is
-# ``dsl.PIPELINE_ROOT_PLACEHOLDER + '/tmp'``, kfp/dsl/__init__.py; GCPC builds Vertex paths from
-# PIPELINE_JOB_ID_PLACEHOLDER the same way, v1/model/upload_model/component.py). A KFP retry of the train task
-# creates a new CustomJob with the same directory: its event files land beside the first attempt's.
-TRAIN_JOB_OUTPUT = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}/train-job"
 # Where the run's deciding steps record its outcome and the exit step reads it (tpustream/release/outcome.py):
 # PIPELINE_JOB_NAME is the run's name on Vertex and kfp.local's run directory under the root there.
 OUTCOME_PATH = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_NAME_PLACEHOLDER}/run-outcome.json"
 PIPELINE_NAME = "tpustream-training"
-LOCAL_IMAGE = "local"  # kfp.local's SubprocessRunner runs in this Python: no image is pulled
-_PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|\$", re.IGNORECASE)
-
-
-def check_image(image: str, flag: str) -> str:
-    """Refuse a missing or placeholder image reference (naming ``flag``); return it unchanged."""
-    if not image or "/" not in image or _PLACEHOLDER_IMAGE.search(image):
-        raise ConfigError(
-            f"{flag} {image!r} is not a pushed image: give the reference Cloud Build pushed, best by digest "
-            f"(REGION-docker.pkg.dev/PROJECT_ID/REPO/NAME@sha256:...); containers/cloudbuild.yaml builds, "
-            "pushes and compiles against the digests"
-        )
-    return image
-
-
-# What Vertex AI Pipelines accepts for a step ("Specify the machine configuration for a pipeline step"):
-# CPU "a number ... or a number followed by m" (1/1000), at most 96; memory "a number, or a number followed by
-# K, M or G", at most 624 GB. Vertex "automatically selects the closest match from the supported machine
-# types" for the limits given; without them a step runs on e2-standard-4 (4 vCPU, 16 GB).
-VERTEX_MAX_CPU = 96
-VERTEX_MAX_MEMORY_GB = 624
-_CPU = re.compile(r"^(\d+(\.\d+)?|\d+m)$")
-_MEMORY = re.compile(r"^(\d+)([KMG]?)$")
-_MEMORY_GB = {"": 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0}  # kfp's _memory_to_float: decimal units
-
-# The pipeline's CPU steps (the compiled YAML's task names): every one gets explicit limits. The train task
-# is not one of them: on Vertex it is GCPC's launcher, which only creates and polls the TPU CustomJob.
-CPU_STEPS = (
-    "check-source",
-    "plan-shards",
-    "write-shards",
-    "finalize-shards",
-    "check-data",
-    "resolve-weights",
-    "evaluate-model",
-    "validate-serving",
-    "promote-model",
-    "deploy-model",
-    "join-experiment",
-    "notify-webhook",
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,140 +86,6 @@ GATES = {
         Gate(name="experiment-requested", guards="experiment", when_false="no experiment given", opt_in=True),
     )
 }
-
-
-def cpu_count(cpu: str) -> float:
-    """CPUs of a limit string (``"16"``, ``"0.5"``, ``"500m"``)."""
-    return int(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
-
-
-def memory_gb(memory: str) -> float:
-    """GB (decimal, as kfp compiles ``memoryLimit``) of a limit string (``"64G"``, ``"512M"``)."""
-    number, unit = _MEMORY.match(memory).groups()  # type: ignore[union-attr]
-    return int(number) * _MEMORY_GB[unit]
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepResources:
-    """CPU and memory limits of the CPU steps, fixed at compile time (the module doc says why).
-
-    ``cpu``/``memory``: every CPU step but evaluate (check source, plan, write, finalize, check data,
-    promote), e2-standard-4's size by default: each shard writer is one process, and the fan-out
-    (``shards_per_task``) is what scales writing. ``eval_cpu``/``eval_memory``: evaluate, which runs the
-    model over the whole val split twice (candidate, champion) on torch CPU. tools/measure_eval.py measured
-    3 to 4 img/s per vCPU for resnet50 at 224 px, decoding included: 50,000 val images x 2 take about 1.75
-    to 2.4 h on e2-standard-4, so evaluate defaults to 16 vCPU / 64 GB (e2-standard-16's size, so that
-    Vertex's closest match is that type), about 26 to 35 min if it scales linearly (README, "Evaluation
-    and promotion"). Each default is a machine type's exact size.
-    """
-
-    cpu: str = "4"
-    memory: str = "16G"
-    eval_cpu: str = "16"
-    eval_memory: str = "64G"
-
-    def __post_init__(self) -> None:
-        for flag, cpu in (("--step-cpu", self.cpu), ("--eval-cpu", self.eval_cpu)):
-            if not _CPU.match(cpu) or not 0 < cpu_count(cpu) <= VERTEX_MAX_CPU:
-                raise ConfigError(
-                    f"{flag} {cpu!r}: give a number of CPUs (4, 0.5) or millicores (500m), more than 0 and "
-                    f"at most {VERTEX_MAX_CPU}, the most Vertex AI Pipelines gives a step"
-                )
-        for flag, memory in (("--step-memory", self.memory), ("--eval-memory", self.eval_memory)):
-            if not _MEMORY.match(memory) or not 0 < memory_gb(memory) <= VERTEX_MAX_MEMORY_GB:
-                raise ConfigError(
-                    f"{flag} {memory!r}: give a size such as 16G or 512M (K, M, G: the units Vertex AI "
-                    f"Pipelines documents), more than 0 and at most {VERTEX_MAX_MEMORY_GB}G, the most it gives "
-                    "a step"
-                )
-
-    def limits(self, step: str) -> tuple[str, str]:
-        """(cpu, memory) of the compiled step ``step`` (a CPU_STEPS name)."""
-        if step not in CPU_STEPS:
-            raise ConfigError(f"{step!r} is not a CPU step of the pipeline ({', '.join(CPU_STEPS)})")
-        return (self.eval_cpu, self.eval_memory) if step == "evaluate-model" else (self.cpu, self.memory)
-
-
-def _tpu_training_op(train_op: Any, tpu: str, capacity: Capacity) -> tuple[Any, list[dict[str, Any]]]:
-    """The train component as a Vertex CustomJob on ``tpu``, and the job's worker pool specs.
-
-    GCPC's ``create_custom_training_job_from_component`` carries the component's inputs, outputs and
-    container command over into ``CustomTrainingJobOp`` (v1/custom_job/utils.py), but its worker pools
-    cannot express a TPU slice: no ``tpu_topology``, and ``replica_count=N`` makes a second pool of N-1
-    replicas. So the pools are built here from the TPU table (one pool, one replica) and passed as the
-    task's ``worker_pool_specs`` input, with GCPC's own container spec for the component.
-    """
-    from google_cloud_pipeline_components import _placeholders
-    from google_cloud_pipeline_components.v1.custom_job import create_custom_training_job_from_component
-
-    spec = tpu_spec(tpu)
-    job_op = create_custom_training_job_from_component(
-        train_op,
-        display_name="tpustream-train",
-        machine_type=spec.machine_type,
-        replica_count=1,
-        **capacity.scheduling,  # strategy (on-demand or Spot: pipelines/tpu.py), timeout
-        restart_job_on_worker_restart=True,  # a VM of the slice restarted: restart all, resume from `last`
-        service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,  # the pipeline run's service account
-        network=_placeholders.NETWORK_PLACEHOLDER,  # and its VPC network, when it has one
-        labels={"tpustream-step": "train", "tpustream-tpu": tpu},  # the launcher adds the run's labels
-        base_output_directory=TRAIN_JOB_OUTPUT,  # -> AIP_TENSORBOARD_LOG_DIR (the module doc)
-    )
-    launcher = job_op.component_spec.implementation.container
-    if not launcher.command[-1].endswith("custom_job.launcher"):  # GCPC's, wrapped as it is
-        raise RuntimeError(
-            f"unexpected GCPC CustomJob launcher command {launcher.command}: re-check pipelines/tpu.py"
-        )
-    launcher.command = fresh_job_command()  # a retried task never re-polls its failed job (pipelines/tpu.py)
-    container = job_op.component_spec.inputs["worker_pool_specs"].default[0]["container_spec"]
-    return job_op, [worker_pool_spec(spec, container)]
-
-
-def build_components(
-    cpu_image: str, tpu_image: str, tpu: str | None, capacity: Capacity | None = None, serve_image: str = ""
-) -> dict[str, Any]:
-    """The step components with their images; the train step becomes a Vertex custom job when ``tpu``.
-    The validate step runs in ``serve_image`` (the serving container; default ``cpu_image``, which holds the
-    same tpustream and model server).
-
-    ``install_kfp_package=False``: the images carry the one pinned kfp (pyproject.toml), so no step
-    pip-installs anything at run time (kfp/dsl/component_decorator.py installs kfp by default).
-    """
-
-    def component(func: Any, image: str) -> Any:
-        return dsl.component(func, base_image=image, install_kfp_package=False)
-
-    ops = {
-        name: component(func, cpu_image)
-        for name, func in (
-            ("check", components.check_source),
-            ("plan", components.plan_shards),
-            ("write", components.write_shards),
-            ("finalize", components.finalize_shards),
-            ("check_data", components.check_data),
-            ("weights", components.resolve_weights),
-            ("evaluate", components.evaluate_model),
-            ("promote", components.promote_model),
-            ("deploy", components.deploy_model),
-            ("experiment", components.join_experiment),
-            ("notify", components.notify_webhook),
-        )
-    }
-    ops["validate"] = component(components.validate_serving, serve_image or cpu_image)
-    train_op = component(components.train_model, tpu_image if tpu else cpu_image)
-    if tpu:
-        # A containerized component (its code is in the image, found through kfp_config.ini): the command
-        # is `python3 -m kfp.dsl.executor_main`, so on the TPU VM Python itself is the container's main
-        # process and gets SIGTERM on preemption. A lightweight component's `sh -ec '...; python3 ...'`
-        # leaves the signal to sh (PID 1 ignores it): no checkpoint, and the job's work since the last
-        # one is lost.
-        train_op = dsl.component(
-            components.train_model, base_image=tpu_image, target_image=tpu_image, install_kfp_package=False
-        )
-        train_op, pools = _tpu_training_op(train_op, tpu, capacity or Capacity())
-        ops["train_pools"] = pools
-    ops["train"] = train_op
-    return ops
 
 
 def build_pipeline(
@@ -321,9 +116,9 @@ def build_pipeline(
         cpu, memory = sizes.limits(step)
         return task.set_cpu_limit(cpu).set_memory_limit(memory)
 
-    def train_extra(tensorboard: Any) -> dict[str, Any]:
+    def train_extra(tensorboard: Any) -> dict[str, object]:
         """The CustomJob's own inputs (GCPC): the slice's pools and the run's TensorBoard instance."""
-        return {"worker_pool_specs": ops["train_pools"], "tensorboard": tensorboard} if tpu else {}
+        return {"worker_pool_specs": ops.train_pools, "tensorboard": tensorboard} if tpu else {}
 
     promote_extra = {}
     if (
@@ -399,7 +194,7 @@ def build_pipeline(
     ) -> None:
         # Every step below runs inside the exit handler (an ExitStack: the DAG's body keeps its indentation).
         on_exit = contextlib.ExitStack()
-        notify = ops["notify"](webhook=notify_webhook, run_outcome=OUTCOME_PATH, pipeline=PIPELINE_NAME)
+        notify = ops.notify(webhook=notify_webhook, run_outcome=OUTCOME_PATH, pipeline=PIPELINE_NAME)
         sized(notify, "notify-webhook").set_display_name("notify webhook").set_caching_options(False)
         on_exit.enter_context(dsl.ExitHandler(notify, name="notify-on-exit"))
         shard_args = dict(
@@ -413,7 +208,7 @@ def build_pipeline(
             strict=strict,
             min_train_shards=min_train_shards(tpu),
         )
-        check = ops["check"](
+        check = ops.check(
             datasets_root=datasets_root,
             registry=registry,
             model_name=model_name,
@@ -427,19 +222,17 @@ def build_pipeline(
         ).set_display_name("check source for new data")
         sized(check, "check-source").set_caching_options(False)
         with dsl.If(check.outputs["Output"] == "train", name="new-data"):
-            plan = ops["plan"](
-                shards_per_task=shards_per_task, dataset=check.outputs["dataset"], **shard_args
-            )
+            plan = ops.plan(shards_per_task=shards_per_task, dataset=check.outputs["dataset"], **shard_args)
             sized(plan, "plan-shards").set_display_name("plan shards").set_caching_options(False)
             with dsl.ParallelFor(plan.outputs["Output"], name="shard-ranges") as shard_range:
-                write = ops["write"](shard_range=shard_range, dataset=check.outputs["dataset"], **shard_args)
+                write = ops.write(shard_range=shard_range, dataset=check.outputs["dataset"], **shard_args)
                 sized(write, "write-shards").set_display_name("write shards").set_retry(num_retries=2)
                 write.set_caching_options(False)
-            finalize = ops["finalize"](
+            finalize = ops.finalize(
                 planned=check.outputs["dataset"], written=dsl.Collected(write.output), **shard_args
             ).set_display_name("finalize manifest")
             sized(finalize, "finalize-shards").set_caching_options(False)
-            check_data = ops["check_data"](
+            check_data = ops.check_data(
                 dataset=finalize.outputs["dataset"],
                 registry=registry,
                 data_check=data_check,
@@ -454,11 +247,11 @@ def build_pipeline(
             ).set_display_name("check data")
             sized(check_data, "check-data").set_caching_options(False)
             # A named weight set is fetched here, once, on CPU: the TPU job's hosts read the cached copy.
-            weights = ops["weights"](
+            weights = ops.weights(
                 pretrained=pretrained, model_name=model_name, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER
             ).set_display_name("resolve pretrained weights")
             sized(weights, "resolve-weights").set_caching_options(False)
-            train = ops["train"](
+            train = ops.train(
                 dataset=finalize.outputs["dataset"],
                 model_name=model_name,
                 epochs=epochs,
@@ -482,7 +275,7 @@ def build_pipeline(
             train.after(check_data)  # no TPU time on data the check refused (data_check=fail)
             # A retried task resumes from `last` in its own output (resume=auto): it continues, not restarts.
             train.set_retry(num_retries=2, backoff_duration="60s").set_caching_options(False)
-            evaluate = ops["evaluate"](
+            evaluate = ops.evaluate(
                 model=train.outputs["model"],
                 dataset=finalize.outputs["dataset"],
                 registry=registry,
@@ -498,10 +291,10 @@ def build_pipeline(
             sized(evaluate, "evaluate-model").set_caching_options(False)
             with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
                 # In the serving container, as Vertex would start it: answers as evaluate's, 400 on bad input.
-                validate = ops["validate"](model=train.outputs["model"], dataset=finalize.outputs["dataset"])
+                validate = ops.validate(model=train.outputs["model"], dataset=finalize.outputs["dataset"])
                 sized(validate, "validate-serving").set_display_name("validate in serving container")
                 validate.set_caching_options(False)
-                promote = ops["promote"](
+                promote = ops.promote(
                     validation=validate.outputs["validation"],
                     model=train.outputs["model"],
                     evaluation=evaluate.outputs["evaluation"],
@@ -523,7 +316,7 @@ def build_pipeline(
                 sized(promote, "promote-model").set_caching_options(False)
                 promote.set_retry(num_retries=2, backoff_duration="60s")
                 with dsl.If(endpoint != "", name="deploy-requested"):
-                    deploy = ops["deploy"](
+                    deploy = ops.deploy(
                         vertex_model=promote.outputs["vertex_model"],
                         endpoint=endpoint,
                         traffic_percent=canary_percent,
@@ -539,7 +332,7 @@ def build_pipeline(
             # A scheduled run joins its experiment itself (a Schedule cannot carry one: components/experiment.py),
             # at its start (it waits for no other task); every run, skip runs too, as `pipeline submit
             # --experiment` adds every run it submits.
-            join = ops["experiment"](
+            join = ops.experiment(
                 experiment=experiment,
                 pipeline_job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER if promote_extra else "",
                 **promote_extra,

@@ -1,4 +1,4 @@
-"""A recording REST endpoint on loopback for the Google APIs ``pipelines/preflight.py`` calls besides GCS and
+"""A recording REST endpoint on loopback for the Google APIs ``pipelines/preflight/`` calls besides GCS and
 Vertex: IAM (service accounts' testIamPermissions and getIamPolicy), Cloud Resource Manager v3 (projects'
 testIamPermissions and getIamPolicy, through the real google-cloud-resource-manager REST client) and the Cloud
 Quotas API (quotaInfos of a service).

@@ -11,7 +11,8 @@ import yaml
 
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream import components
-from tpustream.pipelines.submit import compile_pipeline, schedule_pipeline, submit_pipeline
+from tpustream.pipelines.compile import compile_pipeline
+from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
 from tpustream.pipelines.tpu import TPU_TYPES
 from tpustream.release import promote
 
@@ -187,7 +188,7 @@ def _limits(cpu, memory_gb, cpu_text, memory_text):
 def test_every_cpu_step_compiles_explicit_cpu_and_memory_limits(tmp_path, tpu):
     """Issue "Evaluation sized for real data": no CPU step is left to Vertex's default machine, evaluate
     gets its own larger size, and the train task (GCPC's launcher of the TPU job) gets none."""
-    from tpustream.pipelines.training import CPU_STEPS
+    from tpustream.pipelines.steps import CPU_STEPS
 
     spec, _ = _compiled(tmp_path, tpu)
     tasks = _all_tasks(spec)
@@ -206,7 +207,7 @@ def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
     from typer.testing import CliRunner
 
     from tpustream.cli.main import app
-    from tpustream.pipelines.training import CPU_STEPS
+    from tpustream.pipelines.steps import CPU_STEPS
 
     path = tmp_path / "p.yaml"
     result = CliRunner().invoke(app, [
@@ -221,7 +222,7 @@ def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
     for task in set(CPU_STEPS) - {"evaluate-model"}:
         assert _resources(spec, task) == _limits(2.0, 8.0, "2", "8G"), task
     # Millicores and megabytes compile as kfp converts them (CPUs, decimal GB)
-    from tpustream.pipelines.training import StepResources
+    from tpustream.pipelines.steps import StepResources
 
     sizes = StepResources(cpu="500m", memory="512M", eval_cpu="8", eval_memory="30G")
     compile_pipeline(str(path), tpu=None, cpu_image=CPU_IMAGE, resources=sizes)
@@ -242,7 +243,7 @@ def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
     ],
 )
 def test_step_sizes_vertex_would_not_give_are_refused_before_compiling(tmp_path, sizes, flag):
-    from tpustream.pipelines.training import StepResources
+    from tpustream.pipelines.steps import StepResources
 
     with pytest.raises(ValueError, match=flag):
         compile_pipeline(
@@ -498,28 +499,28 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     root = str(tmp_path / "run")
     handlers_before = logging.getLogger().handlers[:]
     first = run_local(root=root, **settings)
-    registry = first["registry"]
-    assert first["data"] == "train"
-    assert (first["outcome"].decision, first["outcome"].reason) == ("promoted", "version 1")
+    registry = first.registry
+    assert first.data == "train"
+    assert (first.outcome.decision, first.outcome.reason) == ("promoted", "version 1")
     status = promote.champion_status(registry)
     assert status["ok"] and status["champion"]["version"] == 1
     assert status["champion"]["metrics"]["top1"] > 0.5
     assert {"model.pt", "model.json", "metrics.json"} <= set(os.listdir(promote.version_uri(registry, 1)))
     (dataset,) = os.listdir(os.path.join(registry, "datasets"))
     # Issue 26: the run report, promote's (the final decision), copied beside the run as a page
-    page = Path(first["report"]).read_text()
-    assert first["report"].endswith(".html") and "Promoted as version 1" in page
+    page = Path(first.report).read_text()
+    assert first.report.endswith(".html") and "Promoted as version 1" in page
     # curves, the candidate's confusion matrix (no champion to show beside it), per-class, the threshold curve
     # (from evaluate's per-sample scores), history; and the mistakes gallery's thumbnails
     assert page.count("data:image/svg+xml;base64,") == 5 and '<figure id="plot-thresholds">' in page
     assert '<section id="mistakes">' in page
     assert "No anomalies." in page  # the check-data step's report, in the page
-    summary = Path(first["report"]).parent.parent / "pipeline-root"
+    summary = Path(first.report).parent.parent / "pipeline-root"
     (summary,) = summary.glob("tpustream-training-*/promote-model/summary")
     assert "Promoted as version 1" in summary.read_text()
 
     def trained_models():
-        return sorted(p for p, _, files in os.walk(first["pipeline_root"]) if "model.json" in files)
+        return sorted(p for p, _, files in os.walk(first.pipeline_root) if "model.json" in files)
 
     assert len(trained_models()) == 1
     capsys.readouterr()
@@ -528,14 +529,14 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
         second = run_local(
             root=root, log_path=log_path, notify_webhook=hook.url, **settings
         )  # quiet, as `make demo`
-    assert second["data"] == "skip"  # no new data: no shards, no training, nothing promoted
+    assert second.data == "skip"  # no new data: no shards, no training, nothing promoted
     (told,) = hook.bodies  # the exit step ran, as on Vertex, and said what the run did
     assert (
         told["state"] == "SUCCEEDED"
         and told["decision"] == "skipped"
         and "no new data since" in told["reason"]
     )
-    assert second["report"] is None  # nothing trained: no report (the first run's stays as it was)
+    assert second.report is None  # nothing trained: no report (the first run's stays as it was)
     printed = capsys.readouterr().out
     assert "no new data since" in printed and "check-source: SUCCESS" in printed
     assert "  training skipped: no new data since the last run" in printed  # condition-1, by what it means
@@ -548,7 +549,7 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
 
     _digit_images(source, 900, 1300)  # new images land in the bucket
     third = run_local(root=root, **settings)
-    assert third["data"] == "train"
+    assert third.data == "train"
     datasets = sorted(os.listdir(os.path.join(registry, "datasets")))
     assert len(datasets) == 2 and dataset in datasets
     (new_dataset,) = set(datasets) - {dataset}
@@ -564,7 +565,7 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert new_card["init"]["kind"] == "champion" and new_card["init"]["weights"] == "all"
     assert new_card["init"]["resolved"] == os.path.join(promote.version_uri(registry, 1), "model.pt")
     # compile_cache=auto: one cache under the run's pipeline root, which the second training run found filled
-    cache = os.path.join(first["pipeline_root"], "xla-cache")
+    cache = os.path.join(first.pipeline_root, "xla-cache")
     assert old_card["compile_cache"]["uri"] == new_card["compile_cache"]["uri"] == cache and os.listdir(cache)
     assert old_card["compile_cache"]["misses"] > 0 and new_card["compile_cache"]["misses"] == 0
     manifest = json.loads(Path(registry, "datasets", new_dataset, "manifest.json").read_text())

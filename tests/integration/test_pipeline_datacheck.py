@@ -99,7 +99,7 @@ def test_a_leaky_source_stops_before_training_and_the_fixed_source_trains(tmp_pa
 
     leaked.unlink()  # the source is fixed
     fixed = run_local(root=root, log_path=str(tmp_path / "logs" / "fixed.log"), **settings)
-    assert fixed["data"] == "train"
+    assert fixed.data == "train"
     assert len(_models(pipeline_root)) == 1
     champion = promote.read_champion(registry)
     assert champion is not None and champion["version"] == 1

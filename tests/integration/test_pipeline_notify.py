@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream.cli.main import app
 from tpustream.errors import ConfigError
-from tpustream.pipelines.submit import reads_parameter, with_notifications
+from tpustream.pipelines.run_checks import with_notifications
+from tpustream.pipelines.template import CompiledTemplate, reads_parameter
 
 pytestmark = pytest.mark.integration
 
@@ -58,13 +59,17 @@ def test_notify_compiles_in_vertex_email_with_its_recipients_and_the_webhook_exi
     assert webhook["inputs"]["parameters"]["webhook"]["componentInputParameter"] == "notify_webhook"
     outcome = webhook["inputs"]["parameters"]["run_outcome"]["runtimeValue"]["constant"]
     assert outcome == "{{$.pipeline_root}}/{{$.pipeline_job_name}}/run-outcome.json"
-    assert reads_parameter(spec, "notify_emails") and reads_parameter(spec, "notify_webhook")
+    compiled = CompiledTemplate(spec)
+    assert reads_parameter(compiled, "notify_emails") and reads_parameter(compiled, "notify_webhook")
     # submit/schedule --notify: recipients checked and set as the parameter; a conflict is refused
     assert with_notifications(path, {}, ["a@x.org"], None) == {"notify_emails": ["a@x.org"]}
     assert with_notifications(path, {"notify_emails": "a@x.org,b@x.org"}, None, None) == {
         "notify_emails": ["a@x.org", "b@x.org"]}  # fmt: skip
     with pytest.raises(ConfigError, match="--notify-webhook and --param notify_webhook=the URL disagree"):
         with_notifications(path, {"notify_webhook": "https://a.example/x"}, None, "https://b.example/y")
+    # a value that is no address list is a one-line error, not a TypeError from deep inside
+    with pytest.raises(ConfigError, match=r"--param notify_emails=5: give email addresses"):
+        with_notifications(path, {"notify_emails": 5}, None, None)
 
 
 def test_without_notify_there_is_no_email_step_and_notify_is_refused_for_that_template(tmp_path):
@@ -75,7 +80,8 @@ def test_without_notify_there_is_no_email_step_and_notify_is_refused_for_that_te
     assert spec["root"]["inputDefinitions"]["parameters"]["notify_emails"]["defaultValue"] == []
     name, webhook = _exit_task(spec["root"]["dag"])  # the webhook step is always there ("" URL: it only logs)
     assert name == "notify-webhook"
-    assert not reads_parameter(spec, "notify_emails") and reads_parameter(spec, "notify_webhook")
+    compiled = CompiledTemplate(spec)
+    assert not reads_parameter(compiled, "notify_emails") and reads_parameter(compiled, "notify_webhook")
     with pytest.raises(ConfigError, match="recompile it with `tpustream pipeline compile --notify EMAIL`"):
         with_notifications(path, {}, ["ml@x.org"], None)
     assert with_notifications(path, {}, None, "https://hooks.example/x") == {
@@ -88,7 +94,8 @@ def _tiny_dag(fail: bool):
     the exit task, wired as build_pipeline wires it."""
     from kfp import dsl
 
-    from tpustream.pipelines.training import LOCAL_IMAGE, OUTCOME_PATH, PIPELINE_NAME, build_components
+    from tpustream.pipelines.steps import LOCAL_IMAGE, build_components
+    from tpustream.pipelines.training import OUTCOME_PATH, PIPELINE_NAME
 
     def decide(run_outcome: str, fail: bool) -> None:
         from tpustream.release.outcome import record_outcome
@@ -101,7 +108,7 @@ def _tiny_dag(fail: bool):
         record_outcome(run_outcome, step="promote", decision="promoted", reason="version 3", report="r.html")
 
     decide_op = dsl.component(decide, base_image=LOCAL_IMAGE, install_kfp_package=False)
-    notify_op = build_components(LOCAL_IMAGE, LOCAL_IMAGE, None)["notify"]
+    notify_op = build_components(LOCAL_IMAGE, LOCAL_IMAGE, None).notify
 
     @dsl.pipeline(name=PIPELINE_NAME)
     def tiny(notify_webhook: str = "") -> None:

@@ -8,20 +8,20 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.fakes.google_apis import GoogleApisFake, tpu_quota_info
+from tpustream.pipelines.compile import compile_pipeline
 from tpustream.pipelines.preflight import (
     FAIL,
     OK,
     WARN,
+    ApiEndpoints,
     PreflightFailed,
     bucket_serves_region,
     check_parameters,
-    load_template,
     parse_parameters,
     preflight,
-    template_parameters,
 )
-from tpustream.pipelines.preflight_cloud import ApiEndpoints
-from tpustream.pipelines.submit import compile_pipeline, submit_pipeline
+from tpustream.pipelines.submit import submit_pipeline
+from tpustream.pipelines.template import load_template, template_parameters
 
 pytestmark = pytest.mark.integration
 

@@ -173,8 +173,11 @@ def test_the_graph_is_read_from_every_module() -> None:
     assert "tpustream.bench.peers" in graph["tpustream.bench.load"]  # a subpackage is walked too
     assert "tpustream.bench.load" in graph[BENCH_BOUNDARY]
     # components/ and pipelines/ are in the package (tpustream/components, tpustream/pipelines link to them)
-    assert "tpustream.components" in graph["tpustream.pipelines.training"]
+    assert "tpustream.components" in graph["tpustream.pipelines.steps"]
     assert "tpustream.pipelines.training" in graph["tpustream.pipelines.local"]
+    assert (
+        "tpustream.pipelines.preflight.clients" in graph["tpustream.pipelines.preflight.iam"]
+    )  # a sub-subpackage
 
 
 def _unit(module: str) -> str:

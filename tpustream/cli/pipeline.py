@@ -6,13 +6,16 @@ import json
 import logging
 import os
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperCommand
 
 from tpustream.cli.options import fail
 from tpustream.errors import TpustreamError
+
+if TYPE_CHECKING:
+    from tpustream.pipelines.template import RunParameters
 
 __all__ = ["pipeline_app"]
 
@@ -34,9 +37,9 @@ def _pairs(values: list[str]) -> dict[str, str]:
     return out
 
 
-def _params(values: list[str]) -> dict[str, object]:
+def _params(values: list[str]) -> RunParameters:
     """KEY=VALUE pairs; values parsed as JSON when they are JSON (numbers, booleans), else strings."""
-    out: dict[str, object] = {}
+    out: RunParameters = {}
     for key, value in _pairs(values).items():
         try:
             out[key] = json.loads(value)
@@ -45,14 +48,15 @@ def _params(values: list[str]) -> dict[str, object]:
     return out
 
 
-def _pipeline_params(template: str, registry: str, values: list[str]) -> dict[str, Any]:
+def _pipeline_params(template: str, registry: str, values: list[str]) -> RunParameters:
     """The run's parameters, each typed as the template declares it (``--param source=123`` stays a string);
     what is wrong with a name or a value is the preflight's to report."""
-    from tpustream.pipelines import preflight
+    from tpustream.pipelines.preflight.parameters import parse_parameters
+    from tpustream.pipelines.template import load_template, template_parameters
 
-    spec = preflight.load_template(template)
-    declared = preflight.template_parameters(spec) if spec is not None else None
-    return preflight.parse_parameters(declared, {"registry": registry, **_pairs(values)})
+    spec = load_template(template)
+    declared = template_parameters(spec) if spec is not None else None
+    return parse_parameters(declared, {"registry": registry, **_pairs(values)})
 
 
 class _ParametersHelp(TyperCommand):
@@ -60,7 +64,8 @@ class _ParametersHelp(TyperCommand):
     shown (it imports kfp, never torch)."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        from tpustream.pipelines.preflight import parameters_help, pipeline_parameters
+        from tpustream.pipelines.preflight.parameters import parameters_help
+        from tpustream.pipelines.template import pipeline_parameters
 
         self.epilog = parameters_help(pipeline_parameters())
         super().format_help(ctx, formatter)
@@ -193,16 +198,16 @@ def pipeline_compile(
 ) -> None:
     """Compile the DAG for Vertex AI Pipelines (TPU type, pushed images and the CPU steps' sizes fixed at
     compile time)."""
-    from tpustream.pipelines import submit
-    from tpustream.pipelines.tpu import Capacity
-    from tpustream.pipelines.training import StepResources
+    from tpustream.pipelines.compile import compile_pipeline
+    from tpustream.pipelines.steps import StepResources
+    from tpustream.pipelines.tpu import Capacity, capacity_kind
     from tpustream.release.notify import check_emails, redact_url
 
-    plan = Capacity(kind=capacity, timeout=timeout)
+    plan = Capacity(kind=capacity_kind(capacity), timeout=timeout)
     sizes = StepResources(cpu=step_cpu, memory=step_memory, eval_cpu=eval_cpu, eval_memory=eval_memory)
     output = _local_file(output)
     try:
-        submit.compile_pipeline(
+        compile_pipeline(
             output,
             tpu=tpu or None,
             cpu_image=image,
@@ -253,10 +258,11 @@ def pipeline_preflight(
     region, IAM (actAs on the service account, project roles), the buckets and their regions, TPU quota.
 
     One line per check (ok, warn or fail, and its fix); exit 1 if any fails. Submit and schedule run it."""
-    from tpustream.pipelines import preflight
+    from tpustream.pipelines.preflight.cloud import preflight
+    from tpustream.pipelines.preflight.findings import FAIL
 
     template = _local_file(template)
-    findings = preflight.preflight(
+    findings = preflight(
         template,
         project=project,
         region=region,
@@ -268,7 +274,7 @@ def pipeline_preflight(
     )
     for finding in findings:
         typer.echo(finding.line())
-    if any(finding.status == preflight.FAIL for finding in findings):
+    if any(finding.status == FAIL for finding in findings):
         raise typer.Exit(1)
 
 
@@ -408,7 +414,7 @@ def pipeline_run_local(
     from tpustream.release.notify import check_webhook
     from tpustream.sources.dispatch import open_source
 
-    parameters: dict[str, Any] = {
+    parameters: RunParameters = {
         "source": source,
         "model_name": model,
         "epochs": epochs,
@@ -434,26 +440,29 @@ def pipeline_run_local(
         )
         typer.echo(f"running the pipeline locally; full logs: {log_path}")
     try:
-        out = run_local(root=root, log_path=log_path, **parameters)
+        registry = parameters.pop("registry", None)  # --param registry=DIR: the run's registry
+        out = run_local(
+            root=root, registry=str(registry) if registry else None, log_path=log_path, **parameters
+        )
     except PipelineFailed as exc:  # a task failed: which and why (its reason is printed under it, too)
         fail(f"{exc}; full log: {log_path}" if log_path else f"{exc} (its log is above)")
-    status = champion_status(out["registry"])
-    if out["outcome"] is not None:
-        typer.echo(f"outcome: {out['outcome'].line()}")
-    if out["data"] == "skip":
+    status = champion_status(out.registry)
+    if out.outcome is not None:
+        typer.echo(f"outcome: {out.outcome.line()}")
+    if out.data == "skip":
         typer.echo(
             "data: no new data since the last run: shards and training skipped (--param retrain=true "
             "trains anyway)"
         )
-    typer.echo(f"pipeline root (shards, model, metrics): {out['pipeline_root']}")
-    typer.echo(f"registry: {out['registry']}")
+    typer.echo(f"pipeline root (shards, model, metrics): {out.pipeline_root}")
+    typer.echo(f"registry: {out.registry}")
     champion = status["champion"]
     if champion:
         typer.echo(
             f"champion: version {champion['version']}, top-1 {champion['metrics']['top1']:.4f} "
-            f"({version_uri(out['registry'], champion['version'])})"
+            f"({version_uri(out.registry, champion['version'])})"
         )
     else:
         typer.echo("champion: none")
-    if out["report"]:
-        typer.echo(f"report (open in a browser): {out['report']}")
+    if out.report:
+        typer.echo(f"report (open in a browser): {out.report}")

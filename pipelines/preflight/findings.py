@@ -1,17 +1,18 @@
-"""What every preflight check returns (``Finding``), how a failed one stops a run, and the checks both
-``pipelines/preflight.py`` (the entry point, parameters) and ``pipelines/preflight_cloud.py`` (the checks that
-ask Google) use: the TPU and bucket region tables. A module of its own so that those two do not import each
-other.
+"""What every preflight check returns (``Finding``), how a failed one stops a run, and the region tables the
+checks of both kinds use (the TPU type's region without credentials, the buckets' with): the preflight
+package's leaf, which its other modules import and which imports none of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from tpustream.errors import TpustreamError
 
 __all__ = [
+    "Status",
     "OK",
     "WARN",
     "FAIL",
@@ -26,7 +27,10 @@ __all__ = [
     "check_tpu_region",
 ]
 
-OK, WARN, FAIL = "ok", "warn", "fail"
+Status = Literal["ok", "warn", "fail"]
+OK: Final = "ok"
+WARN: Final = "warn"
+FAIL: Final = "fail"
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class Finding:
     (positional: a record, built in many places, not a config)."""
 
     check: str
-    status: str
+    status: Status
     message: str
 
     def line(self) -> str:
@@ -128,7 +132,7 @@ def check_tpu_region(tpu: str | None, region: str) -> Finding:
             "tpu-region",
             WARN,
             f"no region table for TPU family {family} here: check {TPU_LOCATIONS_DOC} offers {tpu} in "
-            f"{region}, then add it to TPU_REGIONS in pipelines/preflight_findings.py",
+            f"{region}, then add it to TPU_REGIONS in pipelines/preflight/findings.py",
         )
     if region in regions:
         return Finding("tpu-region", OK, f"Vertex AI offers TPU {family} ({tpu}) in {region}")

@@ -1,0 +1,76 @@
+"""Preflight: a run's mistakes found before it is submitted, one ``Finding`` per check. ``cloud`` is the entry
+point (``preflight``, ``check_cloud``); ``parameters`` the checks that need no credentials; ``iam``,
+``buckets`` and ``quota`` the checks that ask Google, through ``clients``; ``findings`` what every check
+returns and the region tables.
+
+The names below are the package's public API, imported on first use; the modules themselves are imported by
+their full path inside tpustream.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.pipelines.preflight.clients import ApiEndpoints
+    from tpustream.pipelines.preflight.cloud import check_cloud, preflight
+    from tpustream.pipelines.preflight.findings import (
+        FAIL,
+        MODEL_ARTIFACTS_DOC,
+        OK,
+        TPU_REGIONS,
+        WARN,
+        Finding,
+        PreflightFailed,
+        Status,
+        bucket_serves_region,
+        check_tpu_region,
+        raise_on_failure,
+    )
+    from tpustream.pipelines.preflight.parameters import check_parameters, parameters_help, parse_parameters
+
+_HOMES = {
+    "preflight": "cloud",
+    "check_cloud": "cloud",
+    "ApiEndpoints": "clients",
+    "check_parameters": "parameters",
+    "parse_parameters": "parameters",
+    "parameters_help": "parameters",
+    "OK": "findings",
+    "WARN": "findings",
+    "FAIL": "findings",
+    "Status": "findings",
+    "Finding": "findings",
+    "PreflightFailed": "findings",
+    "raise_on_failure": "findings",
+    "TPU_REGIONS": "findings",
+    "MODEL_ARTIFACTS_DOC": "findings",
+    "bucket_serves_region": "findings",
+    "check_tpu_region": "findings",
+}
+__all__ = [
+    "preflight",
+    "check_cloud",
+    "ApiEndpoints",
+    "check_parameters",
+    "parse_parameters",
+    "parameters_help",
+    "OK",
+    "WARN",
+    "FAIL",
+    "Status",
+    "Finding",
+    "PreflightFailed",
+    "raise_on_failure",
+    "TPU_REGIONS",
+    "MODEL_ARTIFACTS_DOC",
+    "bucket_serves_region",
+    "check_tpu_region",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -1,0 +1,121 @@
+"""The preflight's TPU quota check: Vertex AI's custom-training quota for the compiled TPU family in the run's
+region, read through the Cloud Quotas API; 0 or less than the slice needs would queue the train job forever."""
+
+from __future__ import annotations
+
+import re
+from typing import TypedDict, cast
+
+from tpustream.pipelines.preflight.clients import Google, api_error, short
+from tpustream.pipelines.preflight.findings import FAIL, OK, WARN, Finding
+
+__all__ = ["QuotaInfo", "tpu_quota"]
+
+
+class QuotaDetails(TypedDict, total=False):
+    value: str  # int64 as a JSON string ("-1": not limited)
+
+
+class DimensionsInfo(TypedDict, total=False):
+    dimensions: dict[str, str]  # {"region": "us-central1"}; none for the default
+    details: QuotaDetails
+
+
+class QuotaInfo(TypedDict, total=False):
+    """One quota of the Cloud Quotas API (``quotaInfos`` of a service), the fields the check reads."""
+
+    quotaId: str
+    metric: str
+    quotaDisplayName: str
+    dimensionsInfos: list[DimensionsInfo]
+
+
+class QuotaInfosPage(TypedDict, total=False):
+    quotaInfos: list[QuotaInfo]
+    nextPageToken: str
+
+
+_FAMILY_ALIASES = {"v5e": ("v5e", "v5lite", "v5litepod")}
+
+
+def _normalised(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def tpu_quota(google: Google, project: str, region: str, tpu: str, needed: int, spot: bool) -> Finding:
+    """Vertex AI's custom-training TPU quota for ``tpu``'s family in ``region`` (Cloud Quotas API
+    quotaInfos of aiplatform.googleapis.com): 0 or less than the slice needs would queue the job forever."""
+    family = tpu.split("-")[0]
+    console = (
+        f"check it in the console: IAM & Admin > Quotas & System Limits (project {project}), service "
+        f"Vertex AI API, 'Custom model training TPU {family}' for region {region}, "
+        f"https://console.cloud.google.com/iam-admin/quotas?project={project}"
+    )
+    url = (
+        f"{google.endpoints.cloud_quotas}/v1/projects/{project}/locations/global/services/"
+        "aiplatform.googleapis.com/quotaInfos"
+    )
+    tokens = [f"tpu{alias}" for alias in _FAMILY_ALIASES.get(family, (family,))]
+    matching: list[QuotaInfo] = []
+    page_token = ""
+    try:
+        for _ in range(20):  # a bounded walk: the service has a few hundred quotas
+            params = {"pageSize": 500, **({"pageToken": page_token} if page_token else {})}
+            status, response = google.rest("GET", url, params=params)
+            body = cast(QuotaInfosPage, response)
+            if status != 200:
+                return Finding(
+                    "tpu-quota",
+                    WARN,
+                    f"could not read TPU quota ({api_error(status, response)}; roles/cloudquotas.viewer "
+                    f"reads it); {console}",
+                )
+            for info in body.get("quotaInfos", []):
+                text = _normalised(f"{info.get('quotaId', '')} {info.get('metric', '')}")
+                preemptible = "preemptible" in text or "spot" in text
+                if "training" in text and any(t in text for t in tokens) and preemptible == spot:
+                    matching.append(info)
+            page_token = body.get("nextPageToken", "")
+            if not page_token:
+                break
+    except Exception as exc:  # timeout, connection refused: a warning, never a hang
+        return Finding("tpu-quota", WARN, f"could not read TPU quota ({short(exc)}); {console}")
+    if not matching:
+        return Finding(
+            "tpu-quota",
+            WARN,
+            f"no Vertex AI training quota for TPU {family} found through the Cloud Quotas API; {console}",
+        )
+    values = [(info, _region_value(info, region)) for info in matching]
+    if all(value is None for _, value in values):
+        return Finding(
+            "tpu-quota", WARN, f"the TPU {family} training quota names no value for {region}; {console}"
+        )
+    for info, value in values:
+        if value is None or value < 0:  # no entry for this region, or -1: not limited
+            continue
+        name = info.get("quotaDisplayName") or info.get("metric") or info.get("quotaId")
+        if value < needed:
+            return Finding(
+                "tpu-quota",
+                FAIL,
+                f"{name} is {value} in {region} and {tpu} needs {needed}: the train job would wait "
+                f"in JOB_STATE_QUEUED indefinitely; request an increase at "
+                f"https://console.cloud.google.com/iam-admin/quotas?project={project}",
+            )
+    return Finding("tpu-quota", OK, f"TPU {family} quota in {region} covers {tpu} ({needed})")
+
+
+def _region_value(info: QuotaInfo, region: str) -> int | None:
+    """A quota's value for ``region``: its entry for the region, else its default (no region dimension)."""
+    default = None
+    for entry in info.get("dimensionsInfos", []):
+        dimensions = entry.get("dimensions", {})
+        value = entry.get("details", {}).get("value")
+        if value is None:
+            continue
+        if dimensions.get("region") == region:
+            return int(value)
+        if "region" not in dimensions:
+            default = int(value)
+    return default

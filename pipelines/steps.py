@@ -1,0 +1,240 @@
+"""The pipeline's steps as compiled: each KFP component with the image it runs in (``build_components``), the
+CPU steps' resource limits (``StepResources``), and the train step as a Vertex AI CustomJob on a TPU slice.
+pipelines/training.py wires them into the DAG.
+
+Every CPU step carries explicit CPU and memory limits (``StepResources``), from which Vertex AI Pipelines
+picks the step's machine ("Specify the machine configuration for a pipeline step"; without them every step
+runs on e2-standard-4). They are compile-time constants, not pipeline parameters: kfp 2.17 would compile a
+parameter into ``resourceCpuLimit: '{{$.inputs.parameters[...]}}'`` alone, without the numeric ``cpuLimit``
+that Vertex documents, and Vertex resolving that placeholder is undocumented (kubeflow/pipelines#6681, kfp
+1.8 on Vertex: it did not; closed as stale). A constant is compiled into both fields.
+
+The TPU job always gets a base output directory under the run's pipeline root (``TRAIN_JOB_OUTPUT``), from
+which Vertex sets ``AIP_TENSORBOARD_LOG_DIR`` (``<base>/logs/``, aiplatform_v1 CustomJobSpec.base_output_directory);
+the trainer copies its event files there (tpustream/train/trainer.py), and with a TensorBoard instance (the
+pipeline's ``tensorboard`` parameter, pipelines/training.py) Vertex uploads them.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kfp import dsl
+
+from tpustream import components
+from tpustream.errors import ConfigError
+from tpustream.pipelines.tpu import Capacity, WorkerPoolSpec, fresh_job_command, tpu_spec, worker_pool_spec
+
+__all__ = [
+    "build_components",
+    "check_image",
+    "cpu_count",
+    "memory_gb",
+    "LOCAL_IMAGE",
+    "StepOps",
+    "StepResources",
+    "CPU_STEPS",
+    "VERTEX_MAX_CPU",
+    "VERTEX_MAX_MEMORY_GB",
+    "TRAIN_JOB_OUTPUT",
+]
+
+# The TPU CustomJob's baseOutputDirectory: one per run, under the run's pipeline root. Vertex resolves the
+# placeholders inside a longer constant (kfp's own example for PIPELINE_ROOT_PLACEHOLDER is
+# ``dsl.PIPELINE_ROOT_PLACEHOLDER + '/tmp'``, kfp/dsl/__init__.py; GCPC builds Vertex paths from
+# PIPELINE_JOB_ID_PLACEHOLDER the same way, v1/model/upload_model/component.py). A KFP retry of the train task
+# creates a new CustomJob with the same directory: its event files land beside the first attempt's.
+TRAIN_JOB_OUTPUT = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}/train-job"
+LOCAL_IMAGE = "local"  # kfp.local's SubprocessRunner runs in this Python: no image is pulled
+_PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|\$", re.IGNORECASE)
+
+
+def check_image(image: str, flag: str) -> str:
+    """Refuse a missing or placeholder image reference (naming ``flag``); return it unchanged."""
+    if not image or "/" not in image or _PLACEHOLDER_IMAGE.search(image):
+        raise ConfigError(
+            f"{flag} {image!r} is not a pushed image: give the reference Cloud Build pushed, best by digest "
+            f"(REGION-docker.pkg.dev/PROJECT_ID/REPO/NAME@sha256:...); containers/cloudbuild.yaml builds, "
+            "pushes and compiles against the digests"
+        )
+    return image
+
+
+# What Vertex AI Pipelines accepts for a step ("Specify the machine configuration for a pipeline step"):
+# CPU "a number ... or a number followed by m" (1/1000), at most 96; memory "a number, or a number followed by
+# K, M or G", at most 624 GB. Vertex "automatically selects the closest match from the supported machine
+# types" for the limits given; without them a step runs on e2-standard-4 (4 vCPU, 16 GB).
+VERTEX_MAX_CPU = 96
+VERTEX_MAX_MEMORY_GB = 624
+_CPU = re.compile(r"^(\d+(\.\d+)?|\d+m)$")
+_MEMORY = re.compile(r"^(\d+)([KMG]?)$")
+_MEMORY_GB = {"": 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0}  # kfp's _memory_to_float: decimal units
+
+# The pipeline's CPU steps (the compiled YAML's task names): every one gets explicit limits. The train task
+# is not one of them: on Vertex it is GCPC's launcher, which only creates and polls the TPU CustomJob.
+CPU_STEPS = (
+    "check-source",
+    "plan-shards",
+    "write-shards",
+    "finalize-shards",
+    "check-data",
+    "resolve-weights",
+    "evaluate-model",
+    "validate-serving",
+    "promote-model",
+    "deploy-model",
+    "join-experiment",
+    "notify-webhook",
+)
+
+
+def cpu_count(cpu: str) -> float:
+    """CPUs of a limit string (``"16"``, ``"0.5"``, ``"500m"``)."""
+    return int(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+
+
+def memory_gb(memory: str) -> float:
+    """GB (decimal, as kfp compiles ``memoryLimit``) of a limit string (``"64G"``, ``"512M"``)."""
+    number, unit = _MEMORY.match(memory).groups()  # type: ignore[union-attr]
+    return int(number) * _MEMORY_GB[unit]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepResources:
+    """CPU and memory limits of the CPU steps, fixed at compile time (the module doc says why).
+
+    ``cpu``/``memory``: every CPU step but evaluate (check source, plan, write, finalize, check data,
+    promote), e2-standard-4's size by default: each shard writer is one process, and the fan-out
+    (``shards_per_task``) is what scales writing. ``eval_cpu``/``eval_memory``: evaluate, which runs the
+    model over the whole val split twice (candidate, champion) on torch CPU. tools/measure_eval.py measured
+    3 to 4 img/s per vCPU for resnet50 at 224 px, decoding included: 50,000 val images x 2 take about 1.75
+    to 2.4 h on e2-standard-4, so evaluate defaults to 16 vCPU / 64 GB (e2-standard-16's size, so that
+    Vertex's closest match is that type), about 26 to 35 min if it scales linearly (README, "Evaluation
+    and promotion"). Each default is a machine type's exact size.
+    """
+
+    cpu: str = "4"
+    memory: str = "16G"
+    eval_cpu: str = "16"
+    eval_memory: str = "64G"
+
+    def __post_init__(self) -> None:
+        for flag, cpu in (("--step-cpu", self.cpu), ("--eval-cpu", self.eval_cpu)):
+            if not _CPU.match(cpu) or not 0 < cpu_count(cpu) <= VERTEX_MAX_CPU:
+                raise ConfigError(
+                    f"{flag} {cpu!r}: give a number of CPUs (4, 0.5) or millicores (500m), more than 0 and "
+                    f"at most {VERTEX_MAX_CPU}, the most Vertex AI Pipelines gives a step"
+                )
+        for flag, memory in (("--step-memory", self.memory), ("--eval-memory", self.eval_memory)):
+            if not _MEMORY.match(memory) or not 0 < memory_gb(memory) <= VERTEX_MAX_MEMORY_GB:
+                raise ConfigError(
+                    f"{flag} {memory!r}: give a size such as 16G or 512M (K, M, G: the units Vertex AI "
+                    f"Pipelines documents), more than 0 and at most {VERTEX_MAX_MEMORY_GB}G, the most it gives "
+                    "a step"
+                )
+
+    def limits(self, step: str) -> tuple[str, str]:
+        """(cpu, memory) of the compiled step ``step`` (a CPU_STEPS name)."""
+        if step not in CPU_STEPS:
+            raise ConfigError(f"{step!r} is not a CPU step of the pipeline ({', '.join(CPU_STEPS)})")
+        return (self.eval_cpu, self.eval_memory) if step == "evaluate-model" else (self.cpu, self.memory)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepOps:
+    """The pipeline's step components, each with its image (``build_components``); ``train_pools``: the TPU
+    CustomJob's worker pool specs (empty when the train step runs in the pipeline's own CPU step)."""
+
+    check: Any
+    plan: Any
+    write: Any
+    finalize: Any
+    check_data: Any
+    weights: Any
+    train: Any
+    evaluate: Any
+    validate: Any
+    promote: Any
+    deploy: Any
+    experiment: Any
+    notify: Any
+    train_pools: list[WorkerPoolSpec]
+
+
+def _tpu_training_op(train_op: Any, tpu: str, capacity: Capacity) -> tuple[Any, list[WorkerPoolSpec]]:
+    """The train component as a Vertex CustomJob on ``tpu``, and the job's worker pool specs.
+
+    GCPC's ``create_custom_training_job_from_component`` carries the component's inputs, outputs and
+    container command over into ``CustomTrainingJobOp`` (v1/custom_job/utils.py), but its worker pools
+    cannot express a TPU slice: no ``tpu_topology``, and ``replica_count=N`` makes a second pool of N-1
+    replicas. So the pools are built here from the TPU table (one pool, one replica) and passed as the
+    task's ``worker_pool_specs`` input, with GCPC's own container spec for the component.
+    """
+    from google_cloud_pipeline_components import _placeholders
+    from google_cloud_pipeline_components.v1.custom_job import create_custom_training_job_from_component
+
+    spec = tpu_spec(tpu)
+    job_op = create_custom_training_job_from_component(
+        train_op,
+        display_name="tpustream-train",
+        machine_type=spec.machine_type,
+        replica_count=1,
+        **capacity.scheduling,  # strategy (on-demand or Spot: pipelines/tpu.py), timeout
+        restart_job_on_worker_restart=True,  # a VM of the slice restarted: restart all, resume from `last`
+        service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,  # the pipeline run's service account
+        network=_placeholders.NETWORK_PLACEHOLDER,  # and its VPC network, when it has one
+        labels={"tpustream-step": "train", "tpustream-tpu": tpu},  # the launcher adds the run's labels
+        base_output_directory=TRAIN_JOB_OUTPUT,  # -> AIP_TENSORBOARD_LOG_DIR (the module doc)
+    )
+    launcher = job_op.component_spec.implementation.container
+    if not launcher.command[-1].endswith("custom_job.launcher"):  # GCPC's, wrapped as it is
+        raise RuntimeError(
+            f"unexpected GCPC CustomJob launcher command {launcher.command}: re-check pipelines/tpu.py"
+        )
+    launcher.command = fresh_job_command()  # a retried task never re-polls its failed job (pipelines/tpu.py)
+    container = job_op.component_spec.inputs["worker_pool_specs"].default[0]["container_spec"]
+    return job_op, [worker_pool_spec(spec, container)]
+
+
+def build_components(
+    cpu_image: str, tpu_image: str, tpu: str | None, capacity: Capacity | None = None, serve_image: str = ""
+) -> StepOps:
+    """The step components with their images; the train step becomes a Vertex custom job when ``tpu``.
+    The validate step runs in ``serve_image`` (the serving container; default ``cpu_image``, which holds the
+    same tpustream and model server).
+
+    ``install_kfp_package=False``: the images carry the one pinned kfp (pyproject.toml), so no step
+    pip-installs anything at run time (kfp/dsl/component_decorator.py installs kfp by default).
+    """
+
+    def component(func: Any, image: str) -> Any:
+        return dsl.component(func, base_image=image, install_kfp_package=False)
+
+    train_op = component(components.train_model, tpu_image if tpu else cpu_image)
+    pools: list[WorkerPoolSpec] = []
+    if tpu:
+        # A containerized component (its code is in the image, found through kfp_config.ini): the command
+        # is `python3 -m kfp.dsl.executor_main`, so on the TPU VM Python itself is the container's main
+        # process and gets SIGTERM on preemption. A lightweight component's `sh -ec '...; python3 ...'`
+        # leaves the signal to sh (PID 1 ignores it): no checkpoint, and the job's work since the last
+        # one is lost.
+        train_op = dsl.component(
+            components.train_model, base_image=tpu_image, target_image=tpu_image, install_kfp_package=False
+        )
+        train_op, pools = _tpu_training_op(train_op, tpu, capacity or Capacity())
+    return StepOps(
+        check=component(components.check_source, cpu_image),
+        plan=component(components.plan_shards, cpu_image),
+        write=component(components.write_shards, cpu_image),
+        finalize=component(components.finalize_shards, cpu_image),
+        check_data=component(components.check_data, cpu_image),
+        weights=component(components.resolve_weights, cpu_image),
+        evaluate=component(components.evaluate_model, cpu_image),
+        promote=component(components.promote_model, cpu_image),
+        deploy=component(components.deploy_model, cpu_image),
+        experiment=component(components.join_experiment, cpu_image),
+        notify=component(components.notify_webhook, cpu_image),
+        validate=component(components.validate_serving, serve_image or cpu_image),
+        train=train_op,
+        train_pools=pools,
+    )
