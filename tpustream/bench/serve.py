@@ -159,13 +159,13 @@ class ModelServer:
     def predict(
         self, body: bytes, content_type: str | None = "application/json", timeout: float = 120
     ) -> Reply:
-        from tpustream.serve.server import PREDICT_ROUTE
+        from tpustream.serve.contract import PREDICT_ROUTE
 
         headers = {"Content-Type": content_type} if content_type else {}
         return self.request("POST", PREDICT_ROUTE, body, headers, timeout)
 
     def health(self, timeout: float = 10) -> Reply:
-        from tpustream.serve.server import HEALTH_ROUTE
+        from tpustream.serve.contract import HEALTH_ROUTE
 
         return self.request("GET", HEALTH_ROUTE, timeout=timeout)
 
@@ -390,7 +390,7 @@ def run(
 ) -> list[dict[str, Any]]:
     """Start the model server on ``model`` (None: a random ``arch`` model built in a temporary directory),
     run the cases, return one dict per case (``echo``: called with each JSON line as it is measured)."""
-    from tpustream.serve.server import SERVING_DEFAULTS
+    from tpustream.serve.settings import SERVING_DEFAULTS
 
     lines: list[dict[str, Any]] = []
 

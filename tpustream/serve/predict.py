@@ -45,7 +45,8 @@ from tpustream.sources.files import IMAGE_EXTENSIONS
 from tpustream.storage import io as storage
 
 if TYPE_CHECKING:
-    from tpustream.serve.server import Classifier, Limits
+    from tpustream.serve.classifier import Classifier
+    from tpustream.serve.settings import Limits
 
 __all__ = [
     "Item",
@@ -293,7 +294,7 @@ def _decode(classifier: Classifier, items: list[Item]) -> list[np.ndarray | _Ref
     """Each item read (when it was not), decoded and rendered by the serving classifier: 3 x S x S uint8
     pixels, or why not."""
     from tpustream.image.codec import ImageTooLarge
-    from tpustream.serve.server import BadImage
+    from tpustream.serve.classifier import BadImage
 
     limit = classifier.limits.max_image_bytes
     out: list[np.ndarray | _Refused] = []
@@ -605,7 +606,7 @@ def predict_to_output(config: PredictConfig, *, progress: bool = False) -> tuple
     """
     from tqdm import tqdm
 
-    from tpustream.serve.server import Classifier, resolve_model_uri
+    from tpustream.serve.classifier import Classifier, resolve_model_uri
 
     assert config.output, "predict_to_output needs config.output"
     output = storage.absolute(config.output)
@@ -754,7 +755,7 @@ class PredictConfig:
             raise PredictError(f"--workers must be 0 or more, got {self.workers}")
 
     def limits(self) -> Limits:
-        from tpustream.serve.server import Limits
+        from tpustream.serve.settings import Limits
 
         return Limits(
             batch_size=self.batch_size or default_batch_size(),
@@ -808,7 +809,7 @@ def _say_top_k_cap(top_k: int, classifier: Any) -> None:
 def _print_results(config: PredictConfig, *, echo: Callable[[str], object], show_bar: bool) -> int:
     from tqdm import tqdm
 
-    from tpustream.serve.server import Classifier
+    from tpustream.serve.classifier import Classifier
 
     limits = config.limits()
     classifier = Classifier(config.model, limits=limits, device=device_for_cli())
