@@ -24,7 +24,7 @@ from tests.integration.test_serving import _free_port, _start_server
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 from tpustream.release import promote
-from tpustream.serve.predict import iter_items
+from tpustream.serve.predict.inputs import iter_items
 from tpustream.storage import io as storage
 from tpustream.train import evaluate
 from tpustream.vertex import batch_prediction as vertex_batch

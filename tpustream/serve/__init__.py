@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tpustream.serve.classifier import Classifier
-    from tpustream.serve.predict import PredictConfig, PredictError
+    from tpustream.serve.predict.config import PredictConfig, PredictError
     from tpustream.serve.server import ClassifierHandler, ClassifierPredictor
     from tpustream.serve.validate import ServingValidationError, validate_serving
 
@@ -24,8 +24,8 @@ _HOMES = {
     "Classifier": "classifier",
     "validate_serving": "validate",
     "ServingValidationError": "validate",
-    "PredictConfig": "predict",
-    "PredictError": "predict",
+    "PredictConfig": "predict.config",
+    "PredictError": "predict.config",
 }
 __all__ = [
     "Classifier",

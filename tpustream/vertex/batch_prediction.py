@@ -149,7 +149,7 @@ def write_instances(inputs: list[str], destination: str, *, limit: int | None = 
 
     Returns ``uri``, ``instances`` (how many), ``bytes`` (the images' total), ``too_large`` (left out),
     ``sizes`` (``InstanceSizes``, for ``fitting_batch_size``)."""
-    from tpustream.serve.predict import iter_items
+    from tpustream.serve.predict.inputs import iter_items
 
     if not destination.endswith(".jsonl"):
         raise ConfigError(
