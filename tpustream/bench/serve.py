@@ -6,7 +6,7 @@ latency, the response size, the server's resident memory before and at its peak 
 (``/proc/PID/status`` VmRSS, and VmHWM after a reset through ``/proc/PID/clear_refs``), and the slowest of
 the health checks sent every 50 ms meanwhile. Without ``--model`` it builds a randomly initialised model
 (``--arch tiny``, 16 px, or a ResNet at 224 px) in a temporary directory: the answers do not matter here,
-what it costs to give them does. The server runs with the production defaults (``serving.SERVING_DEFAULTS``)
+what it costs to give them does. The server runs with the production defaults (``tpustream.serve.settings.SERVING_DEFAULTS``)
 and one uvicorn worker; the ``streamed-64x16MP`` case runs on a second server whose request pixel budget is
 raised, to measure what decoding images one at a time bounds on its own. The ``load-...`` case starts 8 clients
 together, each sending 25 requests of 8 small images: how many are answered, and their p50/p95 latency.
