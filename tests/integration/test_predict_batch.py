@@ -128,7 +128,8 @@ def _relative(line: dict, root: str) -> dict:
 
 def _reference(model: str, uris: list[str]) -> list[dict]:
     """The serving classifier's answers for these images, all in one request."""
-    from tpustream.serve.server import Classifier, Limits
+    from tpustream.serve.classifier import Classifier
+    from tpustream.serve.settings import Limits
 
     classifier = Classifier(model, limits=Limits(max_pixels=int(MAX_PIXELS), top_k=3))
     prepared = [classifier.prepare(storage.read_bytes(uri), uri) for uri in uris]

@@ -13,7 +13,7 @@ from tests.common.train import run_train as _run
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import load_manifest
 from tpustream.dataset.plan import ShardConfig
-from tpustream.serve.server import Classifier
+from tpustream.serve.classifier import Classifier
 from tpustream.storage import io as storage
 from tpustream.train.evaluate import evaluate_model, val_predictions
 

@@ -167,7 +167,7 @@ def _served_confusion(world, samples):
 def test_upload_is_the_servable_champion(world):
     """What reaches Vertex parses as an aiplatform v1 UploadModelRequest (the recorder validates every
     body against the protos) and names the serving container: image, port, routes, the predictor's env."""
-    from tpustream.serve.server import SERVING_ENV
+    from tpustream.serve.contract import SERVING_ENV
 
     assert world.recorder.rejected == []
     model = world.upload["body"]["model"]

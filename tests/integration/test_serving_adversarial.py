@@ -27,6 +27,9 @@ from tpustream.bench.serve import ModelServer, Watch, image_bytes, instances
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 from tpustream.serve import server as serving
+from tpustream.serve import settings
+from tpustream.serve.admission import Admission, Ticket
+from tpustream.serve.contract import SERVING_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -195,7 +198,7 @@ def test_a_body_over_the_cap_is_a_413_from_its_length_or_as_it_streams(served):
 
 
 def test_too_many_instances(served):
-    count = serving.SERVING_DEFAULTS["TPUSTREAM_MAX_INSTANCES"] + 1
+    count = settings.SERVING_DEFAULTS["TPUSTREAM_MAX_INSTANCES"] + 1
     detail = _assert_short_refusal(served.predict(instances([image_bytes(8, 8)] * count)), 400)
     assert f"{count} instances exceed the limit" in detail
 
@@ -556,7 +559,7 @@ def test_top_k_over_the_class_count_is_refused_naming_it(served):
 def test_streamed_render_equals_render_batch_of_all_prepared(served, big_png):
     """render_images (one decoded image alive at a time) gives the pixels of ``pixels(prepare(...))``
     (render_batch with batch_alone) for a request mixing small same-shaped, small odd and large images."""
-    from tpustream.serve.server import Classifier
+    from tpustream.serve.classifier import Classifier
 
     classifier = Classifier(served.model)
     images = [_encode(_rgb(8, 8, seed=i), "PNG") for i in range(3)] + [big_png, _encode(_rgb(12, 9), "BMP")]
@@ -570,7 +573,7 @@ class ExplodingPredictor(serving.ClassifierPredictor):
     """A predictor whose preprocess fails in an unforeseen way, with the request in the exception."""
 
     def load(self, artifacts_uri, **kwargs):
-        self.limits = serving.Limits()
+        self.limits = settings.Limits()
 
     def check(self, prediction_input):
         raise RuntimeError(f"secret internals {prediction_input}")
@@ -583,7 +586,7 @@ def test_an_unexpected_exception_is_a_500_without_its_text(monkeypatch, caplog):
     from fastapi.testclient import TestClient
     from google.cloud.aiplatform.prediction.model_server import CprModelServer
 
-    env = {**serving.SERVING_ENV, "PREDICTOR_MODULE": __name__, "PREDICTOR_CLASS": "ExplodingPredictor"}
+    env = {**SERVING_ENV, "PREDICTOR_MODULE": __name__, "PREDICTOR_CLASS": "ExplodingPredictor"}
     env.update(
         AIP_HTTP_PORT="8080", AIP_HEALTH_ROUTE="/health", AIP_PREDICT_ROUTE="/predict", AIP_STORAGE_URI="x"
     )
@@ -612,7 +615,7 @@ def test_a_request_whose_pixels_do_not_fit_the_in_flight_budget_is_a_fast_503(se
 
     budget = 1 << 20
     env = {
-        **serving.SERVING_ENV,
+        **SERVING_ENV,
         "AIP_HTTP_PORT": "8080",
         "AIP_HEALTH_ROUTE": "/health",
         "AIP_PREDICT_ROUTE": "/predict",
@@ -626,7 +629,7 @@ def test_a_request_whose_pixels_do_not_fit_the_in_flight_budget_is_a_fast_503(se
     admission = server.handler.admission
     client = TestClient(server.app)
     other = admission.admit(0)
-    assert isinstance(other, serving.Ticket) and admission.add_pixels(other, budget) is None
+    assert isinstance(other, Ticket) and admission.add_pixels(other, budget) is None
     body = instances([image_bytes(64, 48)])
     reply = client.post("/predict", content=body, headers={"Content-Type": "application/json"})
     assert reply.status_code == 503 and reply.headers["retry-after"] == "1"
@@ -642,24 +645,24 @@ def test_a_request_whose_pixels_do_not_fit_the_in_flight_budget_is_a_fast_503(se
 
 
 def test_settings_come_from_the_environment_and_the_docstring_lists_them(monkeypatch):
-    for var, default in serving.SERVING_DEFAULTS.items():
-        row = next((line for line in serving.__doc__.splitlines() if line.startswith(f"| `{var}` |")), None)
+    for var, default in settings.SERVING_DEFAULTS.items():
+        row = next((line for line in settings.__doc__.splitlines() if line.startswith(f"| `{var}` |")), None)
         assert row is not None, f"{var} is missing from the module docstring's table"
         assert default == 0 or f"| {default} " in row, row
     monkeypatch.setenv("TPUSTREAM_MAX_REQUEST_PIXELS", "1234")
     monkeypatch.setenv("TPUSTREAM_SERVING_QUEUE", "0")
     monkeypatch.setenv("TPUSTREAM_INFLIGHT_BYTES", "5000")
-    assert serving.Limits.from_env().max_request_pixels == 1234
-    config = serving.ServerConfig.from_env()
-    assert config.queue == 0 and config.admission(serving.Limits.from_env()).max_body_bytes == 5000
+    assert settings.Limits.from_env().max_request_pixels == 1234
+    config = settings.ServerConfig.from_env()
+    assert config.queue == 0 and config.admission(settings.Limits.from_env()).max_body_bytes == 5000
     # unset: derived from the per-request limits
-    default = serving.ServerConfig().admission(serving.Limits(max_request_pixels=1000))
+    default = settings.ServerConfig().admission(settings.Limits(max_request_pixels=1000))
     assert (default.max_requests, default.max_body_bytes, default.max_pixels) == (65, 4 * (16 << 20), 4000)
     monkeypatch.setenv("TPUSTREAM_SERVING_THREADS", "0")
     with pytest.raises(ValueError, match="TPUSTREAM_SERVING_THREADS"):
-        serving.ServerConfig.from_env()
+        settings.ServerConfig.from_env()
     with pytest.raises(ValueError, match="max_pixels"):
-        serving.Limits(max_pixels=0)
+        settings.Limits(max_pixels=0)
 
 
 def test_health_stays_fast_with_threads_busy_decoding(served, big_png):
@@ -676,19 +679,19 @@ def test_health_stays_fast_with_threads_busy_decoding(served, big_png):
 
 
 def test_admission_holds_what_requests_cost_and_always_admits_one_alone():
-    admission = serving.Admission(requests=3, body_bytes=100, pixels=1000)
+    admission = Admission(requests=3, body_bytes=100, pixels=1000)
     big = admission.admit(150)  # over the byte budget, but alone: admitted
-    assert isinstance(big, serving.Ticket)
+    assert isinstance(big, Ticket)
     assert "TPUSTREAM_INFLIGHT_BYTES" in admission.admit(1)
     admission.release(big)
     admission.release(big)  # twice: counted once
     assert (admission.requests, admission.body_bytes) == (0, 0)
     first, second = admission.admit(60), admission.admit(40)
-    assert isinstance(first, serving.Ticket) and isinstance(second, serving.Ticket)
+    assert isinstance(first, Ticket) and isinstance(second, Ticket)
     assert "TPUSTREAM_INFLIGHT_BYTES" in admission.admit(1)
     admission.resize(first, 10)  # its body arrived smaller than declared
     third = admission.admit(50)
-    assert isinstance(third, serving.Ticket)
+    assert isinstance(third, Ticket)
     assert "TPUSTREAM_SERVING_QUEUE" in admission.admit(0)
     assert admission.add_pixels(first, 2000) is None  # alone in pixels
     refusal = admission.add_pixels(second, 1)

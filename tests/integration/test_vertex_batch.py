@@ -25,7 +25,7 @@ from tests.fakes.gcs import make_bucket
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 from tpustream.release import promote
-from tpustream.serve.predict import iter_items
+from tpustream.serve.predict.inputs import iter_items
 from tpustream.storage import io as storage
 from tpustream.train import evaluate
 from tpustream.vertex import batch_prediction as vertex_batch

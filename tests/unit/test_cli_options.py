@@ -183,3 +183,19 @@ def test_a_body_parameter_named_like_a_field_is_refused() -> None:
         @from_config(Sample)
         def run(config: Sample, epochs: Annotated[int, typer.Option()] = 1) -> None:
             pass
+
+
+def test_an_excluded_field_the_body_declares_goes_to_the_config() -> None:
+    seen = []
+
+    @from_config(Sample, exclude={"internal"})
+    def run(config: Sample, internal: Annotated[int, typer.Argument(help="An argument.")]) -> None:
+        seen.append(config)
+
+    app = _app(run)
+    assert runner.invoke(app, ["run", "7", "--data", "d", "--epochs", "4"]).exit_code == 0
+    assert seen == [Sample(data="d", epochs=4, internal=7)]
+    assert (
+        runner.invoke(app, ["run", "7", "--data", "d", "--epochs", "0"]).exit_code != 0
+    )  # the config's check
+    assert len(seen) == 1

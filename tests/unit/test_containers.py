@@ -100,7 +100,7 @@ def _env(steps):
 
 
 def test_serve_image_runs_the_cpr_model_server_with_the_predictor_promote_uploads():
-    from tpustream.serve.server import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
+    from tpustream.serve.contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
     from tpustream.vertex.model_registry import container_spec
 
     steps = _instructions(ROOT / "containers" / "serve" / "Dockerfile")

@@ -165,7 +165,7 @@ def test_the_graph_is_read_from_every_module() -> None:
     assert "tpustream.storage.io" in graph["tpustream.registry.store"]  # a module-level import
     assert "tpustream.vertex.model_registry" in graph["tpustream.release.promote"]  # a function-level one
     assert (
-        "tpustream.image.transforms" in graph["tpustream.serve.server"]
+        "tpustream.image.transforms" in graph["tpustream.serve.classifier"]
     )  # also imported under TYPE_CHECKING
     assert (
         "tpustream.dataset.check_result" not in graph["tpustream.dataset.check_report"]

@@ -6,7 +6,7 @@ latency, the response size, the server's resident memory before and at its peak 
 (``/proc/PID/status`` VmRSS, and VmHWM after a reset through ``/proc/PID/clear_refs``), and the slowest of
 the health checks sent every 50 ms meanwhile. Without ``--model`` it builds a randomly initialised model
 (``--arch tiny``, 16 px, or a ResNet at 224 px) in a temporary directory: the answers do not matter here,
-what it costs to give them does. The server runs with the production defaults (``serving.SERVING_DEFAULTS``)
+what it costs to give them does. The server runs with the production defaults (``tpustream.serve.settings.SERVING_DEFAULTS``)
 and one uvicorn worker; the ``streamed-64x16MP`` case runs on a second server whose request pixel budget is
 raised, to measure what decoding images one at a time bounds on its own. The ``load-...`` case starts 8 clients
 together, each sending 25 requests of 8 small images: how many are answered, and their p50/p95 latency.
@@ -159,13 +159,13 @@ class ModelServer:
     def predict(
         self, body: bytes, content_type: str | None = "application/json", timeout: float = 120
     ) -> Reply:
-        from tpustream.serve.server import PREDICT_ROUTE
+        from tpustream.serve.contract import PREDICT_ROUTE
 
         headers = {"Content-Type": content_type} if content_type else {}
         return self.request("POST", PREDICT_ROUTE, body, headers, timeout)
 
     def health(self, timeout: float = 10) -> Reply:
-        from tpustream.serve.server import HEALTH_ROUTE
+        from tpustream.serve.contract import HEALTH_ROUTE
 
         return self.request("GET", HEALTH_ROUTE, timeout=timeout)
 
@@ -390,7 +390,7 @@ def run(
 ) -> list[dict[str, Any]]:
     """Start the model server on ``model`` (None: a random ``arch`` model built in a temporary directory),
     run the cases, return one dict per case (``echo``: called with each JSON line as it is measured)."""
-    from tpustream.serve.server import SERVING_DEFAULTS
+    from tpustream.serve.settings import SERVING_DEFAULTS
 
     lines: list[dict[str, Any]] = []
 

@@ -134,18 +134,23 @@ def from_config(
     options (after the body's own, hand-written parameters) and the body gets ``cls(**those values)``.
 
     ``config`` is the body's first parameter; the others keep their ``Annotated[..., typer.Option()]``
-    declarations (arguments, options no config holds)."""
+    declarations (arguments, options no config holds). An excluded field the body declares itself (an
+    argument: ``predict``'s images) is passed to the config, and to the body as declared."""
     config_params = config_parameters(cls, exclude, options)
     names = [param.name for param in config_params]
+    excluded = set(exclude)
 
     def decorate(body: Callable[..., Any]) -> Callable[..., Any]:
         own = list(inspect.signature(body, eval_str=True).parameters.values())[1:]
         clash = {param.name for param in own} & set(names)
         if clash:
             raise TypeError(f"{body.__name__}: {sorted(clash)} are {cls.__name__} fields already")
+        declared = [param.name for param in own if param.name in excluded]
 
         def command(**values: Any) -> Any:
-            config = cls(**{name: values.pop(name) for name in names})
+            config = cls(
+                **{name: values.pop(name) for name in names}, **{name: values[name] for name in declared}
+            )
             return body(config, **values)
 
         params = [param.replace(kind=inspect.Parameter.KEYWORD_ONLY) for param in own] + config_params

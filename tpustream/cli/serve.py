@@ -1,14 +1,21 @@
-"""`tpustream validate-serving` and `tpustream predict`."""
+"""`tpustream validate-serving` and `tpustream predict` (its options: ``PredictConfig``; its printing: here)."""
 
 from __future__ import annotations
 
-import os
-from typing import Annotated
+import contextlib
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tpustream.cli.app import app
-from tpustream.cli.options import fail
+from tpustream.cli.options import Opt, fail, from_config
+from tpustream.serve.predict.config import PredictConfig
+
+if TYPE_CHECKING:
+    from tpustream.serve.predict.pool import PredictResult
 
 
 @app.command("validate-serving")
@@ -54,7 +61,21 @@ def validate_serving_cmd(
 
 
 @app.command("predict")
+@from_config(
+    PredictConfig,
+    exclude={"inputs"},  # the command's argument, below
+    model=Opt(default=""),  # not given: an error, unless --vertex-batch (then optional: the registry)
+    as_json=Opt(name="--json"),
+    top_k=Opt(min=1),
+    limit=Opt(min=1),
+    sample_val=Opt(min=0),
+    batch_size=Opt(min=1),
+    max_pixels=Opt(min=64),
+    workers=Opt(min=0),
+    part_size=Opt(min=1),
+)
 def predict_cmd(
+    config: PredictConfig,
     inputs: Annotated[
         list[str] | None,
         typer.Argument(
@@ -65,54 +86,6 @@ def predict_cmd(
             show_default=False,
         ),
     ] = None,
-    model: Annotated[
-        str, typer.Option(help="Model directory (model.pt + model.json), or a registry: its champion.")
-    ] = "",
-    top_k: Annotated[int, typer.Option(min=1, help="Classes to show per image.")] = 3,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per image (JSON lines).")] = False,
-    limit: Annotated[int | None, typer.Option(min=1, help="Stop after this many images.")] = None,
-    sample_val: Annotated[
-        int,
-        typer.Option(
-            min=0, help="Also predict N images of the val split the model was trained on (model.json)."
-        ),
-    ] = 0,
-    batch_size: Annotated[int, typer.Option(min=1, help="Images per forward pass.")] = 32,
-    max_pixels: Annotated[
-        int,
-        typer.Option(
-            min=64,
-            help="Pixel budget: an image whose header claims more pixels is refused, never decoded "
-            "(default 16 Mi, as the serving container).",
-        ),
-    ] = 1 << 24,
-    workers: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Processes that read and decode images while the model runs here (0: all in this process). "
-            "Default: one per CPU but one, at most 8.",
-        ),
-    ] = max(0, min(8, (os.cpu_count() or 1) - 1)),
-    output: Annotated[
-        str | None,
-        typer.Option(
-            help="Write the results (the objects --json prints) to OUTPUT/predictions-00000.jsonl, ... (local "
-            "or gs://) instead of printing them, and OUTPUT/_SUCCESS (the summary) last. Re-run the same "
-            "command to resume: parts already written for the same model, options and inputs are kept.",
-            show_default=False,
-        ),
-    ] = None,
-    part_size: Annotated[
-        int, typer.Option(min=1, help="With --output: images per part file, the unit a re-run resumes by.")
-    ] = 1000,
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            help="With --output: predict every part again, replacing what is there, also a complete output "
-            "(one with _SUCCESS). Without it a complete output is left as it is and an interrupted one resumed."
-        ),
-    ] = False,
     vertex_batch: Annotated[
         str | None,
         typer.Option(
@@ -169,8 +142,7 @@ def predict_cmd(
     Where the true class is known (a shard's .cls, or an image in a folder named after a class) it is printed too,
     with a count of correct answers. Files and samples skipped are counted by reason. With --output, the results
     go to JSON lines in parts and a summary line is printed. Exit 1 when an image could not be classified."""
-    from tpustream.serve import predict
-
+    del inputs  # in config.inputs (from_config passes the argument to the config)
     if vertex_batch:
         from tpustream.vertex import batch_prediction as batch
 
@@ -179,18 +151,18 @@ def predict_cmd(
                 "--vertex-batch needs --vertex-model: the Vertex AI model promote published (or a resource name)"
             )
         job = batch.predict_on_vertex(
-            list(inputs or []),
+            list(config.inputs),
             vertex_model,
             vertex_batch,
-            registry=model or None,
+            registry=config.model or None,
             machine_type=machine_type,
             replicas=replicas,
             batch_size=instances_per_request,
-            limit=limit,
+            limit=config.limit,
             wait=wait,
             project=vertex_project,
             region=vertex_region,
-            top_k=top_k,
+            top_k=config.top_k,
         )
         if "instances" in job:
             typer.echo(f"instances: {job['instances']['instances']} images in {job['instances']['uri']}")
@@ -203,20 +175,90 @@ def predict_cmd(
                 f"{done['failed'] + errored} failed)"
             )
         raise typer.Exit(0)
-    if not model:
+    if not config.model:
         fail("--model is required: a model directory or a registry (its champion)")
-    config = predict.PredictConfig(
-        model=model,
-        inputs=tuple(inputs or ()),
-        top_k=top_k,
-        as_json=as_json,
-        limit=limit,
-        sample_val=sample_val,
-        batch_size=batch_size,
-        max_pixels=max_pixels,
-        workers=workers,
-        output=output,
-        part_size=part_size,
-        overwrite=overwrite,
+    raise typer.Exit(run_predict(config, echo=typer.echo))
+
+
+def run_predict(
+    config: PredictConfig, *, echo: Callable[[str], object] = print, progress: bool | None = None
+) -> int:
+    """Print top-k per image (or one JSON object per line), or with ``config.output`` write them as JSON
+    lines and print a summary; returns the exit code: 0, or 1 when an image could not be classified.
+    Raises PredictError / BadModel for bad arguments."""
+    show_bar = sys.stderr.isatty() if progress is None else progress
+    if not config.output:
+        return _print_results(config, echo=echo, show_bar=show_bar)
+    from tpustream.serve.predict.output import predict_to_output
+
+    summary, written = predict_to_output(config, progress=show_bar)
+    if not written:
+        echo(
+            f"{summary.output} is already complete ({summary.answered:,} answered, "
+            f"{sum(summary.skipped.values()):,} skipped, {len(summary.parts)} parts): nothing to do; "
+            "--overwrite predicts again"
+        )
+        return 0
+    echo(summary.line())
+    return 1 if summary.failed else 0
+
+
+def _print_results(config: PredictConfig, *, echo: Callable[[str], object], show_bar: bool) -> int:
+    from tqdm import tqdm
+
+    from tpustream.serve.classifier import Classifier
+    from tpustream.serve.predict.inputs import Skipped, planned_items
+    from tpustream.serve.predict.pool import device_for_cli, predict_items, say_top_k_cap
+
+    limits = config.limits()
+    classifier = Classifier(config.model, limits=limits, device=device_for_cli())
+    say_top_k_cap(config.top_k, classifier)
+    skipped = Skipped()
+    results = predict_items(
+        classifier,
+        planned_items(config, classifier.uri, skipped),
+        top_k=config.top_k,
+        batch_size=limits.batch_size,
+        workers=config.workers,
     )
-    raise typer.Exit(predict.run(config, echo=typer.echo))
+    # the bar appears only when the run lasts over a second: many images
+    bar = tqdm(
+        results, desc="predict", unit="img", file=sys.stderr, disable=not show_bar, miniters=1, delay=1.0
+    )
+    failed = answered = known = correct = 0
+    with contextlib.closing(results):  # stops the decode workers now, also when interrupted
+        for result in bar:
+            if "error" in result:
+                failed += 1
+                skipped.add(result["reason"], result["input"])
+            else:
+                answered += 1
+            if "correct" in result:
+                known += 1
+                correct += bool(result["correct"])
+            line = json.dumps(result) if config.as_json else _text(result)
+            if bar.disable:
+                echo(line)
+            else:
+                bar.write(line, file=sys.stdout)
+    if not config.as_json and known:
+        echo(f"{correct}/{known} correct ({classifier.uri})")
+    if skipped.counts:
+        errors = "; the images that could not be classified are the 'error' lines above" if failed else ""
+        total = sum(skipped.counts.values())
+        print(
+            f"skipped {total:,} of {answered + total:,} inputs: {skipped.describe()}{errors}", file=sys.stderr
+        )
+    return 1 if failed else 0
+
+
+def _text(result: PredictResult) -> str:
+    if "source" in result:  # a dataset's sample: name the file it came from too
+        result = {**result, "input": f"{result['input']} ({result['source']})"}
+    if "error" in result:
+        return f"{result['input']}  error: {result['error']}"
+    top = ", ".join(f"{c} {p:.1%}" for c, p in zip(result["classes"], result["probabilities"], strict=True))
+    if "true_class" in result:
+        mark = "ok" if result["correct"] else "WRONG"
+        return f"{result['input']}  true {result['true_class']}  predicted {top}  {mark}"
+    return f"{result['input']}  {top}"

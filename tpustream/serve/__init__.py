@@ -1,5 +1,7 @@
 """Serving: ``server`` is the model server's handler and predictor, ``contract`` its routes and environment,
-``automl`` the AutoML-compatible format, ``validate`` serving validation, ``predict`` batch prediction.
+``classifier`` the model they run, ``request`` the request body and its checks, ``admission`` and ``settings``
+the budgets and limits, ``automl`` the AutoML-compatible format, ``validate`` serving validation, ``predict``
+batch prediction.
 
 The names below are the package's public API, imported on first use so that importing the package loads nothing
 heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
@@ -11,18 +13,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tpustream.serve.predict import PredictConfig, PredictError
-    from tpustream.serve.server import Classifier, ClassifierHandler, ClassifierPredictor
+    from tpustream.serve.classifier import Classifier
+    from tpustream.serve.predict.config import PredictConfig, PredictError
+    from tpustream.serve.server import ClassifierHandler, ClassifierPredictor
     from tpustream.serve.validate import ServingValidationError, validate_serving
 
 _HOMES = {
     "ClassifierHandler": "server",
     "ClassifierPredictor": "server",
-    "Classifier": "server",
+    "Classifier": "classifier",
     "validate_serving": "validate",
     "ServingValidationError": "validate",
-    "PredictConfig": "predict",
-    "PredictError": "predict",
+    "PredictConfig": "predict.config",
+    "PredictError": "predict.config",
 }
 __all__ = [
     "Classifier",

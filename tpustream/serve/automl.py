@@ -33,14 +33,18 @@ instances, is refused. Torch-free, like ``serving_contract``: ``tpustream.vertex
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from tpustream.errors import TpustreamError
+
+if TYPE_CHECKING:
+    from tpustream.serve.classifier import TopK
 
 __all__ = [
     "AUTOML_KEY",
     "B64_KEY",
     "AutoMLParameters",
+    "AutoMLPrediction",
     "BadRequest",
     "MIME_TYPE_KEYS",
     "PREDICT_SCHEMATA",
@@ -71,6 +75,14 @@ _INT32_MAX = 2**31 - 1
 
 class BadRequest(TpustreamError, ValueError):
     """The request's format or parameters are wrong; the message (an HTTP 400's) quotes nothing of it."""
+
+
+class AutoMLPrediction(TypedDict):
+    """One image's answer to an AutoML request (ClassificationPredictionResult, by its JSON names)."""
+
+    ids: list[str]  # class indices, as strings
+    displayNames: list[str]  # the schema's JSON name (camelCase)
+    confidences: list[float]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,13 +160,13 @@ def parse_automl_parameters(parameters: Any) -> AutoMLParameters:
     return AutoMLParameters(confidence_threshold=float(threshold), max_predictions=count)
 
 
-def _one_of(parameters: dict[str, Any], names: tuple[str, str]) -> Any:
+def _one_of(parameters: dict[str, object], names: tuple[str, str]) -> Any:
     if all(name in parameters for name in names):
         raise BadRequest(f"parameters has both {names[0]} and {names[1]}: send one ({names[0]})")
     return next((parameters[name] for name in names if name in parameters), None)
 
 
-def automl_prediction(result: dict[str, Any], parameters: AutoMLParameters) -> dict[str, Any]:
+def automl_prediction(result: TopK, parameters: AutoMLParameters) -> AutoMLPrediction:
     """One image's top-k (``Classifier.classify``'s ``classes``, ``class_indices``, ``probabilities``, at
     least ``max_predictions`` long when the model has that many classes) as AutoML's
     ClassificationPredictionResult: at most ``max_predictions`` classes of at least ``confidence_threshold``."""
@@ -163,11 +175,11 @@ def automl_prediction(result: dict[str, Any], parameters: AutoMLParameters) -> d
         for position, probability in enumerate(result["probabilities"][: parameters.max_predictions])
         if probability >= parameters.confidence_threshold
     ]
-    return {
-        "ids": [str(result["class_indices"][position]) for position in kept],
-        "displayNames": [result["classes"][position] for position in kept],
-        "confidences": [result["probabilities"][position] for position in kept],
-    }
+    return AutoMLPrediction(
+        ids=[str(result["class_indices"][position]) for position in kept],
+        displayNames=[result["classes"][position] for position in kept],
+        confidences=[result["probabilities"][position] for position in kept],
+    )
 
 
 def json_type(value: Any) -> str:

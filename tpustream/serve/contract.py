@@ -1,7 +1,7 @@
 """What the serving container promises Vertex AI: the handler and predictor it runs, its port and routes.
 
 ``tpustream.serve.server`` implements them; ``tpustream.vertex.model_registry`` names them in the uploaded model's container spec
-and ``tpustream.serve.validate`` starts the model server with them. They live apart from ``serving`` so that
+and ``tpustream.serve.validate`` starts the model server with them. They live apart from ``server`` so that
 those modules need neither its image code nor torch to read four constants.
 """
 

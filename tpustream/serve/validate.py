@@ -6,7 +6,7 @@ InfraValidator checks a model in its serving binary before pushing it
 
 1. starts aiplatform's model server (``python -m google.cloud.aiplatform.prediction.model_server``) on the
    candidate exactly as the serving image does: containers/serve/Dockerfile's ENTRYPOINT and
-   ``tpustream.serve.server.SERVING_ENV``, with the ``AIP_*`` variables Vertex AI sets for a custom container
+   ``tpustream.serve.contract.SERVING_ENV``, with the ``AIP_*`` variables Vertex AI sets for a custom container
    (https://cloud.google.com/vertex-ai/docs/predictions/custom-container-requirements: ``AIP_HTTP_PORT``,
    ``AIP_HEALTH_ROUTE``, ``AIP_PREDICT_ROUTE``, ``AIP_STORAGE_URI``), and waits for its health route;
 2. sends it the first ``samples`` val images of the model's dataset, in manifest order, as Vertex sends
@@ -335,7 +335,7 @@ def validate_serving(
     ``data``: the dataset whose val images are sent (default: the one model.json names). Returns the report and
     writes it to ``output/validation.json`` when given (last, in one write); raises ServingValidationError
     when a check failed (after writing the report)."""
-    from tpustream.serve.server import resolve_model_uri
+    from tpustream.serve.classifier import resolve_model_uri
     from tpustream.train.evaluate import EvaluationError, load_model_card, val_predictions
 
     if samples < 1:

@@ -50,7 +50,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 INSTANCE_KEY = "key"  # the JSONL field that names an image; Vertex keeps it out of the model's request
-MAX_BATCH = 64  # tpustream.serve.server.Limits.max_instances, the serving image's default
+MAX_BATCH = 64  # tpustream.serve.settings.Limits.max_instances, the serving image's default
 _ENVELOPE = 4096  # bytes of a request body besides its instances' base64: brackets, keys, parameters
 _FORMATS = ("jsonl", "file-list")
 _DONE = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
@@ -97,13 +97,13 @@ class InstanceSizes:
 
 
 def _limits() -> Any:
-    from tpustream.serve.server import Limits
+    from tpustream.serve.settings import Limits
 
     return Limits.from_env()
 
 
 def _max_body_bytes() -> int:
-    from tpustream.serve.server import ServerConfig
+    from tpustream.serve.settings import ServerConfig
 
     return int(ServerConfig.from_env().max_body_bytes)
 
@@ -149,7 +149,7 @@ def write_instances(inputs: list[str], destination: str, *, limit: int | None = 
 
     Returns ``uri``, ``instances`` (how many), ``bytes`` (the images' total), ``too_large`` (left out),
     ``sizes`` (``InstanceSizes``, for ``fitting_batch_size``)."""
-    from tpustream.serve.predict import iter_items
+    from tpustream.serve.predict.inputs import iter_items
 
     if not destination.endswith(".jsonl"):
         raise ConfigError(
