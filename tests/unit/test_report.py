@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from tpustream.artifacts import EvalReport, Manifest, ModelCard
-from tpustream.registry.policy import Decision, decide
+from tpustream.registry.policy import Decision, PromotionPolicy, decide
+from tpustream.release.promote import PromotionOutcome
 from tpustream.report import build as report
 from tpustream.report.build import (
     ReportError,
@@ -172,7 +173,8 @@ def sample_facts(**changes: Any) -> ReportFacts:
             "created": "2025-11-20T11:00:00Z",
         }
     )
-    decision = decide(candidate, champion, candidate_digest="d", champion_digest="d", max_class_drop=0.1)
+    policy = PromotionPolicy(max_class_drop=0.1)
+    decision = decide(candidate, champion, candidate_digest="d", champion_digest="d", policy=policy)
     facts = ReportFacts(
         model_card=_card(
             {
@@ -185,9 +187,7 @@ def sample_facts(**changes: Any) -> ReportFacts:
         ),
         metrics=metrics,
         decision=decision,
-        metric="top1",
-        min_delta=0.0,
-        max_class_drop=0.1,
+        policy=policy,
         manifest=manifest(CLASSES),
         history=history(),
     )
@@ -275,14 +275,14 @@ def test_other_refusals_keep_the_policys_reason():
 
 
 def test_a_promotion_states_the_version_and_the_one_it_replaced():
-    outcome = {
-        "promoted": True,
-        "version": 3,
-        "reason": "candidate top1 0.8000 beats champion 0.7500 by +0.0500",
-        "previous_version": 2,
-    }
+    outcome = PromotionOutcome(
+        promoted=True,
+        version=3,
+        reason="candidate top1 0.8000 beats champion 0.7500 by +0.0500",
+        previous_version=2,
+    )
     page, markdown = render_report(
-        sample_facts(outcome=outcome, decision=Decision(True, outcome["reason"]), max_class_drop=None)
+        sample_facts(outcome=outcome, decision=Decision(True, outcome.reason), policy=PromotionPolicy())
     )
     assert '<header id="decision" class="promoted"><h1>Promoted as version 3</h1>' in page
     assert (
@@ -293,7 +293,7 @@ def test_a_promotion_states_the_version_and_the_one_it_replaced():
 
 
 def test_the_champion_itself_is_already_the_champion():
-    outcome = {"promoted": False, "version": 2, "reason": "already the champion"}
+    outcome = PromotionOutcome(promoted=False, version=2, reason="already the champion")
     page, _ = render_report(sample_facts(outcome=outcome, decision=Decision(False, "already the champion")))
     assert "Nothing to promote: the candidate is already the champion (version 2)." in page
 
@@ -361,7 +361,9 @@ def test_top5_is_shown_only_with_more_than_5_classes(rendered):
     history = sample_facts().model_card.history
     assert svg_documents(page)[0] == curves_svg(history, top5=False) != curves_svg(history)
 
-    decided_on_top5 = render_report(sample_facts(metric="top5"))[1]
+    decided_on_top5 = render_report(sample_facts(policy=PromotionPolicy(metric="top5", max_class_drop=0.1)))[
+        1
+    ]
     assert "top-5 (decides)" in [row[0] for row in table_rows(decided_on_top5, "Policy: decide on")]
 
     classes = [f"class-{i:02d}" for i in range(40)]
@@ -486,7 +488,7 @@ def test_an_empty_model_history_and_no_manifest_render():
 
 def test_facts_refuse_an_unknown_metric():
     with pytest.raises(ValueError, match="metric 'f1'"):
-        sample_facts(metric="f1")
+        sample_facts(policy=PromotionPolicy(metric="f1"))  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- data set, data check, history
@@ -549,9 +551,7 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
         metrics_uri=str(tmp_path),
         dataset_uri=str(data),
         registry=None,
-        metric="top1",
-        min_delta=0.0,
-        max_class_drop=0.1,
+        policy=PromotionPolicy(max_class_drop=0.1),
         data_check=str(tmp_path / "check.md"),
         history=history(),
     )
@@ -564,15 +564,13 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
     assert (tmp_path / "out/report.md").read_text() == markdown
     assert "The candidate wins and may be promoted: no champion yet." in page
 
-    outcome = {"promoted": True, "version": 1, "reason": "no champion yet", "previous_version": None}
+    outcome = PromotionOutcome(promoted=True, version=1, reason="no champion yet", previous_version=None)
     promoted = build_report_facts(
         model_uri=str(model),
         metrics_uri=str(tmp_path / "metrics.json"),
         dataset_uri=str(data),
         registry=None,
-        metric="top1",
-        min_delta=0.0,
-        max_class_drop=None,
+        policy=PromotionPolicy(),
         outcome=outcome,
     )
     assert promoted.decision == Decision(True, "no champion yet") and promoted.outcome == outcome
@@ -624,9 +622,7 @@ def test_a_candidate_that_is_the_champion_now_was_promoted_by_this_run_or_before
         metrics_uri=str(tmp_path / "metrics.json"),
         dataset_uri=str(tmp_path / "data"),
         registry=str(tmp_path / "registry"),
-        metric="top1",
-        min_delta=0.0,
-        max_class_drop=None,
+        policy=PromotionPolicy(),
         history=events,
     )
     page, _ = render_report(gathered)
@@ -681,22 +677,23 @@ def test_write_run_report_shows_the_registrys_history_and_the_promote_steps_outc
     (events / "20251120T110500-5f4e3d2c1b0a.json").write_text(
         json.dumps(promoted_event(2, 1, "2025-11-20T11:05:00.000000Z", 0.8))
     )
-    outcome = {  # what tpustream.release.promote.promote returns for this run: the second event is its own
-        "promoted": True,
-        "version": 2,
-        "reason": "candidate top1 0.8000 beats champion 0.7625 by +0.0375",
-        "previous_version": 1,
-        "vertex": None,
-    }
+    outcome = (
+        PromotionOutcome(  # what tpustream.release.promote.promote returns for this run: the second event
+            promoted=True,
+            version=2,
+            reason="candidate top1 0.8000 beats champion 0.7625 by +0.0375",
+            previous_version=1,
+        )
+    )
     with caplog.at_level(logging.INFO, logger="tpustream.report.build"):
         facts = write_run_report(
             **paths,
             registry=str(tmp_path / "registry"),
-            max_class_drop=None,
+            policy=PromotionPolicy(),
             outcome=outcome,
         )
 
-    assert facts.decision == Decision(True, outcome["reason"])
+    assert facts.decision == Decision(True, outcome.reason)
     assert f"run report: {paths['html_uri']}" in caplog.messages
     page = (tmp_path / "out/report.html").read_text()
     markdown = (tmp_path / "out/report.md").read_text()
@@ -720,7 +717,7 @@ def test_write_run_report_without_a_registry_yet_has_no_history_and_no_missing_d
     facts = write_run_report(
         **paths,
         registry=str(tmp_path / "no-registry-yet"),  # the first run: promote has not created it
-        max_class_drop=0.1,
+        policy=PromotionPolicy(max_class_drop=0.1),
         data_check=str(tmp_path / "check-data-did-not-run.md"),
     )
     assert facts.history is None and facts.data_check_markdown is None
@@ -742,9 +739,7 @@ def test_missing_metrics_are_a_report_error(tmp_path):
             metrics_uri=str(tmp_path / "nowhere"),
             dataset_uri=str(tmp_path),
             registry=None,
-            metric="top1",
-            min_delta=0.0,
-            max_class_drop=None,
+            policy=PromotionPolicy(),
         )
 
 
@@ -872,7 +867,9 @@ def test_a_decision_on_macro_f1_shows_it_beside_top1_as_a_score():
     candidate = {**facts.metrics.candidate, "macro_f1": 0.7, "balanced_accuracy": 0.75}
     champion = {**facts.metrics.champion, "macro_f1": 0.65, "balanced_accuracy": 0.7}
     metrics = replace(facts.metrics, candidate=candidate, champion=champion)
-    _, summary = render_report(replace(facts, metrics=metrics, metric="macro_f1"))
+    _, summary = render_report(
+        replace(facts, metrics=metrics, policy=replace(facts.policy, metric="macro_f1"))
+    )
     assert re.search(r"macro-F1 \(decides\) \| 0\.7000 \| 0\.6500 \| \+0\.0500", summary), summary
     assert re.search(r"balanced accuracy \| 75\.00% \| 70\.00% \| \+5\.00 points", summary)
     assert "macro-F1" not in render_report(facts)[1]  # an evaluation before them: no rows

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpustream.registry.policy import METRICS
 from tpustream.report import plots as report_plots
 from tpustream.report.facts import (
     _E,
@@ -281,10 +280,10 @@ def _confusion_html(facts: ReportFacts) -> str:
 
 def _per_class_html(facts: ReportFacts, rows: list[_ClassRow]) -> str:
     champion = _champion(facts)
-    if facts.max_class_drop is None:
+    if facts.policy.max_class_drop is None:
         limit = "No max_class_drop was set: no class's drop can refuse the candidate."
     else:
-        limit = f"max_class_drop is {_points(facts.max_class_drop)}: classes whose accuracy drops by more are in red."
+        limit = f"max_class_drop is {_points(facts.policy.max_class_drop)}: classes whose accuracy drops by more are in red."
     parts = [_note(limit + ("" if champion else f" No champion numbers: {_no_champion_text(facts)}."))]
     plotted = rows[:PLOTTED_CLASSES]
     caption = (
@@ -390,10 +389,10 @@ def _history_html(facts: ReportFacts) -> str:
     events = _events(facts)
     if not events:
         return _note("No registry events yet: this registry has no history.")
-    same = [event for event in events if event.get("metric") == facts.metric]
+    same = [event for event in events if event.get("metric") == facts.policy.metric]
     parts = []
     if same:
-        svg = report_plots.history_svg(same, facts.metric, METRICS[facts.metric])
+        svg = report_plots.history_svg(same, facts.policy.metric, facts.policy.higher_is_better)
         notes = []
         if report_plots.history_on_different_data(same):
             notes.append(
@@ -405,10 +404,12 @@ def _history_html(facts: ReportFacts) -> str:
             notes.append(f"{len(events) - len(same)} events decided on another metric are not drawn.")
         caption = " ".join(notes)
         parts.append(
-            _figure("plot-history", svg, f"champion {facts.metric} over the registry's events", caption)
+            _figure(
+                "plot-history", svg, f"champion {facts.policy.metric} over the registry's events", caption
+            )
         )
     else:
-        parts.append(_note(f"No event was decided on {facts.metric}: nothing to draw."))
+        parts.append(_note(f"No event was decided on {facts.policy.metric}: nothing to draw."))
     newest = list(reversed(events))[:HTML_HISTORY_ROWS]
     cells = [
         [

@@ -424,12 +424,12 @@ def evaluate(
     if registry:
         current = read_champion(registry)
         if current is not None:
-            champion_uri = version_uri(registry, current["version"])
+            champion_uri = version_uri(registry, current.version)
             mismatch = _class_mismatch(
                 load_model_card(champion_uri), manifest.classes, champion_uri, data_uri
             )
             if mismatch:
-                champion_note = f"champion version {current['version']} not evaluated: {mismatch}"
+                champion_note = f"champion version {current.version} not evaluated: {mismatch}"
                 log.warning("%s; it cannot be compared with this candidate", champion_note)
             else:
                 champion = evaluate_model(
@@ -439,7 +439,7 @@ def evaluate(
                     scores_uri=storage.join(output_uri, CHAMPION_SCORES_NAME),
                     split=split,
                 )
-                champion["version"] = current["version"]
+                champion["version"] = current.version
                 champion["paired"] = _paired(output_uri).to_json()
     result = EvalReport(
         dataset=DatasetRef(
