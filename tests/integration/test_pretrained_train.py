@@ -93,8 +93,8 @@ def test_train_pretrained_records_the_weights_and_every_reader_preprocesses_alik
     for evaluated, predicted in zip(answers, results, strict=True):
         # the same probabilities; classes compared where they are told apart (a saturated softmax leaves
         # the rest at ~0, where topk's order among equal values is arbitrary)
-        assert evaluated["probabilities"] == pytest.approx(predicted["probabilities"], abs=1e-4)
-        distinct = [i for i, p in enumerate(evaluated["probabilities"]) if p > 1e-4]
-        assert [evaluated["class_indices"][i] for i in distinct] == [
+        assert evaluated.probabilities == pytest.approx(predicted["probabilities"], abs=1e-4)
+        distinct = [i for i, p in enumerate(evaluated.probabilities) if p > 1e-4]
+        assert [evaluated.class_indices[i] for i in distinct] == [
             predicted["class_indices"][i] for i in distinct
         ]

@@ -161,11 +161,11 @@ def deploy_cmd(
         region=region,
         dedicated_endpoint=dedicated_endpoint,
     )
-    done = "deployed" if outcome["deployed"] else "already deployed"
-    typer.echo(f"{done}: {outcome['model']} on {outcome['endpoint']} as {outcome['deployed_model_id']}")
-    typer.echo(f"traffic: {_traffic(outcome['traffic_split'])}")
-    if outcome["previous_split"]:
-        typer.echo(f"undo: tpustream rollback --endpoint {outcome['endpoint']}")
+    done = "deployed" if outcome.deployed else "already deployed"
+    typer.echo(f"{done}: {outcome.model} on {outcome.endpoint} as {outcome.deployed_model_id}")
+    typer.echo(f"traffic: {_traffic(outcome.traffic_split)}")
+    if outcome.previous_split:
+        typer.echo(f"undo: tpustream rollback --endpoint {outcome.endpoint}")
 
 
 @app.command("rollback")
@@ -180,9 +180,9 @@ def rollback_cmd(
 
     outcome = deploy.rollback(endpoint, project=project, region=region)
     typer.echo(
-        f"rolled back: undeployed {outcome['undeployed']} (model {outcome['model']}) from {outcome['endpoint']}"
+        f"rolled back: undeployed {outcome.undeployed} (model {outcome.model}) from {outcome.endpoint}"
     )
-    typer.echo(f"traffic: {_traffic(outcome['traffic_split'])}")
+    typer.echo(f"traffic: {_traffic(outcome.traffic_split)}")
 
 
 # Both champion commands take the registry either way: `champion show REGISTRY` and `champion history

@@ -42,12 +42,12 @@ def validate_serving_cmd(
     except ServingValidationError as exc:
         typer.echo(f"validation failed: {exc}", err=True)
         raise typer.Exit(1) from exc
-    statuses = ", ".join(f"{case['case']} {case['status']}" for case in report["malformed"])
+    statuses = ", ".join(f"{case.case} {case.status}" for case in report.malformed)
     typer.echo(
-        f"validated {report['model']} in the serving container: {report['agreed']}/{report['samples']} val "
-        f"images answered as evaluation did (top-1 probability within {report['max_probability_diff']:.2g}; "
-        f"p50 {report['latency_ms_p50']} ms per request); malformed requests: {statuses}; server up in "
-        f"{report['startup_s']} s"
+        f"validated {report.model} in the serving container: {report.agreed}/{report.samples} val "
+        f"images answered as evaluation did (top-1 probability within {report.max_probability_diff:.2g}; "
+        f"p50 {report.latency_ms_p50} ms per request); malformed requests: {statuses}; server up in "
+        f"{report.startup_s} s"
     )
     if output:
         typer.echo(f"report: {output.rstrip('/')}/validation.json")

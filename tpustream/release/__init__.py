@@ -11,7 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tpustream.release.deploy import CanaryRecord, DeployError, rollback
+    from tpustream.release.canary import CanaryRecord
+    from tpustream.release.deploy import DeployError, DeployOutcome, rollback
     from tpustream.release.outcome import RunOutcome, record_outcome
     from tpustream.release.promote import PromotionOutcome, preview_decision
 
@@ -20,7 +21,8 @@ _HOMES = {
     "PromotionOutcome": "promote",
     "rollback": "deploy",
     "DeployError": "deploy",
-    "CanaryRecord": "deploy",
+    "CanaryRecord": "canary",
+    "DeployOutcome": "deploy",
     "RunOutcome": "outcome",
     "record_outcome": "outcome",
 }
@@ -29,6 +31,7 @@ __all__ = [
     "preview_decision",
     "CanaryRecord",
     "DeployError",
+    "DeployOutcome",
     "rollback",
     "RunOutcome",
     "record_outcome",

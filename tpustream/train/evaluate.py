@@ -207,15 +207,25 @@ class _ValPass:
                     torch_xla.sync()
 
 
+@dataclass(frozen=True, kw_only=True)
+class ValPrediction:
+    """Evaluation's answer for one val sample: its ``label``, the top-k ``class_indices`` and their softmax
+    ``probabilities``."""
+
+    label: int
+    class_indices: list[int]
+    probabilities: list[float]
+
+
 def val_predictions(
     model_uri: str, data_uri: str, *, limit: int, top_k: int = 5
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[ValPrediction], str]:
     """Evaluation's answers for the first ``limit`` val samples in manifest order: per sample its label, the
     top-k class indices and their softmax probabilities (``tpustream validate-serving`` compares the
     serving container's answers with these); and the sha256 of the model.pt they came from."""
     run = _ValPass.open(model_uri, data_uri, batch_size=min(64, max(1, limit)), workers=0)
     k = min(top_k, len(run.classes))
-    out: list[dict[str, Any]] = []
+    out: list[ValPrediction] = []
     for logits, labels, mask, _ in run.batches():
         probabilities, indices = logits.softmax(dim=1).topk(k, dim=1)
         rows = zip(
@@ -227,7 +237,7 @@ def val_predictions(
         )
         for label, valid, top, probs in rows:
             if valid and len(out) < limit:
-                out.append({"label": int(label), "class_indices": top, "probabilities": probs})
+                out.append(ValPrediction(label=int(label), class_indices=top, probabilities=probs))
         if len(out) >= limit:
             break
     return out, run.model_digest
