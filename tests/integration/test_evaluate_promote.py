@@ -250,7 +250,7 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
     (Vertex AI itself cannot be reached from here). Only promoted models are uploaded, from their
     immutable registry version, with the serving image (tests/integration/test_serving.py serves one)."""
     from tests.vertex_fake import VertexRecorder
-    from tpustream.vertex import model_registry as vertex
+    from tpustream.vertex.evaluation import EVALUATION_SCHEMA
     from tpustream.vertex.model_registry import VertexTarget
 
     image = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "d" * 64
@@ -302,7 +302,7 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
         for request, name in zip(imports, ("weak", "better"), strict=True):
             measured = json.loads(storage.read_bytes(f"{gcs_bucket}/eval/{name}/metrics.json"))
             evaluation = request["body"]["modelEvaluation"]
-            assert evaluation["metricsSchemaUri"] == vertex.EVALUATION_SCHEMA
+            assert evaluation["metricsSchemaUri"] == EVALUATION_SCHEMA
             metrics = evaluation["metrics"]
             assert metrics["confusionMatrix"]["rows"] == measured["candidate"]["confusion_matrix"]
             assert [s["displayName"] for s in metrics["confusionMatrix"]["annotationSpecs"]] == DIGITS

@@ -192,15 +192,15 @@ def predict_cmd(
             region=vertex_region,
             top_k=top_k,
         )
-        if "instances" in job:
-            typer.echo(f"instances: {job['instances']['instances']} images in {job['instances']['uri']}")
-        typer.echo(f"batch prediction {job['name']}: {job['state']} ({job['model']})")
-        if "output_directory" in job:
-            done = job["completion"]
-            errored = job.get("instance_errors", 0)  # counted successful by Vertex: the server's error slot
+        if job.instances is not None:
+            typer.echo(f"instances: {job.instances.instances} images in {job.instances.uri}")
+        typer.echo(f"batch prediction {job.name}: {job.state} ({job.model})")
+        if job.output_directory is not None and job.completion is not None:
+            done = job.completion
+            errored = job.instance_errors or 0  # counted successful by Vertex: the server's error slot
             typer.echo(
-                f"predictions: {job['output_directory']} ({done['successful'] - errored} predicted, "
-                f"{done['failed'] + errored} failed)"
+                f"predictions: {job.output_directory} ({done.successful - errored} predicted, "
+                f"{done.failed + errored} failed)"
             )
         raise typer.Exit(0)
     if not model:
