@@ -28,8 +28,8 @@ from tpustream.serve.predict import iter_items
 from tpustream.storage import io as storage
 from tpustream.train import evaluate
 from tpustream.vertex import batch_prediction as vertex_batch
-from tpustream.vertex.batch_prediction import JobCompletion
 from tpustream.vertex import model_registry as vertex
+from tpustream.vertex.batch_prediction import JobCompletion
 
 pytestmark = pytest.mark.integration
 
