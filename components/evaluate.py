@@ -47,16 +47,16 @@ def evaluate_model(
     result = evaluate(model.uri, dataset.uri, evaluation.uri, registry=registry or None)
     candidate = result.candidate
     for key in ("top1", "top5", "loss") if shows_top5(len(result.classes)) else ("top1", "loss"):
-        metrics.log_metric(key, float(candidate[key]))
-    metrics.log_metric("num_samples", float(candidate["num_samples"]))
+        metrics.log_metric(key, float(candidate.metric(key)))
+    metrics.log_metric("num_samples", float(candidate.num_samples or 0))
     for key in ("macro_f1", "balanced_accuracy", "auprc", "auroc"):  # from the per-sample scores
-        if candidate.get(key) is not None:
-            metrics.log_metric(key, float(candidate[key]))
+        if candidate.metric(key) is not None:
+            metrics.log_metric(key, float(candidate.metric(key)))
     if result.val is not None:  # test decided: the candidate's val numbers, for reference
         for key in ("top1", "loss"):
-            metrics.log_metric(f"val_{key}", float(result.val[key]))
+            metrics.log_metric(f"val_{key}", float(result.val.metric(key)))
     evaluation.metadata["split"] = result.split
-    confusion.log_confusion_matrix(result.classes, candidate["confusion_matrix"])
+    confusion.log_confusion_matrix(result.classes, candidate.confusion_matrix)
     decision = preview_decision(result, registry or None, policy)
     logging.getLogger("tpustream").info(
         "decision on the %s split: %s (%s)",

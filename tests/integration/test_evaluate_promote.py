@@ -405,7 +405,7 @@ def test_a_nan_model_is_never_promoted_and_every_file_stays_json(digits, models,
     diverged = make_nan_model(tmp_path / "nan", models["good"])
     out = str(tmp_path / "eval-nan")
     result = evaluate.evaluate(diverged, digits, out, registry=registry)
-    assert math.isnan(result.candidate["loss"])
+    assert math.isnan(result.candidate.loss)
     written = _strict_json(storage.read_bytes(f"{out}/metrics.json"))
     assert written["candidate"]["loss"] is None and written["candidate"]["complete"]
     for metric in ("loss", "top1"):
@@ -448,8 +448,8 @@ def test_a_partial_evaluation_is_never_promoted(digits, models, tmp_path, caplog
     out = str(tmp_path / "eval-partial")
     with caplog.at_level(logging.WARNING):
         result = evaluate.evaluate(models["better"], str(damaged), out, registry=registry)
-    counted = result.candidate["num_samples"]
-    assert 0 < counted < 179 and not result.candidate["complete"]
+    counted = result.candidate.num_samples
+    assert 0 < counted < 179 and not result.candidate.complete
     assert "cannot be promoted" in caplog.text and "tpustream shards verify" in caplog.text
     assert json.loads(storage.read_bytes(f"{out}/metrics.json"))["candidate"]["complete"] is False  # evidence
     preview = promote.preview_decision(result, registry)
@@ -571,8 +571,8 @@ def test_a_class_without_val_samples_is_not_measured_and_metrics_name_the_datase
     model = make_model(tmp_path / "model", "data", seed=0, steps=0, classes=["a", "b", "c"])
     with caplog.at_level(logging.WARNING):
         result = evaluate.evaluate_model(model, "data", workers=0)
-    assert result["per_class_accuracy"][2] is None and result["unmeasured_classes"] == ["c"]
-    assert all(isinstance(v, float) for v in result["per_class_accuracy"][:2])
+    assert result.per_class_accuracy[2] is None and result.unmeasured_classes == ["c"]
+    assert all(isinstance(v, float) for v in result.per_class_accuracy[:2])
     assert "not measured: c" in caplog.text
     evaluate.evaluate(model, "data", "eval")
     written = json.loads(storage.read_bytes(str(tmp_path / "eval" / "metrics.json")))
@@ -618,12 +618,12 @@ def test_a_dataset_with_a_test_split_is_decided_on_test_and_reports_val_too(mode
     num_val, num_test = (manifest["splits"][split]["num_samples"] for split in ("val", "test"))
     registry = f"{gcs_bucket}/registry-test-split"
     first = evaluate.evaluate(models["good"], data, str(tmp_path / "good"), registry=registry)
-    assert first.split == "test" and first.candidate["split"] == "test"
-    assert first.candidate["num_samples"] == num_test and first.candidate["complete"]
-    assert first.val is not None and first.val["split"] == "val" and first.val["num_samples"] == num_val
+    assert first.split == "test" and first.candidate.split == "test"
+    assert first.candidate.num_samples == num_test and first.candidate.complete
+    assert first.val is not None and first.val.split == "val" and first.val.num_samples == num_val
     direct = evaluate.evaluate_model(models["good"], data, split="test")
-    assert first.candidate["confusion_matrix"] == direct["confusion_matrix"]
-    assert first.val["confusion_matrix"] == evaluate.evaluate_model(models["good"], data)["confusion_matrix"]
+    assert first.candidate.confusion_matrix == direct.confusion_matrix
+    assert first.val.confusion_matrix == evaluate.evaluate_model(models["good"], data).confusion_matrix
     document = json.loads((tmp_path / "good" / "metrics.json").read_text())
     assert document["split"] == "test" and document["dataset"]["test_samples"] == num_test
     assert document["val"]["num_samples"] == num_val
@@ -632,9 +632,9 @@ def test_a_dataset_with_a_test_split_is_decided_on_test_and_reports_val_too(mode
     assert promote.read_champion(registry).metrics["split"] == "test"
 
     second = evaluate.evaluate(models["better"], data, str(tmp_path / "better"), registry=registry)
-    assert second.champion is not None and second.champion["version"] == 1
-    assert second.champion["split"] == "test" and second.champion["num_samples"] == num_test
-    assert second.champion["confusion_matrix"] == direct["confusion_matrix"]  # the champion, on test again
+    assert second.champion is not None and second.champion.version == 1
+    assert second.champion.split == "test" and second.champion.num_samples == num_test
+    assert second.champion.confusion_matrix == direct.confusion_matrix  # the champion, on test again
     outcome = promote.promote(models["better"], str(tmp_path / "better"), registry)
     assert outcome.reason.endswith("(on the held-out test split)")
     events = [json.loads(storage.read_bytes(o.uri)) for o in storage.list_objects(f"{registry}/events")]

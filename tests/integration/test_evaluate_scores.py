@@ -133,7 +133,7 @@ def test_scores_name_every_val_sample_and_give_back_evaluates_metrics(digits, tm
     page = render_report(facts)[0]
     assert '<section id="mistakes">' in page and '<section id="precision-recall">' in page
     assert '<figure id="plot-thresholds">' in page  # the threshold curve drawn from evaluate's table
-    assert result.candidate["macro_f1"] is not None and 0.0 <= result.candidate["balanced_accuracy"] <= 1.0
+    assert result.candidate.macro_f1 is not None and 0.0 <= result.candidate.balanced_accuracy <= 1.0
 
 
 def test_the_loader_carries_keys_only_when_asked(digits):

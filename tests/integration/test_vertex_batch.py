@@ -91,7 +91,7 @@ def served(gcs_server, tmp_path_factory):
 
 def test_batch_prediction_sends_the_servers_own_requests_and_gets_evaluations_answers(served):
     written = vertex_batch.write_instances([served.digits], "gs://batch/in/val.jsonl")
-    assert written.instances == served.metrics.candidate["num_samples"] == 179
+    assert written.instances == served.metrics.candidate.num_samples == 179
     job = vertex_batch.submit_batch_prediction(
         "digits-classifier",
         [written.uri],
@@ -135,7 +135,7 @@ def test_batch_prediction_sends_the_servers_own_requests_and_gets_evaluations_an
     for result in results:
         assert len(result["prediction"]["classes"]) == 5  # the server's default top-k
         confusion[truth[result["key"]], result["prediction"]["class_indices"][0]] += 1
-    assert confusion.tolist() == served.metrics.candidate["confusion_matrix"]
+    assert confusion.tolist() == served.metrics.candidate.confusion_matrix
 
 
 def test_top_k_travels_as_model_parameters(served):

@@ -2,8 +2,18 @@
 
 import pytest
 
+from tpustream.artifacts import Evaluation
 from tpustream.registry.policy import PromotionPolicy, QualityFloor, RegistryError, decide
 from tpustream.registry.store import ChampionPointer
+
+
+def decide_on(candidate, champion, **kwargs):
+    """``decide`` on two evaluations given as metrics.json holds them."""
+    return decide(
+        Evaluation.from_json(candidate),
+        None if champion is None else Evaluation.from_json(champion),
+        **kwargs,
+    )
 
 
 def m(top1, loss=1.0, per_class=(0.9, 0.9)):
@@ -79,7 +89,7 @@ def m(top1, loss=1.0, per_class=(0.9, 0.9)):
     ],
 )
 def test_decision_table(candidate, champion, kwargs, promote, reason):
-    decision = decide(
+    decision = decide_on(
         candidate,
         champion,
         candidate_digest="d1",
@@ -91,7 +101,7 @@ def test_decision_table(candidate, champion, kwargs, promote, reason):
 
 
 def test_different_datasets_are_never_compared():
-    decision = decide(m(0.99), m(0.1), candidate_digest="aaaa", champion_digest="bbbb")
+    decision = decide_on(m(0.99), m(0.1), candidate_digest="aaaa", champion_digest="bbbb")
     assert not decision.promote and "same shards" in decision.reason
 
 
@@ -101,17 +111,17 @@ def test_macro_f1_and_balanced_accuracy_decide_when_asked():
     candidate = {**m(0.92), "macro_f1": 0.70, "balanced_accuracy": 0.72}
     champion = {**m(0.90), "macro_f1": 0.80, "balanced_accuracy": 0.81}
     same = {"candidate_digest": "d1", "champion_digest": "d1"}
-    assert decide(candidate, champion, **same).promote  # top1
+    assert decide_on(candidate, champion, **same).promote  # top1
     for metric in ("macro_f1", "balanced_accuracy"):
-        refused = decide(candidate, champion, policy=PromotionPolicy(metric=metric), **same)
+        refused = decide_on(candidate, champion, policy=PromotionPolicy(metric=metric), **same)
         assert not refused.promote and f"candidate {metric} 0.7" in refused.reason
-        assert decide(champion, candidate, policy=PromotionPolicy(metric=metric), **same).promote
+        assert decide_on(champion, candidate, policy=PromotionPolicy(metric=metric), **same).promote
     floor = QualityFloor(min_metric=0.75)
     by_f1 = PromotionPolicy(metric="macro_f1", floor=floor)
-    assert "below the quality floor" in decide(candidate, None, policy=by_f1, **same).reason
-    old = decide(m(0.95), champion, policy=PromotionPolicy(metric="macro_f1"), **same)
+    assert "below the quality floor" in decide_on(candidate, None, policy=by_f1, **same).reason
+    old = decide_on(m(0.95), champion, policy=PromotionPolicy(metric="macro_f1"), **same)
     assert not old.promote and "has no macro_f1" in old.reason and "re-run tpustream evaluate" in old.reason
-    assert decide(m(0.95), champion, **same).promote  # the old evaluation still decides on top1
+    assert decide_on(m(0.95), champion, **same).promote  # the old evaluation still decides on top1
 
 
 def test_unknown_metric():
@@ -136,7 +146,7 @@ NAN, INF = float("nan"), float("inf")
 )
 def test_a_candidate_with_a_non_finite_number_is_never_promoted(candidate, metric):
     for champion in (m(0.5, loss=2.0), None):
-        decision = decide(
+        decision = decide_on(
             candidate,
             champion,
             candidate_digest="d1",
@@ -150,7 +160,7 @@ def test_a_candidate_with_a_non_finite_number_is_never_promoted(candidate, metri
 def test_a_champion_with_a_non_finite_number_is_kept_not_beaten(value):
     champion = m(0.9, loss=value)
     for candidate in (m(0.95, loss=0.1), m(0.1, loss=5.0)):  # neither better nor worse can be told
-        decision = decide(
+        decision = decide_on(
             candidate,
             champion,
             candidate_digest="d1",
@@ -160,7 +170,7 @@ def test_a_champion_with_a_non_finite_number_is_kept_not_beaten(value):
         assert not decision.promote
         assert "champion loss" in decision.reason and "--metric" in decision.reason
     # the other metrics are still compared normally
-    assert decide(m(0.95), champion, candidate_digest="d1", champion_digest="d1").promote
+    assert decide_on(m(0.95), champion, candidate_digest="d1", champion_digest="d1").promote
 
 
 def test_a_promoted_versions_vertex_evaluation_is_its_metrics_in_the_classification_schema():
@@ -292,7 +302,7 @@ def test_metrics_json_keeps_its_split_and_val_numbers_and_an_old_one_reads_back_
     from tpustream.artifacts import ArtifactError, EvalReport
 
     new = _report("test", val=m(0.95) | {"split": "val"})
-    assert new.val is not None and new.val["top1"] == 0.95
+    assert new.val is not None and new.val.top1 == 0.95 and new.val.split == "val"
     assert EvalReport.from_json(new.to_json()) == new and new.to_json()["split"] == "test"
     old = _report(None)
     assert "split" not in old.to_json() and "val" not in old.to_json()  # written back as it was read

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tpustream.artifacts import EvalReport, Manifest, ModelCard
+from tpustream.artifacts import EvalReport, Evaluation, Manifest, ModelCard
 from tpustream.registry.policy import Decision, PromotionPolicy, decide
 from tpustream.release.promote import PromotionOutcome
 from tpustream.report import build as report
@@ -174,7 +174,9 @@ def sample_facts(**changes: Any) -> ReportFacts:
         }
     )
     policy = PromotionPolicy(max_class_drop=0.1)
-    decision = decide(candidate, champion, candidate_digest="d", champion_digest="d", policy=policy)
+    decision = decide(
+        metrics.candidate, metrics.champion, candidate_digest="d", champion_digest="d", policy=policy
+    )
     facts = ReportFacts(
         model_card=_card(
             {
@@ -327,8 +329,8 @@ def test_many_classes_are_capped_with_every_class_beyond_the_limit_kept():
     metrics = replace(
         sample_facts().metrics,
         classes=classes,
-        candidate=evaluation(correct, loss=0.5),
-        champion=evaluation(champion_correct, loss=0.6, version=2),
+        candidate=Evaluation.from_json(evaluation(correct, loss=0.5)),
+        champion=Evaluation.from_json(evaluation(champion_correct, loss=0.6, version=2)),
     )
     facts = sample_facts(
         metrics=metrics,
@@ -368,7 +370,10 @@ def test_top5_is_shown_only_with_more_than_5_classes(rendered):
 
     classes = [f"class-{i:02d}" for i in range(40)]
     metrics = replace(
-        sample_facts().metrics, classes=classes, candidate=evaluation([15] * 40, loss=0.5), champion=None
+        sample_facts().metrics,
+        classes=classes,
+        candidate=Evaluation.from_json(evaluation([15] * 40, loss=0.5)),
+        champion=None,
     )
     card = _card({"arch": "resnet18", "classes": classes, "history": epochs(2)})
     page, markdown = render_report(sample_facts(metrics=metrics, model_card=card, manifest=manifest(classes)))
@@ -442,8 +447,9 @@ def test_the_same_facts_give_the_same_page(rendered):
 
 
 def test_no_champion_one_epoch_and_unmeasured_classes_are_said():
-    candidate = evaluation([19, 12, 17, 16], loss=math.nan)
-    candidate["per_class_accuracy"][2] = None
+    measured = evaluation([19, 12, 17, 16], loss=math.nan)
+    measured["per_class_accuracy"][2] = None
+    candidate = Evaluation.from_json(measured)
     metrics = replace(sample_facts().metrics, candidate=candidate, champion=None)
     decision = decide(candidate, None, candidate_digest="d", champion_digest=None)
     facts = sample_facts(
@@ -595,7 +601,7 @@ def test_a_candidate_that_is_the_champion_now_was_promoted_by_this_run_or_before
     tmp_path, promoted_at, title, sentence
 ):
     facts = sample_facts()
-    metrics = replace(facts.metrics, candidate=facts.metrics.candidate | {"model_sha256": "c0ffee"})
+    metrics = replace(facts.metrics, candidate=replace(facts.metrics.candidate, model_sha256="c0ffee"))
     (tmp_path / "model").mkdir()
     (tmp_path / "data").mkdir()
     (tmp_path / "registry").mkdir()
@@ -840,8 +846,14 @@ def test_precision_recall_and_thresholds_are_shown_when_evaluate_measured_them()
     per_class = {"precision": [0.9, 0.5, 0.8, 0.7], "recall": [0.95, 0.6, None, 0.8],
                  "f1": [0.92, 0.545, None, 0.747], "support": [20, 20, 0, 20], "predicted": [21, 24, 0, 23],
                  "auprc": [0.97, 0.6, None, 0.8]}  # fmt: skip
-    candidate = {**facts.metrics.candidate, "per_class": per_class, "thresholds": thresholds,
-                 "macro_f1": 0.7373, "balanced_accuracy": 0.7833, "auprc": 0.81}  # fmt: skip
+    candidate = replace(
+        facts.metrics.candidate,
+        per_class=per_class,
+        thresholds=thresholds,
+        macro_f1=0.7373,
+        balanced_accuracy=0.7833,
+        auprc=0.81,
+    )
     page, _ = render_report(replace(facts, metrics=replace(facts.metrics, candidate=candidate)))
     section = page.split('<section id="precision-recall">', 1)[1].split("</section>", 1)[0]
     assert "Macro-F1 0.7373" in section and "balanced accuracy 78.3%" in section
@@ -864,8 +876,9 @@ def test_a_decision_on_macro_f1_shows_it_beside_top1_as_a_score():
     """The decision table gains macro-F1 and balanced accuracy when evaluate measured them; an F1 is a score
     (0.7000), balanced accuracy a share of samples (a percentage)."""
     facts = sample_facts()
-    candidate = {**facts.metrics.candidate, "macro_f1": 0.7, "balanced_accuracy": 0.75}
-    champion = {**facts.metrics.champion, "macro_f1": 0.65, "balanced_accuracy": 0.7}
+    candidate = replace(facts.metrics.candidate, macro_f1=0.7, balanced_accuracy=0.75)
+    assert facts.metrics.champion is not None
+    champion = replace(facts.metrics.champion, macro_f1=0.65, balanced_accuracy=0.7)
     metrics = replace(facts.metrics, candidate=candidate, champion=champion)
     _, summary = render_report(
         replace(facts, metrics=metrics, policy=replace(facts.policy, metric="macro_f1"))

@@ -20,7 +20,7 @@ Format versions and old files:
 """
 
 from tpustream.artifacts._json import ArtifactError, json_bytes, json_file_uri
-from tpustream.artifacts.eval_report import METRICS_FORMAT, EvalReport
+from tpustream.artifacts.eval_report import METRICS_FORMAT, EvalReport, Evaluation
 from tpustream.artifacts.manifest import (
     MANIFEST_FORMAT,
     IgnoredFiles,
@@ -48,6 +48,7 @@ __all__ = [
     "DatasetRef",
     "ModelCard",
     "EvalReport",
+    "Evaluation",
     "json_bytes",
     "json_file_uri",
 ]

@@ -68,7 +68,7 @@ def report_cmd(
         fail(f"--metrics {metrics_uri} names no dataset: give --data")
     if registry is None and champion is not None:
         fail(
-            f"--metrics {metrics_uri} holds champion version {champion.get('version')}'s numbers: give "
+            f"--metrics {metrics_uri} holds champion version {champion.version}'s numbers: give "
             "--registry (the registry evaluate compared with), so that the decision is taken against it"
         )
     output = storage.check_uri(output).rstrip("/")

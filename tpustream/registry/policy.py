@@ -9,11 +9,10 @@ incomplete evaluation, a champion the run could not measure, non-finite numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, get_args
 
-from tpustream.artifacts import EvalReport
+from tpustream.artifacts import EvalReport, Evaluation
 from tpustream.errors import TpustreamError
 from tpustream.metrics.paired_test import PairedTest
 
@@ -78,9 +77,9 @@ class QualityFloor:
         if self.min_metric is not None and not math.isfinite(self.min_metric):
             raise RegistryError(f"--min-metric {self.min_metric}: a finite number")
 
-    def refusal(self, candidate: Mapping[str, Any], metric: Metric) -> str | None:
+    def refusal(self, candidate: Evaluation, metric: Metric) -> str | None:
         """Why ``candidate`` is below the floor, or None when it reaches it."""
-        value = candidate.get(metric)
+        value = candidate.metric(metric)
         if self.min_metric is not None and isinstance(value, int | float) and is_finite_number(value):
             below = value < self.min_metric if METRICS[metric] else value > self.min_metric
             if below:
@@ -93,7 +92,7 @@ class QualityFloor:
         if self.min_class_recall is not None:
             recalls = [
                 (index, recall)
-                for index, recall in enumerate(candidate.get("per_class_accuracy") or [])
+                for index, recall in enumerate(candidate.per_class_accuracy)
                 if recall is not None  # a class without val samples is not measured
             ]
             worst = min(recalls, key=lambda item: item[1], default=None)
@@ -215,8 +214,8 @@ DEFAULT_POLICY = PromotionPolicy()  # promote's defaults: decide on top1, any ga
 
 
 def decide(
-    candidate: Mapping[str, Any],
-    champion: Mapping[str, Any] | None,
+    candidate: Evaluation,
+    champion: Evaluation | None,
     *,
     candidate_digest: str,
     champion_digest: str | None,
@@ -227,7 +226,7 @@ def decide(
     dataset digest, with no class dropping more than ``max_class_drop``. Ties never promote. Pure: no
     storage, no clock.
 
-    When evaluate scored both on the same samples (``champion["paired"]``), the reason says how sure the
+    When evaluate scored both on the same samples (``champion.paired``), the reason says how sure the
     comparison is (McNemar's exact test on the samples one model gets right and the other wrong, and the
     sample count); ``max_p_value`` (None: off) refuses a gain whose p-value is above it, or that has no
     paired test to show it.
@@ -238,16 +237,16 @@ def decide(
     metric (the reason says to decide on another ``--metric``); its other metrics still compare normally.
     """
     metric, min_delta, floor, max_p_value = policy.metric, policy.min_delta, policy.floor, policy.max_p_value
-    if metric not in candidate:
+    if not candidate.has(metric):
         return Decision(
             False,
             f"the candidate's evaluation has no {metric} (its metrics.json was written before evaluate measured "
             f"it): re-run tpustream evaluate, or decide on --metric top1",
         )
     broken = [
-        f"{name} {_shown(candidate.get(name))}"
+        f"{name} {_shown(candidate.metric(name))}"
         for name in dict.fromkeys((*_ALWAYS, metric))
-        if not is_finite_number(candidate.get(name))
+        if not is_finite_number(candidate.metric(name))
     ]
     if broken:
         return Decision(
@@ -270,28 +269,29 @@ def decide(
             f"champion was measured on dataset {str(champion_digest)[:12]}, the candidate on {candidate_digest[:12]}: "
             "evaluate both on the same shards (tpustream evaluate --registry)",
         )
-    if not is_finite_number(champion.get(metric)):
+    if not is_finite_number(champion.metric(metric)):
         return Decision(
             False,
-            f"champion {metric} {_shown(champion.get(metric))} is not a finite number, so no candidate can be "
+            f"champion {metric} {_shown(champion.metric(metric))} is not a finite number, so no candidate can be "
             f"said to beat it: keeping the champion; decide on another --metric (e.g. top1), or replace a "
             "broken champion by hand",
         )
     higher_better = METRICS[metric]
-    gain = candidate[metric] - champion[metric] if higher_better else champion[metric] - candidate[metric]
-    paired = PairedTest.from_json(champion["paired"]) if isinstance(champion.get("paired"), dict) else None
+    mine, theirs = candidate.metric(metric), champion.metric(metric)
+    gain = mine - theirs if higher_better else theirs - mine
+    paired = PairedTest.from_json(champion.paired) if isinstance(champion.paired, dict) else None
     sureness = f" ({paired.described()})" if paired else ""
     if gain <= 0 or gain < min_delta:
         return Decision(
             False,
-            f"candidate {metric} {candidate[metric]:.4f} vs champion {champion[metric]:.4f}: "
+            f"candidate {metric} {mine:.4f} vs champion {theirs:.4f}: "
             f"improvement {gain:+.4f} is not above 0 and at least --min-delta {min_delta}{sureness}",
         )
     if policy.max_class_drop is not None:
         drops = [
             (i, champ - cand)
             for i, (cand, champ) in enumerate(
-                zip(candidate["per_class_accuracy"], champion["per_class_accuracy"], strict=True)
+                zip(candidate.per_class_accuracy, champion.per_class_accuracy, strict=True)
             )
             if cand is not None and champ is not None  # a class without val samples is not measured
         ]
@@ -302,7 +302,7 @@ def decide(
                 f"class {worst[0]} accuracy drops by {worst[1]:.4f}, more than --max-class-drop "
                 f"{policy.max_class_drop}",
             )
-    beats = f"candidate {metric} {candidate[metric]:.4f} beats champion {champion[metric]:.4f} by {gain:+.4f}"
+    beats = f"candidate {metric} {mine:.4f} beats champion {theirs:.4f} by {gain:+.4f}"
     if max_p_value is not None:
         if paired is None:
             return Decision(
@@ -361,9 +361,9 @@ def _incomplete(metrics: EvalReport) -> Decision | None:
     """A refusal when the evaluation did not count every sample of its split: its numbers describe part of the
     data."""
     candidate, dataset = metrics.candidate, metrics.dataset
-    if candidate.get("complete") is True:
+    if candidate.complete is True:
         return None
-    counted, expected = candidate.get("num_samples"), dataset.samples(metrics.split)
+    counted, expected = candidate.num_samples, dataset.samples(metrics.split)
     gap = ""
     if isinstance(counted, int) and isinstance(expected, int) and counted != expected:
         gap = f" ({expected - counted} missing)" if counted < expected else f" ({counted - expected} extra)"
@@ -392,7 +392,7 @@ def _not_comparable(metrics: EvalReport, current: ChampionPointer | None) -> Dec
 
 def champion_to_compare(
     metrics: EvalReport, current: ChampionPointer | None
-) -> tuple[Mapping[str, Any] | None, str | None]:
+) -> tuple[Evaluation | None, str | None]:
     """The champion numbers to compare with: measured in the same evaluate run when that run saw the
     current champion (and counted every sample), else the ones recorded at its promotion (with their
     own dataset digest, which `decide` checks; a pointer without them compares with nothing and keeps
@@ -400,6 +400,6 @@ def champion_to_compare(
     if current is None:
         return None, None
     measured = metrics.champion
-    if measured and measured.get("version") == current.version and measured.get("complete", True):
+    if measured and measured.version == current.version and measured.complete is not False:
         return measured, metrics.dataset.manifest_digest
-    return current.metrics, current.dataset_digest
+    return Evaluation.from_json(current.metrics, "champion.json: 'metrics'"), current.dataset_digest

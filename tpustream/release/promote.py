@@ -84,7 +84,7 @@ def _load_metrics(metrics_uri: str) -> EvalReport:
         ) from exc
     # what a decision needs: which model was measured, on which data
     for key, value in (
-        ("candidate.model_sha256", metrics.candidate.get("model_sha256")),
+        ("candidate.model_sha256", metrics.candidate.model_sha256),
         ("dataset.manifest_digest", metrics.dataset.manifest_digest),
     ):
         if not value:
@@ -121,7 +121,7 @@ class _Candidate:
 
     @property
     def model_sha256(self) -> str:
-        return str(self.metrics.candidate["model_sha256"])
+        return self.metrics.candidate.model_sha256
 
 
 def promote(
@@ -170,7 +170,7 @@ def _publish_champion(
         "tpustream_version": str(version),
         "model_sha256": candidate.model_sha256[:16],
     }
-    value = candidate.metrics.candidate.get(policy.metric)
+    value = candidate.metrics.candidate.metric(policy.metric)
     if is_finite_number(value):
         labels[f"{policy.metric}_permille"] = str(round(1000 * value))
     try:
@@ -220,8 +220,8 @@ def _event(
         pointer=pointer,
         metric=policy.metric,
         split=metrics.split,  # the split both values were measured on: test when the dataset has one
-        value=metrics.candidate.get(policy.metric),
-        champion_value=champion.get(policy.metric) if champion and champion_digest == digest else None,
+        value=metrics.candidate.metric(policy.metric),
+        champion_value=champion.metric(policy.metric) if champion and champion_digest == digest else None,
         dataset_digest=digest,
         dataset=metrics.dataset.uri or None,
         metrics_uri=candidate.metrics_uri,
@@ -242,7 +242,7 @@ POINTER_METRICS = (
 
 
 def _pointer(candidate: _Candidate, number: int, current: ChampionPointer | None) -> ChampionPointer:
-    measured = candidate.metrics.candidate
+    measured = candidate.metrics.candidate.to_json()
     return ChampionPointer(
         version=number,
         model_sha256=candidate.model_sha256,
@@ -300,7 +300,7 @@ def preview_decision(
     """The decision `promote` would take now for a metrics.json document (the DAG's branch condition;
     `promote` decides again under compare-and-swap)."""
     current = read_champion(registry) if registry else None
-    sha = metrics.candidate.get("model_sha256")
+    sha = metrics.candidate.model_sha256
     if current is not None and sha and current.model_sha256 == sha:
         return Decision(False, ALREADY_CHAMPION)
     return decide_for_metrics(metrics, current, policy)

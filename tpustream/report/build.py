@@ -121,7 +121,7 @@ def _mistakes(
 ) -> tuple[list[Mistake] | None, dict[str, str]]:
     """The candidate's most confident mistakes, from the per-sample scores evaluate wrote beside metrics.json,
     and their thumbnails; (None, {}) when it wrote none (an evaluation before them) or they cannot be read."""
-    name = metrics.candidate.get("scores")
+    name = metrics.candidate.scores
     if not isinstance(name, str) or not name:
         return None, {}
     uri = storage.join(json_file_uri(metrics_uri, EvalReport.NAME).rsplit("/", 1)[0], name)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpustream.artifacts import EvalReport, Manifest, ModelCard
+from tpustream.artifacts import EvalReport, Evaluation, Manifest, ModelCard
 from tpustream.registry.history import HistoryEntry
 from tpustream.registry.policy import METRICS, Decision, Metric, PromotionPolicy, is_finite_number
 from tpustream.release.promote import ALREADY_CHAMPION, PromotionOutcome
@@ -76,6 +76,10 @@ class ReportFacts:
     thumbnails: dict[str, str] = field(default_factory=dict)
 
 
+def _count(value: int | None) -> str:
+    return NOT_MEASURED if value is None else str(value)
+
+
 def _percent(value: Any, digits: int = 1) -> str:
     if value is None:
         return NOT_MEASURED
@@ -109,9 +113,9 @@ class _ClassRow:
 def _class_rows(facts: ReportFacts) -> list[_ClassRow]:
     """One row per class, the largest drop first (unmeasured classes last)."""
     classes = facts.metrics.classes
-    candidate = facts.metrics.candidate.get("per_class_accuracy") or [None] * len(classes)
+    candidate = facts.metrics.candidate.per_class_accuracy or [None] * len(classes)
     champion = _champion(facts)
-    theirs = (champion or {}).get("per_class_accuracy") or [None] * len(classes)
+    theirs = (champion.per_class_accuracy if champion else []) or [None] * len(classes)
     rows = []
     for index, name in enumerate(classes):
         mine: Any = candidate[index] if index < len(candidate) else None
@@ -131,15 +135,14 @@ def _shown_rows(rows: list[_ClassRow], limit: int) -> list[_ClassRow]:
     return [row for position, row in enumerate(rows) if position < limit or row.exceeds]
 
 
-def _champion(facts: ReportFacts) -> dict[str, Any] | None:
-    champion = facts.metrics.champion
-    return champion if isinstance(champion, dict) else None
+def _champion(facts: ReportFacts) -> Evaluation | None:
+    return facts.metrics.champion
 
 
 def _champion_heading(facts: ReportFacts) -> str:
     champion = _champion(facts)
-    if champion is not None and champion.get("version") is not None:
-        return f"champion (version {champion['version']})"
+    if champion is not None and champion.version is not None:
+        return f"champion (version {champion.version})"
     return "champion"
 
 
@@ -229,12 +232,14 @@ def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:
     top5_row: list[tuple[Metric, str]] = [("top5", "top-5")] if top5 else []
     shown: list[tuple[Metric, str]] = [("top1", "top-1"), *top5_row, ("loss", "loss")]
     # per-sample scores' class-balanced metrics (evaluations before them have none)
-    shown += [(name, label) for name, label in _BALANCED if name in candidate or name == facts.policy.metric]
+    shown += [
+        (name, label) for name, label in _BALANCED if candidate.has(name) or name == facts.policy.metric
+    ]
     for name, label in shown:
         as_decimal = name in ("loss", "macro_f1")  # an F1 is a score, not a share of samples
         show: Callable[[Any], str] = _decimal if as_decimal else lambda v: _percent(v, 2)
-        mine: Any = candidate.get(name)
-        theirs: Any = (champion or {}).get(name)
+        mine: Any = candidate.metric(name)
+        theirs: Any = champion.metric(name) if champion else None
         change, tone = "", ""
         if is_finite_number(mine) and is_finite_number(theirs):
             delta = mine - theirs
@@ -243,9 +248,9 @@ def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:
                 tone = "better" if (delta > 0) == METRICS[name] else "worse"
         decides = " (decides)" if name == facts.policy.metric else ""
         rows.append((label + decides, show(mine), show(theirs) if champion else missing, change, tone))
-    theirs_count = str(champion.get("num_samples", NOT_MEASURED)) if champion else missing
+    theirs_count = _count(champion.num_samples) if champion else missing
     samples = f"{facts.metrics.split} samples"  # test when the dataset has one: what decides
-    rows.append((samples, str(candidate.get("num_samples", NOT_MEASURED)), theirs_count, "", ""))
+    rows.append((samples, _count(candidate.num_samples), theirs_count, "", ""))
     return rows
 
 
@@ -269,12 +274,11 @@ def _confusion_classes(facts: ReportFacts) -> list[int]:
     size = len(facts.metrics.classes)
     if size <= PLOTTED_CLASSES:
         return list(range(size))
-    errors = _errors_per_class(facts.metrics.candidate.get("confusion_matrix"), size)
+    errors = _errors_per_class(facts.metrics.candidate.confusion_matrix, size)
     champion = _champion(facts)
     if champion is not None:
         errors = [
-            a + b
-            for a, b in zip(errors, _errors_per_class(champion.get("confusion_matrix"), size), strict=True)
+            a + b for a, b in zip(errors, _errors_per_class(champion.confusion_matrix, size), strict=True)
         ]
     return sorted(sorted(range(size), key=lambda i: (-errors[i], i))[:PLOTTED_CLASSES])
 

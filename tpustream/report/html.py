@@ -58,7 +58,7 @@ def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) ->
     ]
     if facts.data_check_markdown is not None:
         sections.append(("data-check", "Data check", _markdown_html(facts.data_check_markdown)))
-    if isinstance(facts.metrics.candidate.get("per_class"), dict):  # evaluated with per-sample scores
+    if isinstance(facts.metrics.candidate.per_class, dict):  # evaluated with per-sample scores
         sections.append(
             ("precision-recall", "Precision, recall and thresholds", _precision_recall_html(facts))
         )
@@ -76,13 +76,14 @@ def _precision_recall_html(facts: ReportFacts) -> str:
     """Per-class precision, recall, F1 and support (worst F1 first), macro-F1, balanced accuracy and AU-PRC,
     and what acting only on predictions above a confidence threshold gives (table and curve)."""
     candidate = facts.metrics.candidate
-    per_class = candidate["per_class"]
+    per_class = candidate.per_class or {}
     classes = facts.metrics.classes
+    counted = "" if candidate.num_samples is None else candidate.num_samples
     summary = (
-        f"Macro-F1 {_decimal(candidate.get('macro_f1'))}, balanced accuracy "
-        f"{_percent(candidate.get('balanced_accuracy'))} (the mean of the classes' recalls: every class "
-        f"counts the same, however many samples it has), AU-PRC {_decimal(candidate.get('auprc'))} "
-        f"(micro, one-vs-rest), on {facts.metrics.candidate.get('num_samples', '')} samples."
+        f"Macro-F1 {_decimal(candidate.macro_f1)}, balanced accuracy "
+        f"{_percent(candidate.balanced_accuracy)} (the mean of the classes' recalls: every class "
+        f"counts the same, however many samples it has), AU-PRC {_decimal(candidate.auprc)} "
+        f"(micro, one-vs-rest), on {counted} samples."
     )
     parts = [_note(summary)]
 
@@ -110,7 +111,7 @@ def _precision_recall_html(facts: ReportFacts) -> str:
     parts.append(_table(["class", "precision", "recall", "F1", "support", "AU-PRC"], cells))
     if len(listed) < len(order):
         parts.append(_note(f"The {len(listed)} classes with the lowest F1 of {len(order)}."))
-    thresholds = candidate.get("thresholds")
+    thresholds = candidate.thresholds
     if isinstance(thresholds, list) and thresholds:
         parts.append(
             _figure(
@@ -269,10 +270,10 @@ def _confusion_html(facts: ReportFacts) -> str:
     ):
         if result is None:
             figures.append(_note(f"No {who} matrix: {_no_champion_text(facts)}."))
-        elif not _is_square(result.get("confusion_matrix"), len(classes)):
+        elif not _is_square(result.confusion_matrix, len(classes)):
             figures.append(_note(f"No {who} matrix: metrics.json holds none for its {len(classes)} classes."))
         else:
-            svg = report_plots.confusion_svg(result["confusion_matrix"], classes, shown, who.capitalize())
+            svg = report_plots.confusion_svg(result.confusion_matrix, classes, shown, who.capitalize())
             figures.append(_figure(plot_id, svg, f"{who} confusion matrix"))
     parts.append(f'<div class="plots">{"".join(figures)}</div>')
     return "".join(parts)

@@ -72,7 +72,7 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
         f'<p class="sentence">{_E(verdict.sentence)}</p>{headline}{note}'
         f'<p class="note">{_E(_policy_line(facts))}</p></header>'
         f"<nav><strong>Contents</strong><ol>{toc}</ol></nav>{body}"
-        f"<footer>tpustream run report. Candidate {_code(facts.metrics.candidate.get('model', ''))}, evaluated "
+        f"<footer>tpustream run report. Candidate {_code(facts.metrics.candidate.model)}, evaluated "
         f"{_E(facts.metrics.created)} on {_code(facts.metrics.dataset.uri)}.</footer>"
         "</body></html>\n"
     )

@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from tpustream.artifacts import METRICS_FORMAT, ArtifactError, DatasetRef, EvalReport, ModelCard
+from tpustream.artifacts import METRICS_FORMAT, ArtifactError, DatasetRef, EvalReport, Evaluation, ModelCard
 from tpustream.dataset.manifest import Manifest, ShardError, iter_sample_index, load_manifest, manifest_digest
 from tpustream.errors import TpustreamError
 from tpustream.loader.batch import BATCH_KEYS
@@ -303,7 +303,7 @@ def evaluate_model(
     workers: int = 2,
     scores_uri: str | None = None,
     split: str = "val",
-) -> dict[str, Any]:
+) -> Evaluation:
     """Top-1, top-5, loss, per-class accuracy and the confusion matrix of one model on ``split`` (val or
     test), and the metrics of its per-sample scores (tpustream/metrics/classification.py: per-class
     precision, recall, F1; macro-F1, balanced accuracy, the confidence-threshold table, AU-PRC, AU-ROC).
@@ -373,22 +373,24 @@ def evaluate_model(
     if scores_uri is not None:
         write_scores(scores_uri, rows)
         scored["scores"] = scores_uri.rsplit("/", 1)[-1]  # beside metrics.json
-    return {
-        "model": model_uri,
-        "model_sha256": model_digest,
-        "arch": card.arch,
-        "split": split,
-        "top1": metrics["top1"],
-        "top5": metrics["top5"],
-        "loss": metrics["loss"],
-        "num_samples": count,
-        "complete": count == expected,
-        "per_class_accuracy": per_class,  # None: the class has no sample in the split (not measured)
-        "unmeasured_classes": unmeasured,
-        "confusion_matrix": matrix.tolist(),
-        **scored,  # macro_f1, balanced_accuracy, auprc, auroc, per_class, thresholds, scores_top_k, scores
-        "seconds": round(time.perf_counter() - started, 2),
-    }
+    return Evaluation.from_json(  # built as the JSON it is written as: metrics.json keeps its key order
+        {
+            "model": model_uri,
+            "model_sha256": model_digest,
+            "arch": card.arch,
+            "split": split,
+            "top1": metrics["top1"],
+            "top5": metrics["top5"],
+            "loss": metrics["loss"],
+            "num_samples": count,
+            "complete": count == expected,
+            "per_class_accuracy": per_class,  # None: the class has no sample in the split (not measured)
+            "unmeasured_classes": unmeasured,
+            "confusion_matrix": matrix.tolist(),
+            **scored,  # macro_f1, balanced_accuracy, auprc, auroc, per_class, thresholds, scores_top_k, scores
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+    )
 
 
 def _paired(output_uri: str) -> PairedTest:
@@ -449,8 +451,7 @@ def evaluate(
                     scores_uri=storage.join(output_uri, CHAMPION_SCORES_NAME),
                     split=split,
                 )
-                champion["version"] = current.version
-                champion["paired"] = _paired(output_uri).to_json()
+                champion = replace(champion, version=current.version, paired=_paired(output_uri).to_json())
     result = EvalReport(
         dataset=DatasetRef(
             uri=data_uri,

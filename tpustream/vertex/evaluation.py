@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from tpustream.artifacts import EvalReport
-from tpustream.vertex.model_registry import v1_client
 
 __all__ = ["EVALUATION_SCHEMA", "CONFUSION_MAX_CLASSES", "classification_evaluation", "import_evaluation"]
 
@@ -21,7 +20,7 @@ log = logging.getLogger(__name__)
 EVALUATION_SCHEMA = "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -49,14 +48,14 @@ def classification_evaluation(report: EvalReport, metrics_uri: str = "") -> dict
     candidate = report.candidate
     classes = [str(name) for name in report.classes]
     count = len(classes)
-    matrix = [[int(cell) for cell in row] for row in candidate["confusion_matrix"]]
+    matrix = [[int(cell) for cell in row] for row in candidate.confusion_matrix]
     shown = _confusion_classes(matrix, CONFUSION_MAX_CLASSES)
     confusion = {
         "annotationSpecs": [{"id": str(index), "displayName": classes[index]} for index in shown],
         "rows": [[matrix[i][j] for j in shown] for i in shown],
     }
-    top1, top5 = candidate["top1"], candidate["top5"]
-    thresholds = candidate.get("thresholds")
+    top1, top5 = candidate.top1, candidate.top5
+    thresholds = candidate.thresholds
     if thresholds:
         confidence = [_confidence_point(row) for row in thresholds]
     else:  # an evaluation before per-sample scores: the one point its counts determine
@@ -77,22 +76,22 @@ def classification_evaluation(report: EvalReport, metrics_uri: str = "") -> dict
         )
     metrics: dict[str, Any] = {"confusionMatrix": confusion, "confidenceMetrics": confidence}
     for field_name, key in (("logLoss", "loss"), ("auPrc", "auprc"), ("auRoc", "auroc")):
-        if _finite(candidate.get(key)):
-            metrics[field_name] = candidate[key]
+        if _finite(candidate.metric(key)):
+            metrics[field_name] = candidate.metric(key)
     metadata = {
         # the keys GCPC's importer writes (evaluation_dataset_type/_path), plus where the numbers come from
         "evaluation_dataset_type": "tpustream-shards",
         "evaluation_dataset_path": [report.dataset.uri],
         "dataset_manifest_digest": report.dataset.manifest_digest,
-        "model_sha256": candidate["model_sha256"],
-        "num_samples": candidate["num_samples"],
+        "model_sha256": candidate.model_sha256,
+        "num_samples": candidate.num_samples,
         "top1": top1,
         "top5": top5,
         "tpustream_metrics": metrics_uri,
     }
     for key in ("macro_f1", "balanced_accuracy"):
-        if _finite(candidate.get(key)):
-            metadata[key] = candidate[key]
+        if _finite(candidate.metric(key)):
+            metadata[key] = candidate.metric(key)
     if len(shown) < count:
         metadata["confusion_matrix_classes"] = (
             f"{len(shown)} of {count} classes: those with the most errors (false negatives + false positives); "
@@ -134,19 +133,21 @@ def _confusion_classes(matrix: list[list[int]], limit: int) -> list[int]:
 def _evaluation_name(report: EvalReport) -> str:
     """The display name that identifies an evaluation: the same model on the same dataset is imported once."""
     digest = report.dataset.manifest_digest[:12]
-    return f"tpustream evaluate: {report.candidate['num_samples']} val samples of dataset {digest}"
+    return f"tpustream evaluate: {report.candidate.num_samples} val samples of dataset {digest}"
 
 
-def import_evaluation(versioned_name: str, report: EvalReport, metrics_uri: str = "") -> str | None:
+def import_evaluation(
+    client: Any, versioned_name: str, report: EvalReport, metrics_uri: str = ""
+) -> str | None:
     """Import the evaluation in ``report`` into the model version ``versioned_name`` (ID@VERSION) unless
     that version has it already (same display name: same dataset); returns its resource name, or None for a
-    partial evaluation, which is not imported. Needs ``init`` first."""
-    if not report.candidate.get("complete"):
+    partial evaluation, which is not imported. ``client``: the v1 ModelServiceClient
+    (``tpustream.vertex.model_registry.v1_client("model")``)."""
+    if not report.candidate.complete:
         log.warning(
             "not importing the evaluation into %s: it did not cover the whole val split", versioned_name
         )
         return None
-    client = v1_client("model")
     wanted = _evaluation_name(report)
     for existing in client.list_model_evaluations(parent=versioned_name):
         if existing.display_name == wanted:

@@ -31,6 +31,7 @@ from tpustream.registry.store import read_champion, version_uri
 from tpustream.serve.automl import PREDICT_SCHEMATA
 from tpustream.serve.contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
 from tpustream.storage import io as storage
+from tpustream.vertex.evaluation import import_evaluation
 
 __all__ = [
     "VertexTarget",
@@ -260,9 +261,9 @@ def publish(
     versioned = f"{model.resource_name}@{model.version_id}"
     log.info("Vertex AI: %s is the champion (%s)", versioned, artifact_uri)
     host = f"{target.location}-aiplatform.googleapis.com"
-    from tpustream.vertex.evaluation import import_evaluation  # it calls this module's v1_client
-
-    imported = import_evaluation(versioned, evaluation, metrics_uri) if evaluation is not None else None
+    imported = None
+    if evaluation is not None:
+        imported = import_evaluation(v1_client("model"), versioned, evaluation, metrics_uri)
     return PublishedModel(
         resource_name=model.resource_name,
         version_id=str(model.version_id),
