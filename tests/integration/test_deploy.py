@@ -37,7 +37,7 @@ def recorder(monkeypatch):
     fake.close()
 
 
-def publish(recorder, version: int, registry: str = "gs://models/registry") -> dict:
+def publish(recorder, version: int, registry: str = "gs://models/registry") -> vertex.PublishedModel:
     """Registry version ``version`` uploaded to the Vertex model ``digits-classifier``; it becomes the champion."""
     target = vertex.VertexTarget(
         model_name="digits-classifier",

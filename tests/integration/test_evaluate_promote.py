@@ -92,7 +92,7 @@ def test_evaluation_is_exact(digits, models, tmp_path):
     result = evaluate.evaluate(models["good"], digits, str(tmp_path / "eval"))
     candidate = result.candidate
     manifest = read_manifest(digits)
-    assert candidate["num_samples"] == manifest["splits"]["val"]["num_samples"] and candidate["complete"]
+    assert candidate.num_samples == manifest["splits"]["val"]["num_samples"] and candidate.complete
     # independent count: every val sample through the model one at a time
     model = build_model("tiny", num_classes=10, input_size=16)
     model.load_state_dict(torch.load(f"{models['good']}/model.pt", weights_only=True))
@@ -106,10 +106,10 @@ def test_evaluation_is_exact(digits, models, tmp_path):
                 x = normalize(torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None])
                 predicted = int(model(x).argmax())
                 confusion[int(fields["cls"]), predicted] += 1
-    assert candidate["confusion_matrix"] == confusion.tolist()
-    assert candidate["top1"] == pytest.approx(np.trace(confusion) / confusion.sum())
+    assert candidate.confusion_matrix == confusion.tolist()
+    assert candidate.top1 == pytest.approx(np.trace(confusion) / confusion.sum())
     assert (
-        json.loads((tmp_path / "eval" / "metrics.json").read_text())["candidate"]["top1"] == candidate["top1"]
+        json.loads((tmp_path / "eval" / "metrics.json").read_text())["candidate"]["top1"] == candidate.top1
     )
     assert decode_ppm  # the test reads shards with the project's own PPM decoder via decode_image
 
