@@ -108,9 +108,7 @@ def test_evaluation_is_exact(digits, models, tmp_path):
                 confusion[int(fields["cls"]), predicted] += 1
     assert candidate.confusion_matrix == confusion.tolist()
     assert candidate.top1 == pytest.approx(np.trace(confusion) / confusion.sum())
-    assert (
-        json.loads((tmp_path / "eval" / "metrics.json").read_text())["candidate"]["top1"] == candidate.top1
-    )
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["candidate"]["top1"] == candidate.top1
     assert decode_ppm  # the test reads shards with the project's own PPM decoder via decode_image
 
 
