@@ -43,11 +43,11 @@ def deploy_model(
         min_replicas=min_replicas,
         max_replicas=max_replicas,
     )
-    location = outcome["endpoint"].split("/")[3]
-    vertex_endpoint.uri = f"https://{location}-aiplatform.googleapis.com/v1/{outcome['endpoint']}"
-    vertex_endpoint.metadata["resourceName"] = outcome["endpoint"]
-    split = ", ".join(f"{key}: {share}%" for key, share in outcome["traffic_split"].items())
-    line = f"deployed {model} to {outcome['endpoint']} as {outcome['deployed_model_id']} (traffic {split})"
+    location = outcome.endpoint.split("/")[3]
+    vertex_endpoint.uri = f"https://{location}-aiplatform.googleapis.com/v1/{outcome.endpoint}"
+    vertex_endpoint.metadata["resourceName"] = outcome.endpoint
+    split = ", ".join(f"{key}: {share}%" for key, share in outcome.traffic_split.items())
+    line = f"deployed {model} to {outcome.endpoint} as {outcome.deployed_model_id} (traffic {split})"
     promoted = read_outcome(run_outcome)  # promote's: the version and the report stay in the outcome
     reason = f"{promoted.reason}; {line}" if promoted else line
     record_outcome(

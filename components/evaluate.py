@@ -29,35 +29,35 @@ def evaluate_model(
     < 0: no quality floor; ``max_p_value`` < 0: no significance required."""
     import logging
 
-    from tpustream.registry.policy import QualityFloor
+    from tpustream.registry.policy import PromotionPolicy
     from tpustream.release.outcome import record_outcome
     from tpustream.release.promote import preview_decision
     from tpustream.report.build import write_run_report
     from tpustream.report.facts import shows_top5
     from tpustream.train.evaluate import evaluate
 
+    policy = PromotionPolicy.from_pipeline(
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
+        min_metric=min_metric,
+        min_class_recall=min_class_recall,
+        max_p_value=max_p_value,
+    )
     result = evaluate(model.uri, dataset.uri, evaluation.uri, registry=registry or None)
     candidate = result.candidate
     for key in ("top1", "top5", "loss") if shows_top5(len(result.classes)) else ("top1", "loss"):
-        metrics.log_metric(key, float(candidate[key]))
-    metrics.log_metric("num_samples", float(candidate["num_samples"]))
+        metrics.log_metric(key, float(candidate.metric(key)))
+    metrics.log_metric("num_samples", float(candidate.num_samples or 0))
     for key in ("macro_f1", "balanced_accuracy", "auprc", "auroc"):  # from the per-sample scores
-        if candidate.get(key) is not None:
-            metrics.log_metric(key, float(candidate[key]))
+        if candidate.metric(key) is not None:
+            metrics.log_metric(key, float(candidate.metric(key)))
     if result.val is not None:  # test decided: the candidate's val numbers, for reference
         for key in ("top1", "loss"):
-            metrics.log_metric(f"val_{key}", float(result.val[key]))
+            metrics.log_metric(f"val_{key}", float(result.val.metric(key)))
     evaluation.metadata["split"] = result.split
-    confusion.log_confusion_matrix(result.classes, candidate["confusion_matrix"])
-    decision = preview_decision(
-        result,
-        registry or None,
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop if max_class_drop >= 0 else None,
-        floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
-        max_p_value=max_p_value if max_p_value >= 0 else None,
-    )
+    confusion.log_confusion_matrix(result.classes, candidate.confusion_matrix)
+    decision = preview_decision(result, registry or None, policy)
     logging.getLogger("tpustream").info(
         "decision on the %s split: %s (%s)",
         result.split,
@@ -73,11 +73,7 @@ def evaluate_model(
             metrics_uri=evaluation.uri,
             dataset_uri=dataset.uri,
             registry=registry or None,
-            metric=metric,
-            min_delta=min_delta,
-            max_class_drop=max_class_drop if max_class_drop >= 0 else None,
-            floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
-            max_p_value=max_p_value if max_p_value >= 0 else None,
+            policy=policy,
             data_check=data_check.uri,
         )
     except Exception:

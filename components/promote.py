@@ -43,26 +43,24 @@ def promote_model(
     < 0: no quality floor; ``max_p_value`` < 0: no significance required."""
     import logging
 
-    from tpustream.registry.policy import QualityFloor
+    from tpustream.registry.policy import PromotionPolicy
     from tpustream.release.outcome import record_outcome
     from tpustream.release.promote import promote
     from tpustream.report.build import write_run_report
     from tpustream.serve.validate import require_validated
     from tpustream.vertex.model_registry import target_from_env
 
-    require_validated(validation.uri, model.uri)  # the validate step passed, for this very model.pt
-    target = target_from_env(vertex_model_name, project, location, serving_image)
-    outcome = promote(
-        model.uri,
-        evaluation.uri,
-        registry,
+    policy = PromotionPolicy.from_pipeline(
         metric=metric,
         min_delta=min_delta,
-        max_class_drop=max_class_drop if max_class_drop >= 0 else None,
-        floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
-        max_p_value=max_p_value if max_p_value >= 0 else None,
-        vertex=target,
+        max_class_drop=max_class_drop,
+        min_metric=min_metric,
+        min_class_recall=min_class_recall,
+        max_p_value=max_p_value,
     )
+    require_validated(validation.uri, model.uri)  # the validate step passed, for this very model.pt
+    target = target_from_env(vertex_model_name, project, location, serving_image)
+    outcome = promote(model.uri, evaluation.uri, registry, policy, vertex=target)
     try:  # the report decides nothing: if it cannot be written, the step goes on and says so
         write_run_report(
             html_uri=report.path,
@@ -71,31 +69,27 @@ def promote_model(
             metrics_uri=evaluation.uri,
             dataset_uri=dataset.uri,
             registry=registry,
-            metric=metric,
-            min_delta=min_delta,
-            max_class_drop=max_class_drop if max_class_drop >= 0 else None,
-            floor=QualityFloor.from_pipeline(min_metric, min_class_recall),
-            max_p_value=max_p_value if max_p_value >= 0 else None,
+            policy=policy,
             outcome=outcome,
             data_check=data_check.uri,
         )
     except Exception:
         logging.getLogger("tpustream").exception("the run report could not be written (the decision stands)")
-    published = outcome.get("vertex")
+    published = outcome.vertex
     if published:
-        vertex_model.uri = published["uri"]
-        vertex_model.metadata["resourceName"] = published["versioned_name"]
+        vertex_model.uri = published.uri
+        vertex_model.metadata["resourceName"] = published.versioned_name
     line = (
-        f"promoted version {outcome['version']}"
-        + (f", Vertex AI model {published['versioned_name']}" if published else "")
-        if outcome["promoted"]
-        else f"not promoted: {outcome['reason']}"
+        f"promoted version {outcome.version}"
+        + (f", Vertex AI model {published.versioned_name}" if published else "")
+        if outcome.promoted
+        else f"not promoted: {outcome.reason}"
     )
     record_outcome(
         run_outcome,
         step="promote",
-        decision="promoted" if outcome["promoted"] else "kept",
-        reason=line.removeprefix("promoted ") if outcome["promoted"] else outcome["reason"],
+        decision="promoted" if outcome.promoted else "kept",
+        reason=line.removeprefix("promoted ") if outcome.promoted else outcome.reason,
         report=report.uri,
     )
     return line

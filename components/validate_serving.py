@@ -16,8 +16,8 @@ def validate_serving(
     from tpustream.serve.validate import validate_serving as validate
 
     report = validate(model.uri, data=dataset.uri, samples=int(samples), output=validation.uri)
-    validation.log_metric("agreed", float(report["agreed"]))
-    validation.log_metric("samples", float(report["samples"]))
-    validation.log_metric("latency_ms_p50", float(report["latency_ms_p50"] or 0))
-    validation.log_metric("startup_s", float(report["startup_s"]))
-    return f"{report['agreed']}/{report['samples']} val images answered as evaluation did"
+    validation.log_metric("agreed", float(report.agreed))
+    validation.log_metric("samples", float(report.samples))
+    validation.log_metric("latency_ms_p50", float(report.latency_ms_p50 or 0))
+    validation.log_metric("startup_s", float(report.startup_s))
+    return f"{report.agreed}/{report.samples} val images answered as evaluation did"

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from tpustream.artifacts import EvalReport, Manifest, ModelCard
-from tpustream.registry.policy import decide
+from tpustream.registry.policy import PromotionPolicy, decide
 from tpustream.report.build import ReportFacts
 
 EVIL = "<script>alert(1)</script>"
@@ -151,7 +151,10 @@ def sample_facts(**changes: Any) -> ReportFacts:
             "created": "2025-11-20T11:00:00Z",
         }
     )
-    decision = decide(candidate, champion, candidate_digest="d", champion_digest="d", max_class_drop=0.1)
+    policy = PromotionPolicy(max_class_drop=0.1)
+    decision = decide(
+        metrics.candidate, metrics.champion, candidate_digest="d", champion_digest="d", policy=policy
+    )
     facts = ReportFacts(
         model_card=model_card(
             {
@@ -164,9 +167,7 @@ def sample_facts(**changes: Any) -> ReportFacts:
         ),
         metrics=metrics,
         decision=decision,
-        metric="top1",
-        min_delta=0.0,
-        max_class_drop=0.1,
+        policy=policy,
         manifest=manifest(CLASSES),
         history=history(),
     )

@@ -22,8 +22,9 @@ from tpustream.dataset.tario import iter_tar_samples
 from tpustream.image.codec import decode_ppm
 from tpustream.image.transforms import Augment, decode_image, normalize
 from tpustream.models import build_model
-from tpustream.registry.policy import RegistryError
+from tpustream.registry.policy import PromotionPolicy, RegistryError
 from tpustream.release import promote
+from tpustream.release.promote import PromotionOutcome
 from tpustream.sources.builtin import digits_source
 from tpustream.storage import io as storage
 from tpustream.train import evaluate
@@ -52,7 +53,7 @@ def test_evaluation_is_exact(digits, models, tmp_path):
     result = evaluate.evaluate(models["good"], digits, str(tmp_path / "eval"))
     candidate = result.candidate
     manifest = read_manifest(digits)
-    assert candidate["num_samples"] == manifest["splits"]["val"]["num_samples"] and candidate["complete"]
+    assert candidate.num_samples == manifest["splits"]["val"]["num_samples"] and candidate.complete
     # independent count: every val sample through the model one at a time
     model = build_model("tiny", num_classes=10, input_size=16)
     model.load_state_dict(torch.load(f"{models['good']}/model.pt", weights_only=True))
@@ -66,11 +67,9 @@ def test_evaluation_is_exact(digits, models, tmp_path):
                 x = normalize(torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None])
                 predicted = int(model(x).argmax())
                 confusion[int(fields["cls"]), predicted] += 1
-    assert candidate["confusion_matrix"] == confusion.tolist()
-    assert candidate["top1"] == pytest.approx(np.trace(confusion) / confusion.sum())
-    assert (
-        json.loads((tmp_path / "eval" / "metrics.json").read_text())["candidate"]["top1"] == candidate["top1"]
-    )
+    assert candidate.confusion_matrix == confusion.tolist()
+    assert candidate.top1 == pytest.approx(np.trace(confusion) / confusion.sum())
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["candidate"]["top1"] == candidate.top1
     assert decode_ppm  # the test reads shards with the project's own PPM decoder via decode_image
 
 
@@ -89,18 +88,19 @@ def registry(request, tmp_path):
 
 def test_champion_challenger_flow(digits, models, registry, tmp_path):
     weak = _evaluate(models, "weak", digits, tmp_path, registry)
-    assert promote.promote(models["weak"], weak, registry) == {
-        "promoted": True, "version": 1, "reason": "no champion yet", "previous_version": None}  # fmt: skip
+    assert promote.promote(models["weak"], weak, registry) == PromotionOutcome(
+        promoted=True, version=1, reason="no champion yet", previous_version=None
+    )
     again = promote.promote(models["weak"], weak, registry)  # idempotent
-    assert again["promoted"] is False and again["reason"] == "already the champion"
+    assert again.promoted is False and again.reason == "already the champion"
     better = _evaluate(models, "better", digits, tmp_path, registry)
     metrics = json.loads(storage.read_bytes(better))
     assert metrics["champion"]["version"] == 1  # the champion was evaluated on the same shards, same run
-    assert promote.promote(models["better"], better, registry)["version"] == 2
+    assert promote.promote(models["better"], better, registry).version == 2
     good = _evaluate(models, "good", digits, tmp_path, registry)
     outcome = promote.promote(models["good"], good, registry)
-    assert outcome["promoted"] is False and "not above 0" in outcome["reason"]
-    assert promote.read_champion(registry)["version"] == 2
+    assert outcome.promoted is False and "not above 0" in outcome.reason
+    assert promote.read_champion(registry).version == 2
     versions = sorted(
         o.uri.rsplit("/", 2)[1]
         for o in storage.list_objects(f"{registry}/versions")
@@ -111,7 +111,7 @@ def test_champion_challenger_flow(digits, models, registry, tmp_path):
         json.loads(storage.read_bytes(o.uri))["event"] for o in storage.list_objects(f"{registry}/events")
     ]
     assert sorted(events) == ["already-champion", "promoted", "promoted", "refused"]
-    assert promote.champion_status(registry)["ok"]
+    assert promote.champion_status(registry).ok
 
 
 def test_racing_promotions_end_with_one_consistent_champion(
@@ -145,14 +145,16 @@ def test_racing_promotions_end_with_one_consistent_champion(
         t.join()
     champion = promote.read_champion(registry)
     better_sha = json.loads(storage.read_bytes(better))["candidate"]["model_sha256"]
-    assert champion["model_sha256"] == better_sha  # the better model wins whatever the order
-    assert promote.champion_status(registry)["ok"]  # the pointer names a complete version
+    assert (
+        champion is not None and champion.model_sha256 == better_sha
+    )  # the better model wins whatever the order
+    assert promote.champion_status(registry).ok  # the pointer names a complete version
     # the loser re-read the pointer and decided again against the winner
-    assert outcomes["better"]["promoted"] is True
-    if outcomes["good"]["promoted"]:  # good swapped first, then better beat it on re-decision
-        assert outcomes["better"]["previous_version"] == outcomes["good"]["version"]
+    assert outcomes["better"].promoted is True
+    if outcomes["good"].promoted:  # good swapped first, then better beat it on re-decision
+        assert outcomes["better"].previous_version == outcomes["good"].version
     else:
-        assert "not above 0" in outcomes["good"]["reason"]
+        assert "not above 0" in outcomes["good"].reason
 
 
 def test_crash_between_copy_and_swap_then_retry(digits, models, gcs_bucket, tmp_path, monkeypatch):
@@ -167,11 +169,11 @@ def test_crash_between_copy_and_swap_then_retry(digits, models, gcs_bucket, tmp_
     monkeypatch.setattr(storage, "replace_if_generation", crash)
     with pytest.raises(RuntimeError, match="power"):
         promote.promote(models["better"], better, registry)
-    assert promote.read_champion(registry)["version"] == 1  # pointer untouched
-    assert promote.champion_status(registry)["ok"]
+    assert promote.read_champion(registry).version == 1  # pointer untouched
+    assert promote.champion_status(registry).ok
     monkeypatch.setattr(storage, "replace_if_generation", real_swap)
     outcome = promote.promote(models["better"], better, registry)
-    assert outcome["promoted"] and outcome["version"] == 2  # the claimed version is reused, not duplicated
+    assert outcome.promoted and outcome.version == 2  # the claimed version is reused, not duplicated
     assert (
         len([o for o in storage.list_objects(f"{registry}/versions") if o.uri.endswith("version.json")]) == 2
     )
@@ -187,19 +189,19 @@ def test_bad_inputs(digits, models, tmp_path):
     out = str(tmp_path / "eval-other")
     evaluate.evaluate(models["better"], other, out)  # no --registry: no same-shards champion numbers
     outcome = promote.promote(models["better"], f"{out}/metrics.json", registry)
-    assert not outcome["promoted"] and "same shards" in outcome["reason"]
+    assert not outcome.promoted and "same shards" in outcome.reason
     (tmp_path / "bad.json").write_text("{nope")
     with pytest.raises(RegistryError, match="not a tpustream metrics.json"):
         promote.promote(models["better"], str(tmp_path / "bad.json"), registry)
     with pytest.raises(RegistryError, match="does not exist: run tpustream evaluate"):
         promote.promote(models["better"], str(tmp_path / "none.json"), registry)
     with pytest.raises(RegistryError, match="unknown metric"):
-        promote.promote(models["better"], weak, registry, metric="auc")
+        promote.promote(models["better"], weak, registry, PromotionPolicy.from_options(metric="auc"))
     with pytest.raises(evaluate.EvaluationError, match="model.json does not exist"):
         evaluate.evaluate(str(tmp_path / "nomodel"), digits, str(tmp_path / "e"))
     storage.delete(f"{registry}/versions/1/model.pt")
     status = promote.champion_status(registry)
-    assert not status["ok"] and "lacks model.pt" in status["message"] and "Repair" in status["message"]
+    assert not status.ok and "lacks model.pt" in status.message and "Repair" in status.message
 
 
 def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tmp_path):
@@ -207,7 +209,7 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
     (Vertex AI itself cannot be reached from here). Only promoted models are uploaded, from their
     immutable registry version, with the serving image (tests/integration/test_serving.py serves one)."""
     from tests.fakes.vertex import VertexRecorder
-    from tpustream.vertex import model_registry as vertex
+    from tpustream.vertex.evaluation import EVALUATION_SCHEMA
     from tpustream.vertex.model_registry import VertexTarget
 
     image = "europe-west4-docker.pkg.dev/proj/tpustream/serve@sha256:" + "d" * 64
@@ -226,10 +228,10 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
             out = f"{gcs_bucket}/eval/{name}"
             evaluate.evaluate(on_gcs[name], digits, out, registry=registry)
             outcomes.append(promote.promote(on_gcs[name], f"{out}/metrics.json", registry, vertex=target))
-        assert [o["promoted"] for o in outcomes] == [True, True, False]
-        assert [bool(o["vertex"]) for o in outcomes] == [True, True, False]  # the refused one: not uploaded
+        assert [o.promoted for o in outcomes] == [True, True, False]
+        assert [bool(o.vertex) for o in outcomes] == [True, True, False]  # the refused one: not uploaded
         parent = "projects/proj/locations/europe-west4"
-        assert [o["vertex"]["versioned_name"] for o in outcomes[:2]] == [
+        assert [o.vertex.versioned_name for o in outcomes[:2]] == [
             f"{parent}/models/4200@1", f"{parent}/models/4200@2"]  # fmt: skip
         uploads = [
             r
@@ -259,7 +261,7 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
         for request, name in zip(imports, ("weak", "better"), strict=True):
             measured = json.loads(storage.read_bytes(f"{gcs_bucket}/eval/{name}/metrics.json"))
             evaluation = request["body"]["modelEvaluation"]
-            assert evaluation["metricsSchemaUri"] == vertex.EVALUATION_SCHEMA
+            assert evaluation["metricsSchemaUri"] == EVALUATION_SCHEMA
             metrics = evaluation["metrics"]
             assert metrics["confusionMatrix"]["rows"] == measured["candidate"]["confusion_matrix"]
             assert [s["displayName"] for s in metrics["confusionMatrix"]["annotationSpecs"]] == DIGITS
@@ -273,7 +275,7 @@ def test_vertex_model_registry_mirrors_promotions(digits, models, gcs_bucket, tm
             assert metrics["auPrc"] == measured["candidate"]["auprc"]
             assert len(metrics["confidenceMetrics"]) == len(measured["candidate"]["thresholds"]) + 1
             assert evaluation["metadata"]["evaluation_dataset_path"] == [measured["dataset"]["uri"]]
-        assert outcomes[1]["vertex"]["evaluation"] == recorder.evaluations["4200@2"][0]["name"]
+        assert outcomes[1].vertex.evaluation == recorder.evaluations["4200@2"][0]["name"]
         assert recorder.rejected == []
         with pytest.raises(RegistryError, match="needs a gs:// registry"):
             promote.promote(models["better"], f"{gcs_bucket}/eval/better/metrics.json", str(tmp_path / "r"),
@@ -310,16 +312,16 @@ def test_a_failed_vertex_upload_keeps_the_registry_and_a_rerun_of_promote_repair
             RegistryError, match=r"version 1 is the champion .* publishing it to the Vertex AI"
         ):
             promote.promote(candidate, metrics, registry, vertex=target)
-        assert promote.read_champion(registry)["version"] == 1  # the registry state is kept
+        assert promote.read_champion(registry).version == 1  # the registry state is kept
         events = [json.loads(storage.read_bytes(o.uri)) for o in storage.list_objects(f"{registry}/events")]
         assert sorted(e["event"] for e in events) == ["promoted", "vertex-upload-failed"]
         repaired = promote.promote(candidate, metrics, registry, vertex=target)
         again = promote.promote(candidate, metrics, registry, vertex=target)
     finally:
         recorder.close()
-    assert repaired["reason"] == "already the champion" and repaired["vertex"]["uploaded"] is True
-    assert again["vertex"]["uploaded"] is False
-    assert again["vertex"]["versioned_name"] == repaired["vertex"]["versioned_name"]
+    assert repaired.reason == "already the champion" and repaired.vertex.uploaded is True
+    assert again.vertex.uploaded is False
+    assert again.vertex.versioned_name == repaired.vertex.versioned_name
     uploads = [r for r in recorder.requests if r["path"].endswith("/models:upload")]
     assert len(uploads) == 2  # the refused one and the repair; none from the third run
     assert uploads[1]["body"]["model"]["artifactUri"] == f"{registry}/versions/1"
@@ -330,7 +332,7 @@ def test_a_failed_vertex_upload_keeps_the_registry_and_a_rerun_of_promote_repair
     assert len(merges) == 1  # the third run found the alias in place
     imports = [r for r in recorder.requests if r["path"].endswith("/evaluations:import")]
     assert len(imports) == 1 and len(recorder.evaluations["4200@1"]) == 1  # the third run found it there
-    assert again["vertex"]["evaluation"] == repaired["vertex"]["evaluation"]
+    assert again.vertex.evaluation == repaired.vertex.evaluation
     assert recorder.rejected == []
 
 
@@ -362,17 +364,17 @@ def test_a_nan_model_is_never_promoted_and_every_file_stays_json(digits, models,
     diverged = make_nan_model(tmp_path / "nan", models["good"])
     out = str(tmp_path / "eval-nan")
     result = evaluate.evaluate(diverged, digits, out, registry=registry)
-    assert math.isnan(result.candidate["loss"])
+    assert math.isnan(result.candidate.loss)
     written = _strict_json(storage.read_bytes(f"{out}/metrics.json"))
     assert written["candidate"]["loss"] is None and written["candidate"]["complete"]
     for metric in ("loss", "top1"):
-        outcome = promote.promote(diverged, f"{out}/metrics.json", registry, metric=metric)
-        assert not outcome["promoted"] and "loss null is not a finite number" in outcome["reason"]
-        assert not promote.preview_decision(result, registry, metric=metric).promote
+        outcome = promote.promote(diverged, f"{out}/metrics.json", registry, PromotionPolicy(metric=metric))
+        assert not outcome.promoted and "loss null is not a finite number" in outcome.reason
+        assert not promote.preview_decision(result, registry, PromotionPolicy(metric=metric)).promote
     empty = str(tmp_path / "empty-registry")  # not even as the first champion
-    assert not promote.promote(diverged, f"{out}/metrics.json", empty)["promoted"]
+    assert not promote.promote(diverged, f"{out}/metrics.json", empty).promoted
     assert promote.read_champion(empty) is None
-    assert promote.read_champion(registry)["version"] == 1
+    assert promote.read_champion(registry).version == 1
     for obj in storage.list_objects(registry) + storage.list_objects(empty):
         if obj.uri.endswith(".json"):
             _strict_json(storage.read_bytes(obj.uri))
@@ -385,12 +387,14 @@ def test_a_champion_recorded_with_nan_is_read_back_and_kept_on_that_metric(digit
     pointer = json.loads(pointer_file.read_text())
     pointer["metrics"]["loss"] = float("nan")
     pointer_file.write_text(json.dumps(pointer))  # as registries were written before null replaced NaN
-    assert "NaN" in pointer_file.read_text() and promote.champion_status(registry)["ok"]
+    assert "NaN" in pointer_file.read_text() and promote.champion_status(registry).ok
     out = str(tmp_path / "eval-better")
     evaluate.evaluate(models["better"], digits, out)  # no --registry: only the recorded numbers to go by
-    outcome = promote.promote(models["better"], f"{out}/metrics.json", registry, metric="loss")
-    assert not outcome["promoted"] and "champion loss nan" in outcome["reason"]
-    assert promote.promote(models["better"], f"{out}/metrics.json", registry)["promoted"]  # top1 compares
+    outcome = promote.promote(
+        models["better"], f"{out}/metrics.json", registry, PromotionPolicy(metric="loss")
+    )
+    assert not outcome.promoted and "champion loss nan" in outcome.reason
+    assert promote.promote(models["better"], f"{out}/metrics.json", registry).promoted  # top1 compares
     assert _strict_json(pointer_file.read_bytes())["previous_version"] == 1
 
 
@@ -403,14 +407,14 @@ def test_a_partial_evaluation_is_never_promoted(digits, models, tmp_path, caplog
     out = str(tmp_path / "eval-partial")
     with caplog.at_level(logging.WARNING):
         result = evaluate.evaluate(models["better"], str(damaged), out, registry=registry)
-    counted = result.candidate["num_samples"]
-    assert 0 < counted < 179 and not result.candidate["complete"]
+    counted = result.candidate.num_samples
+    assert 0 < counted < 179 and not result.candidate.complete
     assert "cannot be promoted" in caplog.text and "tpustream shards verify" in caplog.text
     assert json.loads(storage.read_bytes(f"{out}/metrics.json"))["candidate"]["complete"] is False  # evidence
     preview = promote.preview_decision(result, registry)
     outcome = promote.promote(models["better"], f"{out}/metrics.json", registry)
-    assert not preview.promote and not outcome["promoted"]
-    for reason in (preview.reason, outcome["reason"]):
+    assert not preview.promote and not outcome.promoted
+    for reason in (preview.reason, outcome.reason):
         assert f"{counted} of the dataset's 179 val samples ({179 - counted} missing)" in reason
         assert f"tpustream shards verify {damaged}" in reason
     assert promote.read_champion(registry) is None and not storage.list_objects(f"{registry}/versions")
@@ -434,12 +438,12 @@ def test_a_champion_with_other_classes_is_noted_and_kept(digits, models, tmp_pat
     assert "version 1" in written["champion_note"] and "classes" in written["champion_note"]
     preview = promote.preview_decision(result, registry)
     outcome = promote.promote(candidate, f"{out}/metrics.json", registry)
-    assert not preview.promote and not outcome["promoted"]
-    for reason in (preview.reason, outcome["reason"]):
+    assert not preview.promote and not outcome.promoted
+    for reason in (preview.reason, outcome.reason):
         assert "classes" in reason and "new registry" in reason
-    assert promote.read_champion(registry)["version"] == 1
+    assert promote.read_champion(registry).version == 1
     fresh = str(tmp_path / "registry-letters")  # the way forward the reason names
-    assert promote.promote(candidate, f"{out}/metrics.json", fresh)["reason"] == "no champion yet"
+    assert promote.promote(candidate, f"{out}/metrics.json", fresh).reason == "no champion yet"
 
 
 def test_promote_checks_the_candidate_before_claiming_a_version(digits, models, registry, tmp_path):
@@ -454,17 +458,17 @@ def test_promote_checks_the_candidate_before_claiming_a_version(digits, models, 
     with pytest.raises(RegistryError, match="lacks model.json"):
         promote.promote(str(half), good, registry)
     assert storage.list_objects(f"{registry}/versions") == []  # no version claimed, no number used up
-    assert promote.promote(models["good"], good, registry)["version"] == 1
-    assert promote.champion_status(registry)["ok"]
+    assert promote.promote(models["good"], good, registry).version == 1
+    assert promote.champion_status(registry).ok
 
 
 def test_champion_show_tells_a_missing_registry_from_an_empty_one(tmp_path, gcs_bucket):
     for registry in (str(tmp_path / "no-such-registry"), "gs://no-such-bucket/registry"):
         status = promote.champion_status(registry)
-        assert not status["ok"] and status["champion"] is None and "does not exist" in status["message"]
+        assert not status.ok and status.champion is None and "does not exist" in status.message
     (tmp_path / "empty").mkdir()
     for registry in (str(tmp_path / "empty"), f"{gcs_bucket}/registry"):
-        assert promote.champion_status(registry) == {
+        assert promote.champion_status(registry).to_json() == {
             "registry": registry, "champion": None, "ok": True, "message": "no champion yet"}  # fmt: skip
     result = CliRunner().invoke(app, ["champion", "show", "--registry", str(tmp_path / "no-such-registry")])
     assert result.exit_code == 1 and '"ok": false' in result.output
@@ -498,8 +502,10 @@ def test_promote_reports_what_happened_when_write_answers_are_lost(digits, model
     finally:
         proxy.close()
     assert proxy.write_answers_lost >= 6  # version.json, champion.json and an event, for each promotion
-    assert first == {"promoted": True, "version": 1, "reason": "no champion yet", "previous_version": None}
-    assert second["promoted"] is True and second["version"] == 2 and second["previous_version"] == 1
+    assert first == PromotionOutcome(
+        promoted=True, version=1, reason="no champion yet", previous_version=None
+    )
+    assert second.promoted is True and second.version == 2 and second.previous_version == 1
     events = [json.loads(storage.read_bytes(o.uri)) for o in storage.list_objects(f"{registry}/events")]
     assert sorted(e["event"] for e in events) == ["promoted", "promoted"]  # each written exactly once
     assert result.exit_code == 0 and json.loads(result.output)["champion"]["version"] == 2
@@ -524,8 +530,8 @@ def test_a_class_without_val_samples_is_not_measured_and_metrics_name_the_datase
     model = make_model(tmp_path / "model", "data", seed=0, steps=0, classes=["a", "b", "c"])
     with caplog.at_level(logging.WARNING):
         result = evaluate.evaluate_model(model, "data", workers=0)
-    assert result["per_class_accuracy"][2] is None and result["unmeasured_classes"] == ["c"]
-    assert all(isinstance(v, float) for v in result["per_class_accuracy"][:2])
+    assert result.per_class_accuracy[2] is None and result.unmeasured_classes == ["c"]
+    assert all(isinstance(v, float) for v in result.per_class_accuracy[:2])
     assert "not measured: c" in caplog.text
     evaluate.evaluate(model, "data", "eval")
     written = json.loads(storage.read_bytes(str(tmp_path / "eval" / "metrics.json")))
@@ -571,24 +577,24 @@ def test_a_dataset_with_a_test_split_is_decided_on_test_and_reports_val_too(mode
     num_val, num_test = (manifest["splits"][split]["num_samples"] for split in ("val", "test"))
     registry = f"{gcs_bucket}/registry-test-split"
     first = evaluate.evaluate(models["good"], data, str(tmp_path / "good"), registry=registry)
-    assert first.split == "test" and first.candidate["split"] == "test"
-    assert first.candidate["num_samples"] == num_test and first.candidate["complete"]
-    assert first.val is not None and first.val["split"] == "val" and first.val["num_samples"] == num_val
+    assert first.split == "test" and first.candidate.split == "test"
+    assert first.candidate.num_samples == num_test and first.candidate.complete
+    assert first.val is not None and first.val.split == "val" and first.val.num_samples == num_val
     direct = evaluate.evaluate_model(models["good"], data, split="test")
-    assert first.candidate["confusion_matrix"] == direct["confusion_matrix"]
-    assert first.val["confusion_matrix"] == evaluate.evaluate_model(models["good"], data)["confusion_matrix"]
+    assert first.candidate.confusion_matrix == direct.confusion_matrix
+    assert first.val.confusion_matrix == evaluate.evaluate_model(models["good"], data).confusion_matrix
     document = json.loads((tmp_path / "good" / "metrics.json").read_text())
     assert document["split"] == "test" and document["dataset"]["test_samples"] == num_test
     assert document["val"]["num_samples"] == num_val
     outcome = promote.promote(models["good"], str(tmp_path / "good"), registry)
-    assert outcome["reason"] == "no champion yet (on the held-out test split)"
-    assert promote.read_champion(registry)["metrics"]["split"] == "test"
+    assert outcome.reason == "no champion yet (on the held-out test split)"
+    assert promote.read_champion(registry).metrics["split"] == "test"
 
     second = evaluate.evaluate(models["better"], data, str(tmp_path / "better"), registry=registry)
-    assert second.champion is not None and second.champion["version"] == 1
-    assert second.champion["split"] == "test" and second.champion["num_samples"] == num_test
-    assert second.champion["confusion_matrix"] == direct["confusion_matrix"]  # the champion, on test again
+    assert second.champion is not None and second.champion.version == 1
+    assert second.champion.split == "test" and second.champion.num_samples == num_test
+    assert second.champion.confusion_matrix == direct.confusion_matrix  # the champion, on test again
     outcome = promote.promote(models["better"], str(tmp_path / "better"), registry)
-    assert outcome["reason"].endswith("(on the held-out test split)")
+    assert outcome.reason.endswith("(on the held-out test split)")
     events = [json.loads(storage.read_bytes(o.uri)) for o in storage.list_objects(f"{registry}/events")]
     assert {event["split"] for event in events} == {"test"}

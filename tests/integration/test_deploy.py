@@ -13,7 +13,8 @@ import json
 import pytest
 
 from tpustream.release import deploy
-from tpustream.release.deploy import DeployError, canary_split
+from tpustream.release.canary import canary_split
+from tpustream.release.deploy import DeployError, RollbackOutcome
 from tpustream.storage import io as storage
 from tpustream.vertex import model_registry as vertex
 
@@ -36,7 +37,7 @@ def recorder(monkeypatch):
     fake.close()
 
 
-def publish(recorder, version: int, registry: str = "gs://models/registry") -> dict:
+def publish(recorder, version: int, registry: str = "gs://models/registry") -> vertex.PublishedModel:
     """Registry version ``version`` uploaded to the Vertex model ``digits-classifier``; it becomes the champion."""
     target = vertex.VertexTarget(
         model_name="digits-classifier",
@@ -84,10 +85,10 @@ def test_canary_split_refuses_what_cannot_sum_to_100():
 def test_deploy_ramp_and_rollback_on_one_endpoint(recorder, capsys):
     publish(recorder, 1)
     first = deploy.deploy("digits-classifier", "digits", traffic_percent=10)  # nothing serves: it takes 100
-    assert first["created_endpoint"] and first["previous_split"] == {}
-    v1 = first["deployed_model_id"]
-    assert first["traffic_split"] == {v1: 100} and first["model"] == f"{PARENT}/models/4200@1"
-    endpoint = first["endpoint"]
+    assert first.created_endpoint and first.previous_split == {}
+    v1 = first.deployed_model_id
+    assert first.traffic_split == {v1: 100} and first.model == f"{PARENT}/models/4200@1"
+    endpoint = first.endpoint
     assert "tpustream-canary-model" not in recorder.endpoints[endpoint].get("labels", {})  # no canary yet
 
     publish(recorder, 2)  # the champion alias moves to version 2
@@ -99,9 +100,9 @@ def test_deploy_ramp_and_rollback_on_one_endpoint(recorder, capsys):
         min_replicas=1,
         max_replicas=3,
     )
-    v2 = canary["deployed_model_id"]
-    assert not canary["created_endpoint"] and canary["model"] == f"{PARENT}/models/4200@2"
-    assert canary["traffic_split"] == {v1: 90, v2: 10} and canary["previous_split"] == {v1: 100}
+    v2 = canary.deployed_model_id
+    assert not canary.created_endpoint and canary.model == f"{PARENT}/models/4200@2"
+    assert canary.traffic_split == {v1: 90, v2: 10} and canary.previous_split == {v1: 100}
     assert recorder.endpoints[endpoint]["labels"] == {
         "tpustream-canary-model": "4200",
         "tpustream-canary-version": "2",
@@ -124,13 +125,15 @@ def test_deploy_ramp_and_rollback_on_one_endpoint(recorder, capsys):
     again = deploy.deploy(
         "digits-classifier", "digits", traffic_percent=10
     )  # a retried task: nothing changes
-    assert not again["deployed"] and again["traffic_split"] == {v1: 90, v2: 10}
+    assert not again.deployed and again.traffic_split == {v1: 90, v2: 10}
     ramp = deploy.deploy("digits-classifier", "digits", traffic_percent=60)  # the canary's share, not a copy
-    assert not ramp["deployed"] and ramp["traffic_split"] == {v1: 40, v2: 60}
+    assert not ramp.deployed and ramp.traffic_split == {v1: 40, v2: 60}
     assert len(recorder.endpoints[endpoint]["deployedModels"]) == 2
 
     rolled = deploy.rollback("digits")
-    assert rolled == {"endpoint": endpoint, "undeployed": v2, "model": "4200@2", "traffic_split": {v1: 100}}
+    assert rolled == RollbackOutcome(
+        endpoint=endpoint, undeployed=v2, model="4200@2", traffic_split={v1: 100}
+    )
     assert [d["id"] for d in recorder.endpoints[endpoint]["deployedModels"]] == [v1]
     assert "labels" not in recorder.endpoints[endpoint]  # the record is gone with the canary
     with pytest.raises(DeployError, match="no canary to roll back"):
@@ -142,20 +145,20 @@ def test_deploy_ramp_and_rollback_on_one_endpoint(recorder, capsys):
 
 def test_rollback_restores_the_recorded_split_of_several_models(recorder):
     publish(recorder, 1)
-    v1 = deploy.deploy("digits-classifier", "shop", traffic_percent=100)["deployed_model_id"]
+    v1 = deploy.deploy("digits-classifier", "shop", traffic_percent=100).deployed_model_id
     publish(recorder, 2)
-    v2 = deploy.deploy("digits-classifier", "shop", traffic_percent=30)["deployed_model_id"]
+    v2 = deploy.deploy("digits-classifier", "shop", traffic_percent=30).deployed_model_id
     publish(recorder, 3)
     third = deploy.deploy("digits-classifier", "shop", traffic_percent=10)
-    assert third["traffic_split"] == {v1: 63, v2: 27, third["deployed_model_id"]: 10}
+    assert third.traffic_split == {v1: 63, v2: 27, third.deployed_model_id: 10}
     ramp = deploy.deploy("digits-classifier", "shop", traffic_percent=100)  # the others at 0%, still deployed
-    assert ramp["traffic_split"] == {v1: 0, v2: 0, third["deployed_model_id"]: 100}
-    assert deploy.deploy("digits-classifier", "shop", traffic_percent=20)["traffic_split"] == {
+    assert ramp.traffic_split == {v1: 0, v2: 0, third.deployed_model_id: 100}
+    assert deploy.deploy("digits-classifier", "shop", traffic_percent=20).traffic_split == {
         v1: 56,
         v2: 24,
-        third["deployed_model_id"]: 20,
+        third.deployed_model_id: 20,
     }  # back down: in the recorded proportions
-    assert deploy.rollback("shop")["traffic_split"] == {v1: 70, v2: 30}  # as before version 3 arrived
+    assert deploy.rollback("shop").traffic_split == {v1: 70, v2: 30}  # as before version 3 arrived
     assert recorder.rejected == []
 
 
@@ -167,7 +170,7 @@ def test_deploy_the_registry_champion_or_say_vertex_lacks_it(recorder, gcs_bucke
     storage.write_bytes(f"{registry}/champion.json", json.dumps(pointer).encode())
     # the Vertex alias is on version 2; the registry's champion is version 1: --registry deploys what it names
     outcome = deploy.deploy("digits-classifier", "reg", traffic_percent=100, registry=registry)
-    assert outcome["model"] == f"{PARENT}/models/4200@1"
+    assert outcome.model == f"{PARENT}/models/4200@1"
     pointer = {"version": 3, "model_sha256": f"{3:016x}" + "0" * 48}
     storage.write_bytes(f"{registry}/champion.json", json.dumps(pointer).encode())
     with pytest.raises(
@@ -223,10 +226,10 @@ def test_an_endpoint_named_by_a_letter_id_gets_the_canary_and_its_rollback(recor
     first = deploy.deploy("digits-classifier", named.name, traffic_percent=100)
     publish(recorder, 2)
     canary = deploy.deploy("digits-classifier", named.name, traffic_percent=10)
-    assert first["endpoint"] == canary["endpoint"] == named.name and not canary["created_endpoint"]
+    assert first.endpoint == canary.endpoint == named.name and not canary.created_endpoint
     assert list(recorder.endpoints) == [named.name]  # no endpoint was made of its name
-    assert canary["traffic_split"] == {first["deployed_model_id"]: 90, canary["deployed_model_id"]: 10}
-    assert deploy.rollback(named.name)["traffic_split"] == {first["deployed_model_id"]: 100}
+    assert canary.traffic_split == {first.deployed_model_id: 90, canary.deployed_model_id: 10}
+    assert deploy.rollback(named.name).traffic_split == {first.deployed_model_id: 100}
 
 
 @pytest.mark.parametrize(
@@ -285,7 +288,7 @@ def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_dep
     recorder.hold_deploys = True
     first: dict = {}
     attempt = threading.Thread(
-        target=lambda: first.update(deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
+        target=lambda: first.update(outcome=deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
         daemon=True,
     )
     attempt.start()  # its DeployModel is sent, then it waits for the operation, which the recorder holds
@@ -295,7 +298,7 @@ def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_dep
     ((operation, _),) = recorder._held
     retried: dict = {}
     retry = threading.Thread(
-        target=lambda: retried.update(deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
+        target=lambda: retried.update(outcome=deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
         daemon=True,
     )
     retry.start()
@@ -316,9 +319,10 @@ def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_dep
     retry.join(120)
     deploys = [r for r in recorder.requests if r["path"].endswith(":deployModel")]
     assert len(deploys) == 2  # version 1, then version 2 once: the retry sent none
-    assert first["deployed"] and not retried["deployed"]
-    assert retried["deployed_model_id"] == first["deployed_model_id"]
-    assert retried["traffic_split"] == {serving["deployed_model_id"]: 90, first["deployed_model_id"]: 10}
+    attempted, retried_outcome = first["outcome"], retried["outcome"]
+    assert attempted.deployed and not retried_outcome.deployed
+    assert retried_outcome.deployed_model_id == attempted.deployed_model_id
+    assert retried_outcome.traffic_split == {serving.deployed_model_id: 90, attempted.deployed_model_id: 10}
     assert recorder.rejected == []
 
 
@@ -343,7 +347,7 @@ def test_the_recorder_refuses_what_vertex_refuses(recorder):
     from google.api_core import exceptions
 
     publish(recorder, 1)
-    name = deploy.deploy("digits-classifier", "rules", traffic_percent=100)["endpoint"]
+    name = deploy.deploy("digits-classifier", "rules", traffic_percent=100).endpoint
     client = vertex.v1_client("endpoint")
     model = {
         "model": f"{PARENT}/models/4200@1",

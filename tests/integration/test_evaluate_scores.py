@@ -18,6 +18,7 @@ from tpustream.image.transforms import normalize
 from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 from tpustream.metrics.scores import metrics_from_scores, read_scores
 from tpustream.models import build_model
+from tpustream.registry.policy import PromotionPolicy
 from tpustream.release import promote
 from tpustream.report.build import build_report_facts, render_report
 from tpustream.report.mistakes import MISTAKES_PER_CLASS, MISTAKES_TOTAL
@@ -105,17 +106,15 @@ def test_scores_name_every_val_sample_and_give_back_evaluates_metrics(digits, tm
     if only_ours + only_theirs:
         reference = binomtest(only_ours, only_ours + only_theirs, 0.5).pvalue
         assert paired["p_value"] == pytest.approx(reference, rel=1e-12)
-    outcome = promote.promote(second, f"{out}/metrics.json", registry, max_p_value=1e-300)
-    assert not outcome["promoted"] and f"on {len(ours)} paired samples" in outcome["reason"]
+    outcome = promote.promote(second, f"{out}/metrics.json", registry, PromotionPolicy(max_p_value=1e-300))
+    assert not outcome.promoted and f"on {len(ours)} paired samples" in outcome.reason
     # the run report's mistakes section reads them: the surest wrong predictions, each with its picture
     facts = build_report_facts(
         model_uri=second,
         metrics_uri=out,
         dataset_uri=digits,
         registry=None,
-        metric="top1",
-        min_delta=0.0,
-        max_class_drop=None,
+        policy=PromotionPolicy(),
     )
     wrong = {row.key: row for row in read_scores(f"{out}/scores.jsonl.gz") if row.top_classes[0] != row.label}
     assert facts.mistakes and len(facts.mistakes) <= MISTAKES_TOTAL
@@ -134,7 +133,7 @@ def test_scores_name_every_val_sample_and_give_back_evaluates_metrics(digits, tm
     page = render_report(facts)[0]
     assert '<section id="mistakes">' in page and '<section id="precision-recall">' in page
     assert '<figure id="plot-thresholds">' in page  # the threshold curve drawn from evaluate's table
-    assert result.candidate["macro_f1"] is not None and 0.0 <= result.candidate["balanced_accuracy"] <= 1.0
+    assert result.candidate.macro_f1 is not None and 0.0 <= result.candidate.balanced_accuracy <= 1.0
 
 
 def test_the_loader_carries_keys_only_when_asked(digits):

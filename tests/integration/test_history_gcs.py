@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tpustream.registry.history import champion_history, format_history_table
-from tpustream.registry.policy import RegistryError
+from tpustream.registry.policy import PromotionPolicy, RegistryError
 from tpustream.release import promote
 from tpustream.storage import io as storage
 
@@ -65,7 +65,7 @@ def test_history_of_a_promotion_a_refusal_and_a_promotion(gcs_bucket):
     first = write_candidate(gcs_bucket, "first", top1=0.8)
     worse = write_candidate(gcs_bucket, "worse", top1=0.7, champion=scores(0.8, version=1))
     better = write_candidate(gcs_bucket, "better", top1=0.9, champion=scores(0.8, version=1))
-    assert [promote.promote(*candidate, registry)["version"] for candidate in (first, worse, better)] == [
+    assert [promote.promote(*candidate, registry).version for candidate in (first, worse, better)] == [
         1,
         None,
         2,
@@ -138,7 +138,7 @@ def test_promote_logs_what_the_history_needs(gcs_bucket):
     assert logged["promoted"]["previous_version"] is None and logged["promoted"]["version"] == 1
     # on another metric the event names that metric and its values
     better = write_candidate(gcs_bucket, "better", top1=0.9, champion=scores(0.8, version=1))
-    assert promote.promote(*better, registry, metric="loss")["promoted"]
+    assert promote.promote(*better, registry, PromotionPolicy(metric="loss")).promoted
     (newest,) = [e for e in events(registry) if e["event"] == "promoted" and e["version"] == 2]
     assert (newest["metric"], newest["value"], newest["champion_value"]) == ("loss", 0.2, 0.4)
     entry = champion_history(registry)[-1]

@@ -503,8 +503,8 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert first.data == "train"
     assert (first.outcome.decision, first.outcome.reason) == ("promoted", "version 1")
     status = promote.champion_status(registry)
-    assert status["ok"] and status["champion"]["version"] == 1
-    assert status["champion"]["metrics"]["top1"] > 0.5
+    assert status.ok and status.champion is not None and status.champion.version == 1
+    assert status.champion.metrics["top1"] > 0.5
     assert {"model.pt", "model.json", "metrics.json"} <= set(os.listdir(promote.version_uri(registry, 1)))
     (dataset,) = os.listdir(os.path.join(registry, "datasets"))
     # Issue 26: the run report, promote's (the final decision), copied beside the run as a page
@@ -545,7 +545,7 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert "KFP Executor" in Path(log_path).read_text()  # the full executor log is in the file
     assert logging.getLogger().handlers == handlers_before  # kfp.local's per-task swaps leave nothing behind
     assert len(trained_models()) == 1 and os.listdir(os.path.join(registry, "datasets")) == [dataset]
-    assert promote.champion_status(registry)["champion"] == status["champion"]
+    assert promote.champion_status(registry).champion == status.champion
 
     _digit_images(source, 900, 1300)  # new images land in the bucket
     third = run_local(root=root, **settings)

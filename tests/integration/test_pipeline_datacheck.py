@@ -102,6 +102,6 @@ def test_a_leaky_source_stops_before_training_and_the_fixed_source_trains(tmp_pa
     assert fixed.data == "train"
     assert len(_models(pipeline_root)) == 1
     champion = promote.read_champion(registry)
-    assert champion is not None and champion["version"] == 1
+    assert champion is not None and champion.version == 1
     fixed_log = (tmp_path / "logs" / "fixed.log").read_text()
     assert "data check passed" in fixed_log and "no champion yet" in fixed_log

@@ -86,15 +86,15 @@ def test_train_pretrained_records_the_weights_and_every_reader_preprocesses_alik
     assert retrained["pretrained"] is None  # the staged file did not start this run
 
     metrics = evaluate_model(str(output), data, workers=0)
-    assert metrics["top1"] > 0.1  # it learned something in one epoch
+    assert metrics.top1 > 0.1  # it learned something in one epoch
     answers, _ = val_predictions(str(output), data, limit=8)
     served = Classifier(str(output))
     results = served.classify(served.render_images(_first_val_images(data, 8)), top_k=5)
     for evaluated, predicted in zip(answers, results, strict=True):
         # the same probabilities; classes compared where they are told apart (a saturated softmax leaves
         # the rest at ~0, where topk's order among equal values is arbitrary)
-        assert evaluated["probabilities"] == pytest.approx(predicted["probabilities"], abs=1e-4)
-        distinct = [i for i, p in enumerate(evaluated["probabilities"]) if p > 1e-4]
-        assert [evaluated["class_indices"][i] for i in distinct] == [
+        assert evaluated.probabilities == pytest.approx(predicted["probabilities"], abs=1e-4)
+        distinct = [i for i, p in enumerate(evaluated.probabilities) if p > 1e-4]
+        assert [evaluated.class_indices[i] for i in distinct] == [
             predicted["class_indices"][i] for i in distinct
         ]

@@ -212,8 +212,14 @@ def test_the_mistakes_gallery_and_the_threshold_curve_decode_in_chromium(tmp_pat
                    "coverage": 1 - t / 110, "f1": 0.6} for t in range(100)]  # fmt: skip
     per_class = {"precision": [0.9, 0.5, 0.8, 0.7], "recall": [0.95, 0.6, 0.7, 0.8],
                  "f1": [0.92, 0.55, 0.75, 0.75], "support": [20, 20, 20, 20], "auprc": [0.9, 0.6, 0.8, 0.8]}  # fmt: skip
-    candidate = {**facts.metrics.candidate, "per_class": per_class, "thresholds": thresholds,
-                 "macro_f1": 0.74, "balanced_accuracy": 0.76, "auprc": 0.8}  # fmt: skip
+    candidate = replace(
+        facts.metrics.candidate,
+        per_class=per_class,
+        thresholds=thresholds,
+        macro_f1=0.74,
+        balanced_accuracy=0.76,
+        auprc=0.8,
+    )
     facts = replace(facts, metrics=replace(facts.metrics, candidate=candidate))
     page = tmp_path / "report.html"
     write_report(facts, str(page), str(tmp_path / "report.md"))

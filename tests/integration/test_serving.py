@@ -193,10 +193,10 @@ def test_upload_is_the_servable_champion(world):
 def test_served_answers_equal_evaluation_on_the_val_digits(world):
     assert _healthy(world)
     samples = _val_samples(world.digits)
-    assert len(samples) == world.metrics.candidate["num_samples"] == 179
+    assert len(samples) == world.metrics.candidate.num_samples == 179
     confusion = _served_confusion(world, samples)
-    assert confusion.tolist() == world.metrics.candidate["confusion_matrix"]
-    assert np.trace(confusion) / len(samples) == pytest.approx(world.metrics.candidate["top1"])
+    assert confusion.tolist() == world.metrics.candidate.confusion_matrix
+    assert np.trace(confusion) / len(samples) == pytest.approx(world.metrics.candidate.top1)
     assert _healthy(world)
 
 

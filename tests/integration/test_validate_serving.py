@@ -6,6 +6,7 @@ for the expected answers; nothing is stood in for."""
 
 import json
 import shutil
+from unittest.mock import ANY
 
 import pytest
 from typer.testing import CliRunner
@@ -16,6 +17,7 @@ from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 from tpustream.serve.validate import (
     ServingValidationError,
+    ValidationReport,
     require_validated,
     start_model_server,
     validate_serving,
@@ -37,18 +39,36 @@ def world(tmp_path_factory):
 def test_a_good_candidate_answers_as_evaluation_did_and_refuses_malformed_requests(world, tmp_path):
     _, digits, model = world
     report = validate_serving(model, data=digits, samples=40, output=str(tmp_path / "check"))
-    assert report["passed"] and report["failures"] == []
-    assert report["samples"] == 40 and report["agreed"] == 40
-    assert report["max_probability_diff"] <= 1e-3
-    assert report["automl_agreed"] == 16  # a request of AutoML's format too (serving_automl)
-    assert {case["case"]: case["status"] for case in report["malformed"]} == dict.fromkeys(
+    assert report.passed and report.failures == []
+    assert report.samples == 40 and report.agreed == 40
+    assert report.max_probability_diff <= 1e-3
+    assert report.automl_agreed == 16  # a request of AutoML's format too (serving_automl)
+    assert {case.case: case.status for case in report.malformed} == dict.fromkeys(
         ("not-json", "not-an-object", "no-instances", "not-base64", "not-an-image", "automl-mixed-formats"),
         400,
     )
     written = json.loads((tmp_path / "check" / "validation.json").read_text())
-    assert written == report
+    assert written == report.to_json()
+    assert list(written) == [  # the file's keys, in the order they had before the report was a type
+        "format",
+        "model",
+        "model_sha256",
+        "data",
+        "passed",
+        "samples",
+        "agreed",
+        "max_probability_diff",
+        "latency_ms_p50",
+        "latency_ms_max",
+        "automl_agreed",
+        "startup_s",
+        "malformed",
+        "failures",
+        "server_log",
+    ]
+    assert written["malformed"][0] == {"case": "not-json", "status": 400, "response_bytes": ANY}
     # What promotion checks: a pass, for this very model.pt
-    assert require_validated(str(tmp_path / "check"), model)["model_sha256"] == report["model_sha256"]
+    assert require_validated(str(tmp_path / "check"), model) == report
 
 
 def test_a_candidate_the_server_reads_differently_fails_and_cannot_be_promoted(world, tmp_path):
@@ -109,3 +129,33 @@ def test_cli_validates_then_promote_takes_only_this_candidates_pass(world, tmp_p
     ])  # fmt: skip
     assert promoted.exit_code == 0, promoted.output
     assert "promoted: version 1" in promoted.output
+
+
+# validation.json as validate-serving wrote it before the report was a type (every key, in its order)
+OLD_REPORT = {
+    "format": "tpustream.serve.server-validation/v1",
+    "model": "gs://b/run/model",
+    "model_sha256": "ab" * 32,
+    "data": "gs://b/data",
+    "passed": True,
+    "samples": 8,
+    "agreed": 8,
+    "max_probability_diff": 2e-7,
+    "latency_ms_p50": 12.5,
+    "latency_ms_max": 30.1,
+    "automl_agreed": 8,
+    "startup_s": 4.2,
+    "malformed": [{"case": "not-json", "status": 400, "response_bytes": 97}],
+    "failures": [],
+    "server_log": "/tmp/server.log",
+}
+
+
+def test_a_report_written_before_it_was_a_type_reads_and_writes_back_unchanged():
+    report = ValidationReport.from_json(json.loads(json.dumps(OLD_REPORT)), "validation.json")
+    assert report.passed and report.malformed[0].status == 400
+    assert json.dumps(report.to_json(), indent=2) == json.dumps(OLD_REPORT, indent=2)
+    with pytest.raises(ServingValidationError, match="validation.json is not a serving validation report"):
+        ValidationReport.from_json({**OLD_REPORT, "format": "other/v1"}, "validation.json")
+    with pytest.raises(ServingValidationError, match="KeyError: 'agreed'"):
+        ValidationReport.from_json({k: v for k, v in OLD_REPORT.items() if k != "agreed"}, "validation.json")

@@ -30,6 +30,7 @@ from tpustream.storage import io as storage
 from tpustream.train import evaluate
 from tpustream.vertex import batch_prediction as vertex_batch
 from tpustream.vertex import model_registry as vertex
+from tpustream.vertex.batch_prediction import JobCompletion
 
 pytestmark = pytest.mark.integration
 
@@ -91,19 +92,19 @@ def served(gcs_server, tmp_path_factory):
 
 def test_batch_prediction_sends_the_servers_own_requests_and_gets_evaluations_answers(served):
     written = vertex_batch.write_instances([served.digits], "gs://batch/in/val.jsonl")
-    assert written["instances"] == served.metrics.candidate["num_samples"] == 179
+    assert written.instances == served.metrics.candidate.num_samples == 179
     job = vertex_batch.submit_batch_prediction(
         "digits-classifier",
-        [written["uri"]],
+        [written.uri],
         "gs://batch/out",
         machine_type="n1-standard-2",
         replicas=2,  # batch prediction does not autoscale: both counts are 2
         wait=True,
         poll_seconds=0.05,
     )
-    assert job["state"] == "JOB_STATE_SUCCEEDED", served.log.read_text()[-2000:]
-    assert job["completion"] == {"successful": 179, "failed": 0, "incomplete": 0}
-    assert job["model"] == f"{PARENT}/models/4200@1"  # the champion alias, resolved
+    assert job.state == "JOB_STATE_SUCCEEDED", served.log.read_text()[-2000:]
+    assert job.completion == JobCompletion(successful=179, failed=0, incomplete=0)
+    assert job.model == f"{PARENT}/models/4200@1"  # the champion alias, resolved
     (create,) = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")]
     assert served.recorder.rejected == []  # it parsed as a v1 BatchPredictionJob
     assert create["body"] == {
@@ -130,23 +131,23 @@ def test_batch_prediction_sends_the_servers_own_requests_and_gets_evaluations_an
     # ... and its answers, keyed by the image they belong to, are what evaluation measured
     truth = {item.name: item.true_index for item in iter_items([served.digits])}
     confusion = np.zeros((10, 10), int)
-    results = list(vertex_batch.iter_results(job["output_directory"]))
+    results = list(vertex_batch.iter_results(job.output_directory))
     assert sorted(r["key"] for r in results) == sorted(truth) and all("instance" not in r for r in results)
     for result in results:
         assert len(result["prediction"]["classes"]) == 5  # the server's default top-k
         confusion[truth[result["key"]], result["prediction"]["class_indices"][0]] += 1
-    assert confusion.tolist() == served.metrics.candidate["confusion_matrix"]
+    assert confusion.tolist() == served.metrics.candidate.confusion_matrix
 
 
 def test_top_k_travels_as_model_parameters(served):
     written = vertex_batch.write_instances([served.digits], "gs://batch/in/eight.jsonl", limit=8)
     job = vertex_batch.submit_batch_prediction(
-        "digits-classifier", [written["uri"]], "gs://batch/top3", top_k=3, wait=True, poll_seconds=0.05
+        "digits-classifier", [written.uri], "gs://batch/top3", top_k=3, wait=True, poll_seconds=0.05
     )
     create = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")][-1]
     assert create["body"]["modelParameters"] == {"top_k": 3}
     assert served.recorder.batch_calls[-1]["body"]["parameters"] == {"top_k": 3}
-    results = list(vertex_batch.iter_results(job["output_directory"]))
+    results = list(vertex_batch.iter_results(job.output_directory))
     assert len(results) == 8 and all(len(r["prediction"]["classes"]) == 3 for r in results)
 
 
@@ -170,9 +171,9 @@ def test_a_bad_image_fails_its_own_instance_and_the_job_writes_its_error(served)
     )
     # the server answers the request 200, the bad image's slot an error (serving.py): Vertex writes each slot
     # as that instance's prediction, so the good image sharing its request is answered
-    assert job["completion"] == {"successful": 3, "failed": 0, "incomplete": 0}
-    assert job["instance_errors"] == 1  # what Vertex counted successful was the server's error for it
-    results = {r["key"]: r["prediction"] for r in vertex_batch.iter_results(job["output_directory"])}
+    assert job.completion == JobCompletion(successful=3, failed=0, incomplete=0)
+    assert job.instance_errors == 1  # what Vertex counted successful was the server's error for it
+    results = {r["key"]: r["prediction"] for r in vertex_batch.iter_results(job.output_directory)}
     assert all("classes" in results[item.name] for item in good)
     assert list(results["broken.jpg"]) == ["error"]
     assert results["broken.jpg"]["error"].startswith("instance 1: undecodable JPEG")
@@ -184,7 +185,7 @@ def test_file_list_input_and_bad_arguments(served):
     )
     body = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")][-1]["body"]
     assert body["inputConfig"]["instancesFormat"] == "file-list" and "instanceConfig" not in body
-    assert job["name"].startswith(f"{PARENT}/batchPredictionJobs/") and served.recorder.rejected == []
+    assert job.name.startswith(f"{PARENT}/batchPredictionJobs/") and served.recorder.rejected == []
     cases = [
         (dict(input_uris=["/tmp/val.jsonl"]), "give gs:// files"),
         (dict(output_prefix="out"), "--vertex-batch out: give a gs:// prefix"),
@@ -192,7 +193,7 @@ def test_file_list_input_and_bad_arguments(served):
         (dict(instances_format="csv"), "--instances-format 'csv'"),
         (dict(top_k=0), "--top-k 0"),
     ]
-    instances = vertex_batch.write_instances([served.digits], "gs://batch/in/cases.jsonl", limit=3)["uri"]
+    instances = vertex_batch.write_instances([served.digits], "gs://batch/in/cases.jsonl", limit=3).uri
     for overrides, message in cases:
         kwargs = {"input_uris": [instances], "output_prefix": "gs://batch/out", **overrides}
         with pytest.raises(ValueError, match=message):
@@ -201,10 +202,12 @@ def test_file_list_input_and_bad_arguments(served):
     auto = vertex_batch.predict_on_vertex(
         [served.digits], "digits-classifier", "gs://batch/auto", limit=5, wait=True, poll_seconds=0.05
     )
-    assert auto["instances"]["instances"] == 5 and auto["instances"]["uri"].startswith(
-        "gs://batch/auto/instances-"
+    assert (
+        auto.instances is not None
+        and auto.instances.instances == 5
+        and auto.instances.uri.startswith("gs://batch/auto/instances-")
     )
-    assert auto["completion"] == {"successful": 5, "failed": 0, "incomplete": 0}
+    assert auto.completion == JobCompletion(successful=5, failed=0, incomplete=0)
     with pytest.raises(ValueError, match="no images to predict|no such file"):
         vertex_batch.predict_on_vertex(
             [str(served.log.parent / "nothing")], "digits-classifier", "gs://batch/x"
@@ -258,7 +261,7 @@ def test_a_batch_job_on_multi_megapixel_photos_completes_with_no_errors(served, 
     job = vertex_batch.predict_on_vertex(
         [str(tmp_path / "photos")], "digits-classifier", "gs://batch/photos", wait=True, poll_seconds=0.05
     )
-    assert job["completion"] == {"successful": 9, "failed": 0, "incomplete": 0}, served.log.read_text()[
+    assert job.completion == JobCompletion(successful=9, failed=0, incomplete=0), served.log.read_text()[
         -2000:
     ]
     calls = served.recorder.batch_calls[calls_before:]

@@ -228,3 +228,60 @@ def test_an_eval_report_of_another_version_is_refused():
 def test_the_module_imports_no_torch():
     code = "import sys, tpustream.artifacts; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# metrics.json as evaluate wrote it before its evaluations were a type: evaluate_model's keys in its order (the
+# per-sample scores' metrics included), the champion's version and paired test appended, a NaN as null, and a
+# key this version does not model
+_MEASURED = {
+    "model": "/runs/7/model",
+    "model_sha256": "cd" * 32,
+    "arch": "resnet18",
+    "split": "val",
+    "top1": 0.75,
+    "top5": 1.0,
+    "loss": None,
+    "num_samples": 4,
+    "complete": True,
+    "per_class_accuracy": [1.0, 0.5, None],
+    "unmeasured_classes": ["owl"],
+    "confusion_matrix": [[2, 0, 0], [1, 1, 0], [0, 0, 0]],
+    "macro_f1": 0.73,
+    "balanced_accuracy": 0.75,
+    "auprc": 0.9,
+    "auroc": None,
+    "per_class": {"precision": [0.67, 1.0, None], "recall": [1.0, 0.5, None]},
+    "thresholds": [{"threshold": 0.0, "precision": 0.75, "recall": 0.75, "coverage": 1.0}],
+    "scores_top_k": 3,
+    "scores": "scores.jsonl.gz",
+    "seconds": 1.5,
+    "device": "cpu",
+}
+
+
+def test_an_eval_report_written_before_evaluations_were_a_type_reads_and_writes_back_byte_for_byte(tmp_path):
+    from tpustream.artifacts import Evaluation
+
+    champion = {**_MEASURED, "top1": 0.5, "version": 3, "paired": {"num_samples": 4, "p_value": 0.5}}
+    header = _report()
+    document = {
+        "format": header["format"],
+        "dataset": header["dataset"],
+        "classes": ["cat", "dog", "owl"],
+        "split": "val",
+        "candidate": _MEASURED,
+        "champion": champion,
+        "champion_note": None,
+        "created": header["created"],
+    }
+    (tmp_path / "metrics.json").write_text(json.dumps(document, indent=1))
+    report = EvalReport.read(str(tmp_path))
+    assert isinstance(report.candidate, Evaluation) and report.candidate.top1 == 0.75
+    assert report.candidate.loss is None and report.candidate.has("loss")  # NaN, stored as null: measured
+    assert report.candidate.extra == {"device": "cpu"} and report.champion is not None
+    assert (report.champion.version, report.champion.paired) == (3, {"num_samples": 4, "p_value": 0.5})
+    report.write(str(tmp_path / "again.json"))
+    assert (tmp_path / "again.json").read_bytes() == (tmp_path / "metrics.json").read_bytes()
+    # an evaluation from before the per-sample scores has no macro-F1: not measured, and not written back
+    old = Evaluation.from_json({"top1": 0.5, "loss": 0.7})
+    assert not old.has("macro_f1") and old.macro_f1 is None and old.to_json() == {"top1": 0.5, "loss": 0.7}

@@ -3,8 +3,9 @@
 import pytest
 from scipy.stats import binomtest
 
+from tpustream.artifacts import Evaluation
 from tpustream.metrics.paired_test import PairedTest, mcnemar_exact_p, paired_test
-from tpustream.registry.policy import RegistryError, decide
+from tpustream.registry.policy import PromotionPolicy, RegistryError, decide
 
 
 @pytest.mark.parametrize("candidate_only, champion_only", [(6, 0), (9, 3), (14, 4), (30, 17), (5, 5), (1, 0)])
@@ -14,6 +15,15 @@ def test_mcnemar_exact_equals_the_two_sided_binomial_test_on_the_discordant_pair
     reference = binomtest(candidate_only, candidate_only + champion_only, 0.5).pvalue
     assert mcnemar_exact_p(candidate_only, champion_only) == pytest.approx(reference, rel=1e-12)
     assert mcnemar_exact_p(champion_only, candidate_only) == mcnemar_exact_p(candidate_only, champion_only)
+
+
+def decide_on(candidate, champion, **kwargs):
+    """``decide`` on two evaluations given as metrics.json holds them."""
+    return decide(
+        Evaluation.from_json(candidate),
+        None if champion is None else Evaluation.from_json(champion),
+        **kwargs,
+    )
 
 
 def test_no_discordant_pair_is_no_evidence():
@@ -39,22 +49,23 @@ def metrics(top1, paired=None):
 
 def test_max_p_value_refuses_a_gain_that_could_be_chance_and_says_how_sure_the_decision_is():
     same = {"candidate_digest": "d", "champion_digest": "d"}
+    strict = PromotionPolicy(max_p_value=0.05)
     sure = paired_test([(str(i), i < 18) for i in range(24)], [(str(i), i < 12) for i in range(24)])  # 6 vs 0
     unsure = PairedTest(num_samples=24, candidate_only=9, champion_only=3, p_value=mcnemar_exact_p(9, 3))
-    promoted = decide(metrics(0.75), metrics(0.5, sure), max_p_value=0.05, **same)
+    promoted = decide_on(metrics(0.75), metrics(0.5, sure), policy=strict, **same)
     assert (
         promoted.promote and "p=0.0312 on 24 paired samples (6 right only by the candidate" in promoted.reason
     )
-    refused = decide(metrics(0.75), metrics(0.5, unsure), max_p_value=0.05, **same)
+    refused = decide_on(metrics(0.75), metrics(0.5, unsure), policy=strict, **same)
     assert not refused.promote and "could be chance" in refused.reason and "p=0.146" in refused.reason
-    assert decide(metrics(0.75), metrics(0.5, unsure), **same).promote  # off by default; still said
-    assert "p=0.146" in decide(metrics(0.75), metrics(0.5, unsure), **same).reason
-    assert "could well be chance" in decide(metrics(0.75), metrics(0.5, unsure), **same).reason
-    unpaired = decide(metrics(0.75), metrics(0.5), max_p_value=0.05, **same)
+    assert decide_on(metrics(0.75), metrics(0.5, unsure), **same).promote  # off by default; still said
+    assert "p=0.146" in decide_on(metrics(0.75), metrics(0.5, unsure), **same).reason
+    assert "could well be chance" in decide_on(metrics(0.75), metrics(0.5, unsure), **same).reason
+    unpaired = decide_on(metrics(0.75), metrics(0.5), policy=strict, **same)
     assert not unpaired.promote and "same samples" in unpaired.reason
-    assert decide(metrics(0.75), None, max_p_value=0.05, **same).promote  # no champion: nothing to compare
+    assert decide_on(metrics(0.75), None, policy=strict, **same).promote  # no champion: nothing to compare
     with pytest.raises(RegistryError, match="--max-p-value 0.0: a probability"):
-        decide(metrics(0.75), metrics(0.5, sure), max_p_value=0.0, **same)
+        PromotionPolicy(max_p_value=0.0)
 
 
 def test_too_few_differing_samples_are_said_to_be_unable_to_separate_the_models():

@@ -2,7 +2,18 @@
 
 import pytest
 
-from tpustream.registry.policy import QualityFloor, RegistryError, decide
+from tpustream.artifacts import Evaluation
+from tpustream.registry.policy import PromotionPolicy, QualityFloor, RegistryError, decide
+from tpustream.registry.store import ChampionPointer
+
+
+def decide_on(candidate, champion, **kwargs):
+    """``decide`` on two evaluations given as metrics.json holds them."""
+    return decide(
+        Evaluation.from_json(candidate),
+        None if champion is None else Evaluation.from_json(champion),
+        **kwargs,
+    )
 
 
 def m(top1, loss=1.0, per_class=(0.9, 0.9)):
@@ -78,15 +89,19 @@ def m(top1, loss=1.0, per_class=(0.9, 0.9)):
     ],
 )
 def test_decision_table(candidate, champion, kwargs, promote, reason):
-    decision = decide(
-        candidate, champion, candidate_digest="d1", champion_digest="d1" if champion else None, **kwargs
+    decision = decide_on(
+        candidate,
+        champion,
+        candidate_digest="d1",
+        champion_digest="d1" if champion else None,
+        policy=PromotionPolicy(**kwargs),
     )
     assert decision.promote is promote
     assert reason in decision.reason
 
 
 def test_different_datasets_are_never_compared():
-    decision = decide(m(0.99), m(0.1), candidate_digest="aaaa", champion_digest="bbbb")
+    decision = decide_on(m(0.99), m(0.1), candidate_digest="aaaa", champion_digest="bbbb")
     assert not decision.promote and "same shards" in decision.reason
 
 
@@ -96,21 +111,24 @@ def test_macro_f1_and_balanced_accuracy_decide_when_asked():
     candidate = {**m(0.92), "macro_f1": 0.70, "balanced_accuracy": 0.72}
     champion = {**m(0.90), "macro_f1": 0.80, "balanced_accuracy": 0.81}
     same = {"candidate_digest": "d1", "champion_digest": "d1"}
-    assert decide(candidate, champion, **same).promote  # top1
+    assert decide_on(candidate, champion, **same).promote  # top1
     for metric in ("macro_f1", "balanced_accuracy"):
-        refused = decide(candidate, champion, metric=metric, **same)
+        refused = decide_on(candidate, champion, policy=PromotionPolicy(metric=metric), **same)
         assert not refused.promote and f"candidate {metric} 0.7" in refused.reason
-        assert decide(champion, candidate, metric=metric, **same).promote
+        assert decide_on(champion, candidate, policy=PromotionPolicy(metric=metric), **same).promote
     floor = QualityFloor(min_metric=0.75)
-    assert "below the quality floor" in decide(candidate, None, metric="macro_f1", floor=floor, **same).reason
-    old = decide(m(0.95), champion, metric="macro_f1", **same)
+    by_f1 = PromotionPolicy(metric="macro_f1", floor=floor)
+    assert "below the quality floor" in decide_on(candidate, None, policy=by_f1, **same).reason
+    old = decide_on(m(0.95), champion, policy=PromotionPolicy(metric="macro_f1"), **same)
     assert not old.promote and "has no macro_f1" in old.reason and "re-run tpustream evaluate" in old.reason
-    assert decide(m(0.95), champion, **same).promote  # the old evaluation still decides on top1
+    assert decide_on(m(0.95), champion, **same).promote  # the old evaluation still decides on top1
 
 
 def test_unknown_metric():
     with pytest.raises(RegistryError, match="unknown metric 'f1'"):
-        decide(m(0.9), None, candidate_digest="d", champion_digest=None, metric="f1")
+        PromotionPolicy(metric="f1")  # type: ignore[arg-type]
+    with pytest.raises(RegistryError, match="unknown metric 'f1': choose one of top1, top5, loss"):
+        PromotionPolicy.from_options(metric="f1")
 
 
 NAN, INF = float("nan"), float("inf")
@@ -128,12 +146,12 @@ NAN, INF = float("nan"), float("inf")
 )
 def test_a_candidate_with_a_non_finite_number_is_never_promoted(candidate, metric):
     for champion in (m(0.5, loss=2.0), None):
-        decision = decide(
+        decision = decide_on(
             candidate,
             champion,
             candidate_digest="d1",
             champion_digest="d1" if champion else None,
-            metric=metric,
+            policy=PromotionPolicy(metric=metric),
         )
         assert not decision.promote and "not a finite number" in decision.reason
 
@@ -142,17 +160,24 @@ def test_a_candidate_with_a_non_finite_number_is_never_promoted(candidate, metri
 def test_a_champion_with_a_non_finite_number_is_kept_not_beaten(value):
     champion = m(0.9, loss=value)
     for candidate in (m(0.95, loss=0.1), m(0.1, loss=5.0)):  # neither better nor worse can be told
-        decision = decide(candidate, champion, candidate_digest="d1", champion_digest="d1", metric="loss")
+        decision = decide_on(
+            candidate,
+            champion,
+            candidate_digest="d1",
+            champion_digest="d1",
+            policy=PromotionPolicy(metric="loss"),
+        )
         assert not decision.promote
         assert "champion loss" in decision.reason and "--metric" in decision.reason
     # the other metrics are still compared normally
-    assert decide(m(0.95), champion, candidate_digest="d1", champion_digest="d1").promote
+    assert decide_on(m(0.95), champion, candidate_digest="d1", champion_digest="d1").promote
 
 
 def test_a_promoted_versions_vertex_evaluation_is_its_metrics_in_the_classification_schema():
     """What promote imports into the Vertex AI Model Registry (pure: the conversion of a metrics.json)."""
     from tests.fakes.vertex import classification_metrics_problem
-    from tpustream.vertex.model_registry import EVALUATION_SCHEMA, classification_evaluation
+    from tpustream.artifacts import EvalReport
+    from tpustream.vertex.evaluation import EVALUATION_SCHEMA, classification_evaluation
 
     document = {
         "classes": ["cat", "dog", "owl"],
@@ -167,7 +192,7 @@ def test_a_promoted_versions_vertex_evaluation_is_its_metrics_in_the_classificat
             "confusion_matrix": [[3, 1, 0], [1, 2, 0], [0, 1, 2]],
         },
     }
-    evaluation = classification_evaluation(document, "gs://b/eval/metrics.json")
+    evaluation = classification_evaluation(EvalReport.from_json(document), "gs://b/eval/metrics.json")
     assert evaluation["metrics_schema_uri"] == EVALUATION_SCHEMA
     metrics = evaluation["metrics"]
     assert metrics["confusionMatrix"] == {
@@ -186,7 +211,7 @@ def test_a_promoted_versions_vertex_evaluation_is_its_metrics_in_the_classificat
     assert classification_metrics_problem(metrics) is None  # the recorder's schema check accepts it
     assert "accuracy" in classification_metrics_problem({**metrics, "accuracy": 0.7})
     diverged = {**document, "candidate": {**document["candidate"], "loss": None}}  # NaN is stored as null
-    assert "logLoss" not in classification_evaluation(diverged)["metrics"]
+    assert "logLoss" not in classification_evaluation(EvalReport.from_json(diverged))["metrics"]
 
 
 def test_a_quality_floor_refuses_impossible_values():
@@ -194,8 +219,29 @@ def test_a_quality_floor_refuses_impossible_values():
         QualityFloor(min_class_recall=1.5)
     with pytest.raises(RegistryError, match="--min-metric nan"):
         QualityFloor(min_metric=float("nan"))
-    assert QualityFloor.from_pipeline(-1.0, -1.0) == QualityFloor()
-    assert QualityFloor.from_pipeline(0.9, 0.0) == QualityFloor(min_metric=0.9, min_class_recall=0.0)
+
+
+def test_the_pipelines_parameters_make_one_policy_a_negative_value_meaning_off():
+    off = {"max_class_drop": -1.0, "min_metric": -1.0, "min_class_recall": -1.0, "max_p_value": -1.0}
+    assert PromotionPolicy.from_pipeline(metric="top1", min_delta=0.0, **off) == PromotionPolicy()
+    assert PromotionPolicy.from_pipeline(
+        metric="loss",
+        min_delta=0.01,
+        max_class_drop=0.1,
+        min_metric=0.9,
+        min_class_recall=0.0,
+        max_p_value=0.05,
+    ) == PromotionPolicy(
+        metric="loss",
+        min_delta=0.01,
+        max_class_drop=0.1,
+        floor=QualityFloor(min_metric=0.9, min_class_recall=0.0),
+        max_p_value=0.05,
+    )
+    with pytest.raises(RegistryError, match="--max-class-drop 1.5"):
+        PromotionPolicy(max_class_drop=1.5)
+    with pytest.raises(RegistryError, match="unknown metric 'auc'"):
+        PromotionPolicy.from_pipeline(metric="auc", min_delta=0.0, **off)
 
 
 def test_top5_cannot_decide_between_models_of_five_classes_or_fewer():
@@ -211,10 +257,10 @@ def test_top5_cannot_decide_between_models_of_five_classes_or_fewer():
         })  # fmt: skip
 
     with pytest.raises(RegistryError, match="top-5 is 100% for any model") as error:
-        decide_for_metrics(report(list("abcde")), None, metric="top5", min_delta=0.0)
+        decide_for_metrics(report(list("abcde")), None, PromotionPolicy(metric="top5"))
     assert "\n" not in str(error.value) and "5 classes" in str(error.value)
-    assert decide_for_metrics(report(list("abcdef")), None, metric="top5", min_delta=0.0).promote
-    assert decide_for_metrics(report(list("abcde")), None, metric="top1", min_delta=0.0).promote
+    assert decide_for_metrics(report(list("abcdef")), None, PromotionPolicy(metric="top5")).promote
+    assert decide_for_metrics(report(list("abcde")), None, PromotionPolicy()).promote
 
 
 def _report(split, *, complete=True, **document):
@@ -236,17 +282,19 @@ def _report(split, *, complete=True, **document):
 def test_a_test_split_decision_says_so_and_counts_against_the_test_split():
     from tpustream.registry.policy import decide_for_metrics
 
-    champion = {"version": 1, "model_sha256": "e" * 64, "dataset_digest": "d" * 64, "metrics": m(0.8)}
-    decision = decide_for_metrics(_report("test"), champion, metric="top1", min_delta=0.0)
+    champion = ChampionPointer.from_json(
+        {"version": 1, "model_sha256": "e" * 64, "dataset_digest": "d" * 64, "metrics": m(0.8)}
+    )
+    decision = decide_for_metrics(_report("test"), champion, PromotionPolicy())
     assert decision.promote and decision.reason.endswith("by +0.1000 (on the held-out test split)")
-    refused = decide_for_metrics(_report("test", complete=False), champion, metric="top1", min_delta=0.0)
+    refused = decide_for_metrics(_report("test", complete=False), champion, PromotionPolicy())
     assert not refused.promote and "counted 30 of the dataset's 35 test samples (5 missing)" in refused.reason
     # a dataset without test (and every metrics.json written before it): val decides, reasons as before
     for old in (_report(None), _report("val")):
         assert old.split == "val"
-        decision = decide_for_metrics(old, champion, metric="top1", min_delta=0.0)
+        decision = decide_for_metrics(old, champion, PromotionPolicy())
         assert decision.reason == "candidate top1 0.9000 beats champion 0.8000 by +0.1000"
-        refused = decide_for_metrics(_report(None, complete=False), champion, metric="top1", min_delta=0.0)
+        refused = decide_for_metrics(_report(None, complete=False), champion, PromotionPolicy())
         assert "counted 30 of the dataset's 40 val samples" in refused.reason
 
 
@@ -254,7 +302,7 @@ def test_metrics_json_keeps_its_split_and_val_numbers_and_an_old_one_reads_back_
     from tpustream.artifacts import ArtifactError, EvalReport
 
     new = _report("test", val=m(0.95) | {"split": "val"})
-    assert new.val is not None and new.val["top1"] == 0.95
+    assert new.val is not None and new.val.top1 == 0.95 and new.val.split == "val"
     assert EvalReport.from_json(new.to_json()) == new and new.to_json()["split"] == "test"
     old = _report(None)
     assert "split" not in old.to_json() and "val" not in old.to_json()  # written back as it was read

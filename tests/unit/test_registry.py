@@ -8,8 +8,10 @@ from datetime import datetime, timezone
 
 import pytest
 
+from tpustream.registry import events as event_log
 from tpustream.registry import store as registry
 from tpustream.registry.policy import RegistryError
+from tpustream.registry.store import ChampionPointer
 from tpustream.storage import io as storage
 
 
@@ -29,13 +31,36 @@ def test_json_bytes_writes_null_for_every_non_finite_number():
 def test_the_champion_pointer_is_replaced_only_from_the_generation_read(tmp_path):
     root = str(tmp_path / "registry")
     assert registry.read_pointer(root) == (None, 0) and registry.read_champion(root) is None
-    registry.replace_champion(root, {"version": 1, "top1": float("nan")}, 0)
+    registry.replace_champion(root, ChampionPointer.from_json({"version": 1, "top1": float("nan")}), 0)
     pointer, generation = registry.read_pointer(root)
-    assert pointer == {"version": 1, "top1": None} and generation != 0
+    assert pointer is not None and pointer.to_json() == {"version": 1, "top1": None} and generation != 0
+    second = ChampionPointer.from_json({"version": 2})
     with pytest.raises(storage.PreconditionFailed):  # another promotion's stale read: must decide again
-        registry.replace_champion(root, {"version": 2}, 0)
-    registry.replace_champion(root, {"version": 2}, generation)
-    assert registry.read_champion(root) == {"version": 2}
+        registry.replace_champion(root, second, 0)
+    registry.replace_champion(root, second, generation)
+    assert registry.read_champion(root) == second
+
+
+# champion.json as promote wrote it before the pointer was a type (keys in its order, a NaN loss as null, a
+# key this version does not model): it reads into ChampionPointer and writes back byte for byte
+OLD_POINTER = (
+    '{"version": 3, "model_sha256": "ab12", "dataset_digest": "d1", "metrics": {"top1": 0.9, "top5": 1.0, '
+    '"loss": null, "per_class_accuracy": [0.8, null], "num_samples": 40, "split": "val"}, "previous_version": 2, '
+    '"promoted": "2026-01-02T03:04:05Z", "note": "restored by hand"}'
+)
+
+
+def test_a_pointer_written_by_the_old_code_reads_and_writes_back_unchanged(tmp_path):
+    root = str(tmp_path)
+    (tmp_path / "champion.json").write_text(OLD_POINTER)
+    pointer = registry.read_champion(root)
+    assert pointer is not None
+    assert (pointer.version, pointer.previous_version, pointer.dataset_digest) == (3, 2, "d1")
+    assert pointer.metrics["split"] == "val" and pointer.extra == {"note": "restored by hand"}
+    assert registry.json_bytes(pointer.to_json()).decode() == OLD_POINTER
+    _, generation = registry.read_pointer(root)
+    registry.replace_champion(root, pointer, generation)
+    assert (tmp_path / "champion.json").read_text() == OLD_POINTER
 
 
 def test_a_corrupt_pointer_says_how_to_restore_it(tmp_path):
@@ -102,22 +127,62 @@ def test_filling_a_version_copies_the_candidate_and_checks_its_weights(tmp_path)
         registry.fill_version(root, number, str(candidate), str(candidate / "metrics.json"), sha)
 
 
+def _refused(reason: str, value: float) -> event_log.DecisionEvent:
+    return event_log.DecisionEvent(
+        event="refused",
+        promoted=False,
+        version=None,
+        reason=reason,
+        candidate="gs://b/candidate",
+        metric="top1",
+        split="val",
+        value=value,
+        champion_value=0.5,
+        dataset_digest="d1",
+        dataset=None,
+        metrics_uri="gs://b/metrics.json",
+        champion_version=1,
+    )
+
+
 def test_events_are_logged_in_order_each_a_new_file(tmp_path):
     root = str(tmp_path)
     for number in range(5):
-        registry.log_event(root, {"event": "refused", "number": number, "value": float("nan")})
-    uris = registry.list_events(root)
+        event_log.log_event(root, _refused(str(number), float("nan")))
+    uris = event_log.list_events(root)
     assert len(uris) == 5 and uris == sorted(uris)
-    events = [registry.read_event(uri) for uri in uris]
-    assert all(event["value"] is None for event in events)  # strict JSON
+    events = [event_log.read_event(uri) for uri in uris]
+    assert all(event["value"] is None and event["top1"] is None for event in events)  # strict JSON
     by_time = sorted(events, key=lambda event: event["time"])  # names sort by the second; times by the µs
-    assert [event["number"] for event in by_time] == list(range(5))
+    assert [event["reason"] for event in by_time] == [str(number) for number in range(5)]
     assert len({event["time"] for event in events}) == 5
     for uri, event in zip(uris, events, strict=True):  # the file name and ``time`` name the same second
         second = datetime.strptime(event["time"], "%Y-%m-%dT%H:%M:%S.%fZ").strftime("%Y%m%dT%H%M%S")
         assert os.path.basename(uri).startswith(second + "-")
     (tmp_path / "events" / "notes.txt").write_text("not an event")
-    assert registry.list_events(root) == uris
+    assert event_log.list_events(root) == uris
+
+
+def test_a_refused_event_keeps_the_keys_and_order_the_old_writer_gave_it(tmp_path):
+    # the old promote wrote {"event", **outcome, "candidate", <metric>: value, **record}: the history reads both
+    written = _refused("worse", 0.4).to_json()
+    assert list(written) == [
+        "event",
+        "promoted",
+        "version",
+        "reason",
+        "champion_version",
+        "candidate",
+        "top1",
+        "metric",
+        "split",
+        "value",
+        "champion_value",
+        "dataset_digest",
+        "dataset",
+        "metrics_uri",
+    ]
+    assert written["top1"] == written["value"] == 0.4
 
 
 def test_an_event_is_never_overwritten(tmp_path, monkeypatch):
@@ -132,16 +197,17 @@ def test_an_event_is_never_overwritten(tmp_path, monkeypatch):
         hex = "ab" * 16
 
     # Force the collision a random id makes all but impossible: the second write must fail, not replace.
-    monkeypatch.setattr(registry, "datetime", FrozenClock)
-    monkeypatch.setattr(registry.uuid, "uuid4", SameId)
-    registry.log_event(root, {"event": "promoted", "version": 1})
+    monkeypatch.setattr(event_log, "datetime", FrozenClock)
+    monkeypatch.setattr(event_log.uuid, "uuid4", SameId)
+    event_log.log_event(root, event_log.UploadFailedEvent(version=1, error="OSError: boom"))
     with pytest.raises(storage.PreconditionFailed):
-        registry.log_event(root, {"event": "refused"})
-    [uri] = registry.list_events(root)
+        event_log.log_event(root, _refused("worse", 0.4))
+    [uri] = event_log.list_events(root)
     assert os.path.basename(uri) == "20240501T120304-abababababab.json"
-    assert registry.read_event(uri) == {
-        "event": "promoted",
+    assert event_log.read_event(uri) == {
+        "event": "vertex-upload-failed",
         "version": 1,
+        "error": "OSError: boom",
         "time": "2024-05-01T12:03:04.000005Z",
     }
 
@@ -149,13 +215,13 @@ def test_an_event_is_never_overwritten(tmp_path, monkeypatch):
 def test_read_event_raises_on_a_file_that_is_not_json(tmp_path):
     (tmp_path / "bad.json").write_bytes(b"{not json")
     with pytest.raises(ValueError):
-        registry.read_event(str(tmp_path / "bad.json"))
+        event_log.read_event(str(tmp_path / "bad.json"))
 
 
 def test_champion_status_says_what_is_wrong_and_how_to_repair_it(tmp_path):
     missing = str(tmp_path / "nowhere")
     assert registry.missing_registry(missing) is not None
-    assert registry.champion_status(missing) == {
+    assert registry.champion_status(missing).to_json() == {
         "registry": missing,
         "champion": None,
         "ok": False,
@@ -165,16 +231,16 @@ def test_champion_status_says_what_is_wrong_and_how_to_repair_it(tmp_path):
     root = str(tmp_path / "registry")
     os.makedirs(root)
     assert registry.missing_registry(root) is None
-    assert registry.champion_status(root + "/") == {
+    assert registry.champion_status(root + "/").to_json() == {
         "registry": root,
         "champion": None,
         "ok": True,
         "message": "no champion yet",
     }
     registry.claim_version(root, "aa" * 32, "gs://b/first")
-    registry.replace_champion(root, {"version": 1}, 0)
+    registry.replace_champion(root, ChampionPointer.from_json({"version": 1}), 0)
     target = registry.version_uri(root, 1)
-    assert registry.champion_status(root)["message"] == (
+    assert registry.champion_status(root).message == (
         f"champion.json names version 1, but {target} lacks model.pt, model.json. Repair: restore that "
         "version's files, or point champion.json at a complete version (present: [1]) taken from the newest "
         f"'promoted' event under {root}/events"
@@ -182,9 +248,8 @@ def test_champion_status_says_what_is_wrong_and_how_to_repair_it(tmp_path):
     for name in ("model.pt", "model.json"):
         storage.write_bytes(storage.join(target, name), b"{}")
     status = registry.champion_status(root)
-    assert (
-        status["ok"] and status["message"] == "champion is version 1" and status["champion"] == {"version": 1}
-    )
+    assert status.ok and status.message == "champion is version 1"
+    assert status.champion is not None and status.champion.to_json() == {"version": 1}
 
 
 def test_trained_markers_and_dataset_locations_are_content_addressed(tmp_path):
@@ -196,12 +261,12 @@ def test_trained_markers_and_dataset_locations_are_content_addressed(tmp_path):
     assert marker == str(tmp_path / "registry" / "trained" / f"{'f' * 16}-{'5' * 12}.json")
     registry.record_trained(marker, dataset="gs://b/datasets/ffff", model="gs://b/run/model", decision="kept")
     record = registry.read_trained(marker)
-    assert {key: record[key] for key in ("dataset", "model", "decision")} == {
-        "dataset": "gs://b/datasets/ffff",
-        "model": "gs://b/run/model",
-        "decision": "kept",
-    }
-    assert record["created"].endswith("Z")
+    assert (record.dataset, record.model, record.decision) == (
+        "gs://b/datasets/ffff",
+        "gs://b/run/model",
+        "kept",
+    )
+    assert record.created.endswith("Z")
 
 
 def test_a_version_with_an_unreadable_version_json_is_skipped_not_claimed_again(tmp_path, caplog):

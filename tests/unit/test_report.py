@@ -20,7 +20,9 @@ import pytest
 
 from tests.common.report import CLASSES, EVIL, PLOT_IDS, epochs, evaluation, history, manifest, sample_facts
 from tests.common.report import model_card as _card
-from tpustream.registry.policy import Decision, decide
+from tpustream.artifacts import Evaluation
+from tpustream.registry.policy import Decision, PromotionPolicy, decide
+from tpustream.release.promote import PromotionOutcome
 from tpustream.report import build as report
 from tpustream.report.build import (
     ReportError,
@@ -115,14 +117,14 @@ def test_other_refusals_keep_the_policys_reason():
 
 
 def test_a_promotion_states_the_version_and_the_one_it_replaced():
-    outcome = {
-        "promoted": True,
-        "version": 3,
-        "reason": "candidate top1 0.8000 beats champion 0.7500 by +0.0500",
-        "previous_version": 2,
-    }
+    outcome = PromotionOutcome(
+        promoted=True,
+        version=3,
+        reason="candidate top1 0.8000 beats champion 0.7500 by +0.0500",
+        previous_version=2,
+    )
     page, markdown = render_report(
-        sample_facts(outcome=outcome, decision=Decision(True, outcome["reason"]), max_class_drop=None)
+        sample_facts(outcome=outcome, decision=Decision(True, outcome.reason), policy=PromotionPolicy())
     )
     assert '<header id="decision" class="promoted"><h1>Promoted as version 3</h1>' in page
     assert (
@@ -133,7 +135,7 @@ def test_a_promotion_states_the_version_and_the_one_it_replaced():
 
 
 def test_the_champion_itself_is_already_the_champion():
-    outcome = {"promoted": False, "version": 2, "reason": "already the champion"}
+    outcome = PromotionOutcome(promoted=False, version=2, reason="already the champion")
     page, _ = render_report(sample_facts(outcome=outcome, decision=Decision(False, "already the champion")))
     assert "Nothing to promote: the candidate is already the champion (version 2)." in page
 
@@ -167,8 +169,8 @@ def test_many_classes_are_capped_with_every_class_beyond_the_limit_kept():
     metrics = replace(
         sample_facts().metrics,
         classes=classes,
-        candidate=evaluation(correct, loss=0.5),
-        champion=evaluation(champion_correct, loss=0.6, version=2),
+        candidate=Evaluation.from_json(evaluation(correct, loss=0.5)),
+        champion=Evaluation.from_json(evaluation(champion_correct, loss=0.6, version=2)),
     )
     facts = sample_facts(
         metrics=metrics,
@@ -201,12 +203,17 @@ def test_top5_is_shown_only_with_more_than_5_classes(rendered):
     history = sample_facts().model_card.history
     assert svg_documents(page)[0] == curves_svg(history, top5=False) != curves_svg(history)
 
-    decided_on_top5 = render_report(sample_facts(metric="top5"))[1]
+    decided_on_top5 = render_report(sample_facts(policy=PromotionPolicy(metric="top5", max_class_drop=0.1)))[
+        1
+    ]
     assert "top-5 (decides)" in [row[0] for row in table_rows(decided_on_top5, "Policy: decide on")]
 
     classes = [f"class-{i:02d}" for i in range(40)]
     metrics = replace(
-        sample_facts().metrics, classes=classes, candidate=evaluation([15] * 40, loss=0.5), champion=None
+        sample_facts().metrics,
+        classes=classes,
+        candidate=Evaluation.from_json(evaluation([15] * 40, loss=0.5)),
+        champion=None,
     )
     card = _card({"arch": "resnet18", "classes": classes, "history": epochs(2)})
     page, markdown = render_report(sample_facts(metrics=metrics, model_card=card, manifest=manifest(classes)))
@@ -280,8 +287,9 @@ def test_the_same_facts_give_the_same_page(rendered):
 
 
 def test_no_champion_one_epoch_and_unmeasured_classes_are_said():
-    candidate = evaluation([19, 12, 17, 16], loss=math.nan)
-    candidate["per_class_accuracy"][2] = None
+    measured = evaluation([19, 12, 17, 16], loss=math.nan)
+    measured["per_class_accuracy"][2] = None
+    candidate = Evaluation.from_json(measured)
     metrics = replace(sample_facts().metrics, candidate=candidate, champion=None)
     decision = decide(candidate, None, candidate_digest="d", champion_digest=None)
     facts = sample_facts(
@@ -326,7 +334,7 @@ def test_an_empty_model_history_and_no_manifest_render():
 
 def test_facts_refuse_an_unknown_metric():
     with pytest.raises(ValueError, match="metric 'f1'"):
-        sample_facts(metric="f1")
+        sample_facts(policy=PromotionPolicy(metric="f1"))  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- data set, data check, history
@@ -389,9 +397,7 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
         metrics_uri=str(tmp_path),
         dataset_uri=str(data),
         registry=None,
-        metric="top1",
-        min_delta=0.0,
-        max_class_drop=0.1,
+        policy=PromotionPolicy(max_class_drop=0.1),
         data_check=str(tmp_path / "check.md"),
         history=history(),
     )
@@ -404,15 +410,13 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
     assert (tmp_path / "out/report.md").read_text() == markdown
     assert "The candidate wins and may be promoted: no champion yet." in page
 
-    outcome = {"promoted": True, "version": 1, "reason": "no champion yet", "previous_version": None}
+    outcome = PromotionOutcome(promoted=True, version=1, reason="no champion yet", previous_version=None)
     promoted = build_report_facts(
         model_uri=str(model),
         metrics_uri=str(tmp_path / "metrics.json"),
         dataset_uri=str(data),
         registry=None,
-        metric="top1",
-        min_delta=0.0,
-        max_class_drop=None,
+        policy=PromotionPolicy(),
         outcome=outcome,
     )
     assert promoted.decision == Decision(True, "no champion yet") and promoted.outcome == outcome
@@ -437,7 +441,7 @@ def test_a_candidate_that_is_the_champion_now_was_promoted_by_this_run_or_before
     tmp_path, promoted_at, title, sentence
 ):
     facts = sample_facts()
-    metrics = replace(facts.metrics, candidate=facts.metrics.candidate | {"model_sha256": "c0ffee"})
+    metrics = replace(facts.metrics, candidate=replace(facts.metrics.candidate, model_sha256="c0ffee"))
     (tmp_path / "model").mkdir()
     (tmp_path / "data").mkdir()
     (tmp_path / "registry").mkdir()
@@ -464,9 +468,7 @@ def test_a_candidate_that_is_the_champion_now_was_promoted_by_this_run_or_before
         metrics_uri=str(tmp_path / "metrics.json"),
         dataset_uri=str(tmp_path / "data"),
         registry=str(tmp_path / "registry"),
-        metric="top1",
-        min_delta=0.0,
-        max_class_drop=None,
+        policy=PromotionPolicy(),
         history=events,
     )
     page, _ = render_report(gathered)
@@ -521,22 +523,23 @@ def test_write_run_report_shows_the_registrys_history_and_the_promote_steps_outc
     (events / "20251120T110500-5f4e3d2c1b0a.json").write_text(
         json.dumps(promoted_event(2, 1, "2025-11-20T11:05:00.000000Z", 0.8))
     )
-    outcome = {  # what tpustream.release.promote.promote returns for this run: the second event is its own
-        "promoted": True,
-        "version": 2,
-        "reason": "candidate top1 0.8000 beats champion 0.7625 by +0.0375",
-        "previous_version": 1,
-        "vertex": None,
-    }
+    outcome = (
+        PromotionOutcome(  # what tpustream.release.promote.promote returns for this run: the second event
+            promoted=True,
+            version=2,
+            reason="candidate top1 0.8000 beats champion 0.7625 by +0.0375",
+            previous_version=1,
+        )
+    )
     with caplog.at_level(logging.INFO, logger="tpustream.report.build"):
         facts = write_run_report(
             **paths,
             registry=str(tmp_path / "registry"),
-            max_class_drop=None,
+            policy=PromotionPolicy(),
             outcome=outcome,
         )
 
-    assert facts.decision == Decision(True, outcome["reason"])
+    assert facts.decision == Decision(True, outcome.reason)
     assert f"run report: {paths['html_uri']}" in caplog.messages
     page = (tmp_path / "out/report.html").read_text()
     markdown = (tmp_path / "out/report.md").read_text()
@@ -560,7 +563,7 @@ def test_write_run_report_without_a_registry_yet_has_no_history_and_no_missing_d
     facts = write_run_report(
         **paths,
         registry=str(tmp_path / "no-registry-yet"),  # the first run: promote has not created it
-        max_class_drop=0.1,
+        policy=PromotionPolicy(max_class_drop=0.1),
         data_check=str(tmp_path / "check-data-did-not-run.md"),
     )
     assert facts.history is None and facts.data_check_markdown is None
@@ -582,9 +585,7 @@ def test_missing_metrics_are_a_report_error(tmp_path):
             metrics_uri=str(tmp_path / "nowhere"),
             dataset_uri=str(tmp_path),
             registry=None,
-            metric="top1",
-            min_delta=0.0,
-            max_class_drop=None,
+            policy=PromotionPolicy(),
         )
 
 
@@ -685,8 +686,14 @@ def test_precision_recall_and_thresholds_are_shown_when_evaluate_measured_them()
     per_class = {"precision": [0.9, 0.5, 0.8, 0.7], "recall": [0.95, 0.6, None, 0.8],
                  "f1": [0.92, 0.545, None, 0.747], "support": [20, 20, 0, 20], "predicted": [21, 24, 0, 23],
                  "auprc": [0.97, 0.6, None, 0.8]}  # fmt: skip
-    candidate = {**facts.metrics.candidate, "per_class": per_class, "thresholds": thresholds,
-                 "macro_f1": 0.7373, "balanced_accuracy": 0.7833, "auprc": 0.81}  # fmt: skip
+    candidate = replace(
+        facts.metrics.candidate,
+        per_class=per_class,
+        thresholds=thresholds,
+        macro_f1=0.7373,
+        balanced_accuracy=0.7833,
+        auprc=0.81,
+    )
     page, _ = render_report(replace(facts, metrics=replace(facts.metrics, candidate=candidate)))
     section = page.split('<section id="precision-recall">', 1)[1].split("</section>", 1)[0]
     assert "Macro-F1 0.7373" in section and "balanced accuracy 78.3%" in section
@@ -709,10 +716,13 @@ def test_a_decision_on_macro_f1_shows_it_beside_top1_as_a_score():
     """The decision table gains macro-F1 and balanced accuracy when evaluate measured them; an F1 is a score
     (0.7000), balanced accuracy a share of samples (a percentage)."""
     facts = sample_facts()
-    candidate = {**facts.metrics.candidate, "macro_f1": 0.7, "balanced_accuracy": 0.75}
-    champion = {**facts.metrics.champion, "macro_f1": 0.65, "balanced_accuracy": 0.7}
+    candidate = replace(facts.metrics.candidate, macro_f1=0.7, balanced_accuracy=0.75)
+    assert facts.metrics.champion is not None
+    champion = replace(facts.metrics.champion, macro_f1=0.65, balanced_accuracy=0.7)
     metrics = replace(facts.metrics, candidate=candidate, champion=champion)
-    _, summary = render_report(replace(facts, metrics=metrics, metric="macro_f1"))
+    _, summary = render_report(
+        replace(facts, metrics=metrics, policy=replace(facts.policy, metric="macro_f1"))
+    )
     assert re.search(r"macro-F1 \(decides\) \| 0\.7000 \| 0\.6500 \| \+0\.0500", summary), summary
     assert re.search(r"balanced accuracy \| 75\.00% \| 70\.00% \| \+5\.00 points", summary)
     assert "macro-F1" not in render_report(facts)[1]  # an evaluation before them: no rows

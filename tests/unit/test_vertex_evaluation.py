@@ -9,9 +9,10 @@ import pytest
 from google.cloud.aiplatform_v1.types import ImportModelEvaluationRequest
 
 from tests.fakes.vertex import classification_metrics_problem, validate_body
+from tpustream.artifacts import EvalReport
 from tpustream.metrics.classification import THRESHOLDS
 from tpustream.metrics.scores import SampleScore, metrics_from_scores, scores_top_k
-from tpustream.vertex.model_registry import CONFUSION_MAX_CLASSES, classification_evaluation
+from tpustream.vertex.evaluation import CONFUSION_MAX_CLASSES, classification_evaluation
 
 
 def evaluate_document(num_classes, num_samples, seed=0):
@@ -65,7 +66,7 @@ def request_body(evaluation):
 def test_the_evaluation_carries_the_threshold_curve_and_a_capped_matrix_once(num_classes):
     document = evaluate_document(num_classes, num_samples=4000)
     candidate = document["candidate"]
-    evaluation = classification_evaluation(document, "gs://b/eval/metrics.json")
+    evaluation = classification_evaluation(EvalReport.from_json(document), "gs://b/eval/metrics.json")
     metrics = evaluation["metrics"]
     assert classification_metrics_problem(metrics) is None
     body = request_body(evaluation)

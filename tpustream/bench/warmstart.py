@@ -83,7 +83,7 @@ def bench_warmstart(
         champion = os.path.join(tmp, "champion")
         run_train(datasets["last-week"], champion, common, env)
         target = evaluate.evaluate(champion, datasets["this-week"], os.path.join(tmp, "eval"), workers=0)
-        top1 = float(target.candidate["top1"])
+        top1 = float(target.candidate.top1 or 0.0)
         base = {
             "bench": "warmstart",
             "model": model,

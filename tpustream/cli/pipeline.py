@@ -456,11 +456,11 @@ def pipeline_run_local(
         )
     typer.echo(f"pipeline root (shards, model, metrics): {out.pipeline_root}")
     typer.echo(f"registry: {out.registry}")
-    champion = status["champion"]
+    champion = status.champion
     if champion:
         typer.echo(
-            f"champion: version {champion['version']}, top-1 {champion['metrics']['top1']:.4f} "
-            f"({version_uri(out.registry, champion['version'])})"
+            f"champion: version {champion.version}, top-1 {champion.metrics['top1']:.4f} "
+            f"({version_uri(out.registry, champion.version)})"
         )
     else:
         typer.echo("champion: none")

@@ -16,7 +16,9 @@ def promote_cmd(
     candidate: Annotated[str, typer.Option(help="Candidate model artifact URI.")],
     metrics: Annotated[str, typer.Option(help="metrics.json (or its directory) from tpustream evaluate.")],
     registry: Annotated[str, typer.Option(help="Registry URI (versions/, champion.json, events/).")],
-    metric: Annotated[str, typer.Option(help="top1 | top5 | loss | macro_f1 | balanced_accuracy.")] = "top1",
+    metric: Annotated[
+        str, typer.Option(help="Decide on: top1 | top5 | loss | macro_f1 | balanced_accuracy.")
+    ] = "top1",
     min_delta: Annotated[float, typer.Option(help="Required improvement over the champion.")] = 0.0,
     max_class_drop: Annotated[
         float | None, typer.Option(help="Refuse if any class's accuracy drops by more than this.")
@@ -56,34 +58,32 @@ def promote_cmd(
 
     With --vertex-model, a promoted model is uploaded to the Vertex AI Model Registry from its immutable
     registry version with the serving image, and gets the `champion` alias there (deployable as is)."""
-    from tpustream.registry.policy import QualityFloor
+    from tpustream.registry.policy import PromotionPolicy
     from tpustream.release import promote
     from tpustream.vertex import model_registry as vertex
 
+    policy = PromotionPolicy.from_options(
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
+        min_metric=min_metric,
+        min_class_recall=min_class_recall,
+        max_p_value=max_p_value,
+    )
     if validation:
         from tpustream.serve.validate import require_validated
 
         require_validated(validation, candidate)
     target = vertex.target_from_env(vertex_model, vertex_project, vertex_region, serving_image)
-    outcome = promote.promote(
-        candidate,
-        metrics,
-        registry,
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop,
-        floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
-        vertex=target,
-        max_p_value=max_p_value,
-    )
-    if outcome.get("vertex"):
-        typer.echo(f"vertex: {outcome['vertex']['versioned_name']} (alias champion)")
-    elif "vertex" in outcome:
+    outcome = promote.promote(candidate, metrics, registry, policy, vertex=target)
+    if outcome.vertex is not None:
+        typer.echo(f"vertex: {outcome.vertex.versioned_name} (alias champion)")
+    elif target is not None:
         typer.echo("vertex: nothing uploaded (only promoted models are)")
-    if outcome["promoted"]:
-        typer.echo(f"promoted: version {outcome['version']} is the champion ({outcome['reason']})")
+    if outcome.promoted:
+        typer.echo(f"promoted: version {outcome.version} is the champion ({outcome.reason})")
     else:
-        typer.echo(f"not promoted: {outcome['reason']}")
+        typer.echo(f"not promoted: {outcome.reason}")
 
 
 VertexProjectOption = Annotated[
@@ -161,11 +161,11 @@ def deploy_cmd(
         region=region,
         dedicated_endpoint=dedicated_endpoint,
     )
-    done = "deployed" if outcome["deployed"] else "already deployed"
-    typer.echo(f"{done}: {outcome['model']} on {outcome['endpoint']} as {outcome['deployed_model_id']}")
-    typer.echo(f"traffic: {_traffic(outcome['traffic_split'])}")
-    if outcome["previous_split"]:
-        typer.echo(f"undo: tpustream rollback --endpoint {outcome['endpoint']}")
+    done = "deployed" if outcome.deployed else "already deployed"
+    typer.echo(f"{done}: {outcome.model} on {outcome.endpoint} as {outcome.deployed_model_id}")
+    typer.echo(f"traffic: {_traffic(outcome.traffic_split)}")
+    if outcome.previous_split:
+        typer.echo(f"undo: tpustream rollback --endpoint {outcome.endpoint}")
 
 
 @app.command("rollback")
@@ -180,9 +180,9 @@ def rollback_cmd(
 
     outcome = deploy.rollback(endpoint, project=project, region=region)
     typer.echo(
-        f"rolled back: undeployed {outcome['undeployed']} (model {outcome['model']}) from {outcome['endpoint']}"
+        f"rolled back: undeployed {outcome.undeployed} (model {outcome.model}) from {outcome.endpoint}"
     )
-    typer.echo(f"traffic: {_traffic(outcome['traffic_split'])}")
+    typer.echo(f"traffic: {_traffic(outcome.traffic_split)}")
 
 
 # Both champion commands take the registry either way: `champion show REGISTRY` and `champion history
@@ -219,8 +219,8 @@ def champion_show(registry: RegistryArgument = None, registry_option: RegistryOp
     from tpustream.registry.store import champion_status
 
     status = champion_status(_registry(registry, registry_option, "show"))
-    typer.echo(json.dumps(status, indent=1))
-    if not status["ok"]:
+    typer.echo(json.dumps(status.to_json(), indent=1))
+    if not status.ok:
         raise typer.Exit(1)
 
 

@@ -43,9 +43,17 @@ def report_cmd(
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
     Markdown summary. The pipeline's evaluate and promote steps write the same report as KFP artifacts."""
     from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
-    from tpustream.registry.policy import QualityFloor
+    from tpustream.registry.policy import PromotionPolicy
     from tpustream.report.build import write_run_report
     from tpustream.storage import io as storage
+
+    policy = PromotionPolicy.from_options(
+        metric=metric,
+        min_delta=min_delta,
+        max_class_drop=max_class_drop,
+        min_metric=min_metric,
+        min_class_recall=min_class_recall,
+    )
 
     metrics_uri = json_file_uri(metrics, EvalReport.NAME)
     try:  # read here for the dataset it names (the --data default) and the champion it measured
@@ -60,7 +68,7 @@ def report_cmd(
         fail(f"--metrics {metrics_uri} names no dataset: give --data")
     if registry is None and champion is not None:
         fail(
-            f"--metrics {metrics_uri} holds champion version {champion.get('version')}'s numbers: give "
+            f"--metrics {metrics_uri} holds champion version {champion.version}'s numbers: give "
             "--registry (the registry evaluate compared with), so that the decision is taken against it"
         )
     output = storage.check_uri(output).rstrip("/")
@@ -72,10 +80,7 @@ def report_cmd(
         metrics_uri=metrics_uri,
         dataset_uri=str(data),
         registry=registry,
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop,
-        floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
+        policy=policy,
         data_check=data_check,
     )
     verdict = "promote" if facts.decision.promote else "keep the champion"

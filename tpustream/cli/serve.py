@@ -49,12 +49,12 @@ def validate_serving_cmd(
     except ServingValidationError as exc:
         typer.echo(f"validation failed: {exc}", err=True)
         raise typer.Exit(1) from exc
-    statuses = ", ".join(f"{case['case']} {case['status']}" for case in report["malformed"])
+    statuses = ", ".join(f"{case.case} {case.status}" for case in report.malformed)
     typer.echo(
-        f"validated {report['model']} in the serving container: {report['agreed']}/{report['samples']} val "
-        f"images answered as evaluation did (top-1 probability within {report['max_probability_diff']:.2g}; "
-        f"p50 {report['latency_ms_p50']} ms per request); malformed requests: {statuses}; server up in "
-        f"{report['startup_s']} s"
+        f"validated {report.model} in the serving container: {report.agreed}/{report.samples} val "
+        f"images answered as evaluation did (top-1 probability within {report.max_probability_diff:.2g}; "
+        f"p50 {report.latency_ms_p50} ms per request); malformed requests: {statuses}; server up in "
+        f"{report.startup_s} s"
     )
     if output:
         typer.echo(f"report: {output.rstrip('/')}/validation.json")
@@ -164,15 +164,15 @@ def predict_cmd(
             region=vertex_region,
             top_k=config.top_k,
         )
-        if "instances" in job:
-            typer.echo(f"instances: {job['instances']['instances']} images in {job['instances']['uri']}")
-        typer.echo(f"batch prediction {job['name']}: {job['state']} ({job['model']})")
-        if "output_directory" in job:
-            done = job["completion"]
-            errored = job.get("instance_errors", 0)  # counted successful by Vertex: the server's error slot
+        if job.instances is not None:
+            typer.echo(f"instances: {job.instances.instances} images in {job.instances.uri}")
+        typer.echo(f"batch prediction {job.name}: {job.state} ({job.model})")
+        if job.output_directory is not None and job.completion is not None:
+            done = job.completion
+            errored = job.instance_errors or 0  # counted successful by Vertex: the server's error slot
             typer.echo(
-                f"predictions: {job['output_directory']} ({done['successful'] - errored} predicted, "
-                f"{done['failed'] + errored} failed)"
+                f"predictions: {job.output_directory} ({done.successful - errored} predicted, "
+                f"{done.failed + errored} failed)"
             )
         raise typer.Exit(0)
     if not config.model:

@@ -127,18 +127,18 @@ def evaluate_cmd(
     result = evaluate.evaluate(model, data, output, registry=registry, workers=workers)
     for role, entry in (("candidate", result.candidate), ("champion", result.champion)):
         if entry:
-            version = f" (version {entry['version']})" if role == "champion" else ""
-            top5 = f" top-5 {entry['top5']:.4f}" if shows_top5(len(result.classes)) else ""
-            macro_f1 = f" macro-F1 {entry['macro_f1']:.4f}" if entry.get("macro_f1") is not None else ""
+            version = f" (version {entry.version})" if role == "champion" else ""
+            top5 = f" top-5 {entry.top5:.4f}" if shows_top5(len(result.classes)) else ""
+            macro_f1 = f" macro-F1 {entry.macro_f1:.4f}" if entry.macro_f1 is not None else ""
             typer.echo(
-                f"{role}{version}: top-1 {entry['top1']:.4f}{top5}{macro_f1} loss {entry['loss']:.4f} "
-                f"on {entry['num_samples']} {result.split} samples"
+                f"{role}{version}: top-1 {entry.top1:.4f}{top5}{macro_f1} loss {entry.loss:.4f} "
+                f"on {entry.num_samples} {result.split} samples"
             )
-            if entry.get("scores"):
-                typer.echo(f"{role} per-sample scores: {output.rstrip('/')}/{entry['scores']}")
+            if entry.scores:
+                typer.echo(f"{role} per-sample scores: {output.rstrip('/')}/{entry.scores}")
     if result.val is not None:
         typer.echo(
-            f"candidate on val (chose its best epoch; test decides): top-1 {result.val['top1']:.4f} "
-            f"loss {result.val['loss']:.4f} on {result.val['num_samples']} val samples"
+            f"candidate on val (chose its best epoch; test decides): top-1 {result.val.top1:.4f} "
+            f"loss {result.val.loss:.4f} on {result.val.num_samples} val samples"
         )
     typer.echo(f"metrics: {output.rstrip('/')}/metrics.json")

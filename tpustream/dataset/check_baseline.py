@@ -124,7 +124,7 @@ def champion_baseline(registry: str) -> tuple[str | None, str]:
     champion = read_champion(registry)
     if champion is None:
         return None, "no champion yet: the first run has nothing to compare with"
-    card_uri = storage.join(version_uri(registry, champion["version"]), "model.json")
+    card_uri = storage.join(version_uri(registry, champion.version), "model.json")
     try:
         trained_on = ModelCard.read(card_uri).dataset
     except (storage.NotFound, ArtifactError) as exc:
@@ -141,4 +141,4 @@ def champion_baseline(registry: str) -> tuple[str | None, str]:
             None,
             f"the champion's training data {dataset} changed since it trained (manifest digest differs)",
         )
-    return dataset, f"the training data of champion version {champion['version']}"
+    return dataset, f"the training data of champion version {champion.version}"

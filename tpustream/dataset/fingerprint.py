@@ -160,8 +160,8 @@ def check_source(
         record = read_trained(marker)
         reason = (
             f"no new data since {dataset}: source {config.source} ({seen}) has the same fingerprint "
-            f"{fp[:12]}, and {record.get('model')} was trained on it with these settings at "
-            f"{record.get('created')}; skipping shards and training (set retrain=true to train anyway)"
+            f"{fp[:12]}, and {record.model or None} was trained on it with these settings at "
+            f"{record.created or None}; skipping shards and training (set retrain=true to train anyway)"
         )
     elif trained:
         reason = f"retrain=true: training again on {dataset} (source unchanged, fingerprint {fp[:12]})"

@@ -1,4 +1,4 @@
-"""The model registry: ``store`` where each record lives (the champion pointer, versions, events), ``policy`` when a
+"""The model registry: ``store`` where each record lives (the champion pointer, versions), ``events`` the decision log, ``policy`` when a
 candidate replaces the champion (pure), ``history`` the champion's history.
 
 The names below are the package's public API, imported on first use so that importing the package loads nothing
@@ -11,16 +11,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tpustream.registry.events import list_events
     from tpustream.registry.history import HistoryEntry, champion_history
-    from tpustream.registry.policy import Decision, QualityFloor, RegistryError, decide
-    from tpustream.registry.store import list_events, list_versions, read_champion, version_uri
+    from tpustream.registry.policy import Decision, PromotionPolicy, QualityFloor, RegistryError, decide
+    from tpustream.registry.store import ChampionPointer, list_versions, read_champion, version_uri
 
 _HOMES = {
+    "ChampionPointer": "store",
     "read_champion": "store",
     "version_uri": "store",
     "list_versions": "store",
-    "list_events": "store",
+    "list_events": "events",
     "Decision": "policy",
+    "PromotionPolicy": "policy",
     "QualityFloor": "policy",
     "RegistryError": "policy",
     "decide": "policy",
@@ -28,11 +31,13 @@ _HOMES = {
     "HistoryEntry": "history",
 }
 __all__ = [
+    "ChampionPointer",
     "list_events",
     "list_versions",
     "read_champion",
     "version_uri",
     "Decision",
+    "PromotionPolicy",
     "QualityFloor",
     "RegistryError",
     "decide",

@@ -20,8 +20,9 @@ from datetime import datetime, timezone
 from typing import Any, TypedDict
 
 from tpustream.errors import ConfigError
+from tpustream.registry.events import list_events, read_event
 from tpustream.registry.policy import METRICS, RegistryError
-from tpustream.registry.store import list_events, missing_registry, read_event
+from tpustream.registry.store import missing_registry
 from tpustream.storage import io as storage
 
 __all__ = ["DECISIONS", "HistoryEntry", "champion_history", "format_history_table"]

@@ -9,27 +9,41 @@ incomplete evaluation, a champion the run could not measure, non-finite numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, get_args
 
-from tpustream.artifacts import EvalReport
+from tpustream.artifacts import EvalReport, Evaluation
 from tpustream.errors import TpustreamError
 from tpustream.metrics.paired_test import PairedTest
 
+if TYPE_CHECKING:
+    from tpustream.registry.store import ChampionPointer
+
 __all__ = [
+    "DEFAULT_POLICY",
     "METRICS",
+    "Metric",
     "Decision",
+    "PromotionPolicy",
     "QualityFloor",
     "RegistryError",
     "decide",
     "decide_for_metrics",
     "champion_to_compare",
     "is_finite_number",
+    "metric_named",
 ]
 
 # name -> higher is better. macro_f1 and balanced_accuracy (the mean F1 and the mean recall over the classes
 # with val samples: tpustream/metrics/classification.py) weigh every class alike: for imbalanced classes.
-METRICS = {"top1": True, "top5": True, "loss": False, "macro_f1": True, "balanced_accuracy": True}
+Metric = Literal["top1", "top5", "loss", "macro_f1", "balanced_accuracy"]
+METRICS: dict[Metric, bool] = {
+    "top1": True,
+    "top5": True,
+    "loss": False,
+    "macro_f1": True,
+    "balanced_accuracy": True,
+}
 # every evaluation has these; a diverged model has a non-finite one
 _ALWAYS = ("top1", "top5", "loss")
 
@@ -63,17 +77,9 @@ class QualityFloor:
         if self.min_metric is not None and not math.isfinite(self.min_metric):
             raise RegistryError(f"--min-metric {self.min_metric}: a finite number")
 
-    @classmethod
-    def from_pipeline(cls, min_metric: float, min_class_recall: float) -> QualityFloor:
-        """From the pipeline's parameters, where a negative value stands for None (no floor)."""
-        return cls(
-            min_metric=min_metric if min_metric >= 0 else None,
-            min_class_recall=min_class_recall if min_class_recall >= 0 else None,
-        )
-
-    def refusal(self, candidate: dict[str, Any], metric: str) -> str | None:
+    def refusal(self, candidate: Evaluation, metric: Metric) -> str | None:
         """Why ``candidate`` is below the floor, or None when it reaches it."""
-        value = candidate.get(metric)
+        value = candidate.metric(metric)
         if self.min_metric is not None and isinstance(value, int | float) and is_finite_number(value):
             below = value < self.min_metric if METRICS[metric] else value > self.min_metric
             if below:
@@ -86,7 +92,7 @@ class QualityFloor:
         if self.min_class_recall is not None:
             recalls = [
                 (index, recall)
-                for index, recall in enumerate(candidate.get("per_class_accuracy") or [])
+                for index, recall in enumerate(candidate.per_class_accuracy)
                 if recall is not None  # a class without val samples is not measured
             ]
             worst = min(recalls, key=lambda item: item[1], default=None)
@@ -106,8 +112,96 @@ class QualityFloor:
             parts.append(f"min_class_recall {self.min_class_recall}")
         return ", ".join(parts) or "no quality floor"
 
+    @property
+    def is_set(self) -> bool:
+        """Whether there is a floor at all."""
+        return self.min_metric is not None or self.min_class_recall is not None
 
-def is_finite_number(value: Any) -> bool:
+
+def metric_named(name: str) -> Metric:
+    """``name`` as a promotion metric; a RegistryError naming the choices when it is none."""
+    if name in get_args(Metric):
+        return cast(Metric, name)
+    raise RegistryError(f"unknown metric {name!r}: choose one of {', '.join(METRICS)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromotionPolicy:
+    """How a candidate is judged, built once where the user's options arrive (the CLI, a component) and passed
+    whole to every step that decides or states the decision (evaluate's preview, promote, the report).
+
+    ``metric``: decided on; ``min_delta``: the least gain over the champion; ``max_class_drop``: the most any
+    class's accuracy may fall (None: no per-class check); ``floor``: what a candidate must reach at all, the
+    first model of a registry included; ``max_p_value``: a gain must be this unlikely by chance (McNemar's
+    exact test on the samples both were scored on; None: not required).
+    """
+
+    metric: Metric = "top1"
+    min_delta: float = 0.0
+    max_class_drop: float | None = None
+    floor: QualityFloor = field(default_factory=QualityFloor)
+    max_p_value: float | None = None
+
+    def __post_init__(self) -> None:
+        metric_named(self.metric)
+        if self.max_p_value is not None and not 0.0 < self.max_p_value <= 1.0:
+            raise RegistryError(f"--max-p-value {self.max_p_value}: a probability in (0, 1], e.g. 0.05")
+        if self.max_class_drop is not None and not 0.0 <= self.max_class_drop <= 1.0:
+            raise RegistryError(f"--max-class-drop {self.max_class_drop}: a fraction in [0, 1], or none")
+        if not math.isfinite(self.min_delta):
+            raise RegistryError(f"--min-delta {self.min_delta}: a finite number")
+
+    @classmethod
+    def from_options(
+        cls,
+        *,
+        metric: str = "top1",
+        min_delta: float = 0.0,
+        max_class_drop: float | None = None,
+        min_metric: float | None = None,
+        min_class_recall: float | None = None,
+        max_p_value: float | None = None,
+    ) -> PromotionPolicy:
+        """From the command line's options (None: off; ``metric`` checked against the choices)."""
+        return cls(
+            metric=metric_named(metric),
+            min_delta=min_delta,
+            max_class_drop=max_class_drop,
+            floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
+            max_p_value=max_p_value,
+        )
+
+    @classmethod
+    def from_pipeline(
+        cls,
+        *,
+        metric: str,
+        min_delta: float,
+        max_class_drop: float,
+        min_metric: float,
+        min_class_recall: float,
+        max_p_value: float,
+    ) -> PromotionPolicy:
+        """From the pipeline's parameters, where a negative value stands for None (off)."""
+
+        def off(value: float) -> float | None:
+            return value if value >= 0 else None
+
+        return cls.from_options(
+            metric=metric,
+            min_delta=min_delta,
+            max_class_drop=off(max_class_drop),
+            min_metric=off(min_metric),
+            min_class_recall=off(min_class_recall),
+            max_p_value=off(max_p_value),
+        )
+
+    @property
+    def higher_is_better(self) -> bool:
+        return METRICS[self.metric]
+
+
+def is_finite_number(value: Any) -> TypeGuard[float]:
     """A finite int or float; NaN compares false with everything, so it can neither win nor lose."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -116,23 +210,23 @@ def _shown(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
+DEFAULT_POLICY = PromotionPolicy()  # promote's defaults: decide on top1, any gain, no other check
+
+
 def decide(
-    candidate: dict[str, Any],
-    champion: dict[str, Any] | None,
+    candidate: Evaluation,
+    champion: Evaluation | None,
     *,
     candidate_digest: str,
     champion_digest: str | None,
-    metric: str = "top1",
-    min_delta: float = 0.0,
-    max_class_drop: float | None = None,
-    floor: QualityFloor | None = None,
-    max_p_value: float | None = None,
+    policy: PromotionPolicy = DEFAULT_POLICY,
 ) -> Decision:
-    """Promote when the candidate reaches the quality ``floor`` (if any) and there is no champion, or it beats
-    the champion on ``metric`` by more than zero and at least ``min_delta`` on the same dataset digest, with
-    no class dropping more than ``max_class_drop``. Ties never promote. Pure: no storage, no clock.
+    """Promote when the candidate reaches the ``policy``'s quality floor (if any) and there is no champion, or
+    it beats the champion on the policy's metric by more than zero and at least ``min_delta`` on the same
+    dataset digest, with no class dropping more than ``max_class_drop``. Ties never promote. Pure: no
+    storage, no clock.
 
-    When evaluate scored both on the same samples (``champion["paired"]``), the reason says how sure the
+    When evaluate scored both on the same samples (``champion.paired``), the reason says how sure the
     comparison is (McNemar's exact test on the samples one model gets right and the other wrong, and the
     sample count); ``max_p_value`` (None: off) refuses a gain whose p-value is above it, or that has no
     paired test to show it.
@@ -142,20 +236,17 @@ def decide(
     a champion with a non-finite ``metric`` is kept, since no candidate can be said to beat it on that
     metric (the reason says to decide on another ``--metric``); its other metrics still compare normally.
     """
-    if metric not in METRICS:
-        raise RegistryError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
-    if max_p_value is not None and not 0.0 < max_p_value <= 1.0:
-        raise RegistryError(f"--max-p-value {max_p_value}: a probability in (0, 1], e.g. 0.05")
-    if metric not in candidate:
+    metric, min_delta, floor, max_p_value = policy.metric, policy.min_delta, policy.floor, policy.max_p_value
+    if not candidate.has(metric):
         return Decision(
             False,
             f"the candidate's evaluation has no {metric} (its metrics.json was written before evaluate measured "
             f"it): re-run tpustream evaluate, or decide on --metric top1",
         )
     broken = [
-        f"{name} {_shown(candidate.get(name))}"
+        f"{name} {_shown(candidate.metric(name))}"
         for name in dict.fromkeys((*_ALWAYS, metric))
-        if not is_finite_number(candidate.get(name))
+        if not is_finite_number(candidate.metric(name))
     ]
     if broken:
         return Decision(
@@ -163,11 +254,11 @@ def decide(
             f"candidate {', '.join(broken)} is not a finite number: a diverged model is never promoted "
             "(retrain it, e.g. with a lower learning rate)",
         )
-    below = floor.refusal(candidate, metric) if floor is not None else None
+    below = floor.refusal(candidate, metric)
     if below is not None:
         return Decision(False, below)
     if champion is None:
-        if floor is not None and (floor.min_metric is not None or floor.min_class_recall is not None):
+        if floor.is_set:
             return Decision(
                 True, f"no champion yet; the candidate reaches the quality floor ({floor.described()})"
             )
@@ -178,38 +269,40 @@ def decide(
             f"champion was measured on dataset {str(champion_digest)[:12]}, the candidate on {candidate_digest[:12]}: "
             "evaluate both on the same shards (tpustream evaluate --registry)",
         )
-    if not is_finite_number(champion.get(metric)):
+    if not is_finite_number(champion.metric(metric)):
         return Decision(
             False,
-            f"champion {metric} {_shown(champion.get(metric))} is not a finite number, so no candidate can be "
+            f"champion {metric} {_shown(champion.metric(metric))} is not a finite number, so no candidate can be "
             f"said to beat it: keeping the champion; decide on another --metric (e.g. top1), or replace a "
             "broken champion by hand",
         )
     higher_better = METRICS[metric]
-    gain = candidate[metric] - champion[metric] if higher_better else champion[metric] - candidate[metric]
-    paired = PairedTest.from_json(champion["paired"]) if isinstance(champion.get("paired"), dict) else None
+    mine, theirs = candidate.metric(metric), champion.metric(metric)
+    gain = mine - theirs if higher_better else theirs - mine
+    paired = PairedTest.from_json(champion.paired) if isinstance(champion.paired, dict) else None
     sureness = f" ({paired.described()})" if paired else ""
     if gain <= 0 or gain < min_delta:
         return Decision(
             False,
-            f"candidate {metric} {candidate[metric]:.4f} vs champion {champion[metric]:.4f}: "
+            f"candidate {metric} {mine:.4f} vs champion {theirs:.4f}: "
             f"improvement {gain:+.4f} is not above 0 and at least --min-delta {min_delta}{sureness}",
         )
-    if max_class_drop is not None:
+    if policy.max_class_drop is not None:
         drops = [
             (i, champ - cand)
             for i, (cand, champ) in enumerate(
-                zip(candidate["per_class_accuracy"], champion["per_class_accuracy"], strict=True)
+                zip(candidate.per_class_accuracy, champion.per_class_accuracy, strict=True)
             )
             if cand is not None and champ is not None  # a class without val samples is not measured
         ]
         worst = max(drops, key=lambda d: d[1], default=(None, 0.0))
-        if worst[1] > max_class_drop:
+        if worst[1] > policy.max_class_drop:
             return Decision(
                 False,
-                f"class {worst[0]} accuracy drops by {worst[1]:.4f}, more than --max-class-drop {max_class_drop}",
+                f"class {worst[0]} accuracy drops by {worst[1]:.4f}, more than --max-class-drop "
+                f"{policy.max_class_drop}",
             )
-    beats = f"candidate {metric} {candidate[metric]:.4f} beats champion {champion[metric]:.4f} by {gain:+.4f}"
+    beats = f"candidate {metric} {mine:.4f} beats champion {theirs:.4f} by {gain:+.4f}"
     if max_p_value is not None:
         if paired is None:
             return Decision(
@@ -228,32 +321,19 @@ def decide(
 
 def decide_for_metrics(
     metrics: EvalReport,
-    current: dict[str, Any] | None,
-    *,
-    metric: str,
-    min_delta: float,
-    max_class_drop: float | None = None,
-    floor: QualityFloor | None = None,
-    max_p_value: float | None = None,
+    current: ChampionPointer | None,
+    policy: PromotionPolicy,
 ) -> Decision:
     """What `promote` decides for a metrics.json document against the current champion pointer (None:
     no champion), once the candidate is known not to be the champion already. The numbers are those of the
     document's decision split (``metrics.split``: test when the dataset has one); a test decision says so in
     its reason."""
-    if metric == "top5" and len(metrics.classes) <= 5:
+    if policy.metric == "top5" and len(metrics.classes) <= 5:
         raise RegistryError(
             f"--metric top5 with {len(metrics.classes)} classes: every top 5 holds the label, so top-5 is 100% "
             "for any model and cannot tell a better one; decide on top1, macro_f1 or balanced_accuracy"
         )
-    decision = _decide_for_metrics(
-        metrics,
-        current,
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop,
-        floor=floor,
-        max_p_value=max_p_value,
-    )
+    decision = _decide_for_metrics(metrics, current, policy)
     if metrics.split == "test":  # val-decided reasons read as they always have
         return Decision(decision.promote, f"{decision.reason} (on the held-out test split)")
     return decision
@@ -261,13 +341,8 @@ def decide_for_metrics(
 
 def _decide_for_metrics(
     metrics: EvalReport,
-    current: dict[str, Any] | None,
-    *,
-    metric: str,
-    min_delta: float,
-    max_class_drop: float | None,
-    floor: QualityFloor | None,
-    max_p_value: float | None,
+    current: ChampionPointer | None,
+    policy: PromotionPolicy,
 ) -> Decision:
     refusal = _incomplete(metrics) or _not_comparable(metrics, current)
     if refusal is not None:
@@ -278,11 +353,7 @@ def _decide_for_metrics(
         champion,
         candidate_digest=metrics.dataset.manifest_digest,
         champion_digest=champion_digest,
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop,
-        floor=floor,
-        max_p_value=max_p_value,
+        policy=policy,
     )
 
 
@@ -290,9 +361,9 @@ def _incomplete(metrics: EvalReport) -> Decision | None:
     """A refusal when the evaluation did not count every sample of its split: its numbers describe part of the
     data."""
     candidate, dataset = metrics.candidate, metrics.dataset
-    if candidate.get("complete") is True:
+    if candidate.complete is True:
         return None
-    counted, expected = candidate.get("num_samples"), dataset.samples(metrics.split)
+    counted, expected = candidate.num_samples, dataset.samples(metrics.split)
     gap = ""
     if isinstance(counted, int) and isinstance(expected, int) and counted != expected:
         gap = f" ({expected - counted} missing)" if counted < expected else f" ({counted - expected} extra)"
@@ -305,7 +376,7 @@ def _incomplete(metrics: EvalReport) -> Decision | None:
     )
 
 
-def _not_comparable(metrics: EvalReport, current: dict[str, Any] | None) -> Decision | None:
+def _not_comparable(metrics: EvalReport, current: ChampionPointer | None) -> Decision | None:
     """A refusal when the evaluate run could not measure the champion (``champion_note`` says why, e.g. a
     different class set): its recorded numbers are from other data, so the candidate must not win by default."""
     note = metrics.champion_note
@@ -313,21 +384,22 @@ def _not_comparable(metrics: EvalReport, current: dict[str, Any] | None) -> Deci
         return None
     return Decision(
         False,
-        f"{note}. Keeping champion version {current['version']}: a candidate is never promoted over a champion "
+        f"{note}. Keeping champion version {current.version}: a candidate is never promoted over a champion "
         "it was not compared with. For the new class set start a new registry (promote with another "
         "--registry), or evaluate on a dataset with the champion's classes",
     )
 
 
 def champion_to_compare(
-    metrics: EvalReport, current: dict[str, Any] | None
-) -> tuple[dict[str, Any] | None, str | None]:
+    metrics: EvalReport, current: ChampionPointer | None
+) -> tuple[Evaluation | None, str | None]:
     """The champion numbers to compare with: measured in the same evaluate run when that run saw the
     current champion (and counted every sample), else the ones recorded at its promotion (with their
-    own dataset digest, which `decide` checks)."""
+    own dataset digest, which `decide` checks; a pointer without them compares with nothing and keeps
+    the champion)."""
     if current is None:
         return None, None
     measured = metrics.champion
-    if measured and measured.get("version") == current["version"] and measured.get("complete", True):
+    if measured and measured.version == current.version and measured.complete is not False:
         return measured, metrics.dataset.manifest_digest
-    return current["metrics"], current["dataset_digest"]
+    return Evaluation.from_json(current.metrics, "champion.json: 'metrics'"), current.dataset_digest

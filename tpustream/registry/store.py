@@ -3,7 +3,7 @@
 Layout (docs/ARCHITECTURE.md):
     REGISTRY/versions/<n>/     immutable: version.json (claimed create-only), model.pt, model.json, metrics.json
     REGISTRY/champion.json     pointer, replaced only by compare-and-swap on its generation
-    REGISTRY/events/<time>-<id>.json   append-only log (each event a create-only object)
+    REGISTRY/events/<time>-<id>.json   append-only log (each event a create-only object: ``registry.events``)
     REGISTRY/trained/<fingerprint[:16]>-<settings[:12]>.json   "this dataset was trained on with these settings"
     DATASETS_ROOT/<fingerprint[:16]>   a content-addressed dataset (the pipeline's default root: REGISTRY/datasets)
 A version is claimed, then filled, then the pointer is swapped (``tpustream.release.promote`` takes the decision in
@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
-from datetime import datetime, timezone
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from tpustream.artifacts import json_bytes  # defined with the files it writes; re-exported, its old home
 from tpustream.registry.policy import RegistryError
@@ -27,6 +27,9 @@ from tpustream.storage import io as storage
 
 __all__ = [
     "CHAMPION",
+    "ChampionPointer",
+    "ChampionStatus",
+    "TrainedRecord",
     "json_bytes",
     "read_champion",
     "read_pointer",
@@ -35,9 +38,6 @@ __all__ = [
     "list_versions",
     "claim_version",
     "fill_version",
-    "log_event",
-    "list_events",
-    "read_event",
     "missing_registry",
     "champion_status",
     "dataset_uri",
@@ -54,13 +54,75 @@ CHAMPION = "champion.json"
 # --------------------------------------------------------------------------- the champion pointer
 
 
-def read_champion(registry: str) -> dict[str, Any] | None:
+@dataclass(frozen=True, kw_only=True)
+class ChampionPointer:
+    """``champion.json``: which version is the champion, the numbers it was promoted on and on which data.
+
+    ``metrics``: its numbers at its promotion (top1, top5, loss, macro_f1, balanced_accuracy,
+    per_class_accuracy, num_samples, and ``split``: what they were measured on); ``dataset_digest``: the
+    manifest digest of those shards. Only ``version`` is required (a hand-repaired pointer may hold nothing
+    else); keys the file lacked are not written back (``absent``), keys no field models are kept (``extra``),
+    so a pointer reads and writes back as it was.
+    """
+
+    version: int
+    model_sha256: str = ""
+    dataset_digest: str | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    previous_version: int | None = None
+    promoted: str = ""  # when, ISO-8601 UTC to the second
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    absent: frozenset[str] = field(default=frozenset(), repr=False)
+
+    _KEYS: ClassVar[tuple[str, ...]] = (
+        "version",
+        "model_sha256",
+        "dataset_digest",
+        "metrics",
+        "previous_version",
+        "promoted",
+    )
+
+    @classmethod
+    def from_json(cls, document: Any) -> ChampionPointer:
+        """A parsed champion.json. Raises KeyError, TypeError or ValueError when it is not a pointer."""
+        if not isinstance(document, Mapping):
+            raise TypeError(f"a pointer is a JSON object, not {type(document).__name__}")
+        metrics = document.get("metrics")
+        previous = document.get("previous_version")
+        return cls(
+            version=int(document["version"]),
+            model_sha256=str(document.get("model_sha256") or ""),
+            dataset_digest=None
+            if document.get("dataset_digest") is None
+            else str(document["dataset_digest"]),
+            metrics=dict(metrics) if isinstance(metrics, Mapping) else {},
+            previous_version=None if previous is None else int(previous),
+            promoted=str(document.get("promoted") or ""),
+            extra={key: value for key, value in document.items() if key not in cls._KEYS},
+            absent=frozenset(key for key in cls._KEYS if key not in document),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The pointer as promote writes it, keys in its order."""
+        known = {
+            "version": self.version,
+            "model_sha256": self.model_sha256,
+            "dataset_digest": self.dataset_digest,
+            "metrics": dict(self.metrics),
+            "previous_version": self.previous_version,
+            "promoted": self.promoted,
+        }
+        return {**{key: value for key, value in known.items() if key not in self.absent}, **self.extra}
+
+
+def read_champion(registry: str) -> ChampionPointer | None:
     """The champion pointer of ``registry`` (``champion.json``), or None when there is no champion yet."""
     data, _ = read_pointer(registry)
     return data
 
 
-def read_pointer(registry: str) -> tuple[dict[str, Any] | None, int]:
+def read_pointer(registry: str) -> tuple[ChampionPointer | None, int]:
     """The champion pointer and its generation (``(None, 0)``: no champion), for ``replace_champion``.
 
     Raises:
@@ -70,8 +132,7 @@ def read_pointer(registry: str) -> tuple[dict[str, Any] | None, int]:
     if raw is None:
         return None, 0
     try:
-        pointer = json.loads(raw)
-        int(pointer["version"])
+        pointer = ChampionPointer.from_json(json.loads(raw))
     except (ValueError, KeyError, TypeError) as exc:
         raise RegistryError(
             f"{storage.join(registry, CHAMPION)} is corrupt ({exc}): restore it from the newest 'promoted' event "
@@ -80,13 +141,13 @@ def read_pointer(registry: str) -> tuple[dict[str, Any] | None, int]:
     return pointer, generation
 
 
-def replace_champion(registry: str, record: dict[str, Any], generation: int) -> None:
-    """Make ``record`` the champion pointer if the pointer still has ``generation`` (0: there is none).
+def replace_champion(registry: str, pointer: ChampionPointer, generation: int) -> None:
+    """Make ``pointer`` the champion pointer if the pointer still has ``generation`` (0: there is none).
 
     Raises:
         storage.PreconditionFailed: another promotion replaced it first: re-read, decide again, retry.
     """
-    storage.replace_if_generation(storage.join(registry, CHAMPION), json_bytes(record), generation)
+    storage.replace_if_generation(storage.join(registry, CHAMPION), json_bytes(pointer.to_json()), generation)
 
 
 # --------------------------------------------------------------------------- versions
@@ -180,37 +241,6 @@ def fill_version(registry: str, number: int, candidate_uri: str, metrics_uri: st
         )
 
 
-# --------------------------------------------------------------------------- the event log
-
-
-def log_event(registry: str, event: dict[str, Any]) -> None:
-    """Append ``event`` to the registry's log. ``time`` has microseconds (ISO-8601, UTC): decisions taken
-    within one second still sort in the order they were taken (``tpustream.registry.history``)."""
-    now = datetime.now(timezone.utc)  # one reading: the file name and ``time`` name the same second
-    stamp = now.strftime("%Y%m%dT%H%M%S")
-    event = {**event, "time": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
-    storage.write_bytes(
-        storage.join(registry, "events", f"{stamp}-{uuid.uuid4().hex[:12]}.json"),
-        json_bytes(event),
-        create_only=True,
-    )
-
-
-def list_events(registry: str) -> list[str]:
-    """The URIs of every event file in ``registry``'s log, sorted by name (the second it was logged)."""
-    return [o.uri for o in storage.list_objects(storage.join(registry, "events")) if o.uri.endswith(".json")]
-
-
-def read_event(uri: str) -> Any:
-    """The JSON document in event file ``uri`` (an object when tpustream wrote it).
-
-    Raises:
-        storage.StorageError: it cannot be read.
-        ValueError: it is not JSON (or not UTF-8).
-    """
-    return json.loads(storage.read_bytes(uri))
-
-
 # --------------------------------------------------------------------------- health
 
 
@@ -226,34 +256,47 @@ def missing_registry(registry: str) -> str | None:
     )
 
 
-def champion_status(registry: str) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class ChampionStatus:
+    """A registry's champion and its health: ``ok`` when the registry exists and the version the pointer
+    names is complete (an empty registry is healthy); ``message`` says which, or what to repair."""
+
+    registry: str
+    champion: ChampionPointer | None
+    ok: bool
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """As ``tpustream champion show`` prints it."""
+        champion = None if self.champion is None else self.champion.to_json()
+        return {"registry": self.registry, "champion": champion, "ok": self.ok, "message": self.message}
+
+
+def champion_status(registry: str) -> ChampionStatus:
     """The champion pointer plus a health check: does the registry exist, and the version it names, complete?
     An existing directory or bucket prefix with no champion.json is an empty registry, and healthy."""
     registry = storage.check_uri(registry).rstrip("/")
     problem = missing_registry(registry)
     if problem:
-        return {"registry": registry, "champion": None, "ok": False, "message": problem}
+        return ChampionStatus(registry=registry, champion=None, ok=False, message=problem)
     pointer = read_champion(registry)
     if pointer is None:
-        return {"registry": registry, "champion": None, "ok": True, "message": "no champion yet"}
-    target = version_uri(registry, pointer["version"])
+        return ChampionStatus(registry=registry, champion=None, ok=True, message="no champion yet")
+    target = version_uri(registry, pointer.version)
     missing = [name for name in ("model.pt", "model.json") if not storage.exists(storage.join(target, name))]
     if missing:
         versions = sorted(list_versions(registry))
-        return {
-            "registry": registry,
-            "champion": pointer,
-            "ok": False,
-            "message": f"champion.json names version {pointer['version']}, but {target} lacks {', '.join(missing)}. "
+        return ChampionStatus(
+            registry=registry,
+            champion=pointer,
+            ok=False,
+            message=f"champion.json names version {pointer.version}, but {target} lacks {', '.join(missing)}. "
             f"Repair: restore that version's files, or point champion.json at a complete version "
             f"(present: {versions or 'none'}) taken from the newest 'promoted' event under {registry}/events",
-        }
-    return {
-        "registry": registry,
-        "champion": pointer,
-        "ok": True,
-        "message": f"champion is version {pointer['version']}",
-    }
+        )
+    return ChampionStatus(
+        registry=registry, champion=pointer, ok=True, message=f"champion is version {pointer.version}"
+    )
 
 
 # --------------------------------------------------------------------------- datasets and trained-on markers
@@ -273,6 +316,16 @@ def trained_marker(registry: str, fingerprint: str, settings_digest: str) -> str
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainedRecord:
+    """A trained-on marker: ``model`` was trained on ``dataset`` and evaluated, with ``decision``'s reason."""
+
+    dataset: str
+    model: str
+    decision: str
+    created: str
+
+
 def record_trained(marker: str, *, dataset: str, model: str, decision: str) -> None:
     """Record that ``model`` was trained on ``dataset`` and evaluated: later runs on the same data skip."""
     record = {
@@ -284,7 +337,16 @@ def record_trained(marker: str, *, dataset: str, model: str, decision: str) -> N
     storage.write_bytes(marker, json.dumps(record, indent=1).encode(), content_type="application/json")
 
 
-def read_trained(marker: str) -> dict[str, Any]:
-    """The record ``record_trained`` wrote at ``marker`` (``model``, ``dataset``, ``decision``, ``created``)."""
-    record: dict[str, Any] = json.loads(storage.read_bytes(marker))
-    return record
+def read_trained(marker: str) -> TrainedRecord:
+    """The record ``record_trained`` wrote at ``marker``.
+
+    Raises:
+        storage.NotFound: there is none. ValueError: it is not JSON.
+    """
+    record = json.loads(storage.read_bytes(marker))
+    return TrainedRecord(
+        dataset=str(record.get("dataset") or ""),
+        model=str(record.get("model") or ""),
+        decision=str(record.get("decision") or ""),
+        created=str(record.get("created") or ""),
+    )

@@ -11,19 +11,31 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tpustream.release.deploy import CanaryRecord, DeployError, rollback
+    from tpustream.release.canary import CanaryRecord
+    from tpustream.release.deploy import DeployError, DeployOutcome, rollback
     from tpustream.release.outcome import RunOutcome, record_outcome
-    from tpustream.release.promote import preview_decision
+    from tpustream.release.promote import PromotionOutcome, preview_decision
 
 _HOMES = {
     "preview_decision": "promote",
+    "PromotionOutcome": "promote",
     "rollback": "deploy",
     "DeployError": "deploy",
-    "CanaryRecord": "deploy",
+    "CanaryRecord": "canary",
+    "DeployOutcome": "deploy",
     "RunOutcome": "outcome",
     "record_outcome": "outcome",
 }
-__all__ = ["preview_decision", "CanaryRecord", "DeployError", "rollback", "RunOutcome", "record_outcome"]
+__all__ = [
+    "PromotionOutcome",
+    "preview_decision",
+    "CanaryRecord",
+    "DeployError",
+    "DeployOutcome",
+    "rollback",
+    "RunOutcome",
+    "record_outcome",
+]
 
 
 def __getattr__(name: str) -> Any:

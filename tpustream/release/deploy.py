@@ -30,21 +30,24 @@ import logging
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from fractions import Fraction
+from dataclasses import dataclass
 from typing import Any
 
 from tpustream.errors import ConfigError, TpustreamError
+from tpustream.release.canary import (
+    _CANARY_MODEL,
+    NEW_MODEL,
+    CanaryRecord,
+    _scale,
+    _without_record,
+    canary_split,
+)
 from tpustream.vertex import model_registry as vertex
 
-__all__ = ["CanaryRecord", "DeployError", "canary_split", "deploy", "rollback", "NEW_MODEL"]
+__all__ = ["DeployError", "DeployOutcome", "RollbackOutcome", "deploy", "rollback"]
 
 log = logging.getLogger(__name__)
 
-NEW_MODEL = "0"  # DeployModelRequest.traffic_split's key for the model being deployed
-_CANARY_MODEL = "tpustream-canary-model"
-_CANARY_VERSION = "tpustream-canary-version"
-_PREVIOUS = "tpustream-previous-"  # + deployed model id -> its share before the canary
 _ENDPOINT_NAME = re.compile(
     r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/endpoints/(?P<id>[^/]+)$"
 )
@@ -59,65 +62,40 @@ class DeployError(TpustreamError, ValueError):
     """The endpoint is not in a state this step can act on; the message says what to do."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class DeployOutcome:
+    """What ``deploy`` did: the ``endpoint`` (resource name; ``created_endpoint``: by this call), the ``model``
+    version (ID@VERSION) and its ``deployed_model_id``; ``deployed``: False when it was deployed already and
+    only its share changed, or nothing did; ``traffic_split`` after (deployed model id -> percent) and
+    ``previous_split``: the serving models' shares before ({}: none served, nothing to roll back to)."""
+
+    endpoint: str
+    created_endpoint: bool
+    model: str
+    deployed_model_id: str
+    deployed: bool
+    traffic_split: dict[str, int]
+    previous_split: dict[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RollbackOutcome:
+    """What ``rollback`` did: on ``endpoint``, the canary ``undeployed`` (its deployed model id), the ``model``
+    version it served (ID@VERSION) and the ``traffic_split`` after."""
+
+    endpoint: str
+    undeployed: str
+    model: str
+    traffic_split: dict[str, int]
+
+
 @dataclass(frozen=True)
-class CanaryRecord:
-    """What rollback undoes: the canary (a model version) and the split it was deployed into."""
+class _Share:
+    """``_set_share``'s result: the deployed model, the split before and after (nothing was deployed)."""
 
-    model_id: str
-    version_id: str
-    previous: dict[str, int] = field(default_factory=dict)  # deployed model id -> share before the canary
-
-    def labels(self) -> dict[str, str]:
-        """As endpoint labels (keys: a lowercase letter first, then [a-z0-9_-], at most 63 characters)."""
-        out = {_CANARY_MODEL: self.model_id, _CANARY_VERSION: self.version_id}
-        out.update({f"{_PREVIOUS}{deployed_id}": str(share) for deployed_id, share in self.previous.items()})
-        return out
-
-    @classmethod
-    def from_labels(cls, labels: Mapping[str, str]) -> CanaryRecord | None:
-        if _CANARY_MODEL not in labels or _CANARY_VERSION not in labels:
-            return None
-        previous = {
-            key[len(_PREVIOUS) :]: int(value)
-            for key, value in labels.items()
-            if key.startswith(_PREVIOUS) and value.isdigit()
-        }
-        return cls(labels[_CANARY_MODEL], labels[_CANARY_VERSION], previous)
-
-
-def _without_record(labels: Mapping[str, str]) -> dict[str, str]:
-    return {
-        key: value
-        for key, value in labels.items()
-        if key not in (_CANARY_MODEL, _CANARY_VERSION) and not key.startswith(_PREVIOUS)
-    }
-
-
-def _scale(shares: Mapping[str, int], total: int) -> dict[str, int]:
-    """``shares`` re-scaled to whole numbers that sum to ``total``, in their proportions: largest remainder
-    rounding, a tie going to the larger share, then to the one listed first."""
-    weight = sum(shares.values())
-    if weight <= 0:
-        raise ConfigError(f"no traffic to re-scale in {dict(shares)}")
-    exact = {key: Fraction(share * total, weight) for key, share in shares.items()}
-    out = {key: int(value) for key, value in exact.items()}  # floor: shares are non-negative
-    leftover = total - sum(out.values())
-    for key in sorted(shares, key=lambda k: (out[k] - exact[k], -shares[k]))[:leftover]:
-        out[key] += 1
-    return out
-
-
-def canary_split(serving: Mapping[str, int], percent: int) -> dict[str, int]:
-    """The endpoint's traffic split once a new model (key ``NEW_MODEL``) takes ``percent``: the models in
-    ``serving`` (deployed model id -> current share) keep the rest in their proportions, the total is 100."""
-    if not 0 <= percent <= 100:
-        raise ConfigError(f"--traffic {percent}: a share of the endpoint's traffic in percent, 0 to 100")
-    rest = {key: share for key, share in serving.items() if share > 0}
-    if not rest and percent != 100:
-        raise ConfigError(f"nothing else serves: the new model must take 100%, not {percent}%")
-    split = _scale(rest, 100 - percent) if percent < 100 else dict.fromkeys(rest, 0)
-    split[NEW_MODEL] = percent
-    return split
+    deployed_model_id: str
+    previous_split: dict[str, int]
+    traffic_split: dict[str, int]
 
 
 @dataclass
@@ -285,7 +263,7 @@ def deploy(
     project: str | None = None,
     region: str | None = None,
     dedicated_endpoint: bool = False,
-) -> dict[str, Any]:
+) -> DeployOutcome:
     """Serve a Model Registry version on ``endpoint`` with ``traffic_percent`` of its traffic.
 
     Args:
@@ -305,9 +283,7 @@ def deploy(
             endpoint that exists (Vertex cannot switch one).
 
     Returns:
-        ``endpoint`` (resource name), ``created_endpoint``, ``model`` (ID@VERSION), ``deployed_model_id``,
-        ``deployed`` (False: it was deployed already, only its share changed, or nothing did),
-        ``traffic_split`` (after) and ``previous_split`` (the serving models' shares before).
+        What it did (``DeployOutcome``).
     """
     if not 0 <= traffic_percent <= 100:
         raise ConfigError(
@@ -323,10 +299,18 @@ def deploy(
     name, created = _find_endpoint(client, place, endpoint, create=True, dedicated=dedicated_endpoint)
     _await_running_changes(client, name)
     state = _read(client, name)
-    outcome = {"endpoint": name, "created_endpoint": created, "model": version.versioned_name}
     existing = state.deployment_of(version.model_id, version.version_id)
     if existing is not None:
-        return {**outcome, **_set_share(client, state, existing, traffic_percent, version)}
+        share = _set_share(client, state, existing, traffic_percent, version)
+        return DeployOutcome(
+            endpoint=name,
+            created_endpoint=created,
+            model=version.versioned_name,
+            deployed_model_id=share.deployed_model_id,
+            deployed=False,
+            traffic_split=share.traffic_split,
+            previous_split=share.previous_split,
+        )
     serving = state.serving()
     percent = traffic_percent
     if not serving and percent != 100:
@@ -367,22 +351,23 @@ def deploy(
         name,
         _describe(after.traffic, after),
     )
-    return {
-        **outcome,
-        "deployed_model_id": deployed_id,
-        "deployed": True,
-        "traffic_split": after.traffic,
-        "previous_split": serving,
-    }
+    return DeployOutcome(
+        endpoint=name,
+        created_endpoint=created,
+        model=version.versioned_name,
+        deployed_model_id=deployed_id,
+        deployed=True,
+        traffic_split=after.traffic,
+        previous_split=serving,
+    )
 
 
 def _set_share(
     client: Any, state: _EndpointState, deployed_id: str, percent: int, version: vertex.ModelVersion
-) -> dict[str, Any]:
+) -> _Share:
     """Give the already deployed ``deployed_id`` ``percent`` of the traffic (the others keep their
     proportions: the current ones, or the recorded ones when the others serve nothing now)."""
     before = state.serving()
-    result = {"deployed_model_id": deployed_id, "deployed": False, "previous_split": before}
     if state.traffic.get(deployed_id, 0) == percent:
         log.info(
             "%s is deployed on %s already (%s) with %d%% of the traffic: nothing to change",
@@ -391,7 +376,7 @@ def _set_share(
             deployed_id,
             percent,
         )
-        return {**result, "traffic_split": state.traffic}
+        return _Share(deployed_id, before, state.traffic)
     others = {key: share for key, share in before.items() if key != deployed_id}
     record = CanaryRecord.from_labels(state.labels)
     if (
@@ -420,7 +405,7 @@ def _set_share(
     client.update_endpoint(
         endpoint={"name": state.name, "traffic_split": split}, update_mask={"paths": ["traffic_split"]}
     )
-    return {**result, "traffic_split": _read(client, state.name).traffic}
+    return _Share(deployed_id, before, _read(client, state.name).traffic)
 
 
 def _describe(split: Mapping[str, int], state: _EndpointState) -> str:
@@ -435,7 +420,7 @@ def _describe(split: Mapping[str, int], state: _EndpointState) -> str:
     return ", ".join(f"{name(key)}: {share}%" for key, share in split.items()) or "none"
 
 
-def rollback(endpoint: str, *, project: str | None = None, region: str | None = None) -> dict[str, Any]:
+def rollback(endpoint: str, *, project: str | None = None, region: str | None = None) -> RollbackOutcome:
     """Undo the latest ``deploy`` on ``endpoint``: the models that served before the canary get their
     recorded shares back and the canary is undeployed (see the module docstring for "previous").
 
@@ -444,8 +429,7 @@ def rollback(endpoint: str, *, project: str | None = None, region: str | None = 
         project, region: where the endpoint is; default the environment's.
 
     Returns:
-        ``endpoint``, ``undeployed`` (the canary's deployed model id), ``model`` (its ID@VERSION) and
-        ``traffic_split`` after.
+        What it did (``RollbackOutcome``).
     """
     named = _endpoint_name(endpoint)
     place = vertex.place_from_env(
@@ -496,4 +480,4 @@ def rollback(endpoint: str, *, project: str | None = None, region: str | None = 
     _set_labels(client, _read(client, name), _without_record(state.labels))
     after = _read(client, name)
     log.info("rolled back %s: traffic %s", name, _describe(after.traffic, after))
-    return {"endpoint": name, "undeployed": canary, "model": model, "traffic_split": after.traffic}
+    return RollbackOutcome(endpoint=name, undeployed=canary, model=model, traffic_split=after.traffic)

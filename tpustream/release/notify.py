@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import TypedDict
 
 from tpustream.errors import ConfigError
 from tpustream.release.outcome import RunOutcome
@@ -31,6 +31,7 @@ __all__ = [
     "post_webhook",
     "redact_url",
     "webhook_body",
+    "WebhookBody",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,9 +97,24 @@ def console_link(job_resource_name: str) -> str:
     )
 
 
+class WebhookBody(TypedDict):
+    """The JSON a webhook receives: ``text`` (one line for a chat channel) and its parts."""
+
+    text: str
+    pipeline: str
+    job: str
+    state: str  # KFP's final state of the run's DAG
+    decision: str  # RunOutcome.decision; "" when no step recorded one
+    reason: str
+    step: str
+    report: str
+    error: str  # "" when the run succeeded
+    console: str  # the run's page in the Vertex AI console ("" outside Vertex)
+
+
 def webhook_body(
     *, pipeline: str, job: str, state: str, outcome: RunOutcome | None, error: str = ""
-) -> dict[str, Any]:
+) -> WebhookBody:
     """The JSON a webhook gets. ``state``: KFP's final state of the run's DAG (SUCCEEDED, FAILED, CANCELLED);
     ``outcome``: what the run decided last (None: no step got that far); ``error``: the failure message
     Vertex gives the exit task (kfp.local's is only "Task ... failed.")."""
@@ -131,7 +147,7 @@ def webhook_body(
 
 
 def post_webhook(
-    url: str, body: dict[str, Any], *, timeout: float = 10.0, retries: int = 1, retry_after: float = 5.0
+    url: str, body: WebhookBody, *, timeout: float = 10.0, retries: int = 1, retry_after: float = 5.0
 ) -> bool:
     """POST ``body`` as JSON to ``url``; True when the receiver answered 2xx. A connection error, a timeout or
     a 5xx is retried ``retries`` times after ``retry_after`` seconds; a 4xx is not (the same body would be

@@ -1,4 +1,4 @@
-"""Champion/challenger promotion: the decision (``promotion_policy``), then an atomic registry update.
+"""Champion/challenger promotion: the decision (``tpustream.registry.policy``), then an atomic registry update.
 
 The registry's layout and its primitives are ``tpustream.registry.store``'s. A version is claimed, then filled,
 then the pointer is swapped: a crash anywhere leaves the pointer on a complete version, and a retry finds the
@@ -10,23 +10,25 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
+from tpustream.registry.events import DecisionEvent, DecisionKind, UploadFailedEvent, log_event
 from tpustream.registry.policy import (
-    METRICS,
+    DEFAULT_POLICY,
     Decision,
-    QualityFloor,
+    PromotionPolicy,
     RegistryError,
     champion_to_compare,
     decide_for_metrics,
     is_finite_number,
 )
 from tpustream.registry.store import (
+    ChampionPointer,
     champion_status,
     claim_version,
     fill_version,
-    log_event,
     read_champion,
     read_pointer,
     replace_champion,
@@ -34,7 +36,11 @@ from tpustream.registry.store import (
 )
 from tpustream.storage import io as storage
 
+if TYPE_CHECKING:
+    from tpustream.vertex.model_registry import PublishedModel, VertexTarget
+
 __all__ = [
+    "PromotionOutcome",
     "promote",
     "preview_decision",
     # re-exported from tpustream.registry.store: promote's public API before the registry had its own module
@@ -78,7 +84,7 @@ def _load_metrics(metrics_uri: str) -> EvalReport:
         ) from exc
     # what a decision needs: which model was measured, on which data
     for key, value in (
-        ("candidate.model_sha256", metrics.candidate.get("model_sha256")),
+        ("candidate.model_sha256", metrics.candidate.model_sha256),
         ("dataset.manifest_digest", metrics.dataset.manifest_digest),
     ):
         if not value:
@@ -88,249 +94,213 @@ def _load_metrics(metrics_uri: str) -> EvalReport:
     return metrics
 
 
+@dataclass(frozen=True, kw_only=True)
+class PromotionOutcome:
+    """What ``promote`` did: ``promoted`` (a new champion), ``version`` (the champion now when promoted or
+    already the champion; None when refused), ``reason`` (the decision's, or ``ALREADY_CHAMPION``),
+    ``previous_version`` (promoted: the champion it replaced, None: there was none), ``champion_version``
+    (refused: the champion kept), and ``vertex``: the champion as published to the Vertex AI Model Registry
+    (None: no Vertex target, or nothing published: only a champion is)."""
+
+    promoted: bool
+    version: int | None
+    reason: str
+    previous_version: int | None = None
+    champion_version: int | None = None
+    vertex: PublishedModel | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Candidate:
+    """The promotion's inputs, checked: the candidate, its metrics.json (read) and the registry."""
+
+    uri: str
+    metrics_uri: str
+    metrics: EvalReport
+    registry: str
+
+    @property
+    def model_sha256(self) -> str:
+        return self.metrics.candidate.model_sha256
+
+
 def promote(
     candidate_uri: str,
     metrics_uri: str,
     registry: str,
+    policy: PromotionPolicy = DEFAULT_POLICY,
     *,
-    metric: str = "top1",
-    min_delta: float = 0.0,
-    max_class_drop: float | None = None,
-    floor: QualityFloor | None = None,
     max_attempts: int = 20,
-    vertex: Any = None,
-    max_p_value: float | None = None,
-) -> dict[str, Any]:
-    """Decide and, if the candidate wins, publish it as the champion atomically. Returns the outcome.
+    vertex: VertexTarget | None = None,
+) -> PromotionOutcome:
+    """Decide by ``policy`` and, if the candidate wins, publish it as the champion atomically.
 
-    With ``vertex`` (a ``tpustream.vertex.model_registry.VertexTarget``) a promoted model is also uploaded to the Vertex AI
-    Model Registry from its immutable registry version, with the serving container, gets the ``champion``
-    alias there and the evaluation in ``metrics_uri`` as a model evaluation (``outcome["vertex"]``). A
-    candidate that is not promoted is not uploaded (``outcome["vertex"]`` is None): it has no immutable
-    version an endpoint could be pinned to. ``floor``: what the candidate must reach to be promoted at all,
-    the first model of a registry included. ``max_p_value``: a gain over the champion must be this unlikely
-    by chance (McNemar's exact test on the samples both were scored on; None: not required).
+    With ``vertex`` a promoted model is also uploaded to the Vertex AI Model Registry from its immutable
+    registry version, with the serving container, gets the ``champion`` alias there and the evaluation in
+    ``metrics_uri`` as a model evaluation (``outcome.vertex``). A candidate that is not promoted is not
+    uploaded (``outcome.vertex`` is None): it has no immutable version an endpoint could be pinned to.
     """
     if vertex is not None and not storage.is_gcs(registry):  # refused before anything is promoted
         raise RegistryError(
             f"--vertex-model needs a gs:// registry (Vertex AI reads models from Cloud Storage), not {registry}"
         )
-    outcome = _promote(
-        candidate_uri,
-        metrics_uri,
-        registry,
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop,
-        floor=floor,
-        max_attempts=max_attempts,
-        max_p_value=max_p_value,
+    candidate_uri = storage.check_uri(candidate_uri).rstrip("/")
+    registry = storage.check_uri(registry).rstrip("/")
+    metrics_uri = json_file_uri(metrics_uri, EvalReport.NAME)
+    candidate = _Candidate(
+        uri=candidate_uri, metrics_uri=metrics_uri, metrics=_load_metrics(metrics_uri), registry=registry
     )
-    if vertex is not None:
-        outcome["vertex"] = None
-        # A promoted candidate, and the champion again (a retried or re-run promote after an upload failed:
-        # the registry moved, Vertex did not). publish() uploads only what Vertex does not have yet.
-        if outcome["promoted"] or outcome["reason"] == ALREADY_CHAMPION:
-            outcome["vertex"] = _publish_champion(vertex, outcome, metric)
-    for key in ("registry", "candidate", "dataset_digest", "model_sha256", "value", "metrics", "metrics_uri"):
-        outcome.pop(key, None)
+    outcome = _promote(candidate, policy, max_attempts=max_attempts)
+    # A promoted candidate, and the champion again (a retried or re-run promote after an upload failed:
+    # the registry moved, Vertex did not). publish() uploads only what Vertex does not have yet.
+    if vertex is not None and outcome.version is not None:
+        outcome = replace(outcome, vertex=_publish_champion(vertex, candidate, outcome.version, policy))
     return outcome
 
 
-def _publish_champion(vertex: Any, outcome: dict[str, Any], metric: str) -> dict[str, Any]:
+def _publish_champion(
+    vertex: VertexTarget, candidate: _Candidate, version: int, policy: PromotionPolicy
+) -> PublishedModel:
     """Upload the champion version to the Vertex AI Model Registry (if not there yet) with its evaluation; a
     failure leaves the registry as it is (the champion stays) and fails loudly with how to repair it."""
     from tpustream.vertex import model_registry as vertex_registry
 
     labels = {
-        "dataset": outcome["dataset_digest"][:12],
-        "tpustream_version": str(outcome["version"]),
-        "model_sha256": outcome["model_sha256"][:16],
+        "dataset": candidate.metrics.dataset.manifest_digest[:12],
+        "tpustream_version": str(version),
+        "model_sha256": candidate.model_sha256[:16],
     }
-    if is_finite_number(outcome["value"]):
-        labels[f"{metric}_permille"] = str(round(1000 * outcome["value"]))
-    artifact = version_uri(outcome["registry"], outcome["version"])
+    value = candidate.metrics.candidate.metric(policy.metric)
+    if is_finite_number(value):
+        labels[f"{policy.metric}_permille"] = str(round(1000 * value))
     try:
         return vertex_registry.publish(
             vertex,
-            artifact_uri=artifact,
+            artifact_uri=version_uri(candidate.registry, version),
             labels=labels,
-            evaluation=outcome["metrics"],
-            metrics_uri=outcome["metrics_uri"],
+            evaluation=candidate.metrics,
+            metrics_uri=candidate.metrics_uri,
         )
     except Exception as exc:
-        failure = {
-            "event": "vertex-upload-failed",
-            "version": outcome["version"],
-            "error": f"{type(exc).__name__}: {exc}"[:500],
-        }
-        log_event(outcome["registry"], failure)
+        log_event(
+            candidate.registry, UploadFailedEvent(version=version, error=f"{type(exc).__name__}: {exc}"[:500])
+        )
         raise RegistryError(
-            f"version {outcome['version']} is the champion in {outcome['registry']}, but publishing it to the "
+            f"version {version} is the champion in {candidate.registry}, but publishing it to the "
             f"Vertex AI Model Registry ({vertex.model_name}) failed: {type(exc).__name__}: {exc}. Fix that "
             "(IAM, the bucket's region, the serving image) and run promote again, or retry the pipeline's "
             "promote task: it uploads the champion and imports its evaluation when Vertex does not have them yet"
         ) from exc
 
 
-def _decision_record(
-    metrics: EvalReport, current: dict[str, Any] | None, *, metric: str, metrics_uri: str
-) -> dict[str, Any]:
-    """What every decision event records for the champion's history (``tpustream.registry.history``): the metric
-    decided on, the candidate's value, the champion's value on the same data (measured in the evaluate
+def _event(
+    candidate: _Candidate,
+    current: ChampionPointer | None,
+    outcome: PromotionOutcome,
+    policy: PromotionPolicy,
+    pointer: ChampionPointer | None = None,
+) -> DecisionEvent:
+    """The decision's event, with what the champion's history needs (``tpustream.registry.history``): the
+    metric decided on, the candidate's value, the champion's value on the same data (measured in the evaluate
     run, or recorded at its promotion on the same dataset digest; None when there is none), the dataset."""
+    metrics = candidate.metrics
     digest = metrics.dataset.manifest_digest
-    try:
-        champion, champion_digest = champion_to_compare(metrics, current)
-    except (KeyError, TypeError):  # a hand-repaired pointer without its metrics: the log must not fail on it
-        champion, champion_digest = None, None
-    return {
-        "metric": metric,
-        "split": metrics.split,  # the split both values were measured on: test when the dataset has one
-        "value": metrics.candidate.get(metric),
-        "champion_value": champion.get(metric) if champion and champion_digest == digest else None,
-        "dataset_digest": digest,
-        "dataset": metrics.dataset.uri or None,
-        "metrics_uri": metrics_uri,
-    }
+    champion, champion_digest = champion_to_compare(metrics, current)
+    kind: DecisionKind = (
+        "promoted" if outcome.promoted else "refused" if outcome.version is None else "already-champion"
+    )
+    return DecisionEvent(
+        event=kind,
+        promoted=outcome.promoted,
+        version=outcome.version,
+        reason=outcome.reason,
+        previous_version=outcome.previous_version,
+        champion_version=outcome.champion_version,
+        candidate=candidate.uri,
+        pointer=pointer,
+        metric=policy.metric,
+        split=metrics.split,  # the split both values were measured on: test when the dataset has one
+        value=metrics.candidate.metric(policy.metric),
+        champion_value=champion.metric(policy.metric) if champion and champion_digest == digest else None,
+        dataset_digest=digest,
+        dataset=metrics.dataset.uri or None,
+        metrics_uri=candidate.metrics_uri,
+    )
 
 
-def _promote(
-    candidate_uri: str,
-    metrics_uri: str,
-    registry: str,
-    *,
-    metric: str,
-    min_delta: float,
-    max_class_drop: float | None,
-    floor: QualityFloor | None,
-    max_attempts: int,
-    max_p_value: float | None = None,
-) -> dict[str, Any]:
-    if metric not in METRICS:
-        raise RegistryError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
-    candidate_uri = storage.check_uri(candidate_uri).rstrip("/")
-    registry = storage.check_uri(registry).rstrip("/")
-    metrics_uri = json_file_uri(metrics_uri, EvalReport.NAME)
-    metrics = _load_metrics(metrics_uri)
-    candidate = metrics.candidate
-    digest = metrics.dataset.manifest_digest
-    sha = candidate["model_sha256"]
-    context = {
-        "registry": registry,
-        "candidate": candidate_uri,
-        "dataset_digest": digest,
-        "model_sha256": sha,
-        "value": candidate.get(metric),
-        "metrics": metrics.to_json(),  # for the Vertex AI model evaluation
-        "metrics_uri": metrics_uri,
-    }
+# the evaluation numbers a champion pointer records (macro_f1, balanced_accuracy: evaluations before them
+# have none), and the split they were measured on
+POINTER_METRICS = (
+    "top1",
+    "top5",
+    "loss",
+    "macro_f1",
+    "balanced_accuracy",
+    "per_class_accuracy",
+    "num_samples",
+)
+
+
+def _pointer(candidate: _Candidate, number: int, current: ChampionPointer | None) -> ChampionPointer:
+    measured = candidate.metrics.candidate.to_json()
+    return ChampionPointer(
+        version=number,
+        model_sha256=candidate.model_sha256,
+        dataset_digest=candidate.metrics.dataset.manifest_digest,
+        metrics={k: measured[k] for k in POINTER_METRICS if k in measured}
+        | {"split": candidate.metrics.split},
+        previous_version=current.version if current else None,
+        promoted=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+
+
+def _promote(candidate: _Candidate, policy: PromotionPolicy, *, max_attempts: int) -> PromotionOutcome:
+    registry, sha = candidate.registry, candidate.model_sha256
     checked = False
     for _attempt in range(max_attempts):
         current, generation = read_pointer(registry)
-        record = _decision_record(metrics, current, metric=metric, metrics_uri=metrics_uri)
-        if current is not None and current.get("model_sha256") == sha:
-            outcome = {"promoted": False, "version": current["version"], "reason": ALREADY_CHAMPION}
-            log_event(
-                registry, {"event": "already-champion", **outcome, "candidate": candidate_uri, **record}
-            )
-            return {**outcome, **context}
-        decision = decide_for_metrics(
-            metrics,
-            current,
-            metric=metric,
-            min_delta=min_delta,
-            max_class_drop=max_class_drop,
-            floor=floor,
-            max_p_value=max_p_value,
-        )
+        if current is not None and current.model_sha256 == sha:
+            outcome = PromotionOutcome(promoted=False, version=current.version, reason=ALREADY_CHAMPION)
+            log_event(registry, _event(candidate, current, outcome, policy))
+            return outcome
+        decision = decide_for_metrics(candidate.metrics, current, policy)
         if not decision.promote:
-            outcome = {
-                "promoted": False,
-                "version": None,
-                "reason": decision.reason,
-                "champion_version": current["version"] if current else None,
-            }
-            log_event(
-                registry,
-                {
-                    "event": "refused",
-                    **outcome,
-                    "candidate": candidate_uri,
-                    metric: candidate.get(metric),  # the format before ``record``: kept for its readers
-                    **record,
-                },
+            outcome = PromotionOutcome(
+                promoted=False,
+                version=None,
+                reason=decision.reason,
+                champion_version=current.version if current else None,
             )
-            return {**outcome, **context}
+            log_event(registry, _event(candidate, current, outcome, policy))
+            return outcome
         if not checked:  # before a version number is claimed: versions/<n> cannot be taken back
-            _check_candidate(candidate_uri, metrics_uri, sha)
+            _check_candidate(candidate.uri, candidate.metrics_uri, sha)
             checked = True
-        number = claim_version(registry, sha, candidate_uri)
-        fill_version(registry, number, candidate_uri, metrics_uri, sha)
-        pointer = {
-            "version": number,
-            "model_sha256": sha,
-            "dataset_digest": digest,
-            "metrics": {
-                k: candidate[k]
-                for k in (
-                    "top1",
-                    "top5",
-                    "loss",
-                    "macro_f1",
-                    "balanced_accuracy",
-                    "per_class_accuracy",
-                    "num_samples",
-                )
-                if k in candidate  # macro_f1, balanced_accuracy: evaluations before them have none
-            }
-            | {"split": metrics.split},
-            "previous_version": current["version"] if current else None,
-            "promoted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
+        number = claim_version(registry, sha, candidate.uri)
+        fill_version(registry, number, candidate.uri, candidate.metrics_uri, sha)
+        pointer = _pointer(candidate, number, current)
         try:
             replace_champion(registry, pointer, generation)
         except storage.PreconditionFailed:
             log.info("champion changed while promoting version %d: re-reading and deciding again", number)
             continue
-        outcome = {
-            "promoted": True,
-            "version": number,
-            "reason": decision.reason,
-            "previous_version": pointer["previous_version"],
-        }
-        log_event(
-            registry,
-            {"event": "promoted", **outcome, "candidate": candidate_uri, "pointer": pointer, **record},
+        outcome = PromotionOutcome(
+            promoted=True, version=number, reason=decision.reason, previous_version=pointer.previous_version
         )
-        return {**outcome, **context}
+        log_event(registry, _event(candidate, current, outcome, policy, pointer))
+        return outcome
     raise RegistryError(
         f"gave up after {max_attempts} attempts: the champion pointer keeps changing under {registry}"
     )
 
 
 def preview_decision(
-    metrics: EvalReport,
-    registry: str | None,
-    *,
-    metric: str = "top1",
-    min_delta: float = 0.0,
-    max_class_drop: float | None = None,
-    floor: QualityFloor | None = None,
-    max_p_value: float | None = None,
+    metrics: EvalReport, registry: str | None, policy: PromotionPolicy = DEFAULT_POLICY
 ) -> Decision:
     """The decision `promote` would take now for a metrics.json document (the DAG's branch condition;
     `promote` decides again under compare-and-swap)."""
     current = read_champion(registry) if registry else None
-    sha = metrics.candidate.get("model_sha256")
-    if current is not None and sha and current.get("model_sha256") == sha:
+    sha = metrics.candidate.model_sha256
+    if current is not None and sha and current.model_sha256 == sha:
         return Decision(False, ALREADY_CHAMPION)
-    return decide_for_metrics(
-        metrics,
-        current,
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop,
-        floor=floor,
-        max_p_value=max_p_value,
-    )
+    return decide_for_metrics(metrics, current, policy)

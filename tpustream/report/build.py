@@ -16,15 +16,16 @@ does all three with the registry's history, as the evaluate and promote steps an
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
 from tpustream.dataset.manifest import Manifest, load_manifest
 from tpustream.errors import TpustreamError
 from tpustream.metrics.scores import ScoresError, read_scores
-from tpustream.registry.history import champion_history
-from tpustream.registry.policy import Decision, QualityFloor, RegistryError
-from tpustream.release.promote import ALREADY_CHAMPION, preview_decision, read_champion
+from tpustream.registry.history import HistoryEntry, champion_history
+from tpustream.registry.policy import DEFAULT_POLICY, Decision, PromotionPolicy, RegistryError
+from tpustream.registry.store import ChampionPointer
+from tpustream.release.promote import ALREADY_CHAMPION, PromotionOutcome, preview_decision, read_champion
 from tpustream.report.facts import ReportFacts, _class_rows, _verdict
 from tpustream.report.html import render_html
 from tpustream.report.markdown import render_markdown
@@ -60,14 +61,10 @@ def build_report_facts(
     metrics_uri: str,
     dataset_uri: str,
     registry: str | None,
-    metric: str,
-    min_delta: float,
-    max_class_drop: float | None,
-    outcome: dict[str, Any] | None = None,
+    policy: PromotionPolicy,
+    outcome: PromotionOutcome | None = None,
     data_check: str | DataCheckReport | None = None,
-    history: list[dict[str, Any]] | None = None,
-    floor: QualityFloor | None = None,
-    max_p_value: float | None = None,
+    history: list[HistoryEntry] | None = None,
 ) -> ReportFacts:
     """Read a run's model card, metrics and manifest into the facts of its report.
 
@@ -80,14 +77,12 @@ def build_report_facts(
             that champion already, the report says it was promoted by this run if the pointer moved after this
             evaluation (``created`` in metrics.json), with the reason ``history`` records, else that it was
             the champion before. None: no registry.
-        metric, min_delta, max_class_drop: the promotion thresholds of the run (None: no per-class check).
-        outcome: the dict ``tpustream.release.promote.promote`` returned, when the promote step ran: the report then
+        policy: the run's promotion policy (the decision is recomputed with it when there is no ``outcome``).
+        outcome: what ``tpustream.release.promote.promote`` returned, when the promote step ran: the report then
             states it (promoted version or refusal) instead of recomputing the decision.
         data_check: the check data step's report: the URI (local or gs://) of its Markdown (the step's
             ``report`` artifact), or the ``DataCheckReport`` itself; None: no data check section.
         history: the champion's history (``tpustream.registry.history.champion_history(registry)``); None: no section.
-        floor: the run's quality floor (``promote --min-metric``/``--min-class-recall``), for a recomputed decision.
-        max_p_value: the run's ``promote --max-p-value`` (None: off), for a recomputed decision.
 
     Returns:
         The facts ``render_report`` and ``write_report`` take.
@@ -100,27 +95,18 @@ def build_report_facts(
     metrics = _read_metrics(metrics_uri)
     manifest = load_manifest(dataset_uri)
     if outcome is None:
-        decision = preview_decision(
-            metrics,
-            registry,
-            metric=metric,
-            min_delta=min_delta,
-            max_class_drop=max_class_drop,
-            floor=floor,
-            max_p_value=max_p_value,
-        )
-        if decision.reason == ALREADY_CHAMPION and registry:  # the champion now: by this run, or earlier
-            outcome = _champion_outcome(read_champion(registry) or {}, metrics, history or [])
+        decision = preview_decision(metrics, registry, policy)
+        pointer = read_champion(registry) if registry and decision.reason == ALREADY_CHAMPION else None
+        if pointer is not None:  # the champion now: by this run, or earlier
+            outcome = _champion_outcome(pointer, metrics, history or [])
     if outcome is not None:
-        decision = Decision(bool(outcome.get("promoted")), str(outcome.get("reason", "")))
+        decision = Decision(outcome.promoted, outcome.reason)
     mistakes, pictures = _mistakes(metrics_uri, metrics, dataset_uri, manifest)
     return ReportFacts(
         model_card=card,
         metrics=metrics,
         decision=decision,
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop,
+        policy=policy,
         outcome=outcome,
         manifest=manifest,
         data_check_markdown=_data_check_text(data_check),
@@ -135,7 +121,7 @@ def _mistakes(
 ) -> tuple[list[Mistake] | None, dict[str, str]]:
     """The candidate's most confident mistakes, from the per-sample scores evaluate wrote beside metrics.json,
     and their thumbnails; (None, {}) when it wrote none (an evaluation before them) or they cannot be read."""
-    name = metrics.candidate.get("scores")
+    name = metrics.candidate.scores
     if not isinstance(name, str) or not name:
         return None, {}
     uri = storage.join(json_file_uri(metrics_uri, EvalReport.NAME).rsplit("/", 1)[0], name)
@@ -159,22 +145,20 @@ def _mistakes(
 
 
 def _champion_outcome(
-    pointer: dict[str, Any], metrics: EvalReport, history: list[dict[str, Any]]
-) -> dict[str, Any]:
+    pointer: ChampionPointer, metrics: EvalReport, history: list[HistoryEntry]
+) -> PromotionOutcome:
     """The outcome of a run whose candidate is now the champion, as ``promote`` returned it: promoted by this
     run when the pointer moved after this evaluation (its reason from the history when given), else earlier."""
-    version = pointer.get("version")
-    if str(pointer.get("promoted") or "") < (metrics.created or "~"):
-        return {"promoted": False, "version": version, "reason": ALREADY_CHAMPION}
-    reasons = [
-        e.get("reason") for e in history if e.get("event") == "promoted" and e.get("version") == version
-    ]
-    return {
-        "promoted": True,
-        "version": version,
-        "reason": str(reasons[-1] if reasons else "the champion pointer names it"),
-        "previous_version": pointer.get("previous_version"),
-    }
+    version = pointer.version
+    if pointer.promoted < (metrics.created or "~"):
+        return PromotionOutcome(promoted=False, version=version, reason=ALREADY_CHAMPION)
+    reasons = [e["reason"] for e in history if e["event"] == "promoted" and e["version"] == version]
+    return PromotionOutcome(
+        promoted=True,
+        version=version,
+        reason=str(reasons[-1] if reasons else "the champion pointer names it"),
+        previous_version=pointer.previous_version,
+    )
 
 
 def _read_metrics(metrics_uri: str) -> EvalReport:
@@ -242,13 +226,9 @@ def write_run_report(
     metrics_uri: str,
     dataset_uri: str,
     registry: str | None,
-    metric: str = "top1",
-    min_delta: float = 0.0,
-    max_class_drop: float | None = None,
-    outcome: dict[str, Any] | None = None,
+    policy: PromotionPolicy = DEFAULT_POLICY,
+    outcome: PromotionOutcome | None = None,
     data_check: str | None = None,
-    floor: QualityFloor | None = None,
-    max_p_value: float | None = None,
 ) -> ReportFacts:
     """Read a run's files and the registry's history, and write the report: the one call of the evaluate and
     promote steps and of ``tpustream report``.
@@ -260,8 +240,8 @@ def write_run_report(
         registry: the champion registry: the decision is taken against its champion and its history is
             shown. One that does not exist yet (before the first promotion) has no history; one whose history
             cannot be read is warned about, and the report goes on without that section. None: no registry.
-        metric, min_delta, max_class_drop: the promotion thresholds of the run (None: no per-class check).
-        outcome: the dict ``tpustream.release.promote.promote`` returned, when the promote step ran; None: the decision
+        policy: the run's promotion policy.
+        outcome: what ``tpustream.release.promote.promote`` returned, when the promote step ran; None: the decision
             is recomputed (``build_report_facts``).
         data_check: the URI of the check data step's Markdown report; when there is none there (the step did
             not run), or None, the report has no data check section.
@@ -280,25 +260,21 @@ def write_run_report(
         metrics_uri=metrics_uri,
         dataset_uri=dataset_uri,
         registry=registry,
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop,
+        policy=policy,
         outcome=outcome,
         data_check=data_check,
         history=_registry_history(registry) if registry else None,
-        floor=floor,
-        max_p_value=max_p_value,
     )
     write_report(facts, html_uri, markdown_uri)
     log.info("run report: %s", html_uri)
     return facts
 
 
-def _registry_history(registry: str) -> list[dict[str, Any]] | None:
+def _registry_history(registry: str) -> list[HistoryEntry] | None:
     """The champion's history, oldest first; None when there is none to show: a registry not created yet
     (the first run's), or one that cannot be read (warned: the history is one section, the report goes on)."""
     try:
-        return [dict(entry) for entry in champion_history(registry)]
+        return champion_history(registry)
     except RegistryError:  # the registry does not exist (yet): the first promote creates it
         return None
     except Exception as exc:  # network, permissions, credentials: not the report's to fail on

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpustream.artifacts import EvalReport, Manifest, ModelCard
-from tpustream.errors import ConfigError
-from tpustream.registry.policy import METRICS, Decision, is_finite_number
-from tpustream.release.promote import ALREADY_CHAMPION
+from tpustream.artifacts import EvalReport, Evaluation, Manifest, ModelCard
+from tpustream.registry.history import HistoryEntry
+from tpustream.registry.policy import METRICS, Decision, Metric, PromotionPolicy, is_finite_number
+from tpustream.release.promote import ALREADY_CHAMPION, PromotionOutcome
 
 if TYPE_CHECKING:
     from tpustream.report.mistakes import Mistake
@@ -51,9 +51,9 @@ class ReportFacts:
             measured) each with ``top1``, ``top5``, ``loss``, ``num_samples``, ``per_class_accuracy`` (None per
             class: no val sample), ``confusion_matrix``; ``champion_note``; ``dataset``.
         decision: promote or keep, and why (``tpustream.release.promote.preview_decision``, or the promote outcome's).
-        metric, min_delta, max_class_drop: the promotion thresholds the decision was taken with.
-        outcome: what ``tpustream.release.promote.promote`` returned when the promote step ran (``promoted``,
-            ``version``, ``reason``, ``previous_version`` / ``champion_version``); None when it did not run.
+        policy: the promotion policy the decision was taken with (its metric, min_delta, max_class_drop).
+        outcome: what ``tpustream.release.promote.promote`` returned when the promote step ran; None when it
+            did not run.
         manifest: the dataset's manifest (``tpustream.dataset.manifest.load_manifest``); None: not shown.
         data_check_markdown: the check data step's Markdown report (``DataCheckReport.to_markdown()``, the
             step's ``report`` artifact), shown as its own section; None: no section.
@@ -67,23 +67,17 @@ class ReportFacts:
     model_card: ModelCard
     metrics: EvalReport
     decision: Decision
-    metric: str = "top1"
-    min_delta: float = 0.0
-    max_class_drop: float | None = None
-    outcome: dict[str, Any] | None = None
+    policy: PromotionPolicy = field(default_factory=PromotionPolicy)
+    outcome: PromotionOutcome | None = None
     manifest: Manifest | None = None
     data_check_markdown: str | None = None
-    history: list[dict[str, Any]] | None = None
+    history: list[HistoryEntry] | None = None
     mistakes: list[Mistake] | None = None
     thumbnails: dict[str, str] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
-        if self.max_class_drop is not None and not 0.0 <= self.max_class_drop <= 1.0:
-            raise ConfigError(
-                f"max_class_drop must be a fraction in [0, 1] or None, got {self.max_class_drop}"
-            )
+
+def _count(value: int | None) -> str:
+    return NOT_MEASURED if value is None else str(value)
 
 
 def _percent(value: Any, digits: int = 1) -> str:
@@ -119,15 +113,19 @@ class _ClassRow:
 def _class_rows(facts: ReportFacts) -> list[_ClassRow]:
     """One row per class, the largest drop first (unmeasured classes last)."""
     classes = facts.metrics.classes
-    candidate = facts.metrics.candidate.get("per_class_accuracy") or [None] * len(classes)
+    candidate = facts.metrics.candidate.per_class_accuracy or [None] * len(classes)
     champion = _champion(facts)
-    theirs = (champion or {}).get("per_class_accuracy") or [None] * len(classes)
+    theirs = (champion.per_class_accuracy if champion else []) or [None] * len(classes)
     rows = []
     for index, name in enumerate(classes):
         mine: Any = candidate[index] if index < len(candidate) else None
         held: Any = theirs[index] if index < len(theirs) else None
         drop = float(held) - float(mine) if is_finite_number(mine) and is_finite_number(held) else None
-        exceeds = drop is not None and facts.max_class_drop is not None and drop > facts.max_class_drop
+        exceeds = (
+            drop is not None
+            and facts.policy.max_class_drop is not None
+            and drop > facts.policy.max_class_drop
+        )
         rows.append(_ClassRow(index, name, mine, held, drop, exceeds))
     return sorted(rows, key=lambda r: (r.drop is None, -(r.drop or 0.0), r.index))
 
@@ -137,15 +135,14 @@ def _shown_rows(rows: list[_ClassRow], limit: int) -> list[_ClassRow]:
     return [row for position, row in enumerate(rows) if position < limit or row.exceeds]
 
 
-def _champion(facts: ReportFacts) -> dict[str, Any] | None:
-    champion = facts.metrics.champion
-    return champion if isinstance(champion, dict) else None
+def _champion(facts: ReportFacts) -> Evaluation | None:
+    return facts.metrics.champion
 
 
 def _champion_heading(facts: ReportFacts) -> str:
     champion = _champion(facts)
-    if champion is not None and champion.get("version") is not None:
-        return f"champion (version {champion['version']})"
+    if champion is not None and champion.version is not None:
+        return f"champion (version {champion.version})"
     return "champion"
 
 
@@ -162,23 +159,26 @@ class _Verdict:
     sentence: str
 
 
-_BALANCED = (("macro_f1", "macro-F1"), ("balanced_accuracy", "balanced accuracy"))  # metrics' rows
+_BALANCED: tuple[tuple[Metric, str], ...] = (
+    ("macro_f1", "macro-F1"),
+    ("balanced_accuracy", "balanced accuracy"),
+)  # metrics' rows
 _CLASS_DROP = re.compile(r"^class (\d+) accuracy drops by")  # promotion_policy.decide's per-class refusal
 
 
 def _verdict(facts: ReportFacts, rows: list[_ClassRow]) -> _Verdict:
-    outcome = facts.outcome or {}
-    reason = str(outcome.get("reason") or facts.decision.reason).rstrip(".")
-    if outcome.get("promoted"):
-        previous = outcome.get("previous_version")
+    outcome = facts.outcome
+    reason = str((outcome.reason if outcome else "") or facts.decision.reason).rstrip(".")
+    if outcome is not None and outcome.promoted:
+        previous = outcome.previous_version
         before = f"replacing version {previous}" if previous is not None else "the registry's first champion"
         return _Verdict(
             "promoted",
-            f"Promoted as version {outcome.get('version')}",
-            f"Promoted: the candidate is now champion version {outcome.get('version')} ({before}): {reason}.",
+            f"Promoted as version {outcome.version}",
+            f"Promoted: the candidate is now champion version {outcome.version} ({before}): {reason}.",
         )
     if reason == ALREADY_CHAMPION:
-        version = outcome.get("version")
+        version = outcome.version if outcome else None
         which = f" (version {version})" if version is not None else ""
         return _Verdict(
             "champion",
@@ -194,7 +194,7 @@ def _refusal(reason: str, facts: ReportFacts, rows: list[_ClassRow]) -> str:
     """The policy's reason, with a per-class refusal told by class name and accuracies."""
     match = _CLASS_DROP.match(reason)
     worst = next((row for row in rows if match and row.index == int(match.group(1))), None)
-    if worst is None or worst.drop is None or facts.max_class_drop is None:
+    if worst is None or worst.drop is None or facts.policy.max_class_drop is None:
         return reason
     others = sum(1 for row in rows if row.exceeds and row is not worst)
     more = (
@@ -204,16 +204,20 @@ def _refusal(reason: str, facts: ReportFacts, rows: list[_ClassRow]) -> str:
     )
     return (
         f"class “{worst.name}” accuracy drops by {_points(worst.drop)} ({_percent(worst.champion)} → "
-        f"{_percent(worst.candidate)}), more than max_class_drop allows ({_points(facts.max_class_drop)}){more}"
+        f"{_percent(worst.candidate)}), more than max_class_drop allows ({_points(facts.policy.max_class_drop)}){more}"
     )
 
 
 def _policy_line(facts: ReportFacts) -> str:
-    limit = _points(facts.max_class_drop) if facts.max_class_drop is not None else "none (no per-class check)"
-    better = "higher" if METRICS[facts.metric] else "lower"
+    limit = (
+        _points(facts.policy.max_class_drop)
+        if facts.policy.max_class_drop is not None
+        else "none (no per-class check)"
+    )
+    better = "higher" if facts.policy.higher_is_better else "lower"
     return (
-        f"Policy: decide on {facts.metric} ({better} is better) on the {facts.metrics.split} split, "
-        f"min_delta {facts.min_delta}, max_class_drop {limit}."
+        f"Policy: decide on {facts.policy.metric} ({better} is better) on the {facts.metrics.split} split, "
+        f"min_delta {facts.policy.min_delta}, max_class_drop {limit}."
     )
 
 
@@ -223,26 +227,30 @@ def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:
     candidate, champion = facts.metrics.candidate, _champion(facts)
     missing = "none" if champion is None and not facts.metrics.champion_note else NOT_MEASURED
     rows = []
-    top5 = shows_top5(len(facts.metrics.classes)) or facts.metric == "top5"  # decided on it: still shown
-    shown = [("top1", "top-1"), *([("top5", "top-5")] if top5 else []), ("loss", "loss")]
+    # decided on it: still shown
+    top5 = shows_top5(len(facts.metrics.classes)) or facts.policy.metric == "top5"
+    top5_row: list[tuple[Metric, str]] = [("top5", "top-5")] if top5 else []
+    shown: list[tuple[Metric, str]] = [("top1", "top-1"), *top5_row, ("loss", "loss")]
     # per-sample scores' class-balanced metrics (evaluations before them have none)
-    shown += [(name, label) for name, label in _BALANCED if name in candidate or name == facts.metric]
+    shown += [
+        (name, label) for name, label in _BALANCED if candidate.has(name) or name == facts.policy.metric
+    ]
     for name, label in shown:
         as_decimal = name in ("loss", "macro_f1")  # an F1 is a score, not a share of samples
         show: Callable[[Any], str] = _decimal if as_decimal else lambda v: _percent(v, 2)
-        mine: Any = candidate.get(name)
-        theirs: Any = (champion or {}).get(name)
+        mine: Any = candidate.metric(name)
+        theirs: Any = champion.metric(name) if champion else None
         change, tone = "", ""
         if is_finite_number(mine) and is_finite_number(theirs):
             delta = mine - theirs
             change = f"{delta:+.4f}" if as_decimal else f"{100 * delta:+.2f} points"
             if delta:
                 tone = "better" if (delta > 0) == METRICS[name] else "worse"
-        decides = " (decides)" if name == facts.metric else ""
+        decides = " (decides)" if name == facts.policy.metric else ""
         rows.append((label + decides, show(mine), show(theirs) if champion else missing, change, tone))
-    theirs_count = str(champion.get("num_samples", NOT_MEASURED)) if champion else missing
+    theirs_count = _count(champion.num_samples) if champion else missing
     samples = f"{facts.metrics.split} samples"  # test when the dataset has one: what decides
-    rows.append((samples, str(candidate.get("num_samples", NOT_MEASURED)), theirs_count, "", ""))
+    rows.append((samples, _count(candidate.num_samples), theirs_count, "", ""))
     return rows
 
 
@@ -266,22 +274,21 @@ def _confusion_classes(facts: ReportFacts) -> list[int]:
     size = len(facts.metrics.classes)
     if size <= PLOTTED_CLASSES:
         return list(range(size))
-    errors = _errors_per_class(facts.metrics.candidate.get("confusion_matrix"), size)
+    errors = _errors_per_class(facts.metrics.candidate.confusion_matrix, size)
     champion = _champion(facts)
     if champion is not None:
         errors = [
-            a + b
-            for a, b in zip(errors, _errors_per_class(champion.get("confusion_matrix"), size), strict=True)
+            a + b for a, b in zip(errors, _errors_per_class(champion.confusion_matrix, size), strict=True)
         ]
     return sorted(sorted(range(size), key=lambda i: (-errors[i], i))[:PLOTTED_CLASSES])
 
 
-def _events(facts: ReportFacts) -> list[dict[str, Any]]:
+def _events(facts: ReportFacts) -> list[HistoryEntry]:
     """The history oldest first (ISO-8601 times sort as text)."""
     return sorted(facts.history or [], key=lambda event: str(event.get("time") or ""))
 
 
-def _metric_value(event: dict[str, Any]) -> str:
+def _metric_value(event: HistoryEntry) -> str:
     value = event.get("value")
     return _percent(value, 2) if event.get("metric") in ("top1", "top5") else _decimal(value)
 

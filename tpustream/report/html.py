@@ -14,10 +14,8 @@ HTML in ``tpustream.report.markdown``, escaped there before its markup is.
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
-from tpustream.registry.policy import METRICS
 from tpustream.report import plots as report_plots
 from tpustream.report.facts import (
     _E,
@@ -30,19 +28,18 @@ from tpustream.report.facts import (
     _confusion_classes,
     _decimal,
     _events,
-    _headline,
     _is_square,
     _metric_value,
     _no_champion_text,
     _percent,
     _points,
-    _policy_line,
     _shown_rows,
     _table,
     _Verdict,
     shows_top5,
 )
 from tpustream.report.markdown import _markdown_html
+from tpustream.report.page import _code, _figure, _note, _page
 
 __all__ = ["render_html"]
 
@@ -61,7 +58,7 @@ def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) ->
     ]
     if facts.data_check_markdown is not None:
         sections.append(("data-check", "Data check", _markdown_html(facts.data_check_markdown)))
-    if isinstance(facts.metrics.candidate.get("per_class"), dict):  # evaluated with per-sample scores
+    if isinstance(facts.metrics.candidate.per_class, dict):  # evaluated with per-sample scores
         sections.append(
             ("precision-recall", "Precision, recall and thresholds", _precision_recall_html(facts))
         )
@@ -79,13 +76,14 @@ def _precision_recall_html(facts: ReportFacts) -> str:
     """Per-class precision, recall, F1 and support (worst F1 first), macro-F1, balanced accuracy and AU-PRC,
     and what acting only on predictions above a confidence threshold gives (table and curve)."""
     candidate = facts.metrics.candidate
-    per_class = candidate["per_class"]
+    per_class = candidate.per_class or {}
     classes = facts.metrics.classes
+    counted = "" if candidate.num_samples is None else candidate.num_samples
     summary = (
-        f"Macro-F1 {_decimal(candidate.get('macro_f1'))}, balanced accuracy "
-        f"{_percent(candidate.get('balanced_accuracy'))} (the mean of the classes' recalls: every class "
-        f"counts the same, however many samples it has), AU-PRC {_decimal(candidate.get('auprc'))} "
-        f"(micro, one-vs-rest), on {facts.metrics.candidate.get('num_samples', '')} samples."
+        f"Macro-F1 {_decimal(candidate.macro_f1)}, balanced accuracy "
+        f"{_percent(candidate.balanced_accuracy)} (the mean of the classes' recalls: every class "
+        f"counts the same, however many samples it has), AU-PRC {_decimal(candidate.auprc)} "
+        f"(micro, one-vs-rest), on {counted} samples."
     )
     parts = [_note(summary)]
 
@@ -113,7 +111,7 @@ def _precision_recall_html(facts: ReportFacts) -> str:
     parts.append(_table(["class", "precision", "recall", "F1", "support", "AU-PRC"], cells))
     if len(listed) < len(order):
         parts.append(_note(f"The {len(listed)} classes with the lowest F1 of {len(order)}."))
-    thresholds = candidate.get("thresholds")
+    thresholds = candidate.thresholds
     if isinstance(thresholds, list) and thresholds:
         parts.append(
             _figure(
@@ -168,76 +166,6 @@ def _per_class_count(mistakes: list[Any]) -> int:
     for mistake in mistakes:
         counts[mistake.true_class] = counts.get(mistake.true_class, 0) + 1
     return max(counts.values(), default=0)
-
-
-_CSS = """
-body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d1d1f;
- max-width:1180px;margin:0 auto;padding:0 24px 48px}
-h1{font-size:26px;margin:0 0 6px}h2{margin-top:36px;border-bottom:2px solid #e4e4e4;padding-bottom:4px}
-header{margin:20px 0;padding:16px 20px;border-left:8px solid #1f6fb4;background:#eef3fb;border-radius:6px}
-header.promoted{border-color:#2e7d32;background:#e8f5e9}header.refused{border-color:#c62828;background:#fdecea}
-header .sentence{font-size:17px;margin:4px 0 10px}
-table{border-collapse:collapse;margin:10px 0;font-variant-numeric:tabular-nums}
-th,td{padding:4px 12px;border-bottom:1px solid #ddd;text-align:right;vertical-align:top}
-th{background:#f5f5f7}th:first-child,td:first-child{text-align:left}
-table.text td,table.text th,table.events td:nth-child(n+6),table.events th:nth-child(n+6){text-align:left;max-width:460px;overflow-wrap:anywhere}
-tr.exceeds td,tr.refused td:nth-child(2){color:#b71c1c;font-weight:600}tr.exceeds{background:#fdecea}
-.better{color:#2e7d32}.worse{color:#c62828}
-.note{color:#555}.plots{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
-figure{margin:10px 0}figure img{max-width:100%;height:auto;display:block}figcaption{color:#555;font-size:13px}
-code{background:#f2f2f4;padding:1px 4px;border-radius:3px;overflow-wrap:anywhere}
-nav{background:#fafafa;border:1px solid #e4e4e4;border-radius:6px;padding:6px 16px}nav ol{margin:6px 0}
-footer{margin-top:40px;color:#777;font-size:13px}
-.mistakes{display:flex;flex-wrap:wrap;gap:10px}figure.mistake{width:150px;margin:0;font-size:12px}
-figure.mistake img{width:96px;height:96px;object-fit:contain;image-rendering:pixelated;background:#f5f5f7}
-.nopic{width:96px;height:96px;background:#f5f5f7;color:#999;font-size:11px;display:flex;align-items:center;justify-content:center}
-"""
-_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
-
-
-def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, str]]) -> str:
-    champion_header = _E(_champion_heading(facts))
-    headline = _table(
-        ["", "candidate", champion_header, "change"],
-        [
-            [_E(a), _E(b), _E(c), f'<span class="{tone}">{_E(d)}</span>' if tone else _E(d)]
-            for a, b, c, d, tone in _headline(facts)
-        ],
-    )
-    note = ""
-    if _champion(facts) is None:
-        note = f'<p class="note">No champion numbers: {_E(_no_champion_text(facts))}.</p>'
-    toc = "".join(f'<li><a href="#{key}">{_E(title)}</a></li>' for key, title, _ in sections)
-    body = "".join(
-        f'<section id="{key}"><h2>{_E(title)}</h2>{content}</section>' for key, title, content in sections
-    )
-    return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
-        '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>tpustream run report: {_E(verdict.title)}</title><style>{_CSS}</style></head><body>"
-        f'<header id="decision" class="{verdict.kind}"><h1>{_E(verdict.title)}</h1>'
-        f'<p class="sentence">{_E(verdict.sentence)}</p>{headline}{note}'
-        f'<p class="note">{_E(_policy_line(facts))}</p></header>'
-        f"<nav><strong>Contents</strong><ol>{toc}</ol></nav>{body}"
-        f"<footer>tpustream run report. Candidate {_code(facts.metrics.candidate.get('model', ''))}, evaluated "
-        f"{_E(facts.metrics.created)} on {_code(facts.metrics.dataset.uri)}.</footer>"
-        "</body></html>\n"
-    )
-
-
-def _code(text: Any) -> str:
-    return f"<code>{_E(str(text))}</code>"
-
-
-def _figure(plot_id: str, svg: str, alt: str, caption: str = "") -> str:
-    source = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode("ascii")
-    below = f"<figcaption>{_E(caption)}</figcaption>" if caption else ""
-    return f'<figure id="{plot_id}"><img src="{source}" alt="{_E(alt)}">{below}</figure>'
-
-
-def _note(text: str) -> str:
-    return f'<p class="note">{_E(text)}</p>'
 
 
 def _training_html(facts: ReportFacts) -> str:
@@ -342,10 +270,10 @@ def _confusion_html(facts: ReportFacts) -> str:
     ):
         if result is None:
             figures.append(_note(f"No {who} matrix: {_no_champion_text(facts)}."))
-        elif not _is_square(result.get("confusion_matrix"), len(classes)):
+        elif not _is_square(result.confusion_matrix, len(classes)):
             figures.append(_note(f"No {who} matrix: metrics.json holds none for its {len(classes)} classes."))
         else:
-            svg = report_plots.confusion_svg(result["confusion_matrix"], classes, shown, who.capitalize())
+            svg = report_plots.confusion_svg(result.confusion_matrix, classes, shown, who.capitalize())
             figures.append(_figure(plot_id, svg, f"{who} confusion matrix"))
     parts.append(f'<div class="plots">{"".join(figures)}</div>')
     return "".join(parts)
@@ -353,10 +281,10 @@ def _confusion_html(facts: ReportFacts) -> str:
 
 def _per_class_html(facts: ReportFacts, rows: list[_ClassRow]) -> str:
     champion = _champion(facts)
-    if facts.max_class_drop is None:
+    if facts.policy.max_class_drop is None:
         limit = "No max_class_drop was set: no class's drop can refuse the candidate."
     else:
-        limit = f"max_class_drop is {_points(facts.max_class_drop)}: classes whose accuracy drops by more are in red."
+        limit = f"max_class_drop is {_points(facts.policy.max_class_drop)}: classes whose accuracy drops by more are in red."
     parts = [_note(limit + ("" if champion else f" No champion numbers: {_no_champion_text(facts)}."))]
     plotted = rows[:PLOTTED_CLASSES]
     caption = (
@@ -462,10 +390,10 @@ def _history_html(facts: ReportFacts) -> str:
     events = _events(facts)
     if not events:
         return _note("No registry events yet: this registry has no history.")
-    same = [event for event in events if event.get("metric") == facts.metric]
+    same = [event for event in events if event.get("metric") == facts.policy.metric]
     parts = []
     if same:
-        svg = report_plots.history_svg(same, facts.metric, METRICS[facts.metric])
+        svg = report_plots.history_svg(same, facts.policy.metric, facts.policy.higher_is_better)
         notes = []
         if report_plots.history_on_different_data(same):
             notes.append(
@@ -477,10 +405,12 @@ def _history_html(facts: ReportFacts) -> str:
             notes.append(f"{len(events) - len(same)} events decided on another metric are not drawn.")
         caption = " ".join(notes)
         parts.append(
-            _figure("plot-history", svg, f"champion {facts.metric} over the registry's events", caption)
+            _figure(
+                "plot-history", svg, f"champion {facts.policy.metric} over the registry's events", caption
+            )
         )
     else:
-        parts.append(_note(f"No event was decided on {facts.metric}: nothing to draw."))
+        parts.append(_note(f"No event was decided on {facts.policy.metric}: nothing to draw."))
     newest = list(reversed(events))[:HTML_HISTORY_ROWS]
     cells = [
         [

@@ -76,8 +76,8 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
 
     listed = _shown_rows(rows, MARKDOWN_CLASS_ROWS)
     lines += ["## Per-class accuracy", ""]
-    if facts.max_class_drop is not None:
-        lines += [f"Largest drops first; max_class_drop {_points(facts.max_class_drop)}.", ""]
+    if facts.policy.max_class_drop is not None:
+        lines += [f"Largest drops first; max_class_drop {_points(facts.policy.max_class_drop)}.", ""]
     else:
         lines += ["Largest drops first; no max_class_drop was set.", ""]
     cells = []

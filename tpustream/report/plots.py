@@ -11,13 +11,16 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+if TYPE_CHECKING:
+    from tpustream.registry.history import HistoryEntry
 
 __all__ = [
     "ALARM",
@@ -177,7 +180,7 @@ def per_class_svg(
 HISTORY_DATE_TICKS = 12  # up to this many decisions, the history's ticks are their dates
 
 
-def history_svg(events: Sequence[dict[str, Any]], metric: str, higher_is_better: bool) -> str:
+def history_svg(events: Sequence[HistoryEntry], metric: str, higher_is_better: bool) -> str:
     """The champion's ``metric`` over the registry's events: promoted versions joined by a step line,
     refused candidates as red crosses, re-promotions of the champion as grey diamonds. Where a decision
     measured the champion of the time on the candidate's data, a hollow grey circle marks that value and a
@@ -269,11 +272,11 @@ def thresholds_svg(thresholds: Sequence[dict[str, Any]]) -> str:
     return _svg(fig)
 
 
-def history_on_different_data(events: Sequence[dict[str, Any]]) -> bool:
+def history_on_different_data(events: Sequence[HistoryEntry]) -> bool:
     """Whether the decisions in ``events`` were measured on more than one dataset (manifest digests), so
     that values of different decisions are not comparable on the plot's axis."""
     return len({e.get("dataset_digest") for e in events if e.get("dataset_digest")}) > 1
 
 
-def _events_where(events: Sequence[dict[str, Any]], mask: np.ndarray) -> list[dict[str, Any]]:
+def _events_where(events: Sequence[HistoryEntry], mask: np.ndarray) -> list[HistoryEntry]:
     return [event for event, keep in zip(events, mask, strict=True) if keep]

@@ -79,8 +79,8 @@ def resolve_model_uri(uri: str) -> str:
     if storage.exists(storage.join(uri, CHAMPION)):
         champion = read_champion(uri)
         assert champion is not None
-        version = version_uri(uri, champion["version"])
-        log.info("%s is a registry: using its champion, version %s (%s)", uri, champion["version"], version)
+        version = version_uri(uri, champion.version)
+        log.info("%s is a registry: using its champion, version %s (%s)", uri, champion.version, version)
         return version
     raise BadModel(
         f"--model {uri}: neither a model directory (model.json) nor a registry with a champion "

@@ -40,15 +40,19 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from tpustream.errors import TpustreamError
 from tpustream.storage import io as storage
 
+if TYPE_CHECKING:
+    from tpustream.train.evaluate import ValPrediction
+
 __all__ = [
     "ModelServer",
     "ServingValidationError",
+    "ValidationReport",
     "VALIDATION_FILE",
     "require_validated",
     "start_model_server",
@@ -209,12 +213,75 @@ def _val_images(data_uri: str, limit: int) -> list[tuple[bytes, int]]:
     return out
 
 
-def _compare(expected: dict[str, Any], served: dict[str, Any]) -> str | None:
-    """Why a served answer differs from evaluation's for the same image, or None."""
+@dataclass(frozen=True, kw_only=True)
+class MalformedAnswer:
+    """How the server answered one malformed request (``MALFORMED``'s ``case``): its HTTP ``status`` (400 is
+    right) and the size of its answer (an error must not echo the request)."""
+
+    case: str
+    status: int
+    response_bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationReport:
+    """``validation.json``: whether ``model`` (its ``model_sha256``) ``passed`` in the serving container, on
+    ``samples`` val images of ``data``: how many it answered as evaluation did (``agreed``; in AutoML's
+    request format, ``automl_agreed``), the largest top-1 probability difference, request latencies (ms;
+    None: none measured), its startup, its answers to the malformed requests, the ``failures`` (at most 20)
+    and its log. ``to_json`` writes the keys and order of before it was a type."""
+
+    model: str
+    model_sha256: str
+    data: str
+    passed: bool
+    samples: int
+    agreed: int
+    max_probability_diff: float
+    latency_ms_p50: float | None
+    latency_ms_max: float | None
+    automl_agreed: int
+    startup_s: float
+    malformed: list[MalformedAnswer]
+    failures: list[str]
+    server_log: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": VALIDATION_FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, document: Any, where: str) -> ValidationReport:
+        """A parsed validation.json; ServingValidationError naming ``where`` when it is not one."""
+        if not isinstance(document, dict) or document.get("format") != VALIDATION_FORMAT:
+            found = document.get("format") if isinstance(document, dict) else type(document).__name__
+            raise ServingValidationError(f"{where} is not a serving validation report (format {found!r})")
+        try:
+            fields = {key: document[key] for key in cls.__dataclass_fields__}
+            fields["malformed"] = [MalformedAnswer(**case) for case in fields["malformed"]]
+            return cls(**fields)
+        except (KeyError, TypeError) as exc:
+            raise ServingValidationError(
+                f"{where} is not a serving validation report ({type(exc).__name__}: {exc}): validate again"
+            ) from exc
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Answers:
+    """``_check_answers``' tally of the b64-format requests."""
+
+    agreed: int
+    max_probability_diff: float
+    latency_ms_p50: float | None
+    latency_ms_max: float | None
+    failures: list[str]
+
+
+def _compare(expected: ValPrediction, served: dict[str, Any]) -> str | None:
+    """Why a served answer (the server's JSON) differs from evaluation's for the same image, or None."""
     if "error" in served:  # the server failed this instance alone (serving.py's per-instance error)
         return f"not answered: {served['error']}"
-    want, got = expected["class_indices"][0], served.get("class_indices", [None])[0]
-    probabilities = expected["probabilities"]
+    want, got = expected.class_indices[0], served.get("class_indices", [None])[0]
+    probabilities = expected.probabilities
     if want != got:
         margin = probabilities[0] - probabilities[1] if len(probabilities) > 1 else 1.0
         if margin >= TIE:
@@ -229,8 +296,8 @@ def _compare(expected: dict[str, Any], served: dict[str, Any]) -> str | None:
 
 
 def _check_answers(
-    server: ModelServer, images: list[tuple[bytes, int]], expected: list[dict[str, Any]]
-) -> dict[str, Any]:
+    server: ModelServer, images: list[tuple[bytes, int]], expected: list[ValPrediction]
+) -> _Answers:
     failures: list[str] = []
     latencies: list[float] = []
     max_diff = 0.0
@@ -250,7 +317,7 @@ def _check_answers(
             continue
         for offset, served in enumerate(predictions):
             want = expected[start + offset]
-            if want["label"] != chunk[offset][1]:
+            if want.label != chunk[offset][1]:
                 raise ServingValidationError(
                     f"val sample {start + offset}: the shards and evaluation's loader disagree on its label "
                     "(the loader's order changed?): cannot compare answers"
@@ -260,21 +327,19 @@ def _check_answers(
                 failures.append(f"val sample {start + offset}: {why}")
             else:
                 agreed += 1
-                if served.get("class_indices", [None])[0] == want["class_indices"][0]:
-                    max_diff = max(
-                        max_diff, abs(float(served["probabilities"][0]) - want["probabilities"][0])
-                    )
-    return {
-        "agreed": agreed,
-        "max_probability_diff": round(max_diff, 7),
-        "latency_ms_p50": round(statistics.median(latencies), 1) if latencies else None,
-        "latency_ms_max": round(max(latencies), 1) if latencies else None,
-        "failures": failures,
-    }
+                if served.get("class_indices", [None])[0] == want.class_indices[0]:
+                    max_diff = max(max_diff, abs(float(served["probabilities"][0]) - want.probabilities[0]))
+    return _Answers(
+        agreed=agreed,
+        max_probability_diff=round(max_diff, 7),
+        latency_ms_p50=round(statistics.median(latencies), 1) if latencies else None,
+        latency_ms_max=round(max(latencies), 1) if latencies else None,
+        failures=failures,
+    )
 
 
 def _check_automl(
-    server: ModelServer, images: list[tuple[bytes, int]], expected: list[dict[str, Any]]
+    server: ModelServer, images: list[tuple[bytes, int]], expected: list[ValPrediction]
 ) -> tuple[int, list[str]]:
     """The first REQUEST_IMAGES val images in AutoML's request format: how many answered, in its shape, with
     evaluation's top-1, and what went wrong with the others."""
@@ -307,12 +372,12 @@ def _check_automl(
     return agreed, failures
 
 
-def _check_malformed(server: ModelServer) -> tuple[list[dict[str, Any]], list[str]]:
-    results: list[dict[str, Any]] = []
+def _check_malformed(server: ModelServer) -> tuple[list[MalformedAnswer], list[str]]:
+    results: list[MalformedAnswer] = []
     failures: list[str] = []
     for case, (body, content_type) in MALFORMED.items():
         status, raw = server.post(body, content_type)
-        results.append({"case": case, "status": status, "response_bytes": len(raw)})
+        results.append(MalformedAnswer(case=case, status=status, response_bytes=len(raw)))
         if status != 400:
             failures.append(f"malformed request {case!r}: HTTP {status}, not 400: {raw[:200]!r}")
         elif len(raw) > MAX_ERROR_BYTES or (len(body) > 64 and body[:64] in raw):
@@ -329,7 +394,7 @@ def validate_serving(
     samples: int = 64,
     output: str | None = None,
     timeout: float = 180,
-) -> dict[str, Any]:
+) -> ValidationReport:
     """Validate ``model_uri`` (a model directory, or a registry: its champion) in the serving container.
 
     ``data``: the dataset whose val images are sent (default: the one model.json names). Returns the report and
@@ -366,24 +431,26 @@ def validate_serving(
         automl_agreed, automl_failures = _check_automl(server, images, expected)
         malformed, malformed_failures = _check_malformed(server)
         log_path = server.log_path
-    failures = answers.pop("failures") + automl_failures + malformed_failures
-    report = {
-        "format": VALIDATION_FORMAT,
-        "model": model,
-        "model_sha256": sha256,
-        "data": data_uri,
-        "passed": not failures,
-        "samples": len(images),
-        **answers,
-        "automl_agreed": automl_agreed,
-        "startup_s": round(startup_s, 1),
-        "malformed": malformed,
-        "failures": failures[:20],
-        "server_log": log_path,
-    }
+    failures = answers.failures + automl_failures + malformed_failures
+    report = ValidationReport(
+        model=model,
+        model_sha256=sha256,
+        data=data_uri,
+        passed=not failures,
+        samples=len(images),
+        agreed=answers.agreed,
+        max_probability_diff=answers.max_probability_diff,
+        latency_ms_p50=answers.latency_ms_p50,
+        latency_ms_max=answers.latency_ms_max,
+        automl_agreed=automl_agreed,
+        startup_s=round(startup_s, 1),
+        malformed=malformed,
+        failures=failures[:20],
+        server_log=log_path,
+    )
     if output:
         storage.write_bytes(
-            storage.join(output.rstrip("/"), VALIDATION_FILE), json.dumps(report, indent=2).encode()
+            storage.join(output.rstrip("/"), VALIDATION_FILE), json.dumps(report.to_json(), indent=2).encode()
         )
     if failures:
         raise ServingValidationError(
@@ -395,7 +462,7 @@ def validate_serving(
         "%s answers in the serving container: %d/%d val images as evaluation did, %d malformed requests "
         "refused with 400 (startup %.1f s)",
         model,
-        answers["agreed"],
+        answers.agreed,
         len(images),
         len(malformed),
         startup_s,
@@ -403,14 +470,14 @@ def validate_serving(
     return report
 
 
-def require_validated(validation_uri: str, candidate_uri: str) -> dict[str, Any]:
+def require_validated(validation_uri: str, candidate_uri: str) -> ValidationReport:
     """The validation report at ``validation_uri`` (a directory holding validation.json, or the file), checked
     to be a pass for the candidate's model.pt; raises ServingValidationError otherwise (promotion stops)."""
     uri = validation_uri.rstrip("/")
     if not uri.endswith(".json"):
         uri = storage.join(uri, VALIDATION_FILE)
     try:
-        report = json.loads(storage.read_bytes(uri))
+        document = json.loads(storage.read_bytes(uri))
     except storage.NotFound as exc:
         raise ServingValidationError(
             f"--validation {validation_uri}: no {VALIDATION_FILE}: run `tpustream validate-serving` on the "
@@ -418,18 +485,15 @@ def require_validated(validation_uri: str, candidate_uri: str) -> dict[str, Any]
         ) from exc
     except ValueError as exc:
         raise ServingValidationError(f"{uri} is not a validation report ({exc})") from exc
-    if report.get("format") != VALIDATION_FORMAT:
-        raise ServingValidationError(
-            f"{uri} is not a serving validation report (format {report.get('format')!r})"
-        )
+    report = ValidationReport.from_json(document, uri)
     sha256 = _sha256(storage.join(candidate_uri.rstrip("/"), "model.pt"))
-    if report.get("model_sha256") != sha256:
+    if report.model_sha256 != sha256:
         raise ServingValidationError(
-            f"{uri} validated model.pt {str(report.get('model_sha256'))[:12]}, the candidate's is {sha256[:12]}: "
+            f"{uri} validated model.pt {report.model_sha256[:12]}, the candidate's is {sha256[:12]}: "
             "validate this candidate"
         )
-    if not report.get("passed"):
+    if not report.passed:
         raise ServingValidationError(
-            f"{uri}: the candidate failed validation in the serving container: {'; '.join(report.get('failures', [])[:3])}"
+            f"{uri}: the candidate failed validation in the serving container: {'; '.join(report.failures[:3])}"
         )
     return report

@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from tpustream.artifacts import METRICS_FORMAT, ArtifactError, DatasetRef, EvalReport, ModelCard
+from tpustream.artifacts import METRICS_FORMAT, ArtifactError, DatasetRef, EvalReport, Evaluation, ModelCard
 from tpustream.dataset.manifest import Manifest, ShardError, iter_sample_index, load_manifest, manifest_digest
 from tpustream.errors import TpustreamError
 from tpustream.loader.batch import BATCH_KEYS
@@ -207,15 +207,25 @@ class _ValPass:
                     torch_xla.sync()
 
 
+@dataclass(frozen=True, kw_only=True)
+class ValPrediction:
+    """Evaluation's answer for one val sample: its ``label``, the top-k ``class_indices`` and their softmax
+    ``probabilities``."""
+
+    label: int
+    class_indices: list[int]
+    probabilities: list[float]
+
+
 def val_predictions(
     model_uri: str, data_uri: str, *, limit: int, top_k: int = 5
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[ValPrediction], str]:
     """Evaluation's answers for the first ``limit`` val samples in manifest order: per sample its label, the
     top-k class indices and their softmax probabilities (``tpustream validate-serving`` compares the
     serving container's answers with these); and the sha256 of the model.pt they came from."""
     run = _ValPass.open(model_uri, data_uri, batch_size=min(64, max(1, limit)), workers=0)
     k = min(top_k, len(run.classes))
-    out: list[dict[str, Any]] = []
+    out: list[ValPrediction] = []
     for logits, labels, mask, _ in run.batches():
         probabilities, indices = logits.softmax(dim=1).topk(k, dim=1)
         rows = zip(
@@ -227,7 +237,7 @@ def val_predictions(
         )
         for label, valid, top, probs in rows:
             if valid and len(out) < limit:
-                out.append({"label": int(label), "class_indices": top, "probabilities": probs})
+                out.append(ValPrediction(label=int(label), class_indices=top, probabilities=probs))
         if len(out) >= limit:
             break
     return out, run.model_digest
@@ -293,7 +303,7 @@ def evaluate_model(
     workers: int = 2,
     scores_uri: str | None = None,
     split: str = "val",
-) -> dict[str, Any]:
+) -> Evaluation:
     """Top-1, top-5, loss, per-class accuracy and the confusion matrix of one model on ``split`` (val or
     test), and the metrics of its per-sample scores (tpustream/metrics/classification.py: per-class
     precision, recall, F1; macro-F1, balanced accuracy, the confidence-threshold table, AU-PRC, AU-ROC).
@@ -363,22 +373,24 @@ def evaluate_model(
     if scores_uri is not None:
         write_scores(scores_uri, rows)
         scored["scores"] = scores_uri.rsplit("/", 1)[-1]  # beside metrics.json
-    return {
-        "model": model_uri,
-        "model_sha256": model_digest,
-        "arch": card.arch,
-        "split": split,
-        "top1": metrics["top1"],
-        "top5": metrics["top5"],
-        "loss": metrics["loss"],
-        "num_samples": count,
-        "complete": count == expected,
-        "per_class_accuracy": per_class,  # None: the class has no sample in the split (not measured)
-        "unmeasured_classes": unmeasured,
-        "confusion_matrix": matrix.tolist(),
-        **scored,  # macro_f1, balanced_accuracy, auprc, auroc, per_class, thresholds, scores_top_k, scores
-        "seconds": round(time.perf_counter() - started, 2),
-    }
+    return Evaluation.from_json(  # built as the JSON it is written as: metrics.json keeps its key order
+        {
+            "model": model_uri,
+            "model_sha256": model_digest,
+            "arch": card.arch,
+            "split": split,
+            "top1": metrics["top1"],
+            "top5": metrics["top5"],
+            "loss": metrics["loss"],
+            "num_samples": count,
+            "complete": count == expected,
+            "per_class_accuracy": per_class,  # None: the class has no sample in the split (not measured)
+            "unmeasured_classes": unmeasured,
+            "confusion_matrix": matrix.tolist(),
+            **scored,  # macro_f1, balanced_accuracy, auprc, auroc, per_class, thresholds, scores_top_k, scores
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+    )
 
 
 def _paired(output_uri: str) -> PairedTest:
@@ -424,12 +436,12 @@ def evaluate(
     if registry:
         current = read_champion(registry)
         if current is not None:
-            champion_uri = version_uri(registry, current["version"])
+            champion_uri = version_uri(registry, current.version)
             mismatch = _class_mismatch(
                 load_model_card(champion_uri), manifest.classes, champion_uri, data_uri
             )
             if mismatch:
-                champion_note = f"champion version {current['version']} not evaluated: {mismatch}"
+                champion_note = f"champion version {current.version} not evaluated: {mismatch}"
                 log.warning("%s; it cannot be compared with this candidate", champion_note)
             else:
                 champion = evaluate_model(
@@ -439,8 +451,7 @@ def evaluate(
                     scores_uri=storage.join(output_uri, CHAMPION_SCORES_NAME),
                     split=split,
                 )
-                champion["version"] = current["version"]
-                champion["paired"] = _paired(output_uri).to_json()
+                champion = replace(champion, version=current.version, paired=_paired(output_uri).to_json())
     result = EvalReport(
         dataset=DatasetRef(
             uri=data_uri,

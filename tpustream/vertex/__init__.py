@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tpustream.vertex.batch_prediction import predict_on_vertex
+    from tpustream.vertex.evaluation import classification_evaluation
     from tpustream.vertex.experiments import ExperimentError, join_experiment
-    from tpustream.vertex.model_registry import VertexError, VertexTarget, publish
+    from tpustream.vertex.model_registry import PublishedModel, VertexError, VertexTarget, publish
 
 _HOMES = {
     "publish": "model_registry",
+    "PublishedModel": "model_registry",
+    "classification_evaluation": "evaluation",
     "VertexError": "model_registry",
     "VertexTarget": "model_registry",
     "predict_on_vertex": "batch_prediction",
@@ -26,6 +29,8 @@ __all__ = [
     "VertexError",
     "VertexTarget",
     "publish",
+    "PublishedModel",
+    "classification_evaluation",
     "predict_on_vertex",
     "ExperimentError",
     "join_experiment",

@@ -25,12 +25,13 @@ failed instances (``OutputConfig.gcs_destination`` docs); ``iter_results`` reads
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, get_args
 
 from tpustream.errors import ConfigError
 from tpustream.storage import io as storage
@@ -38,6 +39,9 @@ from tpustream.vertex import model_registry as vertex
 
 __all__ = [
     "INSTANCE_KEY",
+    "BatchJob",
+    "JobCompletion",
+    "WrittenInstances",
     "InstanceSizes",
     "fitting_batch_size",
     "measure_instances",
@@ -52,7 +56,8 @@ log = logging.getLogger(__name__)
 INSTANCE_KEY = "key"  # the JSONL field that names an image; Vertex keeps it out of the model's request
 MAX_BATCH = 64  # tpustream.serve.settings.Limits.max_instances, the serving image's default
 _ENVELOPE = 4096  # bytes of a request body besides its instances' base64: brackets, keys, parameters
-_FORMATS = ("jsonl", "file-list")
+InstancesFormat = Literal["jsonl", "file-list"]
+_FORMATS = get_args(InstancesFormat)
 _DONE = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
 
 
@@ -142,13 +147,48 @@ def measure_instances(input_uris: list[str]) -> InstanceSizes:
     return sizes
 
 
-def write_instances(inputs: list[str], destination: str, *, limit: int | None = None) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class WrittenInstances:
+    """A JSONL instances file ``write_instances`` wrote: its ``uri``, how many ``instances``, the images'
+    total bytes, the images ``too_large`` for any request (left out) and the ``sizes`` measured on the way
+    (``InstanceSizes``, for ``fitting_batch_size``)."""
+
+    uri: str
+    instances: int
+    num_bytes: int
+    too_large: list[str]
+    sizes: InstanceSizes
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobCompletion:
+    """A finished job's instance counts, as Vertex counts them (``completion_stats``)."""
+
+    successful: int
+    failed: int
+    incomplete: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchJob:
+    """A submitted BatchPredictionJob: its resource ``name``, ``state`` and ``model`` version (ID@VERSION);
+    once it wrote output, the ``output_directory`` and its ``completion``; for a succeeded job
+    ``instance_errors``: the instances Vertex counted successful whose prediction is the server's error;
+    and the ``instances`` file ``predict_on_vertex`` wrote for it (None: the input was given as JSONL)."""
+
+    name: str
+    state: str
+    model: str
+    output_directory: str | None = None
+    completion: JobCompletion | None = None
+    instance_errors: int | None = None
+    instances: WrittenInstances | None = None
+
+
+def write_instances(inputs: list[str], destination: str, *, limit: int | None = None) -> WrittenInstances:
     """Write the images that ``inputs`` name (as ``tpustream predict`` reads them: images, directories or
     gs:// prefixes, shards, datasets' val splits) to ``destination`` as JSONL instances. An image that no
-    request of the serving image can hold (over its byte or pixel limit) is left out and logged.
-
-    Returns ``uri``, ``instances`` (how many), ``bytes`` (the images' total), ``too_large`` (left out),
-    ``sizes`` (``InstanceSizes``, for ``fitting_batch_size``)."""
+    request of the serving image can hold (over its byte or pixel limit) is left out and logged."""
     from tpustream.serve.predict.inputs import iter_items
 
     if not destination.endswith(".jsonl"):
@@ -176,13 +216,13 @@ def write_instances(inputs: list[str], destination: str, *, limit: int | None = 
     log.info(
         "wrote %d instances (%.1f MB of images) to %s", sizes.count, sizes.total_bytes / 1e6, destination
     )
-    return {
-        "uri": destination,
-        "instances": sizes.count,
-        "bytes": sizes.total_bytes,
-        "too_large": [name for name, _ in sizes.too_large],
-        "sizes": sizes,
-    }
+    return WrittenInstances(
+        uri=destination,
+        instances=sizes.count,
+        num_bytes=sizes.total_bytes,
+        too_large=[name for name, _ in sizes.too_large],
+        sizes=sizes,
+    )
 
 
 def submit_batch_prediction(
@@ -191,7 +231,7 @@ def submit_batch_prediction(
     output_prefix: str,
     *,
     machine_type: str = "n1-standard-4",
-    instances_format: str = "jsonl",
+    instances_format: InstancesFormat = "jsonl",
     replicas: int = 1,
     batch_size: int | None = None,
     sizes: InstanceSizes | None = None,
@@ -202,7 +242,7 @@ def submit_batch_prediction(
     region: str | None = None,
     wait: bool = False,
     poll_seconds: float = 30.0,
-) -> dict[str, Any]:
+) -> BatchJob:
     """Submit a Vertex AI BatchPredictionJob on a Model Registry version (by default the ``champion``).
 
     Args:
@@ -222,9 +262,7 @@ def submit_batch_prediction(
         wait: poll every ``poll_seconds`` until the job ends; a failed job raises ``VertexError``.
 
     Returns:
-        ``name``, ``state``, ``model`` (ID@VERSION), and once done ``output_directory``, ``completion``
-        (successful / failed / incomplete counts, as Vertex counts them) and, for a succeeded job,
-        ``instance_errors``: the instances Vertex counted successful whose prediction is the server's error.
+        The job (``BatchJob``); once done, with its output directory and counts.
     """
     if instances_format not in _FORMATS:
         raise ConfigError(f"--instances-format {instances_format!r}: choose {' or '.join(_FORMATS)}")
@@ -334,43 +372,73 @@ def _wait(client: Any, name: str, poll_seconds: float) -> Any:
     return job
 
 
-def _summary(job: Any, model: str) -> dict[str, Any]:
-    out = {"name": job.name, "state": job.state.name, "model": model}
-    if job.output_info.gcs_output_directory:
-        out["output_directory"] = job.output_info.gcs_output_directory
-        stats = job.completion_stats
-        out["completion"] = {
-            "successful": int(stats.successful_count),
-            "failed": int(stats.failed_count),
-            "incomplete": int(stats.incomplete_count),
-        }
-        if job.state.name == "JOB_STATE_SUCCEEDED":
-            # The model server answers a bad image in its own slot ({"error": ...}) and the rest of its request;
-            # Vertex writes that slot as the instance's prediction and counts it successful.
-            out["instance_errors"] = sum(
-                1
-                for result in iter_results(out["output_directory"])
-                if isinstance(result.get("prediction"), dict) and "error" in result["prediction"]
-            )
-    return out
+def _summary(job: Any, model: str) -> BatchJob:
+    directory = job.output_info.gcs_output_directory
+    if not directory:
+        return BatchJob(name=job.name, state=job.state.name, model=model)
+    stats = job.completion_stats
+    errors = None
+    if job.state.name == "JOB_STATE_SUCCEEDED":
+        # The model server answers a bad image in its own slot ({"error": ...}) and the rest of its request;
+        # Vertex writes that slot as the instance's prediction and counts it successful.
+        errors = sum(
+            1
+            for result in iter_results(directory)
+            if isinstance(result.get("prediction"), dict) and "error" in result["prediction"]
+        )
+    return BatchJob(
+        name=job.name,
+        state=job.state.name,
+        model=model,
+        output_directory=directory,
+        completion=JobCompletion(
+            successful=int(stats.successful_count),
+            failed=int(stats.failed_count),
+            incomplete=int(stats.incomplete_count),
+        ),
+        instance_errors=errors,
+    )
 
 
-def predict_on_vertex(inputs: list[str], model: str, output_prefix: str, **options: Any) -> dict[str, Any]:
+def predict_on_vertex(
+    inputs: list[str],
+    model: str,
+    output_prefix: str,
+    *,
+    limit: int | None = None,
+    machine_type: str = "n1-standard-4",
+    replicas: int = 1,
+    batch_size: int | None = None,
+    top_k: int | None = None,
+    registry: str | None = None,
+    project: str | None = None,
+    region: str | None = None,
+    wait: bool = False,
+    poll_seconds: float = 30.0,
+) -> BatchJob:
     """``tpustream predict --vertex-batch``: submit ``inputs`` as they are when they all are gs:// JSONL
-    files, else first write their images as instances to ``<output_prefix>/instances-<time>.jsonl``.
-    ``options``: ``submit_batch_prediction``'s, plus ``limit`` (images to write)."""
-    limit = options.pop("limit", None)
+    files, else first write their images (at most ``limit``) as instances to
+    ``<output_prefix>/instances-<time>.jsonl``. The other options are ``submit_batch_prediction``'s."""
+    submit = functools.partial(
+        submit_batch_prediction,
+        machine_type=machine_type,
+        replicas=replicas,
+        batch_size=batch_size,
+        top_k=top_k,
+        registry=registry,
+        project=project,
+        region=region,
+        wait=wait,
+        poll_seconds=poll_seconds,
+    )
     if inputs and all(storage.is_gcs(uri) and uri.endswith(".jsonl") for uri in inputs):
-        return submit_batch_prediction(model, inputs, output_prefix, **options)
+        return submit(model, inputs, output_prefix)
     if not storage.is_gcs(output_prefix):
         raise ConfigError(f"--vertex-batch {output_prefix}: give a gs:// prefix for the predictions")
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     written = write_instances(inputs, storage.join(output_prefix, f"instances-{stamp}.jsonl"), limit=limit)
-    sizes = written.pop("sizes")
-    return {
-        **submit_batch_prediction(model, [written["uri"]], output_prefix, sizes=sizes, **options),
-        "instances": written,
-    }
+    job = submit(model, [written.uri], output_prefix, sizes=written.sizes)
+    return replace(job, instances=written)
 
 
 def iter_results(output_directory: str) -> Iterator[dict[str, Any]]:

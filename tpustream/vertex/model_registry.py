@@ -20,17 +20,18 @@ The promoted version also gets its evaluation (``tpustream evaluate``'s metrics.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from tpustream.artifacts import EvalReport
 from tpustream.errors import ConfigError, TpustreamError
 from tpustream.registry.store import read_champion, version_uri
 from tpustream.serve.automl import PREDICT_SCHEMATA
 from tpustream.serve.contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV, SERVING_PORT
 from tpustream.storage import io as storage
+from tpustream.vertex.evaluation import import_evaluation
 
 __all__ = [
     "VertexTarget",
@@ -45,9 +46,7 @@ __all__ = [
     "init",
     "v1_client",
     "find_model_version",
-    "classification_evaluation",
-    "import_evaluation",
-    "EVALUATION_SCHEMA",
+    "PublishedModel",
 ]
 
 log = logging.getLogger(__name__)
@@ -200,6 +199,22 @@ def _published_version(aiplatform: Any, parent: str, artifact_uri: str, labels: 
     return None
 
 
+@dataclass(frozen=True, kw_only=True)
+class PublishedModel:
+    """A registry version as ``publish`` left it in the Vertex AI Model Registry, holding the ``champion``
+    alias: the model's ``resource_name``, its ``version_id``, ``versioned_name`` (``ID@VERSION``: what
+    GCPC's VertexModel artifact carries, upload_model/remote_runner.py) and REST ``uri``; ``uploaded``:
+    whether this call uploaded it (False: it was there already); ``evaluation``: the imported model
+    evaluation's resource name (None: none imported, e.g. a partial evaluation)."""
+
+    resource_name: str
+    version_id: str
+    versioned_name: str
+    uri: str
+    uploaded: bool
+    evaluation: str | None
+
+
 # The labels that identify what was uploaded (the registry version and the weights), not how well it scored.
 _IDENTITY = ("tpustream_version", "model_sha256")
 
@@ -209,19 +224,18 @@ def publish(
     *,
     artifact_uri: str,
     labels: dict[str, str],
-    evaluation: dict[str, Any] | None = None,
+    evaluation: EvalReport | None = None,
     metrics_uri: str = "",
-) -> dict[str, Any]:
+) -> PublishedModel:
     """Make ``artifact_uri`` (a gs:// registry version) the ``champion`` version of ``target.model_name``.
 
     Idempotent, so a failed upload is repaired by running promote again: a version already uploaded from
     this artifact (found by its ``tpustream_version`` + ``model_sha256`` labels and checked by its artifact
     URI) is reused; otherwise it is uploaded with the serving container as the default version. Then the
     ``champion`` alias moves to it (mergeVersionAliases takes an alias off the version that held it; an upload
-    naming an alias another version holds is not documented to). With ``evaluation`` (the metrics.json
-    document of this model, read from ``metrics_uri``) its evaluation is imported into that version unless it
-    has it already (``import_evaluation``). Returns the model resource name, version id, versioned name,
-    whether this call uploaded it, and the evaluation's resource name (or None)."""
+    naming an alias another version holds is not documented to). With ``evaluation`` (the metrics.json of
+    this model, read from ``metrics_uri``) its evaluation is imported into that version unless it has it
+    already (``tpustream.vertex.evaluation.import_evaluation``)."""
     if not storage.is_gcs(artifact_uri):
         raise ConfigError(f"Vertex AI reads models from gs:// only, not {artifact_uri}: use a gs:// registry")
     aiplatform = _init(target)
@@ -247,16 +261,17 @@ def publish(
     versioned = f"{model.resource_name}@{model.version_id}"
     log.info("Vertex AI: %s is the champion (%s)", versioned, artifact_uri)
     host = f"{target.location}-aiplatform.googleapis.com"
-    imported = import_evaluation(versioned, evaluation, metrics_uri) if evaluation is not None else None
-    return {
-        "resource_name": model.resource_name,
-        "version_id": model.version_id,
-        "versioned_name": versioned,  # what GCPC's VertexModel artifact carries (upload_model/remote_runner.py)
-        "uri": f"https://{host}/v1/{versioned}",
-        "champion": True,
-        "uploaded": uploaded,
-        "evaluation": imported,
-    }
+    imported = None
+    if evaluation is not None:
+        imported = import_evaluation(v1_client("model"), versioned, evaluation, metrics_uri)
+    return PublishedModel(
+        resource_name=model.resource_name,
+        version_id=str(model.version_id),
+        versioned_name=versioned,
+        uri=f"https://{host}/v1/{versioned}",
+        uploaded=uploaded,
+        evaluation=imported,
+    )
 
 
 def _given(value: str | None, *env: str) -> str | None:
@@ -409,159 +424,15 @@ def _registry_champion(aiplatform: Any, parent: str, registry: str) -> ModelVers
     champion = read_champion(registry)
     if champion is None:
         raise VertexError(f"--registry {registry} has no champion yet: promote a model first")
-    artifact = version_uri(registry, champion["version"])
-    identity = {"tpustream_version": str(champion["version"]), "model_sha256": champion["model_sha256"][:16]}
+    artifact = version_uri(registry, champion.version)
+    identity = {"tpustream_version": str(champion.version), "model_sha256": champion.model_sha256[:16]}
     found = _published_version(aiplatform, parent, artifact, identity)
     if found is None:
         raise VertexError(
-            f"the champion of {registry} (version {champion['version']}, {artifact}) is not a version of {parent}: "
+            f"the champion of {registry} (version {champion.version}, {artifact}) is not a version of {parent}: "
             "run `tpustream promote` for it again with --vertex-model (it uploads the champion Vertex lacks)"
         )
     return _model_version(found)
 
 
 # --------------------------------------------------------------------------- evaluations in the Model Registry
-
-# Vertex's classification metrics schema (ModelEvaluation.metrics_schema_uri): the URI GCPC's evaluation
-# importer uses for classification (google_cloud_pipeline_components/container/_implementation/
-# model_evaluation/import_model_evaluation.py, PROBLEM_TYPE_TO_SCHEMA_URI)
-EVALUATION_SCHEMA = "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-# The confusion matrix is sent once, and for at most this many classes: a full matrix of 1,000 classes is a
-# million cells (megabytes of JSON, past common request-size limits); the classes with the most errors are
-# the rows a person reads first.
-CONFUSION_MAX_CLASSES = 100
-
-
-def classification_evaluation(document: dict[str, Any], metrics_uri: str = "") -> dict[str, Any]:
-    """A ``ModelEvaluation`` (snake-case fields, as the v1 client takes it) of the candidate in a
-    ``tpustream evaluate`` metrics.json, its ``metrics`` in Vertex's classification schema.
-
-    The fields are the schema's (aiplatform v1 REST "SchemaModelevaluationMetricsClassificationEvaluationMetrics";
-    the same names in GCPC's ``google.ClassificationMetrics`` artifact schema, types/artifact_types.py):
-    ``confusionMatrix`` {``annotationSpecs`` [{id, displayName}], ``rows``: rows[i][j] = val samples of class i
-    predicted as j, which is evaluate's matrix}, sent once, capped at ``CONFUSION_MAX_CLASSES`` classes (those
-    with the most errors; the metadata says so); ``logLoss`` (evaluate's mean cross-entropy); ``auPrc`` and
-    ``auRoc`` (micro, one-vs-rest over the per-sample scores); ``confidenceMetrics``: one point per confidence
-    threshold of evaluate's table (``recall``/``precision``: every class at or above the threshold counts as
-    predicted; ``*At1``: the top-1 prediction only, when it reaches the threshold), and with more than five
-    classes a ``maxPredictions`` 5 point at threshold 0 (top-5). An evaluation written before the per-sample
-    scores has only the threshold-0 point these counts determine exactly. Annotation spec ids are the model's
-    class indices (a custom model has no dataset annotation specs)."""
-    candidate = document["candidate"]
-    classes = [str(name) for name in document["classes"]]
-    count = len(classes)
-    matrix = [[int(cell) for cell in row] for row in candidate["confusion_matrix"]]
-    shown = _confusion_classes(matrix, CONFUSION_MAX_CLASSES)
-    confusion = {
-        "annotationSpecs": [{"id": str(index), "displayName": classes[index]} for index in shown],
-        "rows": [[matrix[i][j] for j in shown] for i in shown],
-    }
-    top1, top5 = candidate["top1"], candidate["top5"]
-    thresholds = candidate.get("thresholds")
-    if thresholds:
-        confidence = [_confidence_point(row) for row in thresholds]
-    else:  # an evaluation before per-sample scores: the one point its counts determine
-        confidence = [
-            {
-                "confidenceThreshold": 0.0,
-                "recall": 1.0,
-                "precision": 1.0 / count,
-                "f1Score": 2.0 / (count + 1),
-                "recallAt1": top1,
-                "precisionAt1": top1,  # one label per sample, one prediction: precision@1 = recall@1 = top-1
-                "f1ScoreAt1": top1,
-            }
-        ]
-    if count > 5 and _finite(top5):
-        confidence.append(
-            {"confidenceThreshold": 0.0, "maxPredictions": 5, "recall": top5, "precision": top5 / 5}
-        )
-    metrics: dict[str, Any] = {"confusionMatrix": confusion, "confidenceMetrics": confidence}
-    for field_name, key in (("logLoss", "loss"), ("auPrc", "auprc"), ("auRoc", "auroc")):
-        if _finite(candidate.get(key)):
-            metrics[field_name] = candidate[key]
-    dataset = document["dataset"]
-    metadata = {
-        # the keys GCPC's importer writes (evaluation_dataset_type/_path), plus where the numbers come from
-        "evaluation_dataset_type": "tpustream-shards",
-        "evaluation_dataset_path": [dataset["uri"]],
-        "dataset_manifest_digest": dataset["manifest_digest"],
-        "model_sha256": candidate["model_sha256"],
-        "num_samples": candidate["num_samples"],
-        "top1": top1,
-        "top5": top5,
-        "tpustream_metrics": metrics_uri,
-    }
-    for key in ("macro_f1", "balanced_accuracy"):
-        if _finite(candidate.get(key)):
-            metadata[key] = candidate[key]
-    if len(shown) < count:
-        metadata["confusion_matrix_classes"] = (
-            f"{len(shown)} of {count} classes: those with the most errors (false negatives + false positives); "
-            f"the full matrix is in {metrics_uri or 'metrics.json'}"
-        )
-    return {
-        "display_name": _evaluation_name(document),
-        "metrics_schema_uri": EVALUATION_SCHEMA,
-        "metrics": metrics,
-        "metadata": metadata,
-    }
-
-
-def _confidence_point(row: dict[str, Any]) -> dict[str, Any]:
-    """One row of evaluate's threshold table as a ``ConfidenceMetrics`` point."""
-    precision, recall = row["micro_precision"], row["micro_recall"]
-    return {
-        "confidenceThreshold": row["threshold"],
-        "recall": recall,
-        "precision": precision,
-        "f1Score": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
-        "recallAt1": row["recall"],
-        "precisionAt1": row["precision"],
-        "f1ScoreAt1": row["f1"],
-    }
-
-
-def _confusion_classes(matrix: list[list[int]], limit: int) -> list[int]:
-    """The class indices the sent matrix keeps: all up to ``limit``, else the ``limit`` with the most errors
-    (its samples predicted as another class, plus other classes' samples predicted as it), in class order."""
-    count = len(matrix)
-    if count <= limit:
-        return list(range(count))
-    errors = [sum(matrix[i]) + sum(row[i] for row in matrix) - 2 * matrix[i][i] for i in range(count)]
-    ranked = sorted(range(count), key=lambda i: (-errors[i], i))
-    return sorted(ranked[:limit])
-
-
-def _evaluation_name(document: dict[str, Any]) -> str:
-    """The display name that identifies an evaluation: the same model on the same dataset is imported once."""
-    digest = document["dataset"]["manifest_digest"][:12]
-    return f"tpustream evaluate: {document['candidate']['num_samples']} val samples of dataset {digest}"
-
-
-def import_evaluation(versioned_name: str, document: dict[str, Any], metrics_uri: str = "") -> str | None:
-    """Import the evaluation in ``document`` into the model version ``versioned_name`` (ID@VERSION) unless
-    that version has it already (same display name: same dataset); returns its resource name, or None for a
-    partial evaluation, which is not imported. Needs ``init`` first."""
-    if not document["candidate"].get("complete"):
-        log.warning(
-            "not importing the evaluation into %s: it did not cover the whole val split", versioned_name
-        )
-        return None
-    client = v1_client("model")
-    wanted = _evaluation_name(document)
-    for existing in client.list_model_evaluations(parent=versioned_name):
-        if existing.display_name == wanted:
-            log.info("Vertex AI: %s has this evaluation already (%s)", versioned_name, existing.name)
-            return str(existing.name)
-    imported = client.import_model_evaluation(
-        parent=versioned_name, model_evaluation=classification_evaluation(document, metrics_uri)
-    )
-    log.info("Vertex AI: imported the evaluation of %s as %s", versioned_name, imported.name)
-    return str(imported.name)
