@@ -112,15 +112,20 @@ def _cli_defaults(*path: str) -> dict[str, object]:
 
 
 def _config_defaults() -> dict[str, dict[str, object]]:
+    from tpustream.registry.policy import PromotionPolicy
     from tpustream.release import promote
 
     def fields(cls: type) -> dict[str, object]:
-        return {f.name: f.default for f in dataclasses.fields(cls)}
+        return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
+    # the decision's defaults are the PromotionPolicy's (built once from the options); the rest promote's own
     promote_kwargs = inspect.signature(promote.promote).parameters.values()
     return {
         **{layer: fields(config) for layer, (_, config) in DERIVED.items()},
-        "promote": {p.name: p.default for p in promote_kwargs if p.kind is p.KEYWORD_ONLY},
+        "promote": {
+            **fields(PromotionPolicy),
+            **{p.name: p.default for p in promote_kwargs if p.kind is p.KEYWORD_ONLY},
+        },
     }
 
 
