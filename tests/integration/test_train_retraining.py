@@ -16,7 +16,7 @@ from tests.integration.test_train import ENV, _cmd, _run, signal_mid_epoch
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 from tpustream.storage import io as storage
-from tpustream.train.trainer import default_peak_lr
+from tpustream.train.optimizer import default_peak_lr
 
 pytestmark = pytest.mark.integration
 

@@ -264,7 +264,7 @@ def test_a_config_error_is_one_line_and_a_bare_value_error_is_a_bug_with_its_tra
     ValueError from a library or our own code is a bug, and its traceback is not swallowed."""
     from tpustream.cli.app import _user_error_message
     from tpustream.errors import ConfigError
-    from tpustream.train.trainer import TrainConfig
+    from tpustream.train.config import TrainConfig
 
     with pytest.raises(ConfigError) as raised:
         TrainConfig(data="d", output="o", epochs=0)

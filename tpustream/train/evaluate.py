@@ -112,7 +112,7 @@ def _split_manifest(card: ModelCard, model_uri: str, data_uri: str, split: str) 
 
 def _load_model(card: ModelCard, model_uri: str, num_classes: int) -> tuple[Any, str]:
     """The artifact's network with its weights (on the CPU), and the sha256 of model.pt."""
-    from tpustream.train.pretrained import build_network
+    from tpustream.models import build_network
 
     weights, model_digest = _load_weights(model_uri)
     model = build_network(
