@@ -9,10 +9,9 @@ from typing import Literal
 
 from tpustream.errors import ConfigError, TpustreamError
 from tpustream.models import model_spec
+from tpustream.xla_runtime import Strategy
 
-__all__ = ["TrainConfig", "TrainError", "Strategy"]
-
-Strategy = Literal["spmd", "replicas"]
+__all__ = ["TrainConfig", "TrainError"]
 
 
 class TrainError(TpustreamError, ValueError):
