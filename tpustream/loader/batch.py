@@ -6,8 +6,8 @@ that every reader agrees on the keys. Every replica gets the same number of full
 added to fill the last one carry ``mask`` False and count in no metric (tpustream/metrics/masked.py).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: ``Batch``'s optional key must be NotRequired at run time too
+# (``Batch.__optional_keys__``), which string annotations would hide from ``TypedDict``.
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
 if TYPE_CHECKING:
@@ -17,9 +17,9 @@ __all__ = ["Batch", "BATCH_KEYS"]
 
 
 class Batch(TypedDict):
-    image: torch.Tensor  # uint8 [B, 3, S, S]; normalised on the device (transforms.normalize)
-    label: torch.Tensor  # int64 [B]
-    mask: torch.Tensor  # bool [B]: False for padding samples
+    image: "torch.Tensor"  # uint8 [B, 3, S, S]; normalised on the device (transforms.normalize)
+    label: "torch.Tensor"  # int64 [B]
+    mask: "torch.Tensor"  # bool [B]: False for padding samples
     # evaluation only (``LoaderConfig.sample_keys``): the samples' keys in their shards, "" for padding; stays
     # on the host (``device_loader`` moves the tensors)
     key: NotRequired[list[str]]
