@@ -42,7 +42,9 @@ def train_model(
     host write executor_output.json (it skips only non-chief CLUSTER_SPEC replicas,
     kfp/dsl/executor.py), so the other hosts leave with exit 0 once process 0 has committed the model.
     """
-    from tpustream.train.trainer import Preempted, TrainConfig, exit_now, exit_preempted, train
+    from tpustream.train.config import TrainConfig
+    from tpustream.train.preemption import Preempted, exit_now, exit_preempted
+    from tpustream.train.trainer import train
     from tpustream.train.warm_start import CHAMPION
     from tpustream.xla_runtime import is_primary_host
 

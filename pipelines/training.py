@@ -13,8 +13,9 @@ ID``; "" none) that the TPU CustomJob streams its event files to. A parameter, n
 that ``pipeline submit`` and ``pipeline schedule`` set it without recompiling (``pipeline compile
 --tensorboard`` only sets its default): GCPC's launcher drops an empty ``tensorboard`` from the CustomJob
 (``json_util.recursive_remove_empty`` in container/v1/gcp_launcher/job_remote_runner.py), so "" is no instance.
-The job's log directory is under the run's pipeline root (``TRAIN_JOB_OUTPUT``, pipelines/steps.py), and with
-an instance Vertex uploads the event files the trainer copies there.
+The job always gets a base output directory under the run's pipeline root (``TRAIN_JOB_OUTPUT``, pipelines/steps.py), from which
+Vertex sets ``AIP_TENSORBOARD_LOG_DIR`` (``<base>/logs/``, aiplatform_v1 CustomJobSpec.base_output_directory);
+the trainer copies its event files there (tpustream/train/records.py), and with an instance Vertex uploads them.
 
 Notifications: the whole DAG runs inside an exit handler whose exit task (``notify-webhook``, ours) POSTs the
 run's state and outcome to the ``notify_webhook`` parameter's URL ("" none: the step only logs it). The outcome

@@ -29,6 +29,7 @@ __all__ = [
     "SmallInputStem",
     "adamw",
     "build_model",
+    "build_network",
     "count_parameters",
     "model_spec",
     "parameter_groups",
@@ -359,6 +360,14 @@ def build_model(name: str, *, num_classes: int, input_size: int, in_channels: in
     if num_classes < 2:
         raise ConfigError(f"a classifier needs at least 2 classes, the dataset has {num_classes}")
     return spec.build(num_classes=num_classes, input_size=input_size, in_channels=in_channels)
+
+
+def build_network(arch: str, *, num_classes: int, input_size: int, pretrained: bool) -> nn.Module:
+    """The network of a run or model card: a pretrained one keeps its stock stem at every input size (its
+    first convolution's weights are the pretrained ones), a random one gets the spec's small-input stem."""
+    if not pretrained:
+        return build_model(arch, num_classes=num_classes, input_size=input_size)
+    return model_spec(arch).builder(num_classes=num_classes, in_channels=3, input_size=input_size)
 
 
 def count_parameters(model: nn.Module) -> int:

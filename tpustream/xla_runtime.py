@@ -7,10 +7,12 @@ their first axis) and ``replicas`` (one process per device, gradients all-reduce
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 __all__ = [
+    "Strategy",
     "Runtime",
     "runtime",
     "device_loader",
@@ -28,13 +30,16 @@ __all__ = [
 # supplies process_index/process_count and this switch is never set.
 EMULATE_SLICE_ENV = "TPUSTREAM_EMULATE_SLICE"
 
+Strategy = Literal["spmd", "replicas"]  # TrainConfig.strategy: one process per host, or one per device
+BatchT = TypeVar("BatchT")
+
 
 @dataclass
 class Runtime:
     """Where this process sits: device, mesh, how many devices and which data slice it loads."""
 
     device: Any
-    strategy: str
+    strategy: Strategy
     num_devices: int  # all devices of the job
     local_devices: int
     replica_index: int  # data slice this process loads
@@ -103,7 +108,7 @@ def single_device() -> Any:
     return torch.device("cpu")
 
 
-def runtime(strategy: str) -> Runtime:
+def runtime(strategy: Strategy) -> Runtime:
     """This process's place in the job: ``spmd`` (one process per host, a 1-D data mesh over every
     device) or ``replicas`` (one process per device)."""
     import numpy as np
@@ -151,12 +156,13 @@ def runtime(strategy: str) -> Runtime:
     )
 
 
-def device_loader(batches: Any, rt: Runtime) -> Any:
+def device_loader(batches: Iterable[BatchT], rt: Runtime) -> Iterable[BatchT]:
     """Move host batches onto the device(s) ahead of use; under SPMD, shard them along the batch axis."""
     import torch_xla.distributed.parallel_loader as pl
 
     if rt.strategy != "spmd":
-        return pl.MpDeviceLoader(batches, rt.device)
+        loader: Iterable[BatchT] = pl.MpDeviceLoader(batches, rt.device)  # the same keys, on the device
+        return loader
     import torch_xla.distributed.spmd as xs
 
     minibatch = rt.num_replicas > 1 and not rt.emulated  # each host's slice of one global batch
@@ -165,4 +171,5 @@ def device_loader(batches: Any, rt: Runtime) -> Any:
         "label": xs.ShardingSpec(rt.mesh, ("data",), minibatch=minibatch),
         "mask": xs.ShardingSpec(rt.mesh, ("data",), minibatch=minibatch),
     }
-    return pl.MpDeviceLoader(batches, rt.device, input_sharding=spec)
+    sharded: Iterable[BatchT] = pl.MpDeviceLoader(batches, rt.device, input_sharding=spec)
+    return sharded

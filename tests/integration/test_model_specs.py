@@ -49,7 +49,9 @@ from torchvision.models import ConvNeXt, EfficientNet, VisionTransformer
 from torchvision.models.convnext import CNBlockConfig
 from torchvision.models.efficientnet import FusedMBConvConfig, MBConvConfig
 from tpustream.models import MODEL_SPECS
-from tpustream.train.trainer import TrainConfig, Runtime, train_step, compile_count
+from tpustream.train.config import TrainConfig
+from tpustream.train.step import train_step, compile_count
+from tpustream.xla_runtime import Runtime
 
 name, bf16 = sys.argv[1], sys.argv[2] == "bf16"
 spec = MODEL_SPECS[name]

@@ -319,6 +319,29 @@ def test_resumed_epoch_equals_the_uninterrupted_tail_and_decodes_nothing_skipped
     assert "skipped on resume (not decoded)" in report.last_report.line()
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_batch_is_the_batch_epoch_declares(tmp_path, workers):
+    """``ShardLoader.epoch()`` is declared ``Iterator[Batch]``: from the shared ring (workers) and without
+    workers, train and val, each batch has exactly ``Batch``'s required keys with their dtypes and shapes;
+    ``key``, its one optional key, only when evaluation asks for it (``sample_keys``)."""
+    from tpustream.loader.batch import BATCH_KEYS, Batch
+
+    dataset = str(tmp_path / "ds")
+    make_id_dataset(dataset)
+    assert set(BATCH_KEYS) == Batch.__required_keys__ and Batch.__optional_keys__ == {"key"}
+    dtypes = {"image": "torch.uint8", "label": "torch.int64", "mask": "torch.bool"}
+    for split, options in (("train", {}), ("val", {}), ("val", {"sample_keys": True})):
+        _, batches = _epoch(dataset, split, 1, 0, workers, 8, **options)
+        expected = set(Batch.__required_keys__) | ({"key"} if options else set())
+        assert batches and all(set(batch) == expected for batch in batches)
+        for batch in batches:
+            assert {key: str(batch[key].dtype) for key in BATCH_KEYS} == dtypes
+            assert tuple(batch["image"].shape) == (8, 3, 4, 4)
+            assert batch["label"].shape == batch["mask"].shape == (8,)
+            if options:
+                assert len(batch["key"]) == 8 and [bool(k) for k in batch["key"]] == batch["mask"].tolist()
+
+
 def test_abandoned_and_overlapping_epochs(tmp_path):
     """Workers render into a small reused ring of shared slots: batches the caller keeps are copies,
     leaving epochs part-way does not stall the next ones, and two open epochs do not share slots."""

@@ -165,7 +165,9 @@ def test_resnet50_two_steps_on_xla():
     code = """
 import torch, torch_xla, torch_xla.debug.metrics as met
 from tpustream.models import build_model
-from tpustream.train.trainer import TrainConfig, Runtime, train_step
+from tpustream.train.config import TrainConfig
+from tpustream.train.step import train_step
+from tpustream.xla_runtime import Runtime
 device = torch_xla.device()
 model = build_model("resnet50", num_classes=10, input_size=64).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

@@ -21,7 +21,7 @@ from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import load_manifest
 from tpustream.dataset.plan import ShardConfig
 from tpustream.models import build_model
-from tpustream.train.trainer import inverse_frequency_weights
+from tpustream.train.optimizer import inverse_frequency_weights
 
 pytestmark = pytest.mark.integration
 
@@ -34,10 +34,12 @@ SCALE = 0.25  # --backbone-lr-scale of both runs: only --freeze-epochs differs b
 STEPS = """
 import json, sys, torch, torch_xla, torch_xla.debug.metrics as met
 from tpustream import models
-from tpustream.train.trainer import (
-    Runtime, TrainConfig, compile_count, backbone_groups, fill_optimizer_state, freeze_backbone,
-    inverse_frequency_weights, train_step,
+from tpustream.train.config import TrainConfig
+from tpustream.train.optimizer import (
+    backbone_groups, fill_optimizer_state, freeze_backbone, inverse_frequency_weights,
 )
+from tpustream.train.step import compile_count, train_step
+from tpustream.xla_runtime import Runtime
 
 freeze, recipe, scale = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 counts = json.loads(sys.argv[4])
@@ -143,7 +145,7 @@ def _imbalanced(root, counts, seed=0):
 
 def _backbone(state):
     """The backbone's weights and BatchNorm statistics (not ``num_batches_tracked``, which counts the steps
-    frozen or not: tpustream.train.trainer.freeze_backbone)."""
+    frozen or not: tpustream.train.optimizer.freeze_backbone)."""
     return {
         k: v for k, v in state.items() if not k.startswith("13.") and not k.endswith("num_batches_tracked")
     }

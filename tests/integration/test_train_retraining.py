@@ -18,7 +18,7 @@ from tests.common.train import train_command as _cmd
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
 from tpustream.storage import io as storage
-from tpustream.train.trainer import default_peak_lr
+from tpustream.train.optimizer import default_peak_lr
 
 pytestmark = pytest.mark.integration
 

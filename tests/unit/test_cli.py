@@ -264,7 +264,7 @@ def test_a_config_error_is_one_line_and_a_bare_value_error_is_a_bug_with_its_tra
     ValueError from a library or our own code is a bug, and its traceback is not swallowed."""
     from tpustream.cli.app import _user_error_message
     from tpustream.errors import ConfigError
-    from tpustream.train.trainer import TrainConfig
+    from tpustream.train.config import TrainConfig
 
     with pytest.raises(ConfigError) as raised:
         TrainConfig(data="d", output="o", epochs=0)
@@ -273,6 +273,29 @@ def test_a_config_error_is_one_line_and_a_bare_value_error_is_a_bug_with_its_tra
     assert _user_error_message(ValueError("invalid literal for int() with base 10: 'x'")) is None
     result = CliRunner().invoke(app, ["train", "--data", "d", "--output", "o", "--epochs", "0"])
     assert result.exit_code == 2 and "epochs" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "option, value, choices",
+    [("--strategy", "mesh", ("spmd", "replicas")), ("--class-weights", "balanced", ("none", "auto"))],
+)
+def test_a_train_choice_outside_its_literal_names_the_option_the_value_and_the_choices(
+    option, value, choices
+):
+    """TrainConfig's choice fields are ``Literal``: the CLI refuses another value before anything runs, in
+    one message naming the option, the value and every choice; a config built in code (the pipeline's
+    component) still gets the config's own one-line ConfigError."""
+    from tpustream.errors import ConfigError
+    from tpustream.train.config import TrainConfig
+
+    result = runner.invoke(app, ["train", "--data", "d", "--output", "o", option, value])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    text = " ".join(result.output.replace("\u2502", " ").split())  # the error box, unwrapped
+    assert f"Invalid value for '{option}'" in text and f"{value!r} is not one of" in text
+    assert all(repr(choice) in text for choice in choices)
+    field = option.removeprefix("--").replace("-", "_")
+    with pytest.raises(ConfigError, match=f"{option} must be {' or '.join(choices)}, got {value!r}"):
+        TrainConfig(data="d", output="o", **{field: value})
 
 
 def test_champion_show_and_history_take_the_registry_as_argument_or_option(tmp_path):

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tpustream.metrics.masked import masked_sums, summarize
-from tpustream.train.trainer import default_peak_lr, lr_at
+from tpustream.train.optimizer import default_peak_lr, lr_at
 
 
 def test_lr_warms_up_linearly_to_the_peak_then_decays_by_cosine_to_zero() -> None:

@@ -25,7 +25,8 @@ from tpustream.models import (
     parameter_groups,
     sgd_momentum,
 )
-from tpustream.train.trainer import TrainConfig, resolve_input_size
+from tpustream.train.config import TrainConfig
+from tpustream.train.setup import resolve_input_size
 
 SMALL, LARGE = 32, SMALL_INPUT_MAX  # the largest large input kept small: ResNet-101 on a CPU
 
@@ -222,7 +223,7 @@ def test_each_spec_names_its_classifier_head_and_weights_enum(name: str) -> None
 
 def test_recipes_peak_lr_and_weight_decay_are_torchvisions_per_256() -> None:
     """references/classification/README.md: ViT-B/16 lr 0.003 wd 0.3 at 4096, ConvNeXt lr 1e-3 wd 0.05 at 1024."""
-    from tpustream.train.trainer import default_peak_lr
+    from tpustream.train.optimizer import default_peak_lr
 
     vit, convnext = MODEL_SPECS["vit_b_16"], MODEL_SPECS["convnext_tiny"]
     assert default_peak_lr(4096, vit.base_lr) == pytest.approx(0.003) and vit.weight_decay == 0.3

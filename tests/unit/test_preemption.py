@@ -130,7 +130,7 @@ def test_stop_step_is_none_until_someone_is_told(tmp_path):
 
 @pytest.mark.parametrize("sync_seconds", [0, -1])
 def test_sync_seconds_must_be_positive(tmp_path, sync_seconds):
-    from tpustream.train.trainer import TrainConfig
+    from tpustream.train.config import TrainConfig
 
     with pytest.raises(ValueError, match="--preemption-sync-seconds"):
         TrainConfig(data="d", output=str(tmp_path), preemption_sync_seconds=sync_seconds)
@@ -143,7 +143,8 @@ def test_a_host_waiting_for_process_0_reports_its_final_step_when_another_host_i
     waiting for its report and exited without a model, and the host waited for model.json forever.)"""
     from types import SimpleNamespace
 
-    from tpustream.train.trainer import Preempted, _wait_for_primary
+    from tpustream.train.model_artifact import wait_for_primary
+    from tpustream.train.preemption import Preempted
 
     total = 60
     primary, finished = _agreement(tmp_path, 0, 2, sync_seconds=5.0), _agreement(tmp_path, 1, 2)
@@ -151,7 +152,7 @@ def test_a_host_waiting_for_process_0_reports_its_final_step_when_another_host_i
 
     def wait() -> None:
         try:
-            _wait_for_primary(str(tmp_path), "digest", total, SimpleNamespace(commit_timeout_minutes=0.25),
+            wait_for_primary(str(tmp_path), "digest", total, SimpleNamespace(commit_timeout_minutes=0.25),
                               SimpleNamespace(replica_index=1), finished)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the test looks at what came out
             outcome["error"] = exc

@@ -12,18 +12,16 @@ import pytest
 import torch
 from torchvision import models as tv
 
-from tpustream.models import MODEL_SPECS
+from tpustream.models import MODEL_SPECS, build_network
 from tpustream.train.pretrained import (
     BASE_URL_ENV,
     MODEL_DEFAULT,
     PretrainedError,
     _hash_prefix,
-    apply_pretrained,
-    build_network,
-    load_state_dict,
     resolve,
     resolve_ahead,
 )
+from tpustream.train.pretrained_load import apply_pretrained, load_state_dict
 
 PRETRAINED_ARCHS = [name for name, spec in MODEL_SPECS.items() if spec.torchvision_arch]
 

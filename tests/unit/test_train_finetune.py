@@ -10,7 +10,7 @@ from tpustream.cli.main import app
 from tpustream.errors import ConfigError
 from tpustream.models import build_model, model_spec, sgd_momentum
 from tpustream.train.config import TrainConfig
-from tpustream.train.trainer import backbone_groups, freeze_backbone, inverse_frequency_weights
+from tpustream.train.optimizer import backbone_groups, freeze_backbone, inverse_frequency_weights
 
 
 def _config(**options):

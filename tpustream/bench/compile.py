@@ -3,7 +3,7 @@
 A TPU run pays for every recompile: an architecture whose step compiles again after the first epoch (another
 LR, a new buffer shape) spends minutes of the slice on each. The tests prove "no compile after the first epoch"
 on reduced-width networks of the same classes (tests/integration/test_model_specs.py); this benchmark runs
-the full sizes, as `train` builds them (`tpustream.train.pretrained.build_network`, the stock stem at the weights'
+the full sizes, as `train` builds them (`tpustream.models.build_network`, the stock stem at the weights'
 input size), each in a fresh process: ``epochs`` epochs of ``steps`` steps, every step at another LR (as the
 schedule gives), on one XLA device. One JSON line per model and precision: compiles after each epoch, the
 first epoch's seconds (compiling included) and the steady step time, with its ratio to the baseline model
@@ -64,9 +64,11 @@ def _one(name: str, precision: str, batch_size: int, epochs: int, steps: int) ->
     import torch_xla.debug.metrics as met
 
     from tpustream.loader.batch import Batch
-    from tpustream.models import model_spec
-    from tpustream.train.pretrained import build_network, spec_preprocessing
-    from tpustream.train.trainer import Runtime, TrainConfig, compile_count, train_step
+    from tpustream.models import build_network, model_spec
+    from tpustream.train.config import TrainConfig
+    from tpustream.train.pretrained import spec_preprocessing
+    from tpustream.train.step import compile_count, train_step
+    from tpustream.xla_runtime import Runtime
 
     spec = model_spec(name)
     size = spec_preprocessing(spec).crop_size if spec.torchvision_arch else 224

@@ -204,7 +204,7 @@ def bench_finetune(
     from tpustream.dataset.plan import ShardConfig
     from tpustream.dataset.write import create_shards
     from tpustream.models import model_spec
-    from tpustream.train.trainer import FINE_TUNE_LR_FACTOR, default_peak_lr
+    from tpustream.train.optimizer import FINE_TUNE_LR_FACTOR, default_peak_lr
 
     spec = model_spec(model)
     sizes = _parse_sizes(images_per_class, epochs)

@@ -32,13 +32,15 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from tpustream.artifacts import Manifest
 from tpustream.errors import ConfigError
-from tpustream.loader.worker import EpochStream, WorkerStats
+from tpustream.loader.batch import Batch
+from tpustream.loader.config import SplitName
+from tpustream.loader.worker import EpochStream, WorkerBatch, WorkerStats
 from tpustream.storage import io as storage
 
 __all__ = ["bench_load", "input_size_for"]
@@ -94,7 +96,7 @@ def _ours_loader(dataset: str, split: str, size: int, batch: int, workers: int) 
     loader = ShardLoader(
         LoaderConfig(
             data=dataset,
-            split=split,
+            split=cast(SplitName, split),  # LoaderConfig checks the name
             batch_size=batch,
             input_size=size,
             workers=workers,
@@ -238,7 +240,7 @@ class _ReadyBatches(EpochStream):
     waits for the main process to free it) and its index, fresh label and mask arrays and a stats delta
     pickled to the main process through the DataLoader's queue."""
 
-    def _run(self, plan: Any, skip_batches: int) -> Iterator[dict[str, Any]]:
+    def _run(self, plan: Any, skip_batches: int) -> Iterator[WorkerBatch]:
         assert self.ring is not None and self._worker is not None, "hand-off needs worker processes"
         batch = self.split.config.batch_size
         stats = WorkerStats()
@@ -247,7 +249,7 @@ class _ReadyBatches(EpochStream):
             self._written += 1
             stats.samples += batch
             label, mask = np.zeros(batch, np.int64), np.ones(batch, np.bool_)
-            yield {"_slot": (self._worker, slot), "label": label, "mask": mask, "_stats": stats.take()}
+            yield WorkerBatch(label=label, mask=mask, _stats=stats.take(), _slot=(self._worker, slot))
 
 
 def _ready_batch(dataset: str, manifest: dict[str, Any], split: str, size: int, batch: int) -> Any:
@@ -273,7 +275,7 @@ def _ready_batch(dataset: str, manifest: dict[str, Any], split: str, size: int, 
 
 def _handoff_batches(
     dataset: str, manifest: dict[str, Any], split: str, size: int, batch: int, workers: int, ready: Any
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[Batch]:
     """A real ShardLoader's batches (``epoch()``: its main-process loop, slot ring and persistent DataLoader
     workers) whose workers run ``_ReadyBatches``: every ring slot holds ``ready``. Its manifest claims
     ``_LONG_EPOCH_BATCHES`` batches (never read), so no epoch boundary falls in a measurement."""
@@ -289,7 +291,7 @@ def _handoff_batches(
     loader = loader_module.ShardLoader(
         loader_module.LoaderConfig(
             data=dataset,
-            split=split,
+            split=cast(SplitName, split),  # LoaderConfig checks the name
             batch_size=batch,
             input_size=size,
             workers=workers,
@@ -321,7 +323,7 @@ def _device_rate(host_batches: Iterator[Any], rt: Any, seconds: float) -> float:
 
     from tpustream.xla_runtime import device_loader
 
-    loader = device_loader(host_batches, rt)
+    loader: Any = device_loader(host_batches, rt)  # MpDeviceLoader: closed by hand below
     try:
         return _measure(lambda: loader, seconds, finish=xm.wait_device_ops)
     finally:

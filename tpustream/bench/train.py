@@ -20,7 +20,7 @@ def _timed_steps(
 ) -> float:
     """Seconds for ``steps`` steps after two warm-up steps (the first step, and the first with momentum
     buffers, are different graphs: both compile outside the timed region), device work included."""
-    from tpustream.train.trainer import train_step
+    from tpustream.train.step import train_step
 
     for _ in range(2):
         loss = train_step(model, optimizer, next(batches), 0.01, config, rt)
@@ -42,7 +42,8 @@ def bench_train(
     from tpustream.dataset.manifest import load_manifest
     from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
     from tpustream.models import build_model, model_spec
-    from tpustream.train.trainer import TrainConfig, resolve_input_size
+    from tpustream.train.config import TrainConfig
+    from tpustream.train.setup import resolve_input_size
     from tpustream.xla_runtime import device_loader, runtime
 
     config = TrainConfig(

@@ -52,19 +52,20 @@ def train_cmd(config: TrainConfig) -> None:
     """Train a ResNet with PyTorch/XLA (SPMD or replicas), checkpointing to --output; resumable. SIGTERM or
     Ctrl-C: the step in flight finishes, `last` is written, exit 75 (run again to resume)."""
     early = _EarlySigterm().install()  # before these imports, which take seconds
-    from tpustream.train import trainer as train
+    from tpustream.train.preemption import Preempted, exit_now, exit_preempted
+    from tpustream.train.trainer import train
 
     try:
         if config.strategy == "replicas":  # one process per device, each with its own handler from its start
             if early.requested:
-                raise train.Preempted("SIGTERM before training started: nothing to save")
+                raise Preempted("SIGTERM before training started: nothing to save")
             early.uninstall()
-        card = train.train(config)
-    except train.Preempted as exc:
-        train.exit_preempted(exc)  # exit 75
+        card = train(config)
+    except Preempted as exc:
+        exit_preempted(exc)  # exit 75
     except KeyboardInterrupt:  # Ctrl-C before the trainer's handler existed (importing torch, setting up)
         typer.echo("tpustream: Ctrl-C before the first step: nothing to save; exit 130", err=True)
-        train.exit_now(130)
+        exit_now(130)
     finally:
         early.uninstall()
     if card:

@@ -5,6 +5,7 @@ import no torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tpustream.artifacts import Manifest
 from tpustream.dataset.tario import iter_tar_samples
@@ -15,6 +16,7 @@ from tpustream.storage import io as storage
 
 __all__ = [
     "LoaderConfig",
+    "SplitName",
     "InputSizeRule",
     "MIN_INPUT_SIZE",
     "MAX_DEFAULT_INPUT_SIZE",
@@ -24,6 +26,9 @@ __all__ = [
 ]
 
 
+SplitName = Literal["train", "val", "test"]  # test: read only by evaluation, like val
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoaderConfig:
     """One replica's view of a split. ``batch_size`` is this replica's batch (SPMD: per-device batch x
@@ -31,7 +36,7 @@ class LoaderConfig:
 
     data: str
     batch_size: int
-    split: str = "train"
+    split: SplitName = "train"
     input_size: int = 224
     num_replicas: int | None = None  # default: torch_xla process_count (1 without XLA)
     replica_index: int | None = None  # default: torch_xla process_index (0 without XLA)

@@ -14,9 +14,10 @@ replica takes the same number of steps whatever happens to a shard:
 Corrupt shards and undecodable samples are skipped, counted, reconciled against the manifest and
 reported per epoch in ``EpochReport``. Stats travel in-band with each batch (no shared state).
 
-The loader in four modules: ``loader_config`` (``LoaderConfig``, the default input size), ``loader_ring``
-(the shared-memory batch slots), ``loader_worker`` (what runs in the DataLoader workers) and this one,
-the main-process side (``ShardLoader``, ``EpochReport``), which re-exports the public names.
+The loader in five modules: ``config`` (``LoaderConfig``, the default input size), ``epoch_plan`` (who reads
+what), ``ring`` (the shared-memory batch slots), ``worker`` (what runs in the DataLoader workers) and this one,
+the main-process side (``ShardLoader``, ``EpochReport``), which re-exports the public names. What it yields is
+a ``Batch`` (tpustream/loader/batch.py).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpustream.artifacts import Shard
 from tpustream.dataset.manifest import Manifest, load_manifest
 from tpustream.image.transforms import Augment, default_min_crop_scale
+from tpustream.loader.batch import Batch
 from tpustream.loader.config import LoaderConfig, default_input_size, input_size_rule, median_short_side
 from tpustream.loader.epoch_plan import LoaderError, idle_workers
 from tpustream.loader.ring import _SlotRing, ring_depth, shm_free_bytes
-from tpustream.loader.worker import EpochStream, _Split
+from tpustream.loader.worker import EpochStream, StatsDelta, WorkerBatch, _Split
 from tpustream.storage import io as storage
 from tpustream.xla_runtime import process_layout
 
@@ -84,7 +87,7 @@ class EpochReport:
     def data_wait_fraction(self) -> float:
         return self.wait_seconds / self.seconds if self.seconds > 0 else 0.0
 
-    def add(self, stats: dict[str, Any]) -> None:
+    def add(self, stats: StatsDelta) -> None:
         self.samples += stats["samples"]
         self.padded += stats["padded"]
         self.repeated += stats["repeated"]
@@ -120,7 +123,7 @@ def _data_loader(stream: EpochStream, config: LoaderConfig, *, persistent: bool 
         def __init__(self, stream: EpochStream) -> None:
             self.stream = stream
 
-        def __iter__(self) -> Iterator[dict[str, Any]]:
+        def __iter__(self) -> Iterator[WorkerBatch]:
             return iter(self.stream)
 
     return torch.utils.data.DataLoader(
@@ -174,7 +177,7 @@ class ShardLoader:
         self._split = _Split(
             config,
             dataset,
-            [shard.to_json() for shard in split.shards],  # the workers' plain form (pickled to each)
+            list(split.shards),  # pickled to each worker
             len(self.manifest.classes),
             replica_index,
             num_replicas,
@@ -205,7 +208,7 @@ class ShardLoader:
         return self._split.dataset
 
     @property
-    def shards(self) -> list[dict[str, Any]]:
+    def shards(self) -> list[Shard]:
         return self._split.shards
 
     @property
@@ -226,7 +229,7 @@ class ShardLoader:
 
     @property
     def num_samples(self) -> int:
-        return sum(int(s["num_samples"]) for s in self.shards)
+        return sum(s.num_samples for s in self.shards)
 
     def __len__(self) -> int:
         return self.steps_per_epoch
@@ -258,7 +261,7 @@ class ShardLoader:
             return ring
         return self._ring
 
-    def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[dict[str, Any]]:
+    def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[Batch]:
         """Yield this replica's batches of ``epoch``: exactly ``steps_per_epoch`` of them, or raise.
 
         ``start_batch`` (train): resume an epoch at that batch. The batches before it are not decoded:
@@ -290,17 +293,20 @@ class ShardLoader:
             while delivered < steps:
                 wait_from = time.perf_counter()
                 try:
-                    batch = next(iterator)
+                    handed: WorkerBatch = next(iterator)
                 except StopIteration:
                     raise RuntimeError(
                         f"loader delivered {delivered} of {steps} batches for epoch {epoch} (a bug: please report)"
                     ) from None
-                if ring is not None:
-                    batch["image"] = ring.take(*batch.pop("_slot"))
-                batch["label"] = torch.from_numpy(batch["label"])
-                batch["mask"] = torch.from_numpy(batch["mask"])
+                batch = Batch(
+                    image=ring.take(*handed["_slot"]) if ring is not None else handed["image"],
+                    label=torch.from_numpy(handed["label"]),
+                    mask=torch.from_numpy(handed["mask"]),
+                )
+                if "key" in handed:
+                    batch["key"] = handed["key"]
                 report.wait_seconds += time.perf_counter() - wait_from
-                report.add(batch.pop("_stats"))
+                report.add(handed["_stats"])
                 delivered += 1
                 report.seconds = time.perf_counter() - started
                 yield batch

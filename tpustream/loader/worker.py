@@ -10,10 +10,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
+from tpustream.artifacts import Shard
 from tpustream.dataset.tario import TarFormatError, iter_tar_sample_runs
 from tpustream.image.codec import image_member
 from tpustream.image.transforms import Augment, Prepared, prepare_image, render_batch, skip_image
@@ -22,7 +23,36 @@ from tpustream.loader.epoch_plan import LoaderError, SampleRange, WorkerPlan, pl
 from tpustream.loader.ring import _Abandoned, _SlotRing
 from tpustream.storage import io as storage
 
+if TYPE_CHECKING:
+    import torch
+
 __all__: list[str] = []  # the loader's internals: tpustream.loader.shard_loader is the public face
+
+
+class StatsDelta(TypedDict):
+    """A worker's counters since its previous batch, shipped with each batch (no shared state)."""
+
+    samples: int
+    padded: int
+    repeated: int
+    undecodable: int
+    unread: int
+    problems: list[str]
+    skipped_on_resume: int
+
+
+class WorkerBatch(TypedDict):
+    """A batch as a worker hands it to the main process (pickled through the DataLoader's queue):
+    ``ShardLoader.epoch`` turns it into a ``Batch``. The labels and mask are numpy (a few hundred bytes
+    inline, where a tensor travels as its own shared-memory segment); the images are either in the worker's
+    ring slot, of which only the index travels, or (no worker processes) a fresh tensor."""
+
+    label: np.ndarray
+    mask: np.ndarray
+    _stats: StatsDelta
+    _slot: NotRequired[tuple[int, int]]  # (worker, slot) in the shared ring
+    image: NotRequired[torch.Tensor]  # no worker processes: the rendered images themselves
+    key: NotRequired[list[str]]  # evaluation (``sample_keys``): the samples' keys, "" for padding
 
 
 class WorkerStats:
@@ -37,16 +67,16 @@ class WorkerStats:
         ) = 0
         self.problems: list[str] = []
 
-    def take(self) -> dict[str, Any]:
-        out = {
-            "samples": self.samples,
-            "padded": self.padded,
-            "repeated": self.repeated,
-            "undecodable": self.undecodable,
-            "unread": self.unread,
-            "problems": self.problems,
-            "skipped_on_resume": self.skipped_on_resume,
-        }
+    def take(self) -> StatsDelta:
+        out = StatsDelta(
+            samples=self.samples,
+            padded=self.padded,
+            repeated=self.repeated,
+            undecodable=self.undecodable,
+            unread=self.unread,
+            problems=self.problems,
+            skipped_on_resume=self.skipped_on_resume,
+        )
         self.reset()
         return out
 
@@ -59,7 +89,7 @@ class _Split:
 
     config: LoaderConfig
     dataset: str
-    shards: list[dict[str, Any]]
+    shards: list[Shard]  # the split's, from the manifest
     num_classes: int
     replica_index: int
     num_replicas: int
@@ -68,7 +98,7 @@ class _Split:
     def plan(self, epoch: int) -> tuple[int, list[WorkerPlan]]:
         cfg = self.config
         return plan_epoch(
-            [int(s["num_samples"]) for s in self.shards],
+            [s.num_samples for s in self.shards],
             split=cfg.split,
             epoch=epoch,
             seed=cfg.seed,
@@ -117,7 +147,7 @@ class EpochStream:
         self._worker: int | None = None  # this DataLoader worker's index (None: the main process)
         self._written = 0  # batches this worker rendered this epoch
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[WorkerBatch]:
         import torch.utils.data
 
         info = torch.utils.data.get_worker_info()
@@ -149,15 +179,15 @@ class EpochStream:
         split = self.split
         for part in ranges:
             shard = split.shards[part.shard]
-            uri = storage.join(split.dataset, shard["path"])
-            whole = part.start == 0 and part.stop == int(shard["num_samples"])
+            uri = storage.join(split.dataset, shard.path)
+            whole = part.start == 0 and part.stop == shard.num_samples
             count = 0  # samples read from the tar, usable or not, from the shard's first on
             try:
                 with storage.open_read(uri) as stream:
                     # No member may claim more bytes than the manifest's shard size: a forged size costs
                     # an error, never an allocation.
                     # In runs (a list per 1 MiB read): a generator step less per sample.
-                    for run in iter_tar_sample_runs(stream, int(shard["num_bytes"])):
+                    for run in iter_tar_sample_runs(stream, shard.num_bytes):
                         if count + len(run) <= part.start:  # wholly before the range: not even picked
                             count += len(run)
                             continue
@@ -176,13 +206,15 @@ class EpochStream:
                         if count == part.stop and not whole:
                             break
             except (TarFormatError, storage.StorageError, OSError) as exc:
-                problem = f"{shard['path']}: read {count} of {shard['num_samples']} samples ({exc})"
+                problem = f"{shard.path}: read {count} of {shard.num_samples} samples ({exc})"
             except Exception as exc:  # anything else a forged shard trips is still one bad shard, not a crash
-                problem = f"{shard['path']}: read {count} of {shard['num_samples']} samples ({type(exc).__name__}: {exc})"
+                problem = (
+                    f"{shard.path}: read {count} of {shard.num_samples} samples ({type(exc).__name__}: {exc})"
+                )
             else:
-                if count == (shard["num_samples"] if whole else part.stop):
+                if count == (shard.num_samples if whole else part.stop):
                     continue
-                problem = f"{shard['path']}: read {count} samples, manifest says {shard['num_samples']}"
+                problem = f"{shard.path}: read {count} samples, manifest says {shard.num_samples}"
             key = (part.shard, part.start)
             if key not in self._reported:  # once per epoch, though repeat passes read it again
                 self._reported.add(key)
@@ -226,7 +258,7 @@ class EpochStream:
 
     # ---------------------------------------------------------------- batching
 
-    def _run(self, plan: WorkerPlan, skip_batches: int) -> Iterator[dict[str, Any]]:
+    def _run(self, plan: WorkerPlan, skip_batches: int) -> Iterator[WorkerBatch]:
         if self.split.config.split == "train":
             yield from self._train(plan, skip_batches)
         else:
@@ -236,7 +268,7 @@ class EpochStream:
 
     def _batch(
         self, pending: list[Prepared], labels: list[int], stats: WorkerStats, keys: list[str] | None = None
-    ) -> dict[str, Any]:
+    ) -> WorkerBatch:
         """A full batch: ``pending`` rendered into its first slots, the rest zero padding (mask False);
         with ``keys`` (evaluation), ``key``: the samples' keys, "" for padding."""
         import torch
@@ -244,14 +276,12 @@ class EpochStream:
         size, batch = self.split.config.input_size, self.split.config.batch_size
         # Rendered straight into place (CHW), padding zeroed: a worker's slot in the shared ring, whose index
         # alone travels to the main process, or (no worker processes) a fresh tensor.
-        out: dict[str, Any] = {}
+        slot: tuple[int, int] | None = None
         if self.ring is not None and self._worker is not None:
-            slot = self.ring.claim(self._worker, self._written, self.generation)
-            chw = self.ring.images[self._worker, slot]
-            out["_slot"] = (self._worker, slot)
+            slot = (self._worker, self.ring.claim(self._worker, self._written, self.generation))
+            chw = self.ring.images[slot]
         else:
             chw = torch.empty((batch, 3, size, size), dtype=torch.uint8)
-            out["image"] = chw
         self._written += 1
         if pending:
             render_batch(pending, size, chw[: len(pending)])
@@ -263,12 +293,16 @@ class EpochStream:
         label_array[: len(labels)] = labels
         mask = np.zeros(batch, np.bool_)
         mask[: len(pending)] = True
-        out.update(label=label_array, mask=mask, _stats=stats.take())
+        out = WorkerBatch(label=label_array, mask=mask, _stats=stats.take())
+        if slot is not None:
+            out["_slot"] = slot
+        else:
+            out["image"] = chw
         if keys is not None:
             out["key"] = keys + [""] * (batch - len(keys))
         return out
 
-    def _train(self, plan: WorkerPlan, skip_batches: int = 0) -> Iterator[dict[str, Any]]:
+    def _train(self, plan: WorkerPlan, skip_batches: int = 0) -> Iterator[WorkerBatch]:
         cfg = self.split.config
         stats = WorkerStats()
         needed = plan.num_batches * cfg.batch_size
@@ -276,7 +310,7 @@ class EpochStream:
         pending: list[Prepared] = []
         labels: list[int] = []
         produced = 0
-        sizes = [int(shard["num_samples"]) for shard in self.split.shards]
+        sizes = [shard.num_samples for shard in self.split.shards]
         fallback = WorkerPlan(plan.worker, plan.fallback, 0).read_ranges(sizes)  # whole shards
         candidates = [plan.read_ranges(sizes), fallback]
         source_index, repeat_pass = 0, 0
@@ -317,7 +351,7 @@ class EpochStream:
                     )
             repeat_pass += 1
 
-    def _val(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
+    def _val(self, plan: WorkerPlan) -> Iterator[WorkerBatch]:
         cfg = self.split.config
         stats = WorkerStats()
         rng = _rng(cfg.seed, self.epoch, self.split.replica_index, plan.worker)
@@ -326,7 +360,7 @@ class EpochStream:
         keys: list[str] | None = [] if cfg.sample_keys else None  # evaluation's per-sample scores
         emitted = 0
         capacity = plan.num_batches * cfg.batch_size
-        whole_shards = plan.read_ranges([int(shard["num_samples"]) for shard in self.split.shards])
+        whole_shards = plan.read_ranges([shard.num_samples for shard in self.split.shards])
         raw = self._raw_samples(whole_shards, stats, keyed=keys is not None)
         for prepared, label in self._decoded(raw, rng, stats, [0]):
             assert prepared is not None  # nothing is skipped on the val split

@@ -99,10 +99,9 @@ class Classifier:
         import torch
 
         from tpustream.image.transforms import IMAGENET_MEAN, IMAGENET_STD, Augment
-        from tpustream.models import build_model
+        from tpustream.models import build_model, build_network
         from tpustream.train.checkpoint import CheckpointError, load_torch_file
         from tpustream.train.evaluate import EvaluationError, load_model_card
-        from tpustream.train.pretrained import build_network
 
         self.limits = limits or Limits()
         self.uri = resolve_model_uri(model_uri)

@@ -1,5 +1,9 @@
-"""Training: ``config`` (``TrainConfig``), ``trainer`` (the loop and its step), ``checkpoint``, ``preemption``,
-``warm_start``, ``pretrained`` weights, ``compile_cache`` and ``evaluate`` (a checkpoint on the validation shards).
+"""Training: ``config`` (``TrainConfig``, ``TrainError``), ``trainer`` (the driver: the epoch loop, its checkpoints
+and preemption stop), ``setup`` (the run before its first step), ``run_start`` (resume or warm start), ``optimizer``
+(LR schedule, fine-tuning groups), ``step`` (the compiled step, validation), ``records`` (state, epoch records,
+TensorBoard), ``model_artifact``, ``checkpoint``, ``preemption``, ``warm_start``, ``pretrained`` weights (resolved
+and cached) and ``pretrained_load`` (loaded into the backbone), ``compile_cache`` and ``evaluate`` (a model on the
+evaluation shards).
 
 The names below are the package's public API, imported on first use so that importing the package loads nothing
 heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
@@ -12,12 +16,13 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tpustream.train.config import TrainError
     from tpustream.train.evaluate import EvaluationError, evaluate_model
-    from tpustream.train.trainer import TrainError, train
+    from tpustream.train.trainer import train
 
 _HOMES = {
     "train": "trainer",
-    "TrainError": "trainer",
+    "TrainError": "config",
     "evaluate_model": "evaluate",
     "EvaluationError": "evaluate",
 }

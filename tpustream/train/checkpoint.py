@@ -14,14 +14,20 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
 from tpustream.errors import TpustreamError
 from tpustream.storage import io as storage
 
+if TYPE_CHECKING:
+    from tpustream.train.records import RunMeta
+
 __all__ = [
+    "Checkpoint",
+    "CheckpointRng",
+    "StateDict",
     "CheckpointError",
     "Position",
     "save_checkpoint",
@@ -33,6 +39,24 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
+
+
+StateDict = dict[str, torch.Tensor]  # a module's state_dict(): parameter and buffer name -> tensor
+
+
+class CheckpointRng(TypedDict):
+    xla: str  # xm.get_rng_state(), a uint64: as text
+    torch: torch.Tensor  # torch.get_rng_state()
+
+
+class Checkpoint(TypedDict):
+    """A checkpoint file: the exact training state (``torch.save`` of it; ``weights_only``-loadable)."""
+
+    model: StateDict
+    optimizer: Any  # the optimizer's state_dict(): its own nested layout
+    state: Any  # asdict(RunState): position, history, early stopping
+    meta: RunMeta
+    rng: CheckpointRng
 
 
 class CheckpointError(TpustreamError, ValueError):
@@ -67,9 +91,7 @@ def _pointer(output: str, which: str) -> str:
     return storage.join(output, CHECKPOINT_DIR, f"{which}.json")
 
 
-def save_checkpoint(
-    output: str, position: Position, state: dict[str, Any], *, best: bool, keep: int = 2
-) -> str:
+def save_checkpoint(output: str, position: Position, state: Checkpoint, *, best: bool, keep: int = 2) -> str:
     """Write the checkpoint file, then move ``last`` (and ``best``) to it; prune old files. Returns its URI."""
     uri = storage.join(output, CHECKPOINT_DIR, position.name)
     with storage.open_write(uri) as f:
@@ -163,7 +185,8 @@ def load_torch_file(uri: str, *, what: str = "checkpoint", fix: str = "") -> tup
         raise CheckpointError(f"{what} {uri} is unreadable ({reason})" + (f": {fix}" if fix else "")) from exc
 
 
-def load_checkpoint(uri: str) -> dict[str, Any]:
+def load_checkpoint(uri: str) -> Checkpoint:
     """Load a checkpoint file (local or gs://) with ``weights_only=True``."""
     fix = "resume from another checkpoint (a .pt under OUTPUT/checkpoints/, or OUTPUT), or use --resume never"
-    return load_torch_file(uri, fix=fix)[0]
+    loaded: Checkpoint = load_torch_file(uri, fix=fix)[0]  # the layout Trainer.checkpoint saves
+    return loaded

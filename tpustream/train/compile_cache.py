@@ -27,11 +27,11 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from tpustream.storage import io as storage
 
-__all__ = ["CompileCache", "open_compile_cache", "cache_counters"]
+__all__ = ["CompileCache", "CompileCacheRecord", "open_compile_cache", "cache_counters"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,15 @@ def cache_counters() -> dict[str, int]:
     return {short: int(met.counter_value(name) or 0) for name, short in names.items()}
 
 
+class CompileCacheRecord(TypedDict):
+    """The cache's lookups in the training process, as model.json's ``compile_cache`` records them."""
+
+    uri: str
+    hits: int
+    misses: int
+    load_failures: int
+
+
 @dataclass
 class CompileCache:
     uri: str  # as given (local path or gs://)
@@ -53,6 +62,16 @@ class CompileCache:
     writer: bool  # this process adds entries
     remote: str | None  # gs:// directory to upload new entries to (None: ``local`` is the cache itself)
     found: set[str] = field(default_factory=set)  # entries present when the run started
+
+    def record(self) -> CompileCacheRecord:
+        """This process's lookups so far, for the model card."""
+        counters = cache_counters()
+        return CompileCacheRecord(
+            uri=self.uri,
+            hits=counters["hits"],
+            misses=counters["misses"],
+            load_failures=counters["load_failures"],
+        )
 
     def close(self) -> dict[str, Any]:
         """Upload what this run added (gs://, writing process); returns what the run did with the cache."""

@@ -1,15 +1,21 @@
 """``TrainConfig``: the options of ``tpustream train``, apart from the trainer so that reading them (the CLI's
-``--help``, the pipeline's parameter defaults) imports no torch. Each field's docstring is its ``--help``."""
+``--help``, the pipeline's parameter defaults) imports no torch. Each field's docstring is its ``--help``.
+``TrainError``: a run that cannot start (or finish) as configured, raised by every module of the trainer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from tpustream.errors import ConfigError
+from tpustream.errors import ConfigError, TpustreamError
 from tpustream.models import model_spec
+from tpustream.xla_runtime import Strategy
 
-__all__ = ["TrainConfig"]
+__all__ = ["TrainConfig", "TrainError"]
+
+
+class TrainError(TpustreamError, ValueError):
+    """Training cannot start as configured; the message names the input and the fix."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +47,7 @@ class TrainConfig:
     """Linear LR warmup, in epochs."""
     bf16: bool = False
     """bfloat16 autocast."""
-    strategy: str = "spmd"
+    strategy: Strategy = "spmd"
     """spmd (one process per host) or replicas (one per device)."""
     resume: str = "auto"
     """auto | never | URI of a checkpoint or output directory."""

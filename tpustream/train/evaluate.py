@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -112,7 +112,7 @@ def _split_manifest(card: ModelCard, model_uri: str, data_uri: str, split: str) 
 
 def _load_model(card: ModelCard, model_uri: str, num_classes: int) -> tuple[Any, str]:
     """The artifact's network with its weights (on the CPU), and the sha256 of model.pt."""
-    from tpustream.train.pretrained import build_network
+    from tpustream.models import build_network
 
     weights, model_digest = _load_weights(model_uri)
     model = build_network(
@@ -153,6 +153,7 @@ class _ValPass:
         sample_keys: bool = False,
         split: str = "val",
     ) -> _ValPass:
+        from tpustream.loader.config import SplitName
         from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 
         model_uri = storage.check_uri(model_uri).rstrip("/")
@@ -164,7 +165,7 @@ class _ValPass:
         loader = ShardLoader(
             LoaderConfig(
                 data=data_uri,
-                split=split,
+                split=cast(SplitName, split),  # _split_manifest found it in the manifest
                 batch_size=batch_size,
                 input_size=card.input_size,
                 val_crop_fraction=card.val_crop_fraction,  # model.json's preprocessing

@@ -43,13 +43,37 @@ from typing import Any, NoReturn
 
 from tpustream.storage import io as storage
 
-__all__ = ["SigtermFlag", "StopAgreement", "POLL_SECONDS", "PREEMPTION_DIR", "exit_now"]
+__all__ = [
+    "SigtermFlag",
+    "StopAgreement",
+    "POLL_SECONDS",
+    "PREEMPTION_DIR",
+    "PREEMPTED_EXIT_CODE",
+    "Preempted",
+    "exit_preempted",
+    "preempted_error",
+    "exit_now",
+]
 
 log = logging.getLogger(__name__)
 
+PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "try again" — the job is restarted and resumes from `last`
+
+
+class Preempted(RuntimeError):
+    """SIGTERM arrived: the current step finished and `last` was written. Exit with PREEMPTED_EXIT_CODE."""
+
+
+def exit_preempted(exc: Preempted) -> NoReturn:
+    """Say why and leave with PREEMPTED_EXIT_CODE at once. ``os._exit``, not ``sys.exit``: the checkpoint is
+    committed, and an interpreter teardown with XLA's runtime threads still up can abort (SIGABRT, exit
+    134: "terminate called without an active exception"), which Vertex would read as a crash."""
+    print(f"tpustream: {exc}; exit {PREEMPTED_EXIT_CODE} (run again to resume)", file=sys.stderr, flush=True)
+    exit_now(PREEMPTED_EXIT_CODE)
+
 
 def exit_now(code: int) -> NoReturn:
-    """Flush logs and leave with ``code`` without the interpreter teardown (``train.exit_preempted``: a
+    """Flush logs and leave with ``code`` without the interpreter teardown (``exit_preempted``: a
     preempted or interrupted process must not wait on XLA's or the loader's threads)."""
     logging.shutdown()
     sys.stdout.flush()
@@ -311,3 +335,20 @@ def _host_of(name: str, prefix: str = "host-") -> int | None:
         return int(name[len(prefix) : -len(".json")])
     except ValueError:
         return None
+
+
+def preempted_error(stop: StopAgreement, flag: SigtermFlag, *, trained: bool, where: str) -> Preempted:
+    """What a process that stopped at ``where`` (the agreed step) says: why, whether the slice agreed, and
+    whether `last` was written (``trained``: steps were taken since the run (re)started)."""
+    if stop.hosts == 1:
+        how = ""
+    elif stop.timed_out:
+        how = ", stopping without the slice's agreement (see the error above)"
+    else:
+        how = ", stopping with every host"
+    if not trained:
+        cause = "Ctrl-C" if flag.interrupted else "SIGTERM"
+        cause = cause if flag.requested else "another host's preemption"
+        return Preempted(f"{cause} before the first step ({where}){how}: nothing new to save")
+    what = "interrupted (Ctrl-C)" if flag.interrupted else "preempted"
+    return Preempted(f"{what} at {where}{how}: `last` written")

@@ -1,4 +1,4 @@
-"""Pretrained weights as the start of a run (``train --pretrained SPEC``): resolve, fetch once, load.
+"""Pretrained weights as the start of a run (``train --pretrained SPEC``): resolve, fetch once, cache.
 
 SPEC is a torchvision weights name (``resnet50.IMAGENET1K_V2``, ``efficientnet_b0.DEFAULT``, or a member alone,
 ``IMAGENET1K_V1``, for the run's model), checked against ``torchvision.models.get_model_weights`` of the model's
@@ -10,47 +10,45 @@ A named weight set is fetched once, by the CLI or the pipeline's CPU step, into 
 ``-``-separated part is a prefix of its sha256 (``torch.hub.check_hash``'s rule), checked on download and on
 every later read. The training job is given the cached copy's URI, so no host of a slice reaches the internet.
 
-The backbone loads every weight; the classifier (``ModelSpec.head``) is re-initialised for the run's classes.
-With pretrained weights the stock stem is kept whatever the input size (small images are upscaled), and the
-input pipeline uses the weights' preprocessing (``Preprocessing``), which the model card records.
+Loading the file into a network is tpustream/train/pretrained_load.py's: the backbone loads every weight; the
+classifier (``ModelSpec.head``) is re-initialised for the run's classes. With pretrained weights the stock stem
+is kept whatever the input size (small images are upscaled), and the input pipeline uses the weights'
+preprocessing (``Preprocessing``, here), which the model card records.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
-import struct
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from tpustream.errors import TpustreamError
 from tpustream.image.transforms import IMAGENET_MEAN, IMAGENET_STD, VAL_CROP_FRACTION
 from tpustream.models import MODEL_SPECS, ModelSpec, model_spec
 from tpustream.storage import io as storage
 
-if TYPE_CHECKING:
-    from torch import nn
-
 __all__ = [
     "BASE_URL_ENV",
     "TORCHVISION_BASE_URL",
     "PretrainedError",
     "Preprocessing",
+    "PreprocessingJson",
     "ResolvedWeights",
-    "apply_pretrained",
-    "build_network",
+    "ResolvedWeightsJson",
+    "check_hash",
     "default_weights_cache",
     "is_uri",
     "MODEL_DEFAULT",
-    "load_state_dict",
     "resolve",
     "resolve_ahead",
+    "spec_preprocessing",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,6 +61,17 @@ WEIGHT_SUFFIXES = (".pth", ".pt", ".safetensors")
 
 class PretrainedError(TpustreamError, ValueError):
     """--pretrained cannot be used as given; the message names it and what to do."""
+
+
+class PreprocessingJson(TypedDict):
+    """``Preprocessing`` as model.json (and a checkpoint's meta) records it."""
+
+    resize_size: int
+    crop_size: int
+    mean: list[float]
+    std: list[float]
+    interpolation: str
+    weights_interpolation: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,11 +104,18 @@ class Preprocessing:
             weights_interpolation=self.weights_interpolation,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "mean": list(self.mean), "std": list(self.std)}
+    def to_json(self) -> PreprocessingJson:
+        return PreprocessingJson(
+            resize_size=self.resize_size,
+            crop_size=self.crop_size,
+            mean=list(self.mean),
+            std=list(self.std),
+            interpolation=self.interpolation,
+            weights_interpolation=self.weights_interpolation,
+        )
 
     @classmethod
-    def from_json(cls, document: dict[str, Any]) -> Preprocessing:
+    def from_json(cls, document: Mapping[str, Any]) -> Preprocessing:
         return cls(
             resize_size=int(document["resize_size"]),
             crop_size=int(document["crop_size"]),
@@ -115,6 +131,16 @@ class Preprocessing:
         return cls(resize_size=round(crop_size / VAL_CROP_FRACTION), crop_size=crop_size)
 
 
+class ResolvedWeightsJson(TypedDict):
+    """``ResolvedWeights`` as JSON: the start of the model card's ``pretrained`` record."""
+
+    spec: str
+    uri: str
+    name: str | None
+    sha256: str | None
+    preprocessing: PreprocessingJson
+
+
 @dataclass(frozen=True, kw_only=True)
 class ResolvedWeights:
     """Where a --pretrained SPEC's weights are: ``uri`` is what the training job reads."""
@@ -125,14 +151,14 @@ class ResolvedWeights:
     sha256: str | None  # known once read (named: checked against the file name's prefix)
     preprocessing: Preprocessing
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "spec": self.spec,
-            "uri": self.uri,
-            "name": self.name,
-            "sha256": self.sha256,
-            "preprocessing": self.preprocessing.to_json(),
-        }
+    def to_json(self) -> ResolvedWeightsJson:
+        return ResolvedWeightsJson(
+            spec=self.spec,
+            uri=self.uri,
+            name=self.name,
+            sha256=self.sha256,
+            preprocessing=self.preprocessing.to_json(),
+        )
 
 
 def is_uri(spec: str) -> bool:
@@ -206,7 +232,8 @@ def _hash_prefix(file_name: str) -> str:
     return found.group(1) if found else ""
 
 
-def _check_hash(data: bytes, file_name: str, where: str) -> str:
+def check_hash(data: bytes, file_name: str, where: str) -> str:
+    """The sha256 of ``data``; a PretrainedError when it does not start with ``file_name``'s hash prefix."""
     digest = hashlib.sha256(data).hexdigest()
     prefix = _hash_prefix(file_name)
     if prefix and not digest.startswith(prefix):
@@ -279,11 +306,11 @@ def resolve(
         if not fetch:
             _wait_for(cached, wait_seconds, text)
         if storage.exists(cached):
-            digest = _check_hash(storage.read_bytes(cached), file_name, cached)
+            digest = check_hash(storage.read_bytes(cached), file_name, cached)
             log.info("pretrained: %s from the cache, %s", name, cached)
         else:
             data = _download(weights.url, text)
-            digest = _check_hash(data, file_name, weights.url)
+            digest = check_hash(data, file_name, weights.url)
             storage.write_bytes(cached, data)
             log.info("pretrained: %s fetched into %s", name, cached)
     except storage.StorageError as exc:
@@ -330,182 +357,3 @@ def _wait_for(cached: str, wait_seconds: float, text: str) -> None:
                 "`tpustream weights fetch`"
             )
         time.sleep(1.0)
-
-
-# ----------------------------------------------------------------------------------------- reading
-
-
-_SAFETENSORS_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U8": "uint8",
-    "BOOL": "bool",
-}
-
-
-def read_safetensors(data: bytes, where: str) -> dict[str, Any]:
-    """A .safetensors file's tensors (the format: an 8-byte little-endian header length, a JSON header of
-    ``name: {dtype, shape, data_offsets}``, then the bytes). Read here, not with the ``safetensors``
-    package, which the environment does not install: it is a 30-line format, and no code runs from it."""
-    import torch
-
-    try:
-        (length,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8 : 8 + length])
-        body = memoryview(data)[8 + length :]
-        tensors: dict[str, Any] = {}
-        for key, entry in header.items():
-            if key == "__metadata__":
-                continue
-            dtype = getattr(torch, _SAFETENSORS_DTYPES[entry["dtype"]])
-            start, end = entry["data_offsets"]
-            flat = (
-                torch.frombuffer(bytearray(body[start:end]), dtype=dtype) if end > start else torch.empty(0)
-            )
-            tensors[key] = flat.to(dtype).reshape(entry["shape"])
-        return tensors
-    except (struct.error, ValueError, KeyError, TypeError, RuntimeError) as exc:
-        raise PretrainedError(f"--pretrained {where}: not a readable .safetensors file ({exc})") from exc
-
-
-def load_state_dict(resolved: ResolvedWeights) -> tuple[dict[str, Any], str]:
-    """The state dict at ``resolved.uri`` and the sha256 of its bytes (checked again for a named set)."""
-    import io
-
-    import torch
-
-    try:
-        data = storage.read_bytes(resolved.uri)
-    except storage.StorageError as exc:
-        raise PretrainedError(f"--pretrained {resolved.spec}: {exc}") from exc
-    file_name = resolved.uri.rsplit("/", 1)[-1]
-    digest = _check_hash(data, file_name, resolved.uri) if resolved.name else hashlib.sha256(data).hexdigest()
-    if resolved.uri.endswith(".safetensors"):
-        return read_safetensors(data, resolved.uri), digest
-    try:
-        loaded = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as exc:  # unpickling errors come in many types
-        raise PretrainedError(
-            f"--pretrained {resolved.uri}: unreadable with torch.load(weights_only=True) ({type(exc).__name__}): "
-            "give a state dict saved with torch.save(model.state_dict())"
-        ) from exc
-    if isinstance(loaded, dict) and isinstance(loaded.get("model"), dict):
-        loaded = loaded["model"]  # a checkpoint that wraps its state dict (ours, and many trainers')
-    if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):
-        loaded = loaded["state_dict"]
-    if not isinstance(loaded, dict) or not all(isinstance(k, str) for k in loaded):
-        raise PretrainedError(
-            f"--pretrained {resolved.uri} holds a {type(loaded).__name__}, not a state dict: save "
-            "model.state_dict()"
-        )
-    return {key.removeprefix("module."): value for key, value in loaded.items()}, digest
-
-
-# ----------------------------------------------------------------------------------------- the network
-
-
-def build_network(arch: str, *, num_classes: int, input_size: int, pretrained: bool) -> nn.Module:
-    """The network of a run or model card: a pretrained one keeps its stock stem at every input size (its
-    first convolution's weights are the pretrained ones), a random one gets the spec's small-input stem."""
-    from tpustream.models import build_model
-
-    if not pretrained:
-        return build_model(arch, num_classes=num_classes, input_size=input_size)
-    return model_spec(arch).builder(num_classes=num_classes, in_channels=3, input_size=input_size)
-
-
-def _shapes(state: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    return {key: tuple(value.shape) for key, value in state.items()}
-
-
-def _which_arch(weights: dict[str, Any], heads: set[str]) -> str | None:
-    """The supported torchvision architecture whose backbone ``weights`` are (built on the meta device)."""
-    import torch
-    from torchvision import models
-
-    given = {k: v for k, v in _shapes(weights).items() if k not in heads}
-    for spec in MODEL_SPECS.values():
-        if spec.torchvision_arch is None:
-            continue
-        with torch.device("meta"):
-            network = models.get_model(spec.torchvision_arch, weights=None)
-        own = _shapes(network.state_dict())
-        head = {f"{spec.head}.weight", f"{spec.head}.bias"}
-        backbone = {k: v for k, v in own.items() if k not in head and not k.endswith("num_batches_tracked")}
-        if all(given.get(k) == v for k, v in backbone.items()) and set(given) - head <= set(own):
-            return spec.torchvision_arch
-    return None
-
-
-def apply_pretrained(
-    model: nn.Module, weights: dict[str, Any], *, arch: str, resolved: ResolvedWeights, sha256: str
-) -> dict[str, Any]:
-    """Load ``weights`` into ``model``'s backbone, keep its freshly initialised head; returns the model
-    card's ``pretrained``. A key missing or of another shape is a one-line PretrainedError with the fix."""
-    import torch
-
-    spec = model_spec(arch)
-    head = {f"{spec.head}.weight", f"{spec.head}.bias"}
-    own = model.state_dict()
-    loaded: dict[str, Any] = {}
-    mismatched: list[str] = []
-    missing: list[str] = []
-    for key, value in own.items():
-        if key in head:
-            continue
-        if key not in weights:
-            if key.endswith("num_batches_tracked"):  # files saved before torch 0.4.1 lack the counters
-                continue
-            missing.append(key)
-        elif tuple(weights[key].shape) != tuple(value.shape):
-            mismatched.append(key)
-        else:
-            loaded[key] = weights[key].to(value.dtype)
-    unexpected = sorted(set(weights) - set(own) - head)
-    if missing or mismatched or unexpected:
-        holder = _which_arch(weights, {k for k in weights if k.rsplit(".", 1)[0] in _linear_names(weights)})
-        where = f"--pretrained {resolved.spec}"
-        if holder is not None and holder != spec.torchvision_arch:
-            raise PretrainedError(
-                f"{where}: the file holds weights for {holder}, not {arch}: pass --model {holder}, or weights "
-                f"of {arch}"
-            )
-        if mismatched:
-            key = mismatched[0]
-            raise PretrainedError(
-                f"{where}: {key} is {tuple(weights[key].shape)} in the file, {tuple(own[key].shape)} in {arch} "
-                f"({len(mismatched)} such): give weights of torchvision's {arch} (torchvision layout)"
-            )
-        if missing:
-            raise PretrainedError(
-                f"{where} lacks {len(missing)} backbone weight(s) of {arch}, e.g. {missing[0]!r}: give a full "
-                f"state dict of torchvision's {arch} (model.state_dict())"
-            )
-        raise PretrainedError(
-            f"{where} has {len(unexpected)} weight(s) {arch} lacks, e.g. {unexpected[0]!r}: it is not a "
-            f"torchvision {arch} state dict"
-        )
-    with torch.no_grad():
-        result = model.load_state_dict(loaded, strict=False)
-    assert set(result.missing_keys) <= head | {k for k in own if k.endswith("num_batches_tracked")}
-    log.info(
-        "pretrained: %d backbone tensors loaded from %s (%s); head %s re-initialised for the run's classes",
-        len(loaded),
-        resolved.name or resolved.uri,
-        sha256[:12],
-        spec.head,
-    )
-    return {**resolved.to_json(), "sha256": sha256, "head": spec.head, "tensors_loaded": len(loaded)}
-
-
-def _linear_names(weights: dict[str, Any]) -> set[str]:
-    """Module names whose weight is 2-D (Linear layers): a file's head, whatever its class count."""
-    return {
-        key.rsplit(".", 1)[0] for key, value in weights.items() if key.endswith(".weight") and value.ndim == 2
-    }

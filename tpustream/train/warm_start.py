@@ -16,13 +16,23 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from tpustream.artifacts import ArtifactError, ModelCard
 from tpustream.errors import TpustreamError
 from tpustream.storage import io as storage
 
-__all__ = ["WarmStartError", "InitWeights", "load_init_weights", "apply_init_weights", "CHAMPION"]
+if TYPE_CHECKING:
+    from tpustream.train.checkpoint import Checkpoint, StateDict
+
+__all__ = [
+    "WarmStartError",
+    "InitWeights",
+    "InitRecord",
+    "load_init_weights",
+    "apply_init_weights",
+    "CHAMPION",
+]
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +48,32 @@ class WarmStartError(TpustreamError, ValueError):
     """--init-from cannot be used as given; the message names it and what to do."""
 
 
+# The model card's ``init``: where a warm start's weights came from and what of them the run kept. A TypedDict
+# by its functional form: its key ``from`` is a Python keyword.
+InitRecord = TypedDict(
+    "InitRecord",
+    {
+        "from": str,  # --init-from as given
+        "resolved": str,  # the file the weights came from
+        "kind": Literal["model", "champion", "checkpoint"],
+        "weights": Literal["all", "backbone"],  # backbone: other classes, a new head
+        "head_rows_kept": int,  # the head's class rows carried over (all of them with the same classes)
+        "new_classes": list[str],
+        "gone_classes": list[str],
+        "peak_lr": NotRequired[float],  # the warm start's LR when the run gave no --lr
+    },
+)
+
+
 @dataclass(frozen=True)
 class InitWeights:
     uri: str  # as given
     resolved: str  # the file the weights came from
-    kind: str  # "model", "champion" or "checkpoint"
+    kind: Literal["model", "champion", "checkpoint"]
     arch: str | None  # None: a checkpoint written without it
     classes: list[str]
     input_size: int | None
-    weights: dict[str, Any]
+    weights: StateDict
 
 
 def _json(uri: str) -> dict[str, Any] | None:
@@ -85,7 +112,7 @@ def load_init_weights(uri: str) -> InitWeights:
         if uri.endswith(".pt"):
             checkpoint = load_checkpoint(uri)
             return _from_checkpoint(given, uri, checkpoint)
-        kind = "model"
+        kind: Literal["model", "champion"] = "model"
         pointer = _json(storage.join(uri, "champion.json"))
         if pointer is not None:
             from tpustream.registry.store import version_uri
@@ -119,8 +146,8 @@ def load_init_weights(uri: str) -> InitWeights:
         raise WarmStartError(f"--init-from {given}: {exc}") from exc
 
 
-def _from_checkpoint(given: str, uri: str, checkpoint: dict[str, Any]) -> InitWeights:
-    meta = checkpoint.get("meta") or {}
+def _from_checkpoint(given: str, uri: str, checkpoint: Checkpoint) -> InitWeights:
+    meta: dict[str, Any] = dict(checkpoint.get("meta") or {})  # older checkpoints may lack any key
     if "model" not in checkpoint:
         raise WarmStartError(f"--init-from {given}: {uri} holds no model weights")
     return InitWeights(
@@ -146,7 +173,7 @@ def _head(model: Any) -> str:
 
 def apply_init_weights(
     model: Any, init: InitWeights, *, arch: str, classes: list[str], input_size: int
-) -> dict[str, Any]:
+) -> InitRecord:
     """Load ``init`` into ``model`` (built for ``arch``, ``classes``); returns the model card's ``init``."""
     import torch
 
@@ -207,12 +234,14 @@ def apply_init_weights(
             len(kept_rows),
             len(classes),
         )
-    return {
-        "from": init.uri,
-        "resolved": init.resolved,
-        "kind": init.kind,
-        "weights": "all" if same_classes else "backbone",
-        "head_rows_kept": len(classes) if same_classes else len(kept_rows),
-        "new_classes": new,
-        "gone_classes": gone,
-    }
+    return InitRecord(
+        {
+            "from": init.uri,
+            "resolved": init.resolved,
+            "kind": init.kind,
+            "weights": "all" if same_classes else "backbone",
+            "head_rows_kept": len(classes) if same_classes else len(kept_rows),
+            "new_classes": new,
+            "gone_classes": gone,
+        }
+    )
