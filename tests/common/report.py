@@ -84,7 +84,7 @@ def model_card(fields: dict[str, Any]) -> ModelCard:
 def manifest(classes: list[str]) -> Manifest:
     return Manifest.from_json(
         {
-            "format": "tpustream.dataset.write/v1",
+            "format": "tpustream.shards/v1",
             "created": "2025-11-20T10:00:00Z",
             "source": "gs://bucket/import.jsonl",
             "classes": classes,
@@ -142,7 +142,7 @@ def sample_facts(**changes: Any) -> ReportFacts:
     champion = evaluation([16, 18, 15, 12], loss=0.70, version=2)  # top-1 0.7625
     metrics = EvalReport.from_json(
         {
-            "format": "tpustream.metrics.masked/v1",
+            "format": "tpustream.metrics/v1",
             "dataset": {"uri": "gs://bucket/data/ab12", "manifest_digest": "ab" * 32, "val_samples": 80},
             "classes": CLASSES,
             "candidate": candidate,

@@ -42,7 +42,7 @@ def write_candidate(root, name, *, top1, champion=None):
     card = {"format": "tpustream.model/v1", "arch": "tiny", "classes": ["cat", "dog"], "input_size": 16}
     storage.write_bytes(f"{model}/model.json", json.dumps(card).encode())
     metrics = {
-        "format": "tpustream.metrics.masked/v1",
+        "format": "tpustream.metrics/v1",
         "dataset": {"uri": f"{root}/data", "manifest_digest": DIGEST, "val_samples": 100},
         "classes": ["cat", "dog"],
         "candidate": {"model": model, "model_sha256": hashlib.sha256(weights).hexdigest(), **scores(top1)},

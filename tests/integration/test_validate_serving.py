@@ -133,7 +133,7 @@ def test_cli_validates_then_promote_takes_only_this_candidates_pass(world, tmp_p
 
 # validation.json as validate-serving wrote it before the report was a type (every key, in its order)
 OLD_REPORT = {
-    "format": "tpustream.serve.server-validation/v1",
+    "format": "tpustream.serving-validation/v1",
     "model": "gs://b/run/model",
     "model_sha256": "ab" * 32,
     "data": "gs://b/data",

@@ -102,8 +102,8 @@ def test_keys_no_type_models_are_kept(dataset):
     "document, found",
     [
         (
-            {"format": "tpustream.dataset.write/v2", "classes": [], "splits": {}},
-            "it has format 'tpustream.dataset.write/v2'",
+            {"format": "tpustream.shards/v2", "classes": [], "splits": {}},
+            "it has format 'tpustream.shards/v2'",
         ),
         ({"classes": [], "splits": {}}, "it has no 'format'"),
     ],
@@ -220,7 +220,7 @@ def test_an_eval_report_reads_and_writes_back_as_strict_json(tmp_path):
 
 def test_an_eval_report_of_another_version_is_refused():
     with pytest.raises(ArtifactError, match="is not a tpustream metrics.json this version reads"):
-        EvalReport.from_json({**_report(), "format": "tpustream.metrics.masked/v2"})
+        EvalReport.from_json({**_report(), "format": "tpustream.metrics/v2"})
     with pytest.raises(ArtifactError, match="lacks 'candidate'"):
         EvalReport.from_json({"dataset": {}, "classes": []})
 

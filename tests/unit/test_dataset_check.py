@@ -71,7 +71,7 @@ def test_a_clean_dataset_has_no_anomalies(tmp_path):
     assert "**No anomalies.**" in markdown and "## Anomalies" not in markdown
     assert "| Images in both train and val | 0 | 0 | ok |" in markdown
     document = report.to_json()
-    assert document["format"] == "tpustream.dataset.check/v1" and document["ok"] is True
+    assert document["format"] == "tpustream.datacheck/v1" and document["ok"] is True
     json.dumps(document)  # plain JSON
 
 

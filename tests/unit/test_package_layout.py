@@ -70,3 +70,26 @@ def test_no_public_name_is_shadowed_by_a_submodule_of_the_same_name(name: str) -
     package = importlib.import_module(f"tpustream.{name}")
     submodules = {path.stem for path in Path(package.__file__).parent.glob("*.py")}
     assert set(package.__all__) & submodules == set()
+
+
+def test_the_files_format_tags_are_not_module_paths_and_did_not_move() -> None:
+    # The format tags written into every file (manifest.json, metrics.json, ...) look like module paths but are
+    # names on disk: the move into packages must not rewrite them, or every dataset, registry and run written
+    # before it stops reading ("re-create the dataset with this version"). These are the tags of 0.x.
+    from tpustream.artifacts.eval_report import METRICS_FORMAT
+    from tpustream.artifacts.manifest import MANIFEST_FORMAT
+    from tpustream.artifacts.model_card import MODEL_FORMAT
+    from tpustream.dataset.check_result import REPORT_FORMAT
+    from tpustream.dataset.fingerprint import FINGERPRINT_FORMAT
+    from tpustream.serve.predict.parts import PART_FORMAT, SUMMARY_FORMAT
+    from tpustream.serve.validate import VALIDATION_FORMAT
+    from tpustream.sources.vertex_dataset import EXPORT_FORMAT
+
+    assert (MANIFEST_FORMAT, METRICS_FORMAT, MODEL_FORMAT) == (
+        "tpustream.shards/v1", "tpustream.metrics/v1", "tpustream.model/v1",
+    )  # fmt: skip
+    assert (REPORT_FORMAT, FINGERPRINT_FORMAT, VALIDATION_FORMAT, EXPORT_FORMAT) == (
+        "tpustream.datacheck/v1", "tpustream.fingerprint/v1", "tpustream.serving-validation/v1",
+        "tpustream.vertex_export/v1",
+    )  # fmt: skip
+    assert (PART_FORMAT, SUMMARY_FORMAT) == ("tpustream.predictions-part/v1", "tpustream.predictions/v1")

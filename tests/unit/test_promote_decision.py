@@ -251,7 +251,7 @@ def test_top5_cannot_decide_between_models_of_five_classes_or_fewer():
     def report(classes):
         candidate = {"top1": 0.8, "top5": 1.0, "loss": 0.5, "num_samples": 10, "complete": True}
         return EvalReport.from_json({
-            "format": "tpustream.metrics.masked/v1", "classes": classes, "candidate": candidate, "champion": None,
+            "format": "tpustream.metrics/v1", "classes": classes, "candidate": candidate, "champion": None,
             "champion_note": None, "created": "2026-11-28T00:00:00Z",
             "dataset": {"uri": "gs://b/d", "manifest_digest": "ab" * 32, "val_samples": 10},
         })  # fmt: skip

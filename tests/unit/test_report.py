@@ -632,12 +632,12 @@ def test_the_report_command_writes_the_page_and_the_summary_and_says_the_decisio
         app, ["report", "--model", "m", "--metrics", str(tmp_path / "nowhere"), "--output", "o"]
     )
     assert missing.exit_code == 2 and "does not exist: run tpustream evaluate first" in missing.output
-    (tmp_path / "bad.json").write_text('{"format": "tpustream.metrics.masked/v9", "candidate": {}}')
+    (tmp_path / "bad.json").write_text('{"format": "tpustream.metrics/v9", "candidate": {}}')
     bad = runner.invoke(
         app, ["report", "--model", "m", "--metrics", str(tmp_path / "bad.json"), "--output", "o"]
     )
     assert (
-        bad.exit_code == 2 and "--metrics:" in bad.output and "tpustream.metrics.masked/v9" in bad.output
+        bad.exit_code == 2 and "--metrics:" in bad.output and "tpustream.metrics/v9" in bad.output
     ), bad.output
 
 

@@ -24,7 +24,7 @@ from tpustream.storage import io as storage
 
 __all__ = ["METRICS_FORMAT", "EvalReport", "Evaluation"]
 
-METRICS_FORMAT = "tpustream.metrics.masked/v1"
+METRICS_FORMAT = "tpustream.metrics/v1"
 
 _METRICS_FIX = "re-run tpustream evaluate"
 

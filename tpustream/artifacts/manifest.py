@@ -32,7 +32,7 @@ __all__ = [
     "Manifest",
 ]
 
-MANIFEST_FORMAT = "tpustream.dataset.write/v1"
+MANIFEST_FORMAT = "tpustream.shards/v1"
 
 _MANIFEST_FIX = "re-create the dataset with this version (tpustream shards create --overwrite)"
 

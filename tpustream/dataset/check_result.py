@@ -40,7 +40,7 @@ __all__ = [
     "TinyClass",
 ]
 
-REPORT_FORMAT = "tpustream.dataset.check/v1"
+REPORT_FORMAT = "tpustream.datacheck/v1"
 ANOMALY_CODES = (
     "missing-split",  # the dataset has no train or no val samples at all
     "empty-class",  # a class with 0 train or 0 val samples

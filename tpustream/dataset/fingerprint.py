@@ -41,7 +41,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FINGERPRINT_FORMAT = "tpustream.dataset.fingerprint/v1"
+FINGERPRINT_FORMAT = "tpustream.fingerprint/v1"
 
 
 class DataCheckMetadata(TypedDict):

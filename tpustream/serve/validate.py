@@ -62,7 +62,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 VALIDATION_FILE = "validation.json"
-VALIDATION_FORMAT = "tpustream.serve.server-validation/v1"
+VALIDATION_FORMAT = "tpustream.serving-validation/v1"
 PROBABILITY_TOLERANCE = 1e-3
 TIE = 1e-4  # a top-1 that evaluation itself decides by less than this may flip between batch sizes
 REQUEST_IMAGES = 16  # images per request: well inside the server's per-request limits
