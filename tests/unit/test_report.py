@@ -636,9 +636,9 @@ def test_the_report_command_writes_the_page_and_the_summary_and_says_the_decisio
     bad = runner.invoke(
         app, ["report", "--model", "m", "--metrics", str(tmp_path / "bad.json"), "--output", "o"]
     )
-    assert (
-        bad.exit_code == 2 and "--metrics:" in bad.output and "tpustream.metrics/v9" in bad.output
-    ), bad.output
+    assert bad.exit_code == 2 and "--metrics:" in bad.output and "tpustream.metrics/v9" in bad.output, (
+        bad.output
+    )
 
 
 def test_the_history_shows_each_decisions_champion_on_its_data_and_says_when_data_differ():
