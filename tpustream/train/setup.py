@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Loaders",
-    "read_manifest",
+    "training_manifest",
     "per_device_batch",
     "resolve_pretrained",
     "resolve_input_size",
@@ -41,7 +41,7 @@ class Loaders:
     val: ShardLoader
 
 
-def read_manifest(dataset: str) -> Manifest:
+def training_manifest(dataset: str) -> Manifest:
     """The dataset's manifest, which must have a train and a val split."""
     try:
         manifest = load_manifest(dataset)

@@ -63,8 +63,8 @@ from tpustream.train.setup import (
     class_weights,
     make_loaders,
     per_device_batch,
-    read_manifest,
     resolve_pretrained,
+    training_manifest,
 )
 from tpustream.train.step import evaluate, log_step, train_step
 from tpustream.xla_runtime import device_loader, runtime
@@ -121,7 +121,7 @@ class Trainer:
         self.config, self.preemption = config, preemption
         self.output = storage.absolute(config.output)  # model.json names both: valid from any directory
         self.dataset = storage.absolute(config.data)
-        self.manifest = read_manifest(self.dataset)
+        self.manifest = training_manifest(self.dataset)
         self.digest = manifest_digest(self.dataset)
         self.classes = list(self.manifest.classes)
         self.rt = runtime(config.strategy)
