@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from tpustream.artifacts import ModelCard
+
 __all__ = [
     "MODEL_NAMES",
     "MODEL_SPECS",
@@ -30,6 +32,9 @@ __all__ = [
     "adamw",
     "build_model",
     "build_network",
+    "card_small_input_stem",
+    "default_small_input_stem",
+    "network_for_card",
     "count_parameters",
     "model_spec",
     "parameter_groups",
@@ -362,12 +367,47 @@ def build_model(name: str, *, num_classes: int, input_size: int, in_channels: in
     return spec.build(num_classes=num_classes, input_size=input_size, in_channels=in_channels)
 
 
-def build_network(arch: str, *, num_classes: int, input_size: int, pretrained: bool) -> nn.Module:
-    """The network of a run or model card: a pretrained one keeps its stock stem at every input size (its
-    first convolution's weights are the pretrained ones), a random one gets the spec's small-input stem."""
-    if not pretrained:
-        return build_model(arch, num_classes=num_classes, input_size=input_size)
-    return model_spec(arch).builder(num_classes=num_classes, in_channels=3, input_size=input_size)
+def default_small_input_stem(arch: str, input_size: int, *, pretrained: bool) -> bool:
+    """The stem a new run's network gets: pretrained weights keep their stock stem at every input size (its
+    first convolution's weights are the pretrained ones); random weights get the spec's small-input stem
+    under ``SMALL_INPUT_MAX`` px. A warm start or a resumed run keeps the stem its weights were trained with."""
+    return not pretrained and model_spec(arch).small_input_stem(input_size)
+
+
+def build_network(
+    arch: str, *, num_classes: int, input_size: int, small_input_stem: bool, in_channels: int = 3
+) -> nn.Module:
+    """The network of a run or a model card, with the stem it records: the spec's small-input stem, or the
+    builder's stock stem (at any input size)."""
+    spec = model_spec(arch)
+    if num_classes < 2:
+        raise ConfigError(f"a classifier needs at least 2 classes, the dataset has {num_classes}")
+    if small_input_stem and spec.small_input is None:
+        raise ConfigError(f"{arch} has no small-input stem, but the network is said to have one")
+    if not small_input_stem:
+        return spec.builder(num_classes=num_classes, in_channels=in_channels, input_size=input_size)
+    model = spec.builder(num_classes=num_classes, in_channels=3, input_size=input_size)
+    return cast("SmallInputStem", spec.small_input)(model, in_channels=in_channels)
+
+
+def card_small_input_stem(card: ModelCard) -> bool:
+    """Whether the network of ``card`` has its spec's small-input stem: what model.json records. A card
+    without the key (written before it was recorded) had it exactly when its weights began random."""
+    if "small_input_stem" not in card.absent:
+        return card.small_input_stem
+    return default_small_input_stem(card.arch, card.input_size, pretrained=card.pretrained is not None)
+
+
+def network_for_card(card: ModelCard) -> nn.Module:
+    """The network ``card`` (model.json) describes, with random weights: its architecture, classes, input
+    size, channels and stem, whatever its weights began from (pretrained, warm-started or random)."""
+    return build_network(
+        card.arch,
+        num_classes=len(card.classes),
+        input_size=card.input_size,
+        small_input_stem=card_small_input_stem(card),
+        in_channels=card.in_channels,
+    )
 
 
 def count_parameters(model: nn.Module) -> int:

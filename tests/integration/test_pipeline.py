@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.common.sources import digit_images
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream import components
 from tpustream.pipelines.compile import compile_pipeline
@@ -472,20 +473,6 @@ def test_the_recording_endpoint_rejects_what_vertex_would(tmp_path):
     assert len(recorder.rejected) == 5
 
 
-def _digit_images(root, start, stop):
-    """Real data for an ImageFolder source: scikit-learn's bundled digits as PNG files, one folder a class."""
-    import numpy as np
-    from PIL import Image
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    for i in range(start, stop):
-        folder = root / str(digits.target[i])
-        folder.mkdir(parents=True, exist_ok=True)
-        pixels = (digits.images[i] * (255 / 16)).astype(np.uint8)
-        Image.fromarray(pixels).convert("RGB").save(folder / f"{i:05d}.png")
-
-
 @pytest.mark.slow  # two whole kfp.local runs
 def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     """A schedule's runs through the real kfp.local DAG: the first trains; the second, on an unchanged
@@ -493,7 +480,7 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     from tpustream.pipelines.local import run_local
 
     source = tmp_path / "images"
-    _digit_images(source, 0, 900)
+    digit_images(source, 0, 900)
     settings = dict(source=str(source), num_shards=8, shards_per_task=4, model_name="tiny", epochs=3, batch_size=16,
                     lr=0.2, bf16=False, workers=2)  # fmt: skip
     root = str(tmp_path / "run")
@@ -547,7 +534,7 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert len(trained_models()) == 1 and os.listdir(os.path.join(registry, "datasets")) == [dataset]
     assert promote.champion_status(registry).champion == status.champion
 
-    _digit_images(source, 900, 1300)  # new images land in the bucket
+    digit_images(source, 900, 1300)  # new images land in the bucket
     third = run_local(root=root, **settings)
     assert third.data == "train"
     datasets = sorted(os.listdir(os.path.join(registry, "datasets")))

@@ -20,6 +20,12 @@ from tpustream.train.evaluate import evaluate_model, val_predictions
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # resnet18 on XLA CPU: minutes
 
 
+def metrics_samples(data):
+    """How many samples evaluation decides on: the test split when the dataset has one, else val."""
+    manifest = load_manifest(data)
+    return manifest.num_samples("test") or manifest.num_samples("val")
+
+
 def _first_val_images(data, count):
     """The first ``count`` val images' bytes in manifest order (the order val_predictions answers in)."""
     manifest = load_manifest(data)
@@ -84,6 +90,22 @@ def test_train_pretrained_records_the_weights_and_every_reader_preprocesses_alik
     retrained = json.loads((again / "model.json").read_text())
     assert retrained["init"]["from"] == str(output) and retrained["init"]["weights"] == "all"
     assert retrained["pretrained"] is None  # the staged file did not start this run
+    assert retrained["small_input_stem"] is False  # ... but its network is the previous model's: the 7x7 stem
+    # Every reader builds the network model.json records, not one guessed from how its weights began
+    assert evaluate_model(str(again), data, workers=0).num_samples == metrics_samples(data)
+    assert Classifier(str(again)).classes == retrained["classes"]
+
+    # A challenger without --pretrained, warm-started from that fine-tuned model, keeps its stem at 32 px
+    third = tmp_path / "retrain-no-pretrained"
+    result = _run(
+        data, third, "--epochs", "1", "--model", "resnet18", "--input-size", "32", "--init-from", str(again),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "has the stock (pretrained) stem at 32 px: the run keeps it" in result.stderr
+    third_card = json.loads((third / "model.json").read_text())
+    assert third_card["small_input_stem"] is False and third_card["init"]["weights"] == "all"
+    assert evaluate_model(str(third), data, workers=0).num_samples == metrics_samples(data)
+    assert Classifier(str(third)).classes == third_card["classes"]
 
     metrics = evaluate_model(str(output), data, workers=0)
     assert metrics.top1 > 0.1  # it learned something in one epoch

@@ -64,7 +64,7 @@ def test_a_torchvision_state_dict_loads_into_the_backbone_and_the_head_is_new(ar
     weights, digest = load_state_dict(resolved)
     assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
     torch.manual_seed(7)
-    model = build_network(arch, num_classes=3, input_size=size, pretrained=True)
+    model = build_network(arch, num_classes=3, input_size=size, small_input_stem=False)
     fresh_head = model.get_submodule(spec.head).weight.detach().clone()
     record = apply_pretrained(model, weights, arch=arch, resolved=resolved, sha256=digest)
     own = model.state_dict()
@@ -84,7 +84,7 @@ def test_a_wrong_architecture_file_is_one_line_naming_it(tmp_path):
     torch.save(_torchvision_state("resnet18"), path)
     resolved = resolve(str(path), model="resnet50", input_size=32)
     weights, digest = load_state_dict(resolved)
-    model = build_network("resnet50", num_classes=3, input_size=32, pretrained=True)
+    model = build_network("resnet50", num_classes=3, input_size=32, small_input_stem=False)
     with pytest.raises(PretrainedError) as error:
         apply_pretrained(model, weights, arch="resnet50", resolved=resolved, sha256=digest)
     message = str(error.value)
@@ -99,7 +99,7 @@ def test_a_missing_backbone_weight_names_the_key(tmp_path):
     torch.save(state, path)
     resolved = resolve(str(path), model="resnet18", input_size=32)
     weights, digest = load_state_dict(resolved)
-    model = build_network("resnet18", num_classes=3, input_size=32, pretrained=True)
+    model = build_network("resnet18", num_classes=3, input_size=32, small_input_stem=False)
     with pytest.raises(PretrainedError, match=r"lacks 1 backbone weight.*'layer2\.0\.conv1\.weight'"):
         apply_pretrained(model, weights, arch="resnet18", resolved=resolved, sha256=digest)
 

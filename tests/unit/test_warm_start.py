@@ -5,7 +5,8 @@ import json
 import pytest
 import torch
 
-from tpustream.models import build_model
+from tpustream.artifacts import ModelCard
+from tpustream.models import build_model, build_network, card_small_input_stem, network_for_card
 from tpustream.train.warm_start import WarmStartError, apply_init_weights, load_init_weights
 
 
@@ -83,3 +84,53 @@ def test_a_stem_built_for_another_input_size_names_the_size_to_pass(tmp_path):
     with pytest.raises(WarmStartError, match=r"trained at 224 px, this run at 32.*pass --input-size 224"):
         apply_init_weights(small, load_init_weights(str(tmp_path / "m")), arch="resnet18", classes=["a", "b"],
                            input_size=32)  # fmt: skip
+
+
+def _stock_stem_card(root, classes, *, input_size=32, recorded=True):
+    """A resnet18 fine-tuned at ``input_size`` from pretrained weights: the stock 7x7 stem. A warm-started
+    run's card says ``pretrained: null`` (the staged file did not start it), so only ``small_input_stem``
+    tells its network apart from a random-init one."""
+    torch.manual_seed(3)
+    model = build_network("resnet18", num_classes=len(classes), input_size=input_size, small_input_stem=False)
+    root.mkdir(parents=True)
+    torch.save(model.state_dict(), root / "model.pt")
+    card = {"arch": "resnet18", "classes": classes, "input_size": input_size, "pretrained": None}
+    if recorded:
+        card["small_input_stem"] = False
+    (root / "model.json").write_text(json.dumps(card))
+    return model.state_dict()
+
+
+def test_the_model_card_decides_the_stem_not_how_the_weights_began(tmp_path):
+    weights = _stock_stem_card(tmp_path / "m", ["a", "b"])
+    card = ModelCard.read(str(tmp_path / "m"))
+    assert card.pretrained is None and card_small_input_stem(card) is False
+    network = network_for_card(card)
+    assert tuple(network.conv1.weight.shape) == (64, 3, 7, 7)
+    network.load_state_dict(weights)  # strict: every weight fits
+    # A card from before the key was written: the stem followed where the weights began
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "model.json").write_text(
+        json.dumps({"arch": "resnet18", "classes": ["a", "b"], "input_size": 32})
+    )
+    old = ModelCard.read(str(tmp_path / "old"))
+    assert card_small_input_stem(old) is True
+    assert tuple(network_for_card(old).conv1.weight.shape) == (64, 3, 3, 3)
+
+
+def test_a_warm_start_reads_the_stem_its_weights_were_trained_with(tmp_path):
+    _stock_stem_card(tmp_path / "m", ["a", "b"])
+    init = load_init_weights(str(tmp_path / "m"))
+    assert init.small_input_stem is False  # the trainer builds the champion's stock stem from this
+    model = build_network("resnet18", num_classes=2, input_size=32, small_input_stem=False)
+    apply_init_weights(model, init, arch="resnet18", classes=["a", "b"], input_size=32)
+
+
+def test_a_stem_mismatch_at_the_same_size_does_not_advise_the_size_it_already_has(tmp_path):
+    _stock_stem_card(tmp_path / "m", ["a", "b"])
+    init = load_init_weights(str(tmp_path / "m"))
+    small = build_network("resnet18", num_classes=2, input_size=32, small_input_stem=True)
+    with pytest.raises(WarmStartError) as refused:
+        apply_init_weights(small, init, arch="resnet18", classes=["a", "b"], input_size=32)
+    assert "--input-size" not in str(refused.value)
+    assert "both at 32 px: the stems differ" in str(refused.value)

@@ -64,7 +64,7 @@ def _one(name: str, precision: str, batch_size: int, epochs: int, steps: int) ->
     import torch_xla.debug.metrics as met
 
     from tpustream.loader.batch import Batch
-    from tpustream.models import build_network, model_spec
+    from tpustream.models import build_network, default_small_input_stem, model_spec
     from tpustream.train.config import TrainConfig
     from tpustream.train.pretrained import spec_preprocessing
     from tpustream.train.step import compile_count, train_step
@@ -73,7 +73,8 @@ def _one(name: str, precision: str, batch_size: int, epochs: int, steps: int) ->
     spec = model_spec(name)
     size = spec_preprocessing(spec).crop_size if spec.torchvision_arch else 224
     torch.manual_seed(0)
-    model = build_network(name, num_classes=10, input_size=size, pretrained=spec.torchvision_arch is not None)
+    stem = default_small_input_stem(name, size, pretrained=spec.torchvision_arch is not None)
+    model = build_network(name, num_classes=10, input_size=size, small_input_stem=stem)
     device = torch_xla.device()
     model = model.to(device).train()
     optimizer = spec.optimizer(model, lr=1e-3, momentum=0.9, weight_decay=spec.weight_decay)

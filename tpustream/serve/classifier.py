@@ -99,7 +99,7 @@ class Classifier:
         import torch
 
         from tpustream.image.transforms import IMAGENET_MEAN, IMAGENET_STD, Augment
-        from tpustream.models import build_model, build_network
+        from tpustream.models import network_for_card
         from tpustream.train.checkpoint import CheckpointError, load_torch_file
         from tpustream.train.evaluate import EvaluationError, load_model_card
 
@@ -124,17 +124,7 @@ class Classifier:
             )
         except CheckpointError as exc:
             raise BadModel(f"{exc}: the model artifact is incomplete or corrupt; re-export it") from exc
-        if card.pretrained is not None:  # the stock stem at every input size (tpustream/train/pretrained.py)
-            model = build_network(
-                card.arch, num_classes=len(self.classes), input_size=self.input_size, pretrained=True
-            )
-        else:
-            model = build_model(
-                card.arch,
-                num_classes=len(self.classes),
-                input_size=self.input_size,
-                in_channels=card.in_channels,
-            )
+        model = network_for_card(card)  # the stem model.json records, however the weights began
         try:
             model.load_state_dict(weights)
         except RuntimeError as exc:

@@ -112,12 +112,10 @@ def _split_manifest(card: ModelCard, model_uri: str, data_uri: str, split: str) 
 
 def _load_model(card: ModelCard, model_uri: str, num_classes: int) -> tuple[Any, str]:
     """The artifact's network with its weights (on the CPU), and the sha256 of model.pt."""
-    from tpustream.models import build_network
+    from tpustream.models import network_for_card
 
     weights, model_digest = _load_weights(model_uri)
-    model = build_network(
-        card.arch, num_classes=num_classes, input_size=card.input_size, pretrained=card.pretrained is not None
-    )
+    model = network_for_card(card)  # the stem model.json records, however the weights began
     try:
         model.load_state_dict(weights)
     except RuntimeError as exc:

@@ -13,7 +13,7 @@ import time
 
 from tpustream.artifacts import ArtifactError, DatasetRef, ModelCard
 from tpustream.image.transforms import IMAGENET_MEAN, IMAGENET_STD
-from tpustream.models import model_spec
+from tpustream.models import default_small_input_stem
 from tpustream.storage import io as storage
 from tpustream.train.checkpoint import CheckpointError, latest_checkpoint_uri, load_checkpoint
 from tpustream.train.config import TrainConfig, TrainError
@@ -50,8 +50,11 @@ def write_model_artifact(output: str, meta: RunMeta, state: RunState) -> ModelCa
         input_size=meta["input_size"],
         input_size_reason=meta.get("input_size_reason", ""),  # checkpoints written before it lack it
         in_channels=3,
-        small_input_stem=not meta.get("pretrained_weights")
-        and model_spec(meta["model"]).small_input_stem(meta["input_size"]),
+        small_input_stem=meta["small_input_stem"]
+        if "small_input_stem" in meta  # checkpoints written before it: the stem followed --pretrained
+        else default_small_input_stem(
+            meta["model"], meta["input_size"], pretrained=bool(meta.get("pretrained_weights"))
+        ),
         normalization={
             "mean": list(preprocessing["mean"] if preprocessing else IMAGENET_MEAN),
             "std": list(preprocessing["std"] if preprocessing else IMAGENET_STD),

@@ -71,7 +71,8 @@ class RunMeta(TypedDict):
     dataset_digest: str
     config: dict[str, Any]  # the TrainConfig as JSON, data and output absolute
     preprocessing: NotRequired[PreprocessingJson]
-    pretrained_weights: NotRequired[bool]  # the network was built for pretrained weights (the stock stem)
+    pretrained_weights: NotRequired[bool]  # --pretrained was given (older checkpoints: the stem followed it)
+    small_input_stem: NotRequired[bool]  # the network's stem: the spec's small-input one, or the stock one
     class_weights: NotRequired[dict[str, float]]  # --class-weights auto: each class's loss weight
     pretrained: NotRequired[PretrainedRecord]  # the weights the backbone began from
     init: NotRequired[InitRecord]  # warm start: where the weights began

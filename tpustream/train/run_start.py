@@ -18,13 +18,14 @@ from tpustream.train.optimizer import default_peak_lr
 if TYPE_CHECKING:
     from tpustream.train.pretrained import ResolvedWeights
     from tpustream.train.pretrained_load import PretrainedRecord
-    from tpustream.train.warm_start import InitRecord
+    from tpustream.train.warm_start import InitRecord, InitWeights
 
 __all__ = [
     "resume_uri",
     "check_resume",
     "within",
     "start_from_pretrained",
+    "choose_init",
     "start_from_init",
     "warm_peak_lr",
 ]
@@ -94,37 +95,57 @@ def start_from_pretrained(model: Any, resolved: ResolvedWeights, *, arch: str) -
         raise TrainError(str(exc)) from exc
 
 
+def choose_init(
+    config: TrainConfig, *, classes: list[str], pretrained: ResolvedWeights | None
+) -> InitWeights | None:
+    """--init-from's weights when they start the run; None when they do not (other classes than the run's
+    while --pretrained is given, or optional and unusable: --pretrained or random weights instead)."""
+    from tpustream.train.warm_start import WarmStartError, load_init_weights
+
+    try:
+        init = load_init_weights(config.init_from or "")
+    except WarmStartError as exc:
+        _init_unusable(config, exc, pretrained)
+        return None
+    if pretrained is not None and init.classes != classes:
+        log.info(
+            "--init-from %s has other classes than this run: --pretrained %s starts it instead",
+            config.init_from,
+            config.pretrained,
+        )
+        return None
+    return init
+
+
 def start_from_init(
     config: TrainConfig,
     model: Any,
+    init: InitWeights,
     *,
     classes: list[str],
     input_size: int,
     pretrained: ResolvedWeights | None,
 ) -> InitRecord | None:
-    """Load --init-from into ``model``; returns the meta's ``init``, or None when it did not start the run
-    (other classes than the run's while --pretrained is given, or optional and unusable: --pretrained or
-    random weights instead)."""
-    from tpustream.train.warm_start import WarmStartError, apply_init_weights, load_init_weights
+    """Load ``init`` (``choose_init``) into ``model``; returns the meta's ``init``, or None when it does not
+    fit and is optional (--pretrained or random weights instead)."""
+    from tpustream.train.warm_start import WarmStartError, apply_init_weights
 
     try:
-        init = load_init_weights(config.init_from or "")
-        if pretrained is not None and init.classes != classes:
-            log.info(
-                "--init-from %s has other classes than this run: --pretrained %s starts it instead",
-                config.init_from,
-                config.pretrained,
-            )
-            return None
         record = apply_init_weights(model, init, arch=config.model, classes=classes, input_size=input_size)
     except WarmStartError as exc:
-        if not config.init_optional:
-            raise TrainError(str(exc)) from exc
-        instead = "--pretrained weights" if pretrained is not None else "random weights"
-        log.warning("%s: training from %s instead", exc, instead)
+        _init_unusable(config, exc, pretrained)
         return None
     log.info("the run starts from --init-from %s", config.init_from)
     return record
+
+
+def _init_unusable(config: TrainConfig, exc: Exception, pretrained: ResolvedWeights | None) -> None:
+    """An optional --init-from that cannot start the run is a warning; a required one a TrainError."""
+    if not config.init_optional:
+        raise TrainError(str(exc)) from exc
+    instead = "--pretrained weights" if pretrained is not None else "random weights"
+    log.warning("%s: training from %s instead", exc, instead)
+    return None
 
 
 def warm_peak_lr(config: TrainConfig, global_batch: int) -> float | None:

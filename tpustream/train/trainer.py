@@ -28,7 +28,7 @@ from typing import Any
 
 from tpustream.artifacts import ModelCard
 from tpustream.dataset.manifest import manifest_digest
-from tpustream.models import build_network, model_spec
+from tpustream.models import build_network, default_small_input_stem, model_spec
 from tpustream.storage import io as storage
 from tpustream.train.checkpoint import (
     Checkpoint,
@@ -52,6 +52,7 @@ from tpustream.train.preemption import Preempted, SigtermFlag, StopAgreement, pr
 from tpustream.train.records import EpochLog, EpochRun, RunMeta, RunState, epoch_record
 from tpustream.train.run_start import (
     check_resume,
+    choose_init,
     resume_uri,
     start_from_init,
     start_from_pretrained,
@@ -151,20 +152,11 @@ class Trainer:
         scratch_lr = default_peak_lr(self.global_batch, spec.base_lr)
         self.peak_lr = config.lr or (scratch_lr * FINE_TUNE_LR_FACTOR if self.pretrained else scratch_lr)
         torch.manual_seed(config.seed)
-        self.model = build_network(
-            config.model,
-            num_classes=len(self.classes),
-            input_size=self.input_size,
-            pretrained=self.pretrained is not None,
+        # The stem of a new run; a warm start or a resumed checkpoint keeps the one its weights were trained with.
+        self.default_stem = default_small_input_stem(
+            config.model, self.input_size, pretrained=self.pretrained is not None
         )
-        self.model = self.model.to(self.rt.device)
-        weight_decay = spec.weight_decay if config.weight_decay is None else config.weight_decay
-        self.optimizer = spec.optimizer(
-            self.model, lr=self.peak_lr, momentum=config.momentum, weight_decay=weight_decay
-        )
-        self.head = set(self.model.get_submodule(spec.head).parameters())
-        if config.backbone_lr_scale != 1.0:
-            self.optimizer = backbone_groups(self.optimizer, self.head)
+        self.build_network(self.default_stem)
         self.freeze_epochs = 0  # --freeze-epochs once the run is known to start from trained weights
         self.class_weights = class_weights(config, self.manifest)
         self.state = RunState()
@@ -178,6 +170,7 @@ class Trainer:
             config={**asdict(config), "data": self.dataset, "output": self.output},
             preprocessing=self.preprocessing.to_json(),
             pretrained_weights=self.pretrained is not None,
+            small_input_stem=self.small_input_stem,
         )
         if self.class_weights is not None:
             self.meta["class_weights"] = dict(zip(self.classes, self.class_weights.tolist(), strict=True))
@@ -186,6 +179,39 @@ class Trainer:
         self.stop: StopAgreement | None = None
         self.tracker: Any = None  # xm.RateTracker over the whole run, made in fit()
         self.compile_cache: Any = None  # CompileCache when --compile-cache is given
+
+    def build_network(self, small_input_stem: bool) -> None:
+        """The model (random weights, on the device), its optimizer and its head's parameters, for a network
+        with the small-input stem or the stock one."""
+        config, spec = self.config, model_spec(self.config.model)
+        self.small_input_stem = small_input_stem
+        self.model = build_network(
+            config.model,
+            num_classes=len(self.classes),
+            input_size=self.input_size,
+            small_input_stem=small_input_stem,
+        ).to(self.rt.device)
+        weight_decay = spec.weight_decay if config.weight_decay is None else config.weight_decay
+        self.optimizer = spec.optimizer(
+            self.model, lr=self.peak_lr, momentum=config.momentum, weight_decay=weight_decay
+        )
+        self.head = set(self.model.get_submodule(spec.head).parameters())
+        if config.backbone_lr_scale != 1.0:
+            self.optimizer = backbone_groups(self.optimizer, self.head)
+
+    def _keep_stem(self, small_input_stem: bool | None, source: str) -> None:
+        """Rebuild the network when the weights it starts from (``source``) were trained with the other stem;
+        None: they do not say (a checkpoint written before it was recorded), and the run's stem stays."""
+        if small_input_stem is None or small_input_stem == self.small_input_stem:
+            return
+        log.info(
+            "%s has the %s stem at %d px: the run keeps it",
+            source,
+            "small-input" if small_input_stem else "stock (pretrained)",
+            self.input_size,
+        )
+        self.build_network(small_input_stem)
+        self.meta["small_input_stem"] = small_input_stem
 
     def fit(self) -> ModelCard:
         """Train to ``config.epochs``; returns the model card. Raises Preempted (every host at one step)."""
@@ -282,6 +308,7 @@ class Trainer:
         """Where the resumed run's weights began (its checkpoint's meta), kept across restarts; a warm
         start's LR with it."""
         meta = checkpoint.get("meta") or {}
+        self._keep_stem(meta.get("small_input_stem"), "the checkpoint")
         pretrained = meta.get("pretrained")
         if pretrained:
             self.meta["pretrained"] = pretrained
@@ -294,15 +321,24 @@ class Trainer:
         """Start a new run from --init-from's weights (tpustream/train/warm_start.py) or --pretrained's
         (tpustream/train/pretrained.py), and record where from. --init-from wins when its classes are the run's
         (a retraining run); otherwise, or when it cannot be used and is optional, --pretrained starts it."""
+        init_weights = None
         if self.config.init_from:
+            init_weights = choose_init(self.config, classes=self.classes, pretrained=self.pretrained)
+        if init_weights is not None:
+            # The network the weights were trained as: a champion fine-tuned from pretrained weights keeps
+            # its stock stem at a small input size, whether or not this run names --pretrained.
+            self._keep_stem(init_weights.small_input_stem, f"--init-from {self.config.init_from}")
             init = start_from_init(
                 self.config,
                 self.model,
+                init_weights,
                 classes=self.classes,
                 input_size=self.input_size,
                 pretrained=self.pretrained,
             )
-            if init is not None:
+            if init is None:  # did not fit and was optional: --pretrained or random weights, with their stem
+                self._keep_stem(self.default_stem, "the run")
+            else:
                 self.meta["init"] = init
                 self._warm_lr()
                 if self.pretrained is not None:

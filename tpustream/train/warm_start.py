@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from tpustream.artifacts import ArtifactError, ModelCard
 from tpustream.errors import TpustreamError
+from tpustream.models import MODEL_SPECS, card_small_input_stem, default_small_input_stem
 from tpustream.storage import io as storage
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ class InitWeights:
     classes: list[str]
     input_size: int | None
     weights: StateDict
+    small_input_stem: bool | None = None  # the network's stem (None: a checkpoint written without it)
 
 
 def _json(uri: str) -> dict[str, Any] | None:
@@ -129,6 +131,7 @@ def load_init_weights(uri: str) -> InitWeights:
                 list(card.classes),
                 card.input_size,
                 weights,
+                card_small_input_stem(card),
             )
         checkpoint_uri = latest_checkpoint_uri(uri, "best") or latest_checkpoint_uri(uri, "last")
     except (CheckpointError, storage.StorageError, KeyError, TypeError, ValueError) as exc:
@@ -158,7 +161,20 @@ def _from_checkpoint(given: str, uri: str, checkpoint: Checkpoint) -> InitWeight
         list(meta.get("classes") or []),
         meta.get("input_size"),
         checkpoint["model"],
+        _checkpoint_stem(meta),
     )
+
+
+def _checkpoint_stem(meta: dict[str, Any]) -> bool | None:
+    """The stem a checkpoint's network had: its meta's, or, before that was recorded, the one --pretrained
+    chose; None when the meta does not say."""
+    if "small_input_stem" in meta:
+        return bool(meta["small_input_stem"])
+    if "pretrained_weights" in meta and meta.get("model") in MODEL_SPECS and meta.get("input_size"):
+        return default_small_input_stem(
+            meta["model"], int(meta["input_size"]), pretrained=bool(meta["pretrained_weights"])
+        )
+    return None
 
 
 def _head(model: Any) -> str:
@@ -169,6 +185,20 @@ def _head(model: Any) -> str:
     if not names:
         raise WarmStartError("the network has no Linear head to replace")
     return names[-1]
+
+
+def _shape_fix(init: InitWeights, input_size: int) -> str:
+    """Why a weight's shape differs and the option that fixes it: the input size only when it differs."""
+    if init.input_size is not None and init.input_size != input_size:
+        return (
+            f"(it was trained at {init.input_size} px, this run at {input_size}: a stem built for another "
+            f"input size differs); pass --input-size {init.input_size}"
+        )
+    return (
+        f"(both at {input_size} px: the stems differ, one the stock stem of pretrained weights, the other the "
+        "small-input stem, and this checkpoint does not record which); warm start from its model artifact or "
+        "registry instead (model.json records the stem), or train without --init-from"
+    )
 
 
 def apply_init_weights(
@@ -195,8 +225,7 @@ def apply_init_weights(
         if tuple(own[key].shape) != tuple(value.shape):
             raise WarmStartError(
                 f"--init-from {init.uri}: {key} is {tuple(value.shape)} there, {tuple(own[key].shape)} here "
-                f"(it was trained at {init.input_size} px, this run at {input_size}: a stem built for another "
-                f"input size differs); pass --input-size {init.input_size}"
+                + _shape_fix(init, input_size)
             )
         loaded[key] = value
     missing = set(own) - set(loaded) - (head_keys if not same_classes else set())
