@@ -321,7 +321,9 @@ def test_a_drop_on_a_class_with_too_few_samples_is_said_but_does_not_refuse():
     assert policy.min_class_support == 10
     decision = decide_on(candidate, champion, candidate_digest="d", champion_digest="d", policy=policy)
     assert decision.promote, decision.reason
-    assert "not decisive, fewer samples than --min-class-support 10: class 1 (n=2) by 1.0000" in decision.reason
+    assert (
+        "not decisive, fewer samples than --min-class-support 10: class 1 (n=2) by 1.0000" in decision.reason
+    )
     every = PromotionPolicy(max_class_drop=0.1, min_class_support=0)
     decision = decide_on(candidate, champion, candidate_digest="d", champion_digest="d", policy=every)
     assert not decision.promote and decision.reason.startswith("class 1 accuracy drops by 1.0000")

@@ -148,14 +148,15 @@ def test_the_class_beyond_max_class_drop_is_marked_in_the_page(rendered):
     marked = re.findall(r'<tr class="exceeds"><td>(.*?)</td>', page)
     assert marked == ["dog"]
     assert (
-        '<tr class="exceeds"><td>dog</td><td>60.0%</td><td>90.0%</td><td>+30.0</td><td>yes</td></tr>' in page
+        '<tr class="exceeds"><td>dog</td><td>60.0%</td><td>90.0%</td><td>+30.0</td><td>yes</td><td>20</td></tr>'
+        in page
     )
 
 
 def test_the_markdown_per_class_table_lists_the_largest_drop_first(rendered):
     _, markdown = rendered
     rows = table_rows(markdown, "## Per-class accuracy")
-    assert rows[0] == ["**dog**", "60.0%", "90.0%", "+30.0", "**yes**"]
+    assert rows[0] == ["**dog**", "60.0%", "90.0%", "+30.0", "**yes**", "20"]
     names = [row[0] for row in rows]
     assert names == ["**dog**", "&lt;script&gt;alert(1)&lt;/script&gt;", "cat", "bird &amp; fish"]
     assert [row[4] for row in rows[1:]] == ["", "", ""]
@@ -738,3 +739,70 @@ def test_the_report_names_the_split_that_decides():
     assert "Policy: decide on top1 (higher is better) on the test split" in markdown
     assert table_rows(markdown, "Policy: decide on")[-1][0] == "test samples"
     assert "the share of the true class&#x27;s test samples" in page  # the confusion matrix's note
+
+
+# --------------------------------------------------------------------------- issue 42: what the report shows
+
+
+def test_every_per_class_caption_and_axis_names_the_deciding_split():
+    """Issue 42: the per-class chart's axis read "accuracy on the class's val samples" over test numbers."""
+    from tpustream.report.plots import per_class_figure
+
+    figure = per_class_figure(["a", "b"], [0.5, 1.0], None, [False, False], split="test")
+    assert figure.axes[0].get_xlabel() == "accuracy on the class's test samples"
+    on_test = replace(sample_facts().metrics, split="test")
+    page, markdown = render_report(sample_facts(metrics=on_test))
+    per_class = page.split('<section id="per-class">', 1)[1].split("</section>", 1)[0]
+    assert "Accuracy on each class&#x27;s test samples." in per_class
+    assert 'alt="per-class accuracy on the test split, candidate and champion"' in per_class
+    assert "<th>candidate (test)</th>" in per_class and "<th>test samples</th>" in per_class
+    assert 'alt="candidate confusion matrix on the test split"' in page
+    assert "Accuracy on each class's test samples." in markdown
+    assert " val " not in per_class.replace("val_", "")  # nothing there is on val
+
+
+def test_a_class_too_small_to_judge_is_marked_and_its_drop_does_not_refuse():
+    """Issue 42: a class with 2 test samples showed a +100-point drop with no caveat. Under the policy's
+    min_class_support it is marked "n=2, too few to judge", not beyond max_class_drop, and the decision (the
+    policy's own) promotes; min_class_support 0 makes it decide again."""
+    facts = sample_facts()
+    candidate = replace(
+        facts.metrics.candidate,
+        per_class_accuracy=[0.95, 0.0, 0.85, 0.8],
+        confusion_matrix=[[19, 1, 0, 0], [2, 0, 0, 0], [0, 0, 17, 3], [4, 0, 0, 16]],
+    )
+    metrics = replace(facts.metrics, candidate=candidate)
+    policy = facts.policy  # max_class_drop 0.1, min_class_support 10
+    decision = decide(candidate, metrics.champion, candidate_digest="d", champion_digest="d", policy=policy)
+    assert decision.promote and "class 1 (n=2) by 0.9000" in decision.reason
+    page, markdown = render_report(replace(facts, metrics=metrics, decision=decision))
+    assert '<tr class="few"><td>dog</td><td>0.0%</td><td>90.0%</td><td>+90.0</td><td></td>' in page
+    assert "<td>n=2, too few to judge</td>" in page and 'class="exceeds"' not in page
+    assert "1 class has fewer than 10 val samples (min_class_support): too few to judge" in page
+    assert table_rows(markdown, "## Per-class accuracy")[0] == [
+        "dog",
+        "0.0%",
+        "90.0%",
+        "+90.0",
+        "",
+        "n=2, too few to judge",
+    ]
+    strict = replace(policy, min_class_support=0)
+    decision = decide(candidate, metrics.champion, candidate_digest="d", champion_digest="d", policy=strict)
+    assert not decision.promote
+    page, _ = render_report(replace(facts, metrics=metrics, decision=decision, policy=strict))
+    assert re.findall(r'<tr class="exceeds"><td>(.*?)</td>', page) == ["dog"]
+    assert "Refused, the champion stays: class “dog” accuracy drops by 90.0 points" in page
+
+
+def test_precision_at_zero_coverage_reads_not_applicable():
+    """Issue 42: the threshold table showed precision 100.0% at 0.0% coverage, a share of no predictions."""
+    facts = sample_facts()
+    thresholds = [
+        {"threshold": 0.9, "precision": 0.95, "recall": 0.2, "coverage": 0.21},
+        {"threshold": 0.99, "precision": 1.0, "recall": 0.0, "coverage": 0.0},
+    ]
+    candidate = replace(facts.metrics.candidate, per_class={"support": [20] * 4}, thresholds=thresholds)
+    page, _ = render_report(replace(facts, metrics=replace(facts.metrics, candidate=candidate)))
+    assert "<tr><td>0.99</td><td>n/a</td><td>0.0%</td><td>0.0%</td></tr>" in page
+    assert "<tr><td>0.90</td><td>95.0%</td><td>20.0%</td><td>21.0%</td></tr>" in page

@@ -34,6 +34,8 @@ th,td{padding:4px 12px;border-bottom:1px solid #ddd;text-align:right;vertical-al
 th{background:#f5f5f7}th:first-child,td:first-child{text-align:left}
 table.text td,table.text th,table.events td:nth-child(n+6),table.events th:nth-child(n+6){text-align:left;max-width:460px;overflow-wrap:anywhere}
 tr.exceeds td,tr.refused td:nth-child(2){color:#b71c1c;font-weight:600}tr.exceeds{background:#fdecea}
+tr.few td{color:#777;font-style:italic}
+.alarm{margin:12px 0;padding:10px 16px;border-left:8px solid #c62828;background:#fdecea;font-weight:600}
 .better{color:#2e7d32}.worse{color:#c62828}
 .note{color:#555}.plots{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
 figure{margin:10px 0}figure img{max-width:100%;height:auto;display:block}figcaption{color:#555;font-size:13px}
