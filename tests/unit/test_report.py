@@ -276,7 +276,7 @@ def test_each_section_has_its_plot(rendered):
         root = ElementTree.fromstring(svg)
         assert root.tag == "{http://www.w3.org/2000/svg}svg"
     toc = re.findall(r'<li><a href="#([\w-]+)">', page)
-    assert toc == ["training", "confusion", "per-class", "dataset", "history"]
+    assert toc == ["training", "recipe", "confusion", "per-class", "dataset", "history"]
     assert all(f'<section id="{key}">' in page for key in toc)
 
 
@@ -806,3 +806,88 @@ def test_precision_at_zero_coverage_reads_not_applicable():
     page, _ = render_report(replace(facts, metrics=replace(facts.metrics, candidate=candidate)))
     assert "<tr><td>0.99</td><td>n/a</td><td>0.0%</td><td>0.0%</td></tr>" in page
     assert "<tr><td>0.90</td><td>95.0%</td><td>20.0%</td><td>21.0%</td></tr>" in page
+
+
+def _recipe(page: str) -> dict[str, str]:
+    section = page.split('<section id="recipe">', 1)[1].split("</section>", 1)[0]
+    return dict(re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td></tr>", section))
+
+
+def test_the_training_recipe_section_says_how_the_candidate_was_trained():
+    """Issue 42: the report did not show the LR, the schedule, freezing, class weights or the weights' source."""
+    training = {"epochs": 6, "batch_size": 32, "global_batch_size": None, "lr": None, "warmup_epochs": 1.0,
+                "freeze_epochs": 2, "backbone_lr_scale": 0.5, "class_weights": "auto", "bf16": True,
+                "label_smoothing": 0.1, "momentum": 0.9, "weight_decay": None, "patience": 0}  # fmt: skip
+    rows = [{**row, "samples_per_s": 640.0, "samples_per_s_per_device": 160.0} for row in epochs(3)]
+    pretrained = {"spec": "gs://b/resnet18.pth", "uri": "gs://b/resnet18.pth", "name": "resnet18.pth",
+                  "sha256": "ab" * 32, "head": "fc", "tensors_loaded": 120}  # fmt: skip
+    card = _card(
+        {
+            "arch": "resnet18",
+            "classes": CLASSES,
+            "history": rows,
+            "metrics": {"epoch": 3},
+            "training": training,
+            "pretrained": pretrained,
+            "class_weights": {"cat": 0.5, "dog": 2.0},
+        }
+    )
+    page, markdown = render_report(sample_facts(model_card=card))
+    recipe = _recipe(page)
+    # 4 devices (640 / 160 samples/s) x 32: global batch 128, sqrt-scaled 0.1 -> 0.07071, a tenth: 0.007071
+    assert recipe["peak LR"] == (
+        "0.007071: fine-tuning&#x27;s tenth of the scaled default 0.07071 (0.1 at a global batch of 256, "
+        "scaled to 128; no --lr given)"
+    )
+    assert recipe["schedule"] == (
+        "linear warmup over 1 epoch to the peak, then cosine decay to 0 at the end of epoch 6, per step"
+    )
+    assert recipe["epochs"].startswith("6 planned, 3 trained")
+    assert recipe["freeze epochs"] == "2: the head alone for the first 2 epochs, then every layer"
+    assert recipe["backbone LR scale"].startswith("0.5: the backbone at 0.5 of the scheduled LR")
+    assert recipe["class weights"] == "auto: inverse class frequency in the train split: cat 0.5, dog 2"
+    assert recipe["precision"] == "bf16 autocast"
+    assert recipe["augmentation"].startswith("train: a random crop of 35% to 100% of the image")
+    assert recipe["pretrained weights"] == (
+        f"resnet18.pth from gs://b/resnet18.pth, sha256 {'ab' * 32}, 120 backbone tensors loaded; the head is new"
+    )
+    assert recipe["warm start"] == "none"
+    assert "## Training recipe" in markdown and f"sha256 {'ab' * 32}" in markdown
+
+    warm = {"from": "gs://b/registry", "resolved": "gs://b/registry/versions/1/model", "kind": "champion",
+            "weights": "all", "head_rows_kept": 4, "new_classes": [], "gone_classes": [],
+            "peak_lr": 0.0035}  # fmt: skip
+    started = replace(card, pretrained=None, init=warm)
+    recipe = _recipe(render_report(sample_facts(model_card=started))[0])
+    assert recipe["peak LR"].startswith("0.0035: the warm start&#x27;s, a tenth of the scaled default")
+    assert recipe["warm start"] == (
+        "from gs://b/registry (gs://b/registry/versions/1/model), a champion: all weights"
+    )
+    given = replace(card, training={**training, "lr": 0.2, "bf16": False, "freeze_epochs": 0})
+    recipe = _recipe(render_report(sample_facts(model_card=given))[0])
+    assert recipe["peak LR"] == "0.2, given with --lr" and recipe["precision"] == "fp32"
+    scratch = replace(card, pretrained=None, training={**training, "freeze_epochs": 0})
+    recipe = _recipe(render_report(sample_facts(model_card=scratch))[0])
+    assert recipe["peak LR"].startswith("0.07071: the default, 0.1 at a global batch of 256 scaled to 128")
+    old = _recipe(render_report(sample_facts())[0])  # a card with no training record
+    assert old["peak LR"] == "not recorded" and old["warm start"] == "none"
+
+
+def test_a_banner_says_when_the_loss_rose_by_an_order_of_magnitude_or_went_non_finite():
+    """Issue 42: a run whose train loss went 3.06 -> 28.3 and val loss to 18,303 was promoted with no word."""
+    losses = [(3.06, 2.9), (2.5, 40.0), (28.3, 18303.0)]
+    rows = [{**row, "train_loss": t, "val_loss": v} for row, (t, v) in zip(epochs(3), losses, strict=True)]
+    card = _card({"arch": "resnet18", "classes": CLASSES, "history": rows})
+    page, markdown = render_report(sample_facts(model_card=card))
+    banner = re.search(r'<p class="alarm" id="loss-alarm">([^<]*)</p>', page)
+    assert banner is not None
+    assert (
+        "Training diverged: train loss rose from 3.06 in epoch 1, lowest 2.5 in epoch 2, to 28.3 in epoch 3, "
+        "more than 10x its lowest; val loss rose from 2.9 in epoch 1 to 1.83e+04 in epoch 3"
+    ) in banner.group(1)
+    assert "> **Warning:** Training diverged: train loss rose from 3.06" in markdown
+    nan_rows = [*epochs(2), {**epochs(3)[2], "val_loss": math.nan}]
+    page, _ = render_report(sample_facts(model_card=replace(card, history=nan_rows)))
+    assert "val loss is not a finite number in epoch 3 (nan)" in page
+    calm, summary = render_report(sample_facts())  # 2.0 -> 0.67: no banner
+    assert 'id="loss-alarm"' not in calm and "Warning" not in summary

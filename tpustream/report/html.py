@@ -42,6 +42,7 @@ from tpustream.report.facts import (
 )
 from tpustream.report.markdown import _markdown_html
 from tpustream.report.page import _code, _figure, _note, _page
+from tpustream.report.recipe import recipe_rows
 
 __all__ = ["render_html"]
 
@@ -54,6 +55,7 @@ def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) ->
     """The page for ``facts``, whose ``verdict`` and per-class ``rows`` (``report_facts``) it states."""
     sections = [
         ("training", "Training", _training_html(facts)),
+        ("recipe", "Training recipe", _recipe_html(facts)),
         ("confusion", "Confusion matrices", _confusion_html(facts)),
         ("per-class", "Per-class accuracy", _per_class_html(facts, rows)),
         ("dataset", "Data set", _dataset_html(facts)),
@@ -252,6 +254,12 @@ def _training_html(facts: ReportFacts) -> str:
         ]
         parts.append(_table(header, cells))
     return "".join(parts)
+
+
+def _recipe_html(facts: ReportFacts) -> str:
+    """How the candidate was trained: peak LR and how it was chosen, schedule, fine-tuning, weights."""
+    rows = [[_E(what), _E(how)] for what, how in recipe_rows(facts.model_card)]
+    return _table(["", "from the candidate's model.json"], rows, css="text")
 
 
 def _samples_seen(row: dict[str, Any]) -> str:

@@ -36,6 +36,7 @@ from tpustream.report.facts import (
     _too_few_text,
     _Verdict,
 )
+from tpustream.report.recipe import loss_alarm, recipe_rows
 
 __all__ = ["render_markdown"]  # and _markdown_html, for tpustream.report.html
 
@@ -66,6 +67,11 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
         "",
         f"**{_md(verdict.sentence)}**",
         "",
+    ]
+    alarm = loss_alarm(facts.model_card.history)
+    if alarm:
+        lines += [f"> **Warning:** {_md(alarm)}", ""]
+    lines += [
         _policy_line(facts),
         "",
     ]
@@ -116,6 +122,10 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
     else:
         lines += ["No per-epoch history in the model card.", ""]
 
+    lines += ["## Training recipe", ""]
+    lines += _md_table(
+        ["", "from the candidate's model.json"], [[_md(a), _md(b)] for a, b in recipe_rows(facts.model_card)]
+    )
     lines += _markdown_dataset(facts)
     if facts.data_check_markdown is not None:
         lines += ["## Data check", ""]
