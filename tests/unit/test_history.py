@@ -178,7 +178,8 @@ def test_old_and_new_events_read_as_one_history(tmp_path):
 
 
 def test_a_chosen_metric_is_reported_where_the_event_has_it(tmp_path):
-    write_events(tmp_path, [OLD_PROMOTED, OLD_REFUSED, NEW_PROMOTED, NEW_REFUSED])
+    gone = {"metrics_uri": str(tmp_path / "deleted" / "metrics.json")}  # evaluations no longer there
+    write_events(tmp_path, [OLD_PROMOTED, OLD_REFUSED, {**NEW_PROMOTED, **gone}, {**NEW_REFUSED, **gone}])
     history = champion_history(str(tmp_path), metric="top5")
     assert [(e["metric"], e["value"], e["champion_value"]) for e in history] == [
         ("top5", 0.9, None),  # a pointer records every metric
@@ -301,3 +302,32 @@ def test_champion_history_command_prints_the_table_the_json_and_the_newest(tmp_p
     assert "no decisions yet" in runner.invoke(app, ["champion", "history", str(empty)]).output
     missing = runner.invoke(app, ["champion", "history", str(tmp_path / "nowhere")])
     assert missing.exit_code != 0 and "does not exist" in missing.output
+
+
+def test_history_of_another_metric_shows_the_champion_value_its_evaluation_measured(tmp_path):
+    """Issue 42: `champion history --metric macro_f1` showed `-` for a champion evaluate had measured: an event
+    records the values of the metric it was decided on; the others come from its metrics.json."""
+    from typer.testing import CliRunner
+
+    from tpustream.cli.main import app
+
+    evaluation = {
+        "format": "tpustream.metrics/v1",
+        "dataset": {"uri": "gs://b/data/d1", "manifest_digest": D1, "val_samples": 10},
+        "classes": ["a", "b"],
+        "candidate": {"top1": 0.4, "top5": 1.0, "loss": 1.3, "macro_f1": 0.3812},
+        "champion": {"top1": 0.5, "top5": 1.0, "loss": 1.25, "macro_f1": 0.4567, "version": 1},
+    }
+    metrics = tmp_path / "eval" / "metrics.json"
+    metrics.parent.mkdir()
+    metrics.write_text(json.dumps(evaluation))
+    refused = {**NEW_REFUSED, "metric": "top1", "value": 0.4, "champion_value": 0.5, "dataset_digest": D1,
+               "metrics_uri": str(metrics)}  # fmt: skip
+    registry = tmp_path / "registry"
+    write_events(registry, [OLD_PROMOTED, refused])
+    history = champion_history(str(registry), metric="macro_f1")
+    assert [(e["value"], e["champion_value"]) for e in history] == [(None, None), (0.3812, 0.4567)]
+    assert [(e["value"], e["champion_value"]) for e in champion_history(str(registry))][1] == (0.4, 0.5)
+    shown = CliRunner().invoke(app, ["champion", "history", str(registry), "--metric", "macro_f1"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines()[2].split()[5:7] == ["0.3812", "0.4567"]

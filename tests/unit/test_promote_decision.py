@@ -309,3 +309,28 @@ def test_metrics_json_keeps_its_split_and_val_numbers_and_an_old_one_reads_back_
     assert old.dataset.samples("test") == 35 and old.dataset.samples("val") == 40
     with pytest.raises(ArtifactError, match="'split' is 'train', expected 'val' or 'test'"):
         _report("train")
+
+
+def test_a_drop_on_a_class_with_too_few_samples_is_said_but_does_not_refuse():
+    """Issue 42: a class with 2 test samples dropped 100 points and refused a better model. Under
+    min_class_support samples on the deciding split (the confusion matrix's row, or the scores' support) a
+    drop is not decisive, and the reason says so; min_class_support 0 makes every class decide."""
+    candidate = {**m(0.95, per_class=(1.0, 0.0)), "confusion_matrix": [[38, 0], [2, 0]]}
+    champion = {**m(0.90, per_class=(0.9, 1.0)), "confusion_matrix": [[34, 4], [0, 2]]}
+    policy = PromotionPolicy(max_class_drop=0.1)
+    assert policy.min_class_support == 10
+    decision = decide_on(candidate, champion, candidate_digest="d", champion_digest="d", policy=policy)
+    assert decision.promote, decision.reason
+    assert (
+        "not decisive, fewer samples than --min-class-support 10: class 1 (n=2) by 1.0000" in decision.reason
+    )
+    every = PromotionPolicy(max_class_drop=0.1, min_class_support=0)
+    decision = decide_on(candidate, champion, candidate_digest="d", champion_digest="d", policy=every)
+    assert not decision.promote and decision.reason.startswith("class 1 accuracy drops by 1.0000")
+    scored = {**candidate, "per_class": {"support": [38, 12]}}  # the scores' support wins over the matrix
+    decision = decide_on(scored, champion, candidate_digest="d", champion_digest="d", policy=policy)
+    assert not decision.promote and "class 1 accuracy drops" in decision.reason
+    assert PromotionPolicy.from_options(min_class_support=0).min_class_support == 0
+    assert PromotionPolicy.from_options().min_class_support == 10
+    with pytest.raises(RegistryError, match="--min-class-support -1"):
+        PromotionPolicy(min_class_support=-1)

@@ -148,14 +148,15 @@ def test_the_class_beyond_max_class_drop_is_marked_in_the_page(rendered):
     marked = re.findall(r'<tr class="exceeds"><td>(.*?)</td>', page)
     assert marked == ["dog"]
     assert (
-        '<tr class="exceeds"><td>dog</td><td>60.0%</td><td>90.0%</td><td>+30.0</td><td>yes</td></tr>' in page
+        '<tr class="exceeds"><td>dog</td><td>60.0%</td><td>90.0%</td><td>+30.0</td><td>yes</td><td>20</td></tr>'
+        in page
     )
 
 
 def test_the_markdown_per_class_table_lists_the_largest_drop_first(rendered):
     _, markdown = rendered
     rows = table_rows(markdown, "## Per-class accuracy")
-    assert rows[0] == ["**dog**", "60.0%", "90.0%", "+30.0", "**yes**"]
+    assert rows[0] == ["**dog**", "60.0%", "90.0%", "+30.0", "**yes**", "20"]
     names = [row[0] for row in rows]
     assert names == ["**dog**", "&lt;script&gt;alert(1)&lt;/script&gt;", "cat", "bird &amp; fish"]
     assert [row[4] for row in rows[1:]] == ["", "", ""]
@@ -275,7 +276,7 @@ def test_each_section_has_its_plot(rendered):
         root = ElementTree.fromstring(svg)
         assert root.tag == "{http://www.w3.org/2000/svg}svg"
     toc = re.findall(r'<li><a href="#([\w-]+)">', page)
-    assert toc == ["training", "confusion", "per-class", "dataset", "history"]
+    assert toc == ["training", "recipe", "confusion", "per-class", "dataset", "history"]
     assert all(f'<section id="{key}">' in page for key in toc)
 
 
@@ -738,3 +739,155 @@ def test_the_report_names_the_split_that_decides():
     assert "Policy: decide on top1 (higher is better) on the test split" in markdown
     assert table_rows(markdown, "Policy: decide on")[-1][0] == "test samples"
     assert "the share of the true class&#x27;s test samples" in page  # the confusion matrix's note
+
+
+# --------------------------------------------------------------------------- issue 42: what the report shows
+
+
+def test_every_per_class_caption_and_axis_names_the_deciding_split():
+    """Issue 42: the per-class chart's axis read "accuracy on the class's val samples" over test numbers."""
+    from tpustream.report.plots import per_class_figure
+
+    figure = per_class_figure(["a", "b"], [0.5, 1.0], None, [False, False], split="test")
+    assert figure.axes[0].get_xlabel() == "accuracy on the class's test samples"
+    on_test = replace(sample_facts().metrics, split="test")
+    page, markdown = render_report(sample_facts(metrics=on_test))
+    per_class = page.split('<section id="per-class">', 1)[1].split("</section>", 1)[0]
+    assert "Accuracy on each class&#x27;s test samples." in per_class
+    assert 'alt="per-class accuracy on the test split, candidate and champion"' in per_class
+    assert "<th>candidate (test)</th>" in per_class and "<th>test samples</th>" in per_class
+    assert 'alt="candidate confusion matrix on the test split"' in page
+    assert "Accuracy on each class's test samples." in markdown
+    assert " val " not in per_class.replace("val_", "")  # nothing there is on val
+
+
+def test_a_class_too_small_to_judge_is_marked_and_its_drop_does_not_refuse():
+    """Issue 42: a class with 2 test samples showed a +100-point drop with no caveat. Under the policy's
+    min_class_support it is marked "n=2, too few to judge", not beyond max_class_drop, and the decision (the
+    policy's own) promotes; min_class_support 0 makes it decide again."""
+    facts = sample_facts()
+    candidate = replace(
+        facts.metrics.candidate,
+        per_class_accuracy=[0.95, 0.0, 0.85, 0.8],
+        confusion_matrix=[[19, 1, 0, 0], [2, 0, 0, 0], [0, 0, 17, 3], [4, 0, 0, 16]],
+    )
+    metrics = replace(facts.metrics, candidate=candidate)
+    policy = facts.policy  # max_class_drop 0.1, min_class_support 10
+    decision = decide(candidate, metrics.champion, candidate_digest="d", champion_digest="d", policy=policy)
+    assert decision.promote and "class 1 (n=2) by 0.9000" in decision.reason
+    page, markdown = render_report(replace(facts, metrics=metrics, decision=decision))
+    assert '<tr class="few"><td>dog</td><td>0.0%</td><td>90.0%</td><td>+90.0</td><td></td>' in page
+    assert "<td>n=2, too few to judge</td>" in page and 'class="exceeds"' not in page
+    assert "1 class has fewer than 10 val samples (min_class_support): too few to judge" in page
+    assert table_rows(markdown, "## Per-class accuracy")[0] == [
+        "dog",
+        "0.0%",
+        "90.0%",
+        "+90.0",
+        "",
+        "n=2, too few to judge",
+    ]
+    strict = replace(policy, min_class_support=0)
+    decision = decide(candidate, metrics.champion, candidate_digest="d", champion_digest="d", policy=strict)
+    assert not decision.promote
+    page, _ = render_report(replace(facts, metrics=metrics, decision=decision, policy=strict))
+    assert re.findall(r'<tr class="exceeds"><td>(.*?)</td>', page) == ["dog"]
+    assert "Refused, the champion stays: class “dog” accuracy drops by 90.0 points" in page
+
+
+def test_precision_at_zero_coverage_reads_not_applicable():
+    """Issue 42: the threshold table showed precision 100.0% at 0.0% coverage, a share of no predictions."""
+    facts = sample_facts()
+    thresholds = [
+        {"threshold": 0.9, "precision": 0.95, "recall": 0.2, "coverage": 0.21},
+        {"threshold": 0.99, "precision": 1.0, "recall": 0.0, "coverage": 0.0},
+    ]
+    candidate = replace(facts.metrics.candidate, per_class={"support": [20] * 4}, thresholds=thresholds)
+    page, _ = render_report(replace(facts, metrics=replace(facts.metrics, candidate=candidate)))
+    assert "<tr><td>0.99</td><td>n/a</td><td>0.0%</td><td>0.0%</td></tr>" in page
+    assert "<tr><td>0.90</td><td>95.0%</td><td>20.0%</td><td>21.0%</td></tr>" in page
+
+
+def _recipe(page: str) -> dict[str, str]:
+    section = page.split('<section id="recipe">', 1)[1].split("</section>", 1)[0]
+    return dict(re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td></tr>", section))
+
+
+def test_the_training_recipe_section_says_how_the_candidate_was_trained():
+    """Issue 42: the report did not show the LR, the schedule, freezing, class weights or the weights' source."""
+    training = {"epochs": 6, "batch_size": 32, "global_batch_size": None, "lr": None, "warmup_epochs": 1.0,
+                "freeze_epochs": 2, "backbone_lr_scale": 0.5, "class_weights": "auto", "bf16": True,
+                "label_smoothing": 0.1, "momentum": 0.9, "weight_decay": None, "patience": 0}  # fmt: skip
+    rows = [{**row, "samples_per_s": 640.0, "samples_per_s_per_device": 160.0} for row in epochs(3)]
+    pretrained = {"spec": "gs://b/resnet18.pth", "uri": "gs://b/resnet18.pth", "name": "resnet18.pth",
+                  "sha256": "ab" * 32, "head": "fc", "tensors_loaded": 120}  # fmt: skip
+    card = _card(
+        {
+            "arch": "resnet18",
+            "classes": CLASSES,
+            "history": rows,
+            "metrics": {"epoch": 3},
+            "training": training,
+            "pretrained": pretrained,
+            "class_weights": {"cat": 0.5, "dog": 2.0},
+        }
+    )
+    page, markdown = render_report(sample_facts(model_card=card))
+    recipe = _recipe(page)
+    # 4 devices (640 / 160 samples/s) x 32: global batch 128, sqrt-scaled 0.1 -> 0.07071, a tenth: 0.007071
+    assert recipe["peak LR"] == (
+        "0.007071: fine-tuning&#x27;s tenth of the scaled default 0.07071 (0.1 at a global batch of 256, "
+        "scaled to 128; no --lr given)"
+    )
+    assert recipe["schedule"] == (
+        "linear warmup over 1 epoch to the peak, then cosine decay to 0 at the end of epoch 6, per step"
+    )
+    assert recipe["epochs"].startswith("6 planned, 3 trained")
+    assert recipe["freeze epochs"] == "2: the head alone for the first 2 epochs, then every layer"
+    assert recipe["backbone LR scale"].startswith("0.5: the backbone at 0.5 of the scheduled LR")
+    assert recipe["class weights"] == "auto: inverse class frequency in the train split: cat 0.5, dog 2"
+    assert recipe["precision"] == "bf16 autocast"
+    assert recipe["augmentation"].startswith("train: a random crop of 35% to 100% of the image")
+    assert recipe["pretrained weights"] == (
+        f"resnet18.pth from gs://b/resnet18.pth, sha256 {'ab' * 32}, 120 backbone tensors loaded; the head is new"
+    )
+    assert recipe["warm start"] == "none"
+    assert "## Training recipe" in markdown and f"sha256 {'ab' * 32}" in markdown
+
+    warm = {"from": "gs://b/registry", "resolved": "gs://b/registry/versions/1/model", "kind": "champion",
+            "weights": "all", "head_rows_kept": 4, "new_classes": [], "gone_classes": [],
+            "peak_lr": 0.0035}  # fmt: skip
+    started = replace(card, pretrained=None, init=warm)
+    recipe = _recipe(render_report(sample_facts(model_card=started))[0])
+    assert recipe["peak LR"].startswith("0.0035: the warm start&#x27;s, a tenth of the scaled default")
+    assert recipe["warm start"] == (
+        "from gs://b/registry (gs://b/registry/versions/1/model), a champion: all weights"
+    )
+    given = replace(card, training={**training, "lr": 0.2, "bf16": False, "freeze_epochs": 0})
+    recipe = _recipe(render_report(sample_facts(model_card=given))[0])
+    assert recipe["peak LR"] == "0.2, given with --lr" and recipe["precision"] == "fp32"
+    scratch = replace(card, pretrained=None, training={**training, "freeze_epochs": 0})
+    recipe = _recipe(render_report(sample_facts(model_card=scratch))[0])
+    assert recipe["peak LR"].startswith("0.07071: the default, 0.1 at a global batch of 256 scaled to 128")
+    old = _recipe(render_report(sample_facts())[0])  # a card with no training record
+    assert old["peak LR"] == "not recorded" and old["warm start"] == "none"
+
+
+def test_a_banner_says_when_the_loss_rose_by_an_order_of_magnitude_or_went_non_finite():
+    """Issue 42: a run whose train loss went 3.06 -> 28.3 and val loss to 18,303 was promoted with no word."""
+    losses = [(3.06, 2.9), (2.5, 40.0), (28.3, 18303.0)]
+    rows = [{**row, "train_loss": t, "val_loss": v} for row, (t, v) in zip(epochs(3), losses, strict=True)]
+    card = _card({"arch": "resnet18", "classes": CLASSES, "history": rows})
+    page, markdown = render_report(sample_facts(model_card=card))
+    banner = re.search(r'<p class="alarm" id="loss-alarm">([^<]*)</p>', page)
+    assert banner is not None
+    assert (
+        "Training diverged: train loss rose from 3.06 in epoch 1, lowest 2.5 in epoch 2, to 28.3 in epoch 3, "
+        "more than 10x its lowest; val loss rose from 2.9 in epoch 1 to 1.83e+04 in epoch 3"
+    ) in banner.group(1)
+    assert "> **Warning:** Training diverged: train loss rose from 3.06" in markdown
+    nan_rows = [*epochs(2), {**epochs(3)[2], "val_loss": math.nan}]
+    page, _ = render_report(sample_facts(model_card=replace(card, history=nan_rows)))
+    assert "val loss is not a finite number in epoch 3 (nan)" in page
+    calm, summary = render_report(sample_facts())  # 2.0 -> 0.67: no banner
+    assert 'id="loss-alarm"' not in calm and "Warning" not in summary

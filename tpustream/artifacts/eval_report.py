@@ -128,6 +128,20 @@ class Evaluation:
         """The value of metric ``name`` (top1, top5, loss, macro_f1, balanced_accuracy); None: not measured."""
         return getattr(self, name) if name in self._KEYS else None
 
+    def class_support(self) -> list[int | None]:
+        """Each class's sample count on this evaluation's split: ``per_class``'s ``support`` when the scores
+        gave it, else the confusion matrix's row sums; None for a class neither records."""
+        size = max(len(self.per_class_accuracy), len(self.confusion_matrix))
+        support = (self.per_class or {}).get("support")
+        if isinstance(support, list) and len(support) == size:
+            return [
+                int(n) if isinstance(n, int | float) and not isinstance(n, bool) else None for n in support
+            ]
+        rows = self.confusion_matrix
+        if len(rows) == size and all(isinstance(row, list) for row in rows):
+            return [int(sum(row)) for row in rows]
+        return [None] * size
+
 
 @dataclass(frozen=True, kw_only=True)
 class EvalReport:

@@ -179,6 +179,15 @@ MinMetricOption = Annotated[
         "with or without a champion, so a poor first model is not promoted."
     ),
 ]
+# The per-class limit's sample threshold; its default is PromotionPolicy's (DEFAULT_POLICY.min_class_support).
+MinClassSupportOption = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="A class with fewer samples than this on the deciding split (test, else val) is too few to judge: "
+        "its accuracy drop is shown but does not refuse under --max-class-drop; 0: every class decides.",
+    ),
+]
 MinClassRecallOption = Annotated[
     float | None,
     typer.Option(

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from tpustream.cli.app import app, champion_app
-from tpustream.cli.options import MinClassRecallOption, MinMetricOption, fail
+from tpustream.cli.options import MinClassRecallOption, MinClassSupportOption, MinMetricOption, fail
+from tpustream.registry.policy import DEFAULT_POLICY
 
 
 @app.command("promote")
@@ -25,6 +26,7 @@ def promote_cmd(
     ] = None,
     min_metric: MinMetricOption = None,
     min_class_recall: MinClassRecallOption = None,
+    min_class_support: MinClassSupportOption = DEFAULT_POLICY.min_class_support,
     max_p_value: Annotated[
         float | None,
         typer.Option(
@@ -68,6 +70,7 @@ def promote_cmd(
         max_class_drop=max_class_drop,
         min_metric=min_metric,
         min_class_recall=min_class_recall,
+        min_class_support=min_class_support,
         max_p_value=max_p_value,
     )
     if validation:

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, TypedDict
 
+from tpustream.artifacts import EvalReport
 from tpustream.errors import ConfigError
 from tpustream.registry.events import list_events, read_event
 from tpustream.registry.policy import METRICS, RegistryError
@@ -57,7 +58,9 @@ def champion_history(registry: str, *, metric: str | None = None) -> list[Histor
     Args:
         registry: the registry URI (a local directory or ``gs://bucket/prefix``).
         metric: report this metric's values (where the event has them: a promoted event has all three, a
-            refused one only the metric it was decided on); None reports each decision's own metric.
+            refused one only the metric it was decided on); where the event lacks the candidate's or the
+            champion's value of it, they are read from the decision's evaluation (its ``metrics_uri``: evaluate
+            measured both on the candidate's data). None reports each decision's own metric.
 
     Returns:
         One ``HistoryEntry`` per promoted, refused and already-champion event; [] for an empty registry.
@@ -88,7 +91,50 @@ def champion_history(registry: str, *, metric: str | None = None) -> list[Histor
             continue
         dated.append((when, uri, entry))
     dated.sort(key=lambda item: item[:2])  # equal times (events from before microseconds): by file name
-    return [entry for _, _, entry in dated]
+    entries = [entry for _, _, entry in dated]
+    if metric is not None:
+        _fill_from_evaluations(dated, dict(zip(uris, read, strict=True)), metric)
+    return entries
+
+
+def _fill_from_evaluations(
+    dated: list[tuple[datetime, str, HistoryEntry]],
+    events: dict[str, dict[str, Any] | None],
+    metric: str,
+) -> None:
+    """Where an event decided on another metric lacks the candidate's or the champion's ``metric``, take it from
+    the evaluation the decision read (the event's ``metrics_uri``): its candidate, and the champion evaluate
+    measured on the same samples. One that cannot be read is warned about and leaves the value unknown."""
+    wanted = []
+    for _, uri, entry in dated:
+        event = events.get(uri) or {}
+        source = event.get("metrics_uri")
+        missing = entry["value"] is None or entry["champion_value"] is None
+        if missing and event.get("metric") != metric and isinstance(source, str) and source:
+            wanted.append((entry, source))
+    if not wanted:
+        return
+    with ThreadPoolExecutor(min(READERS, len(wanted))) as pool:
+        evaluations = list(pool.map(_read_evaluation, [source for _, source in wanted]))
+    for (entry, _), evaluation in zip(wanted, evaluations, strict=True):
+        if evaluation is None:
+            continue
+        if entry["value"] is None:
+            entry["value"] = _number(evaluation.candidate.metric(metric))
+        champion = evaluation.champion
+        if entry["champion_value"] is None and champion is not None and champion.complete is not False:
+            entry["champion_value"] = _number(champion.metric(metric))
+
+
+def _read_evaluation(uri: str) -> EvalReport | None:
+    """The decision's metrics.json, or None (with a warning naming it) when it cannot be read."""
+    try:
+        return EvalReport.read(uri)
+    except (
+        Exception
+    ) as exc:  # gone, unreadable, not metrics.json: the value stays unknown, the history goes on
+        log.warning("champion history: cannot read the evaluation %s (%s: %s)", uri, type(exc).__name__, exc)
+        return None
 
 
 def _read_event(uri: str) -> dict[str, Any] | None:

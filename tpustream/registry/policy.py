@@ -133,7 +133,9 @@ class PromotionPolicy:
     ``metric``: decided on; ``min_delta``: the least gain over the champion; ``max_class_drop``: the most any
     class's accuracy may fall (None: no per-class check); ``floor``: what a candidate must reach at all, the
     first model of a registry included; ``max_p_value``: a gain must be this unlikely by chance (McNemar's
-    exact test on the samples both were scored on; None: not required).
+    exact test on the samples both were scored on; None: not required); ``min_class_support``: a class with
+    fewer samples than this on the deciding split is too few to judge: its drop is shown but never refuses
+    (0: every class decides).
     """
 
     metric: Metric = "top1"
@@ -141,9 +143,16 @@ class PromotionPolicy:
     max_class_drop: float | None = None
     floor: QualityFloor = field(default_factory=QualityFloor)
     max_p_value: float | None = None
+    min_class_support: int = 10
 
     def __post_init__(self) -> None:
         metric_named(self.metric)
+        if isinstance(self.min_class_support, bool) or not isinstance(self.min_class_support, int):
+            raise RegistryError(f"--min-class-support {self.min_class_support!r}: a whole number of samples")
+        if self.min_class_support < 0:
+            raise RegistryError(
+                f"--min-class-support {self.min_class_support}: at least 0 (0: every class decides)"
+            )
         if self.max_p_value is not None and not 0.0 < self.max_p_value <= 1.0:
             raise RegistryError(f"--max-p-value {self.max_p_value}: a probability in (0, 1], e.g. 0.05")
         if self.max_class_drop is not None and not 0.0 <= self.max_class_drop <= 1.0:
@@ -161,14 +170,18 @@ class PromotionPolicy:
         min_metric: float | None = None,
         min_class_recall: float | None = None,
         max_p_value: float | None = None,
+        min_class_support: int | None = None,
     ) -> PromotionPolicy:
-        """From the command line's options (None: off; ``metric`` checked against the choices)."""
+        """From the command line's options (None: off, or for ``min_class_support`` the policy's default;
+        ``metric`` checked against the choices)."""
+        support = {} if min_class_support is None else {"min_class_support": min_class_support}
         return cls(
             metric=metric_named(metric),
             min_delta=min_delta,
             max_class_drop=max_class_drop,
             floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
             max_p_value=max_p_value,
+            **support,
         )
 
     @classmethod
@@ -287,20 +300,29 @@ def decide(
             f"candidate {metric} {mine:.4f} vs champion {theirs:.4f}: "
             f"improvement {gain:+.4f} is not above 0 and at least --min-delta {min_delta}{sureness}",
         )
+    few = ""  # drops beyond the limit on classes too small to judge: said, never decisive
     if policy.max_class_drop is not None:
+        support = candidate.class_support()  # both were measured on the same data (the digests match)
         drops = [
-            (i, champ - cand)
+            (i, champ - cand, support[i] if i < len(support) else None)
             for i, (cand, champ) in enumerate(
                 zip(candidate.per_class_accuracy, champion.per_class_accuracy, strict=True)
             )
-            if cand is not None and champ is not None  # a class without val samples is not measured
+            if cand is not None and champ is not None  # a class without samples is not measured
         ]
-        worst = max(drops, key=lambda d: d[1], default=(None, 0.0))
+        judged = [d for d in drops if d[2] is None or d[2] >= policy.min_class_support]
+        worst = max(judged, key=lambda d: d[1], default=(None, 0.0, None))
         if worst[1] > policy.max_class_drop:
             return Decision(
                 False,
                 f"class {worst[0]} accuracy drops by {worst[1]:.4f}, more than --max-class-drop "
                 f"{policy.max_class_drop}",
+            )
+        small = [f"class {i} (n={n}) by {drop:.4f}" for i, drop, n in drops if drop > policy.max_class_drop]
+        if small:
+            few = (
+                f"; not decisive, fewer samples than --min-class-support {policy.min_class_support}: "
+                f"{', '.join(small)} beyond --max-class-drop"
             )
     beats = f"candidate {metric} {mine:.4f} beats champion {theirs:.4f} by {gain:+.4f}"
     if max_p_value is not None:
@@ -316,7 +338,7 @@ def decide(
                 f"{beats}, but that could be chance: {paired.described()} is above --max-p-value {max_p_value}; "
                 "evaluate on more samples, or keep the champion",
             )
-    return Decision(True, beats + sureness)
+    return Decision(True, beats + sureness + few)
 
 
 def decide_for_metrics(

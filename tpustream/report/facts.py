@@ -107,7 +107,16 @@ class _ClassRow:
     candidate: float | None
     champion: float | None
     drop: float | None  # champion minus candidate: positive is worse
-    exceeds: bool
+    exceeds: bool  # beyond max_class_drop, on a class with enough samples to judge: it refuses
+    support: int | None = None  # the class's samples on the deciding split; None: not recorded
+    too_few: bool = False  # under the policy's min_class_support: shown, never decisive
+
+
+def _too_few_text(row: _ClassRow) -> str:
+    """A class's sample count, and the mark of one too small to judge (``PromotionPolicy.min_class_support``)."""
+    if row.support is None:
+        return ""
+    return f"n={row.support}, too few to judge" if row.too_few else str(row.support)
 
 
 def _class_rows(facts: ReportFacts) -> list[_ClassRow]:
@@ -116,17 +125,21 @@ def _class_rows(facts: ReportFacts) -> list[_ClassRow]:
     candidate = facts.metrics.candidate.per_class_accuracy or [None] * len(classes)
     champion = _champion(facts)
     theirs = (champion.per_class_accuracy if champion else []) or [None] * len(classes)
+    support = facts.metrics.candidate.class_support()
     rows = []
     for index, name in enumerate(classes):
         mine: Any = candidate[index] if index < len(candidate) else None
         held: Any = theirs[index] if index < len(theirs) else None
         drop = float(held) - float(mine) if is_finite_number(mine) and is_finite_number(held) else None
+        samples = support[index] if index < len(support) else None
+        too_few = samples is not None and samples < facts.policy.min_class_support
         exceeds = (
             drop is not None
             and facts.policy.max_class_drop is not None
             and drop > facts.policy.max_class_drop
+            and not too_few
         )
-        rows.append(_ClassRow(index, name, mine, held, drop, exceeds))
+        rows.append(_ClassRow(index, name, mine, held, drop, exceeds, samples, too_few))
     return sorted(rows, key=lambda r: (r.drop is None, -(r.drop or 0.0), r.index))
 
 
@@ -217,8 +230,24 @@ def _policy_line(facts: ReportFacts) -> str:
     better = "higher" if facts.policy.higher_is_better else "lower"
     return (
         f"Policy: decide on {facts.policy.metric} ({better} is better) on the {facts.metrics.split} split, "
-        f"min_delta {facts.policy.min_delta}, max_class_drop {limit}."
+        f"min_delta {facts.policy.min_delta}, max_class_drop {limit}, min_class_support "
+        f"{facts.policy.min_class_support}."
     )
+
+
+def _support_note(facts: ReportFacts, rows: list[_ClassRow]) -> str:
+    """What the per-class numbers are measured on, and which classes are too small to judge."""
+    split = facts.metrics.split
+    few = [row for row in rows if row.too_few]
+    text = f"Accuracy on each class's {split} samples."
+    if few:
+        limit = facts.policy.min_class_support
+        text += (
+            f" {len(few)} class{'es have' if len(few) > 1 else ' has'} fewer than {limit} {split} samples "
+            f"(min_class_support): too few to judge, {'their drops do' if len(few) > 1 else 'its drop does'} "
+            "not refuse the candidate (min_class_support 0 makes every class decide)."
+        )
+    return text
 
 
 def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:

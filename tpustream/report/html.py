@@ -34,12 +34,15 @@ from tpustream.report.facts import (
     _percent,
     _points,
     _shown_rows,
+    _support_note,
     _table,
+    _too_few_text,
     _Verdict,
     shows_top5,
 )
 from tpustream.report.markdown import _markdown_html
 from tpustream.report.page import _code, _figure, _note, _page
+from tpustream.report.recipe import recipe_rows
 
 __all__ = ["render_html"]
 
@@ -52,6 +55,7 @@ def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) ->
     """The page for ``facts``, whose ``verdict`` and per-class ``rows`` (``report_facts``) it states."""
     sections = [
         ("training", "Training", _training_html(facts)),
+        ("recipe", "Training recipe", _recipe_html(facts)),
         ("confusion", "Confusion matrices", _confusion_html(facts)),
         ("per-class", "Per-class accuracy", _per_class_html(facts, rows)),
         ("dataset", "Data set", _dataset_html(facts)),
@@ -83,7 +87,7 @@ def _precision_recall_html(facts: ReportFacts) -> str:
         f"Macro-F1 {_decimal(candidate.macro_f1)}, balanced accuracy "
         f"{_percent(candidate.balanced_accuracy)} (the mean of the classes' recalls: every class "
         f"counts the same, however many samples it has), AU-PRC {_decimal(candidate.auprc)} "
-        f"(micro, one-vs-rest), on {counted} samples."
+        f"(micro, one-vs-rest), on {counted} {facts.metrics.split} samples."
     )
     parts = [_note(summary)]
 
@@ -117,15 +121,18 @@ def _precision_recall_html(facts: ReportFacts) -> str:
             _figure(
                 "plot-thresholds",
                 report_plots.thresholds_svg(thresholds),
-                "precision, recall and coverage against the confidence threshold",
-                "Acting only on predictions at or above a confidence threshold trades coverage for precision.",
+                f"precision, recall and coverage on the {facts.metrics.split} split against the confidence "
+                "threshold",
+                f"On the {facts.metrics.split} split: acting only on predictions at or above a confidence "
+                "threshold trades coverage for precision; with no prediction acted on (0% coverage) precision "
+                "is undefined and not drawn.",
             )
         )
         shown = [row for row in thresholds if round(float(row.get("threshold", -1)), 2) in SHOWN_THRESHOLDS]
         rows = [
             [
                 _E(f"{float(row['threshold']):.2f}"),
-                _percent(row.get("precision")),
+                _threshold_precision(row),
                 _percent(row.get("recall")),
                 _percent(row.get("coverage")),
             ]
@@ -133,6 +140,14 @@ def _precision_recall_html(facts: ReportFacts) -> str:
         ]
         parts.append(_table(["threshold", "precision", "recall", "coverage"], rows))
     return "".join(parts)
+
+
+def _threshold_precision(row: dict[str, Any]) -> str:
+    """A threshold row's precision: "n/a" where nothing is acted on (0% coverage), a share of no predictions."""
+    coverage = row.get("coverage")
+    if isinstance(coverage, int | float) and not isinstance(coverage, bool) and coverage <= 0:
+        return "n/a"
+    return _percent(row.get("precision"))
 
 
 def _mistakes_html(facts: ReportFacts) -> str:
@@ -156,7 +171,8 @@ def _mistakes_html(facts: ReportFacts) -> str:
     intro = _note(
         f"The {len(mistakes)} most confident wrong predictions, at most "
         f"{max(_per_class_count(mistakes), 1)} per true class, surest first: the images a confidence "
-        "threshold would not catch. Each is the image evaluated (from the shards), with its source file."
+        f"threshold would not catch. Each is the image evaluated (from the {facts.metrics.split} shards), "
+        "with its source file."
     )
     return intro + '<div class="mistakes">' + "".join(cells) + "</div>"
 
@@ -196,6 +212,9 @@ def _training_html(facts: ReportFacts) -> str:
                 "plot-curves",
                 report_plots.curves_svg(history, top5=top5),
                 "loss and validation accuracy per epoch",
+                "Per epoch: the loss on the train split, loss and accuracy on the val split (val chose the "
+                "best epoch; the decision's numbers above are on the "
+                f"{facts.metrics.split} split).",
             )
         )
     elif history:
@@ -237,6 +256,12 @@ def _training_html(facts: ReportFacts) -> str:
     return "".join(parts)
 
 
+def _recipe_html(facts: ReportFacts) -> str:
+    """How the candidate was trained: peak LR and how it was chosen, schedule, fine-tuning, weights."""
+    rows = [[_E(what), _E(how)] for what, how in recipe_rows(facts.model_card)]
+    return _table(["", "from the candidate's model.json"], rows, css="text")
+
+
 def _samples_seen(row: dict[str, Any]) -> str:
     """An epoch's train samples: seen once, left out by the equal-batches rule, repeated to fill batches."""
     if "train_samples_seen" not in row:
@@ -273,8 +298,11 @@ def _confusion_html(facts: ReportFacts) -> str:
         elif not _is_square(result.confusion_matrix, len(classes)):
             figures.append(_note(f"No {who} matrix: metrics.json holds none for its {len(classes)} classes."))
         else:
-            svg = report_plots.confusion_svg(result.confusion_matrix, classes, shown, who.capitalize())
-            figures.append(_figure(plot_id, svg, f"{who} confusion matrix"))
+            title = f"{who.capitalize()}, {facts.metrics.split} split"
+            svg = report_plots.confusion_svg(result.confusion_matrix, classes, shown, title)
+            figures.append(
+                _figure(plot_id, svg, f"{who} confusion matrix on the {facts.metrics.split} split")
+            )
     parts.append(f'<div class="plots">{"".join(figures)}</div>')
     return "".join(parts)
 
@@ -285,7 +313,8 @@ def _per_class_html(facts: ReportFacts, rows: list[_ClassRow]) -> str:
         limit = "No max_class_drop was set: no class's drop can refuse the candidate."
     else:
         limit = f"max_class_drop is {_points(facts.policy.max_class_drop)}: classes whose accuracy drops by more are in red."
-    parts = [_note(limit + ("" if champion else f" No champion numbers: {_no_champion_text(facts)}."))]
+    no_champion = "" if champion else f" No champion numbers: {_no_champion_text(facts)}."
+    parts = [_note(f"{_support_note(facts, rows)} {limit}{no_champion}")]
     plotted = rows[:PLOTTED_CLASSES]
     caption = (
         f"The {len(plotted)} classes with the largest drops, of {len(rows)}."
@@ -297,8 +326,10 @@ def _per_class_html(facts: ReportFacts, rows: list[_ClassRow]) -> str:
         [row.candidate for row in plotted],
         [row.champion for row in plotted] if champion else None,
         [row.exceeds for row in plotted],
+        split=facts.metrics.split,
     )
-    parts.append(_figure("plot-per-class", svg, "per-class accuracy, candidate and champion", caption))
+    alt = f"per-class accuracy on the {facts.metrics.split} split, candidate and champion"
+    parts.append(_figure("plot-per-class", svg, alt, caption))
     listed = _shown_rows(rows, HTML_CLASS_ROWS)
     cells = [
         [
@@ -307,17 +338,20 @@ def _per_class_html(facts: ReportFacts, rows: list[_ClassRow]) -> str:
             _percent(row.champion) if champion else "none",
             f"{100 * row.drop:+.1f}" if row.drop is not None else NOT_MEASURED,
             "yes" if row.exceeds else "",
+            _E(_too_few_text(row)),
         ]
         for row in listed
     ]
     header = [
         "class",
-        "candidate",
+        f"candidate ({_E(facts.metrics.split)})",
         _E(_champion_heading(facts)),
         "drop (points, + is worse)",
         "beyond max_class_drop",
+        f"{_E(facts.metrics.split)} samples",
     ]
-    parts.append(_table(header, cells, ["exceeds" if row.exceeds else "" for row in listed]))
+    css = ["exceeds" if row.exceeds else "few" if row.too_few else "" for row in listed]
+    parts.append(_table(header, cells, css))
     if len(listed) < len(rows):
         parts.append(_note(f"{len(rows) - len(listed)} more classes, with smaller drops, are not listed."))
     return "".join(parts)
@@ -397,7 +431,7 @@ def _history_html(facts: ReportFacts) -> str:
         notes = []
         if report_plots.history_on_different_data(same):
             notes.append(
-                "The decisions were measured on different data (each on its run's val shards): compare a "
+                "The decisions were measured on different data (each on its own run's shards): compare a "
                 "candidate with the hollow champion marker joined to it, which is the champion on the same "
                 "data, not with the points of other decisions."
             )

@@ -31,9 +31,12 @@ from tpustream.report.facts import (
     _points,
     _policy_line,
     _shown_rows,
+    _support_note,
     _table,
+    _too_few_text,
     _Verdict,
 )
+from tpustream.report.recipe import loss_alarm, recipe_rows
 
 __all__ = ["render_markdown"]  # and _markdown_html, for tpustream.report.html
 
@@ -64,6 +67,11 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
         "",
         f"**{_md(verdict.sentence)}**",
         "",
+    ]
+    alarm = loss_alarm(facts.model_card.history)
+    if alarm:
+        lines += [f"> **Warning:** {_md(alarm)}", ""]
+    lines += [
         _policy_line(facts),
         "",
     ]
@@ -76,10 +84,12 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
 
     listed = _shown_rows(rows, MARKDOWN_CLASS_ROWS)
     lines += ["## Per-class accuracy", ""]
-    if facts.policy.max_class_drop is not None:
-        lines += [f"Largest drops first; max_class_drop {_points(facts.policy.max_class_drop)}.", ""]
-    else:
-        lines += ["Largest drops first; no max_class_drop was set.", ""]
+    limit = (
+        f"max_class_drop {_points(facts.policy.max_class_drop)}"
+        if facts.policy.max_class_drop is not None
+        else "no max_class_drop was set"
+    )
+    lines += [f"{_md(_support_note(facts, rows))} Largest drops first; {limit}.", ""]
     cells = []
     for row in listed:
         name = f"**{_md(row.name)}**" if row.exceeds else _md(row.name)
@@ -91,9 +101,12 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
                 _percent(row.champion) if champion else "none",
                 drop,
                 "**yes**" if row.exceeds else "",
+                _md(_too_few_text(row)),
             ]
         )
-    lines += _md_table(["class", "candidate", "champion", "drop (points)", "beyond max_class_drop"], cells)
+    split = _md(facts.metrics.split)
+    header = ["class", "candidate", "champion", "drop (points)", "beyond max_class_drop", f"{split} samples"]
+    lines += _md_table(header, cells)
     if len(listed) < len(rows):
         lines += [f"{len(rows) - len(listed)} more classes, with smaller drops, are not listed.", ""]
 
@@ -109,6 +122,10 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
     else:
         lines += ["No per-epoch history in the model card.", ""]
 
+    lines += ["## Training recipe", ""]
+    lines += _md_table(
+        ["", "from the candidate's model.json"], [[_md(a), _md(b)] for a, b in recipe_rows(facts.model_card)]
+    )
     lines += _markdown_dataset(facts)
     if facts.data_check_markdown is not None:
         lines += ["## Data check", ""]

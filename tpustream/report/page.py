@@ -18,6 +18,7 @@ from tpustream.report.facts import (
     _table,
     _Verdict,
 )
+from tpustream.report.recipe import loss_alarm
 
 __all__: list[str] = []
 
@@ -34,6 +35,8 @@ th,td{padding:4px 12px;border-bottom:1px solid #ddd;text-align:right;vertical-al
 th{background:#f5f5f7}th:first-child,td:first-child{text-align:left}
 table.text td,table.text th,table.events td:nth-child(n+6),table.events th:nth-child(n+6){text-align:left;max-width:460px;overflow-wrap:anywhere}
 tr.exceeds td,tr.refused td:nth-child(2){color:#b71c1c;font-weight:600}tr.exceeds{background:#fdecea}
+tr.few td{color:#777;font-style:italic}
+.alarm{margin:12px 0;padding:10px 16px;border-left:8px solid #c62828;background:#fdecea;font-weight:600}
 .better{color:#2e7d32}.worse{color:#c62828}
 .note{color:#555}.plots{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
 figure{margin:10px 0}figure img{max-width:100%;height:auto;display:block}figcaption{color:#555;font-size:13px}
@@ -59,6 +62,8 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
     note = ""
     if _champion(facts) is None:
         note = f'<p class="note">No champion numbers: {_E(_no_champion_text(facts))}.</p>'
+    alarm = loss_alarm(facts.model_card.history)
+    banner = f'<p class="alarm" id="loss-alarm">{_E(alarm)}</p>' if alarm else ""
     toc = "".join(f'<li><a href="#{key}">{_E(title)}</a></li>' for key, title, _ in sections)
     body = "".join(
         f'<section id="{key}"><h2>{_E(title)}</h2>{content}</section>' for key, title, content in sections
@@ -69,7 +74,7 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>tpustream run report: {_E(verdict.title)}</title><style>{_CSS}</style></head><body>"
         f'<header id="decision" class="{verdict.kind}"><h1>{_E(verdict.title)}</h1>'
-        f'<p class="sentence">{_E(verdict.sentence)}</p>{headline}{note}'
+        f'<p class="sentence">{_E(verdict.sentence)}</p>{banner}{headline}{note}'
         f'<p class="note">{_E(_policy_line(facts))}</p></header>'
         f"<nav><strong>Contents</strong><ol>{toc}</ol></nav>{body}"
         f"<footer>tpustream run report. Candidate {_code(facts.metrics.candidate.model)}, evaluated "

@@ -30,6 +30,7 @@ __all__ = [
     "curves_svg",
     "history_on_different_data",
     "history_svg",
+    "per_class_figure",
     "per_class_svg",
 ]
 
@@ -102,7 +103,7 @@ def confusion_svg(
         matrix: the full ``confusion_matrix`` of metrics.json (counts, classes in order).
         classes: every class name, in the matrix's order.
         shown: the indices of the classes to draw (``tpustream.report.build`` picks them for many classes); a cell's
-            colour is its share of the true class's val samples, all classes counted.
+            colour is its share of the true class's samples on the evaluated split, all classes counted.
         title: the heading above the heatmap.
     """
     full = np.asarray(matrix, dtype=np.int64)
@@ -135,7 +136,21 @@ def per_class_svg(
     candidate: Sequence[float | None],
     champion: Sequence[float | None] | None,
     exceeds: Sequence[bool],
+    *,
+    split: str,
 ) -> str:
+    """``per_class_figure`` as SVG text."""
+    return _svg(per_class_figure(classes, candidate, champion, exceeds, split=split))
+
+
+def per_class_figure(
+    classes: Sequence[str],
+    candidate: Sequence[float | None],
+    champion: Sequence[float | None] | None,
+    exceeds: Sequence[bool],
+    *,
+    split: str,
+) -> Figure:
     """Per-class accuracy, candidate beside champion, as horizontal bars (class names stay readable).
 
     Args:
@@ -143,6 +158,7 @@ def per_class_svg(
         candidate: the candidate's accuracy per class (None: not measured, drawn as no bar).
         champion: the champion's, in the same order; None when there is no champion to compare with.
         exceeds: per class, whether its drop is beyond ``max_class_drop``: its candidate bar and name are red.
+        split: the split the accuracies were measured on (metrics.json's ``split``), named on the axis.
     """
     rows = len(classes)
     fig = Figure(figsize=(9, min(16.0, max(2.4, 0.42 * rows + 1.2))), layout="constrained")
@@ -170,11 +186,11 @@ def per_class_svg(
     ax.invert_yaxis()  # the first class (the largest drop) on top, as in the table
     ax.set_xlim(0, 100)
     ax.xaxis.set_major_formatter(PercentFormatter(decimals=0))
-    ax.set_xlabel("accuracy on the class's val samples")
+    ax.set_xlabel(f"accuracy on the class's {split} samples")
     ax.grid(axis="x", alpha=0.3)
     # beside the axes, not over them: a legend inside hides the bottom classes' bars
     ax.legend(handles=legend, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _svg(fig)
+    return fig
 
 
 HISTORY_DATE_TICKS = 12  # up to this many decisions, the history's ticks are their dates
@@ -253,7 +269,8 @@ def history_svg(events: Sequence[HistoryEntry], metric: str, higher_is_better: b
 def thresholds_svg(thresholds: Sequence[dict[str, Any]]) -> str:
     """Precision, recall and coverage of the top-1 prediction against the confidence threshold at which a
     prediction is acted on (evaluate's threshold table: ``threshold``, ``precision``, ``recall``,
-    ``coverage`` per row): where to set the threshold for the precision a use needs, and what it costs."""
+    ``coverage`` per row): where to set the threshold for the precision a use needs, and what it costs.
+    Precision where nothing is acted on (0% coverage) is undefined: a gap, not 100%."""
     fig = Figure(figsize=(7, 3.4), layout="constrained")
     ax = fig.add_subplot()
     x = [_number(row.get("threshold")) for row in thresholds]
@@ -262,7 +279,11 @@ def thresholds_svg(thresholds: Sequence[dict[str, Any]]) -> str:
         ("recall", ALARM, "recall (of all samples, right and acted on)"),
         ("coverage", CHAMPION, "coverage (acted on)"),
     ):
-        ax.plot(x, [_number(row.get(key)) * 100 for row in thresholds], color=colour, label=label)
+        values = [
+            math.nan if key == "precision" and not _number(row.get("coverage")) > 0 else _number(row.get(key))
+            for row in thresholds
+        ]
+        ax.plot(x, [value * 100 for value in values], color=colour, label=label)
     ax.set_xlabel("confidence threshold on the top-1 probability")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 102)
