@@ -200,3 +200,319 @@ def test_the_pipeline_commands_vertex_options_are_its_parameters():
     assert params["experiment"].default == ""  # no experiment: a run joins none
     for command in ("submit", "schedule"):
         assert {"tensorboard", "experiment"} <= set(_cli_defaults("pipeline", command)), command
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Every option of every door, its default against the one place that default is written (issue 42, item 2).
+#
+# A door is a way in: the CLI commands `pipeline run-local|compile|submit|schedule`, `train`, `promote`,
+# `report`, `deploy`; the pipeline function's parameters; the KFP components' parameters. Each option either
+# names its source ("Owner.field": a config dataclass field or a library function's keyword default) or is
+# the door's own (OWN: nothing else declares it, so nothing can disagree). An option in neither fails, so a
+# new option is classified before it can drift; a default unlike its source's fails unless DIFFERS says why.
+
+# A KFP parameter cannot be None: each source field whose default is None has one stand-in, the same in the
+# pipeline and every component (config_from_pipeline, PromotionPolicy.from_pipeline, components/train.py
+# decode them), and in run-local, which passes its options on as pipeline parameters.
+STAND_INS: dict[str, object] = {
+    "ShardConfig.num_shards": 0,  # auto
+    "ShardConfig.val_fraction": -1.0,  # the source's own split
+    "ShardConfig.max_side": 0,  # keep every image's size
+    "TrainConfig.lr": 0.0,  # the scaled default (a tenth of it for a fine-tuning run)
+    "TrainConfig.input_size": 0,  # the dataset's rule
+    "TrainConfig.init_from": "",  # random weights
+    "TrainConfig.pretrained": "",  # random weights
+    "TrainConfig.compile_cache": "",  # none
+    "PromotionPolicy.max_class_drop": -1.0,  # no per-class check
+    "PromotionPolicy.max_p_value": -1.0,  # no significance required
+    "QualityFloor.min_metric": -1.0,  # no floor
+    "QualityFloor.min_class_recall": -1.0,
+}
+# `pipeline run-local`'s defaults unlike the pipeline's: exactly LocalDemo's fields, whose docstrings
+# (tpustream/cli/pipeline.py) say why, all for one reason: the demo trains digits offline on this machine's
+# CPUs in about a minute. The LR is not one of them: run-local's is the pipeline's (the scaled default).
+RUN_LOCAL_DIFFERS = {"model_name", "epochs", "batch_size", "bf16", "workers", "pretrained"}
+_WIRING = "wiring the pipeline always passes (the run's registry, root, outcome file); '' = none"
+_VERTEX = "where on Google Cloud (project, region, service account): no library default to follow"
+_NONE = "None: not given (the template's, the environment's, or nothing)"
+# door -> option -> why it is the door's own.
+OWN: dict[str, dict[str, str]] = {
+    "pipeline run-local": {
+        "root": "where the local run writes (pipeline root, registry)",
+        "param": "--param KEY=VALUE: any pipeline parameter, over the defaults",
+        "notify_webhook": "None: the pipeline's notify_webhook default ('': none)",
+        "verbose": "where the executors' logs go",
+    },
+    "pipeline compile": {
+        "output": "the YAML to write",
+        "tpu": "the TPU type the YAML is compiled for (compile_pipeline requires one; '' = the CPU image)",
+        "image": "pushed images: refused when empty (check_image), so no default can drift",
+        "tpu_image": "pushed images: refused when empty (check_image), so no default can drift",
+    },
+    **{
+        f"pipeline {command}": {
+            "region": _VERTEX,
+            "param": "--param KEY=VALUE: any pipeline parameter, over the template's defaults",
+            "experiment": _NONE,
+        }
+        for command in ("submit", "schedule")
+    },
+    "promote": {
+        "vertex_model": _NONE,
+        "vertex_project": _VERTEX,
+        "vertex_region": _VERTEX,
+        "serving_image": _NONE,
+        "validation": _NONE,
+    },
+    "report": {"registry": _NONE, "data": _NONE, "data_check": _NONE},
+    "pipeline": {
+        "datasets_root": "'' = under the registry (check_source)",
+        "shards_per_task": "the shard writers' fan-out: a DAG shape, no CLI option",
+        "retrain": "train even when the data is unchanged: the DAG's skip, no CLI option",
+        "vertex_model": "promote --vertex-model's (None there, '' here: none)",
+        "serving_image": "promote --serving-image's (None there, '' here: the environment's)",
+        "endpoint": "deploy --endpoint (required there, '' here: no deploy step)",
+        "data_check": "fail/warn/off: `shards check` exits 1 on anomalies, 0 with --warn-only",
+        "compile_cache": "auto = the run's pipeline root /xla-cache; `train --compile-cache` takes the URI",
+        "experiment": "'' = no experiment: `pipeline submit|schedule --experiment`",
+        "notify_emails": "compiled in with `pipeline compile --notify` (its default there: none)",
+    },
+    "components": {
+        **{name: _WIRING for name in ("registry", "pipeline_root", "run_outcome", "pipeline_job_id")},
+        **{name: _VERTEX for name in ("project", "location")},
+        "vertex_model_name": "the pipeline's vertex_model ('' = none)",
+        "serving_image": "the pipeline's serving_image ('' = the environment's)",
+    },
+}
+# door -> option -> why its default is unlike its source's, on purpose.
+DIFFERS: dict[str, dict[str, str]] = {
+    "pipeline": {name: why for name, why in PIPELINE_DIFFERS.items()},
+    "components": {},
+}
+_POLICY = {
+    "metric": "PromotionPolicy.metric",
+    "min_delta": "PromotionPolicy.min_delta",
+    "max_class_drop": "PromotionPolicy.max_class_drop",
+    "max_p_value": "PromotionPolicy.max_p_value",
+    "min_metric": "QualityFloor.min_metric",
+    "min_class_recall": "QualityFloor.min_class_recall",
+}
+_DEPLOY = {
+    "traffic": "deploy.traffic_percent",
+    "machine_type": "deploy.machine_type",
+    "min_replicas": "deploy.min_replicas",
+    "max_replicas": "deploy.max_replicas",
+}
+_CONFIG_CLASS = {"shards": "ShardConfig", "train": "TrainConfig", "check": "DataCheckThresholds"}
+_VERTEX_RUN = {
+    "service_account": "{f}.service_account",
+    "label": "{f}.labels",
+    "skip_preflight": "{f}.skip_preflight",
+    "tensorboard": "{f}.tensorboard",
+    "notify": "{f}.notify_emails",
+    "notify_webhook": "{f}.notify_webhook",
+}
+# door -> option -> "Owner.field" its default comes from.
+SOURCES: dict[str, dict[str, str]] = {
+    "train": {
+        field.name: f"TrainConfig.{field.name}"
+        for field in dataclasses.fields(TrainConfig)
+        if field.name not in CONFIG_ONLY and field.default is not dataclasses.MISSING
+    },
+    "pipeline run-local": {
+        "source": "ShardConfig.source",
+        "model": "LocalDemo.model_name",
+        "epochs": "LocalDemo.epochs",
+        "batch_size": "LocalDemo.batch_size",
+        "lr": "TrainConfig.lr",
+        "num_shards": "ShardConfig.num_shards",
+    },
+    "pipeline compile": {
+        "serving_image": "compile_pipeline.serve_image",
+        "capacity": "Capacity.kind",
+        "timeout": "Capacity.timeout",
+        "step_cpu": "StepResources.cpu",
+        "step_memory": "StepResources.memory",
+        "eval_cpu": "StepResources.eval_cpu",
+        "eval_memory": "StepResources.eval_memory",
+        "tensorboard": "compile_pipeline.tensorboard",
+        "notify": "compile_pipeline.notify_emails",
+        "notify_webhook": "compile_pipeline.notify_webhook",
+    },
+    "pipeline submit": {
+        **{name: key.format(f="submit_pipeline") for name, key in _VERTEX_RUN.items()},
+        "no_cache": "submit_pipeline.no_cache",
+    },
+    "pipeline schedule": {name: key.format(f="schedule_pipeline") for name, key in _VERTEX_RUN.items()},
+    "promote": _POLICY,
+    "report": _POLICY,
+    "deploy": {
+        **_DEPLOY,
+        "registry": "deploy.registry",
+        "project": "deploy.project",
+        "region": "deploy.region",
+        "dedicated_endpoint": "deploy.dedicated_endpoint",
+    },
+    "pipeline": {
+        **{
+            name: (
+                _POLICY[option] if layer == "promote" else f"{_CONFIG_CLASS[layer]}.{option}"
+            )
+            for name, (layer, option) in PIPELINE_OPTIONS.items()
+        },
+        **{name: _POLICY[name] for name in ("min_metric", "min_class_recall", "max_p_value")},
+        **{parameter: _DEPLOY[option] for parameter, option in PIPELINE_DEPLOY.items()},
+        "tensorboard": "build_pipeline.tensorboard",
+        "notify_webhook": "build_pipeline.notify_webhook",
+    },
+    # every component's parameter of that name (the components share the pipeline's names)
+    "components": {
+        **{
+            name: f"TrainConfig.{name}"
+            for name in ("input_size", "init_from", "pretrained", "freeze_epochs", "backbone_lr_scale")
+        },
+        **{name: f"TrainConfig.{name}" for name in ("class_weights", "patience", "compile_cache")},
+        "early_stop_min_delta": "TrainConfig.min_delta",
+        "min_train_shards": "ShardConfig.min_train_shards",
+        "test_fraction": "ShardConfig.test_fraction",
+        **{name: key for name, key in _POLICY.items() if name not in ("metric", "min_delta")},
+        **{f"{option}_percent" if option == "traffic" else option: key for option, key in _DEPLOY.items()},
+        "samples": "validate_serving.samples",
+    },
+}
+_CLI_DOORS = {
+    "train": ("train",),
+    "pipeline run-local": ("pipeline", "run-local"),
+    "pipeline compile": ("pipeline", "compile"),
+    "pipeline submit": ("pipeline", "submit"),
+    "pipeline schedule": ("pipeline", "schedule"),
+    "promote": ("promote",),
+    "report": ("report",),
+    "deploy": ("deploy",),
+}
+
+
+def _source_defaults() -> dict[str, object]:
+    """"Owner.field" -> its default, for every config dataclass and library function an option follows."""
+    from tpustream.cli.pipeline import LocalDemo
+    from tpustream.pipelines.compile import compile_pipeline
+    from tpustream.pipelines.steps import StepResources
+    from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
+    from tpustream.pipelines.tpu import Capacity
+    from tpustream.pipelines.training import build_pipeline
+    from tpustream.registry.policy import PromotionPolicy, QualityFloor
+    from tpustream.release.deploy import deploy
+    from tpustream.serve.validate import validate_serving
+
+    defaults: dict[str, object] = {}
+    for config in (ShardConfig, TrainConfig, DataCheckThresholds, PromotionPolicy, QualityFloor, LocalDemo):
+        for field in dataclasses.fields(config):
+            if field.default is not dataclasses.MISSING:
+                defaults[f"{config.__name__}.{field.name}"] = field.default
+    for config in (StepResources, Capacity):
+        for field in dataclasses.fields(config):
+            defaults[f"{config.__name__}.{field.name}"] = field.default
+    functions = (compile_pipeline, build_pipeline, submit_pipeline, schedule_pipeline, deploy, validate_serving)
+    for function in functions:
+        for parameter in inspect.signature(function).parameters.values():
+            if parameter.default is not inspect.Parameter.empty:
+                defaults[f"{function.__name__}.{parameter.name}"] = parameter.default
+    return defaults
+
+
+def _door_defaults(door: str) -> dict[str, object]:
+    """Option -> default of every option of ``door`` that has one (a required option cannot drift)."""
+    if door in _CLI_DOORS:
+        return {name: p.default for name, p in _cli_params(*_CLI_DOORS[door]).items() if not p.required}
+    if door == "pipeline":
+        from tpustream.pipelines.training import build_pipeline
+
+        inputs = build_pipeline(tpu=None).component_spec.inputs
+        return {name: spec.default for name, spec in inputs.items() if spec.default is not None}
+    raise KeyError(door)
+
+
+def _component_defaults() -> dict[str, dict[str, object]]:
+    """Component -> its parameters' defaults (the plain functions that pipelines/steps.py compiles)."""
+    from tpustream import components
+
+    return {
+        name: {
+            p.name: p.default
+            for p in inspect.signature(getattr(components, name)).parameters.values()
+            if p.default is not inspect.Parameter.empty
+        }
+        for name in components.__all__
+    }
+
+
+def _same(default: object, expected: object) -> bool:
+    """Equal, and a bool only equals a bool (False == 0 in Python, not here)."""
+    return default == expected and isinstance(default, bool) == isinstance(expected, bool)
+
+
+def _disagreements(door: str, defaults: dict[str, object], sources: dict[str, object]) -> list[str]:
+    own, mapped, differs = OWN.get(door, {}), SOURCES[door], DIFFERS.get(door, {})
+    found = []
+    for name, default in sorted(defaults.items()):
+        if name in own:
+            continue
+        if name not in mapped:
+            found.append(f"{door} {name}: classify it here (SOURCES: the default it follows, or OWN: why none)")
+            continue
+        key = mapped[name]
+        expected = sources[key]
+        agrees = _same(default, expected) or (expected is None and key in STAND_INS and _same(default, STAND_INS[key]))
+        if name in differs:
+            if agrees:
+                found.append(f"{door} {name}: agrees with {key} now: remove it from DIFFERS")
+        elif not agrees:
+            found.append(f"{door} {name}: default {default!r}, but {key}'s is {expected!r}")
+    return found
+
+
+@pytest.mark.parametrize("door", [*_CLI_DOORS, "pipeline"])
+def test_every_option_of_every_door_has_its_sources_default(door):
+    assert _disagreements(door, _door_defaults(door), _source_defaults()) == []
+
+
+def test_every_components_parameter_has_its_sources_default():
+    sources = _source_defaults()
+    found = [
+        f"{component}: {problem}"
+        for component, defaults in _component_defaults().items()
+        for problem in _disagreements("components", defaults, sources)
+    ]
+    assert found == []
+
+
+def test_the_classification_names_real_options_and_sources():
+    """A stale entry (an option renamed, a source field gone) fails here rather than hiding a new option."""
+    sources = _source_defaults()
+    component_options = {name for defaults in _component_defaults().values() for name in defaults}
+    for door, mapped in SOURCES.items():
+        options = component_options if door == "components" else set(_door_defaults(door))
+        assert set(mapped) | set(OWN.get(door, {})) <= options, door
+        assert set(mapped.values()) <= set(sources), door
+    assert set(STAND_INS) <= set(sources) and all(sources[key] is None for key in STAND_INS)
+
+
+def test_run_local_runs_the_pipelines_defaults_but_the_local_demos():
+    """Run-local's parameters, as its defaults make them, are the pipeline's defaults except LocalDemo's
+    fields, each of which differs from the pipeline's and says why: a fine-tuning run through run-local
+    (--param pretrained=...) gets fine-tuning's LR, as on Vertex, not the 0.2 it once fixed."""
+    from tpustream.cli.pipeline import LocalDemo, local_parameters
+    from tpustream.pipelines.training import build_pipeline
+
+    inputs = build_pipeline(tpu=None).component_spec.inputs
+    cli = _cli_defaults("pipeline", "run-local")
+    options = {name: cli[name] for name in ("source", "model", "epochs", "batch_size", "lr", "num_shards")}
+    parameters = local_parameters(**options, param=[])
+    assert set(parameters) <= set(inputs)
+    differs = {name for name, value in parameters.items() if not _same(value, inputs[name].default)}
+    assert differs == RUN_LOCAL_DIFFERS == {field.name for field in dataclasses.fields(LocalDemo)}
+    docs = field_docs(LocalDemo)
+    assert all(docs.get(name) for name in RUN_LOCAL_DIFFERS), "each LocalDemo field says why"
+    assert parameters["lr"] == inputs["lr"].default == 0.0
+    tuned = local_parameters(**options, param=["pretrained=resnet18.pth", "lr=0.01"])
+    assert (tuned["pretrained"], tuned["lr"]) == ("resnet18.pth", 0.01)  # --param wins over both

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from tpustream.cli.app import app
-from tpustream.cli.options import MinClassRecallOption, MinMetricOption, fail
+from tpustream.cli.options import MaxPValueOption, MinClassRecallOption, MinMetricOption, fail
 
 
 @app.command("report")
@@ -38,6 +38,7 @@ def report_cmd(
     ] = None,
     min_metric: MinMetricOption = None,
     min_class_recall: MinClassRecallOption = None,
+    max_p_value: MaxPValueOption = None,
 ) -> None:
     """Write the run report: one self-contained HTML page (training curves, confusion matrices, per-class
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
@@ -53,6 +54,7 @@ def report_cmd(
         max_class_drop=max_class_drop,
         min_metric=min_metric,
         min_class_recall=min_class_recall,
+        max_p_value=max_p_value,
     )
 
     metrics_uri = json_file_uri(metrics, EvalReport.NAME)
