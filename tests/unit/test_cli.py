@@ -77,7 +77,8 @@ def test_bad_input_is_a_clear_error(tmp_path, args, message):
 
 
 @pytest.mark.parametrize(
-    "command", [["report", "--model", "m", "--output", "o"], ["promote", "--candidate", "m", "--registry", "r"]]
+    "command",
+    [["report", "--model", "m", "--output", "o"], ["promote", "--candidate", "m", "--registry", "r"]],
 )
 def test_report_decides_with_promotes_max_p_value(tmp_path, command):
     """`report` takes promote's --max-p-value (one option, cli/options.py) into the same PromotionPolicy."""
