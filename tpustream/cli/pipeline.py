@@ -431,7 +431,8 @@ def pipeline_run_local(
         float,
         typer.Option(
             help="Peak LR; 0: the scaled default (the model's base LR at a global batch of 256, scaled with "
-            "the batch), a tenth of it for a fine-tuning run (--param pretrained=SPEC), as a Vertex run's."
+            "the batch), a tenth of it for a fine-tuning or warm-started run (--param pretrained=SPEC, the "
+            "champion of an earlier run), as a Vertex run's."
         ),
     ] = 0.0,
     num_shards: Annotated[int, typer.Option(help="Train shards (0: auto, as a Vertex run's).")] = 0,
@@ -453,7 +454,9 @@ def pipeline_run_local(
     """Run the whole DAG here through kfp.local on CPU XLA; prints task outcomes and where everything landed.
 
     The executors' full logs go to ROOT/logs/run-local-TIME.log (printed first); -v prints them here.
-    Random initial weights unless --param pretrained=SPEC: nothing is fetched from the internet by default."""
+    Random initial weights unless --param pretrained=SPEC: nothing is fetched from the internet by default.
+    Every parameter is the pipeline's default but the demo's model, epochs, batch, bf16 (off) and workers (2),
+    chosen to train the bundled digits here in about a minute."""
     from tpustream.pipelines.local import PipelineFailed, run_local
     from tpustream.registry.store import champion_status, version_uri
     from tpustream.release.notify import check_webhook
