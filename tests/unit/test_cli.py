@@ -76,6 +76,18 @@ def test_bad_input_is_a_clear_error(tmp_path, args, message):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["report", "--model", "m", "--output", "o"], ["promote", "--candidate", "m", "--registry", "r"]],
+)
+def test_report_decides_with_promotes_max_p_value(tmp_path, command):
+    """`report` takes promote's --max-p-value (one option, cli/options.py) into the same PromotionPolicy."""
+    args = [*command, "--metrics", str(tmp_path / "metrics.json"), "--max-p-value", "0"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "--max-p-value 0.0: a probability in (0, 1]" in result.output
+
+
 def test_verify_of_missing_dataset(tmp_path):
     result = runner.invoke(app, ["shards", "verify", str(tmp_path)])
     assert result.exit_code == 2 and "no dataset" in result.output

@@ -20,7 +20,16 @@ from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 
-__all__ = ["Opt", "field_docs", "config_parameters", "from_config", "fail"]
+__all__ = [
+    "Opt",
+    "field_docs",
+    "config_parameters",
+    "from_config",
+    "fail",
+    "MaxPValueOption",
+    "MinClassRecallOption",
+    "MinMetricOption",
+]
 
 _MISSING: Any = dataclasses.MISSING
 _CONFIG_DEFAULT: Any = object()  # Opt.default: the field's own (dataclasses.MISSING would mean "required")
@@ -195,5 +204,13 @@ MinClassRecallOption = Annotated[
         max=1.0,
         help="Quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
         "below this, with or without a champion.",
+    ),
+]
+# A gain's significance (PromotionPolicy.max_p_value): promote's, and the report's to decide as promote does.
+MaxPValueOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Promote over a champion only if the gain is this unlikely by chance: McNemar's exact test on "
+        "the samples both were scored on (evaluate --registry). Default: not required."
     ),
 ]

@@ -8,7 +8,13 @@ from typing import Annotated
 import typer
 
 from tpustream.cli.app import app, champion_app
-from tpustream.cli.options import MinClassRecallOption, MinClassSupportOption, MinMetricOption, fail
+from tpustream.cli.options import (
+    MaxPValueOption,
+    MinClassRecallOption,
+    MinClassSupportOption,
+    MinMetricOption,
+    fail,
+)
 from tpustream.registry.policy import DEFAULT_POLICY
 
 
@@ -27,13 +33,7 @@ def promote_cmd(
     min_metric: MinMetricOption = None,
     min_class_recall: MinClassRecallOption = None,
     min_class_support: MinClassSupportOption = DEFAULT_POLICY.min_class_support,
-    max_p_value: Annotated[
-        float | None,
-        typer.Option(
-            help="Promote over a champion only if the gain is this unlikely by chance: McNemar's exact test on "
-            "the val samples both were scored on (evaluate --registry). Default: not required."
-        ),
-    ] = None,
+    max_p_value: MaxPValueOption = None,
     vertex_model: Annotated[
         str | None, typer.Option(help="Also publish to this Vertex AI Model Registry model (display name).")
     ] = None,

@@ -7,7 +7,13 @@ from typing import Annotated
 import typer
 
 from tpustream.cli.app import app
-from tpustream.cli.options import MinClassRecallOption, MinClassSupportOption, MinMetricOption, fail
+from tpustream.cli.options import (
+    MaxPValueOption,
+    MinClassRecallOption,
+    MinClassSupportOption,
+    MinMetricOption,
+    fail,
+)
 from tpustream.registry.policy import DEFAULT_POLICY
 
 
@@ -40,6 +46,7 @@ def report_cmd(
     min_metric: MinMetricOption = None,
     min_class_recall: MinClassRecallOption = None,
     min_class_support: MinClassSupportOption = DEFAULT_POLICY.min_class_support,
+    max_p_value: MaxPValueOption = None,
 ) -> None:
     """Write the run report: one self-contained HTML page (training curves, confusion matrices, per-class
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
@@ -56,6 +63,7 @@ def report_cmd(
         min_metric=min_metric,
         min_class_recall=min_class_recall,
         min_class_support=min_class_support,
+        max_p_value=max_p_value,
     )
 
     metrics_uri = json_file_uri(metrics, EvalReport.NAME)
