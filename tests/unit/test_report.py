@@ -891,3 +891,19 @@ def test_a_banner_says_when_the_loss_rose_by_an_order_of_magnitude_or_went_non_f
     assert "val loss is not a finite number in epoch 3 (nan)" in page
     calm, summary = render_report(sample_facts())  # 2.0 -> 0.67: no banner
     assert 'id="loss-alarm"' not in calm and "Warning" not in summary
+
+
+def test_the_recipe_states_the_peak_lr_the_trainer_recorded():
+    """A card since issue 42 records the peak LR and global batch the trainer chose: the report shows them,
+    not a reconstruction from throughput."""
+    training = {"epochs": 2, "batch_size": 8, "global_batch_size": None, "lr": None, "warmup_epochs": 1.0}
+    pretrained = {"spec": "gs://b/r.pth", "uri": "gs://b/r.pth", "name": "r.pth", "sha256": "cd" * 32}
+    card = _card(
+        {"arch": "resnet18", "classes": CLASSES, "history": epochs(2), "metrics": {"epoch": 2},
+         "training": training, "pretrained": pretrained, "peak_lr": 0.0123, "global_batch": 32}
+    )  # fmt: skip
+    assert card.peak_lr == 0.0123 and card.global_batch == 32
+    recipe = _recipe(render_report(sample_facts(model_card=card))[0])
+    assert recipe["peak LR"] == (
+        "0.0123: fine-tuning&#x27;s tenth of the scaled default at a global batch of 32 (no --lr given)"
+    )

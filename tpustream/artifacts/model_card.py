@@ -13,6 +13,7 @@ from tpustream.artifacts._json import (
     _extra,
     _object,
     _optional_int,
+    _optional_number,
     _read_document,
     _require,
     _shape_errors,
@@ -87,6 +88,8 @@ class ModelCard:
     model_sha256: str = ""
     steps: int = 0
     training: dict[str, Any] = field(default_factory=dict)  # the TrainConfig, as JSON
+    peak_lr: float | None = None  # the LR the schedule peaked at, however it was chosen (None: not recorded)
+    global_batch: int | None = None  # samples per optimizer step over every device (None: not recorded)
     init: dict[str, Any] | None = None  # warm start: where the weights began (None: random)
     # --pretrained: spec, uri, name, sha256 of the weights the backbone started from (None: not pretrained)
     pretrained: dict[str, Any] | None = None
@@ -117,6 +120,8 @@ class ModelCard:
         "model_sha256",
         "steps",
         "training",
+        "peak_lr",
+        "global_batch",
         "init",
         "pretrained",
         "preprocessing",
@@ -147,6 +152,8 @@ class ModelCard:
                 model_sha256=str(document.get("model_sha256") or ""),
                 steps=int(document.get("steps") or 0),
                 training=dict(document.get("training") or {}),
+                peak_lr=_optional_number(document.get("peak_lr")),
+                global_batch=_optional_int(document.get("global_batch")),
                 init=document.get("init"),
                 pretrained=document.get("pretrained"),
                 preprocessing=dict(document.get("preprocessing") or {}),
@@ -175,6 +182,8 @@ class ModelCard:
             "model_sha256": self.model_sha256,
             "steps": self.steps,
             "training": self.training,
+            "peak_lr": self.peak_lr,
+            "global_batch": self.global_batch,
             "init": self.init,
             "pretrained": self.pretrained,
             "preprocessing": dict(self.preprocessing),

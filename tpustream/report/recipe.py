@@ -2,8 +2,9 @@
 
 Everything comes from the candidate's model card (``tpustream.artifacts.ModelCard``): ``training`` (the
 ``TrainConfig`` as JSON), ``init`` (a warm start), ``pretrained`` (the weights the backbone began from),
-``history`` (the epochs) and ``class_weights`` (``--class-weights auto``). The card records the peak LR only
-for a warm start (``init.peak_lr``); otherwise it is worked out as the trainer chose it
+``history`` (the epochs) and ``class_weights`` (``--class-weights auto``). Cards record the peak LR the trainer
+chose (``peak_lr``, ``global_batch``); older ones only a warm start's (``init.peak_lr``), and otherwise it is worked
+out as the trainer chose it
 (``tpustream.train.trainer``): ``--lr`` when given, else the model's recipe LR scaled to the global batch
 (``default_peak_lr``), a tenth of that when fine-tuning. A card written before a key existed says "not
 recorded" for it. Plain text: the page and the summary escape it.
@@ -91,6 +92,9 @@ def _peak_lr(card: ModelCard) -> str:
         return f"{init['peak_lr']:.4g}: the warm start's, a tenth of the scaled default (no --lr given)"
     if not training:
         return NOT_RECORDED
+    if is_finite_number(card.peak_lr) and card.global_batch:  # what the trainer chose, as it recorded it
+        how = "fine-tuning's tenth of the scaled default" if card.pretrained else "the scaled default"
+        return f"{card.peak_lr:.4g}: {how} at a global batch of {card.global_batch} (no --lr given)"
     try:
         base = model_spec(card.arch).base_lr
     except ValueError:  # a model this tpustream does not know: its recipe's LR is unknown here
@@ -116,6 +120,8 @@ def _global_batch(card: ModelCard) -> int | None:
     """The run's global batch: --global-batch-size, else --batch-size times the devices, which the history
     gives as the ratio of its samples per second to its samples per second per device."""
     training = card.training
+    if card.global_batch:
+        return card.global_batch
     if isinstance(training.get("global_batch_size"), int):
         return int(training["global_batch_size"])
     per_device = training.get("batch_size")

@@ -74,6 +74,8 @@ def write_model_artifact(output: str, meta: RunMeta, state: RunState) -> ModelCa
         model_sha256=model_digest,
         steps=state.global_step,
         training=meta["config"],
+        peak_lr=meta.get("peak_lr"),  # checkpoints written before it lack it
+        global_batch=meta.get("global_batch"),
         init=dict(init) if init else None,
         compile_cache=dict(compile_cache) if compile_cache else None,
         stopped_early=state.stopped_early,

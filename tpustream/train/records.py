@@ -72,6 +72,10 @@ class RunMeta(TypedDict):
     config: dict[str, Any]  # the TrainConfig as JSON, data and output absolute
     preprocessing: NotRequired[PreprocessingJson]
     pretrained_weights: NotRequired[bool]  # --pretrained was given (older checkpoints: the stem followed it)
+    peak_lr: NotRequired[
+        float
+    ]  # the schedule's peak, as chosen (--lr, the scaled default, fine-tuning's, warm start's)
+    global_batch: NotRequired[int]
     small_input_stem: NotRequired[bool]  # the network's stem: the spec's small-input one, or the stock one
     class_weights: NotRequired[dict[str, float]]  # --class-weights auto: each class's loss weight
     pretrained: NotRequired[PretrainedRecord]  # the weights the backbone began from

@@ -224,6 +224,10 @@ class Trainer:
                 f"--resume {self.config.resume}: that run has already trained {self.state.epoch} epochs and "
                 f"--epochs is {self.config.epochs}: raise --epochs to train on from it, or use the model it wrote"
             )
+        self.meta["peak_lr"], self.meta["global_batch"] = (
+            self.peak_lr,
+            self.global_batch,
+        )  # as chosen, for the card
         self._log_plan()
         # Every host stops at the same step when any of them is preempted (tpustream/train/preemption.py).
         self.stop = StopAgreement(

@@ -1,0 +1,248 @@
+"""The scenario suite: the pipeline through kfp.local in the combinations a user runs, not one feature at a
+time (issue 42, item 7). Each axis is a feature; a new feature adds its axis to ``AXES`` (the way torchtitan's
+``tests/integration_tests/features.py`` lists flag combinations that one launcher runs).
+
+A chain is one registry's life: a first run, then a warm-started challenger (``init_from=champion``, the
+pipeline's default) on the same data (``retrain=true``). After each run the champion answers through
+``tpustream predict`` and through the real model server, and what the history, the run report and the webhook
+say is checked. The cheapest chain goes on with a refused challenger (a quality floor) and a nothing-new run.
+
+Axes:
+- weights: ``random`` (random init) or ``staged-pth`` (a torchvision-layout resnet18 ``.pth`` on gs://, the
+  GCS-API server on loopback: the pretrained weights a user stages; random values stand in for ImageNet's).
+- input size: 32 px (small: a random-init resnet gets the small-input stem, a fine-tuned one keeps its stock
+  stem) or 96 px (full size: the stock stem either way).
+
+resnet18 on XLA CPU: every run compiles its network, so the suite takes minutes: it has its own marker,
+``scenario`` (``make test-scenarios``; CI runs it after ``make test`` and ``make test-slow``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tests.common.serving import free_port, start_server
+from tests.common.sources import digit_images
+from tests.fakes.gcs import make_bucket
+from tests.fakes.webhook_receiver import WebhookReceiver
+from tpustream.cli import app
+from tpustream.registry.history import champion_history
+from tpustream.registry.store import champion_status, version_uri
+from tpustream.serve.contract import HEALTH_ROUTE, PREDICT_ROUTE, SERVING_ENV
+
+pytestmark = [pytest.mark.integration, pytest.mark.scenario]
+
+Weights = Literal["random", "staged-pth"]
+AXES: dict[str, tuple[object, ...]] = {"weights": ("random", "staged-pth"), "input_size": (32, 96)}
+CLASSES = 4  # digits 0-3: a problem resnet18 learns in two epochs from random weights
+IMAGES = 1200  # the first 1,200 digits: about 480 of digits 0-3, 120 a class
+
+
+@dataclass(frozen=True)
+class Scenario:
+    weights: Weights
+    input_size: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.weights}-{self.input_size}px"
+
+    @property
+    def small_input_stem(self) -> bool:
+        """The stem every reader must build: the small-input one for random weights under 96 px only."""
+        return self.weights == "random" and self.input_size < 96
+
+
+SCENARIOS = [Scenario(w, s) for w in AXES["weights"] for s in AXES["input_size"]]  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("scenario-source") / "digits"
+    digit_images(root, 0, IMAGES, classes=range(CLASSES))
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def staged_weights(gcs_server) -> str:
+    """A torchvision-layout resnet18 state dict in a bucket, as a user stages ImageNet weights."""
+    from torchvision import models as tv
+
+    from tpustream.storage import io as storage
+
+    os.environ["STORAGE_EMULATOR_HOST"] = gcs_server.url  # kfp.local's task processes inherit it
+    make_bucket(gcs_server.url, "scenario-weights")
+    torch.manual_seed(0)
+    import io as _io
+
+    buffer = _io.BytesIO()
+    torch.save(tv.resnet18(weights=None).state_dict(), buffer)
+    uri = "gs://scenario-weights/staged/resnet18.pth"
+    storage.write_bytes(uri, buffer.getvalue())
+    return uri
+
+
+def _settings(scenario: Scenario, source: str, weights_uri: str) -> dict[str, object]:
+    return dict(
+        source=source,
+        model_name="resnet18",
+        input_size=scenario.input_size,
+        pretrained=weights_uri if scenario.weights == "staged-pth" else "",
+        epochs=2,
+        batch_size=8,  # per device, 4 virtual XLA devices
+        num_shards=4,
+        shards_per_task=4,
+        test_fraction=0.2,  # the held-out split decides, as a user's import file with a test split
+        bf16=False,
+        workers=2,
+    )
+
+
+def _card(model_dir: str) -> dict:
+    return json.loads(Path(model_dir, "model.json").read_text())
+
+
+def _serve(model_dir: str, image: bytes, tmp_path: Path) -> dict:
+    """The real aiplatform model server (the serving container's handler) on ``model_dir``: one answer."""
+    port = free_port()
+    env = {
+        **os.environ,
+        **SERVING_ENV,
+        "AIP_HTTP_PORT": str(port),
+        "AIP_HEALTH_ROUTE": HEALTH_ROUTE,
+        "AIP_PREDICT_ROUTE": PREDICT_ROUTE,
+        "AIP_STORAGE_URI": model_dir,
+        "VERTEX_CPR_WEB_CONCURRENCY": "1",
+    }
+    env.pop("PJRT_DEVICE", None)
+    server = start_server(env, port, tmp_path / f"server-{port}.log")
+    try:
+        body = json.dumps({"instances": [{"b64": base64.b64encode(image).decode()}]}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{PREDICT_ROUTE}", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert response.status == 200
+            return json.loads(response.read())
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def _champion_answers(registry: str, source: str, tmp_path: Path) -> None:
+    """predict and the model server load the champion and agree on an image's class."""
+    status = champion_status(registry)
+    assert status.champion is not None
+    model_dir = version_uri(registry, status.champion.version)
+    image = sorted(Path(source, "0").glob("*.png"))[0]
+    result = CliRunner().invoke(
+        app,
+        ["predict", "--model", registry, "--output", str(tmp_path / "p.jsonl"), "--top-k", "1", str(image)],
+    )
+    assert result.exit_code == 0, result.output
+    (predicted,) = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    served = _serve(model_dir, image.read_bytes(), tmp_path)
+    (answer,) = served["predictions"]
+    assert json.dumps(predicted).count(answer["classes"][0]) >= 1, (predicted, answer)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.id for s in SCENARIOS])
+def test_first_run_then_a_warm_started_challenger(scenario, source, staged_weights, tmp_path):
+    from tpustream.pipelines.local import run_local
+
+    root = str(tmp_path / "run")
+    settings = _settings(scenario, source, staged_weights)
+    with WebhookReceiver() as hook:
+        first = run_local(
+            root=root, log_path=str(tmp_path / "first.log"), notify_webhook=hook.url, **settings
+        )
+    registry = first.registry
+    assert first.data == "train" and first.outcome is not None
+    assert first.outcome.decision == "promoted", first.outcome.line()
+    champion = champion_status(registry).champion
+    assert champion is not None and champion.version == 1
+    card = _card(version_uri(registry, 1))
+    assert card["small_input_stem"] is scenario.small_input_stem
+    assert card["input_size"] == scenario.input_size
+    assert (card["pretrained"] is not None) == (scenario.weights == "staged-pth")
+    assert card["init"] is None  # no champion yet: random or the staged file
+    (told,) = hook.bodies
+    assert told["state"] == "SUCCEEDED" and told["decision"] == "promoted"
+    _champion_answers(registry, source, tmp_path / "first")
+
+    # The warm-started challenger: the champion's weights (and so its stem), on the same data
+    with WebhookReceiver() as hook:
+        second = run_local(
+            root=root,
+            log_path=str(tmp_path / "second.log"),
+            notify_webhook=hook.url,
+            retrain=True,
+            **settings,
+        )
+    assert second.data == "train" and second.outcome is not None
+    assert second.outcome.decision in ("promoted", "kept"), second.outcome.line()
+    (challenger_dir,) = [
+        d for d, _, files in os.walk(second.pipeline_root) if "model.json" in files and "/train-model/" in d + "/"
+        and _card(d)["init"] is not None
+    ]  # fmt: skip
+    challenger = _card(challenger_dir)
+    assert challenger["init"]["kind"] == "champion" and challenger["init"]["weights"] == "all"
+    assert (
+        challenger["small_input_stem"] is scenario.small_input_stem
+    )  # the champion's network, whatever --pretrained
+    assert challenger["pretrained"] is None  # the champion's weights started it, not the staged file
+    (told,) = hook.bodies
+    assert told["state"] == "SUCCEEDED" and told["decision"] == second.outcome.decision
+    history = champion_history(registry)
+    assert [entry["event"] for entry in history][:1] == ["promoted"]
+    assert len(history) == 2  # the first promotion and the challenger's decision, whichever it was
+    _champion_answers(registry, source, tmp_path / "second")
+
+
+def test_a_refused_challenger_and_a_nothing_new_run_are_told(source, staged_weights, tmp_path):
+    """On the cheapest chain: a challenger under a quality floor is refused and that is history; then a run
+    on unchanged data trains nothing and says so."""
+    from tpustream.pipelines.local import run_local
+
+    root = str(tmp_path / "run")
+    settings = _settings(Scenario("random", 32), source, staged_weights)
+    first = run_local(root=root, log_path=str(tmp_path / "first.log"), **settings)
+    assert first.outcome is not None and first.outcome.decision == "promoted", first.outcome
+    with WebhookReceiver() as hook:
+        refused = run_local(
+            root=root,
+            log_path=str(tmp_path / "refused.log"),
+            notify_webhook=hook.url,
+            retrain=True,
+            min_metric=0.999,
+            **settings,
+        )
+    assert refused.outcome is not None and refused.outcome.decision == "kept", refused.outcome
+    assert "quality floor" in refused.outcome.reason
+    (told,) = hook.bodies
+    assert told["decision"] == "kept" and "quality floor" in told["reason"]
+    history = champion_history(first.registry)
+    assert [entry["event"] for entry in history] == ["promoted", "refused"]
+    assert "quality floor" in history[-1]["reason"]
+    assert champion_status(first.registry).champion.version == 1
+    _champion_answers(first.registry, source, tmp_path / "refused")
+
+    with WebhookReceiver() as hook:
+        nothing_new = run_local(
+            root=root, log_path=str(tmp_path / "again.log"), notify_webhook=hook.url, **settings
+        )
+    assert nothing_new.data == "skip" and nothing_new.report is None
+    (told,) = hook.bodies
+    assert told["decision"] == "skipped" and "no new data since" in told["reason"]
+    assert len(champion_history(first.registry)) == 2  # nothing decided, nothing recorded
