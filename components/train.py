@@ -45,7 +45,7 @@ def train_model(
     from tpustream.train.config import TrainConfig
     from tpustream.train.preemption import Preempted, exit_now, exit_preempted
     from tpustream.train.trainer import train
-    from tpustream.train.warm_start import CHAMPION
+    from tpustream.train.warm_start import CHAMPION, champion_start
     from tpustream.xla_runtime import is_primary_host
 
     if compile_cache.strip() == "auto":
@@ -53,18 +53,11 @@ def train_model(
     optional = init_from.strip() == CHAMPION
     start = (registry if optional else init_from).strip() or None
     if optional:
-        import logging
-
         from tpustream.errors import ConfigError
-        from tpustream.registry.store import read_champion
 
         if not registry:
             raise ConfigError("init_from=champion needs the registry parameter")
-        if read_champion(registry) is None:  # the first run of a new registry
-            logging.getLogger(__name__).warning(
-                "no champion in %s yet: training from random weights", registry
-            )
-            start = None
+        start = champion_start(registry, pretrained)  # None: the first run of a new registry
     try:
         # int(): an integer parameter can reach the executor as a float (the YAML keeps defaults as 8.0)
         card = train(
