@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 DEMO_DIR ?= demo-output
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all test-unit demo lint bench clean
+.PHONY: help install test test-slow test-all test-unit demo lint bench gcs-server clean
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -45,6 +45,9 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy.
 
 bench: $(STAMP) ## Shard-writer benchmark (JSON lines).
 	$(BIN)/tpustream bench write
+
+gcs-server: $(STAMP) ## Run a GCS-API server (fake-gcs-server, in memory) on 127.0.0.1 until Ctrl-C; prints the `export STORAGE_EMULATOR_HOST=...` line. PORT=N (default a free one), BUCKET=NAME (an empty bucket).
+	$(BIN)/tpustream dev gcs-server $(if $(PORT),--port $(PORT)) $(if $(BUCKET),--bucket $(BUCKET))
 
 clean: ## Remove demo output and caches (keeps .venv).
 	rm -rf $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -27,34 +27,37 @@ def deploy_model(
 ) -> str:
     """Returns the outcome line. Without ``endpoint``, or without a Vertex model (promote published none),
     nothing is deployed and ``vertex_endpoint`` carries no resourceName."""
-    from tpustream.release.deploy import deploy
-    from tpustream.release.outcome import read_outcome, record_outcome
+    from tpustream.release.outcome import failure_recorded
 
-    model = vertex_model.metadata.get("resourceName", "")
-    if not endpoint or not model:
-        return "not deployed: " + (
-            "no endpoint given" if not endpoint else "promote published no Vertex AI model"
+    with failure_recorded(run_outcome, "deploy-model"):
+        from tpustream.release.deploy import deploy
+        from tpustream.release.outcome import read_outcome, record_outcome
+
+        model = vertex_model.metadata.get("resourceName", "")
+        if not endpoint or not model:
+            return "not deployed: " + (
+                "no endpoint given" if not endpoint else "promote published no Vertex AI model"
+            )
+        outcome = deploy(
+            model,
+            endpoint,
+            traffic_percent=traffic_percent,
+            machine_type=machine_type,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
         )
-    outcome = deploy(
-        model,
-        endpoint,
-        traffic_percent=traffic_percent,
-        machine_type=machine_type,
-        min_replicas=min_replicas,
-        max_replicas=max_replicas,
-    )
-    location = outcome.endpoint.split("/")[3]
-    vertex_endpoint.uri = f"https://{location}-aiplatform.googleapis.com/v1/{outcome.endpoint}"
-    vertex_endpoint.metadata["resourceName"] = outcome.endpoint
-    split = ", ".join(f"{key}: {share}%" for key, share in outcome.traffic_split.items())
-    line = f"deployed {model} to {outcome.endpoint} as {outcome.deployed_model_id} (traffic {split})"
-    promoted = read_outcome(run_outcome)  # promote's: the version and the report stay in the outcome
-    reason = f"{promoted.reason}; {line}" if promoted else line
-    record_outcome(
-        run_outcome,
-        step="deploy",
-        decision="deployed",
-        reason=reason,
-        report=promoted.report if promoted else "",
-    )
-    return line
+        location = outcome.endpoint.split("/")[3]
+        vertex_endpoint.uri = f"https://{location}-aiplatform.googleapis.com/v1/{outcome.endpoint}"
+        vertex_endpoint.metadata["resourceName"] = outcome.endpoint
+        split = ", ".join(f"{key}: {share}%" for key, share in outcome.traffic_split.items())
+        line = f"deployed {model} to {outcome.endpoint} as {outcome.deployed_model_id} (traffic {split})"
+        promoted = read_outcome(run_outcome)  # promote's: the version and the report stay in the outcome
+        reason = f"{promoted.reason}; {line}" if promoted else line
+        record_outcome(
+            run_outcome,
+            step="deploy",
+            decision="deployed",
+            reason=reason,
+            report=promoted.report if promoted else "",
+        )
+        return line

@@ -7,8 +7,13 @@ other runs in the console.
 """
 
 
-def join_experiment(experiment: str, project: str = "", location: str = "", pipeline_job_id: str = "") -> str:
+def join_experiment(
+    experiment: str, project: str = "", location: str = "", pipeline_job_id: str = "", run_outcome: str = ""
+) -> str:
     """Returns the experiment's metadata context ("" when ``experiment`` is "")."""
-    from tpustream.vertex.experiments import join_experiment as join
+    from tpustream.release.outcome import failure_recorded
 
-    return join(experiment, project=project, location=location, pipeline_job_id=pipeline_job_id) or ""
+    with failure_recorded(run_outcome, "join-experiment"):
+        from tpustream.vertex.experiments import join_experiment as join
+
+        return join(experiment, project=project, location=location, pipeline_job_id=pipeline_job_id) or ""

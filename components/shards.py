@@ -19,23 +19,27 @@ def plan_shards(
     dataset: Input[Dataset],
     min_train_shards: int = 8,
     test_fraction: float = 0.0,
+    run_outcome: str = "",
 ) -> list:
     """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
-    from tpustream.dataset.fanout import config_from_pipeline, shard_ranges
+    from tpustream.release.outcome import failure_recorded
 
-    config = config_from_pipeline(
-        source=source,
-        output=dataset.uri,
-        num_shards=num_shards,
-        val_fraction=val_fraction,
-        upsample=upsample,
-        seed=seed,
-        max_side=max_side,
-        strict=strict,
-        min_train_shards=min_train_shards,
-        test_fraction=test_fraction,
-    )
-    return shard_ranges(config, shards_per_task)
+    with failure_recorded(run_outcome, "plan-shards"):
+        from tpustream.dataset.fanout import config_from_pipeline, shard_ranges
+
+        config = config_from_pipeline(
+            source=source,
+            output=dataset.uri,
+            num_shards=num_shards,
+            val_fraction=val_fraction,
+            upsample=upsample,
+            seed=seed,
+            max_side=max_side,
+            strict=strict,
+            min_train_shards=min_train_shards,
+            test_fraction=test_fraction,
+        )
+        return shard_ranges(config, shards_per_task)
 
 
 def write_shards(
@@ -50,23 +54,27 @@ def write_shards(
     dataset: Input[Dataset],
     min_train_shards: int = 8,
     test_fraction: float = 0.0,
+    run_outcome: str = "",
 ) -> int:
     """Write one range of the planned shards into the planned dataset location (resumable)."""
-    from tpustream.dataset.fanout import config_from_pipeline, write_shard_range
+    from tpustream.release.outcome import failure_recorded
 
-    config = config_from_pipeline(
-        source=source,
-        output=dataset.uri,
-        num_shards=num_shards,
-        val_fraction=val_fraction,
-        upsample=upsample,
-        seed=seed,
-        max_side=max_side,
-        strict=strict,
-        min_train_shards=min_train_shards,
-        test_fraction=test_fraction,
-    )
-    return write_shard_range(config, int(shard_range[0]), int(shard_range[1]))
+    with failure_recorded(run_outcome, f"write-shards-{int(shard_range[0])}-{int(shard_range[1])}"):
+        from tpustream.dataset.fanout import config_from_pipeline, write_shard_range
+
+        config = config_from_pipeline(
+            source=source,
+            output=dataset.uri,
+            num_shards=num_shards,
+            val_fraction=val_fraction,
+            upsample=upsample,
+            seed=seed,
+            max_side=max_side,
+            strict=strict,
+            min_train_shards=min_train_shards,
+            test_fraction=test_fraction,
+        )
+        return write_shard_range(config, int(shard_range[0]), int(shard_range[1]))
 
 
 def finalize_shards(
@@ -82,25 +90,29 @@ def finalize_shards(
     dataset: Output[Dataset],
     min_train_shards: int = 8,
     test_fraction: float = 0.0,
+    run_outcome: str = "",
 ) -> None:
     """Write manifest.json once every shard exists; the output artifact points at the dataset."""
-    from tpustream.dataset.fanout import config_from_pipeline, finalize_dataset
+    from tpustream.release.outcome import failure_recorded
 
-    config = config_from_pipeline(
-        source=source,
-        output=planned.uri,
-        num_shards=num_shards,
-        val_fraction=val_fraction,
-        upsample=upsample,
-        seed=seed,
-        max_side=max_side,
-        strict=strict,
-        min_train_shards=min_train_shards,
-        test_fraction=test_fraction,
-    )
-    manifest = finalize_dataset(config)
-    dataset.uri = planned.uri
-    dataset.metadata.update({split: info.num_samples for split, info in manifest.splits.items()})
-    dataset.metadata["classes"] = manifest.classes
-    for key in ("fingerprint", "marker"):  # evaluate records "trained on it" there
-        dataset.metadata[key] = planned.metadata.get(key, "")
+    with failure_recorded(run_outcome, "finalize-shards"):
+        from tpustream.dataset.fanout import config_from_pipeline, finalize_dataset
+
+        config = config_from_pipeline(
+            source=source,
+            output=planned.uri,
+            num_shards=num_shards,
+            val_fraction=val_fraction,
+            upsample=upsample,
+            seed=seed,
+            max_side=max_side,
+            strict=strict,
+            min_train_shards=min_train_shards,
+            test_fraction=test_fraction,
+        )
+        manifest = finalize_dataset(config)
+        dataset.uri = planned.uri
+        dataset.metadata.update({split: info.num_samples for split, info in manifest.splits.items()})
+        dataset.metadata["classes"] = manifest.classes
+        for key in ("fingerprint", "marker"):  # evaluate records "trained on it" there
+            dataset.metadata[key] = planned.metadata.get(key, "")

@@ -5,10 +5,13 @@ Without it every host of a slice would resolve the name itself; with it they rea
 """
 
 
-def resolve_weights(pretrained: str, model_name: str, pipeline_root: str) -> str:
+def resolve_weights(pretrained: str, model_name: str, pipeline_root: str, run_outcome: str = "") -> str:
     """Fetch a torchvision weights name into the cache and check its hash, or check a weights file URI
     exists; return the SPEC for the train step ("" = random weights: ``pretrained`` empty, or "DEFAULT" for
     a model without published weights)."""
-    from tpustream.train.pretrained import resolve_ahead
+    from tpustream.release.outcome import failure_recorded
 
-    return resolve_ahead(pretrained, model=model_name, cache=f"{pipeline_root.rstrip('/')}/weights-cache")
+    with failure_recorded(run_outcome, "resolve-weights"):
+        from tpustream.train.pretrained import resolve_ahead
+
+        return resolve_ahead(pretrained, model=model_name, cache=f"{pipeline_root.rstrip('/')}/weights-cache")

@@ -19,8 +19,9 @@ the trainer copies its event files there (tpustream/train/records.py), and with 
 
 Notifications: the whole DAG runs inside an exit handler whose exit task (``notify-webhook``, ours) POSTs the
 run's state and outcome to the ``notify_webhook`` parameter's URL ("" none: the step only logs it). The outcome
-is what the deciding steps (check source, check data, evaluate, promote, deploy) recorded at ``OUTCOME_PATH``
-(tpustream/release/outcome.py): an exit task may take no other task's output. With ``notify_emails`` at compile
+is what the deciding steps (check source, check data, evaluate, promote, deploy) recorded at ``OUTCOME_PATH``,
+and every step records beside it what failed it, task and error line (tpustream/release/outcome.py): an exit
+task may take no other task's output, and the final status it is given names no failed task. With ``notify_emails`` at compile
 time, the pipeline is that DAG again, run as a sub-DAG inside a second exit handler whose exit task is GCPC's
 ``VertexNotificationEmailOp`` ("Configure email notifications",
 https://cloud.google.com/vertex-ai/docs/pipelines/email-notifications): kfp 2.17 allows one exit task per
@@ -56,7 +57,8 @@ __all__ = [
     "PIPELINE_NAME",
 ]
 
-# Where the run's deciding steps record its outcome and the exit step reads it (tpustream/release/outcome.py):
+# Where the run's deciding steps record its outcome, every step what failed it (failures/ beside it), and the exit
+# step reads both (tpustream/release/outcome.py):
 # PIPELINE_JOB_NAME is the run's name on Vertex and kfp.local's run directory under the root there.
 OUTCOME_PATH = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_NAME_PLACEHOLDER}/run-outcome.json"
 PIPELINE_NAME = "tpustream-training"
@@ -195,7 +197,12 @@ def build_pipeline(
     ) -> None:
         # Every step below runs inside the exit handler (an ExitStack: the DAG's body keeps its indentation).
         on_exit = contextlib.ExitStack()
-        notify = ops.notify(webhook=notify_webhook, run_outcome=OUTCOME_PATH, pipeline=PIPELINE_NAME)
+        notify = ops.notify(
+            webhook=notify_webhook,
+            run_outcome=OUTCOME_PATH,
+            pipeline=PIPELINE_NAME,
+            run=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+        )
         sized(notify, "notify-webhook").set_display_name("notify webhook").set_caching_options(False)
         on_exit.enter_context(dsl.ExitHandler(notify, name="notify-on-exit"))
         shard_args = dict(
@@ -209,6 +216,8 @@ def build_pipeline(
             strict=strict,
             min_train_shards=min_train_shards(tpu),
         )
+        # Every step records what fails it at OUTCOME_PATH's folder (tpustream/release/outcome.py): the exit
+        # step's notification names the failed task and its error line, which no runner's final status says.
         check = ops.check(
             datasets_root=datasets_root,
             registry=registry,
@@ -223,14 +232,27 @@ def build_pipeline(
         ).set_display_name("check source for new data")
         sized(check, "check-source").set_caching_options(False)
         with dsl.If(check.outputs["Output"] == "train", name="new-data"):
-            plan = ops.plan(shards_per_task=shards_per_task, dataset=check.outputs["dataset"], **shard_args)
+            plan = ops.plan(
+                shards_per_task=shards_per_task,
+                dataset=check.outputs["dataset"],
+                run_outcome=OUTCOME_PATH,
+                **shard_args,
+            )
             sized(plan, "plan-shards").set_display_name("plan shards").set_caching_options(False)
             with dsl.ParallelFor(plan.outputs["Output"], name="shard-ranges") as shard_range:
-                write = ops.write(shard_range=shard_range, dataset=check.outputs["dataset"], **shard_args)
+                write = ops.write(
+                    shard_range=shard_range,
+                    dataset=check.outputs["dataset"],
+                    run_outcome=OUTCOME_PATH,
+                    **shard_args,
+                )
                 sized(write, "write-shards").set_display_name("write shards").set_retry(num_retries=2)
                 write.set_caching_options(False)
             finalize = ops.finalize(
-                planned=check.outputs["dataset"], written=dsl.Collected(write.output), **shard_args
+                planned=check.outputs["dataset"],
+                written=dsl.Collected(write.output),
+                run_outcome=OUTCOME_PATH,
+                **shard_args,
             ).set_display_name("finalize manifest")
             sized(finalize, "finalize-shards").set_caching_options(False)
             check_data = ops.check_data(
@@ -249,7 +271,10 @@ def build_pipeline(
             sized(check_data, "check-data").set_caching_options(False)
             # A named weight set is fetched here, once, on CPU: the TPU job's hosts read the cached copy.
             weights = ops.weights(
-                pretrained=pretrained, model_name=model_name, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER
+                pretrained=pretrained,
+                model_name=model_name,
+                pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+                run_outcome=OUTCOME_PATH,
             ).set_display_name("resolve pretrained weights")
             sized(weights, "resolve-weights").set_caching_options(False)
             train = ops.train(
@@ -271,6 +296,7 @@ def build_pipeline(
                 early_stop_min_delta=early_stop_min_delta,
                 compile_cache=compile_cache,
                 pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+                run_outcome=OUTCOME_PATH,
                 **train_extra(tensorboard),
             ).set_display_name("train")
             train.after(check_data)  # no TPU time on data the check refused (data_check=fail)
@@ -292,7 +318,11 @@ def build_pipeline(
             sized(evaluate, "evaluate-model").set_caching_options(False)
             with dsl.If(evaluate.outputs["Output"] == "promote", name="candidate-wins"):
                 # In the serving container, as Vertex would start it: answers as evaluate's, 400 on bad input.
-                validate = ops.validate(model=train.outputs["model"], dataset=finalize.outputs["dataset"])
+                validate = ops.validate(
+                    model=train.outputs["model"],
+                    dataset=finalize.outputs["dataset"],
+                    run_outcome=OUTCOME_PATH,
+                )
                 sized(validate, "validate-serving").set_display_name("validate in serving container")
                 validate.set_caching_options(False)
                 promote = ops.promote(
@@ -336,6 +366,7 @@ def build_pipeline(
             join = ops.experiment(
                 experiment=experiment,
                 pipeline_job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER if promote_extra else "",
+                run_outcome=OUTCOME_PATH,
                 **promote_extra,
             ).set_display_name("join experiment")
             sized(join, "join-experiment").set_caching_options(False)

@@ -98,21 +98,29 @@ def _tiny_dag(fail: bool):
     from tpustream.pipelines.training import OUTCOME_PATH, PIPELINE_NAME
 
     def decide(run_outcome: str, fail: bool) -> None:
-        from tpustream.release.outcome import record_outcome
+        from tpustream.release.outcome import failure_recorded, record_outcome
 
-        if fail:
+        with failure_recorded(run_outcome, "decide"):
+            if fail:
+                record_outcome(
+                    run_outcome, step="check data", decision="refused", reason="train-val-leak: 1 image"
+                )
+                raise RuntimeError("data check failed")
             record_outcome(
-                run_outcome, step="check data", decision="refused", reason="train-val-leak: 1 image"
+                run_outcome, step="promote", decision="promoted", reason="version 3", report="r.html"
             )
-            raise RuntimeError("data check failed")
-        record_outcome(run_outcome, step="promote", decision="promoted", reason="version 3", report="r.html")
 
     decide_op = dsl.component(decide, base_image=LOCAL_IMAGE, install_kfp_package=False)
     notify_op = build_components(LOCAL_IMAGE, LOCAL_IMAGE, None).notify
 
     @dsl.pipeline(name=PIPELINE_NAME)
     def tiny(notify_webhook: str = "") -> None:
-        notify = notify_op(webhook=notify_webhook, run_outcome=OUTCOME_PATH, pipeline=PIPELINE_NAME)
+        notify = notify_op(
+            webhook=notify_webhook,
+            run_outcome=OUTCOME_PATH,
+            pipeline=PIPELINE_NAME,
+            run=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+        )
         with dsl.ExitHandler(notify):
             decide_op(run_outcome=OUTCOME_PATH, fail=fail)
 
@@ -129,11 +137,20 @@ def test_the_webhook_step_posts_the_outcome_of_a_run_that_succeeds_and_of_one_th
             _tiny_dag(fail=True)(notify_webhook=hook.url)
     promoted, refused = hook.bodies
     assert promoted["state"] == "SUCCEEDED" and promoted["decision"] == "promoted"
-    assert promoted["text"] == "tpustream-training succeeded: promoted: version 3; report: r.html"
+    run = promoted["run"]  # kfp.local's run name, PIPELINE-TIMESTAMP: the job it reports is that run
+    assert run.startswith("tpustream-training-") and promoted["job"] == run
+    assert (
+        promoted["text"] == f"tpustream-training succeeded: promoted: version 3; run: {run}; report: r.html"
+    )
     assert promoted["pipeline"] == "tpustream-training" and promoted["console"] == ""  # kfp.local: no console
+    assert promoted["failed_task"] == promoted["error"] == ""
     assert refused["state"] == "FAILED" and refused["decision"] == "refused"
     assert refused["reason"] == "train-val-leak: 1 image" and refused["step"] == "check data"
     assert refused["text"].startswith("tpustream-training failed: refused: train-val-leak: 1 image")
+    # the task that failed and its error line, not kfp.local's "Task exit-handler-1 failed." (issue 42)
+    assert refused["failed_task"] == "decide" and refused["error"] == "RuntimeError: data check failed"
+    assert "decide failed: RuntimeError: data check failed" in refused["text"]
+    assert refused["run"] != run and refused["job"] == refused["run"] in refused["text"]
 
 
 def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_links_the_console(
@@ -143,12 +160,16 @@ def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_li
     command, its placeholders resolved by the backend, the final status Vertex hands an exit task, and the
     outcome that check data recorded under a gs:// pipeline root (the GCS test server)."""
     from tests.fakes.vertex.emulation import run_container_task
-    from tpustream.release.outcome import read_outcome, record_outcome
+    from tpustream.errors import TpustreamError
+    from tpustream.release.outcome import failure_recorded, read_outcome, record_outcome
 
     path, _, _ = _compile(tmp_path)
     run_root, job = f"{gcs_bucket}/pipeline-root", "tpustream-training-20261128030000"
     reason = "data check of gs://b/datasets/x: 1 anomaly: train-val-leak"
-    record_outcome(f"{run_root}/{job}/run-outcome.json", step="check data", decision="refused", reason=reason)
+    outcome_uri = f"{run_root}/{job}/run-outcome.json"
+    record_outcome(outcome_uri, step="check data", decision="refused", reason=reason)
+    with pytest.raises(TpustreamError), failure_recorded(outcome_uri, "check-data"):  # as the step records it
+        raise TpustreamError(reason)
     failed = {"state": "FAILED", "pipeline_task_name": "exit-handler-1",
               "error": {"code": 9, "message": "The DAG failed because some tasks failed."}}  # fmt: skip
     with WebhookReceiver() as hook:
@@ -159,8 +180,8 @@ def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_li
     assert done.returncode == 0, done.stderr[-3000:]
     (told,) = hook.bodies
     assert told["state"] == "FAILED" and told["decision"] == "refused" and told["reason"] == reason
-    assert told["error"] == "The DAG failed because some tasks failed."
-    assert told["job"] == f"projects/123/locations/europe-west4/pipelineJobs/{job}"
+    assert told["failed_task"] == "check-data" and told["error"] == reason  # not Vertex's "some tasks failed"
+    assert told["run"] == job and told["job"] == f"projects/123/locations/europe-west4/pipelineJobs/{job}"
     assert told["console"] == (
         f"https://console.cloud.google.com/vertex-ai/locations/europe-west4/pipelines/runs/{job}?project=123"
     )
@@ -233,3 +254,7 @@ def test_run_local_leaves_the_email_out_and_says_so_and_a_failed_run_still_notif
     assert told["state"] == "FAILED" and told["console"] == ""
     assert (told["step"], told["decision"]) == ("check source", "training")
     assert told["text"].startswith("tpustream-training failed: after check source (training: ")
+    # the real DAG's step that failed, its error line and the run's name (issue 42)
+    assert told["failed_task"] == "plan-shards" and told["error"].startswith("unknown source"), told
+    assert f"; plan-shards failed: {told['error']}" in told["text"]
+    assert told["run"].startswith("tpustream-training-") and told["job"] == told["run"]

@@ -204,6 +204,18 @@ def test_a_directory_and_a_prefix_of_mixed_formats_to_json_lines(world, tmp_path
     assert [line for line in out if line.startswith("skipped ")][-1].startswith(counted)
 
 
+def test_a_file_that_is_not_an_image_is_counted_the_same_named_or_in_a_folder(world):
+    """Named on the command line, the folder's junk is ``not-an-image`` as it is when the folder is listed, not
+    decoded and counted ``undecodable`` (issue 42); a named broken .jpg is still ``undecodable``."""
+    named = [f"{world.folder}/{name}" for name in (*sorted(JUNK), "7/corrupt.jpg", "0/01.jpg")]
+    printed = _predict(world, *named, "--json", "--workers", "0")
+    assert printed.exit_code == 1, printed.output  # corrupt.jpg could not be classified
+    out = [line.strip() for line in printed.output.splitlines()]
+    assert [json.loads(line)["input"] for line in out if line.startswith("{")] == named[-2:]
+    counted = [line for line in out if line.startswith("skipped ")][-1]
+    assert counted.startswith("skipped 3 of 4 inputs: 2 not-an-image, 1 undecodable"), counted
+
+
 def _predict_process(world, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """`tpustream predict` in a fresh process: the same interpreter, environment and torch thread count as the
     killed run, so that its probabilities are computed the same way to the last bit (an in-process run

@@ -269,6 +269,10 @@ def test_a_bad_request_is_a_400_a_bad_instance_fails_alone_and_the_server_keeps_
         ({"inputs": [1]}, '{"instances"'),
         ({**_instances([good]), "parameters": {"top_k": "3"}}, "top_k must be a positive integer"),
         ({**_instances([good]), "parameters": {"top_k": 99}}, "exceeds the model's 10 classes"),
+        # a misspelt parameter is refused, naming it, not answered with the default top-k (issue 42)
+        ({**_instances([good]), "parameters": {"topk": 1}}, "parameters 'topk': not a parameter"),
+        ({**_instances([good]), "parameters": {"top_k": 1, "x": 0}}, "parameters 'x': not a parameter"),
+        ({**_instances([good]), "parameters": [1]}, "parameters must be a JSON object {top_k}"),
         (b"{not json", "JSON deserialization failed"),
     ]
     assert len(bomb) < 100_000
@@ -384,7 +388,7 @@ def test_automl_bad_shapes_are_clear_400s_and_a_bad_content_fails_alone(world):
         (_automl([good], {"confidenceThreshold": "0.5"}), "got a JSON string"),
         (_automl([good], {"maxPredictions": -1}), "maxPredictions must be a positive integer"),
         (_automl([good], {"maxPredictions": 2.5}), "maxPredictions must be a positive integer"),
-        (_automl([good], {"maxPrediction": 3}), "send only confidenceThreshold and maxPredictions"),
+        (_automl([good], {"maxPrediction": 3}), "parameters 'maxPrediction': not a field of AutoML's"),
         (_automl([good], [3]), "parameters must be a JSON object"),
         (_automl([good] * 65), "65 instances exceed the limit of 64"),  # the same limits as {"b64"}
         (_automl([b"%PDF-1.4 not ours"]), "instance 0: not a JPEG, PNG"),

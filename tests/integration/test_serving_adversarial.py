@@ -143,6 +143,10 @@ MALFORMED = {
         json.dumps({"instances": [{"content": TINY}], "parameters": {"k" * 10**5: 1}}).encode(),
         "send only confidenceThreshold and maxPredictions",
     ),
+    "long-unknown-parameter": (
+        json.dumps({"instances": [{"b64": TINY}], "parameters": {"k" * 10**5: 1}}).encode(),
+        "parameters 1 field whose name is not a short identifier: not a parameter",
+    ),
     "automl-mixed": (
         json.dumps({"instances": [{"b64": TINY}, {"content": TINY}]}).encode(),
         'mix {"b64": ...} and {"content": ...}',

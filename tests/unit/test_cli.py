@@ -17,6 +17,7 @@ runner = CliRunner()
         [], ["shards"], ["shards", "create"], ["shards", "verify"], ["train"], ["evaluate"], ["promote"],
         ["champion", "show"], ["pipeline", "compile"], ["pipeline", "submit"], ["pipeline", "schedule"],
         ["pipeline", "run-local"], ["weights"], ["weights", "fetch"], ["bench"], ["bench", "write"], ["bench", "load"], ["bench", "train"],
+        ["dev"], ["dev", "gcs-server"],
     ],
 )  # fmt: skip
 def test_every_command_has_help(args):

@@ -22,6 +22,7 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 # are the one boundary, and only inside the commands, so importing the CLI (``tpustream --help``) does not load them.
 BENCH = f"{PACKAGE}.bench"
 BENCH_BOUNDARY = f"{PACKAGE}.cli.bench"  # the `tpustream bench` commands
+DEV_BOUNDARY = f"{PACKAGE}.cli.dev"  # the `tpustream dev` commands (the loopback GCS server)
 # The layer order, lowest first: a package (or shared leaf module) imports only itself and those before it, so
 # each can be read, tested and changed knowing only what sits below it. docs/ARCHITECTURE.md explains each room.
 LAYERS = (
@@ -245,17 +246,21 @@ def test_only_the_cli_imports_the_benchmarks() -> None:
     graph = import_graph()
     runtime = {module: targets for module, targets in graph.items() if not _is_bench(module)}
     importers = sorted(module for module, targets in runtime.items() if any(map(_is_bench, targets)))
-    assert importers == [BENCH_BOUNDARY], f"only {BENCH_BOUNDARY} may import {BENCH}, not {importers}"
+    boundaries = [BENCH_BOUNDARY, DEV_BOUNDARY]
+    assert importers == boundaries, f"only {' and '.join(boundaries)} may import {BENCH}, not {importers}"
 
 
 def test_the_cli_imports_the_benchmarks_only_inside_its_commands() -> None:
-    path = ROOT / "cli" / "bench.py"
-    names = [
-        name
-        for node in _module_level_import_nodes(ast.parse(path.read_text(), filename=str(path)))
-        for name in _imported(node, BENCH_BOUNDARY, is_package=False)
-    ]
-    assert not [name for name in names if _is_bench(name)], "import the benchmarks inside the bench commands"
+    for boundary in (BENCH_BOUNDARY, DEV_BOUNDARY):
+        path = ROOT / "cli" / f"{boundary.rsplit('.', 1)[1]}.py"
+        names = [
+            name
+            for node in _module_level_import_nodes(ast.parse(path.read_text(), filename=str(path)))
+            for name in _imported(node, boundary, is_package=False)
+        ]
+        assert not [name for name in names if _is_bench(name)], (
+            f"import {BENCH} inside the commands of {path}"
+        )
 
 
 def test_find_cycle_names_the_cycle() -> None:

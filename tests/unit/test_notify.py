@@ -16,7 +16,7 @@ from tpustream.release.notify import (
     redact_url,
     webhook_body,
 )
-from tpustream.release.outcome import RunOutcome
+from tpustream.release.outcome import RunFailure, RunOutcome
 
 JOB = "projects/123/locations/europe-west4/pipelineJobs/tpustream-training-20261128"
 
@@ -59,6 +59,52 @@ def test_the_body_says_what_the_run_decided_and_where_to_look():
     )
     nothing = webhook_body(pipeline="p", job="", state="FAILED", outcome=None, error="")
     assert nothing["text"] == "p failed: no step recorded an outcome" and nothing["decision"] == ""
+
+
+def test_a_failed_run_names_the_task_that_failed_its_error_line_and_the_run():
+    """The final status names no task (kfp.local: "Task exit-handler-1 failed.", and a made-up job name): the
+    body names the first task the steps recorded as failed, its error line, and the run (issue 42)."""
+    training = RunOutcome(step="check source", decision="training", reason="new data: 120 images")
+    failures = [
+        RunFailure(
+            task="evaluate-model", error="model.pt does not match its model.json", at="2026-12-06T10:00"
+        ),
+        RunFailure(task="write-shards-0-4", error="OSError: disk full", at="2026-12-06T10:01"),
+    ]
+    body = webhook_body(
+        pipeline="tpustream-training",
+        job="local-pipeline-exit-handler-1",
+        state="FAILED",
+        outcome=training,
+        error="Task exit-handler-1 failed.",
+        run="tpustream-training-20261206-100000",
+        failures=failures,
+    )
+    assert (
+        body["failed_task"] == "evaluate-model" and body["error"] == "model.pt does not match its model.json"
+    )
+    assert (
+        body["run"] == body["job"] == "tpustream-training-20261206-100000"
+    )  # kfp.local's job name is no run's
+    assert body["text"] == (
+        "tpustream-training failed: after check source (training: new data: 120 images); evaluate-model failed: "
+        "model.pt does not match its model.json (then write-shards-0-4 failed too); "
+        "run: tpustream-training-20261206-100000"
+    )
+    # on Vertex the job is its resource name; a refusal's reason is not said twice; a success names no failure
+    leak = RunOutcome(step="check data", decision="refused", reason="train-val-leak: 1 image")
+    refused = webhook_body(
+        pipeline="p",
+        job=JOB,
+        state="FAILED",
+        outcome=leak,
+        run="r1",
+        failures=[RunFailure(task="check-data", error="train-val-leak: 1 image")],
+    )
+    assert refused["job"] == JOB and refused["failed_task"] == "check-data"
+    assert refused["text"].startswith("p failed: refused: train-val-leak: 1 image; run: r1; https://")
+    ok = webhook_body(pipeline="p", job="", state="SUCCEEDED", outcome=leak, run="r2", failures=failures)
+    assert ok["failed_task"] == ok["error"] == "" and "failed" not in ok["text"]
 
 
 def test_a_post_is_json_and_a_5xx_is_retried_once():

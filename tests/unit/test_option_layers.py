@@ -129,7 +129,7 @@ OWN: dict[str, dict[str, str]] = {
         "notify_emails": "compiled in by `pipeline compile --notify` (default there: none)",
     },
     "components": {
-        **{name: _WIRING for name in ("registry", "pipeline_root", "run_outcome", "pipeline_job_id")},
+        **{name: _WIRING for name in ("registry", "pipeline_root", "run_outcome", "pipeline_job_id", "run")},
         **{name: _VERTEX for name in ("project", "location")},
         "vertex_model_name": "the pipeline's vertex_model ('' = none)",
         "serving_image": "the pipeline's serving_image ('' = the environment's)",

@@ -34,3 +34,51 @@ def test_a_failed_write_does_not_fail_the_step(tmp_path, caplog):
     blocker.write_text("x")
     record_outcome(str(blocker / "run-outcome.json"), step="promote", decision="promoted", reason="v1")
     assert "could not be written" in caplog.text
+
+
+def test_a_step_that_fails_records_its_task_and_error_line_and_a_retry_that_succeeds_clears_it(tmp_path):
+    """What the exit step's notification names (issue 42): no runner's final status says which task failed."""
+    from tpustream.errors import ConfigError
+    from tpustream.release.outcome import RunFailure, failure_recorded, read_failures
+
+    uri = str(tmp_path / "run" / "run-outcome.json")
+    assert read_failures(uri) == []
+    with pytest.raises(KeyError), failure_recorded(uri, "write-shards-0-4"):
+        raise KeyError("shard 3")
+    with pytest.raises(ConfigError), failure_recorded(uri, "evaluate-model"):
+        raise ConfigError("model.pt does not match its model.json (resnet18)\nsize mismatch for conv1.weight")
+    first, second = read_failures(uri)  # the first to fail first
+    assert (first.task, first.error) == ("write-shards-0-4", "KeyError: 'shard 3'")
+    assert second.line() == "evaluate-model failed: model.pt does not match its model.json (resnet18)"
+    assert first.at <= second.at
+    with failure_recorded(uri, "write-shards-0-4"):  # KFP's retry of that task, which succeeds
+        pass
+    with failure_recorded(
+        uri, "write-shards-4-8"
+    ):  # another fan-out item's success clears nothing of others'
+        pass
+    assert [failure.task for failure in read_failures(uri)] == ["evaluate-model"]
+    assert isinstance(read_failures(uri)[0], RunFailure)
+    with pytest.raises(RuntimeError), failure_recorded("", "promote-model"):  # outside a pipeline: nothing
+        raise RuntimeError("x")
+    assert sorted(p.name for p in (tmp_path / "run" / "failures").iterdir()) == ["evaluate-model.json"]
+
+
+def test_an_error_line_is_one_short_line():
+    from tpustream.errors import ConfigError
+    from tpustream.release.outcome import error_line
+
+    assert error_line(ConfigError("--lr 0: give a positive rate")) == "--lr 0: give a positive rate"
+    assert error_line(ValueError("")) == "ValueError"
+    assert error_line(OSError("disk full\nmore detail")) == "OSError: disk full"
+    assert len(error_line(RuntimeError("x" * 10_000))) == 500
+
+
+def test_a_failure_that_cannot_be_recorded_still_fails_the_step_with_its_own_error(tmp_path, caplog):
+    from tpustream.release.outcome import failure_recorded
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ZeroDivisionError), failure_recorded(str(blocker / "run-outcome.json"), "train-model"):
+        1 / 0  # noqa: B018
+    assert "could not be recorded" in caplog.text

@@ -8,6 +8,7 @@ from tpustream.serve.automl import (
     AutoMLParameters,
     BadRequest,
     automl_prediction,
+    field_names,
     parse_automl_parameters,
     request_format,
 )
@@ -50,6 +51,7 @@ def test_parameters_as_the_schema_message_reads_them(parameters, expected):
         ({"maxPredictions": 2, "max_predictions": 2}, "both maxPredictions and max_predictions"),
         ({"top_k": 2}, "parameters.maxPredictions"),
         ("x", "must be a JSON object"),
+        ({"maxPrediction": 2}, "parameters 'maxPrediction': not a field of AutoML's"),
     ],
 )
 def test_bad_parameters_say_what_to_send(parameters, message):
@@ -74,3 +76,10 @@ def test_answer_keeps_the_top_predictions_at_or_over_the_threshold():
     parsed = json_format.ParseDict(answer, ClassificationPredictionResult.pb()(), ignore_unknown_fields=False)
     assert list(parsed.ids) == [2, 0]  # int64 in the schema: strings in its JSON, as AutoML answers
     assert automl_prediction(top, AutoMLParameters(max_predictions=1))["ids"] == ["2"]
+
+
+def test_an_unknown_fields_name_is_said_only_when_it_is_a_short_identifier():
+    assert field_names(["topk", "top-k", "k" * 41, "x_1"]) == (
+        "'topk', 'x_1', 2 fields whose name is not a short identifier"
+    )
+    assert field_names(["<script>"]) == "1 field whose name is not a short identifier"

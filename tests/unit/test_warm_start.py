@@ -134,3 +134,25 @@ def test_a_stem_mismatch_at_the_same_size_does_not_advise_the_size_it_already_ha
         apply_init_weights(small, init, arch="resnet18", classes=["a", "b"], input_size=32)
     assert "--input-size" not in str(refused.value)
     assert "both at 32 px: the stems differ" in str(refused.value)
+
+
+def test_the_pipelines_champion_start_says_what_starts_a_first_run(tmp_path, caplog):
+    """init_from=champion on a registry with no champion yet: the warning names what the run starts from, the
+    pretrained weights when given (the trainer then logs them loaded), random weights otherwise (issue 42)."""
+    import logging
+
+    from tpustream.registry.store import ChampionPointer, replace_champion
+    from tpustream.train.warm_start import champion_start
+
+    registry = str(tmp_path / "registry")
+    with caplog.at_level(logging.WARNING, logger="tpustream.train.warm_start"):
+        assert champion_start(registry, "gs://b/weights/resnet18.pth") is None
+        assert champion_start(registry, "") is None
+    pretrained, scratch = [r.getMessage() for r in caplog.records]
+    assert pretrained == (
+        f"no champion in {registry} yet: the run starts from the pretrained weights gs://b/weights/resnet18.pth"
+    )
+    assert "random weights" not in pretrained
+    assert scratch == f"no champion in {registry} yet: the run starts from random weights"
+    replace_champion(registry, ChampionPointer.from_json({"version": 1, "top1": 0.5}), 0)
+    assert champion_start(registry, "gs://b/weights/resnet18.pth") == registry

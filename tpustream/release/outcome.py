@@ -7,22 +7,47 @@ pipeline's outputs cannot come from inside an ``ExitHandler``. The file lives at
 from two placeholders that both Vertex and kfp.local resolve inside a longer string:
 ``{PIPELINE_ROOT}/{PIPELINE_JOB_NAME}/run-outcome.json`` (``OUTCOME_PATH``, pipelines/training.py).
 The outcome decides nothing: writing it never fails a step (a warning is logged instead).
+
+What failed is recorded beside it, because neither runner says: the final status an exit task gets names no
+task and no error (Vertex: "The DAG failed because some tasks failed."; kfp.local: "Task exit-handler-1
+failed.", kfp/local/orchestrator/orchestrator_utils.py). Each step runs its body inside ``failure_recorded``,
+which writes the task's name and its error line to ``failures/<task>.json`` under the outcome's folder when the
+body raises; an attempt that succeeds removes what an earlier attempt of the same task wrote (KFP retries
+write, train, promote and deploy), so only what failed last stays. ``read_failures`` lists them, first first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from typing import Literal, get_args
 
+from tpustream.errors import TpustreamError
 from tpustream.storage import io as storage
 
-__all__ = ["FORMAT", "Decision", "RunOutcome", "read_outcome", "record_outcome", "write_outcome"]
+__all__ = [
+    "FAILURE_FORMAT",
+    "FORMAT",
+    "Decision",
+    "RunFailure",
+    "RunOutcome",
+    "error_line",
+    "failure_recorded",
+    "read_failures",
+    "read_outcome",
+    "record_outcome",
+    "write_outcome",
+]
 
 log = logging.getLogger(__name__)
 
 FORMAT = "tpustream.run-outcome/1"
+FAILURE_FORMAT = "tpustream.run-failure/1"
+_MAX_ERROR_CHARS = 500  # of an error line: a chat message, not a traceback
 # training: new data, the run goes on (a later step overwrites this); skipped: no new data; refused: the data
 # check stopped the run; kept: the candidate was not promoted; promoted / deployed: a new champion (on an
 # endpoint).
@@ -81,3 +106,94 @@ def record_outcome(uri: str, *, step: str, decision: Decision, reason: str, repo
         write_outcome(uri, RunOutcome(step=step, decision=decision, reason=reason, report=report))
     except Exception:
         log.warning("the run outcome could not be written to %s (the step goes on)", uri, exc_info=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFailure:
+    """A step of the run that failed: its ``task`` (the DAG's task name, ``evaluate-model``), its ``error`` line
+    and when (``at``, ISO 8601 UTC)."""
+
+    task: str
+    error: str
+    at: str = ""
+
+    def line(self) -> str:
+        """``evaluate-model failed: model.pt does not match its model.json`` (the notification's words)."""
+        return f"{self.task} failed: {self.error}"
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line that says what went wrong: a TpustreamError's message (written for the user), anything
+    else's type and message (``KeyError: 'x'``), as a traceback's last line says it; first line only."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    line = message if isinstance(exc, TpustreamError) and message else f"{type(exc).__name__}: {message}"
+    line = line.rstrip(": ")
+    return line if len(line) <= _MAX_ERROR_CHARS else line[: _MAX_ERROR_CHARS - 1] + "…"
+
+
+def _failures_dir(run_outcome: str) -> str:
+    return storage.join(run_outcome.rsplit("/", 1)[0], "failures")
+
+
+def _failure_uri(run_outcome: str, task: str) -> str:
+    return storage.join(_failures_dir(run_outcome), f"{task}.json")
+
+
+@contextlib.contextmanager
+def failure_recorded(run_outcome: str, task: str) -> Iterator[None]:
+    """Run a step's body; if it raises, record ``task`` and the error line under ``run_outcome``'s folder for the
+    exit step's notification, then let the error fail the step. ``task``: the step's name in the DAG, and one
+    name per fan-out item (``write-shards-0-8``) so that one item's success does not erase another's failure.
+    Nothing is recorded when ``run_outcome`` is "" (the step ran outside the pipeline); recording never fails
+    the step (a warning is logged instead)."""
+    try:
+        yield
+    except Exception as exc:
+        if run_outcome:
+            _write_failure(run_outcome, RunFailure(task=task, error=error_line(exc), at=_now()))
+        raise
+    if run_outcome:  # this attempt succeeded: an earlier attempt's failure is not the run's
+        try:
+            storage.delete(_failure_uri(run_outcome, task), missing_ok=True)
+        except Exception:
+            log.warning("could not clear %s's earlier failure under %s", task, run_outcome, exc_info=True)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _write_failure(run_outcome: str, failure: RunFailure) -> None:
+    uri = _failure_uri(run_outcome, failure.task)
+    try:
+        record = {"format": FAILURE_FORMAT, **asdict(failure)}
+        storage.write_bytes(uri, json.dumps(record, indent=1).encode(), content_type="application/json")
+    except Exception:
+        log.warning(
+            "the failure of %s could not be recorded at %s (the step fails anyway)",
+            failure.task,
+            uri,
+            exc_info=True,
+        )
+
+
+def read_failures(run_outcome: str) -> list[RunFailure]:
+    """The run's recorded failures, the first to fail first ([] when none, or ``run_outcome`` is ""); a record
+    that is not one is logged and left out."""
+    if not run_outcome:
+        return []
+    folder = _failures_dir(run_outcome)
+    try:
+        objects = storage.list_objects(folder)
+    except storage.NotFound:
+        return []
+    failures = []
+    for obj in objects:
+        try:
+            record = json.loads(storage.read_text(obj.uri))
+            if record.pop("format", None) != FAILURE_FORMAT:
+                raise ValueError(f"not {FAILURE_FORMAT}")
+            failures.append(RunFailure(**record))
+        except (ValueError, TypeError) as exc:
+            log.warning("run failure record %s is unreadable (%s): ignored", obj.uri, exc)
+    return sorted(failures, key=lambda failure: failure.at)

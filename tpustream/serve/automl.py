@@ -32,6 +32,8 @@ instances, is refused. Torch-free, like ``serving_contract``: ``tpustream.vertex
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
@@ -49,6 +51,7 @@ __all__ = [
     "MIME_TYPE_KEYS",
     "PREDICT_SCHEMATA",
     "automl_prediction",
+    "field_names",
     "json_type",
     "parse_automl_parameters",
     "refuse_automl_parameters",
@@ -71,6 +74,8 @@ _THRESHOLD_KEYS = ("confidenceThreshold", "confidence_threshold")
 _MAX_PREDICTIONS_KEYS = ("maxPredictions", "max_predictions")
 _AUTOML_PARAMETERS = (*_THRESHOLD_KEYS, *_MAX_PREDICTIONS_KEYS)
 _INT32_MAX = 2**31 - 1
+# A request's field name that an error may quote: a short identifier (a longer or odd one is only counted).
+_NAMEABLE_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")
 
 
 class BadRequest(TpustreamError, ValueError):
@@ -131,10 +136,11 @@ def parse_automl_parameters(parameters: Any) -> AutoMLParameters:
             'parameters.top_k is for {"b64": ...} instances: with AutoML\'s {"content": ...} instances use '
             "parameters.maxPredictions"
         )
-    if any(key not in _AUTOML_PARAMETERS for key in parameters):  # the key is not quoted: it is the request's
+    unknown = [key for key in parameters if key not in _AUTOML_PARAMETERS]
+    if unknown:
         raise BadRequest(
-            "parameters has a field AutoML's ImageClassificationPredictionParams does not: send only "
-            "confidenceThreshold and maxPredictions"
+            f"parameters {field_names(unknown)}: not a field of AutoML's ImageClassificationPredictionParams; "
+            "send only confidenceThreshold and maxPredictions"
         )
     defaults = AutoMLParameters()
     threshold = _one_of(parameters, _THRESHOLD_KEYS)
@@ -180,6 +186,17 @@ def automl_prediction(result: TopK, parameters: AutoMLParameters) -> AutoMLPredi
         displayNames=[result["classes"][position] for position in kept],
         confidences=[result["probabilities"][position] for position in kept],
     )
+
+
+def field_names(keys: Iterable[str]) -> str:
+    """``'topk', 'k'``: a request's field names as an error may say them: a short identifier is quoted, any
+    other is only counted (an error never echoes arbitrary request text)."""
+    keys = list(keys)
+    named = [repr(key) for key in keys if _NAMEABLE_FIELD.match(key)]
+    unnamed = len(keys) - len(named)
+    if unnamed:
+        named.append(f"{unnamed} field{'s' if unnamed > 1 else ''} whose name is not a short identifier")
+    return ", ".join(named)
 
 
 def json_type(value: Any) -> str:

@@ -24,6 +24,7 @@ from tpustream.serve.classifier import BadImage, TopK
 from tpustream.serve.settings import Limits
 
 __all__ = [
+    "OWN_PARAMETERS",
     "Batch",
     "CheckedRequest",
     "InstanceError",
@@ -51,6 +52,8 @@ class PredictResponse(TypedDict):
     predictions: list[Prediction]
 
 
+# The parameters of tpustream's own format (``{"b64"}`` instances): any other field is refused, naming it.
+OWN_PARAMETERS = ("top_k",)
 _MAX_DETAIL = 300  # characters of an error message sent back
 _MAX_INT_DIGITS = 30  # the request's only integer is top_k; longer ones cost quadratic time to convert
 

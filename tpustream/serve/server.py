@@ -23,10 +23,11 @@ application/json``. Response: ``{"predictions": [{"classes": [...], "class_indic
 "probabilities": [...]}, ...]}``, one per instance in order; a bad instance (not base64, not an image, over
 its own byte or pixel budget, undecodable) fails alone: its slot is ``{"error": "instance 3: <why>"}`` and the
 others are answered (status 200). Errors are ``{"detail": "<one short line>"}`` that never quote the request
-(no byte of the body, no value of it: they say what kind of thing was wrong, and name our own limits): 400
-for a malformed body (not UTF-8, not JSON, nested too deeply, integers of more than 30 digits,
-NaN/Infinity, not an object), a bad request (no instances, too many, over a request budget, a ``top_k``
-that is not an integer from 1 to the model's class count) or a request whose every instance is bad (the
+(no byte of the body, no value of it: they say what kind of thing was wrong, and name our own limits; an
+unknown parameter's name only when it is a short identifier): 400 for a malformed body (not UTF-8, not JSON,
+nested too deeply, integers of more than 30 digits, NaN/Infinity, not an object), a bad request (no
+instances, too many, over a request budget, a ``top_k`` that is not an integer from 1 to the model's class
+count, a ``parameters`` field other than ``top_k``: a misspelt one is refused, not ignored) or a request whose every instance is bad (the
 first one's message), 413 for a body over ``TPUSTREAM_MAX_BODY_BYTES``, 503 with ``Retry-After: 1`` when
 the request does not fit the process's in-flight budgets (``admission``), and 500 "internal error, see the server
 log" for anything else (the traceback is logged, never sent). ``parameters.top_k`` over the class count is
@@ -72,6 +73,7 @@ from tpustream.serve.automl import (
     AutoMLPrediction,
     BadRequest,
     automl_prediction,
+    field_names,
     json_type,
     parse_automl_parameters,
     refuse_automl_parameters,
@@ -79,6 +81,7 @@ from tpustream.serve.automl import (
 )
 from tpustream.serve.classifier import BadImage, BadModel, Classifier, TopK
 from tpustream.serve.request import (
+    OWN_PARAMETERS,
     Batch,
     CheckedRequest,
     InstanceError,
@@ -171,8 +174,22 @@ class ClassifierPredictor(_Predictor):
         return checked
 
     def _top_k(self, parameters: Any) -> int | None:
-        parameters = parameters or {}
-        top_k = parameters.get("top_k") if isinstance(parameters, dict) else None
+        """``parameters.top_k`` of a ``{"b64"}`` request; a field it does not know is refused, not ignored (a
+        misspelt ``topk`` would otherwise answer with the default top-k)."""
+        if parameters is None:
+            return None
+        if not isinstance(parameters, dict):
+            raise http_error(
+                400, f"parameters must be a JSON object {{top_k}}, got a JSON {json_type(parameters)}"
+            )
+        unknown = [key for key in parameters if key not in OWN_PARAMETERS]
+        if unknown:
+            raise http_error(
+                400,
+                f"parameters {field_names(unknown)}: not a parameter of this server's format; "
+                'send only top_k with {"b64": ...} instances',
+            )
+        top_k = parameters.get("top_k")
         if isinstance(top_k, float) and top_k.is_integer() and 1 <= top_k <= 1_000_000:
             # a batch prediction job's model_parameters is a google.protobuf.Value: its numbers are doubles,
             # so {"top_k": 3} arrives as 3.0 (aiplatform_v1 BatchPredictionJob.model_parameters)

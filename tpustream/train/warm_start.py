@@ -33,6 +33,7 @@ __all__ = [
     "load_init_weights",
     "apply_init_weights",
     "CHAMPION",
+    "champion_start",
 ]
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,19 @@ def _model_card(uri: str) -> ModelCard | None:
         return None
     except ArtifactError as exc:
         raise WarmStartError(f"--init-from: {exc}") from exc
+
+
+def champion_start(registry: str, pretrained: str = "") -> str | None:
+    """The pipeline's ``init_from=champion``: ``registry`` when it has a champion to start from, else None, with
+    a warning that says what starts the run instead: the ``pretrained`` weights when given, random ones
+    otherwise (so the log agrees with the trainer's ``pretrained: ... loaded`` line that follows)."""
+    from tpustream.registry.store import read_champion
+
+    if read_champion(registry) is not None:
+        return registry
+    instead = f"the pretrained weights {pretrained}" if pretrained.strip() else "random weights"
+    log.warning("no champion in %s yet: the run starts from %s", registry, instead)
+    return None
 
 
 def load_init_weights(uri: str) -> InitWeights:

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from tpustream.image.codec import image_member
+from tpustream.image.codec import image_member, sniff_format
 from tpustream.serve.predict.config import PredictConfig, PredictError
 from tpustream.sources.image_folder import IMAGE_EXTENSIONS
 from tpustream.storage import io as storage
@@ -30,7 +30,10 @@ __all__ = [
 ]
 
 IMAGE_SUFFIXES = tuple(sorted(IMAGE_EXTENSIONS))
-NOT_AN_IMAGE = "not-an-image"  # a listed file without an image extension (the other reasons: SKIP_REASONS)
+# A file without an image extension, listed, or named and not beginning as an image does (the other reasons:
+# SKIP_REASONS); the same either way, so a .txt is counted the same in a folder and named on the command line.
+NOT_AN_IMAGE = "not-an-image"
+_SIGNATURE_BYTES = 12  # sniff_format reads at most the first 12 bytes (WebP's RIFF....WEBP)
 
 
 @dataclass
@@ -131,6 +134,12 @@ def _dataset_shards(uri: str) -> list[tuple[str, str | None]]:
     ]
 
 
+def _has_image_signature(uri: str) -> bool:
+    """Whether a file named without an image extension begins as an image does (a download saved without
+    one): named or listed, a file that is not an image is counted NOT_AN_IMAGE, never read as one."""
+    return sniff_format(storage.read_range(uri, 0, _SIGNATURE_BYTES)) is not None
+
+
 def iter_items(
     inputs: Sequence[str], skipped: Skipped | None = None, *, exclude: str = "", read: bool = True
 ) -> Iterator[Item]:
@@ -164,7 +173,7 @@ def iter_items(
             if lower.endswith(".tar"):
                 found += 1
                 yield from _shard_items(obj.uri, skipped)
-            elif lower.endswith(IMAGE_SUFFIXES) or single:
+            elif lower.endswith(IMAGE_SUFFIXES) or (single and _has_image_signature(obj.uri)):
                 found += 1
                 parts = obj.uri.rsplit("/", 2)
                 folder = parts[-2] if len(parts) == 3 else None
@@ -179,7 +188,7 @@ def iter_items(
                 )
             else:
                 skipped.add(NOT_AN_IMAGE, obj.uri)
-        if not found:
+        if not found and not single:  # a named file that is no image is counted, as it is in a folder
             raise PredictError(
                 f"{raw}: holds no images ({', '.join(IMAGE_SUFFIXES)}) or .tar shards"
                 + (
