@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 DEMO_DIR ?= demo-output
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all test-unit demo lint bench gcs-server clean
+.PHONY: help install test test-slow test-scenarios test-all test-unit demo lint bench gcs-server clean
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -22,17 +22,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Build .venv (pinned torch 2.9.0 / torchvision 0.24.0 / torch_xla 2.9.0 + the rest).
 
-test: $(STAMP) ## Run the test suite (unit + integration: GCS server on loopback, XLA on CPU), all but the `slow` emulations.
-	$(BIN)/pytest -m "not slow"
+test: $(STAMP) ## Run the test suite (unit + integration: GCS server on loopback, XLA on CPU), all but the `slow` emulations and the scenarios.
+	$(BIN)/pytest -m "not slow and not scenario"
 
 test-slow: $(STAMP) ## Run the `slow` tests only (multi-host and SIGTERM emulations, full-size models, whole DAG runs); CI runs them after `make test`.
-	$(BIN)/pytest -m slow
+	$(BIN)/pytest -m "slow and not scenario"
 
-test-all: $(STAMP) ## Run every test, `slow` included (what CI runs, in one pytest session).
+test-scenarios: $(STAMP) ## Run the scenario suite: the whole pipeline in the combinations a user runs (weights x first/warm-started x input size); CI runs it last.
+	$(BIN)/pytest -m scenario
+
+test-all: $(STAMP) ## Run every test, `slow` and the scenarios included (what CI runs, in one pytest session).
 	$(BIN)/pytest
 
 test-unit: $(STAMP) ## Run the fast unit tests only.
-	$(BIN)/pytest -m "not integration and not slow"
+	$(BIN)/pytest -m "not integration and not slow and not scenario"
 
 demo: $(STAMP) ## Run the whole pipeline locally (kfp.local, XLA CPU) on the bundled digits; prints the champion and its answers on a few val images. Again: challenger vs that champion (`make clean` starts over).
 	$(BIN)/tpustream pipeline run-local --root $(DEMO_DIR)/pipeline
