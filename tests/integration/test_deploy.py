@@ -275,27 +275,32 @@ def test_deploy_creates_a_dedicated_endpoint_when_asked(recorder):
     assert "1.5 MB" in help_text and "10 MB" in help_text
 
 
-def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_deploying_twice(recorder):
-    """The pipeline retries a failed deploy task; the first attempt's DeployModel may still be running (it
-    takes minutes, the model is not on the endpoint until it is done). The retry finds the running operation
-    on the endpoint, waits for it, then finds the version deployed and sends nothing more."""
+def retry_while_the_first_attempt_deploys(recorder, model: str) -> tuple[str, deploy.DeployOutcome]:
+    """A first attempt that sent the DeployModel of ``model`` (ID@VERSION) with 10% of the traffic and died
+    (the pipeline retries a failed task; the operation runs on in Vertex, held by the recorder), and a retry
+    of the deploy. Waits until the retry polls that running operation (it saw it: only the retry polls, the
+    first attempt is gone) or sends a DeployModel of its own (it did not), then finishes the held deployment.
+    Returns the deployed model id the first attempt's operation made and the retry's outcome."""
     import threading
     import time as clock
 
-    publish(recorder, 1)
-    serving = deploy.deploy("digits-classifier", "shop", traffic_percent=100)
-    publish(recorder, 2)
     recorder.hold_deploys = True
-    first: dict = {}
-    attempt = threading.Thread(
-        target=lambda: first.update(outcome=deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
-        daemon=True,
+    client = vertex.v1_client("endpoint")
+    (name,) = recorder.endpoints
+    (serving,) = recorder.endpoints[name]["trafficSplit"]
+    first_attempt = client.deploy_model(
+        endpoint=name,
+        deployed_model={
+            "model": f"{PARENT}/models/{model}",
+            "dedicated_resources": {
+                "machine_spec": {"machine_type": "n1-standard-4"},
+                "min_replica_count": 1,
+            },
+        },
+        traffic_split={"0": 10, serving: 90},
     )
-    attempt.start()  # its DeployModel is sent, then it waits for the operation, which the recorder holds
-    deadline = clock.monotonic() + 60
-    while not recorder._held and clock.monotonic() < deadline:
-        clock.sleep(0.01)
     ((operation, _),) = recorder._held
+    sent = len(recorder.requests)
     retried: dict = {}
     retry = threading.Thread(
         target=lambda: retried.update(outcome=deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
@@ -303,26 +308,50 @@ def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_dep
     )
     retry.start()
 
-    def retry_is_waiting() -> bool:
-        """The retry listed the endpoint's operations (the third ListOperations: one per deploy) and has
-        polled the running one since."""
-        paths = [request["path"] for request in list(recorder.requests)]
-        lists = [i for i, path in enumerate(paths) if path.endswith("/operations")]
-        return len(lists) >= 3 and any(path.endswith(operation) for path in paths[lists[2] :])
+    def retry_decided() -> bool:
+        return any(r["path"].endswith((operation, ":deployModel")) for r in list(recorder.requests)[sent:])
 
     deadline = clock.monotonic() + 60
-    while not retry_is_waiting() and clock.monotonic() < deadline:
+    while not retry_decided() and clock.monotonic() < deadline:
         clock.sleep(0.01)
-    assert retry_is_waiting() and retry.is_alive(), "the retry did not wait for the running deployment"
+    waited = [r for r in recorder.requests[sent:] if r["path"].endswith(operation)]
+    assert waited and retry.is_alive(), "the retry did not wait for the running deployment"
     assert recorder.finish_deploys() == 1
-    attempt.join(120)
     retry.join(120)
+    return str(first_attempt.result(timeout=60).deployed_model.id), retried["outcome"]
+
+
+def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_deploying_twice(recorder):
+    """The pipeline retries a failed deploy task; the first attempt's DeployModel may still be running (it
+    takes minutes, the model is not on the endpoint until it is done). The retry finds the running operation
+    on the endpoint, waits for it, then finds the version deployed and sends nothing more."""
+    publish(recorder, 1)
+    serving = deploy.deploy("digits-classifier", "shop", traffic_percent=100)
+    publish(recorder, 2)
+    attempted, retried = retry_while_the_first_attempt_deploys(recorder, "4200@2")
     deploys = [r for r in recorder.requests if r["path"].endswith(":deployModel")]
     assert len(deploys) == 2  # version 1, then version 2 once: the retry sent none
-    attempted, retried_outcome = first["outcome"], retried["outcome"]
-    assert attempted.deployed and not retried_outcome.deployed
-    assert retried_outcome.deployed_model_id == attempted.deployed_model_id
-    assert retried_outcome.traffic_split == {serving.deployed_model_id: 90, attempted.deployed_model_id: 10}
+    assert not retried.deployed and retried.deployed_model_id == attempted
+    assert retried.traffic_split == {serving.deployed_model_id: 90, attempted: 10}
+    assert recorder.rejected == []
+
+
+def test_a_retried_deploy_sees_a_running_deployment_on_a_later_page_of_operations(recorder):
+    """An endpoint with a long history: ListOperations answers a page at a time (pageSize, nextPageToken),
+    oldest first, so the first attempt's running DeployModel is on the second page. The retry reads every page,
+    finds it and waits, instead of deploying the version a second time."""
+    recorder.operations_page_size = 3
+    publish(recorder, 1)
+    serving = deploy.deploy("digits-classifier", "shop", traffic_percent=100)  # CreateEndpoint, DeployModel
+    publish(recorder, 2)
+    deploy.deploy("digits-classifier", "shop", traffic_percent=10)  # DeployModel
+    deploy.rollback("shop")  # UndeployModel: four operations, done, fill more than the first page
+    attempted, retried = retry_while_the_first_attempt_deploys(recorder, "4200@2")
+    assert [r["path"].endswith(":deployModel") for r in recorder.requests].count(True) == 3
+    assert not retried.deployed and retried.deployed_model_id == attempted
+    assert retried.traffic_split == {serving.deployed_model_id: 90, attempted: 10}
+    pages = [r["query"].get("pageToken") for r in recorder.requests if r["path"].endswith("/operations")]
+    assert pages[-2:] == [None, ["ops-after-3"]]  # the retry's listing: the first page, then the second
     assert recorder.rejected == []
 
 

@@ -224,13 +224,20 @@ def _await_running_changes(
     A retried deploy task (the pipeline retries a failed one) can start while its first attempt's
     DeployModel still runs: the endpoint does not list the model until that operation is done, so deciding
     now would deploy it a second time (billed replicas) with a split computed from stale shares. The
-    endpoint's operations (google.longrunning ListOperations on it) say what is in flight; once they are
+    endpoint's operations (google.longrunning ListOperations on it, every page) say what is in flight; once they are
     done, the endpoint's state is read and the deployed version is found, as for any repeated deploy.
     """
+    from google.api_core.operations_v1.pagers import ListOperationsPager
     from google.longrunning import operations_pb2
 
-    listed = client.list_operations(request=operations_pb2.ListOperationsRequest(name=name))
-    running = [op.name for op in listed.operations if not op.done and op.metadata.type_url.endswith(_CHANGES)]
+    # ListOperations answers a page at a time (google/longrunning/operations_proto.proto: page_token,
+    # next_page_token), and an endpoint with a long history has more than one: the running DeployModel may be on
+    # any page. The v1 EndpointServiceClient.list_operations (aiplatform_v1/services/endpoint_service/client.py)
+    # returns one raw ListOperationsResponse, no pager; google/api_core/operations_v1/pagers.py's
+    # ListOperationsPager follows next_page_token, calling the same method again with page_token set.
+    request = operations_pb2.ListOperationsRequest(name=name)
+    listed = ListOperationsPager(client.list_operations, request, client.list_operations(request=request))
+    running = [op.name for op in listed if not op.done and op.metadata.type_url.endswith(_CHANGES)]
     for operation in running:
         log.info(
             "waiting for %s, a change of %s still running (a retried deploy's first attempt?)",
