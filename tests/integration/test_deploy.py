@@ -151,14 +151,64 @@ def test_rollback_restores_the_recorded_split_of_several_models(recorder):
     publish(recorder, 3)
     third = deploy.deploy("digits-classifier", "shop", traffic_percent=10)
     assert third.traffic_split == {v1: 63, v2: 27, third.deployed_model_id: 10}
-    ramp = deploy.deploy("digits-classifier", "shop", traffic_percent=100)  # the others at 0%, still deployed
-    assert ramp.traffic_split == {v1: 0, v2: 0, third.deployed_model_id: 100}
+    # the others at 0%, kept deployed (undeploy_idle=False) to come back down to
+    ramp = deploy.deploy("digits-classifier", "shop", traffic_percent=100, undeploy_idle=False)
+    assert ramp.traffic_split == {v1: 0, v2: 0, third.deployed_model_id: 100} and ramp.undeployed == {}
     assert deploy.deploy("digits-classifier", "shop", traffic_percent=20).traffic_split == {
         v1: 56,
         v2: 24,
         third.deployed_model_id: 20,
     }  # back down: in the recorded proportions
     assert deploy.rollback("shop").traffic_split == {v1: 70, v2: 30}  # as before version 3 arrived
+    assert recorder.rejected == []
+
+
+def test_a_ramp_to_100_undeploys_the_versions_left_at_0_percent(recorder):
+    """Once the canary has all the traffic, the versions left at 0% (their replicas billed) are undeployed:
+    one UndeployModel each, its trafficSplit the one Vertex keeps; the outcome names them and the canary record
+    goes with them (there is no split left to roll back to)."""
+    publish(recorder, 1)
+    v1 = deploy.deploy("digits-classifier", "shop", traffic_percent=100).deployed_model_id
+    publish(recorder, 2)
+    canary = deploy.deploy("digits-classifier", "shop", traffic_percent=10)
+    v2, endpoint = canary.deployed_model_id, canary.endpoint
+    assert canary.undeployed == {}  # v1 serves 90%: nothing idle
+    assert deploy.deploy("digits-classifier", "shop", traffic_percent=50).undeployed == {}
+    ramp = deploy.deploy("digits-classifier", "shop", traffic_percent=100)
+    assert ramp.undeployed == {v1: "4200@1"} and ramp.traffic_split == {v2: 100}
+    assert not ramp.deployed and ramp.previous_split == {v1: 50, v2: 50}
+    (undeploy_request,) = [r for r in recorder.requests if r["path"].endswith(":undeployModel")]
+    assert undeploy_request["body"] == {"deployedModelId": v1, "trafficSplit": {v2: 100}}
+    assert [d["id"] for d in recorder.endpoints[endpoint]["deployedModels"]] == [v2]
+    assert "labels" not in recorder.endpoints[endpoint]  # the canary record is gone with v1
+    with pytest.raises(DeployError, match="no canary to roll back"):
+        deploy.rollback("shop")
+    again = deploy.deploy("digits-classifier", "shop", traffic_percent=100)  # a retried task: nothing left
+    assert again.undeployed == {} and again.traffic_split == {v2: 100}
+    assert recorder.rejected == []
+
+
+def test_keep_idle_leaves_the_versions_at_0_percent_deployed_for_rollback(recorder):
+    publish(recorder, 1)
+    v1 = deploy.deploy("digits-classifier", "shop", traffic_percent=100).deployed_model_id
+    publish(recorder, 2)
+    v2 = deploy.deploy("digits-classifier", "shop", traffic_percent=10).deployed_model_id
+    ramp = deploy.deploy("digits-classifier", "shop", traffic_percent=100, undeploy_idle=False)
+    assert ramp.undeployed == {} and ramp.traffic_split == {v1: 0, v2: 100}
+    assert not [r for r in recorder.requests if r["path"].endswith(":undeployModel")]
+    assert deploy.rollback("shop").traffic_split == {v1: 100}  # the record still names v1's share
+    assert recorder.rejected == []
+
+
+def test_a_version_deployed_straight_to_100_undeploys_the_models_it_replaces(recorder):
+    """The pipeline's deploy with canary_percent=100 deploys a new version at 100%: the models it replaces
+    serve nothing from then on and are undeployed the same way."""
+    publish(recorder, 1)
+    v1 = deploy.deploy("digits-classifier", "shop", traffic_percent=100).deployed_model_id
+    publish(recorder, 2)
+    outcome = deploy.deploy("digits-classifier", "shop", traffic_percent=100)
+    assert outcome.deployed and outcome.undeployed == {v1: "4200@1"}
+    assert outcome.traffic_split == {outcome.deployed_model_id: 100}
     assert recorder.rejected == []
 
 
