@@ -473,6 +473,15 @@ def test_deploy_component_deploys_promotes_version_and_outputs_the_endpoint(reco
     assert (deployed.decision, deployed.report) == ("deployed", "gs://b/report")
     assert deployed.reason == f"version 1; {line}"
     assert output.uri == f"https://{REGION}-aiplatform.googleapis.com/v1/{name}"
+    (first,) = recorder.endpoints[name]["trafficSplit"]
+    publish(recorder, 2)
+    replacing = artifact_types.VertexModel(
+        name="vertex_model", uri="", metadata={"resourceName": f"{PARENT}/models/4200@2"}
+    )
+    line = deploy_model(
+        vertex_model=replacing, endpoint="component", vertex_endpoint=output, traffic_percent=100
+    )
+    assert line.endswith(f"; undeployed {first} (4200@1)")  # canary_percent=100: the replaced version goes
     unpublished = artifact_types.VertexModel(name="vertex_model", uri="", metadata={})
     assert deploy_model(vertex_model=unpublished, endpoint="component", vertex_endpoint=output) == (
         "not deployed: promote published no Vertex AI model"
@@ -505,4 +514,38 @@ def test_cli_deploys_a_canary_and_rolls_it_back(recorder):
     back = runner.invoke(app, ["rollback", "--endpoint", "digits"])
     assert back.exit_code == 0, back.output
     assert f"traffic: {served} 100%" in back.output
+    assert recorder.rejected == []
+
+
+def test_cli_ramp_to_100_undeploys_the_idle_version_unless_kept(recorder):
+    """`tpustream deploy --traffic 100` after a canary says which version it undeployed and how to serve it
+    again; with --keep-idle the old version stays at 0% and `rollback` returns to it."""
+    from typer.testing import CliRunner
+
+    from tpustream.cli.main import app
+
+    runner = CliRunner()
+    for endpoint, keep in (("ramped", []), ("kept", ["--keep-idle"])):
+        publish(recorder, 1)
+        first = deploy.deploy(f"{PARENT}/models/4200@1", endpoint, traffic_percent=100).deployed_model_id
+        publish(recorder, 2)
+        deploy.deploy("digits-classifier", endpoint, traffic_percent=10)
+        said = runner.invoke(
+            app,
+            ["deploy", "--endpoint", endpoint, "--model", "digits-classifier", "--traffic", "100", *keep],
+        )
+        assert said.exit_code == 0, said.output
+        (name,) = [n for n, e in recorder.endpoints.items() if e["displayName"] == endpoint]
+        deployed = [d["id"] for d in recorder.endpoints[name]["deployedModels"]]
+        if keep:
+            assert first in deployed and "undeployed" not in said.output
+            assert f"undo: tpustream rollback --endpoint {name}" in said.output
+        else:
+            assert first not in deployed and "undo:" not in said.output
+            assert (
+                f"undeployed {first} (model 4200@1): it served 0% of the traffic; to serve it again: "
+                f"tpustream deploy --endpoint {name} --model {PARENT}/models/4200@1 --traffic 100"
+            ) in " ".join(said.output.split())
+    help_text = " ".join(runner.invoke(app, ["deploy", "--help"]).output.replace("│", "").split())
+    assert "--keep-idle" in help_text
     assert recorder.rejected == []
