@@ -9,6 +9,10 @@ GCPC's EndpointCreateOp writes them), so GCPC's endpoint components can follow. 
 it takes a fixed traffic_split, which cannot keep the serving models' proportions read at run time; it needs
 an endpoint artifact (EndpointCreateOp makes a new endpoint every run); it records nothing to roll back;
 and as a container component it cannot run in kfp.local.
+
+At ``traffic_percent=100`` the models the version replaces are left at 0% and undeployed (deploy's
+``undeploy_idle`` default; the pipeline does not ramp, so it has no switch for it: `tpustream deploy
+--keep-idle` is the door that keeps them); the outcome line names them.
 """
 
 from google_cloud_pipeline_components.types import artifact_types
@@ -51,6 +55,10 @@ def deploy_model(
         vertex_endpoint.metadata["resourceName"] = outcome.endpoint
         split = ", ".join(f"{key}: {share}%" for key, share in outcome.traffic_split.items())
         line = f"deployed {model} to {outcome.endpoint} as {outcome.deployed_model_id} (traffic {split})"
+        if outcome.undeployed:  # traffic_percent=100: the models it replaced, at 0%, are undeployed
+            line += "; undeployed " + ", ".join(
+                f"{key} ({version})" for key, version in outcome.undeployed.items()
+            )
         promoted = read_outcome(run_outcome)  # promote's: the version and the report stay in the outcome
         reason = f"{promoted.reason}; {line}" if promoted else line
         record_outcome(

@@ -151,14 +151,64 @@ def test_rollback_restores_the_recorded_split_of_several_models(recorder):
     publish(recorder, 3)
     third = deploy.deploy("digits-classifier", "shop", traffic_percent=10)
     assert third.traffic_split == {v1: 63, v2: 27, third.deployed_model_id: 10}
-    ramp = deploy.deploy("digits-classifier", "shop", traffic_percent=100)  # the others at 0%, still deployed
-    assert ramp.traffic_split == {v1: 0, v2: 0, third.deployed_model_id: 100}
+    # the others at 0%, kept deployed (undeploy_idle=False) to come back down to
+    ramp = deploy.deploy("digits-classifier", "shop", traffic_percent=100, undeploy_idle=False)
+    assert ramp.traffic_split == {v1: 0, v2: 0, third.deployed_model_id: 100} and ramp.undeployed == {}
     assert deploy.deploy("digits-classifier", "shop", traffic_percent=20).traffic_split == {
         v1: 56,
         v2: 24,
         third.deployed_model_id: 20,
     }  # back down: in the recorded proportions
     assert deploy.rollback("shop").traffic_split == {v1: 70, v2: 30}  # as before version 3 arrived
+    assert recorder.rejected == []
+
+
+def test_a_ramp_to_100_undeploys_the_versions_left_at_0_percent(recorder):
+    """Once the canary has all the traffic, the versions left at 0% (their replicas billed) are undeployed:
+    one UndeployModel each, its trafficSplit the one Vertex keeps; the outcome names them and the canary record
+    goes with them (there is no split left to roll back to)."""
+    publish(recorder, 1)
+    v1 = deploy.deploy("digits-classifier", "shop", traffic_percent=100).deployed_model_id
+    publish(recorder, 2)
+    canary = deploy.deploy("digits-classifier", "shop", traffic_percent=10)
+    v2, endpoint = canary.deployed_model_id, canary.endpoint
+    assert canary.undeployed == {}  # v1 serves 90%: nothing idle
+    assert deploy.deploy("digits-classifier", "shop", traffic_percent=50).undeployed == {}
+    ramp = deploy.deploy("digits-classifier", "shop", traffic_percent=100)
+    assert ramp.undeployed == {v1: "4200@1"} and ramp.traffic_split == {v2: 100}
+    assert not ramp.deployed and ramp.previous_split == {v1: 50, v2: 50}
+    (undeploy_request,) = [r for r in recorder.requests if r["path"].endswith(":undeployModel")]
+    assert undeploy_request["body"] == {"deployedModelId": v1, "trafficSplit": {v2: 100}}
+    assert [d["id"] for d in recorder.endpoints[endpoint]["deployedModels"]] == [v2]
+    assert "labels" not in recorder.endpoints[endpoint]  # the canary record is gone with v1
+    with pytest.raises(DeployError, match="no canary to roll back"):
+        deploy.rollback("shop")
+    again = deploy.deploy("digits-classifier", "shop", traffic_percent=100)  # a retried task: nothing left
+    assert again.undeployed == {} and again.traffic_split == {v2: 100}
+    assert recorder.rejected == []
+
+
+def test_keep_idle_leaves_the_versions_at_0_percent_deployed_for_rollback(recorder):
+    publish(recorder, 1)
+    v1 = deploy.deploy("digits-classifier", "shop", traffic_percent=100).deployed_model_id
+    publish(recorder, 2)
+    v2 = deploy.deploy("digits-classifier", "shop", traffic_percent=10).deployed_model_id
+    ramp = deploy.deploy("digits-classifier", "shop", traffic_percent=100, undeploy_idle=False)
+    assert ramp.undeployed == {} and ramp.traffic_split == {v1: 0, v2: 100}
+    assert not [r for r in recorder.requests if r["path"].endswith(":undeployModel")]
+    assert deploy.rollback("shop").traffic_split == {v1: 100}  # the record still names v1's share
+    assert recorder.rejected == []
+
+
+def test_a_version_deployed_straight_to_100_undeploys_the_models_it_replaces(recorder):
+    """The pipeline's deploy with canary_percent=100 deploys a new version at 100%: the models it replaces
+    serve nothing from then on and are undeployed the same way."""
+    publish(recorder, 1)
+    v1 = deploy.deploy("digits-classifier", "shop", traffic_percent=100).deployed_model_id
+    publish(recorder, 2)
+    outcome = deploy.deploy("digits-classifier", "shop", traffic_percent=100)
+    assert outcome.deployed and outcome.undeployed == {v1: "4200@1"}
+    assert outcome.traffic_split == {outcome.deployed_model_id: 100}
     assert recorder.rejected == []
 
 
@@ -275,27 +325,32 @@ def test_deploy_creates_a_dedicated_endpoint_when_asked(recorder):
     assert "1.5 MB" in help_text and "10 MB" in help_text
 
 
-def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_deploying_twice(recorder):
-    """The pipeline retries a failed deploy task; the first attempt's DeployModel may still be running (it
-    takes minutes, the model is not on the endpoint until it is done). The retry finds the running operation
-    on the endpoint, waits for it, then finds the version deployed and sends nothing more."""
+def retry_while_the_first_attempt_deploys(recorder, model: str) -> tuple[str, deploy.DeployOutcome]:
+    """A first attempt that sent the DeployModel of ``model`` (ID@VERSION) with 10% of the traffic and died
+    (the pipeline retries a failed task; the operation runs on in Vertex, held by the recorder), and a retry
+    of the deploy. Waits until the retry polls that running operation (it saw it: only the retry polls, the
+    first attempt is gone) or sends a DeployModel of its own (it did not), then finishes the held deployment.
+    Returns the deployed model id the first attempt's operation made and the retry's outcome."""
     import threading
     import time as clock
 
-    publish(recorder, 1)
-    serving = deploy.deploy("digits-classifier", "shop", traffic_percent=100)
-    publish(recorder, 2)
     recorder.hold_deploys = True
-    first: dict = {}
-    attempt = threading.Thread(
-        target=lambda: first.update(outcome=deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
-        daemon=True,
+    client = vertex.v1_client("endpoint")
+    (name,) = recorder.endpoints
+    (serving,) = recorder.endpoints[name]["trafficSplit"]
+    first_attempt = client.deploy_model(
+        endpoint=name,
+        deployed_model={
+            "model": f"{PARENT}/models/{model}",
+            "dedicated_resources": {
+                "machine_spec": {"machine_type": "n1-standard-4"},
+                "min_replica_count": 1,
+            },
+        },
+        traffic_split={"0": 10, serving: 90},
     )
-    attempt.start()  # its DeployModel is sent, then it waits for the operation, which the recorder holds
-    deadline = clock.monotonic() + 60
-    while not recorder._held and clock.monotonic() < deadline:
-        clock.sleep(0.01)
     ((operation, _),) = recorder._held
+    sent = len(recorder.requests)
     retried: dict = {}
     retry = threading.Thread(
         target=lambda: retried.update(outcome=deploy.deploy("digits-classifier", "shop", traffic_percent=10)),
@@ -303,26 +358,50 @@ def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_dep
     )
     retry.start()
 
-    def retry_is_waiting() -> bool:
-        """The retry listed the endpoint's operations (the third ListOperations: one per deploy) and has
-        polled the running one since."""
-        paths = [request["path"] for request in list(recorder.requests)]
-        lists = [i for i, path in enumerate(paths) if path.endswith("/operations")]
-        return len(lists) >= 3 and any(path.endswith(operation) for path in paths[lists[2] :])
+    def retry_decided() -> bool:
+        return any(r["path"].endswith((operation, ":deployModel")) for r in list(recorder.requests)[sent:])
 
     deadline = clock.monotonic() + 60
-    while not retry_is_waiting() and clock.monotonic() < deadline:
+    while not retry_decided() and clock.monotonic() < deadline:
         clock.sleep(0.01)
-    assert retry_is_waiting() and retry.is_alive(), "the retry did not wait for the running deployment"
+    waited = [r for r in recorder.requests[sent:] if r["path"].endswith(operation)]
+    assert waited and retry.is_alive(), "the retry did not wait for the running deployment"
     assert recorder.finish_deploys() == 1
-    attempt.join(120)
     retry.join(120)
+    return str(first_attempt.result(timeout=60).deployed_model.id), retried["outcome"]
+
+
+def test_a_retried_deploy_waits_for_the_first_attempts_deployment_instead_of_deploying_twice(recorder):
+    """The pipeline retries a failed deploy task; the first attempt's DeployModel may still be running (it
+    takes minutes, the model is not on the endpoint until it is done). The retry finds the running operation
+    on the endpoint, waits for it, then finds the version deployed and sends nothing more."""
+    publish(recorder, 1)
+    serving = deploy.deploy("digits-classifier", "shop", traffic_percent=100)
+    publish(recorder, 2)
+    attempted, retried = retry_while_the_first_attempt_deploys(recorder, "4200@2")
     deploys = [r for r in recorder.requests if r["path"].endswith(":deployModel")]
     assert len(deploys) == 2  # version 1, then version 2 once: the retry sent none
-    attempted, retried_outcome = first["outcome"], retried["outcome"]
-    assert attempted.deployed and not retried_outcome.deployed
-    assert retried_outcome.deployed_model_id == attempted.deployed_model_id
-    assert retried_outcome.traffic_split == {serving.deployed_model_id: 90, attempted.deployed_model_id: 10}
+    assert not retried.deployed and retried.deployed_model_id == attempted
+    assert retried.traffic_split == {serving.deployed_model_id: 90, attempted: 10}
+    assert recorder.rejected == []
+
+
+def test_a_retried_deploy_sees_a_running_deployment_on_a_later_page_of_operations(recorder):
+    """An endpoint with a long history: ListOperations answers a page at a time (pageSize, nextPageToken),
+    oldest first, so the first attempt's running DeployModel is on the second page. The retry reads every page,
+    finds it and waits, instead of deploying the version a second time."""
+    recorder.operations_page_size = 3
+    publish(recorder, 1)
+    serving = deploy.deploy("digits-classifier", "shop", traffic_percent=100)  # CreateEndpoint, DeployModel
+    publish(recorder, 2)
+    deploy.deploy("digits-classifier", "shop", traffic_percent=10)  # DeployModel
+    deploy.rollback("shop")  # UndeployModel: four operations, done, fill more than the first page
+    attempted, retried = retry_while_the_first_attempt_deploys(recorder, "4200@2")
+    assert [r["path"].endswith(":deployModel") for r in recorder.requests].count(True) == 3
+    assert not retried.deployed and retried.deployed_model_id == attempted
+    assert retried.traffic_split == {serving.deployed_model_id: 90, attempted: 10}
+    pages = [r["query"].get("pageToken") for r in recorder.requests if r["path"].endswith("/operations")]
+    assert pages[-2:] == [None, ["ops-after-3"]]  # the retry's listing: the first page, then the second
     assert recorder.rejected == []
 
 
@@ -394,6 +473,15 @@ def test_deploy_component_deploys_promotes_version_and_outputs_the_endpoint(reco
     assert (deployed.decision, deployed.report) == ("deployed", "gs://b/report")
     assert deployed.reason == f"version 1; {line}"
     assert output.uri == f"https://{REGION}-aiplatform.googleapis.com/v1/{name}"
+    (first,) = recorder.endpoints[name]["trafficSplit"]
+    publish(recorder, 2)
+    replacing = artifact_types.VertexModel(
+        name="vertex_model", uri="", metadata={"resourceName": f"{PARENT}/models/4200@2"}
+    )
+    line = deploy_model(
+        vertex_model=replacing, endpoint="component", vertex_endpoint=output, traffic_percent=100
+    )
+    assert line.endswith(f"; undeployed {first} (4200@1)")  # canary_percent=100: the replaced version goes
     unpublished = artifact_types.VertexModel(name="vertex_model", uri="", metadata={})
     assert deploy_model(vertex_model=unpublished, endpoint="component", vertex_endpoint=output) == (
         "not deployed: promote published no Vertex AI model"
@@ -426,4 +514,38 @@ def test_cli_deploys_a_canary_and_rolls_it_back(recorder):
     back = runner.invoke(app, ["rollback", "--endpoint", "digits"])
     assert back.exit_code == 0, back.output
     assert f"traffic: {served} 100%" in back.output
+    assert recorder.rejected == []
+
+
+def test_cli_ramp_to_100_undeploys_the_idle_version_unless_kept(recorder):
+    """`tpustream deploy --traffic 100` after a canary says which version it undeployed and how to serve it
+    again; with --keep-idle the old version stays at 0% and `rollback` returns to it."""
+    from typer.testing import CliRunner
+
+    from tpustream.cli.main import app
+
+    runner = CliRunner()
+    for endpoint, keep in (("ramped", []), ("kept", ["--keep-idle"])):
+        publish(recorder, 1)
+        first = deploy.deploy(f"{PARENT}/models/4200@1", endpoint, traffic_percent=100).deployed_model_id
+        publish(recorder, 2)
+        deploy.deploy("digits-classifier", endpoint, traffic_percent=10)
+        said = runner.invoke(
+            app,
+            ["deploy", "--endpoint", endpoint, "--model", "digits-classifier", "--traffic", "100", *keep],
+        )
+        assert said.exit_code == 0, said.output
+        (name,) = [n for n, e in recorder.endpoints.items() if e["displayName"] == endpoint]
+        deployed = [d["id"] for d in recorder.endpoints[name]["deployedModels"]]
+        if keep:
+            assert first in deployed and "undeployed" not in said.output
+            assert f"undo: tpustream rollback --endpoint {name}" in said.output
+        else:
+            assert first not in deployed and "undo:" not in said.output
+            assert (
+                f"undeployed {first} (model 4200@1): it served 0% of the traffic; to serve it again: "
+                f"tpustream deploy --endpoint {name} --model {PARENT}/models/4200@1 --traffic 100"
+            ) in " ".join(said.output.split())
+    help_text = " ".join(runner.invoke(app, ["deploy", "--help"]).output.replace("│", "").split())
+    assert "--keep-idle" in help_text
     assert recorder.rejected == []

@@ -228,6 +228,7 @@ SOURCES: dict[str, dict[str, str]] = {
         "project": "deploy.project",
         "region": "deploy.region",
         "dedicated_endpoint": "deploy.dedicated_endpoint",
+        "undeploy_idle": "deploy.undeploy_idle",
     },
     "pipeline": {
         **{

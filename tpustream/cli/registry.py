@@ -101,6 +101,11 @@ def _traffic(split: dict[str, int]) -> str:
     return ", ".join(f"{deployed_id} {share}%" for deployed_id, share in split.items()) or "none"
 
 
+def _model_path(deployed: str, version: str) -> str:
+    """The resource name of ``version`` (ID@VERSION), in the project and region of ``deployed``'s."""
+    return f"{deployed.split('/models/')[0]}/models/{version}"
+
+
 @app.command("deploy")
 def deploy_cmd(
     endpoint: Annotated[
@@ -142,6 +147,14 @@ def deploy_cmd(
             "far below the model server's 16 MiB body limit: a few photos per request at most."
         ),
     ] = False,
+    undeploy_idle: Annotated[
+        bool,
+        typer.Option(
+            "--undeploy-idle/--keep-idle",
+            help="Once this version has 100% of the traffic, undeploy the models left at 0% (a deployed model's "
+            "replicas are billed at 0%); --keep-idle keeps them deployed, to `rollback` or ramp back down to.",
+        ),
+    ] = True,
     project: VertexProjectOption = None,
     region: VertexRegionOption = None,
 ) -> None:
@@ -163,11 +176,18 @@ def deploy_cmd(
         project=project,
         region=region,
         dedicated_endpoint=dedicated_endpoint,
+        undeploy_idle=undeploy_idle,
     )
     done = "deployed" if outcome.deployed else "already deployed"
     typer.echo(f"{done}: {outcome.model} on {outcome.endpoint} as {outcome.deployed_model_id}")
     typer.echo(f"traffic: {_traffic(outcome.traffic_split)}")
-    if outcome.previous_split:
+    for deployed_id, version in outcome.undeployed.items():
+        typer.echo(
+            f"undeployed {deployed_id} (model {version}): it served 0% of the traffic; to serve it again: "
+            f"tpustream deploy --endpoint {outcome.endpoint} --model {_model_path(outcome.model, version)} "
+            "--traffic 100"
+        )
+    if outcome.previous_split and not outcome.undeployed:
         typer.echo(f"undo: tpustream rollback --endpoint {outcome.endpoint}")
 
 

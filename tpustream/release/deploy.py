@@ -8,6 +8,11 @@ found by display name and created when absent, or named by its resource name. On
 nothing yet the model takes 100%. Deploying a version the endpoint already serves sets its share instead
 (a canary ramps 10 -> 50 -> 100 by deploying it again), and a retried deploy changes nothing.
 
+Once the deployed version has 100% of the traffic, the models left on the endpoint serve none and are
+undeployed (``undeploy_idle``; ``tpustream deploy --keep-idle`` keeps them): a deployed model keeps its minimum
+replicas running, and billed, at 0% traffic. The canary record goes with them (the split it recorded is gone);
+a version undeployed stays in the Model Registry, one ``tpustream deploy --traffic 100`` away.
+
 What ``rollback`` undoes, precisely: before ``deploy`` adds a model next to serving ones, it records in the
 endpoint's labels the canary (its model ID and version) and the traffic split it is deployed into
 (``CanaryRecord``). "Previous" is that split: the deployed models that served, with their shares, right
@@ -30,7 +35,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpustream.errors import ConfigError, TpustreamError
@@ -67,7 +72,9 @@ class DeployOutcome:
     """What ``deploy`` did: the ``endpoint`` (resource name; ``created_endpoint``: by this call), the ``model``
     version (ID@VERSION) and its ``deployed_model_id``; ``deployed``: False when it was deployed already and
     only its share changed, or nothing did; ``traffic_split`` after (deployed model id -> percent) and
-    ``previous_split``: the serving models' shares before ({}: none served, nothing to roll back to)."""
+    ``previous_split``: the serving models' shares before ({}: none served, nothing to roll back to);
+    ``undeployed``: the models left at 0% once it took 100% that this call undeployed (deployed model id ->
+    the version it served, ID@VERSION; {}: none, or ``undeploy_idle`` was off)."""
 
     endpoint: str
     created_endpoint: bool
@@ -76,6 +83,7 @@ class DeployOutcome:
     deployed: bool
     traffic_split: dict[str, int]
     previous_split: dict[str, int]
+    undeployed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,15 +94,6 @@ class RollbackOutcome:
     endpoint: str
     undeployed: str
     model: str
-    traffic_split: dict[str, int]
-
-
-@dataclass(frozen=True)
-class _Share:
-    """``_set_share``'s result: the deployed model, the split before and after (nothing was deployed)."""
-
-    deployed_model_id: str
-    previous_split: dict[str, int]
     traffic_split: dict[str, int]
 
 
@@ -224,13 +223,20 @@ def _await_running_changes(
     A retried deploy task (the pipeline retries a failed one) can start while its first attempt's
     DeployModel still runs: the endpoint does not list the model until that operation is done, so deciding
     now would deploy it a second time (billed replicas) with a split computed from stale shares. The
-    endpoint's operations (google.longrunning ListOperations on it) say what is in flight; once they are
+    endpoint's operations (google.longrunning ListOperations on it, every page) say what is in flight; once they are
     done, the endpoint's state is read and the deployed version is found, as for any repeated deploy.
     """
+    from google.api_core.operations_v1.pagers import ListOperationsPager
     from google.longrunning import operations_pb2
 
-    listed = client.list_operations(request=operations_pb2.ListOperationsRequest(name=name))
-    running = [op.name for op in listed.operations if not op.done and op.metadata.type_url.endswith(_CHANGES)]
+    # ListOperations answers a page at a time (google/longrunning/operations_proto.proto: page_token,
+    # next_page_token), and an endpoint with a long history has more than one: the running DeployModel may be on
+    # any page. The v1 EndpointServiceClient.list_operations (aiplatform_v1/services/endpoint_service/client.py)
+    # returns one raw ListOperationsResponse, no pager; google/api_core/operations_v1/pagers.py's
+    # ListOperationsPager follows next_page_token, calling the same method again with page_token set.
+    request = operations_pb2.ListOperationsRequest(name=name)
+    listed = ListOperationsPager(client.list_operations, request, client.list_operations(request=request))
+    running = [op.name for op in listed if not op.done and op.metadata.type_url.endswith(_CHANGES)]
     for operation in running:
         log.info(
             "waiting for %s, a change of %s still running (a retried deploy's first attempt?)",
@@ -263,6 +269,7 @@ def deploy(
     project: str | None = None,
     region: str | None = None,
     dedicated_endpoint: bool = False,
+    undeploy_idle: bool = True,
 ) -> DeployOutcome:
     """Serve a Model Registry version on ``endpoint`` with ``traffic_percent`` of its traffic.
 
@@ -281,6 +288,8 @@ def deploy(
             (``dedicated_endpoint_enabled``: its own DNS name; requests up to 10 MB) instead of a shared one
             (requests up to 1.5 MB: "Get online predictions from a custom trained model"). Ignored for an
             endpoint that exists (Vertex cannot switch one).
+        undeploy_idle: once the version has 100% of the traffic, undeploy the models left at 0% (billed
+            replicas that serve nothing); False keeps them deployed, for ``rollback`` or a ramp back down.
 
     Returns:
         What it did (``DeployOutcome``).
@@ -300,17 +309,44 @@ def deploy(
     _await_running_changes(client, name)
     state = _read(client, name)
     existing = state.deployment_of(version.model_id, version.version_id)
+    previous = state.serving()
     if existing is not None:
-        share = _set_share(client, state, existing, traffic_percent, version)
-        return DeployOutcome(
-            endpoint=name,
-            created_endpoint=created,
-            model=version.versioned_name,
-            deployed_model_id=share.deployed_model_id,
-            deployed=False,
-            traffic_split=share.traffic_split,
-            previous_split=share.previous_split,
-        )
+        _set_share(client, state, existing, traffic_percent, version)
+        deployed_id = existing
+    else:
+        deployed_id = _deploy_new(client, state, version, traffic_percent, resources)
+    undeployed = _undeploy_idle(client, name, deployed_id) if undeploy_idle else {}
+    after = _read(client, name)
+    log.info(
+        "%s %s as %s on %s: traffic %s",
+        "deployed" if existing is None else "serving",
+        version.versioned_name,
+        deployed_id,
+        name,
+        _describe(after.traffic, after),
+    )
+    return DeployOutcome(
+        endpoint=name,
+        created_endpoint=created,
+        model=version.versioned_name,
+        deployed_model_id=deployed_id,
+        deployed=existing is None,
+        traffic_split=after.traffic,
+        previous_split=previous,
+        undeployed=undeployed,
+    )
+
+
+def _deploy_new(
+    client: Any,
+    state: _EndpointState,
+    version: vertex.ModelVersion,
+    traffic_percent: int,
+    resources: vertex.MachineResources,
+) -> str:
+    """Deploy ``version`` to the endpoint with ``traffic_percent`` of its traffic (100 when nothing serves),
+    recording the canary first when it joins serving models. Returns its deployed model id."""
+    name = state.name
     serving = state.serving()
     percent = traffic_percent
     if not serving and percent != 100:
@@ -342,32 +378,52 @@ def deploy(
         },
         traffic_split=split,
     )
-    deployed_id = str(operation.result(timeout=None).deployed_model.id)
-    after = _read(client, name)
-    log.info(
-        "deployed %s as %s on %s: traffic %s",
-        version.versioned_name,
-        deployed_id,
-        name,
-        _describe(after.traffic, after),
-    )
-    return DeployOutcome(
-        endpoint=name,
-        created_endpoint=created,
-        model=version.versioned_name,
-        deployed_model_id=deployed_id,
-        deployed=True,
-        traffic_split=after.traffic,
-        previous_split=serving,
-    )
+    return str(operation.result(timeout=None).deployed_model.id)
+
+
+def _undeploy_idle(client: Any, name: str, deployed_id: str) -> dict[str, str]:
+    """When ``deployed_id`` has all of endpoint ``name``'s traffic, undeploy every other deployed model (each
+    at 0%, its replicas billed) and remove the canary record, whose previous split is gone with them. Returns
+    deployed model id -> the version it served (ID@VERSION), {} when the version has less than 100%.
+
+    One UndeployModel each, through the v1 EndpointServiceClient.undeploy_model
+    (aiplatform_v1/services/endpoint_service/client.py; REST "Method: projects.locations.endpoints.undeployModel"),
+    with ``traffic_split`` {deployed_id: 100}: "If this field is provided, then the Endpoint's traffic_split will
+    be overwritten with it ... A DeployedModel will be successfully undeployed only if it doesn't have any
+    traffic assigned to it" (UndeployModelRequest, aiplatform_v1/types/endpoint_service.py), so the split
+    stated is the one Vertex keeps, whatever changed it since it was read. A retried deploy that meets a
+    cleanup cut short finishes it.
+    """
+    state = _read(client, name)
+    if state.traffic.get(deployed_id, 0) != 100:
+        return {}
+    idle = {
+        key: f"{model.model_id}@{model.version_id}"
+        for key, model in state.deployed.items()
+        if key != deployed_id
+    }
+    for key, model in idle.items():
+        log.info(
+            "undeploying %s (model %s) from %s: it serves 0%% of the traffic and its replicas are billed "
+            "(--keep-idle keeps it)",
+            key,
+            model,
+            name,
+        )
+        client.undeploy_model(endpoint=name, deployed_model_id=key, traffic_split={deployed_id: 100}).result(
+            timeout=None
+        )
+    if idle:
+        _set_labels(client, _read(client, name), _without_record(state.labels))
+    return idle
 
 
 def _set_share(
     client: Any, state: _EndpointState, deployed_id: str, percent: int, version: vertex.ModelVersion
-) -> _Share:
+) -> None:
     """Give the already deployed ``deployed_id`` ``percent`` of the traffic (the others keep their
     proportions: the current ones, or the recorded ones when the others serve nothing now)."""
-    before = state.serving()
+    serving = state.serving()
     if state.traffic.get(deployed_id, 0) == percent:
         log.info(
             "%s is deployed on %s already (%s) with %d%% of the traffic: nothing to change",
@@ -376,8 +432,8 @@ def _set_share(
             deployed_id,
             percent,
         )
-        return _Share(deployed_id, before, state.traffic)
-    others = {key: share for key, share in before.items() if key != deployed_id}
+        return
+    others = {key: share for key, share in serving.items() if key != deployed_id}
     record = CanaryRecord.from_labels(state.labels)
     if (
         not others
@@ -405,7 +461,6 @@ def _set_share(
     client.update_endpoint(
         endpoint={"name": state.name, "traffic_split": split}, update_mask={"paths": ["traffic_split"]}
     )
-    return _Share(deployed_id, before, _read(client, state.name).traffic)
 
 
 def _describe(split: Mapping[str, int], state: _EndpointState) -> str:

@@ -1,6 +1,6 @@
 """Endpoints in the Vertex fake: create/get/list/update, DeployModel and UndeployModel as long-running
-operations (``hold_deploys`` keeps a deployment in flight until ``finish_deploys``), with the rules Vertex
-documents for traffic splits and a custom model's dedicated resources.
+operations (``hold_deploys`` keeps a deployment in flight until ``finish_deploys``; ListOperations answers a
+page at a time), with the rules Vertex documents for traffic splits and a custom model's dedicated resources.
 """
 
 from __future__ import annotations
@@ -36,6 +36,28 @@ class EndpointsMixin:
         validate_body(getattr(v1, response_type), response or {})  # the fake answers only fields Vertex has
         self.operations[name] = done
         return {"name": name, "metadata": metadata}
+
+    def _list_operations(self, endpoint: str, query: dict) -> dict:
+        """google.longrunning ListOperations on ``endpoint``, a page at a time as the API defines it
+        (google/longrunning/operations_proto.proto: ``page_size``, ``page_token``, ``next_page_token``): at
+        most ``pageSize`` operations (the server's ``operations_page_size`` when unset or larger), oldest first,
+        and a ``nextPageToken`` while more remain; the token is opaque to the client."""
+        under = [op for name, op in self.operations.items() if name.startswith(f"{endpoint}/operations/")]
+        size = int(query.get("pageSize", ["0"])[0] or 0)
+        if size < 0:
+            raise Refused(400, "INVALID_ARGUMENT", f"pageSize {size} is negative")
+        size = min(size or self.operations_page_size, self.operations_page_size)
+        token = query.get("pageToken", [""])[0]
+        start = 0
+        if token:
+            m = re.match(r"^ops-after-(\d+)$", token)
+            if m is None or int(m.group(1)) > len(under):
+                raise Refused(400, "INVALID_ARGUMENT", f"Invalid page token {token!r}")
+            start = int(m.group(1))
+        page: dict[str, object] = {"operations": under[start : start + size]}
+        if start + size < len(under):
+            page["nextPageToken"] = f"ops-after-{start + size}"
+        return page
 
     def _endpoint_json(self, name: str) -> dict:
         from google.cloud import aiplatform_v1 as v1

@@ -80,6 +80,9 @@ class VertexRecorder(RunsMixin, EndpointsMixin, BatchPredictionMixin, DatasetsMi
         self.hold_deploys = False
         self._held: list[tuple[str, Callable[[], None]]] = []  # (operation name, what finishing it applies)
         self.operation_polls: dict[str, int] = {}  # operation name -> GETs of it while it ran
+        # ListOperations answers at most this many operations a page (fewer when the request's pageSize is
+        # smaller), oldest first, with a nextPageToken while more remain
+        self.operations_page_size = 10
         self.evaluations: dict[str, list[dict]] = {}  # "ID@VERSION" -> its ModelEvaluations
         self.batch_jobs: dict[str, dict] = {}  # batch prediction job name -> its v1 BatchPredictionJob
         self.batch_server: str | None = None  # a model server's base URL: batch jobs run against it
@@ -186,13 +189,8 @@ class VertexRecorder(RunsMixin, EndpointsMixin, BatchPredictionMixin, DatasetsMi
                 self.operation_polls[found["name"]] = self.operation_polls.get(found["name"], 0) + 1
             return found, 200
         m_list = re.match(r"^/(?:v1|ui)/(projects/[^/]+/locations/[^/]+/endpoints/[^/:]+)/operations$", path)
-        if method == "GET" and m_list:  # google.longrunning ListOperations on an endpoint
-            under = [
-                op
-                for name, op in self.operations.items()
-                if name.startswith(f"{m_list.group(1)}/operations/")
-            ]
-            return {"operations": under}, 200
+        if method == "GET" and m_list:  # google.longrunning ListOperations on an endpoint, paged
+            return self._list_operations(m_list.group(1), query or {}), 200
         m = re.match(r"^/v1/(projects/[^/]+/locations/[^/]+)(/.*)$", path)
         if not m:
             return {"error": {"code": 404, "message": f"unknown path {path}"}}, 404
