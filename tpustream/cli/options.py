@@ -188,3 +188,11 @@ MinClassRecallOption = Annotated[
         "below this, with or without a champion.",
     ),
 ]
+BeatMajorityBaselineOption = Annotated[
+    bool,
+    typer.Option(
+        "--beat-majority-baseline/--no-beat-majority-baseline",
+        help="Refuse a candidate whose --metric does not beat always answering the train split's most frequent "
+        "class on the deciding split (evaluate's baseline), with or without a champion.",
+    ),
+]

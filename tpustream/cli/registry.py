@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from tpustream.cli.app import app, champion_app
-from tpustream.cli.options import MinClassRecallOption, MinMetricOption, fail
+from tpustream.cli.options import BeatMajorityBaselineOption, MinClassRecallOption, MinMetricOption, fail
+from tpustream.registry.policy import DEFAULT_POLICY
 
 
 @app.command("promote")
@@ -32,6 +33,7 @@ def promote_cmd(
             "the val samples both were scored on (evaluate --registry). Default: not required."
         ),
     ] = None,
+    beat_majority_baseline: BeatMajorityBaselineOption = DEFAULT_POLICY.beat_majority_baseline,
     vertex_model: Annotated[
         str | None, typer.Option(help="Also publish to this Vertex AI Model Registry model (display name).")
     ] = None,
@@ -69,6 +71,7 @@ def promote_cmd(
         min_metric=min_metric,
         min_class_recall=min_class_recall,
         max_p_value=max_p_value,
+        beat_majority_baseline=beat_majority_baseline,
     )
     if validation:
         from tpustream.serve.validate import require_validated

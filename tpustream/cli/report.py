@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from tpustream.cli.app import app
-from tpustream.cli.options import MinClassRecallOption, MinMetricOption, fail
+from tpustream.cli.options import BeatMajorityBaselineOption, MinClassRecallOption, MinMetricOption, fail
+from tpustream.registry.policy import DEFAULT_POLICY
 
 
 @app.command("report")
@@ -38,6 +39,7 @@ def report_cmd(
     ] = None,
     min_metric: MinMetricOption = None,
     min_class_recall: MinClassRecallOption = None,
+    beat_majority_baseline: BeatMajorityBaselineOption = DEFAULT_POLICY.beat_majority_baseline,
 ) -> None:
     """Write the run report: one self-contained HTML page (training curves, confusion matrices, per-class
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
@@ -53,6 +55,7 @@ def report_cmd(
         max_class_drop=max_class_drop,
         min_metric=min_metric,
         min_class_recall=min_class_recall,
+        beat_majority_baseline=beat_majority_baseline,
     )
 
     metrics_uri = json_file_uri(metrics, EvalReport.NAME)
