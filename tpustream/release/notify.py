@@ -110,6 +110,9 @@ class WebhookBody(TypedDict):
     report: str
     error: str  # "" when the run succeeded
     console: str  # the run's page in the Vertex AI console ("" outside Vertex)
+    metric: str  # what the candidate was decided on ("" when no candidate was evaluated)
+    candidate_value: float | None  # the candidate's value of ``metric``
+    baseline_value: float | None  # the majority-class baseline's, on the same split (None: not measured)
 
 
 def webhook_body(
@@ -128,6 +131,10 @@ def webhook_body(
     text = f"{pipeline} {state.lower()}: {story}"
     if state != "SUCCEEDED" and error:
         text += f"; error: {error}"
+    if outcome is not None and outcome.metric and outcome.candidate_value is not None:
+        text += f"; candidate {outcome.metric} {outcome.candidate_value:.4f}"
+        if outcome.baseline_value is not None:
+            text += f" (majority-class baseline {outcome.baseline_value:.4f})"
     if outcome is not None and outcome.report:
         text += f"; report: {outcome.report}"
     if link:
@@ -143,6 +150,9 @@ def webhook_body(
         "report": outcome.report if outcome else "",
         "error": error if state != "SUCCEEDED" else "",
         "console": link,
+        "metric": outcome.metric if outcome else "",
+        "candidate_value": outcome.candidate_value if outcome else None,
+        "baseline_value": outcome.baseline_value if outcome else None,
     }
 
 

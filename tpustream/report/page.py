@@ -10,6 +10,7 @@ from typing import Any
 from tpustream.report.facts import (
     _E,
     ReportFacts,
+    _baseline_line,
     _champion,
     _champion_heading,
     _headline,
@@ -59,6 +60,7 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
     note = ""
     if _champion(facts) is None:
         note = f'<p class="note">No champion numbers: {_E(_no_champion_text(facts))}.</p>'
+    baseline = f'<p class="note baseline">{_E(line)}</p>' if (line := _baseline_line(facts)) else ""
     toc = "".join(f'<li><a href="#{key}">{_E(title)}</a></li>' for key, title, _ in sections)
     body = "".join(
         f'<section id="{key}"><h2>{_E(title)}</h2>{content}</section>' for key, title, content in sections
@@ -70,7 +72,7 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
         f"<title>tpustream run report: {_E(verdict.title)}</title><style>{_CSS}</style></head><body>"
         f'<header id="decision" class="{verdict.kind}"><h1>{_E(verdict.title)}</h1>'
         f'<p class="sentence">{_E(verdict.sentence)}</p>{headline}{note}'
-        f'<p class="note">{_E(_policy_line(facts))}</p></header>'
+        f'<p class="note">{_E(_policy_line(facts))}</p>{baseline}</header>'
         f"<nav><strong>Contents</strong><ol>{toc}</ol></nav>{body}"
         f"<footer>tpustream run report. Candidate {_code(facts.metrics.candidate.model)}, evaluated "
         f"{_E(facts.metrics.created)} on {_code(facts.metrics.dataset.uri)}.</footer>"
