@@ -604,7 +604,7 @@ def test_a_candidate_refused_inside_the_pipeline_is_in_the_history_the_report_an
     baseline = evaluation["baseline"]
     counts = [len(os.listdir(source / str(digit))) for digit in range(10)]
     assert baseline["answer"] in [str(digit) for digit in range(10)] and 0 < baseline["top1"] < 0.2
-    assert evaluation["split"] == "test" and max(counts) / sum(counts) < 0.2
+    assert max(counts) / sum(counts) < 0.2  # digits: ten classes of about the same size
     page = Path(run.report).read_text()
     assert '<tr class="refused">' in page and "below the quality floor" in page
     assert f"always answering “{baseline['answer']}”" in page
