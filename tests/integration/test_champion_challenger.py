@@ -573,6 +573,19 @@ def test_a_model_below_the_quality_floor_is_refused_with_no_champion(digits, mod
     )
 
 
+def test_promote_refuses_a_model_no_better_than_the_majority_class_unless_told(digits, models, tmp_path):
+    untrained = _evaluate(models, "untrained", digits, tmp_path)
+    baseline = json.loads(storage.read_bytes(untrained))["baseline"]
+    trivial = ["promote", "--candidate", models["untrained"], "--metrics", untrained]
+    trivial += ["--registry", str(tmp_path / "registry")]
+    refused = CliRunner().invoke(app, trivial)
+    assert refused.exit_code == 0, refused.output
+    assert f"does not beat the majority-class baseline {baseline['top1']:.4f}" in refused.output
+    assert f"(always answering '{baseline['answer']}'" in refused.output
+    allowed = CliRunner().invoke(app, [*trivial, "--no-beat-majority-baseline"])
+    assert "promoted: version 1 is the champion (no champion yet)" in allowed.output
+
+
 def test_a_dataset_with_a_test_split_is_decided_on_test_and_reports_val_too(models, gcs_bucket, tmp_path):
     """evaluate measures candidate and champion on test (the candidate also on val); promotion decides on test
     and says so. The models trained on another split of digits: only which split is read matters here."""
