@@ -20,13 +20,18 @@ def evaluate_model(
     min_metric: float = -1.0,
     min_class_recall: float = -1.0,
     max_p_value: float = -1.0,
+    beat_majority_baseline: bool = True,
+    min_class_support: int = 10,
     run_outcome: str = "",
 ) -> str:
     """metrics.json under the `evaluation` artifact; KFP metrics and the confusion matrix for the UI; the run
     report (``report``: one HTML page, ``summary``: Markdown; tpustream/report/build.py) with the decision as it
     stands before promote. Returns "promote" or "keep" (the DAG's branch; promote decides again under
-    compare-and-swap). ``data_check``: the check-data step's report. ``max_class_drop`` < 0: no per-class check; ``min_metric``/``min_class_recall``
-    < 0: no quality floor; ``max_p_value`` < 0: no significance required."""
+    compare-and-swap); a refused candidate is logged in the registry's history here, once, as promote
+    would log it. ``data_check``: the check-data step's report. ``max_class_drop`` < 0: no per-class check; ``min_metric``/``min_class_recall``
+    < 0: no quality floor; ``max_p_value`` < 0: no significance required; ``beat_majority_baseline``: refuse a
+    candidate that does not beat the majority-class baseline; ``min_class_support``: a class with fewer samples
+    on the deciding split cannot refuse the candidate by its drop."""
     from tpustream.release.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "evaluate-model"):
@@ -34,7 +39,7 @@ def evaluate_model(
 
         from tpustream.registry.policy import PromotionPolicy
         from tpustream.release.outcome import record_outcome
-        from tpustream.release.promote import preview_decision
+        from tpustream.release.promote import decide_and_log_refusal, preview_decision
         from tpustream.report.build import write_run_report
         from tpustream.report.facts import shows_top5
         from tpustream.train.evaluate import evaluate
@@ -46,6 +51,8 @@ def evaluate_model(
             min_metric=min_metric,
             min_class_recall=min_class_recall,
             max_p_value=max_p_value,
+            beat_majority_baseline=beat_majority_baseline,
+            min_class_support=min_class_support,
         )
         result = evaluate(model.uri, dataset.uri, evaluation.uri, registry=registry or None)
         candidate = result.candidate
@@ -58,9 +65,18 @@ def evaluate_model(
         if result.val is not None:  # test decided: the candidate's val numbers, for reference
             for key in ("top1", "loss"):
                 metrics.log_metric(f"val_{key}", float(result.val.metric(key)))
+        trivial = result.baseline.metric(policy.metric) if result.baseline is not None else None
+        if trivial is not None:  # the majority-class answer's, beside the candidate's
+            metrics.log_metric(f"baseline_{policy.metric}", trivial)
         evaluation.metadata["split"] = result.split
         confusion.log_confusion_matrix(result.classes, candidate.confusion_matrix)
-        decision = preview_decision(result, registry or None, policy)
+        # A refusal is final here (promote does not run after it): it goes into the registry's history now,
+        # before the report, whose history then shows it.
+        decision = (
+            decide_and_log_refusal(model.uri, evaluation.uri, registry, policy)
+            if registry
+            else preview_decision(result, None, policy)
+        )
         logging.getLogger("tpustream").info(
             "decision on the %s split: %s (%s)",
             result.split,
@@ -91,6 +107,12 @@ def evaluate_model(
             )
         if not decision.promote:  # the run ends here (a winner's outcome is promote's to record)
             record_outcome(
-                run_outcome, step="evaluate", decision="kept", reason=decision.reason, report=report.uri
+                run_outcome,
+                step="evaluate",
+                decision="kept",
+                reason=decision.reason,
+                report=report.uri,
+                evaluation=result,
+                metric=policy.metric,
             )
         return "promote" if decision.promote else "keep"

@@ -29,6 +29,8 @@ def promote_model(
     min_metric: float = -1.0,
     min_class_recall: float = -1.0,
     max_p_value: float = -1.0,
+    beat_majority_baseline: bool = True,
+    min_class_support: int = 10,
     vertex_model_name: str = "",
     serving_image: str = "",
     project: str = "",
@@ -40,12 +42,15 @@ def promote_model(
     now settled). Returns the outcome line; the registry's champion.json is the source of truth. Without
     ``vertex_model_name`` nothing goes to Vertex and ``vertex_model`` carries no resourceName.
     ``max_class_drop`` < 0: no per-class check; ``min_metric``/``min_class_recall``
-    < 0: no quality floor; ``max_p_value`` < 0: no significance required."""
+    < 0: no quality floor; ``max_p_value`` < 0: no significance required; ``beat_majority_baseline``: refuse a
+    candidate that does not beat the majority-class baseline; ``min_class_support``: a class with fewer samples
+    on the deciding split cannot refuse the candidate by its drop."""
     from tpustream.release.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "promote-model"):
         import logging
 
+        from tpustream.artifacts import EvalReport
         from tpustream.registry.policy import PromotionPolicy
         from tpustream.release.outcome import record_outcome
         from tpustream.release.promote import promote
@@ -60,6 +65,8 @@ def promote_model(
             min_metric=min_metric,
             min_class_recall=min_class_recall,
             max_p_value=max_p_value,
+            beat_majority_baseline=beat_majority_baseline,
+            min_class_support=min_class_support,
         )
         require_validated(validation.uri, model.uri)  # the validate step passed, for this very model.pt
         target = target_from_env(vertex_model_name, project, location, serving_image)
@@ -96,5 +103,7 @@ def promote_model(
             decision="promoted" if outcome.promoted else "kept",
             reason=line.removeprefix("promoted ") if outcome.promoted else outcome.reason,
             report=report.uri,
+            evaluation=EvalReport.read(evaluation.uri),
+            metric=policy.metric,
         )
         return line

@@ -46,6 +46,7 @@ from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
 from tpustream.pipelines.steps import LOCAL_IMAGE, StepResources, build_components
 from tpustream.pipelines.tpu import PIPELINE_WORKERS, Capacity, min_train_shards
+from tpustream.registry.policy import PromotionPolicy
 from tpustream.train.config import TrainConfig
 from tpustream.train.pretrained import MODEL_DEFAULT
 
@@ -175,6 +176,7 @@ def build_pipeline(
         min_metric: float = -1.0,  # quality floor on `metric`, with or without a champion (< 0: none)
         min_class_recall: float = -1.0,  # quality floor on every class's recall (< 0: none)
         max_p_value: float = -1.0,  # a gain over the champion must have McNemar's p-value at most this (< 0: off)
+        beat_majority_baseline: bool = PromotionPolicy.beat_majority_baseline,  # refuse a candidate not above always answering the largest class
         retrain: bool = False,
         data_check: str = "fail",  # an anomaly in the new dataset stops the run before train; "warn": log it; "off"
         max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/dataset/check.py
@@ -312,6 +314,7 @@ def build_pipeline(
                 min_metric=min_metric,
                 min_class_recall=min_class_recall,
                 max_p_value=max_p_value,
+                beat_majority_baseline=beat_majority_baseline,
                 data_check=check_data.outputs["report"],  # into the run report
                 run_outcome=OUTCOME_PATH,
             ).set_display_name("evaluate vs champion")
@@ -338,6 +341,7 @@ def build_pipeline(
                     min_metric=min_metric,
                     min_class_recall=min_class_recall,
                     max_p_value=max_p_value,
+                    beat_majority_baseline=beat_majority_baseline,
                     vertex_model_name=vertex_model,
                     serving_image=serving_image,
                     run_outcome=OUTCOME_PATH,

@@ -43,7 +43,10 @@ def digits(tmp_path_factory):
 def models(digits, tmp_path_factory):
     base = tmp_path_factory.mktemp("models")
     return {
-        "weak": make_model(base / "weak", digits, seed=1, steps=0),
+        # random weights: every answer the same class, no better than always answering the largest one
+        "untrained": make_model(base / "untrained", digits, seed=1, steps=0),
+        # weak, but better than that trivial answer: a registry's first champion must beat it
+        "weak": make_model(base / "weak", digits, seed=1, steps=8),
         "good": make_model(base / "good", digits, seed=2, steps=30),
         "better": make_model(base / "better", digits, seed=3, steps=120),
     }
@@ -87,6 +90,10 @@ def registry(request, tmp_path):
 
 
 def test_champion_challenger_flow(digits, models, registry, tmp_path):
+    untrained = _evaluate(models, "untrained", digits, tmp_path, registry)
+    trivial = promote.promote(models["untrained"], untrained, registry)  # not even into an empty registry
+    assert not trivial.promoted and "does not beat the majority-class baseline" in trivial.reason
+    assert promote.read_champion(registry) is None
     weak = _evaluate(models, "weak", digits, tmp_path, registry)
     assert promote.promote(models["weak"], weak, registry) == PromotionOutcome(
         promoted=True, version=1, reason="no champion yet", previous_version=None
@@ -110,7 +117,7 @@ def test_champion_challenger_flow(digits, models, registry, tmp_path):
     events = [
         json.loads(storage.read_bytes(o.uri))["event"] for o in storage.list_objects(f"{registry}/events")
     ]
-    assert sorted(events) == ["already-champion", "promoted", "promoted", "refused"]
+    assert sorted(events) == ["already-champion", "promoted", "promoted", "refused", "refused"]
     assert promote.champion_status(registry).ok
 
 
@@ -430,7 +437,7 @@ def test_a_champion_with_other_classes_is_noted_and_kept(digits, models, tmp_pat
     shards.create_shards(
         ShardConfig(source="digits", output=renamed, num_shards=4), progress=False, source=source
     )
-    candidate = make_model(tmp_path / "letters-model", renamed, seed=4, steps=0, classes=letters)
+    candidate = make_model(tmp_path / "letters-model", renamed, seed=4, steps=8, classes=letters)
     out = str(tmp_path / "eval-letters")
     result = evaluate.evaluate(candidate, renamed, out, registry=registry)
     written = json.loads(storage.read_bytes(f"{out}/metrics.json"))
@@ -542,7 +549,7 @@ def test_a_model_below_the_quality_floor_is_refused_with_no_champion(digits, mod
     """The first model of a registry is not promoted whatever it scores: ``--min-metric`` (and
     ``--min-class-recall``) apply with no champion too, and the refusal is recorded, with no version made."""
     registry = str(tmp_path / "registry")
-    weak = _evaluate(models, "weak", digits, tmp_path)  # random weights: ~10% top-1
+    weak = _evaluate(models, "weak", digits, tmp_path)  # a few SGD steps: ~23% top-1
     runner = CliRunner()
     base = ["promote", "--candidate", models["weak"], "--metrics", weak, "--registry", registry]
     refused = runner.invoke(app, [*base, "--min-metric", "0.5"])
@@ -564,6 +571,19 @@ def test_a_model_below_the_quality_floor_is_refused_with_no_champion(digits, mod
         "promoted: version 1 is the champion (no champion yet; the candidate reaches the quality floor"
         in (passed.output)
     )
+
+
+def test_promote_refuses_a_model_no_better_than_the_majority_class_unless_told(digits, models, tmp_path):
+    untrained = _evaluate(models, "untrained", digits, tmp_path)
+    baseline = json.loads(storage.read_bytes(untrained))["baseline"]
+    trivial = ["promote", "--candidate", models["untrained"], "--metrics", untrained]
+    trivial += ["--registry", str(tmp_path / "registry")]
+    refused = CliRunner().invoke(app, trivial)
+    assert refused.exit_code == 0, refused.output
+    assert f"does not beat the majority-class baseline {baseline['top1']:.4f}" in refused.output
+    assert f"(always answering '{baseline['answer']}'" in refused.output
+    allowed = CliRunner().invoke(app, [*trivial, "--no-beat-majority-baseline"])
+    assert "promoted: version 1 is the champion (no champion yet)" in allowed.output
 
 
 def test_a_dataset_with_a_test_split_is_decided_on_test_and_reports_val_too(models, gcs_bucket, tmp_path):

@@ -559,6 +559,48 @@ def test_run_local_retrains_only_on_new_data(tmp_path, capsys):
     assert sum(split["num_samples"] for split in manifest["splits"].values()) == 1300
 
 
+@pytest.mark.slow  # a whole kfp.local run
+def test_a_candidate_refused_inside_the_pipeline_is_in_the_history_the_report_and_the_webhook(tmp_path):
+    """Issue 42, items 3 and 4: evaluate refuses (a quality floor of 0.99) and the DAG skips promote, yet the
+    refusal is a `refused` event in the registry's history, with its reason and numbers, once; the run's
+    report shows it in its history and the majority-class baseline beside the candidate; the webhook
+    carries both numbers."""
+    from tpustream.pipelines.local import run_local
+    from tpustream.registry.history import champion_history
+
+    source = tmp_path / "images"
+    digit_images(source, 0, 300)
+    root = str(tmp_path / "run")
+    with WebhookReceiver() as hook:
+        run = run_local(
+            root=root, log_path=str(tmp_path / "run.log"), source=str(source), num_shards=4, shards_per_task=4,
+            model_name="tiny", epochs=1, batch_size=16, bf16=False, workers=2, min_metric=0.99,
+            notify_webhook=hook.url,
+        )  # fmt: skip
+    assert run.data == "train" and run.outcome is not None and run.outcome.decision == "kept"
+    assert "below the quality floor (--min-metric 0.99" in run.outcome.reason
+    assert promote.champion_status(run.registry).champion is None  # nothing was promoted
+    (refused,) = champion_history(run.registry)
+    assert refused["event"] == "refused" and refused["reason"] == run.outcome.reason
+    assert refused["metric"] == "top1" and refused["value"] == run.outcome.candidate_value
+    assert refused["candidate"].endswith("/model") and refused["champion_version"] is None
+    (metrics_json,) = Path(run.pipeline_root).glob(
+        "tpustream-training-*/evaluate-model/evaluation/metrics.json"
+    )
+    evaluation = json.loads(metrics_json.read_text())
+    baseline = evaluation["baseline"]
+    counts = [len(os.listdir(source / str(digit))) for digit in range(10)]
+    assert baseline["answer"] in [str(digit) for digit in range(10)] and 0 < baseline["top1"] < 0.2
+    assert max(counts) / sum(counts) < 0.2  # digits: ten classes of about the same size
+    page = Path(run.report).read_text()
+    assert '<tr class="refused">' in page and "below the quality floor" in page
+    assert f"always answering “{baseline['answer']}”" in page
+    (told,) = hook.bodies
+    assert told["decision"] == "kept" and told["metric"] == "top1"
+    assert told["baseline_value"] == baseline["top1"] and told["candidate_value"] == refused["value"]
+    assert f"(majority-class baseline {baseline['top1']:.4f})" in told["text"]
+
+
 def test_test_fraction_reaches_every_shard_step(tmp_path):
     spec, _ = _compiled(tmp_path, None)
     assert spec["root"]["inputDefinitions"]["parameters"]["test_fraction"]["defaultValue"] == 0.0

@@ -123,3 +123,34 @@ def test_a_receiver_that_refuses_or_is_down_never_fails_the_run_nor_leaks_the_to
     assert not post_webhook(down, {"text": "x"}, timeout=5, retry_after=0)
     assert "HTTP 400" in caplog.text and "not notified" in caplog.text
     assert "s3cr3t-token" not in caplog.text and "127.0.0.1" in caplog.text
+
+
+def test_the_body_shows_the_candidate_beside_the_majority_class_baseline(tmp_path):
+    from tpustream.artifacts import EvalReport
+    from tpustream.release.outcome import read_outcome, record_outcome
+
+    evaluation = EvalReport.from_json(
+        {
+            "dataset": {"uri": "/d", "manifest_digest": "d" * 64, "val_samples": 40},
+            "classes": ["circle", "square"],
+            "candidate": {"top1": 0.1095, "top5": 1.0, "loss": 2.0},
+            "baseline": {"answer": "circle", "top1": 0.394},
+        }
+    )
+    uri = str(tmp_path / "run-outcome.json")
+    record_outcome(
+        uri, step="evaluate", decision="kept", reason="below", evaluation=evaluation, metric="top1"
+    )
+    kept = read_outcome(uri)
+    body = webhook_body(pipeline="p", job=JOB, state="SUCCEEDED", outcome=kept)
+    assert (body["metric"], body["candidate_value"], body["baseline_value"]) == ("top1", 0.1095, 0.394)
+    assert "; candidate top1 0.1095 (majority-class baseline 0.3940)" in body["text"]
+    # an outcome written before the numbers (or by a step that evaluated nothing) has none
+    skipped = webhook_body(
+        pipeline="p",
+        job=JOB,
+        state="SUCCEEDED",
+        outcome=RunOutcome(step="check", decision="skipped", reason=""),
+    )
+    assert (skipped["metric"], skipped["candidate_value"], skipped["baseline_value"]) == ("", None, None)
+    assert "baseline" not in skipped["text"]

@@ -154,6 +154,7 @@ _POLICY = {
     "min_delta": "PromotionPolicy.min_delta",
     "max_class_drop": "PromotionPolicy.max_class_drop",
     "min_class_support": "PromotionPolicy.min_class_support",
+    "beat_majority_baseline": "PromotionPolicy.beat_majority_baseline",
     "max_p_value": "PromotionPolicy.max_p_value",
     "min_metric": "QualityFloor.min_metric",
     "min_class_recall": "QualityFloor.min_class_recall",

@@ -334,3 +334,62 @@ def test_a_drop_on_a_class_with_too_few_samples_is_said_but_does_not_refuse():
     assert PromotionPolicy.from_options().min_class_support == 10
     with pytest.raises(RegistryError, match="--min-class-support -1"):
         PromotionPolicy(min_class_support=-1)
+
+
+def _baseline_report(candidate_top1, *, split="val", baseline=True, loss=1.0):
+    from tpustream.artifacts import EvalReport
+
+    document = {
+        "dataset": {"uri": "/d", "manifest_digest": "d" * 64, "val_samples": 40, "test_samples": 35},
+        "classes": ["circle", "square"],
+        "split": split,
+        "candidate": m(candidate_top1, loss=loss) | {"model_sha256": "c" * 64, "complete": True},
+    }
+    if baseline:
+        document["baseline"] = {"answer": "circle", "top1": 0.394, "loss": 0.67, "macro_f1": 0.28}
+    return EvalReport.from_json(document)
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_a_candidate_that_does_not_beat_the_majority_class_is_refused_first_model_included(split):
+    from tpustream.registry.policy import decide_for_metrics
+
+    champion = ChampionPointer.from_json(
+        {"version": 1, "model_sha256": "e" * 64, "dataset_digest": "d" * 64, "metrics": m(0.10)}
+    )
+    for current in (None, champion):  # a first model too: no champion to beat, the baseline still
+        refused = decide_for_metrics(_baseline_report(0.1095, split=split), current, PromotionPolicy())
+        assert not refused.promote and refused.code == "below-baseline"
+        assert refused.reason.startswith(
+            "candidate top1 0.1095 does not beat the majority-class baseline 0.3940 (always answering 'circle'"
+        )
+        assert "--no-beat-majority-baseline" in refused.reason
+    tie = decide_for_metrics(_baseline_report(0.394), None, PromotionPolicy())
+    assert tie.code == "below-baseline"  # equal is not better
+    assert decide_for_metrics(_baseline_report(0.40), None, PromotionPolicy()).promote
+    # the explicit switch turns it off; other refusals carry no code
+    off = PromotionPolicy(beat_majority_baseline=False)
+    assert decide_for_metrics(_baseline_report(0.1095), None, off).promote
+    floor = PromotionPolicy.from_options(min_metric=0.99)
+    assert decide_for_metrics(_baseline_report(0.1095), None, floor).code is None
+    # lower loss is better: the baseline's loss is beaten from below
+    loss = PromotionPolicy(metric="loss")
+    assert decide_for_metrics(_baseline_report(0.9, loss=0.5), None, loss).promote
+    assert decide_for_metrics(_baseline_report(0.9, loss=0.8), None, loss).code == "below-baseline"
+
+
+def test_a_metrics_json_without_a_baseline_is_decided_as_before():
+    from tpustream.registry.policy import decide_for_metrics
+
+    old = _baseline_report(0.1095, baseline=False)
+    assert old.baseline is None and decide_for_metrics(old, None, PromotionPolicy()).promote
+
+
+def test_the_baseline_switch_is_one_field_that_every_door_takes():
+    assert PromotionPolicy().beat_majority_baseline is True
+    piped = dict(metric="top1", min_delta=0.0, max_class_drop=-1, min_metric=-1, min_class_recall=-1)
+    assert PromotionPolicy.from_pipeline(**piped, max_p_value=-1).beat_majority_baseline
+    assert not PromotionPolicy.from_pipeline(
+        **piped, max_p_value=-1, beat_majority_baseline=False
+    ).beat_majority_baseline
+    assert not PromotionPolicy.from_options(beat_majority_baseline=False).beat_majority_baseline

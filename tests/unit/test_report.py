@@ -907,3 +907,21 @@ def test_the_recipe_states_the_peak_lr_the_trainer_recorded():
     assert recipe["peak LR"] == (
         "0.0123: fine-tuning&#x27;s tenth of the scaled default at a global batch of 32 (no --lr given)"
     )
+
+
+def test_the_majority_class_baseline_is_shown_beside_the_candidate():
+    from tpustream.artifacts import Baseline
+
+    facts = sample_facts()
+    page, markdown = render_report(facts)
+    assert "Majority-class baseline" not in page + markdown  # an evaluation before the baseline
+    with_baseline = replace(facts.metrics, baseline=Baseline(answer="cat <b>", top1=0.394, macro_f1=0.14))
+    page, markdown = render_report(replace(facts, metrics=with_baseline))
+    line = (
+        "Majority-class baseline: always answering “cat &lt;b&gt;” (the train split's most frequent class) "
+        "scores top1 39.40% on the val split, the candidate 80.00%: the candidate must beat it."
+    )
+    assert line in markdown  # the user's class name escaped (the KFP UI renders HTML in Markdown)
+    assert '<p class="note baseline">' + line.replace("'", "&#x27;") in page
+    off = replace(facts, metrics=with_baseline, policy=PromotionPolicy(beat_majority_baseline=False))
+    assert "not required (beat_majority_baseline off)" in render_report(off)[0]

@@ -20,7 +20,7 @@ Format versions and old files:
 """
 
 from tpustream.artifacts._json import ArtifactError, json_bytes, json_file_uri
-from tpustream.artifacts.eval_report import METRICS_FORMAT, EvalReport, Evaluation
+from tpustream.artifacts.eval_report import METRICS_FORMAT, Baseline, EvalReport, Evaluation
 from tpustream.artifacts.manifest import (
     MANIFEST_FORMAT,
     IgnoredFiles,
@@ -38,6 +38,7 @@ __all__ = [
     "MODEL_FORMAT",
     "METRICS_FORMAT",
     "ArtifactError",
+    "Baseline",
     "SizeSummary",
     "SplitStats",
     "Shard",

@@ -22,7 +22,7 @@ from tpustream.artifacts._json import (
 from tpustream.artifacts.model_card import DatasetRef
 from tpustream.storage import io as storage
 
-__all__ = ["METRICS_FORMAT", "EvalReport", "Evaluation"]
+__all__ = ["METRICS_FORMAT", "Baseline", "EvalReport", "Evaluation"]
 
 METRICS_FORMAT = "tpustream.metrics/v1"
 
@@ -144,12 +144,53 @@ class Evaluation:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """The trivial answer a candidate must beat: always answering ``answer``, the class most frequent in the
+    train split (ties: the first in class order), scored on the decision split
+    (``tpustream.metrics.baseline.majority_baseline``). ``loss`` is that of answering the train split's class
+    frequencies (None: the split has a class the train split lacks, an infinite loss). A number is None when
+    not defined; keys no field models are kept in ``extra``."""
+
+    answer: str
+    top1: float | None = None
+    top5: float | None = None
+    loss: float | None = None
+    macro_f1: float | None = None
+    balanced_accuracy: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _KEYS: ClassVar[tuple[str, ...]] = ("answer", "top1", "top5", "loss", "macro_f1", "balanced_accuracy")
+
+    @classmethod
+    def from_json(cls, document: Any, where: str = "baseline") -> Baseline:
+        document = _object(document, where)
+        numbers = {
+            key: document[key]
+            for key in cls._KEYS[1:]
+            if isinstance(document.get(key), int | float) and not isinstance(document.get(key), bool)
+        }
+        return cls(
+            answer=str(_require(document, "answer", str, where)),
+            **numbers,
+            extra=_extra(document, cls._KEYS),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in self._KEYS} | self.extra
+
+    def metric(self, name: str) -> float | None:
+        """The baseline's value of metric ``name`` (top1, top5, loss, macro_f1, balanced_accuracy)."""
+        return getattr(self, name) if name in self._KEYS[1:] else None
+
+
+@dataclass(frozen=True, kw_only=True)
 class EvalReport:
     """evaluate's ``metrics.json`` (docs/ARCHITECTURE.md, "Evaluation"): the candidate's and the champion's
     numbers on one dataset's decision split (``split``: test when the dataset has one, else val; files written
     before the test split lack it and read as val). ``candidate`` and ``champion`` are
     ``evaluate.evaluate_model``'s results (``Evaluation``); ``val``, when test decides, is the candidate's on
-    val (for reference: val chose its best epoch)."""
+    val (for reference: val chose its best epoch); ``baseline``: the majority-class answer on the same split
+    (``Baseline``; None: files written before it, or a dataset without train class counts)."""
 
     dataset: DatasetRef
     classes: list[str]
@@ -159,6 +200,7 @@ class EvalReport:
     champion: Evaluation | None = None  # None: no champion, or it could not be measured (champion_note)
     champion_note: str | None = None
     created: str = ""
+    baseline: Baseline | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = field(default=frozenset(), repr=False)  # keys its file lacked: not written back
 
@@ -174,6 +216,7 @@ class EvalReport:
         "champion",
         "champion_note",
         "created",
+        "baseline",
     )
 
     @classmethod
@@ -205,6 +248,9 @@ class EvalReport:
                 champion=None if champion is None else Evaluation.from_json(champion, f"{where}: 'champion'"),
                 champion_note=None if note is None else str(note),
                 created=str(document.get("created") or ""),
+                baseline=None
+                if document.get("baseline") is None
+                else Baseline.from_json(document["baseline"], f"{where}: 'baseline'"),
                 extra=_extra(document, cls._KEYS),
                 absent=_absent(document, cls._KEYS),
             )
@@ -221,6 +267,7 @@ class EvalReport:
             "champion": None if self.champion is None else self.champion.to_json(),
             "champion_note": self.champion_note,
             "created": self.created,
+            "baseline": None if self.baseline is None else self.baseline.to_json(),
         }
         return _written(known, self.absent | ({"val"} if self.val is None else set()), self.extra)
 

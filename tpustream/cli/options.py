@@ -214,3 +214,11 @@ MaxPValueOption = Annotated[
         "the samples both were scored on (evaluate --registry). Default: not required."
     ),
 ]
+BeatMajorityBaselineOption = Annotated[
+    bool,
+    typer.Option(
+        "--beat-majority-baseline/--no-beat-majority-baseline",
+        help="Refuse a candidate whose --metric does not beat always answering the train split's most frequent "
+        "class on the deciding split (evaluate's baseline), with or without a champion.",
+    ),
+]

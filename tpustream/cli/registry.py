@@ -9,6 +9,7 @@ import typer
 
 from tpustream.cli.app import app, champion_app
 from tpustream.cli.options import (
+    BeatMajorityBaselineOption,
     MaxPValueOption,
     MinClassRecallOption,
     MinClassSupportOption,
@@ -34,6 +35,7 @@ def promote_cmd(
     min_class_recall: MinClassRecallOption = None,
     min_class_support: MinClassSupportOption = DEFAULT_POLICY.min_class_support,
     max_p_value: MaxPValueOption = None,
+    beat_majority_baseline: BeatMajorityBaselineOption = DEFAULT_POLICY.beat_majority_baseline,
     vertex_model: Annotated[
         str | None, typer.Option(help="Also publish to this Vertex AI Model Registry model (display name).")
     ] = None,
@@ -72,6 +74,7 @@ def promote_cmd(
         min_class_recall=min_class_recall,
         min_class_support=min_class_support,
         max_p_value=max_p_value,
+        beat_majority_baseline=beat_majority_baseline,
     )
     if validation:
         from tpustream.serve.validate import require_validated

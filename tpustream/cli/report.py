@@ -8,6 +8,7 @@ import typer
 
 from tpustream.cli.app import app
 from tpustream.cli.options import (
+    BeatMajorityBaselineOption,
     MaxPValueOption,
     MinClassRecallOption,
     MinClassSupportOption,
@@ -47,6 +48,7 @@ def report_cmd(
     min_class_recall: MinClassRecallOption = None,
     min_class_support: MinClassSupportOption = DEFAULT_POLICY.min_class_support,
     max_p_value: MaxPValueOption = None,
+    beat_majority_baseline: BeatMajorityBaselineOption = DEFAULT_POLICY.beat_majority_baseline,
 ) -> None:
     """Write the run report: one self-contained HTML page (training curves, confusion matrices, per-class
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
@@ -64,6 +66,7 @@ def report_cmd(
         min_class_recall=min_class_recall,
         min_class_support=min_class_support,
         max_p_value=max_p_value,
+        beat_majority_baseline=beat_majority_baseline,
     )
 
     metrics_uri = json_file_uri(metrics, EvalReport.NAME)

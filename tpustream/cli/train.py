@@ -137,6 +137,12 @@ def evaluate_cmd(
             )
             if entry.scores:
                 typer.echo(f"{role} per-sample scores: {output.rstrip('/')}/{entry.scores}")
+    if result.baseline is not None:
+        baseline = result.baseline
+        typer.echo(
+            f"majority-class baseline (always {baseline.answer!r}, the train split's most frequent class): "
+            f"top-1 {baseline.top1:.4f} on the {result.split} split"
+        )
     if result.val is not None:
         typer.echo(
             f"candidate on val (chose its best epoch; test decides): top-1 {result.val.top1:.4f} "

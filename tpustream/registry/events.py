@@ -1,6 +1,7 @@
 """The registry's append-only event log, ``REGISTRY/events/<time>-<id>.json``: one create-only object per
-decision promote takes (``DecisionEvent``: promoted, refused, already-champion) and per failed Vertex AI
-upload (``UploadFailedEvent``). ``tpustream.registry.history`` reads them back, old formats included.
+decision promote takes (``DecisionEvent``: promoted, refused, already-champion; a refusal also when the
+pipeline's evaluate step takes it, logged once under an ``<id>`` derived from the decision: ``log_event_once``)
+and per failed Vertex AI upload (``UploadFailedEvent``). ``tpustream.registry.history`` reads them back, old formats included.
 
 Each event type writes the keys, in the order, that promote wrote before events were types; ``log_event``
 adds ``time``.
@@ -19,7 +20,15 @@ from tpustream.registry.policy import Metric
 from tpustream.registry.store import ChampionPointer
 from tpustream.storage import io as storage
 
-__all__ = ["DecisionKind", "DecisionEvent", "UploadFailedEvent", "log_event", "list_events", "read_event"]
+__all__ = [
+    "DecisionKind",
+    "DecisionEvent",
+    "UploadFailedEvent",
+    "log_event",
+    "log_event_once",
+    "list_events",
+    "read_event",
+]
 
 DecisionKind = Literal["promoted", "refused", "already-champion"]
 
@@ -84,17 +93,30 @@ class UploadFailedEvent:
         return {"event": "vertex-upload-failed", "version": self.version, "error": self.error}
 
 
-def log_event(registry: str, event: DecisionEvent | UploadFailedEvent) -> None:
+def log_event(registry: str, event: DecisionEvent | UploadFailedEvent, *, key: str | None = None) -> None:
     """Append ``event`` to the registry's log. ``time`` has microseconds (ISO-8601, UTC): decisions taken
-    within one second still sort in the order they were taken (``tpustream.registry.history``)."""
+    within one second still sort in the order they were taken (``tpustream.registry.history``). ``key``: the
+    file's ``<id>`` (``log_event_once``); None: a random one."""
     now = datetime.now(timezone.utc)  # one reading: the file name and ``time`` name the same second
     stamp = now.strftime("%Y%m%dT%H%M%S")
     document = {**event.to_json(), "time": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
     storage.write_bytes(
-        storage.join(registry, "events", f"{stamp}-{uuid.uuid4().hex[:12]}.json"),
+        storage.join(registry, "events", f"{stamp}-{key or uuid.uuid4().hex[:12]}.json"),
         json_bytes(document),
         create_only=True,
     )
+
+
+def log_event_once(registry: str, event: DecisionEvent, key: str) -> bool:
+    """Append ``event`` unless an event with ``key`` (its file's ``<id>``) is logged already: a retried step
+    that takes the same decision again logs it once. Returns whether it was appended.
+
+    The check is a listing, not a lock: a step's retries run one after another (KFP), so no two of them race.
+    """
+    if any(uri.endswith(f"-{key}.json") for uri in list_events(registry)):
+        return False
+    log_event(registry, event, key=key)
+    return True
 
 
 def list_events(registry: str) -> list[str]:

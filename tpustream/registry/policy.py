@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, get_args
 
-from tpustream.artifacts import EvalReport, Evaluation
+from tpustream.artifacts import Baseline, EvalReport, Evaluation
 from tpustream.errors import TpustreamError
 from tpustream.metrics.paired_test import PairedTest
 
@@ -24,6 +24,7 @@ __all__ = [
     "METRICS",
     "Metric",
     "Decision",
+    "DecisionCode",
     "PromotionPolicy",
     "QualityFloor",
     "RegistryError",
@@ -52,10 +53,17 @@ class RegistryError(TpustreamError, ValueError):
     """The registry or the inputs to a promotion are unusable; the message says what and the repair."""
 
 
+# What a reader may branch on (codes are added as readers need them; the others are None for now).
+DecisionCode = Literal["below-baseline"]
+
+
 @dataclass(frozen=True)
 class Decision:
+    """Promote or not, why in words (``reason``), and for some refusals a ``code`` a reader branches on."""
+
     promote: bool
     reason: str
+    code: DecisionCode | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,7 +143,9 @@ class PromotionPolicy:
     first model of a registry included; ``max_p_value``: a gain must be this unlikely by chance (McNemar's
     exact test on the samples both were scored on; None: not required); ``min_class_support``: a class with
     fewer samples than this on the deciding split is too few to judge: its drop is shown but never refuses
-    (0: every class decides).
+    (0: every class decides); ``beat_majority_baseline``: refuse a
+    candidate whose ``metric`` does not beat always answering the train split's most frequent class on the
+    decision split (metrics.json's ``baseline``), with or without a champion.
     """
 
     metric: Metric = "top1"
@@ -144,6 +154,7 @@ class PromotionPolicy:
     floor: QualityFloor = field(default_factory=QualityFloor)
     max_p_value: float | None = None
     min_class_support: int = 10
+    beat_majority_baseline: bool = True
 
     def __post_init__(self) -> None:
         metric_named(self.metric)
@@ -171,6 +182,7 @@ class PromotionPolicy:
         min_class_recall: float | None = None,
         max_p_value: float | None = None,
         min_class_support: int | None = None,
+        beat_majority_baseline: bool = True,
     ) -> PromotionPolicy:
         """From the command line's options (None: off, or for ``min_class_support`` the policy's default;
         ``metric`` checked against the choices)."""
@@ -182,6 +194,7 @@ class PromotionPolicy:
             floor=QualityFloor(min_metric=min_metric, min_class_recall=min_class_recall),
             max_p_value=max_p_value,
             **support,
+            beat_majority_baseline=beat_majority_baseline,
         )
 
     @classmethod
@@ -194,6 +207,8 @@ class PromotionPolicy:
         min_metric: float,
         min_class_recall: float,
         max_p_value: float,
+        beat_majority_baseline: bool = True,
+        min_class_support: int | None = None,
     ) -> PromotionPolicy:
         """From the pipeline's parameters, where a negative value stands for None (off)."""
 
@@ -207,6 +222,8 @@ class PromotionPolicy:
             min_metric=off(min_metric),
             min_class_recall=off(min_class_recall),
             max_p_value=off(max_p_value),
+            beat_majority_baseline=beat_majority_baseline,
+            min_class_support=min_class_support,
         )
 
     @property
@@ -233,6 +250,7 @@ def decide(
     candidate_digest: str,
     champion_digest: str | None,
     policy: PromotionPolicy = DEFAULT_POLICY,
+    baseline: Baseline | None = None,
 ) -> Decision:
     """Promote when the candidate reaches the ``policy``'s quality floor (if any) and there is no champion, or
     it beats the champion on the policy's metric by more than zero and at least ``min_delta`` on the same
@@ -243,6 +261,10 @@ def decide(
     comparison is (McNemar's exact test on the samples one model gets right and the other wrong, and the
     sample count); ``max_p_value`` (None: off) refuses a gain whose p-value is above it, or that has no
     paired test to show it.
+
+    With ``policy.beat_majority_baseline``, a candidate whose ``metric`` does not beat the majority-class
+    ``baseline`` (evaluate's, on the same split; None: not measured, no check) is refused with the code
+    ``below-baseline``, even into an empty registry.
 
     Non-finite numbers (NaN, ±inf, or null as files store them) never decide a promotion: a candidate
     with a non-finite top1, top5 or loss is a diverged model and is refused, even into an empty registry;
@@ -270,6 +292,10 @@ def decide(
     below = floor.refusal(candidate, metric)
     if below is not None:
         return Decision(False, below)
+    if policy.beat_majority_baseline and baseline is not None:
+        trivial = _baseline_refusal(candidate.metric(metric), baseline, metric)
+        if trivial is not None:
+            return trivial
     if champion is None:
         if floor.is_set:
             return Decision(
@@ -341,6 +367,24 @@ def decide(
     return Decision(True, beats + sureness + few)
 
 
+def _baseline_refusal(value: float, baseline: Baseline, metric: Metric) -> Decision | None:
+    """A refusal when ``value`` does not beat the ``baseline``'s (a tie does not; an undefined one: no check)."""
+    trivial = baseline.metric(metric)
+    if not is_finite_number(trivial):
+        return None
+    beats = value > trivial if METRICS[metric] else value < trivial
+    if beats and not math.isclose(value, trivial, rel_tol=1e-9, abs_tol=1e-12):
+        return None
+    return Decision(
+        False,
+        f"candidate {metric} {value:.4f} does not beat the majority-class baseline {trivial:.4f} (always "
+        f"answering {baseline.answer!r}, the train split's most frequent class): not promoted, with or "
+        "without a champion; train longer or on more data, or turn the check off "
+        "(--no-beat-majority-baseline, pipeline parameter beat_majority_baseline=false)",
+        code="below-baseline",
+    )
+
+
 def decide_for_metrics(
     metrics: EvalReport,
     current: ChampionPointer | None,
@@ -357,7 +401,7 @@ def decide_for_metrics(
         )
     decision = _decide_for_metrics(metrics, current, policy)
     if metrics.split == "test":  # val-decided reasons read as they always have
-        return Decision(decision.promote, f"{decision.reason} (on the held-out test split)")
+        return Decision(decision.promote, f"{decision.reason} (on the held-out test split)", decision.code)
     return decision
 
 
@@ -376,6 +420,7 @@ def _decide_for_metrics(
         candidate_digest=metrics.dataset.manifest_digest,
         champion_digest=champion_digest,
         policy=policy,
+        baseline=metrics.baseline,
     )
 
 

@@ -114,6 +114,9 @@ class WebhookBody(TypedDict):
     failed_task: str  # the task that failed first ("" when the run succeeded or no step recorded one)
     error: str  # that task's error line, else the runner's final-status message; "" when the run succeeded
     console: str  # the run's page in the Vertex AI console ("" outside Vertex)
+    metric: str  # what the candidate was decided on ("" when no candidate was evaluated)
+    candidate_value: float | None  # the candidate's value of ``metric``
+    baseline_value: float | None  # the majority-class baseline's, on the same split (None: not measured)
 
 
 def webhook_body(
@@ -149,6 +152,10 @@ def webhook_body(
             text += f" (then {', '.join(others)} failed too)"
     elif state != "SUCCEEDED" and error:
         text += f"; error: {error}"
+    if outcome is not None and outcome.metric and outcome.candidate_value is not None:
+        text += f"; candidate {outcome.metric} {outcome.candidate_value:.4f}"
+        if outcome.baseline_value is not None:
+            text += f" (majority-class baseline {outcome.baseline_value:.4f})"
     if run:
         text += f"; run: {run}"
     if outcome is not None and outcome.report:
@@ -168,6 +175,9 @@ def webhook_body(
         "failed_task": failed.task if failed else "",
         "error": (failed.error if failed else error) if state != "SUCCEEDED" else "",
         "console": link,
+        "metric": outcome.metric if outcome else "",
+        "candidate_value": outcome.candidate_value if outcome else None,
+        "baseline_value": outcome.baseline_value if outcome else None,
     }
 
 

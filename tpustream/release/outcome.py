@@ -21,11 +21,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
+from tpustream.artifacts import EvalReport
 from tpustream.errors import TpustreamError
 from tpustream.storage import io as storage
 
@@ -56,13 +58,18 @@ Decision = Literal["training", "skipped", "refused", "kept", "promoted", "deploy
 
 @dataclass(frozen=True, kw_only=True)
 class RunOutcome:
-    """A run's outcome so far: the ``step`` that decided it, the ``decision``, its one-line ``reason`` and the
-    run report's URI (``report``; "" when the run made none)."""
+    """A run's outcome so far: the ``step`` that decided it, the ``decision``, its one-line ``reason``, the
+    run report's URI (``report``; "" when the run made none) and, once a candidate was evaluated, the
+    ``metric`` it was decided on, its value (``candidate_value``) and the majority-class baseline's on the
+    same split (``baseline_value``; None: not measured)."""
 
     step: str
     decision: Decision
     reason: str
     report: str = ""
+    metric: str = ""
+    candidate_value: float | None = None
+    baseline_value: float | None = None
 
     def __post_init__(self) -> None:
         if self.decision not in get_args(Decision):
@@ -97,13 +104,32 @@ def read_outcome(uri: str) -> RunOutcome | None:
         return None
 
 
-def record_outcome(uri: str, *, step: str, decision: Decision, reason: str, report: str = "") -> None:
+def record_outcome(
+    uri: str,
+    *,
+    step: str,
+    decision: Decision,
+    reason: str,
+    report: str = "",
+    evaluation: EvalReport | None = None,
+    metric: str = "",
+) -> None:
     """``write_outcome`` for a pipeline step: nothing when ``uri`` is "" (the step ran outside the pipeline),
-    and a failure to write is logged, never raised (the outcome decides nothing)."""
+    and a failure to write is logged, never raised (the outcome decides nothing). ``evaluation`` and
+    ``metric``: the candidate's metrics.json and the metric it was decided on, whose candidate and baseline
+    values the outcome carries."""
     if not uri:
         return
+    numbers: dict[str, Any] = {}
+    if evaluation is not None and metric:
+        baseline = evaluation.baseline.metric(metric) if evaluation.baseline is not None else None
+        numbers = {
+            "metric": metric,
+            "candidate_value": _finite(evaluation.candidate.metric(metric)),
+            "baseline_value": _finite(baseline),
+        }
     try:
-        write_outcome(uri, RunOutcome(step=step, decision=decision, reason=reason, report=report))
+        write_outcome(uri, RunOutcome(step=step, decision=decision, reason=reason, report=report, **numbers))
     except Exception:
         log.warning("the run outcome could not be written to %s (the step goes on)", uri, exc_info=True)
 
@@ -197,3 +223,7 @@ def read_failures(run_outcome: str) -> list[RunFailure]:
         except (ValueError, TypeError) as exc:
             log.warning("run failure record %s is unreadable (%s): ignored", obj.uri, exc)
     return sorted(failures, key=lambda failure: failure.at)
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None

@@ -8,13 +8,20 @@ before a version number is claimed.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
-from tpustream.registry.events import DecisionEvent, DecisionKind, UploadFailedEvent, log_event
+from tpustream.registry.events import (
+    DecisionEvent,
+    DecisionKind,
+    UploadFailedEvent,
+    log_event,
+    log_event_once,
+)
 from tpustream.registry.policy import (
     DEFAULT_POLICY,
     Decision,
@@ -43,6 +50,7 @@ __all__ = [
     "PromotionOutcome",
     "promote",
     "preview_decision",
+    "decide_and_log_refusal",
     # re-exported from tpustream.registry.store: promote's public API before the registry had its own module
     "read_champion",
     "version_uri",
@@ -265,14 +273,7 @@ def _promote(candidate: _Candidate, policy: PromotionPolicy, *, max_attempts: in
             return outcome
         decision = decide_for_metrics(candidate.metrics, current, policy)
         if not decision.promote:
-            outcome = PromotionOutcome(
-                promoted=False,
-                version=None,
-                reason=decision.reason,
-                champion_version=current.version if current else None,
-            )
-            log_event(registry, _event(candidate, current, outcome, policy))
-            return outcome
+            return _refused(candidate, current, decision, policy)
         if not checked:  # before a version number is claimed: versions/<n> cannot be taken back
             _check_candidate(candidate.uri, candidate.metrics_uri, sha)
             checked = True
@@ -292,6 +293,58 @@ def _promote(candidate: _Candidate, policy: PromotionPolicy, *, max_attempts: in
     raise RegistryError(
         f"gave up after {max_attempts} attempts: the champion pointer keeps changing under {registry}"
     )
+
+
+def _refused(
+    candidate: _Candidate, current: ChampionPointer | None, decision: Decision, policy: PromotionPolicy
+) -> PromotionOutcome:
+    """A refusal, logged once: the same candidate (its URI, metrics.json and model) refused against the same
+    champion for the same reason is one decision however often a step takes it again (a retried task, the
+    pipeline's evaluate step and then a promote), as a retried promotion finds its claimed version by sha256."""
+    outcome = PromotionOutcome(
+        promoted=False,
+        version=None,
+        reason=decision.reason,
+        champion_version=current.version if current else None,
+    )
+    decided = (
+        candidate.uri,
+        candidate.metrics_uri,
+        candidate.model_sha256,
+        str(outcome.champion_version),
+        decision.reason,
+    )
+    key = hashlib.sha256("\n".join(decided).encode()).hexdigest()[:12]
+    log_event_once(candidate.registry, _event(candidate, current, outcome, policy), key)
+    return outcome
+
+
+def decide_and_log_refusal(
+    candidate_uri: str, metrics_uri: str, registry: str, policy: PromotionPolicy = DEFAULT_POLICY
+) -> Decision:
+    """The decision `promote` would take now (the pipeline's evaluate step: its branch condition), and a
+    refusal logged in the registry's history exactly as `promote` logs one: in the pipeline a refused
+    candidate never reaches promote. Logged once per candidate, champion and reason (a retried step logs
+    nothing more). A win is only a preview: promote decides again under compare-and-swap and logs it.
+
+    Raises:
+        RegistryError: ``metrics_uri`` is missing or not evaluate's metrics.json.
+    """
+    registry = storage.check_uri(registry).rstrip("/")
+    metrics_uri = json_file_uri(metrics_uri, EvalReport.NAME)
+    candidate = _Candidate(
+        uri=storage.check_uri(candidate_uri).rstrip("/"),
+        metrics_uri=metrics_uri,
+        metrics=_load_metrics(metrics_uri),
+        registry=registry,
+    )
+    current = read_champion(registry)
+    if current is not None and current.model_sha256 == candidate.model_sha256:
+        return Decision(False, ALREADY_CHAMPION)  # promote logged its promotion: nothing new is decided
+    decision = decide_for_metrics(candidate.metrics, current, policy)
+    if not decision.promote:
+        _refused(candidate, current, decision, policy)
+    return decision
 
 
 def preview_decision(

@@ -250,6 +250,25 @@ def _support_note(facts: ReportFacts, rows: list[_ClassRow]) -> str:
     return text
 
 
+def _baseline_line(facts: ReportFacts) -> str | None:
+    """The majority-class baseline beside the candidate on the decided metric; None: not measured (an
+    evaluation before it)."""
+    baseline, metric = facts.metrics.baseline, facts.policy.metric
+    if baseline is None:
+        return None
+    show: Callable[[Any], str] = _decimal if metric in ("loss", "macro_f1") else lambda v: _percent(v, 2)
+    checked = (
+        "the candidate must beat it"
+        if facts.policy.beat_majority_baseline
+        else "not required (beat_majority_baseline off)"
+    )
+    return (
+        f"Majority-class baseline: always answering “{baseline.answer}” (the train split's most frequent class) "
+        f"scores {metric} {show(baseline.metric(metric))} on the {facts.metrics.split} split, the candidate "
+        f"{show(facts.metrics.candidate.metric(metric))}: {checked}."
+    )
+
+
 def _headline(facts: ReportFacts) -> list[tuple[str, str, str, str, str]]:
     """(label, candidate, champion, change, css class of the change) for top-1, top-5 (with more than 5
     classes), loss, samples."""

@@ -19,6 +19,7 @@ from tpustream.report.facts import (
     _E,
     NOT_MEASURED,
     ReportFacts,
+    _baseline_line,
     _champion,
     _champion_heading,
     _ClassRow,
@@ -75,6 +76,8 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
         _policy_line(facts),
         "",
     ]
+    if (baseline := _baseline_line(facts)) is not None:
+        lines += [_md(baseline), ""]
     lines += _md_table(
         ["", "candidate", _md(_champion_heading(facts)), "change"],
         [[_md(c) for c in row[:4]] for row in _headline(facts)],

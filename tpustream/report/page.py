@@ -10,6 +10,7 @@ from typing import Any
 from tpustream.report.facts import (
     _E,
     ReportFacts,
+    _baseline_line,
     _champion,
     _champion_heading,
     _headline,
@@ -64,6 +65,7 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
         note = f'<p class="note">No champion numbers: {_E(_no_champion_text(facts))}.</p>'
     alarm = loss_alarm(facts.model_card.history)
     banner = f'<p class="alarm" id="loss-alarm">{_E(alarm)}</p>' if alarm else ""
+    baseline = f'<p class="note baseline">{_E(line)}</p>' if (line := _baseline_line(facts)) else ""
     toc = "".join(f'<li><a href="#{key}">{_E(title)}</a></li>' for key, title, _ in sections)
     body = "".join(
         f'<section id="{key}"><h2>{_E(title)}</h2>{content}</section>' for key, title, content in sections
@@ -75,7 +77,7 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
         f"<title>tpustream run report: {_E(verdict.title)}</title><style>{_CSS}</style></head><body>"
         f'<header id="decision" class="{verdict.kind}"><h1>{_E(verdict.title)}</h1>'
         f'<p class="sentence">{_E(verdict.sentence)}</p>{banner}{headline}{note}'
-        f'<p class="note">{_E(_policy_line(facts))}</p></header>'
+        f'<p class="note">{_E(_policy_line(facts))}</p>{baseline}</header>'
         f"<nav><strong>Contents</strong><ol>{toc}</ol></nav>{body}"
         f"<footer>tpustream run report. Candidate {_code(facts.metrics.candidate.model)}, evaluated "
         f"{_E(facts.metrics.created)} on {_code(facts.metrics.dataset.uri)}.</footer>"

@@ -18,10 +18,19 @@ from typing import Any, cast
 
 import numpy as np
 
-from tpustream.artifacts import METRICS_FORMAT, ArtifactError, DatasetRef, EvalReport, Evaluation, ModelCard
+from tpustream.artifacts import (
+    METRICS_FORMAT,
+    ArtifactError,
+    Baseline,
+    DatasetRef,
+    EvalReport,
+    Evaluation,
+    ModelCard,
+)
 from tpustream.dataset.manifest import Manifest, ShardError, iter_sample_index, load_manifest, manifest_digest
 from tpustream.errors import TpustreamError
 from tpustream.loader.batch import BATCH_KEYS
+from tpustream.metrics.baseline import majority_baseline
 from tpustream.metrics.masked import masked_sums, summarize
 from tpustream.metrics.paired_test import PairedTest, paired_test
 from tpustream.metrics.scores import (
@@ -403,12 +412,21 @@ def _paired(output_uri: str) -> PairedTest:
     return paired_test(right(SCORES_NAME), right(CHAMPION_SCORES_NAME))
 
 
+def _majority_baseline(manifest: Manifest, split: str) -> Baseline | None:
+    """Always answering the train split's most frequent class, on ``split`` (from the manifest's counts)."""
+    train, decided = manifest.split("train"), manifest.split(split)
+    if train is None or decided is None:
+        return None
+    return majority_baseline(manifest.classes, train.class_counts, decided.class_counts)
+
+
 def evaluate(
     model_uri: str, data_uri: str, output_uri: str, *, registry: str | None = None, workers: int = 2
 ) -> EvalReport:
     """Evaluate the candidate (and, with ``registry``, the current champion on the same shards) on the
     decision split (``decision_split``: test when the dataset has one, else val), the candidate also on val
-    when test decides, and write ``OUTPUT/metrics.json``. Returns it.
+    when test decides, and the majority-class baseline on the decision split (``baseline``: always answering
+    the train split's most frequent class), and write ``OUTPUT/metrics.json``. Returns it.
 
     A champion whose class set differs from the dataset's cannot be measured on it: the result then has
     ``champion: None`` and a ``champion_note`` saying why, and promotion keeps that champion.
@@ -465,6 +483,7 @@ def evaluate(
         champion=champion,
         champion_note=champion_note,  # why the champion was not measured, when it was not
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        baseline=_majority_baseline(manifest, split),
     )
     result.write(storage.join(output_uri, EvalReport.NAME))
     return result
