@@ -177,6 +177,7 @@ def build_pipeline(
         min_class_recall: float = -1.0,  # quality floor on every class's recall (< 0: none)
         max_p_value: float = -1.0,  # a gain over the champion must have McNemar's p-value at most this (< 0: off)
         beat_majority_baseline: bool = PromotionPolicy.beat_majority_baseline,  # refuse a candidate not above always answering the largest class
+        min_class_support: int = PromotionPolicy.min_class_support,  # a class with fewer deciding samples cannot refuse by its drop
         retrain: bool = False,
         data_check: str = "fail",  # an anomaly in the new dataset stops the run before train; "warn": log it; "off"
         max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/dataset/check.py
@@ -315,6 +316,7 @@ def build_pipeline(
                 min_class_recall=min_class_recall,
                 max_p_value=max_p_value,
                 beat_majority_baseline=beat_majority_baseline,
+                min_class_support=min_class_support,
                 data_check=check_data.outputs["report"],  # into the run report
                 run_outcome=OUTCOME_PATH,
             ).set_display_name("evaluate vs champion")
@@ -342,6 +344,7 @@ def build_pipeline(
                     min_class_recall=min_class_recall,
                     max_p_value=max_p_value,
                     beat_majority_baseline=beat_majority_baseline,
+                    min_class_support=min_class_support,
                     vertex_model_name=vertex_model,
                     serving_image=serving_image,
                     run_outcome=OUTCOME_PATH,
