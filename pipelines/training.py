@@ -356,9 +356,9 @@ def _with_email(pipeline: Any) -> Any:
     def tpustream_training(*values: Any) -> None:  # kfp calls it with the parameters' channels, in order
         parameters = dict(zip(names, values, strict=True))
         email = VertexNotificationEmailOp(recipients=parameters["notify_emails"])
-        email.set_display_name("email the run's final state")
+        email.set_display_name("email the run's final state").set_caching_options(False)
         with dsl.ExitHandler(email, name="email-on-exit"):
-            pipeline(**parameters).set_display_name("training")
+            pipeline(**parameters).set_display_name("training").set_caching_options(False)
 
     tpustream_training.__signature__ = signature  # type: ignore[attr-defined]
     return dsl.pipeline(name=PIPELINE_NAME, description=pipeline.description)(tpustream_training)

@@ -77,3 +77,10 @@ def test_a_receiver_that_refuses_or_is_down_never_fails_the_run_nor_leaks_the_to
     assert not post_webhook(down, {"text": "x"}, timeout=5, retry_after=0)
     assert "HTTP 400" in caplog.text and "not notified" in caplog.text
     assert "s3cr3t-token" not in caplog.text and "127.0.0.1" in caplog.text
+
+
+def test_at_most_three_recipients_as_vertex_emails():
+    assert check_emails(["a@x.org", "b@x.org,c@x.org", "a@x.org"]) == ["a@x.org", "b@x.org", "c@x.org"]
+    with pytest.raises(ConfigError, match=r"--notify names 4 recipients .* at most 3 .*email-notifications"):
+        check_emails("a@x.org,b@x.org,c@x.org,d@x.org")
+    assert check_emails(["", " , "]) == []  # none: the caller decides (pipelines/run_checks.py)
