@@ -15,9 +15,10 @@ def plan_shards(
     seed: int,
     max_side: int,
     strict: bool,
+    train_hosts: int,
+    loader_workers: int,
     shards_per_task: int,
     dataset: Input[Dataset],
-    min_train_shards: int = 8,
     test_fraction: float = 0.0,
 ) -> list:
     """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
@@ -32,7 +33,8 @@ def plan_shards(
         seed=seed,
         max_side=max_side,
         strict=strict,
-        min_train_shards=min_train_shards,
+        train_hosts=train_hosts,
+        loader_workers=loader_workers,
         test_fraction=test_fraction,
     )
     return shard_ranges(config, shards_per_task)
@@ -46,9 +48,10 @@ def write_shards(
     seed: int,
     max_side: int,
     strict: bool,
+    train_hosts: int,
+    loader_workers: int,
     shard_range: list,
     dataset: Input[Dataset],
-    min_train_shards: int = 8,
     test_fraction: float = 0.0,
 ) -> int:
     """Write one range of the planned shards into the planned dataset location (resumable)."""
@@ -63,7 +66,8 @@ def write_shards(
         seed=seed,
         max_side=max_side,
         strict=strict,
-        min_train_shards=min_train_shards,
+        train_hosts=train_hosts,
+        loader_workers=loader_workers,
         test_fraction=test_fraction,
     )
     return write_shard_range(config, int(shard_range[0]), int(shard_range[1]))
@@ -77,10 +81,11 @@ def finalize_shards(
     seed: int,
     max_side: int,
     strict: bool,
+    train_hosts: int,
+    loader_workers: int,
     written: list,
     planned: Input[Dataset],
     dataset: Output[Dataset],
-    min_train_shards: int = 8,
     test_fraction: float = 0.0,
 ) -> None:
     """Write manifest.json once every shard exists; the output artifact points at the dataset."""
@@ -95,7 +100,8 @@ def finalize_shards(
         seed=seed,
         max_side=max_side,
         strict=strict,
-        min_train_shards=min_train_shards,
+        train_hosts=train_hosts,
+        loader_workers=loader_workers,
         test_fraction=test_fraction,
     )
     manifest = finalize_dataset(config)

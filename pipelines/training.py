@@ -44,7 +44,7 @@ from kfp import dsl
 from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
 from tpustream.pipelines.steps import LOCAL_IMAGE, StepResources, build_components
-from tpustream.pipelines.tpu import PIPELINE_WORKERS, Capacity, min_train_shards
+from tpustream.pipelines.tpu import PIPELINE_WORKERS, Capacity, train_hosts
 from tpustream.train.config import TrainConfig
 from tpustream.train.pretrained import MODEL_DEFAULT
 
@@ -207,7 +207,8 @@ def build_pipeline(
             seed=seed,
             max_side=max_side,
             strict=strict,
-            min_train_shards=min_train_shards(tpu),
+            train_hosts=train_hosts(tpu),  # with the run's workers: auto's floor, a shard per loader worker
+            loader_workers=workers,
         )
         check = ops.check(
             datasets_root=datasets_root,
