@@ -19,8 +19,9 @@ def check_source(
     lr: float,
     bf16: bool,
     retrain: bool,
+    train_hosts: int,
+    loader_workers: int,
     dataset: Output[Dataset],
-    min_train_shards: int = 8,
     run_outcome: str = "",
     test_fraction: float = 0.0,
 ) -> str:
@@ -44,7 +45,8 @@ def check_source(
             seed=seed,
             max_side=max_side,
             strict=strict,
-            min_train_shards=min_train_shards,
+            train_hosts=train_hosts,
+            loader_workers=loader_workers,
             test_fraction=test_fraction,
         )
         settings = dict(model_name=model_name, epochs=epochs, batch_size=batch_size, lr=lr, bf16=bf16)

@@ -15,9 +15,10 @@ def plan_shards(
     seed: int,
     max_side: int,
     strict: bool,
+    train_hosts: int,
+    loader_workers: int,
     shards_per_task: int,
     dataset: Input[Dataset],
-    min_train_shards: int = 8,
     test_fraction: float = 0.0,
     run_outcome: str = "",
 ) -> list:
@@ -36,7 +37,8 @@ def plan_shards(
             seed=seed,
             max_side=max_side,
             strict=strict,
-            min_train_shards=min_train_shards,
+            train_hosts=train_hosts,
+            loader_workers=loader_workers,
             test_fraction=test_fraction,
         )
         return shard_ranges(config, shards_per_task)
@@ -50,9 +52,10 @@ def write_shards(
     seed: int,
     max_side: int,
     strict: bool,
+    train_hosts: int,
+    loader_workers: int,
     shard_range: list,
     dataset: Input[Dataset],
-    min_train_shards: int = 8,
     test_fraction: float = 0.0,
     run_outcome: str = "",
 ) -> int:
@@ -71,7 +74,8 @@ def write_shards(
             seed=seed,
             max_side=max_side,
             strict=strict,
-            min_train_shards=min_train_shards,
+            train_hosts=train_hosts,
+            loader_workers=loader_workers,
             test_fraction=test_fraction,
         )
         return write_shard_range(config, int(shard_range[0]), int(shard_range[1]))
@@ -85,10 +89,11 @@ def finalize_shards(
     seed: int,
     max_side: int,
     strict: bool,
+    train_hosts: int,
+    loader_workers: int,
     written: list,
     planned: Input[Dataset],
     dataset: Output[Dataset],
-    min_train_shards: int = 8,
     test_fraction: float = 0.0,
     run_outcome: str = "",
 ) -> None:
@@ -107,7 +112,8 @@ def finalize_shards(
             seed=seed,
             max_side=max_side,
             strict=strict,
-            min_train_shards=min_train_shards,
+            train_hosts=train_hosts,
+            loader_workers=loader_workers,
             test_fraction=test_fraction,
         )
         manifest = finalize_dataset(config)

@@ -20,7 +20,7 @@ from tpustream.pipelines.template import (
     reads_parameter,
     template_parameters,
 )
-from tpustream.release.notify import EMAIL_DOC, check_emails, check_webhook
+from tpustream.release.notify import EMAIL_DOC, MAX_EMAIL_RECIPIENTS, check_emails, check_webhook
 from tpustream.storage import io as storage
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def with_notifications(
             raise ConfigError(f"{flag} and --param {name}={shown} disagree: give one of them")
         parameters[name] = value
     if "notify_emails" in parameters:
-        recipients = check_emails(_emails(parameters["notify_emails"]), flag="notify_emails")
+        recipients = check_emails(_emails(parameters["notify_emails"]), flag="--param notify_emails")
         parameters["notify_emails"] = list(recipients)
     if "notify_webhook" in parameters:
         check_webhook(str(parameters["notify_webhook"]), flag="notify_webhook")
@@ -93,7 +93,29 @@ def with_notifications(
                 f"--notify: {template} has no email notification step (Vertex's, {EMAIL_DOC}), so no one "
                 "would be emailed: recompile it with `tpustream pipeline compile --notify EMAIL`"
             )
+    elif "notify_emails" in parameters:
+        _refuse_no_recipient(template, "--notify ''" if emails is not None else "--param notify_emails=")
     return parameters
+
+
+def _refuse_no_recipient(template: str, given: str) -> None:
+    """Refuse an empty ``notify_emails`` for a template with Vertex's email step (or one not readable here to
+    tell): Vertex refuses that step without a recipient, so a run that trained and deployed would end FAILED.
+    For a template without the step an empty list is its default and changes nothing."""
+    spec = load_template(template)
+    if spec is not None and not has_email_step(spec):
+        return
+    declared = template_parameters(spec).get("notify_emails") if spec is not None else None
+    own = declared.default if declared is not None and isinstance(declared.default, list) else []
+    compiled = f" ({', '.join(str(email) for email in own)})" if own else ""
+    step = (
+        "has Vertex's email step" if spec is not None else "may have Vertex's email step (not readable here)"
+    )
+    raise ConfigError(
+        f"{given} gives no recipient, and {template} {step}, which Vertex refuses without one: the run would "
+        f"end FAILED however it went ({EMAIL_DOC}). Give 1 to {MAX_EMAIL_RECIPIENTS} addresses, leave it out "
+        f"for the template's recipients{compiled}, or recompile without --notify to email no one"
+    )
 
 
 def warn_unless_read(template: str, parameter: str) -> None:

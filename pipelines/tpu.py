@@ -39,7 +39,7 @@ __all__ = [
     "FRESH_JOB_LAUNCHER",
     "fresh_job_command",
     "PIPELINE_WORKERS",
-    "min_train_shards",
+    "train_hosts",
 ]
 
 
@@ -144,16 +144,15 @@ def tpu_spec(name: str) -> TpuSpec:
     return TPU_TYPES[name]
 
 
-# The pipeline's default loader workers per host (its `workers` parameter): the compiled shard floor gives each
-# of them a train shard of its own on every host of the slice.
+# The pipeline's default loader workers per host (its `workers` parameter).
 PIPELINE_WORKERS = 8
 
 
-def min_train_shards(tpu: str | None) -> int:
-    """The least train shards the compiled pipeline writes (when ``num_shards`` is 0, auto): one per loader
-    worker of every host at the pipeline's default workers (8 for one host, 32 for v5e-16, 512 for
-    v5e-256), capped by the dataset's train samples when the shards are planned."""
-    return (tpu_spec(tpu).hosts if tpu else 1) * PIPELINE_WORKERS
+def train_hosts(tpu: str | None) -> int:
+    """The hosts of the train job (1 for the CPU image): compiled into the shard steps, which give each loader
+    worker of every host a train shard when ``num_shards`` is 0, auto (hosts x the run's ``workers``: 32 for
+    v5e-16 at the default 8; capped by the dataset's train samples; dataset/fanout.py)."""
+    return tpu_spec(tpu).hosts if tpu else 1
 
 
 def worker_pool_spec(spec: TpuSpec, container_spec: ContainerSpec) -> WorkerPoolSpec:

@@ -45,7 +45,7 @@ from kfp import dsl
 from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
 from tpustream.pipelines.steps import LOCAL_IMAGE, StepResources, build_components
-from tpustream.pipelines.tpu import PIPELINE_WORKERS, Capacity, min_train_shards
+from tpustream.pipelines.tpu import PIPELINE_WORKERS, Capacity, train_hosts
 from tpustream.registry.policy import PromotionPolicy
 from tpustream.train.config import TrainConfig
 from tpustream.train.pretrained import MODEL_DEFAULT
@@ -217,7 +217,8 @@ def build_pipeline(
             seed=seed,
             max_side=max_side,
             strict=strict,
-            min_train_shards=min_train_shards(tpu),
+            train_hosts=train_hosts(tpu),  # with the run's workers: auto's floor, a shard per loader worker
+            loader_workers=workers,
         )
         # Every step records what fails it at OUTCOME_PATH's folder (tpustream/release/outcome.py): the exit
         # step's notification names the failed task and its error line, which no runner's final status says.
@@ -394,9 +395,9 @@ def _with_email(pipeline: Any) -> Any:
     def tpustream_training(*values: Any) -> None:  # kfp calls it with the parameters' channels, in order
         parameters = dict(zip(names, values, strict=True))
         email = VertexNotificationEmailOp(recipients=parameters["notify_emails"])
-        email.set_display_name("email the run's final state")
+        email.set_display_name("email the run's final state").set_caching_options(False)
         with dsl.ExitHandler(email, name="email-on-exit"):
-            pipeline(**parameters).set_display_name("training")
+            pipeline(**parameters).set_display_name("training").set_caching_options(False)
 
     tpustream_training.__signature__ = signature  # type: ignore[attr-defined]
     return dsl.pipeline(name=PIPELINE_NAME, description=pipeline.description)(tpustream_training)

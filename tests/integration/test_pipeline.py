@@ -609,3 +609,48 @@ def test_test_fraction_reaches_every_shard_step(tmp_path):
         (task,) = [t for key, t in tasks.items() if key.startswith(name)]
         wired = task["inputs"]["parameters"]["test_fraction"]["componentInputParameter"]
         assert wired.removeprefix("pipelinechannel--") == "test_fraction", name
+
+
+def test_the_automatic_shard_count_follows_the_runs_workers(tmp_path):
+    """``num_shards`` 0 (auto) gives every loader worker of every host a train shard: the compiled slice's
+    hosts x the run's ``workers``, not the default 8 (issue 43, item 6). Every shard step takes both, so the
+    check step's fingerprint, the plan and the writers agree; the plan step's own function, given what Vertex
+    resolves for it from the compiled YAML, plans the bundled digits into that many train shards."""
+    from types import SimpleNamespace
+
+    path = str(tmp_path / "p.yaml")
+    compile_pipeline(path, tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)
+    spec = yaml.safe_load(Path(path).read_text())
+    tasks = _all_tasks(spec)
+    for name in ("check-source", "plan-shards", "write-shards", "finalize-shards"):
+        inputs = tasks[name]["inputs"]["parameters"]
+        assert (
+            inputs["loader_workers"]["componentInputParameter"].removeprefix("pipelinechannel--") == "workers"
+        )
+        assert inputs["train_hosts"]["runtimeValue"]["constant"] == 4  # v5e-16's hosts
+
+    def planned_shards(workers: int) -> int:
+        """The plan step run on what Vertex gives it for a run with ``--param workers=WORKERS``: pipeline
+        parameters (the template's defaults otherwise) and compiled constants, typed as it declares them."""
+        task = tasks["plan-shards"]
+        declared = spec["components"][task["componentRef"]["name"]]["inputDefinitions"]["parameters"]
+        defaults = {
+            k: v.get("defaultValue") for k, v in spec["root"]["inputDefinitions"]["parameters"].items()
+        }
+        run = {**defaults, "workers": workers}
+        values = {}
+        for name, source in task["inputs"]["parameters"].items():
+            if "componentInputParameter" in source:
+                value = run[source["componentInputParameter"].removeprefix("pipelinechannel--")]
+            else:
+                value = source["runtimeValue"]["constant"]
+            values[name] = int(value) if declared[name]["parameterType"] == "NUMBER_INTEGER" else value
+        values["shards_per_task"] = 1  # one range per shard: the ranges count the shards
+        ranges = components.plan_shards(**values, dataset=SimpleNamespace(uri=str(tmp_path / f"d{workers}")))
+        return len(ranges)
+
+    # train shards 4 hosts x workers (digits' ~1,600 train samples: far fewer than 2,000 a shard) + val shards,
+    # about the train shards' size
+    assert planned_shards(8) == 32 + 4
+    assert planned_shards(2) == 8 + 1
+    assert planned_shards(0) == 4 + 1  # loading in the train process: one per host

@@ -258,3 +258,100 @@ def test_run_local_leaves_the_email_out_and_says_so_and_a_failed_run_still_notif
     assert told["failed_task"] == "plan-shards" and told["error"].startswith("unknown source"), told
     assert f"; plan-shards failed: {told['error']}" in told["text"]
     assert told["run"].startswith("tpustream-training-") and told["job"] == told["run"]
+
+
+def test_the_email_exit_task_and_the_sub_dag_it_wraps_are_compiled_with_caching_off(tmp_path):
+    """Every task of the pipeline is compiled with caching off (pipelines/training.py): Vertex's email op and
+    the training sub-DAG it wraps too (issue 43, item 1: they were ``enableCache: true``)."""
+    _, spec, _ = _compile(tmp_path, "--notify", "ml@x.org")
+    tasks = dict(spec["root"]["dag"]["tasks"])
+    for component in spec["components"].values():
+        tasks.update(component.get("dag", {}).get("tasks", {}))
+    assert "vertex-pipelines-notification-email" in tasks and "tpustream-training" in tasks
+    cached = [name for name, task in tasks.items() if task.get("cachingOptions", {}).get("enableCache")]
+    assert cached == []
+
+
+def test_compile_with_an_empty_notify_compiles_no_email_step_and_says_so(tmp_path):
+    """``--notify ""`` names no one: no email step (Vertex refuses one without a recipient), said in the
+    compile line rather than an empty "email" list."""
+    path, spec, printed = _compile(tmp_path, "--notify", "", "--notify", " , ")
+    assert EMAIL_COMPONENT not in spec["components"]
+    assert spec["root"]["inputDefinitions"]["parameters"]["notify_emails"]["defaultValue"] == []
+    assert "no email step: --notify gave no address" in printed and "; email" not in printed
+
+
+def test_more_than_three_recipients_are_refused_naming_vertexs_limit_and_its_page(tmp_path):
+    """Vertex emails at most three recipients ("Configure email notifications"): a fourth is refused at
+    compile, submit and schedule (``--notify`` or ``--param notify_emails``), before anything reaches Vertex."""
+    from tpustream.release.notify import EMAIL_DOC
+
+    four = ["a@x.org", "b@x.org", "c@x.org,d@x.org"]
+    result = CliRunner().invoke(
+        app,
+        ["pipeline", "compile", "--output", str(tmp_path / "p.yaml"), "--tpu", "", *IMAGES]
+        + [arg for email in four for arg in ("--notify", email)],
+    )
+    assert result.exit_code != 0 and not (tmp_path / "p.yaml").exists()
+    assert "--notify names 4 recipients" in result.output and "at most 3" in result.output
+    assert EMAIL_DOC in result.output.replace("\n", "")
+    path, _, _ = _compile(tmp_path, "--notify", "a@x.org,b@x.org", "--notify", "c@x.org")  # three is fine
+    with pytest.raises(ConfigError, match=r"--notify names 4 recipients .*at most 3 .*email-notifications"):
+        with_notifications(path, {}, four, None)
+    with pytest.raises(ConfigError, match=r"--param notify_emails names 4 recipients .*at most 3"):
+        with_notifications(path, {"notify_emails": four}, None, None)
+
+
+def test_no_recipient_is_refused_for_a_template_with_the_email_step_before_vertex_hears_of_it(
+    tmp_path, gcs_bucket, monkeypatch
+):
+    """``--notify ""`` or ``--param notify_emails=`` (``[]``) on a template compiled with the email step:
+    Vertex refuses that step without a recipient and the run ends FAILED however it went (issue 43, item 1),
+    so submit and schedule refuse it in one line, through the real aiplatform client to the recording
+    endpoint, which hears nothing. On a template without the step an empty list is its default: submitted."""
+    from google.cloud.aiplatform.utils import gcs_utils
+
+    from tests.fakes.vertex import VertexRecorder
+    from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
+
+    # Patched: PipelineJob.submit checks the pipeline-root bucket's owner through Cloud Resource Manager, a
+    # Google service that cannot be reached from here.
+    monkeypatch.setattr(
+        gcs_utils, "create_gcs_bucket_for_pipeline_artifacts_if_it_does_not_exist",
+        lambda output_artifacts_gcs_dir=None, **kw: output_artifacts_gcs_dir,
+    )  # fmt: skip
+    with_email, _, _ = _compile(tmp_path, "--notify", "ml@x.org")
+    (tmp_path / "plain").mkdir()
+    plain, _, _ = _compile(tmp_path / "plain")
+    source = {"registry": f"{gcs_bucket}/registry", "source": f"{gcs_bucket}/images"}
+    common = dict(
+        project="proj", region="europe-west4", pipeline_root=f"{gcs_bucket}/root", skip_preflight=True
+    )
+    recorder = VertexRecorder()
+    try:
+        for submit in (submit_pipeline, lambda *a, **kw: schedule_pipeline(*a, cron="0 3 * * 1", **kw)):
+            for given, parameters, emails in (
+                ("--notify ''", source, [""]),
+                ("--param notify_emails=", {**source, "notify_emails": ""}, None),
+                ("--param notify_emails=", {**source, "notify_emails": []}, None),
+            ):
+                with pytest.raises(ConfigError) as refused:
+                    submit(
+                        with_email, parameters=parameters, notify_emails=emails, api_endpoint=recorder.url,
+                        **common,
+                    )  # fmt: skip
+                line = str(refused.value)
+                assert "\n" not in line and line.startswith(
+                    f"{given} gives no recipient, and {with_email} has"
+                )
+                assert "the run would end FAILED" in line and "(ml@x.org)" in line
+                assert "recompile without --notify" in line
+        assert [r for r in recorder.requests if r["method"] == "POST"] == []
+        submit_pipeline(plain, parameters=source, notify_emails=[""], api_endpoint=recorder.url, **common)
+    finally:
+        recorder.close()
+    assert recorder.rejected == []
+    (job,) = [
+        r["body"] for r in recorder.requests if r["method"] == "POST" and r["path"].endswith("/pipelineJobs")
+    ]
+    assert job["runtimeConfig"]["parameterValues"]["notify_emails"] == []

@@ -161,12 +161,12 @@ def test_the_readme_v5e_16_example_trains_with_the_pipelines_own_shard_and_worke
     spec = yaml.safe_load(Path(template).read_text())
     defaults = {k: v.get("defaultValue") for k, v in spec["root"]["inputDefinitions"]["parameters"].items()}
     assert defaults["num_shards"] == 0 and defaults["workers"] == 8
-    floor = find_task(spec, "check-source")["inputs"]["parameters"]["min_train_shards"]["runtimeValue"]
-    assert floor["constant"] == 32  # 4 hosts x 8 workers
+    hosts = find_task(spec, "check-source")["inputs"]["parameters"]["train_hosts"]["runtimeValue"]
+    assert hosts["constant"] == 4  # x the run's 8 workers: 32 train shards
     dataset = f"{gcs_bucket}/datasets/auto"
     config = config_from_pipeline(source="digits", output=dataset, num_shards=int(defaults["num_shards"]),
                                   val_fraction=defaults["val_fraction"], upsample=1, seed=0,
-                                  min_train_shards=int(floor["constant"]))  # fmt: skip
+                                  train_hosts=int(hosts["constant"]), loader_workers=int(defaults["workers"]))  # fmt: skip
     manifest, _ = create_shards(config, progress=False)
     assert len(manifest.splits["train"].shards) == 32
     emulator = VertexEmulator(env={"STORAGE_EMULATOR_HOST": gcs_server.url})

@@ -24,7 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.common.models import make_model
-from tests.fakes.gcs import make_bucket
+from tests.fakes.gcs import FaultProxy, make_bucket
 from tpustream.cli.main import app
 from tpustream.dataset import write as shards
 from tpustream.dataset.plan import ShardConfig
@@ -329,11 +329,57 @@ def test_a_complete_output_is_left_alone_unless_overwrite(world):
     storage.write_bytes(f"{output}/notes.txt", b"mine")
     foreign = _predict(world, *args)
     assert (
-        foreign.exit_code == 2
-        and "holds 1 file(s) that are not predictions (e.g. notes.txt)" in foreign.output
+        foreign.exit_code == 2 and "holds file(s) that are not predictions (e.g. notes.txt)" in foreign.output
     )
     both = _predict(world, *args, "--json")
     assert both.exit_code == 2 and "give one of them" in both.output
+
+
+def test_an_output_prefix_is_listed_only_as_far_as_its_own_files(world, gcs_server, monkeypatch):
+    """``--output gs://…`` lists what its own files can be (its top level, ``_parts/``) and at most one object
+    more (issue 43, item 6): a prefix full of other objects is refused after that, not paged through, and a
+    file in a sub-folder of a complete output is still found. Counted by the objects the GCS API's list
+    answers carry, through a proxy in front of the GCS-API server."""
+    from urllib.parse import parse_qs, urlsplit
+
+    proxy = FaultProxy(gcs_server.url, fault_rate=0.0)
+    listed: dict[str, list[str]] = {}  # prefix asked for -> the object names answered
+
+    def count(method: str, path: str, body: bytes) -> bytes:
+        parts = urlsplit(path)
+        if method == "GET" and re.fullmatch(r"/storage/v1/b/[^/]+/o", parts.path):
+            prefix = parse_qs(parts.query).get("prefix", [""])[0]
+            listed.setdefault(prefix, []).extend(item["name"] for item in json.loads(body).get("items", []))
+        return body
+
+    proxy.rewrite = count
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    try:
+        for i in range(30):
+            storage.write_bytes(f"gs://predict/unrelated/logs/{i:02d}.txt", b"not a prediction")
+        listed.clear()
+        refused = _predict(world, world.folder, "--output", "gs://predict/unrelated", "--workers", "0")
+        answered = [
+            name for prefix, names in listed.items() if prefix.startswith("unrelated/") for name in names
+        ]
+        assert answered == ["unrelated/logs/00.txt"]  # not the 30
+        assert refused.exit_code == 2
+        assert "holds file(s) that are not predictions (e.g. logs/00.txt)" in refused.output
+
+        output = "gs://predict/listed"
+        args = [world.folder, "--output", output, "--limit", "20", "--part-size", "8", "--workers", "0"]
+        assert _predict(world, *args).exit_code == 0
+        listed.clear()
+        again = _predict(world, *args)
+        assert again.exit_code == 0 and "is already complete" in again.output
+        assert {name for names in listed.values() for name in names} <= {
+            f"listed/{name}" for name in ["_SUCCESS", "_parts/00000.json", "_parts/00001.json",
+                                          "_parts/00002.json", *_jsonl(3)]}  # fmt: skip
+        storage.write_bytes(f"{output}/extra/notes.txt", b"mine")
+        nested = _predict(world, *args)
+        assert nested.exit_code == 2 and "not predictions (e.g. extra/notes.txt)" in nested.output
+    finally:
+        proxy.close()
 
 
 def _jsonl(count: int) -> list[str]:

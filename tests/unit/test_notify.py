@@ -154,3 +154,10 @@ def test_the_body_shows_the_candidate_beside_the_majority_class_baseline(tmp_pat
     )
     assert (skipped["metric"], skipped["candidate_value"], skipped["baseline_value"]) == ("", None, None)
     assert "baseline" not in skipped["text"]
+
+
+def test_at_most_three_recipients_as_vertex_emails():
+    assert check_emails(["a@x.org", "b@x.org,c@x.org", "a@x.org"]) == ["a@x.org", "b@x.org", "c@x.org"]
+    with pytest.raises(ConfigError, match=r"--notify names 4 recipients .* at most 3 .*email-notifications"):
+        check_emails("a@x.org,b@x.org,c@x.org,d@x.org")
+    assert check_emails(["", " , "]) == []  # none: the caller decides (pipelines/run_checks.py)

@@ -36,7 +36,7 @@ DERIVED = {
 # Config fields that are not CLI options, on purpose.
 CONFIG_ONLY = {
     "commit_timeout_minutes": "a multi-host detail: how long hosts wait for process 0's model artifact",
-    "min_train_shards": "the compiled pipeline's floor for its TPU slice (pipelines/tpu.py); on the CLI "
+    "min_train_shards": "the pipeline's floor: its slice's hosts x the run's workers (dataset/fanout.py); on the CLI "
     "--num-shards sets the count itself",
     "init_optional": "the pipeline's init_from=champion: a champion that does not fit trains from random weights; "
     "on the CLI an --init-from that does not fit is an error",
@@ -142,8 +142,8 @@ DIFFERS: dict[str, dict[str, str]] = {
         "init_from": "scheduled retraining starts from the registry's champion (none yet: random weights); "
         "the CLI from random weights unless told",
         "bf16": "the pipeline trains on TPUs, where bfloat16 is the fast path; the CLI also runs on CPUs",
-        "workers": "a TPU host's loader workers (pipelines/tpu.py PIPELINE_WORKERS, which sizes the compiled "
-        "shard floor); the CLI's 4 suits a workstation",
+        "workers": "a TPU host's loader workers (pipelines/tpu.py PIPELINE_WORKERS; with the slice's hosts it "
+        "sizes auto's shard floor); the CLI's 4 suits a workstation",
         "pretrained": "a pipeline run fine-tunes from its model's published weights (DEFAULT; issue 33's "
         "item 6); the CLI starts from random weights unless told",
     },
@@ -257,7 +257,6 @@ SOURCES: dict[str, dict[str, str]] = {
         },
         **{name: f"TrainConfig.{name}" for name in ("class_weights", "patience", "compile_cache")},
         "early_stop_min_delta": "TrainConfig.min_delta",
-        "min_train_shards": "ShardConfig.min_train_shards",
         "test_fraction": "ShardConfig.test_fraction",
         # evaluate and promote require metric and min_delta: the pipeline always passes them
         **{name: key for name, key in _POLICY.items() if name not in ("metric", "min_delta")},

@@ -208,6 +208,7 @@ def pipeline_compile(
     plan = Capacity(kind=capacity_kind(capacity), timeout=timeout)
     sizes = StepResources(cpu=step_cpu, memory=step_memory, eval_cpu=eval_cpu, eval_memory=eval_memory)
     output = _local_file(output)
+    recipients = check_emails(notify)  # --notify "" is none: no email step (Vertex refuses it without one)
     try:
         compile_pipeline(
             output,
@@ -218,7 +219,7 @@ def pipeline_compile(
             resources=sizes,
             serve_image=serving_image,
             tensorboard=tensorboard,
-            notify_emails=check_emails(notify),
+            notify_emails=recipients,
             notify_webhook=notify_webhook,
         )
     except OSError as exc:
@@ -227,7 +228,8 @@ def pipeline_compile(
         f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity; CPU steps {step_cpu} CPU "
         f"{step_memory}, evaluate {eval_cpu} CPU {eval_memory}"
         + (f"; TensorBoard {tensorboard}" if tensorboard else "")
-        + (f"; email {', '.join(check_emails(notify))}" if notify else "")
+        + (f"; email {', '.join(recipients)}" if recipients else "")
+        + ("; no email step: --notify gave no address" if notify and not recipients else "")
         + (f"; webhook {redact_url(notify_webhook)}" if notify_webhook else "")
         + ")"
     )

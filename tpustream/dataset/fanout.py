@@ -31,10 +31,15 @@ def config_from_pipeline(
     test_fraction: float = 0.0,
     max_side: int = 0,
     strict: bool = False,
-    min_train_shards: int = MIN_TRAIN_SHARDS,
+    train_hosts: int = 1,
+    loader_workers: int = MIN_TRAIN_SHARDS,
 ) -> ShardConfig:
     """ShardConfig from pipeline parameters, which cannot be None: 0 shards = auto, val_fraction < 0 =
-    the source's own split, max_side 0 = keep every image's size."""
+    the source's own split, max_side 0 = keep every image's size. Auto gives every loader worker of every
+    host of the train job a train shard: at least ``train_hosts`` (the compiled slice's) x ``loader_workers``
+    (the run's ``workers``; 0, loading in the train process, counts as one)."""
+    if train_hosts < 1:
+        raise ConfigError(f"train_hosts must be at least 1, got {train_hosts}")
     return ShardConfig(
         source=source,
         output=output,
@@ -45,7 +50,7 @@ def config_from_pipeline(
         seed=seed,
         max_side=max_side or None,
         strict=strict,
-        min_train_shards=min_train_shards,
+        min_train_shards=train_hosts * max(1, loader_workers),
     )
 
 

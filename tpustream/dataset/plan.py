@@ -54,8 +54,8 @@ class ShardConfig:
     """Train shards (default: ~2,000 samples each, at least 8)."""
     min_train_shards: int = MIN_TRAIN_SHARDS
     """The least train shards when num_shards is None: one per loader worker of every host that reads them (the
-    compiled pipeline sets hosts x 8 for its TPU slice), capped at the number of train samples. Not a CLI
-    option: there --num-shards sets the count itself."""
+    pipeline sets its slice's hosts x the run's loader workers, dataset/fanout.py), capped at the number of
+    train samples. Not a CLI option: there --num-shards sets the count itself."""
     val_shards: int | None = None
     """Val shards (default: about the size of train shards)."""
     val_fraction: float | None = None

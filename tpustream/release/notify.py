@@ -27,6 +27,7 @@ from tpustream.release.outcome import RunFailure, RunOutcome
 
 __all__ = [
     "EMAIL_DOC",
+    "MAX_EMAIL_RECIPIENTS",
     "check_emails",
     "check_webhook",
     "console_link",
@@ -39,13 +40,17 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EMAIL_DOC = "https://cloud.google.com/vertex-ai/docs/pipelines/email-notifications"
+# "Configure email notifications" (EMAIL_DOC): RECIPIENTS_LIST is "up to 3" addresses. GCPC's own docstring
+# (google_cloud_pipeline_components/v1/vertex_notification_email/component.py, 2.22) states no bound.
+MAX_EMAIL_RECIPIENTS = 3
 _EMAIL = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+\.[^@\s,;<>]+$")
 _JOB = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/pipelineJobs/(?P<job>[^/]+)$")
 
 
 def check_emails(value: list[str] | tuple[str, ...] | str | None, flag: str = "--notify") -> list[str]:
     """The recipients of ``value`` (repeated options and/or comma lists), deduplicated in order; refuses one
-    that is not an address (naming ``flag``)."""
+    that is not an address, or more than Vertex emails (``MAX_EMAIL_RECIPIENTS``), naming ``flag``. An empty
+    list is returned as is: whether none is right depends on the template (pipelines/run_checks.py)."""
     items = [value] if isinstance(value, str) else list(value or [])
     emails: list[str] = []
     for item in items:
@@ -59,6 +64,12 @@ def check_emails(value: list[str] | tuple[str, ...] | str | None, flag: str = "-
                 )
             if email not in emails:
                 emails.append(email)
+    if len(emails) > MAX_EMAIL_RECIPIENTS:
+        raise ConfigError(
+            f"{flag} names {len(emails)} recipients ({', '.join(emails)}); Vertex AI Pipelines emails at most "
+            f'{MAX_EMAIL_RECIPIENTS} ("Configure email notifications", {EMAIL_DOC}): give at most '
+            f"{MAX_EMAIL_RECIPIENTS}, e.g. a group address for the rest"
+        )
     return emails
 
 

@@ -360,8 +360,8 @@ class GcsBackend:
             return False
         return True
 
-    def list_partials(self, uri: str) -> list[str]:
-        return [obj.uri for obj in self.list_objects(uri, recursive=True) if obj.uri.endswith(".partial")]
+    def list_partials(self, uri: str) -> list[str]:  # directly in ``uri``, as locally: not the whole prefix
+        return [obj.uri for obj in self.list_objects(uri, recursive=False) if obj.uri.endswith(".partial")]
 
     def remove_empty_dir(self, uri: str) -> None:
         pass

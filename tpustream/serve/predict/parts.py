@@ -149,21 +149,32 @@ def _read_part_record(output: str, index: int) -> PartRecord | None:
 
 def existing_output(output: str) -> dict[str, int]:
     """Name (relative to ``output``) -> size of each file an earlier run left there; PredictError when
-    anything else is there: an output directory is this command's alone."""
+    anything else is there: an output directory is this command's alone.
+
+    Lists what this output's files can be (its top level and ``_parts/``), then at most one object more: if
+    anything else is anywhere under ``output``, the first (ours + 1) objects there hold it. A prefix full of
+    other objects is refused after that one short listing, never paged through."""
     found: dict[str, int] = {}
     foreign: list[str] = []
-    for obj in storage.list_objects(output):
+    ours = storage.list_objects(output, recursive=False) + storage.list_objects(
+        storage.join(output, PARTS_DIR)
+    )
+    for obj in ours:
         name = obj.uri[len(output) + 1 :]
-        if not name or name.endswith("/"):
+        if name in ("", f"{PARTS_DIR}/"):
             continue  # a folder placeholder object
         if _OUR_FILES.fullmatch(name):
             found[name] = obj.size
         else:
             foreign.append(name)
+    if not foreign:  # anything in another sub-folder (a folder placeholder too: not ours either)
+        listed = {obj.uri for obj in ours}
+        beyond = [obj for obj in storage.sample_objects(output, len(ours) + 1) if obj.uri not in listed]
+        foreign = [obj.uri[len(output) + 1 :] for obj in beyond]
     if foreign:
         raise PredictError(
-            f"--output {output} holds {len(foreign)} file(s) that are not predictions (e.g. {foreign[0]}): "
-            "give a new or empty directory or prefix, or one an earlier `tpustream predict --output` wrote"
+            f"--output {output} holds file(s) that are not predictions (e.g. {foreign[0]}): give a new or "
+            "empty directory or prefix, or one an earlier `tpustream predict --output` wrote"
         )
     return found
 
