@@ -240,7 +240,7 @@ def test_on_vertex_a_failing_step_still_runs_both_notifications(tmp_path, gcs_bu
     outcome_uri = OUTCOME_PATH.replace("{{$.pipeline_root}}", run_root).replace(
         "{{$.pipeline_job_uuid}}", job
     )
-    record_outcome(outcome_uri, step="check data", decision="passed", reason="no anomaly")
+    record_outcome(outcome_uri, step="check source", decision="training", reason="300 new images")
     with pytest.raises(TpustreamError), failure_recorded(outcome_uri, "train-model"):
         raise TpustreamError("the slice was preempted 3 times")
     error = {"code": 9, "message": "The DAG failed because some tasks failed."}
@@ -251,7 +251,7 @@ def test_on_vertex_a_failing_step_still_runs_both_notifications(tmp_path, gcs_bu
         )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (told,) = hook.bodies
-    assert told["state"] == "FAILED" and told["run"] == job
+    assert told["state"] == "FAILED" and told["run"] == job and told["decision"] == "training"
     assert told["failed_task"] == "train-model" and told["error"] == "the slice was preempted 3 times"
 
 
