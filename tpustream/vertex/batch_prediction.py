@@ -198,12 +198,12 @@ def measure_instances(input_uris: list[str], instances_format: InstancesFormat =
             if not isinstance(instance, dict):  # the server answers its error; it costs nothing here
                 sizes.count += 1
                 continue
-            name = str(instance.get(INSTANCE_KEY) or f"{uri}:{number}")
             sizes.unkeyed += INSTANCE_KEY not in instance
             content = instance.get(AUTOML_CONTENT)
             if isinstance(content, str) and content.startswith(storage.GCS_SCHEME):
-                objects.append((name, content, len(line) + 2))
+                objects.append((str(instance.get(INSTANCE_KEY) or content), content, len(line) + 2))
                 continue
+            name = str(instance.get(INSTANCE_KEY) or f"{uri}:{number}")
             data = _base64_bytes(instance.get("b64", content))
             if data is None:  # not an image instance: the server answers its error; it costs nothing here
                 sizes.count += 1
