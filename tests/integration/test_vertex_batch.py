@@ -369,7 +369,9 @@ def test_automl_objects_no_request_can_hold_are_refused_before_submitting(served
     lines, _ = _automl_lines(served, "gs://batch/automl/refused", 3)
     missing = {"content": "gs://batch/automl/refused/nothing.png", "mimeType": "image/png"}
     jobs_before = len(served.recorder.batch_jobs)
-    with pytest.raises(ValueError, match=r"1 instances fit no request .* no such Cloud Storage object"):
+    with pytest.raises(
+        ValueError, match=r"1 instances fit no request .*nothing.png \(no such Cloud Storage object\)"
+    ):
         vertex_batch.submit_batch_prediction(
             "digits-classifier",
             [_jsonl("gs://batch/automl/missing.jsonl", [*lines, missing])],
