@@ -424,7 +424,8 @@ def test_automl_content_may_name_a_cloud_storage_object(world):
         'instance 1: the Cloud Storage object its "content" names does not exist: check the URI',
         'instance 2: the Cloud Storage object its "content" names exceeds the 8388608-byte image limit '
         "(TPUSTREAM_MAX_IMAGE_BYTES): send a smaller image",
-        'instance 3: "content" is a gs:// URI that names no object: give gs://BUCKET/OBJECT',
+        'instance 3: "content" is not the Cloud Storage URI of an object: give gs://BUCKET/OBJECT (a bucket '
+        "name of 3-222 characters, an object name of at most 1024 bytes)",
         'instance 4: "content" is a URI of a scheme this server does not read: send the image bytes '
         "base64-encoded, or a gs://BUCKET/OBJECT URI",
     ]

@@ -64,6 +64,9 @@ OWN_PARAMETERS = ("top_k",)
 _MAX_DETAIL = 300  # characters of an error message sent back
 _MAX_INT_DIGITS = 30  # the request's only integer is top_k; longer ones cost quadratic time to convert
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+# Cloud Storage's bucket and object naming rules (https://cloud.google.com/storage/docs/buckets#naming,
+# https://cloud.google.com/storage/docs/objects#naming): a name GCS would refuse is not sent to it
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 
 def http_error(status: int, message: str, headers: dict[str, str] | None = None) -> Exception:
@@ -171,9 +174,10 @@ def read_content_object(uri: str, index: int, limits: Limits) -> bytes:
     from tpustream.storage import io as storage
 
     bucket, name = split_gcs(uri)
-    if not bucket or not name or name.endswith("/"):
+    if not _BUCKET.match(bucket) or not name or name.endswith("/") or len(name.encode()) > 1024:
         raise BadImage(
-            f'instance {index}: "content" is a gs:// URI that names no object: give gs://BUCKET/OBJECT'
+            f'instance {index}: "content" is not the Cloud Storage URI of an object: give gs://BUCKET/OBJECT (a '
+            "bucket name of 3-222 characters, an object name of at most 1024 bytes)"
         )
     try:
         data = storage.read_range(storage.check_uri(uri), 0, limits.max_image_bytes + 1)
