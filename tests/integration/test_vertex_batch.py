@@ -372,9 +372,9 @@ def test_automl_objects_no_request_can_hold_are_refused_before_submitting(served
     with pytest.raises(
         ValueError, match=r"1 instances fit no request .*nothing.png \(no such Cloud Storage object\)"
     ):
-        vertex_batch.submit_batch_prediction(
-            "digits-classifier",
+        vertex_batch.predict_on_vertex(  # `tpustream predict --vertex-batch` on it
             [_jsonl("gs://batch/automl/missing.jsonl", [*lines, missing])],
+            "digits-classifier",
             "gs://batch/o",
         )
     sizes = [storage.stat(line["content"]).size for line in lines]
