@@ -275,14 +275,13 @@ def run_local(
         raise PipelineFailed(
             "; ".join(f"{task} failed" + (f": {why}" if why else "") for task, why in failed.items())
         ) from exc
-    # this run's directory (kfp.local names it after the pipeline and the time); not xla-cache and the like
-    runs = sorted(
-        name
-        for name in set(os.listdir(pipeline_root) if os.path.isdir(pipeline_root) else ()) - earlier
-        if name.startswith(f"{PIPELINE_NAME}-")
-    )
+    # this run's directories: kfp.local's, named after the pipeline and the time (its tasks' outputs), and the
+    # one named by the run's job ID (OUTCOME_PATH: the outcome its steps recorded); not xla-cache and the like
+    new = set(os.listdir(pipeline_root) if os.path.isdir(pipeline_root) else ()) - earlier
+    runs = sorted(name for name in new if name.startswith(f"{PIPELINE_NAME}-"))
+    recorded = [name for name in new if os.path.isfile(os.path.join(pipeline_root, name, "run-outcome.json"))]
     # what the run did: its steps' outcome (a pipeline's output cannot leave its exit handler)
-    outcome = read_outcome(os.path.join(pipeline_root, runs[-1], "run-outcome.json")) if runs else None
+    outcome = read_outcome(os.path.join(pipeline_root, recorded[0], "run-outcome.json")) if recorded else None
     return LocalRun(
         pipeline_root=pipeline_root,
         registry=registry,

@@ -51,6 +51,17 @@ class CompiledTemplate:
         ]
 
 
+def largest_cpu_step(template: CompiledTemplate) -> float:
+    """The most vCPUs any CPU step of ``template`` asks Vertex for (its executors' numeric ``cpuLimit``, what
+    pipelines/steps.py StepResources compiled in); 0 when no step sets one."""
+    executors = template.document.get("deploymentSpec", {}).get("executors", {})
+    limits = [
+        float(executor.get("container", {}).get("resources", {}).get("cpuLimit", 0))
+        for executor in executors.values()
+    ]
+    return max(limits, default=0.0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Parameter:
     """One input of the compiled pipeline: ``root.inputDefinitions.parameters.<name>`` in its YAML."""

@@ -17,16 +17,25 @@ The job always gets a base output directory under the run's pipeline root (``TRA
 Vertex sets ``AIP_TENSORBOARD_LOG_DIR`` (``<base>/logs/``, aiplatform_v1 CustomJobSpec.base_output_directory);
 the trainer copies its event files there (tpustream/train/records.py), and with an instance Vertex uploads them.
 
-Notifications: the whole DAG runs inside an exit handler whose exit task (``notify-webhook``, ours) POSTs the
-run's state and outcome to the ``notify_webhook`` parameter's URL ("" none: the step only logs it). The outcome
-is what the deciding steps (check source, check data, evaluate, promote, deploy) recorded at ``OUTCOME_PATH``,
-and every step records beside it what failed it, task and error line (tpustream/release/outcome.py): an exit
-task may take no other task's output, and the final status it is given names no failed task. With ``notify_emails`` at compile
-time, the pipeline is that DAG again, run as a sub-DAG inside a second exit handler whose exit task is GCPC's
-``VertexNotificationEmailOp`` ("Configure email notifications",
-https://cloud.google.com/vertex-ai/docs/pipelines/email-notifications): kfp 2.17 allows one exit task per
-handler and no handler inside another within one pipeline function, and a sub-pipeline is its own function.
-The email op runs only on Vertex (its executor raises elsewhere), so ``pipeline run-local`` compiles it out.
+Notifications: the whole DAG runs inside ONE exit handler. Its exit tasks run however the run ended, each given
+the run DAG's final status: ``notify-webhook`` (ours) POSTs the run's state and outcome to the ``notify_webhook``
+parameter's URL ("" none: the step only logs it); with ``notify_emails`` at compile time, GCPC's
+``VertexNotificationEmailOp`` emails Vertex's final state to the recipients ("Configure email notifications",
+https://cloud.google.com/vertex-ai/docs/pipelines/email-notifications, whose sample makes it the pipeline's
+``dsl.ExitHandler`` exit task, as we do). kfp 2.17 allows one exit task per ``dsl.ExitHandler``, so the webhook
+step is then the handler group's second one through ``.after(group).ignore_upstream_failure()``, which compiles
+to what an exit task compiles to: ``dependentTasks: [exit-handler-1]``, ``triggerPolicy:
+ALL_UPSTREAM_TASKS_COMPLETED`` and its status a ``taskFinalStatus`` of ``exit-handler-1`` (kfp's
+compiler_test.py ``test_task_after_exit_handler_group_can_use_task_final_status``; Google's own AutoML Tabular
+pipeline that Vertex runs has a task of that shape, ``automl-tabular-finalizer``, in GCPC's
+v1/automl/tabular/automl_tabular_pipeline.yaml). No Google page or sample shows an exit handler inside a
+sub-pipeline, which this module compiled before (issue 43, item 5).
+
+The outcome the webhook reports is what the deciding steps (check source, check data, evaluate, promote, deploy)
+recorded at ``OUTCOME_PATH``, and every step records beside it what failed it, task and error line
+(tpustream/release/outcome.py): an exit task may take no other task's output, and the final status it is given
+names no failed task. The email op runs only on Vertex (its executor raises elsewhere), so ``pipeline run-local``
+compiles it out.
 
 Caching is off on every task: the first step reads a live source whose URI never changes, and the
 decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/dataset/fingerprint.py).
@@ -36,7 +45,6 @@ module wires them into the DAG.
 """
 
 import contextlib
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,9 +67,11 @@ __all__ = [
 ]
 
 # Where the run's deciding steps record its outcome, every step what failed it (failures/ beside it), and the exit
-# step reads both (tpustream/release/outcome.py):
-# PIPELINE_JOB_NAME is the run's name on Vertex and kfp.local's run directory under the root there.
-OUTCOME_PATH = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_NAME_PLACEHOLDER}/run-outcome.json"
+# step reads both (tpustream/release/outcome.py), under the run's job ID: the placeholder GCPC builds a run's
+# resource name from (v1/model/upload_model/component.py), one value for every task of a run on Vertex and on
+# kfp.local (one id per run, kfp/local/pipeline_orchestrator.py). Not PIPELINE_JOB_NAME, which kfp documents as
+# the run's display name (kfp/dsl/__init__.py): the same for every run of a schedule.
+OUTCOME_PATH = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}/run-outcome.json"
 PIPELINE_NAME = "tpustream-training"
 
 
@@ -198,16 +208,34 @@ def build_pipeline(
         notify_emails: list = default_emails,  # who Vertex emails the run's final state (compiled in only with recipients)
         notify_webhook: str = default_webhook,  # a URL the exit step POSTs the run's state and outcome to (JSON); "" none
     ) -> None:
-        # Every step below runs inside the exit handler (an ExitStack: the DAG's body keeps its indentation).
+        # ONE exit handler around the whole DAG (an ExitStack: the DAG's body keeps its indentation). Its exit
+        # task is Vertex's email op when compiled in (GCPC: it "can only be used as an ExitHandler's exit task"),
+        # else the webhook step; with both, the webhook follows the handler's group with
+        # ignore_upstream_failure(), which compiles to exactly what an exit task is (the module doc).
+        email = None
+        if default_emails:
+            from google_cloud_pipeline_components.v1.vertex_notification_email import (
+                VertexNotificationEmailOp,
+            )
+
+            email = VertexNotificationEmailOp(recipients=notify_emails)
+            email.set_display_name("email the run's final state").set_caching_options(False)
+
+        def webhook() -> Any:
+            notify = ops.notify(
+                webhook=notify_webhook,
+                run_outcome=OUTCOME_PATH,
+                pipeline=PIPELINE_NAME,
+                # the run's name in the webhook: on Vertex its job ID (the console's name for it; the job name
+                # is the display name, the same for every run), on kfp.local its run directory's name
+                run=dsl.PIPELINE_JOB_ID_PLACEHOLDER if promote_extra else dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+            )
+            return (
+                sized(notify, "notify-webhook").set_display_name("notify webhook").set_caching_options(False)
+            )
+
         on_exit = contextlib.ExitStack()
-        notify = ops.notify(
-            webhook=notify_webhook,
-            run_outcome=OUTCOME_PATH,
-            pipeline=PIPELINE_NAME,
-            run=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-        )
-        sized(notify, "notify-webhook").set_display_name("notify webhook").set_caching_options(False)
-        on_exit.enter_context(dsl.ExitHandler(notify, name="notify-on-exit"))
+        run = on_exit.enter_context(dsl.ExitHandler(email or webhook(), name="notify-on-exit"))
         shard_args = dict(
             source=source,
             num_shards=num_shards,
@@ -379,25 +407,7 @@ def build_pipeline(
             ).set_display_name("join experiment")
             sized(join, "join-experiment").set_caching_options(False)
         on_exit.close()  # what this run did is its outcome (OUTCOME_PATH): no output leaves an exit handler
+        if email is not None:  # the webhook: the handler's second exit task, as the email op is its first
+            webhook().after(run).ignore_upstream_failure()
 
-    return _with_email(tpustream_training) if default_emails else tpustream_training
-
-
-def _with_email(pipeline: Any) -> Any:
-    """``pipeline`` as one sub-DAG inside an exit handler whose exit task is GCPC's ``VertexNotificationEmailOp``
-    (Vertex only; the module doc says why a sub-DAG), with the same parameters: ``notify_emails`` are the
-    recipients."""
-    from google_cloud_pipeline_components.v1.vertex_notification_email import VertexNotificationEmailOp
-
-    signature = inspect.signature(pipeline.pipeline_func)
-    names = list(signature.parameters)
-
-    def tpustream_training(*values: Any) -> None:  # kfp calls it with the parameters' channels, in order
-        parameters = dict(zip(names, values, strict=True))
-        email = VertexNotificationEmailOp(recipients=parameters["notify_emails"])
-        email.set_display_name("email the run's final state").set_caching_options(False)
-        with dsl.ExitHandler(email, name="email-on-exit"):
-            pipeline(**parameters).set_display_name("training").set_caching_options(False)
-
-    tpustream_training.__signature__ = signature  # type: ignore[attr-defined]
-    return dsl.pipeline(name=PIPELINE_NAME, description=pipeline.description)(tpustream_training)
+    return tpustream_training

@@ -21,12 +21,13 @@ from tpustream.pipelines.preflight.clients import ApiEndpoints, Google, load_cre
 from tpustream.pipelines.preflight.findings import FAIL, MODEL_ARTIFACTS_DOC, WARN, Finding, check_tpu_region
 from tpustream.pipelines.preflight.iam import act_as, project_permissions, service_account_roles
 from tpustream.pipelines.preflight.parameters import check_parameters
-from tpustream.pipelines.preflight.quota import tpu_quota
+from tpustream.pipelines.preflight.quota import cpu_quota, tpu_quota
 from tpustream.pipelines.template import (
     CompiledTemplate,
     RunParameters,
     compiled_slice,
     compiled_strategy,
+    largest_cpu_step,
     load_template,
     template_parameters,
 )
@@ -101,7 +102,7 @@ def check_cloud(
     tensorboard: str = "",
 ) -> list[Finding]:
     """Every check but the parameters': TPU region, credentials, IAM, buckets (with ``tensorboard``, the
-    run's Vertex AI TensorBoard instance, the log bucket's rule too), TPU quota."""
+    run's Vertex AI TensorBoard instance, the log bucket's rule too), TPU quota, CPU quota."""
     endpoints = api_endpoints or ApiEndpoints.from_env()
     tpu = compiled_slice(spec)[0] if spec is not None else None
     findings = []
@@ -182,4 +183,7 @@ def check_cloud(
         needed = spec_of.accelerator_count or spec_of.chips  # v2/v3 quota counts cores, v5e/v6e chips
         spot = spec is not None and compiled_strategy(spec) == "SPOT"
         findings += guarded("tpu-quota", lambda: tpu_quota(google, project, region, tpu, needed, spot))
+    vcpus = largest_cpu_step(spec) if spec is not None else 0.0
+    if vcpus:
+        findings += guarded("cpu-quota", lambda: cpu_quota(google, project, region, vcpus))
     return findings

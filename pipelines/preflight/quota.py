@@ -1,5 +1,7 @@
-"""The preflight's TPU quota check: Vertex AI's custom-training quota for the compiled TPU family in the run's
-region, read through the Cloud Quotas API; 0 or less than the slice needs would queue the train job forever."""
+"""The preflight's quota checks, read through the Cloud Quotas API: Vertex AI's custom-training quota for the
+compiled TPU family in the run's region (0 or less than the slice needs would queue the train job forever), and
+its custom-training CPU quota there against the largest CPU step (evaluate's 16 vCPUs by default: a step
+Vertex cannot place waits, then fails the run)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import TypedDict, cast
 from tpustream.pipelines.preflight.clients import Google, api_error, short
 from tpustream.pipelines.preflight.findings import FAIL, OK, WARN, Finding
 
-__all__ = ["QuotaInfo", "tpu_quota"]
+__all__ = ["QuotaInfo", "cpu_quota", "tpu_quota"]
 
 
 class QuotaDetails(TypedDict, total=False):
@@ -119,3 +121,56 @@ def _region_value(info: QuotaInfo, region: str) -> int | None:
         if "region" not in dimensions:
             default = int(value)
     return default
+
+
+_CPU_METRIC = "aiplatform.googleapis.com/custom_model_training_cpus"  # "Custom model training CPUs for N1/E2"
+
+
+def cpu_quota(google: Google, project: str, region: str, needed: float) -> Finding:
+    """Vertex AI's custom-training CPU quota (``custom_model_training_cpus``, the N1/E2 machines Vertex runs a
+    pipeline's CPU steps on) in ``region`` against ``needed``, the largest CPU step's vCPUs."""
+    console = (
+        f"check it in the console: IAM & Admin > Quotas & System Limits (project {project}), service "
+        f"Vertex AI API, 'Custom model training CPUs for N1/E2 machine types' for region {region}, "
+        f"https://console.cloud.google.com/iam-admin/quotas?project={project}"
+    )
+    url = (
+        f"{google.endpoints.cloud_quotas}/v1/projects/{project}/locations/global/services/"
+        "aiplatform.googleapis.com/quotaInfos"
+    )
+    matching: list[QuotaInfo] = []
+    page_token = ""
+    try:
+        for _ in range(20):  # a bounded walk, as tpu_quota's
+            params = {"pageSize": 500, **({"pageToken": page_token} if page_token else {})}
+            status, response = google.rest("GET", url, params=params)
+            body = cast(QuotaInfosPage, response)
+            if status != 200:
+                return Finding(
+                    "cpu-quota",
+                    WARN,
+                    f"could not read CPU quota ({api_error(status, response)}; roles/cloudquotas.viewer "
+                    f"reads it); {console}",
+                )
+            matching += [info for info in body.get("quotaInfos", []) if info.get("metric") == _CPU_METRIC]
+            page_token = body.get("nextPageToken", "")
+            if not page_token:
+                break
+    except Exception as exc:  # timeout, connection refused: a warning, never a hang
+        return Finding("cpu-quota", WARN, f"could not read CPU quota ({short(exc)}); {console}")
+    values = [value for value in (_region_value(info, region) for info in matching) if value is not None]
+    if not values:
+        return Finding("cpu-quota", WARN, f"no Vertex AI training CPU quota found for {region}; {console}")
+    for value in values:
+        if 0 <= value < needed:  # -1: not limited
+            return Finding(
+                "cpu-quota",
+                FAIL,
+                f"Custom model training CPUs is {value} in {region} and the largest CPU step asks for "
+                f"{needed:g} vCPUs (evaluate: --eval-cpu): the step could not be placed; lower --eval-cpu / "
+                f"--step-cpu at compile or request an increase at "
+                f"https://console.cloud.google.com/iam-admin/quotas?project={project}",
+            )
+    return Finding(
+        "cpu-quota", OK, f"training CPU quota in {region} covers the largest CPU step ({needed:g})"
+    )

@@ -34,3 +34,23 @@ def start_server(env: dict[str, str], port: int, log_path) -> subprocess.Popen:
             time.sleep(0.3)
     process.kill()
     raise AssertionError(f"model server not healthy in 90 s:\n{log_path.read_text()}")
+
+
+AUTOML_INSTANCE = (
+    "google.cloud.aiplatform.v1.schema.predict.instance",
+    "ImageClassificationPredictionInstance",
+)
+AUTOML_PARAMS = ("google.cloud.aiplatform.v1.schema.predict.params", "ImageClassificationPredictionParams")
+AUTOML_PREDICTION = ("google.cloud.aiplatform.v1.schema.predict.prediction", "ClassificationPredictionResult")
+
+
+def parse_schema(body, schema: tuple[str, str]):
+    """``body`` parsed into aiplatform's proto message ``schema`` (module, name) as Vertex parses JSON: an
+    unknown field or a wrong type raises ParseError."""
+    import importlib
+
+    from google.protobuf import json_format
+
+    module, name = schema
+    message = getattr(importlib.import_module(module), name)
+    return json_format.ParseDict(body, message.pb()(), ignore_unknown_fields=False)

@@ -21,6 +21,32 @@ from urllib.parse import parse_qs, unquote, urlsplit
 __all__ = ["GoogleApisFake", "tpu_quota_info"]
 
 
+def cpu_quota_info(values: dict[str, int]) -> dict:
+    """A QuotaInfo as the Cloud Quotas API lists Vertex AI's custom-training CPU quota (N1/E2 machines), per
+    region (``values``: region -> vCPUs). Field names: cloudquotas v1 QuotaInfo."""
+    quota_id = "CustomModelTrainingCPUsPerProjectPerRegion"
+    return {
+        "name": f"projects/proj/locations/global/services/aiplatform.googleapis.com/quotaInfos/{quota_id}",
+        "quotaId": quota_id,
+        "metric": "aiplatform.googleapis.com/custom_model_training_cpus",
+        "service": "aiplatform.googleapis.com",
+        "isPrecise": True,
+        "containerType": "PROJECT",
+        "dimensions": ["region"],
+        "metricDisplayName": "Custom model training CPUs for N1/E2 machine types",
+        "quotaDisplayName": "Custom model training CPUs for N1/E2 machine types per region",
+        "metricUnit": "1",
+        "dimensionsInfos": [
+            {
+                "dimensions": {"region": region},
+                "details": {"value": str(value)},
+                "applicableLocations": [region],
+            }
+            for region, value in values.items()
+        ],
+    }
+
+
 def tpu_quota_info(family: str, values: dict[str, int], *, spot: bool = False) -> dict:
     """A QuotaInfo as the Cloud Quotas API lists it for Vertex AI's custom-training TPU quota of ``family``
     ("v3", "v5e"), per region (``values``: region -> limit). Field names: cloudquotas v1 QuotaInfo."""

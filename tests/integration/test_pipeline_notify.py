@@ -12,6 +12,7 @@ from tpustream.cli.main import app
 from tpustream.errors import ConfigError
 from tpustream.pipelines.run_checks import with_notifications
 from tpustream.pipelines.template import CompiledTemplate, reads_parameter
+from tpustream.pipelines.training import OUTCOME_PATH
 
 pytestmark = pytest.mark.integration
 
@@ -28,10 +29,16 @@ def _compile(tmp_path, *flags):
         return path, yaml.safe_load(f), result.stdout
 
 
-def _exit_task(dag):
-    """The root DAG's exit task: the one that runs once every other task is done, however they ended."""
-    (name,) = [n for n, t in dag["tasks"].items() if t.get("triggerPolicy", {}).get("strategy")]
-    return name, dag["tasks"][name]
+def _exit_tasks(spec):
+    """The exit tasks of the compiled pipeline, in any DAG: the tasks that run once their upstream is done,
+    however it ended (``ALL_UPSTREAM_TASKS_COMPLETED``), by their DAG's component ("root" for the root DAG)."""
+    dags = {"root": spec["root"]["dag"], **{n: c["dag"] for n, c in spec["components"].items() if "dag" in c}}
+    return {
+        (dag_name, name): task
+        for dag_name, dag in dags.items()
+        for name, task in dag.get("tasks", {}).items()
+        if task.get("triggerPolicy", {}).get("strategy")
+    }
 
 
 def test_notify_compiles_in_vertex_email_with_its_recipients_and_the_webhook_exit_step(tmp_path):
@@ -44,21 +51,38 @@ def test_notify_compiles_in_vertex_email_with_its_recipients_and_the_webhook_exi
     params = spec["root"]["inputDefinitions"]["parameters"]
     assert params["notify_emails"]["defaultValue"] == ["ml@x.org", "oncall@x.org"]
     assert params["notify_webhook"]["defaultValue"] == url
-    name, email = _exit_task(spec["root"]["dag"])  # Vertex's email op is the whole run's exit task
+    # ONE exit handler (issue 43, item 5): no exit handler inside a sub-pipeline, which no Google page shows;
+    # Vertex's email op and our webhook step are both exit tasks of the root DAG's one handler group, each
+    # given that group's final status
+    exits = _exit_tasks(spec)
+    assert sorted(exits) == [("root", "notify-webhook"), ("root", "vertex-pipelines-notification-email")]
+    (group,) = [
+        name for name, task in spec["root"]["dag"]["tasks"].items() if name.startswith("exit-handler")
+    ]
+    for task in exits.values():
+        assert task["dependentTasks"] == [group]
+        assert task["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    email, webhook = exits["root", "vertex-pipelines-notification-email"], exits["root", "notify-webhook"]
     assert email["componentRef"]["name"] == EMAIL_COMPONENT
-    assert email["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    assert (
+        email["inputs"]["parameters"]["pipeline_task_final_status"]["taskFinalStatus"]["producerTask"]
+        == group
+    )
+    assert webhook["inputs"]["parameters"]["status"]["taskFinalStatus"]["producerTask"] == group
     assert email["inputs"]["parameters"]["recipients"]["componentInputParameter"] == "notify_emails"
     executor = spec["deploymentSpec"]["executors"]["exec-vertex-pipelines-notification-email"]["container"]
     assert executor["command"][-1].endswith("vertex_notification_email.executor")
-    # the training DAG runs as one sub-DAG inside it, with its own exit handler: the webhook step
-    inner = next(
-        c["dag"] for c in spec["components"].values() if "notify-webhook" in c.get("dag", {}).get("tasks", {})
-    )
-    name, webhook = _exit_task(inner)
-    assert name == "notify-webhook"
     assert webhook["inputs"]["parameters"]["webhook"]["componentInputParameter"] == "notify_webhook"
     outcome = webhook["inputs"]["parameters"]["run_outcome"]["runtimeValue"]["constant"]
-    assert outcome == "{{$.pipeline_root}}/{{$.pipeline_job_name}}/run-outcome.json"
+    # the run's job ID, not its display name (issue 43, item 8); every step records at the same path
+    assert outcome == "{{$.pipeline_root}}/{{$.pipeline_job_uuid}}/run-outcome.json" == OUTCOME_PATH
+    group_tasks = spec["components"][spec["root"]["dag"]["tasks"][group]["componentRef"]["name"]]["dag"][
+        "tasks"
+    ]
+    assert (
+        group_tasks["check-source"]["inputs"]["parameters"]["run_outcome"]["runtimeValue"]["constant"]
+        == outcome
+    )
     compiled = CompiledTemplate(spec)
     assert reads_parameter(compiled, "notify_emails") and reads_parameter(compiled, "notify_webhook")
     # submit/schedule --notify: recipients checked and set as the parameter; a conflict is refused
@@ -78,8 +102,8 @@ def test_without_notify_there_is_no_email_step_and_notify_is_refused_for_that_te
         text = f.read()
     assert EMAIL_COMPONENT not in spec["components"] and "VertexNotificationEmail" not in text
     assert spec["root"]["inputDefinitions"]["parameters"]["notify_emails"]["defaultValue"] == []
-    name, webhook = _exit_task(spec["root"]["dag"])  # the webhook step is always there ("" URL: it only logs)
-    assert name == "notify-webhook"
+    # the webhook step is always there ("" URL: it only logs), the one handler's exit task
+    assert list(_exit_tasks(spec)) == [("root", "notify-webhook")]
     compiled = CompiledTemplate(spec)
     assert not reads_parameter(compiled, "notify_emails") and reads_parameter(compiled, "notify_webhook")
     with pytest.raises(ConfigError, match="recompile it with `tpustream pipeline compile --notify EMAIL`"):
@@ -175,7 +199,7 @@ def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_li
     with WebhookReceiver() as hook:
         done = run_container_task(
             path, "notify-webhook", pipeline_params={"notify_webhook": hook.url}, run_root=run_root,
-            workdir=tmp_path, job_name=job, project="123", location="europe-west4", final_status=failed,
+            workdir=tmp_path, job_id=job, project="123", location="europe-west4", final_status=failed,
         )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (told,) = hook.bodies
@@ -189,6 +213,46 @@ def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_li
     ours = [line for line in done.stdout.splitlines() if "notifying" in line]
     assert ours and not any("s3cr3t-token" in line for line in ours)
     assert read_outcome(f"{run_root}/{job}/run-outcome.json").decision == "refused"  # read, not changed
+
+
+def test_on_vertex_a_failing_step_still_runs_both_notifications(tmp_path, gcs_bucket):
+    """The DAG compiled with the email and the webhook, scheduled as Vertex schedules a PipelineSpec
+    (tests/fakes/vertex/emulation.py ``tasks_reached``) while train fails: nothing after train starts, and both
+    exit tasks do, each given the one handler's FAILED status; the webhook step, run as Vertex runs it with that
+    status, reads what train recorded under the run's job ID and posts it."""
+    from tests.fakes.vertex.emulation import run_container_task, tasks_reached
+    from tpustream.errors import TpustreamError
+    from tpustream.release.outcome import failure_recorded, record_outcome
+
+    path, spec, _ = _compile(tmp_path, "--notify", "ml@x.org", "--notify-webhook", "https://hooks.example/x")
+    reached = tasks_reached(spec, failing={"train-model"})
+    assert "train-model" in reached and "evaluate-model" not in reached and "promote-model" not in reached
+    handler = {"state": "FAILED", "pipeline_task_name": "exit-handler-1"}
+    assert reached["vertex-pipelines-notification-email"] == reached["notify-webhook"] == handler
+    succeeded = tasks_reached(spec, failing=set())
+    assert (
+        succeeded["vertex-pipelines-notification-email"]["state"]
+        == "SUCCEEDED"
+        == succeeded["notify-webhook"]["state"]
+    )
+    # what the steps record where the webhook step reads it: the same path, under the run's job ID
+    run_root, job = f"{gcs_bucket}/pipeline-root", "tpustream-training-20261130030000"
+    outcome_uri = OUTCOME_PATH.replace("{{$.pipeline_root}}", run_root).replace(
+        "{{$.pipeline_job_uuid}}", job
+    )
+    record_outcome(outcome_uri, step="check source", decision="training", reason="300 new images")
+    with pytest.raises(TpustreamError), failure_recorded(outcome_uri, "train-model"):
+        raise TpustreamError("the slice was preempted 3 times")
+    error = {"code": 9, "message": "The DAG failed because some tasks failed."}
+    with WebhookReceiver() as hook:
+        done = run_container_task(
+            path, "notify-webhook", pipeline_params={"notify_webhook": hook.url}, run_root=run_root,
+            workdir=tmp_path, job_id=job, final_status={**reached["notify-webhook"], "error": error},
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (told,) = hook.bodies
+    assert told["state"] == "FAILED" and told["run"] == job and told["decision"] == "training"
+    assert told["failed_task"] == "train-model" and told["error"] == "the slice was preempted 3 times"
 
 
 def test_submit_and_schedule_carry_the_recipients_and_the_webhook_to_vertex(
@@ -260,14 +324,14 @@ def test_run_local_leaves_the_email_out_and_says_so_and_a_failed_run_still_notif
     assert told["run"].startswith("tpustream-training-") and told["job"] == told["run"]
 
 
-def test_the_email_exit_task_and_the_sub_dag_it_wraps_are_compiled_with_caching_off(tmp_path):
+def test_the_email_exit_task_and_the_webhook_step_are_compiled_with_caching_off(tmp_path):
     """Every task of the pipeline is compiled with caching off (pipelines/training.py): Vertex's email op and
-    the training sub-DAG it wraps too (issue 43, item 1: they were ``enableCache: true``)."""
+    the webhook step beside it too (issue 43, item 1: they were ``enableCache: true``)."""
     _, spec, _ = _compile(tmp_path, "--notify", "ml@x.org")
     tasks = dict(spec["root"]["dag"]["tasks"])
     for component in spec["components"].values():
         tasks.update(component.get("dag", {}).get("tasks", {}))
-    assert "vertex-pipelines-notification-email" in tasks and "tpustream-training" in tasks
+    assert "vertex-pipelines-notification-email" in tasks and "notify-webhook" in tasks
     cached = [name for name, task in tasks.items() if task.get("cachingOptions", {}).get("enableCache")]
     assert cached == []
 

@@ -7,7 +7,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from tests.fakes.google_apis import GoogleApisFake, tpu_quota_info
+from tests.fakes.google_apis import GoogleApisFake, cpu_quota_info, tpu_quota_info
 from tpustream.pipelines.compile import compile_pipeline
 from tpustream.pipelines.preflight import (
     FAIL,
@@ -64,6 +64,7 @@ def google():
         tpu_quota_info("v3", {"us-central1": 8, "europe-west4": 8}),
         tpu_quota_info("v3", {"us-central1": 0}, spot=True),  # on-demand runs count the on-demand quota only
         tpu_quota_info("v5e", {"us-central1": 16}),
+        cpu_quota_info({"us-central1": 24, "europe-west4": 24}),
     ]
     yield fake
     fake.close()
@@ -92,15 +93,16 @@ def test_a_ready_project_passes_every_check(templates, google, gcs_bucket):
     every_check = (
         "parameters tpu-region act-as project-permissions service-account-act-as service-account-roles"
     )
-    assert set(by_check) == {*every_check.split(), "bucket pipeline-root", "bucket registry", "tpu-quota"}
+    quotas = {"tpu-quota", "cpu-quota"}
+    assert set(by_check) == {*every_check.split(), "bucket pipeline-root", "bucket registry", *quotas}
     assert findings[0].check == "parameters"  # free, first
     paths = [r["path"] for r in google.requests]
     assert f"/v1/projects/-/serviceAccounts/{SA}:testIamPermissions" in paths
     tested = next(r for r in google.requests if r["path"] == "/v3/projects/proj:testIamPermissions")
     assert tested["body"]["permissions"] == ["aiplatform.pipelineJobs.create", "aiplatform.schedules.create"]
     quota_pages = [r for r in google.requests if r["path"].endswith("/quotaInfos")]
-    assert len(quota_pages) == 3  # 7 quotas in pages of 3: every page read
-    assert "(8)" in by_check["tpu-quota"].message
+    assert len(quota_pages) == 6  # 8 quotas in pages of 3: every page read, by each quota check
+    assert "(8)" in by_check["tpu-quota"].message and "(16)" in by_check["cpu-quota"].message
 
 
 def test_missing_act_as_fails_naming_the_role(templates, google, gcs_bucket):
@@ -232,6 +234,22 @@ def test_tpu_quota_zero_or_too_small_fails_unreadable_warns(templates, google, g
     unreadable = by_check["tpu-quota"]
     assert unreadable.status == WARN and "iam-admin/quotas?project=proj" in unreadable.message
     assert "roles/cloudquotas.viewer" in unreadable.message
+
+
+def test_cpu_quota_below_the_largest_cpu_step_fails_naming_it(templates, google, gcs_bucket):
+    """Evaluate asks Vertex for 16 vCPUs (pipelines/steps.py StepResources.eval_cpu): a region whose
+    custom-training CPU quota is below that cannot place the step; no CPU quota listed is a warning."""
+    google.quota_infos["proj"][3] = cpu_quota_info({"us-central1": 8})
+    by_check, _ = _run(templates["v3-8"], google, gcs_bucket)
+    quota = by_check["cpu-quota"]
+    assert quota.status == FAIL and "is 8 in us-central1" in quota.message and "16 vCPUs" in quota.message
+    assert "--eval-cpu" in quota.message and "iam-admin/quotas?project=proj" in quota.message
+    del google.quota_infos["proj"][3]
+    by_check, _ = _run(templates["v3-8"], google, gcs_bucket)
+    assert (
+        by_check["cpu-quota"].status == WARN
+        and "no Vertex AI training CPU quota" in by_check["cpu-quota"].message
+    )
 
 
 def test_a_slow_quota_api_is_a_warning_not_a_hang(templates, google, gcs_bucket):
@@ -371,7 +389,7 @@ def test_cli_preflight_submit_and_help(templates, google, gcs_bucket, monkeypatc
         ok = runner.invoke(app, ["pipeline", "preflight", *common, "--param", "epochs=3", "--schedule"])
         assert ok.exit_code == 0, ok.output
         lines = ok.output.strip().splitlines()
-        assert len(lines) == 9 and all(line.startswith("ok   ") for line in lines), ok.output
+        assert len(lines) == 10 and all(line.startswith("ok   ") for line in lines), ok.output
         bad = runner.invoke(
             app, ["pipeline", "preflight", *common, "--param", "epoch=3", "--region", "us-west1"]
         )

@@ -25,6 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.common.models import DIGITS, make_model
+from tests.common.serving import AUTOML_INSTANCE, AUTOML_PARAMS, AUTOML_PREDICTION, parse_schema
 from tests.common.serving import free_port as _free_port
 from tests.common.serving import start_server as _start_server
 from tests.fakes.gcs import make_bucket
@@ -182,7 +183,7 @@ def test_upload_is_the_servable_champion(world):
         ("4200@1:mergeVersionAliases", {"versionAliases": ["champion"]})]  # fmt: skip
     assert f"vertex: {PARENT}/models/4200@1" in world.promoted
     # AutoML's schemata, declared so the console and AutoML clients know the format the server also speaks
-    _parse(model["predictSchemata"], "google.cloud.aiplatform_v1.types.model", "PredictSchemata")
+    parse_schema(model["predictSchemata"], ("google.cloud.aiplatform_v1.types.model", "PredictSchemata"))
     assert model["predictSchemata"] == {
         "instanceSchemaUri": "gs://google-cloud-aiplatform/schema/predict/instance/image_classification_1.0.0.yaml",
         "parametersSchemaUri": "gs://google-cloud-aiplatform/schema/predict/params/image_classification_1.0.0.yaml",
@@ -290,22 +291,6 @@ def test_a_bad_request_is_a_400_a_bad_instance_fails_alone_and_the_server_keeps_
     assert world.server.poll() is None  # the same process served all of it
 
 
-def _parse(body, module, name):
-    """``body`` parsed into aiplatform's proto message ``module.name`` as Vertex parses JSON: an unknown field
-    or a wrong type raises ParseError."""
-    import importlib
-
-    from google.protobuf import json_format
-
-    message = getattr(importlib.import_module(module), name)
-    return json_format.ParseDict(body, message.pb()(), ignore_unknown_fields=False)
-
-
-_INSTANCE = "google.cloud.aiplatform.v1.schema.predict.instance"
-_PARAMS = "google.cloud.aiplatform.v1.schema.predict.params"
-_PREDICTION = "google.cloud.aiplatform.v1.schema.predict.prediction"
-
-
 def _automl(images, parameters=None, mime_type=True):
     instances = [
         {"content": base64.b64encode(image).decode(), **({"mimeType": "image/jpeg"} if mime_type else {})}
@@ -318,13 +303,13 @@ def _post_automl(world, body):
     """An AutoML-shaped request, checked against AutoML's schema messages before it is sent, and its answer's
     predictions checked against ClassificationPredictionResult."""
     for instance in body["instances"]:
-        _parse(instance, _INSTANCE, "ImageClassificationPredictionInstance")
+        parse_schema(instance, AUTOML_INSTANCE)
     if "parameters" in body:
-        _parse(body["parameters"], _PARAMS, "ImageClassificationPredictionParams")
+        parse_schema(body["parameters"], AUTOML_PARAMS)
     status, answer = _post(world, body)
     assert status == 200 and list(answer) == ["predictions"], answer
     for prediction in answer["predictions"]:
-        _parse(prediction, _PREDICTION, "ClassificationPredictionResult")
+        parse_schema(prediction, AUTOML_PREDICTION)
     return answer["predictions"]
 
 
@@ -392,7 +377,9 @@ def test_automl_bad_shapes_are_clear_400s_and_a_bad_content_fails_alone(world):
         (_automl([good], [3]), "parameters must be a JSON object"),
         (_automl([good] * 65), "65 instances exceed the limit of 64"),  # the same limits as {"b64"}
         (_automl([b"%PDF-1.4 not ours"]), "instance 0: not a JPEG, PNG"),
-        ({"instances": [{"content": "gs://bucket/image.jpg"}]}, "is a Cloud Storage URI"),
+        ({"instances": [{"content": "gs://bucket/image.jpg"}]}, 'object its "content" names does not exist'),
+        ({"instances": [{"content": "file:///etc/hostname"}]}, "a URI of a scheme this server does not read"),
+        ({"instances": [{"content": "/etc/hostname"}]}, "a local path is never read"),
         ({"instances": [{"content": encoded, "mimeType": 3}]}, '"mimeType" must be a string'),
     ]
     for body, message in bad_requests:
@@ -406,6 +393,47 @@ def test_automl_bad_shapes_are_clear_400s_and_a_bad_content_fails_alone(world):
     assert (
         list(kept) == ["ids", "displayNames", "confidences"]
         and "instance 1: not valid base64" in failed["error"]
+    )
+    assert world.server.poll() is None and _healthy(world)
+
+
+def test_automl_content_may_name_a_cloud_storage_object(world):
+    """AutoML's ``content`` is "the image bytes or Cloud Storage URI" (ImageClassificationPredictionInstance):
+    a gs:// object is read with the server's credentials and answered as its bytes would be; a missing object,
+    one over the image budget, another scheme or a local path fails its own instance, quoting no URI."""
+    images = [image for image, _ in _val_samples(world.digits)[:2]]
+    for index, image in enumerate(images):
+        storage.write_bytes(f"gs://serving/automl/{index}.png", image)
+    named = {
+        "instances": [{"content": f"gs://serving/automl/{i}.png", "mimeType": "image/png"} for i in (0, 1)]
+    }
+    assert _post_automl(world, named) == _post_automl(world, _automl(images))
+    storage.write_bytes("gs://serving/automl/huge.png", images[0] + b"\0" * (8 << 20))  # over 8 MiB
+    status, answer = _post(world, {"instances": [
+        {"content": "gs://serving/automl/0.png"},
+        {"content": "gs://serving/automl/missing.png"},
+        {"content": "gs://serving/automl/huge.png"},
+        {"content": "gs://serving/automl/"},
+        {"content": "file:///etc/hostname"},
+        {"content": "/etc/hostname"},
+    ]})  # fmt: skip
+    assert status == 200, answer
+    first, *failed = answer["predictions"]
+    parse_schema(first, AUTOML_PREDICTION)
+    assert [prediction["error"] for prediction in failed[:4]] == [
+        'instance 1: the Cloud Storage object its "content" names does not exist: check the URI',
+        'instance 2: the Cloud Storage object its "content" names exceeds the 8388608-byte image limit '
+        "(TPUSTREAM_MAX_IMAGE_BYTES): send a smaller image",
+        'instance 3: "content" is not the Cloud Storage URI of an object: give gs://BUCKET/OBJECT (a bucket '
+        "name of 3-222 characters, an object name of at most 1024 bytes)",
+        'instance 4: "content" is a URI of a scheme this server does not read: send the image bytes '
+        "base64-encoded, or a gs://BUCKET/OBJECT URI",
+    ]
+    assert failed[4]["error"].startswith("instance 5: not valid base64 (") and failed[4]["error"].endswith(
+        "(content: base64 image bytes or a gs:// URI; a local path is never read)"
+    )
+    assert not any(
+        "automl/" in prediction["error"] or "hostname" in prediction["error"] for prediction in failed
     )
     assert world.server.poll() is None and _healthy(world)
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.common.models import make_model
+from tests.common.serving import AUTOML_INSTANCE, AUTOML_PREDICTION, parse_schema
 from tests.common.serving import free_port as _free_port
 from tests.common.serving import start_server as _start_server
 from tests.fakes.gcs import make_bucket
@@ -82,7 +83,11 @@ def served(gcs_server, tmp_path_factory):
         recorder.batch_server = f"http://127.0.0.1:{port}"  # where the fake's batch workers send requests
         try:
             yield types.SimpleNamespace(
-                recorder=recorder, digits=digits, metrics=metrics, log=tmp / "server.log"
+                recorder=recorder,
+                digits=digits,
+                metrics=metrics,
+                log=tmp / "server.log",
+                predict_url=f"{recorder.batch_server}{spec['predictRoute']}",
             )
         finally:
             server.terminate()
@@ -180,6 +185,8 @@ def test_a_bad_image_fails_its_own_instance_and_the_job_writes_its_error(served)
 
 
 def test_file_list_input_and_bad_arguments(served):
+    storage.write_bytes("gs://batch/in/images.txt", b"gs://batch/in/images/0.png\n")
+    storage.write_bytes("gs://batch/in/images/0.png", next(iter_items([served.digits])).data)
     job = vertex_batch.submit_batch_prediction(
         "digits-classifier", ["gs://batch/in/images.txt"], "gs://batch/files", instances_format="file-list"
     )
@@ -288,5 +295,142 @@ def test_instances_no_request_can_hold_are_named_before_submitting(served, tmp_p
     ):
         vertex_batch.submit_batch_prediction(
             "digits-classifier", ["gs://batch/given/big.jsonl"], "gs://batch/o"
+        )
+    assert len(served.recorder.batch_jobs) == jobs_before
+
+
+def _automl_lines(served, folder: str, count: int) -> tuple[list[dict], list[bytes]]:
+    """``count`` digits written as gs:// objects under ``folder``, and an AutoML batch file's lines naming them
+    (``content`` a Cloud Storage URI, ``mimeType``, no key), each checked against AutoML's instance schema."""
+    images = [item.data for _, item in zip(range(count), iter_items([served.digits]), strict=False)]
+    lines = []
+    for index, image in enumerate(images):
+        storage.write_bytes(f"{folder}/{index}.png", image)
+        lines.append({"content": f"{folder}/{index}.png", "mimeType": "image/png"})
+        parse_schema(lines[-1], AUTOML_INSTANCE)
+    return lines, images
+
+
+def _post(served, body: dict) -> dict:
+    """One online request to the model server, answered 200."""
+    import urllib.request
+
+    request = urllib.request.Request(
+        served.predict_url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
+def _jsonl(uri: str, lines: list[dict]) -> str:
+    storage.write_bytes(uri, "".join(json.dumps(line) + "\n" for line in lines).encode())
+    return uri
+
+
+def test_an_automl_batch_file_of_cloud_storage_uris_is_answered_in_automls_schema(served):
+    """An AutoML user's batch file, ``{"content": "gs://...", "mimeType": "image/png"}`` per line: Vertex passes
+    each line unchanged, the model server reads each object, and every instance is answered in AutoML's
+    prediction schema, as the same image's bytes are. Sized from the objects' metadata before submitting:
+    their pixels unknown, each counted at TPUSTREAM_MAX_PIXELS, so 4 per request at the default budgets."""
+    lines, images = _automl_lines(served, "gs://batch/automl/images", 10)
+    uri = _jsonl("gs://batch/automl/batch.jsonl", lines)
+    calls_before = len(served.recorder.batch_calls)
+    job = vertex_batch.submit_batch_prediction(
+        "digits-classifier", [uri], "gs://batch/automl/out", wait=True, poll_seconds=0.05
+    )
+    assert job.completion == JobCompletion(successful=10, failed=0, incomplete=0), served.log.read_text()[
+        -2000:
+    ]
+    assert job.instance_errors == 0
+    create = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")][-1]
+    assert "instanceConfig" not in create["body"]  # the lines have no key: each output line has its instance
+    limits = vertex_batch._limits()
+    assert create["body"]["manualBatchTuningParameters"] == {
+        "batchSize": limits.max_request_pixels // limits.max_pixels
+    }
+    calls = served.recorder.batch_calls[calls_before:]
+    assert [call["body"]["instances"] for call in calls] == [lines[0:4], lines[4:8], lines[8:10]]
+    results = {
+        r["instance"]["content"]: r["prediction"] for r in vertex_batch.iter_results(job.output_directory)
+    }
+    assert sorted(results) == sorted(line["content"] for line in lines)
+    for prediction in results.values():
+        parse_schema(prediction, AUTOML_PREDICTION)
+    # the same answers as the images' bytes inline, in one online request
+    inline = {"instances": [{"content": base64.b64encode(image).decode()} for image in images]}
+    answer = _post(served, inline)
+    assert [results[line["content"]]["ids"] for line in lines] == [p["ids"] for p in answer["predictions"]]
+
+
+def test_automl_objects_no_request_can_hold_are_refused_before_submitting(served, monkeypatch):
+    """Sized from the objects' metadata (no download): an object over the image budget, or one that does not
+    exist, is named before any job is submitted; a batch size the bytes cannot fit is refused, one only the
+    unknown pixels might not fit is accepted with a warning."""
+    lines, _ = _automl_lines(served, "gs://batch/automl/refused", 3)
+    missing = {"content": "gs://batch/automl/refused/nothing.png", "mimeType": "image/png"}
+    jobs_before = len(served.recorder.batch_jobs)
+    with pytest.raises(
+        ValueError, match=r"1 instances fit no request .*nothing.png \(no such Cloud Storage object\)"
+    ):
+        vertex_batch.predict_on_vertex(  # `tpustream predict --vertex-batch` on it
+            [_jsonl("gs://batch/automl/missing.jsonl", [*lines, missing])],
+            "digits-classifier",
+            "gs://batch/o",
+        )
+    sizes = [storage.stat(line["content"]).size for line in lines]
+    monkeypatch.setenv("TPUSTREAM_MAX_IMAGE_BYTES", str(max(sizes) - 1))
+    with pytest.raises(
+        ValueError, match=rf"fit no request .* \({max(sizes)} bytes, over TPUSTREAM_MAX_IMAGE"
+    ):
+        vertex_batch.submit_batch_prediction(
+            "digits-classifier", [_jsonl("gs://batch/automl/three.jsonl", lines)], "gs://batch/o"
+        )
+    monkeypatch.delenv("TPUSTREAM_MAX_IMAGE_BYTES")
+    monkeypatch.setenv("TPUSTREAM_MAX_REQUEST_BYTES", str(2 * max(sizes)))
+    with pytest.raises(ValueError, match=r"--instances-per-request 3: .* TPUSTREAM_MAX_REQUEST_BYTES"):
+        vertex_batch.submit_batch_prediction(
+            "digits-classifier", ["gs://batch/automl/three.jsonl"], "gs://batch/o", batch_size=3
+        )
+    assert len(served.recorder.batch_jobs) == jobs_before
+    monkeypatch.delenv("TPUSTREAM_MAX_REQUEST_BYTES")
+    job = vertex_batch.submit_batch_prediction(
+        "digits-classifier", ["gs://batch/automl/three.jsonl"], "gs://batch/o", batch_size=8
+    )
+    assert job.name in served.recorder.batch_jobs
+    create = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")][-1]
+    assert create["body"]["manualBatchTuningParameters"] == {"batchSize": 8}
+
+
+def test_a_file_list_batch_is_sized_from_its_listed_files(served, monkeypatch):
+    """A ``file-list`` input (gs:// image URIs, one a line; Vertex sends each file's base64) is sized from the
+    listed objects' metadata like a JSONL one, not sent 64 to a request: a missing file is named before
+    submitting, and the byte budgets bound the batch size."""
+    lines, _ = _automl_lines(served, "gs://batch/list/images", 3)
+    listed = [line["content"] for line in lines]
+    storage.write_bytes("gs://batch/list/images.txt", "".join(f"{uri}\n" for uri in listed).encode())
+    sizes = [storage.stat(uri).size for uri in listed]
+    monkeypatch.setenv("TPUSTREAM_MAX_REQUEST_BYTES", str(2 * max(sizes)))
+    monkeypatch.setenv("TPUSTREAM_MAX_PIXELS", str(1 << 20))  # unknown pixels: each counted at 1 Mi px
+    job = vertex_batch.submit_batch_prediction(
+        "digits-classifier",
+        ["gs://batch/list/images.txt"],
+        "gs://batch/list/out",
+        instances_format="file-list",
+    )
+    create = [r for r in served.recorder.requests if r["path"].endswith("/batchPredictionJobs")][-1]
+    assert create["body"]["inputConfig"]["instancesFormat"] == "file-list" and job.name
+    assert create["body"]["manualBatchTuningParameters"] == {"batchSize": 2}  # 2 x the largest file
+    monkeypatch.delenv("TPUSTREAM_MAX_REQUEST_BYTES")
+    assert vertex_batch.measure_instances(["gs://batch/list/images.txt"], "file-list").count == 3
+    assert vertex_batch.fitting_batch_size(
+        vertex_batch.measure_instances(["gs://batch/list/images.txt"], "file-list")
+    ) == (64, "TPUSTREAM_MAX_INSTANCES")  # 64 Mi px of request budget / 1 Mi px
+    storage.write_bytes(
+        "gs://batch/list/gone.txt", f"{listed[0]}\ngs://batch/list/images/gone.png\n".encode()
+    )
+    jobs_before = len(served.recorder.batch_jobs)
+    with pytest.raises(ValueError, match=r"1 instances .* gs://batch/list/images/gone.png \(no such Cloud"):
+        vertex_batch.submit_batch_prediction(
+            "digits-classifier", ["gs://batch/list/gone.txt"], "gs://batch/o", instances_format="file-list"
         )
     assert len(served.recorder.batch_jobs) == jobs_before

@@ -5,7 +5,8 @@ as the run goes (check source, check data, evaluate, promote, deploy) and the no
 Why a file and not a task output: KFP's exit task may take no other task's output (kfp 2.17 refuses it), and a
 pipeline's outputs cannot come from inside an ``ExitHandler``. The file lives at a path every step can compute
 from two placeholders that both Vertex and kfp.local resolve inside a longer string:
-``{PIPELINE_ROOT}/{PIPELINE_JOB_NAME}/run-outcome.json`` (``OUTCOME_PATH``, pipelines/training.py).
+``{PIPELINE_ROOT}/{PIPELINE_JOB_ID}/run-outcome.json`` (``OUTCOME_PATH``, pipelines/training.py: the run's job
+ID, one value for every task of a run).
 The outcome decides nothing: writing it never fails a step (a warning is logged instead).
 
 What failed is recorded beside it, because neither runner says: the final status an exit task gets names no

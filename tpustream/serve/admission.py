@@ -62,7 +62,8 @@ class Admission:
             return Ticket(body_bytes=body_bytes)
 
     def resize(self, ticket: Ticket, body_bytes: int) -> None:
-        """The body has arrived: hold its real size (at most what was declared) instead."""
+        """The body has arrived: hold its real size instead (at most what was declared; more when the request's
+        images were read from Cloud Storage, which it then holds as well)."""
         with self._lock:
             if not ticket.released:
                 self.body_bytes += body_bytes - ticket.body_bytes

@@ -7,9 +7,11 @@ it (google/cloud/aiplatform/v1/schema/predict/...; tests parse our bodies into t
 
 - an instance: ``instance_v1.types.ImageClassificationPredictionInstance`` (``aiplatform.gapic.schema.predict.
   instance.ImageClassificationPredictionInstance``): ``{"content": "<base64 image>", "mimeType": "image/png"}``.
-  ``content`` may also be a Cloud Storage URI there; this server takes image bytes only (it reads nothing a
-  request names). ``mimeType`` is accepted and not trusted: the format is recognised from the bytes, as for
-  ``{"b64"}`` instances.
+  ``content`` may also be a Cloud Storage URI there (``gs://BUCKET/OBJECT``, as an AutoML batch file names its
+  images): the server reads that object with its own credentials, under the same image and request budgets as
+  inline bytes, and a missing, unreadable or oversized object fails its instance only; no other scheme and
+  no local path is ever read. ``mimeType`` is accepted and not trusted: the format is recognised from the
+  bytes, as for ``{"b64"}`` instances.
 - the parameters: ``params_v1.types.ImageClassificationPredictionParams``: ``confidenceThreshold`` ("only
   predictions with at least this confidence score. Default value is 0.0") and ``maxPredictions`` ("up to
   that many top, by confidence score, predictions per instance. If this number is very high, the Model may

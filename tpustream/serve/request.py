@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -22,6 +24,8 @@ from tpustream.serve.automl import (
 )
 from tpustream.serve.classifier import BadImage, TopK
 from tpustream.serve.settings import Limits
+from tpustream.storage.backend import NotFound
+from tpustream.storage.gcs import GCS_SCHEME, split_gcs
 
 __all__ = [
     "OWN_PARAMETERS",
@@ -33,7 +37,10 @@ __all__ = [
     "decode_instance",
     "http_error",
     "parse_request",
+    "read_content_object",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class InstanceError(TypedDict):
@@ -56,6 +63,10 @@ class PredictResponse(TypedDict):
 OWN_PARAMETERS = ("top_k",)
 _MAX_DETAIL = 300  # characters of an error message sent back
 _MAX_INT_DIGITS = 30  # the request's only integer is top_k; longer ones cost quadratic time to convert
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+# Cloud Storage's bucket and object naming rules (https://cloud.google.com/storage/docs/buckets#naming,
+# https://cloud.google.com/storage/docs/objects#naming): a name GCS would refuse is not sent to it
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 
 def http_error(status: int, message: str, headers: dict[str, str] | None = None) -> Exception:
@@ -118,7 +129,8 @@ def parse_request(body: bytes) -> dict[str, object]:
 
 
 def decode_instance(instance: Any, index: int, limits: Limits, key: str = B64_KEY) -> bytes:
-    """The image bytes of one instance, ``{"b64": ...}`` or (an AutoML request's) ``{"content": ...}``."""
+    """The image bytes of one instance, ``{"b64": ...}`` or (an AutoML request's) ``{"content": ...}``: base64
+    bytes, or for ``content`` a ``gs://`` URI read under the same image budget (``read_content_object``)."""
     encoded = instance.get(key) if isinstance(instance, dict) else None
     if not isinstance(encoded, str):
         raise BadImage(
@@ -128,10 +140,15 @@ def decode_instance(instance: Any, index: int, limits: Limits, key: str = B64_KE
     if key == AUTOML_KEY:
         if any(not isinstance(instance.get(name, ""), str) for name in MIME_TYPE_KEYS):
             raise BadImage(f'instance {index}: "mimeType" must be a string (e.g. "image/jpeg")')
-        if encoded.startswith("gs://"):  # ImageClassificationPredictionInstance allows a URI; we read none
+        # google-cloud-aiplatform 1.165.1, google/cloud/aiplatform/v1/schema/predict/instance_v1/types/
+        # image_classification.py, ImageClassificationPredictionInstance.content: "The image bytes or Cloud
+        # Storage URI to make the prediction on": an AutoML batch file names its images by gs:// URI.
+        if encoded.startswith(GCS_SCHEME):
+            return read_content_object(encoded, index, limits)
+        if _URI_SCHEME.match(encoded):  # base64 has no ':': a URI of another scheme, never read
             raise BadImage(
-                f'instance {index}: "content" is a Cloud Storage URI; this server reads no URI a request names: '
-                "send the image bytes, base64-encoded"
+                f'instance {index}: "content" is a URI of a scheme this server does not read: send the image '
+                "bytes base64-encoded, or a gs://BUCKET/OBJECT URI"
             )
     if len(encoded) > 4 * ((limits.max_image_bytes + 2) // 3) + 4:  # before decoding it
         raise BadImage(
@@ -141,7 +158,48 @@ def decode_instance(instance: Any, index: int, limits: Limits, key: str = B64_KE
     try:
         return base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise BadImage(f"instance {index}: not valid base64 ({str(exc)[:80]})") from exc
+        what = (
+            " (content: base64 image bytes or a gs:// URI; a local path is never read)"
+            if key == AUTOML_KEY
+            else ""
+        )
+        raise BadImage(f"instance {index}: not valid base64 ({str(exc)[:80]}){what}") from exc
+
+
+def read_content_object(uri: str, index: int, limits: Limits) -> bytes:
+    """The image an AutoML instance's ``content`` names as a Cloud Storage URI, read with the serving
+    container's credentials (its service account on Vertex) in one ranged GET of at most
+    ``max_image_bytes`` + 1 bytes: an object over the image budget, missing or unreadable fails its instance
+    only. The message names no part of the URI (an error never quotes the request)."""
+    from tpustream.storage import io as storage
+
+    bucket, name = split_gcs(uri)
+    if not _BUCKET.match(bucket) or not name or name.endswith("/") or len(name.encode()) > 1024:
+        raise BadImage(
+            f'instance {index}: "content" is not the Cloud Storage URI of an object: give gs://BUCKET/OBJECT (a '
+            "bucket name of 3-222 characters, an object name of at most 1024 bytes)"
+        )
+    try:
+        data = storage.read_range(storage.check_uri(uri), 0, limits.max_image_bytes + 1)
+    except NotFound:
+        raise BadImage(
+            f'instance {index}: the Cloud Storage object its "content" names does not exist: check the URI'
+        ) from None
+    except (
+        Exception
+    ) as exc:  # permission denied, a range on an empty object, a bad bucket name: its own error
+        log.warning("instance %d: reading its gs:// content failed: %s", index, exc)
+        raise BadImage(
+            f'instance {index}: the Cloud Storage object its "content" names could not be read (permission '
+            "denied, empty or unavailable; the server log says which): grant the serving service account "
+            "roles/storage.objectViewer on it, or send the image bytes"
+        ) from None
+    if len(data) > limits.max_image_bytes:
+        raise BadImage(
+            f'instance {index}: the Cloud Storage object its "content" names exceeds the '
+            f"{limits.max_image_bytes}-byte image limit (TPUSTREAM_MAX_IMAGE_BYTES): send a smaller image"
+        )
+    return data
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +215,7 @@ class CheckedRequest:
     image_bytes: int
     pixels: int
     automl: AutoMLParameters | None = None  # an AutoML-shaped request's parameters: answered in its shape
+    fetched_bytes: int = 0  # of image_bytes, those read from Cloud Storage (AutoML gs:// content)
 
     def raise_if_all_failed(self) -> None:
         self.raise_if_none_left(self.count, self.failed)

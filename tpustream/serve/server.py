@@ -34,7 +34,9 @@ log" for anything else (the traceback is logged, never sent). ``parameters.top_k
 refused, where ``TPUSTREAM_TOP_K`` (the server's default) is capped at the class count.
 
 AutoML's format too (``tpustream.serve.automl``, Vertex's AutoML image classification schemata): a request
-whose instances are ``{"content": "<base64 image>"}`` (``mimeType`` optional) takes ``parameters``
+whose instances are ``{"content": "<base64 image>"}`` or ``{"content": "gs://BUCKET/OBJECT"}`` (``mimeType``
+optional; the object read with the serving container's credentials, within the image and request budgets,
+a missing or unreadable one failing its instance alone) takes ``parameters``
 ``{"confidenceThreshold": 0.0, "maxPredictions": 10}`` (the schema's defaults; maxPredictions is capped at the
 class count) and is answered ``{"predictions": [{"ids": ["3", ...], "displayNames": [...], "confidences":
 [...]}, ...]}`` (ids: class indices, as strings). The instances' key chooses the format per request; mixing
@@ -158,7 +160,9 @@ class ClassifierPredictor(_Predictor):
             else:
                 refuse_automl_parameters(parameters)
                 top_k, automl_parameters = self._top_k(parameters), None
-            images, failed, image_bytes, pixels = self._images(instances, AUTOML_KEY if automl else B64_KEY)
+            images, failed, image_bytes, pixels, fetched = self._images(
+                instances, AUTOML_KEY if automl else B64_KEY
+            )
         except (BadImage, BadRequest) as exc:
             raise http_error(400, str(exc)) from exc
         checked = CheckedRequest(
@@ -169,6 +173,7 @@ class ClassifierPredictor(_Predictor):
             automl=automl_parameters,
             image_bytes=image_bytes,
             pixels=pixels,
+            fetched_bytes=fetched,
         )
         checked.raise_if_all_failed()
         return checked
@@ -210,14 +215,15 @@ class ClassifierPredictor(_Predictor):
 
     def _images(
         self, instances: list[Any], key: str = B64_KEY
-    ) -> tuple[list[tuple[int, bytes]], dict[int, str], int, int]:
-        """The (index, image bytes) of every instance that passes its own checks (base64, size, format,
-        header, per-image pixels), the messages of those that do not, and the good ones' total bytes and
-        pixels, checked against the request budgets: a request over one is refused before any decoding."""
+    ) -> tuple[list[tuple[int, bytes]], dict[int, str], int, int, int]:
+        """The (index, image bytes) of every instance that passes its own checks (base64 or its gs:// object,
+        size, format, header, per-image pixels), the messages of those that do not, the good ones' total bytes
+        and pixels, checked against the request budgets (a request over one is refused before any decoding),
+        and the bytes read from Cloud Storage."""
         limits = self.limits
         images: list[tuple[int, bytes]] = []
         failed: dict[int, str] = {}
-        total_bytes = total_pixels = 0
+        total_bytes = total_pixels = fetched = 0
         for index, instance in enumerate(instances):
             try:
                 data = decode_instance(instance, index, limits, key)
@@ -226,6 +232,8 @@ class ClassifierPredictor(_Predictor):
                 failed[index] = str(exc)
                 continue
             total_bytes += len(data)
+            if isinstance(instance, dict) and str(instance.get(key, "")).startswith("gs://"):
+                fetched += len(data)
             if total_bytes > limits.max_request_bytes:
                 raise BadImage(
                     f"instances 0-{index}: {total_bytes} image bytes exceed the request budget of "
@@ -239,7 +247,7 @@ class ClassifierPredictor(_Predictor):
                     "from the image headers: split the request or send smaller images"
                 )
             images.append((index, data))
-        return images, failed, total_bytes, total_pixels
+        return images, failed, total_bytes, total_pixels, fetched
 
     def preprocess(self, prediction_input: Any) -> Batch:
         """The checked request's (``check``) images decoded into one uint8 batch; an image that fails to
@@ -389,6 +397,8 @@ class ClassifierHandler(_PredictionHandler):
                 intake.add_done_callback(lambda _: self.admission.release(admitted))
                 handed_over = True
                 raise
+            if checked.fetched_bytes:  # images read from Cloud Storage are held like the body's
+                self.admission.resize(admitted, len(body) + checked.fetched_bytes)
             refusal = self.admission.add_pixels(admitted, checked.pixels)
             if refusal is not None:
                 raise _busy(refusal)

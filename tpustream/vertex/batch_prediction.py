@@ -10,13 +10,18 @@ model": one instance per JSONL line), and each output line names its image witho
 The other way, ``instances_format="file-list"`` (a text file of gs:// image URIs; Vertex sends each file as
 ``{"b64": <its base64>}``, ``InstanceConfig.instance_type`` docs), needs no copy of the images, but a key
 field is not allowed for it, so nothing documented ties an output line to its file: it is accepted as given,
-not written here.
+not written here. A JSONL file in AutoML's image classification format (``{"content": "gs://...", "mimeType":
+"image/jpeg"}`` per line, no key) is accepted as given too: Vertex passes its lines unchanged and the model
+server reads each object (``tpustream.serve.request.read_content_object``); without a key on every line no key
+field is set, and each output line carries its ``instance``.
 ``batch_size`` instances go in one request (``ManualBatchTuningParameters.batch_size``, Vertex's default 64),
 and any ``batch_size`` consecutive instances may share one. So it is chosen to fit the serving image's
 budgets (``fitting_batch_size``) for the largest instance of the input, in encoded bytes, base64 body and
 pixels from its header (64 photos of 2 MB or 12 MP each are over them: the server would refuse each whole
-request with a 400, and its 64 instances would fail together); an instance that fits no request at all is
-left out (``write_instances``) or named before the job is submitted. ``top_k`` travels as
+request with a 400, and its 64 instances would fail together); an image named by a gs:// URI (a file list's
+line, an AutoML line's ``content``) is sized from its object's metadata, no byte of it read, its pixels counted
+at the most one image may have (``TPUSTREAM_MAX_PIXELS``). An instance that fits no request at all, or names
+no object, is left out (``write_instances``) or named before the job is submitted (``measure_instances``). ``top_k`` travels as
 ``model_parameters``, which Vertex sends as each request's ``parameters``.
 Output: ``<output_prefix>/prediction-<model>-<time>/predictions_0001.jsonl`` ..., and ``errors_*.jsonl`` for
 failed instances (``OutputConfig.gcs_destination`` docs); ``iter_results`` reads them.
@@ -30,11 +35,15 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from tpustream.errors import ConfigError
+from tpustream.serve.automl import AUTOML_KEY as AUTOML_CONTENT
 from tpustream.storage import io as storage
+from tpustream.storage.backend import ObjectInfo
+from tpustream.storage.gcs import split_gcs
 from tpustream.vertex import model_registry as vertex
 
 __all__ = [
@@ -63,13 +72,18 @@ _DONE = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_
 
 @dataclass
 class InstanceSizes:
-    """The largest instance of a batch input (encoded bytes, pixels from its header), and the ones that no
-    request of the serving image can hold (``(name, why)``)."""
+    """The largest instance of a batch input (encoded bytes, its share of a request body, pixels from its
+    header), the ones that no request of the serving image can hold (``(name, why)``: over a budget, or an
+    object that does not exist), how many images were sized from their objects' metadata alone (their pixels
+    unknown) and how many JSONL lines lack the key field."""
 
     count: int = 0
     total_bytes: int = 0
     max_bytes: int = 0
+    max_instance_body: int = 0  # bytes of the largest instance in a request's JSON body
     max_pixels: int = 0
+    unknown_pixels: int = 0  # images sized from Cloud Storage metadata: no header read
+    unkeyed: int = 0  # JSONL lines without INSTANCE_KEY: the job then sets no key field
     too_large: list[tuple[str, str]] = field(default_factory=list)
     limits: Any = field(default_factory=lambda: _limits(), repr=False)  # the serving budgets, read once
 
@@ -94,11 +108,38 @@ class InstanceSizes:
         if pixels > limits.max_pixels:
             self.too_large.append((name, f"{pixels} px, over TPUSTREAM_MAX_PIXELS {limits.max_pixels}"))
             return False
-        self.count += 1
-        self.total_bytes += len(data)
-        self.max_bytes = max(self.max_bytes, len(data))
+        self._count(len(data), _inline_body(len(data)))
         self.max_pixels = max(self.max_pixels, pixels)
         return True
+
+    def add_object(self, name: str, info: ObjectInfo | None, instance_body: int | None = None) -> bool:
+        """Count the image of the Cloud Storage object ``info`` (None: it does not exist) from its metadata,
+        no byte of it read: its size, and its pixels unknown. ``instance_body``: what its instance takes in a
+        request body (an AutoML ``{"content": "gs://..."}`` line); None when Vertex inlines the file as
+        base64 (``file-list``). False (and recorded in ``too_large``) when no request can hold it."""
+        limits = self.limits
+        if info is None:
+            self.too_large.append((name, "no such Cloud Storage object"))
+            return False
+        if info.size > limits.max_image_bytes:
+            self.too_large.append(
+                (name, f"{info.size} bytes, over TPUSTREAM_MAX_IMAGE_BYTES {limits.max_image_bytes}")
+            )
+            return False
+        self._count(info.size, _inline_body(info.size) if instance_body is None else instance_body)
+        self.unknown_pixels += 1
+        return True
+
+    def _count(self, num_bytes: int, instance_body: int) -> None:
+        self.count += 1
+        self.total_bytes += num_bytes
+        self.max_bytes = max(self.max_bytes, num_bytes)
+        self.max_instance_body = max(self.max_instance_body, instance_body)
+
+
+def _inline_body(num_bytes: int) -> int:
+    """What an image of ``num_bytes`` takes in a request body as ``{"b64": ...}``: base64 is 4/3 of it."""
+    return 4 * -(-max(num_bytes, 1) // 3) + len('{"b64": ""}, ')
 
 
 def _limits() -> Any:
@@ -113,38 +154,85 @@ def _max_body_bytes() -> int:
     return int(ServerConfig.from_env().max_body_bytes)
 
 
-def fitting_batch_size(sizes: InstanceSizes) -> tuple[int, str]:
+def fitting_batch_size(sizes: InstanceSizes, *, unknown_pixels: bool = True) -> tuple[int, str]:
     """The most instances per request (up to 64) whose worst case, ``sizes``' largest instance that many
     times, fits every budget of the serving image (its defaults, or this environment's ``TPUSTREAM_*``
-    settings): images per request, encoded bytes per request, the HTTP body (base64 is 4/3 of the bytes)
-    and pixels per request. Returns it and which budget bound it."""
+    settings): images per request, encoded bytes per request (read from Cloud Storage or not), the HTTP body
+    (base64 is 4/3 of the bytes; a gs:// reference its length) and pixels per request. An image sized from
+    its object's metadata may have up to ``TPUSTREAM_MAX_PIXELS`` (the server refuses more as that
+    instance's error), counted so unless ``unknown_pixels`` is False. Returns it and which budget bound it."""
     limits = _limits()
-    per_instance_body = 4 * -(-max(sizes.max_bytes, 1) // 3) + len('{"b64": ""}, ')
+    pixels = sizes.max_pixels
+    if unknown_pixels and sizes.unknown_pixels:
+        pixels = max(pixels, limits.max_pixels)
     bounds = {
         "TPUSTREAM_MAX_INSTANCES": limits.max_instances,
         "TPUSTREAM_MAX_REQUEST_BYTES": limits.max_request_bytes // max(sizes.max_bytes, 1),
-        "TPUSTREAM_MAX_BODY_BYTES": (_max_body_bytes() - _ENVELOPE) // per_instance_body,
-        "TPUSTREAM_MAX_REQUEST_PIXELS": limits.max_request_pixels // max(sizes.max_pixels, 1),
+        "TPUSTREAM_MAX_BODY_BYTES": (_max_body_bytes() - _ENVELOPE) // max(sizes.max_instance_body, 1),
+        "TPUSTREAM_MAX_REQUEST_PIXELS": limits.max_request_pixels // max(pixels, 1),
     }
     budget = min(bounds, key=lambda name: bounds[name])
     return max(1, min(MAX_BATCH, bounds[budget])), budget
 
 
-def measure_instances(input_uris: list[str]) -> InstanceSizes:
-    """Read JSONL instance files (``{"b64": ...}`` per line) and measure their images, as the job will send them."""
+def measure_instances(input_uris: list[str], instances_format: InstancesFormat = "jsonl") -> InstanceSizes:
+    """Measure a batch input's images as the job will send them, reading the input files but no image they
+    name. ``jsonl``: each line an instance, ``{"b64": ...}`` or AutoML's ``{"content": ...}`` with the image
+    bytes (measured from them) or a ``gs://`` URI (the model server reads it: sized from the object's
+    metadata); ``file-list``: each line the gs:// URI of an image that Vertex sends as ``{"b64": ...}``
+    (sized from its metadata). Objects are looked up 16 at a time."""
     sizes = InstanceSizes()
+    objects: list[tuple[str, str, int | None]] = []  # (name, gs:// URI, its instance's body bytes or None)
     for uri in input_uris:
         for number, line in enumerate(storage.read_bytes(uri).splitlines(), 1):
             if not line.strip():
                 continue
+            if instances_format == "file-list":
+                listed = line.decode("utf-8", "replace").strip()
+                objects.append((listed, listed, None))
+                continue
             try:
                 instance = json.loads(line)
-                data = base64.b64decode(instance["b64"], validate=True)
-            except (ValueError, KeyError, TypeError):
-                sizes.count += 1  # not an image instance: the server answers its error; it costs nothing here
+            except ValueError:
+                instance = None
+            if not isinstance(instance, dict):  # the server answers its error; it costs nothing here
+                sizes.count += 1
                 continue
-            sizes.add(str(instance.get(INSTANCE_KEY) or f"{uri}:{number}"), data)
+            sizes.unkeyed += INSTANCE_KEY not in instance
+            content = instance.get(AUTOML_CONTENT)
+            if isinstance(content, str) and content.startswith(storage.GCS_SCHEME):
+                objects.append((str(instance.get(INSTANCE_KEY) or content), content, len(line) + 2))
+                continue
+            name = str(instance.get(INSTANCE_KEY) or f"{uri}:{number}")
+            data = _base64_bytes(instance.get("b64", content))
+            if data is None:  # not an image instance: the server answers its error; it costs nothing here
+                sizes.count += 1
+                continue
+            sizes.add(name, data)
+    with ThreadPoolExecutor(max_workers=16, thread_name_prefix="tpustream-stat") as pool:
+        infos = pool.map(_object_info, [object_uri for _, object_uri, _ in objects])
+        for (name, _, instance_body), info in zip(objects, infos, strict=True):
+            sizes.add_object(name, info, instance_body)
     return sizes
+
+
+def _base64_bytes(encoded: Any) -> bytes | None:
+    if not isinstance(encoded, str):
+        return None
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except ValueError:
+        return None
+
+
+def _object_info(uri: str) -> ObjectInfo | None:
+    """A listed image's object metadata (its size), None when no such gs:// object exists."""
+    if not storage.is_gcs(uri) or not split_gcs(uri)[1]:
+        return None
+    try:
+        return storage.stat(uri)
+    except storage.NotFound:
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,12 +366,9 @@ def submit_batch_prediction(
             f"--instances-per-request {batch_size}: 1 to {MAX_BATCH}, the most instances the serving image "
             "takes per request"
         )
-    if sizes is None and instances_format == "jsonl":
-        sizes = measure_instances(input_uris)
-    if sizes is not None:
-        batch_size = _checked_batch_size(batch_size, sizes)
-    elif batch_size is None:
-        batch_size = MAX_BATCH  # file lists are not read here: the images stay where they are
+    if sizes is None:
+        sizes = measure_instances(input_uris, instances_format)
+    batch_size = _checked_batch_size(batch_size, sizes)
     if top_k is not None and top_k < 1:
         raise ConfigError(f"--top-k {top_k} must be positive")
     resources = vertex.MachineResources(
@@ -303,7 +388,7 @@ def submit_batch_prediction(
         "dedicated_resources": resources.dedicated_resources(starting=True),
         "manual_batch_tuning_parameters": {"batch_size": batch_size},
     }
-    if instances_format == "jsonl":
+    if instances_format == "jsonl" and not sizes.unkeyed:  # an AutoML batch file's lines may have no key
         job["instance_config"] = {"key_field": INSTANCE_KEY}
     if top_k is not None:
         job["model_parameters"] = {"top_k": top_k}
@@ -331,27 +416,46 @@ def _checked_batch_size(batch_size: int | None, sizes: InstanceSizes) -> int:
     if sizes.too_large:
         named = "; ".join(f"{name} ({why})" for name, why in sizes.too_large[:5])
         raise ConfigError(
-            f"{len(sizes.too_large)} instances fit no request to the serving image, e.g. {named}: leave them "
-            "out of the input (`tpustream predict --vertex-batch` on the images leaves them out itself)"
+            f"{len(sizes.too_large)} instances fit no request to the serving image or name no image, e.g. "
+            f"{named}: leave them out of the input (`tpustream predict --vertex-batch` on the images leaves "
+            "them out itself)"
         )
     fitting, budget = fitting_batch_size(sizes)
     if batch_size is None:
         log.info(
             "%d instances per request: the most that fit the serving image's %s with the input's largest "
-            "image (%d bytes, %d px)",
+            "image (%d bytes, %s)",
             fitting,
             budget,
             sizes.max_bytes,
-            sizes.max_pixels,
+            _pixels_said(sizes),
         )
         return fitting
+    if batch_size > fitting and batch_size <= fitting_batch_size(sizes, unknown_pixels=False)[0]:
+        log.warning(
+            "--instances-per-request %d: %d images were sized from their Cloud Storage metadata, their "
+            "pixels unknown; a request of %d images of over %d px each is refused whole by the serving "
+            "image's TPUSTREAM_MAX_REQUEST_PIXELS (%d fit whatever their pixels)",
+            batch_size,
+            sizes.unknown_pixels,
+            batch_size,
+            sizes.limits.max_request_pixels // batch_size,
+            fitting,
+        )
+        return batch_size
     if batch_size > fitting:
         raise ConfigError(
             f"--instances-per-request {batch_size}: requests of {batch_size} of the input's largest image "
-            f"({sizes.max_bytes} bytes, {sizes.max_pixels} px) are over the serving image's {budget}; "
+            f"({sizes.max_bytes} bytes, {_pixels_said(sizes)}) are over the serving image's {budget}; "
             f"use {fitting} or fewer, or leave it out (it is chosen to fit)"
         )
     return batch_size
+
+
+def _pixels_said(sizes: InstanceSizes) -> str:
+    if not sizes.unknown_pixels:
+        return f"{sizes.max_pixels} px"
+    return f"pixels unknown for {sizes.unknown_pixels} read from metadata, up to {sizes.limits.max_pixels} px"
 
 
 def _wait(client: Any, name: str, poll_seconds: float) -> Any:

@@ -364,7 +364,8 @@ def run_container_task(
     pipeline_params: dict[str, Any],
     run_root: str,
     workdir: Path,
-    job_name: str = "tpustream-training-20261102030000",
+    job_id: str = "tpustream-training-20261102030000",
+    display_name: str = "tpustream-training",
     project: str = "123",
     location: str = "us-central1",
     final_status: dict[str, Any] | None = None,
@@ -372,7 +373,9 @@ def run_container_task(
 ) -> subprocess.CompletedProcess:
     """Run a plain container task (a lightweight component: ``sh -ec`` writing the function's source, then
     ``python3 -m kfp.dsl.executor_main``) of the compiled ``template`` as Vertex runs it: its inputs resolved
-    as ``start_task`` resolves them, ``{{$.pipeline_job_name}}`` the run's name too, and for an exit task
+    as ``start_task`` resolves them (``job_id``: ``{{$.pipeline_job_uuid}}``, the last part of the run's resource
+    name), ``{{$.pipeline_job_name}}`` the run's display name (kfp/dsl/__init__.py documents it so; ``pipeline
+    submit`` gives every run the same one, pipelines/submit.py), and for an exit task
     the ``PipelineTaskFinalStatus`` that Vertex hands it (``final_status``: ``state``,
     ``pipeline_job_resource_name``, ``pipeline_task_name``, ``error`` {code, message}, the keys kfp's executor
     reads, kfp/dsl/executor.py)."""
@@ -381,14 +384,14 @@ def run_container_task(
     component = spec["components"][task_spec["componentRef"]["name"]]
     container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
     placeholders = {
-        "{{$.pipeline_root}}": run_root, "{{$.pipeline_job_name}}": job_name,
+        "{{$.pipeline_root}}": run_root, "{{$.pipeline_job_uuid}}": job_id, "{{$.pipeline_job_name}}": display_name,
         "{{$.pipeline_google_cloud_project_id}}": project, "{{$.pipeline_google_cloud_location}}": location,
     }  # fmt: skip
     params = VertexEmulator._parameters(spec, task_spec, component, pipeline_params, placeholders)
     for name, source in task_spec.get("inputs", {}).get("parameters", {}).items():
         if "taskFinalStatus" in source:
             params[name] = {
-                "pipeline_job_resource_name": f"projects/{project}/locations/{location}/pipelineJobs/{job_name}",
+                "pipeline_job_resource_name": f"projects/{project}/locations/{location}/pipelineJobs/{job_id}",
                 **(final_status or {}),
             }
     executor_input = VertexEmulator._executor_input(component, task, params, {}, run_root, workdir)
@@ -399,6 +402,51 @@ def run_container_task(
     return subprocess.run(
         [*container["command"], *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def tasks_reached(spec: dict, failing: set[str]) -> dict[str, dict[str, Any]]:
+    """Which tasks of the compiled pipeline ``spec`` Vertex starts when the tasks named in ``failing`` fail, as
+    the PipelineSpec says it schedules them (pipeline_spec.proto, ``PipelineTaskSpec``: ``dependent_tasks``,
+    ``trigger_policy``): a task starts once its dependent tasks are done, and only if they all succeeded unless
+    its ``triggerPolicy.strategy`` is ``ALL_UPSTREAM_TASKS_COMPLETED``; a DAG task (a sub-DAG: an exit handler's
+    group, a condition's, a loop's body) fails when a task inside it fails ("The DAG failed because some tasks
+    failed."). Conditions are taken as true and a loop as one iteration: this is about failure, not data.
+
+    Returns every task that starts, by its name inside its DAG, with the ``PipelineTaskFinalStatus`` Vertex hands
+    it where it takes one (``state`` and ``pipeline_task_name`` of the ``taskFinalStatus`` producer)."""
+    reached: dict[str, dict[str, Any]] = {}
+
+    def run_dag(dag: dict) -> bool:
+        tasks, state = dag.get("tasks", {}), {}
+        while len(state) < len(tasks):
+            ready = [
+                name for name, task in tasks.items()
+                if name not in state and all(d in state for d in task.get("dependentTasks", []))
+            ]  # fmt: skip
+            if not ready:
+                raise AssertionError(f"a dependency cycle or a dependency on no task among {sorted(tasks)}")
+            for name in ready:
+                task = tasks[name]
+                upstream = [state[d] for d in task.get("dependentTasks", [])]
+                completed = task.get("triggerPolicy", {}).get("strategy") == "ALL_UPSTREAM_TASKS_COMPLETED"
+                if not completed and not all(upstream):
+                    state[name] = False  # never starts; its DAG fails with it
+                    continue
+                final = {}
+                for source in task.get("inputs", {}).get("parameters", {}).values():
+                    if "taskFinalStatus" in source:
+                        producer = source["taskFinalStatus"]["producerTask"]
+                        final = {
+                            "state": "SUCCEEDED" if state[producer] else "FAILED",
+                            "pipeline_task_name": producer,
+                        }
+                reached[name] = final
+                component = spec["components"][task["componentRef"]["name"]]
+                state[name] = run_dag(component["dag"]) if "dag" in component else name not in failing
+        return all(state.values())
+
+    run_dag(spec["root"]["dag"])
+    return reached
 
 
 def protojson(value: Any) -> Any:
