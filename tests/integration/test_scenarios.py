@@ -25,6 +25,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -97,7 +98,7 @@ def sources(tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def staged_weights(gcs_server) -> str:
+def staged_weights(gcs_server) -> Iterator[str]:
     """A torchvision-layout resnet18 state dict in a bucket, as a user stages ImageNet weights. No weights can
     be fetched here, so they are made: resnet18 (stock stem) trained briefly at 32 px on the digits the suite
     never classifies (4-9), so that its features transfer to digits 0-3 as ImageNet's do to a user's photos."""
@@ -106,7 +107,6 @@ def staged_weights(gcs_server) -> str:
 
     from tpustream.storage import io as storage
 
-    os.environ["STORAGE_EMULATOR_HOST"] = gcs_server.url  # kfp.local's task processes inherit it
     make_bucket(gcs_server.url, "scenario-weights")
     digits = load_digits()
     source = torch.tensor(digits.images[digits.target >= CLASSES], dtype=torch.float32) / 16
@@ -125,8 +125,10 @@ def staged_weights(gcs_server) -> str:
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     uri = "gs://scenario-weights/staged/resnet18.pth"
-    storage.write_bytes(uri, buffer.getvalue())
-    return uri
+    with pytest.MonkeyPatch.context() as patch:  # this module's runs, and kfp.local's task processes, see it
+        patch.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
+        storage.write_bytes(uri, buffer.getvalue())
+        yield uri
 
 
 def _settings(scenario: Scenario, source: str, weights_uri: str) -> dict[str, object]:
