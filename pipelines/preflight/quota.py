@@ -6,6 +6,7 @@ Vertex cannot place waits, then fails the run)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TypedDict, cast
 
 from tpustream.pipelines.preflight.clients import Google, api_error, short
@@ -53,35 +54,16 @@ def tpu_quota(google: Google, project: str, region: str, tpu: str, needed: int, 
         f"Vertex AI API, 'Custom model training TPU {family}' for region {region}, "
         f"https://console.cloud.google.com/iam-admin/quotas?project={project}"
     )
-    url = (
-        f"{google.endpoints.cloud_quotas}/v1/projects/{project}/locations/global/services/"
-        "aiplatform.googleapis.com/quotaInfos"
-    )
     tokens = [f"tpu{alias}" for alias in _FAMILY_ALIASES.get(family, (family,))]
-    matching: list[QuotaInfo] = []
-    page_token = ""
-    try:
-        for _ in range(20):  # a bounded walk: the service has a few hundred quotas
-            params = {"pageSize": 500, **({"pageToken": page_token} if page_token else {})}
-            status, response = google.rest("GET", url, params=params)
-            body = cast(QuotaInfosPage, response)
-            if status != 200:
-                return Finding(
-                    "tpu-quota",
-                    WARN,
-                    f"could not read TPU quota ({api_error(status, response)}; roles/cloudquotas.viewer "
-                    f"reads it); {console}",
-                )
-            for info in body.get("quotaInfos", []):
-                text = _normalised(f"{info.get('quotaId', '')} {info.get('metric', '')}")
-                preemptible = "preemptible" in text or "spot" in text
-                if "training" in text and any(t in text for t in tokens) and preemptible == spot:
-                    matching.append(info)
-            page_token = body.get("nextPageToken", "")
-            if not page_token:
-                break
-    except Exception as exc:  # timeout, connection refused: a warning, never a hang
-        return Finding("tpu-quota", WARN, f"could not read TPU quota ({short(exc)}); {console}")
+
+    def keep(info: QuotaInfo) -> bool:
+        text = _normalised(f"{info.get('quotaId', '')} {info.get('metric', '')}")
+        preemptible = "preemptible" in text or "spot" in text
+        return "training" in text and any(t in text for t in tokens) and preemptible == spot
+
+    matching, unread = _quota_infos(google, project, keep)
+    if unread is not None:
+        return Finding("tpu-quota", WARN, f"could not read TPU quota ({unread}); {console}")
     if not matching:
         return Finding(
             "tpu-quota",
@@ -106,6 +88,33 @@ def tpu_quota(google: Google, project: str, region: str, tpu: str, needed: int, 
                 f"https://console.cloud.google.com/iam-admin/quotas?project={project}",
             )
     return Finding("tpu-quota", OK, f"TPU {family} quota in {region} covers {tpu} ({needed})")
+
+
+def _quota_infos(
+    google: Google, project: str, keep: Callable[[QuotaInfo], bool]
+) -> tuple[list[QuotaInfo], str | None]:
+    """The quotaInfos of aiplatform.googleapis.com (Cloud Quotas API) that ``keep`` accepts, walking their
+    pages; or why they could not be read (an API error with the role that reads them, a timeout)."""
+    url = (
+        f"{google.endpoints.cloud_quotas}/v1/projects/{project}/locations/global/services/"
+        "aiplatform.googleapis.com/quotaInfos"
+    )
+    matching: list[QuotaInfo] = []
+    page_token = ""
+    try:
+        for _ in range(20):  # a bounded walk: the service has a few hundred quotas
+            params = {"pageSize": 500, **({"pageToken": page_token} if page_token else {})}
+            status, response = google.rest("GET", url, params=params)
+            body = cast(QuotaInfosPage, response)
+            if status != 200:
+                return [], f"{api_error(status, response)}; roles/cloudquotas.viewer reads it"
+            matching += [info for info in body.get("quotaInfos", []) if keep(info)]
+            page_token = body.get("nextPageToken", "")
+            if not page_token:
+                break
+    except Exception as exc:  # timeout, connection refused: a warning, never a hang
+        return [], short(exc)
+    return matching, None
 
 
 def _region_value(info: QuotaInfo, region: str) -> int | None:
@@ -134,30 +143,9 @@ def cpu_quota(google: Google, project: str, region: str, needed: float) -> Findi
         f"Vertex AI API, 'Custom model training CPUs for N1/E2 machine types' for region {region}, "
         f"https://console.cloud.google.com/iam-admin/quotas?project={project}"
     )
-    url = (
-        f"{google.endpoints.cloud_quotas}/v1/projects/{project}/locations/global/services/"
-        "aiplatform.googleapis.com/quotaInfos"
-    )
-    matching: list[QuotaInfo] = []
-    page_token = ""
-    try:
-        for _ in range(20):  # a bounded walk, as tpu_quota's
-            params = {"pageSize": 500, **({"pageToken": page_token} if page_token else {})}
-            status, response = google.rest("GET", url, params=params)
-            body = cast(QuotaInfosPage, response)
-            if status != 200:
-                return Finding(
-                    "cpu-quota",
-                    WARN,
-                    f"could not read CPU quota ({api_error(status, response)}; roles/cloudquotas.viewer "
-                    f"reads it); {console}",
-                )
-            matching += [info for info in body.get("quotaInfos", []) if info.get("metric") == _CPU_METRIC]
-            page_token = body.get("nextPageToken", "")
-            if not page_token:
-                break
-    except Exception as exc:  # timeout, connection refused: a warning, never a hang
-        return Finding("cpu-quota", WARN, f"could not read CPU quota ({short(exc)}); {console}")
+    matching, unread = _quota_infos(google, project, lambda info: info.get("metric") == _CPU_METRIC)
+    if unread is not None:
+        return Finding("cpu-quota", WARN, f"could not read CPU quota ({unread}); {console}")
     values = [value for value in (_region_value(info, region) for info in matching) if value is not None]
     if not values:
         return Finding("cpu-quota", WARN, f"no Vertex AI training CPU quota found for {region}; {console}")
