@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -30,6 +29,7 @@ from typing import Any, Literal, get_args
 
 from tpustream.artifacts import EvalReport
 from tpustream.errors import TpustreamError
+from tpustream.registry.policy import is_finite_number
 from tpustream.storage import io as storage
 
 __all__ = [
@@ -227,4 +227,4 @@ def read_failures(run_outcome: str) -> list[RunFailure]:
 
 
 def _finite(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+    return float(value) if is_finite_number(value) else None
