@@ -97,10 +97,17 @@ class ModelSpec:
         if not self.name.isidentifier():
             raise ConfigError(f"a model name is one word of letters, digits and _, got {self.name!r}")
 
-    def build(self, *, num_classes: int, input_size: int, in_channels: int = 3) -> nn.Module:
+    def build(
+        self, *, num_classes: int, input_size: int, in_channels: int = 3, small_input_stem: bool | None = None
+    ) -> nn.Module:
         """The model with random weights. A small-input stem replaces the stem that reads the image, so the
-        builder makes its stock RGB stem and the small-input stem the one for ``in_channels``."""
-        if not self.small_input_stem(input_size):
+        builder makes its stock RGB stem and the small-input stem the one for ``in_channels``.
+        ``small_input_stem``: which stem (None: the spec's rule for ``input_size``)."""
+        if small_input_stem is None:
+            small_input_stem = self.small_input_stem(input_size)
+        elif small_input_stem and self.small_input is None:
+            raise ConfigError(f"{self.name} has no small-input stem, but the network is said to have one")
+        if not small_input_stem:
             return self.builder(num_classes=num_classes, in_channels=in_channels, input_size=input_size)
         model = self.builder(num_classes=num_classes, in_channels=3, input_size=input_size)
         return cast("SmallInputStem", self.small_input)(model, in_channels=in_channels)
@@ -359,12 +366,24 @@ def model_spec(name: str) -> ModelSpec:
         raise ConfigError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}") from None
 
 
-def build_model(name: str, *, num_classes: int, input_size: int, in_channels: int = 3) -> nn.Module:
-    """Build ``name`` with random weights (nothing is downloaded)."""
+def build_model(
+    name: str,
+    *,
+    num_classes: int,
+    input_size: int,
+    in_channels: int = 3,
+    small_input_stem: bool | None = None,
+) -> nn.Module:
+    """Build ``name`` with random weights (nothing is downloaded); ``small_input_stem`` None: the spec's rule."""
     spec = model_spec(name)
     if num_classes < 2:
         raise ConfigError(f"a classifier needs at least 2 classes, the dataset has {num_classes}")
-    return spec.build(num_classes=num_classes, input_size=input_size, in_channels=in_channels)
+    return spec.build(
+        num_classes=num_classes,
+        input_size=input_size,
+        in_channels=in_channels,
+        small_input_stem=small_input_stem,
+    )
 
 
 def default_small_input_stem(arch: str, input_size: int, *, pretrained: bool) -> bool:
@@ -379,15 +398,13 @@ def build_network(
 ) -> nn.Module:
     """The network of a run or a model card, with the stem it records: the spec's small-input stem, or the
     builder's stock stem (at any input size)."""
-    spec = model_spec(arch)
-    if num_classes < 2:
-        raise ConfigError(f"a classifier needs at least 2 classes, the dataset has {num_classes}")
-    if small_input_stem and spec.small_input is None:
-        raise ConfigError(f"{arch} has no small-input stem, but the network is said to have one")
-    if not small_input_stem:
-        return spec.builder(num_classes=num_classes, in_channels=in_channels, input_size=input_size)
-    model = spec.builder(num_classes=num_classes, in_channels=3, input_size=input_size)
-    return cast("SmallInputStem", spec.small_input)(model, in_channels=in_channels)
+    return build_model(
+        arch,
+        num_classes=num_classes,
+        input_size=input_size,
+        in_channels=in_channels,
+        small_input_stem=small_input_stem,
+    )
 
 
 def card_small_input_stem(card: ModelCard) -> bool:

@@ -13,7 +13,6 @@ import time
 
 from tpustream.artifacts import ArtifactError, DatasetRef, ModelCard
 from tpustream.image.transforms import IMAGENET_MEAN, IMAGENET_STD
-from tpustream.models import default_small_input_stem
 from tpustream.storage import io as storage
 from tpustream.train.checkpoint import CheckpointError, latest_checkpoint_uri, load_checkpoint
 from tpustream.train.config import TrainConfig, TrainError
@@ -50,11 +49,9 @@ def write_model_artifact(output: str, meta: RunMeta, state: RunState) -> ModelCa
         input_size=meta["input_size"],
         input_size_reason=meta.get("input_size_reason", ""),  # checkpoints written before it lack it
         in_channels=3,
-        small_input_stem=meta["small_input_stem"]
-        if "small_input_stem" in meta  # checkpoints written before it: the stem followed --pretrained
-        else default_small_input_stem(
-            meta["model"], meta["input_size"], pretrained=bool(meta.get("pretrained_weights"))
-        ),
+        small_input_stem=meta[
+            "small_input_stem"
+        ],  # the run's own meta: Trainer.fit sets it and the two below
         normalization={
             "mean": list(preprocessing["mean"] if preprocessing else IMAGENET_MEAN),
             "std": list(preprocessing["std"] if preprocessing else IMAGENET_STD),
@@ -74,8 +71,8 @@ def write_model_artifact(output: str, meta: RunMeta, state: RunState) -> ModelCa
         model_sha256=model_digest,
         steps=state.global_step,
         training=meta["config"],
-        peak_lr=meta.get("peak_lr"),  # checkpoints written before it lack it
-        global_batch=meta.get("global_batch"),
+        peak_lr=meta["peak_lr"],
+        global_batch=meta["global_batch"],
         init=dict(init) if init else None,
         compile_cache=dict(compile_cache) if compile_cache else None,
         stopped_early=state.stopped_early,

@@ -170,7 +170,6 @@ class Trainer:
             config={**asdict(config), "data": self.dataset, "output": self.output},
             preprocessing=self.preprocessing.to_json(),
             pretrained_weights=self.pretrained is not None,
-            small_input_stem=self.small_input_stem,
         )
         if self.class_weights is not None:
             self.meta["class_weights"] = dict(zip(self.classes, self.class_weights.tolist(), strict=True))
@@ -211,7 +210,6 @@ class Trainer:
             self.input_size,
         )
         self.build_network(small_input_stem)
-        self.meta["small_input_stem"] = small_input_stem
 
     def fit(self) -> ModelCard:
         """Train to ``config.epochs``; returns the model card. Raises Preempted (every host at one step)."""
@@ -224,10 +222,10 @@ class Trainer:
                 f"--resume {self.config.resume}: that run has already trained {self.state.epoch} epochs and "
                 f"--epochs is {self.config.epochs}: raise --epochs to train on from it, or use the model it wrote"
             )
-        self.meta["peak_lr"], self.meta["global_batch"] = (
-            self.peak_lr,
-            self.global_batch,
-        )  # as chosen, for the card
+        # As chosen (a warm start or a checkpoint may have changed them since __init__), for the model card
+        self.meta["peak_lr"] = self.peak_lr
+        self.meta["global_batch"] = self.global_batch
+        self.meta["small_input_stem"] = self.small_input_stem
         self._log_plan()
         # Every host stops at the same step when any of them is preempted (tpustream/train/preemption.py).
         self.stop = StopAgreement(
