@@ -3,10 +3,9 @@
 Everything comes from the candidate's model card (``tpustream.artifacts.ModelCard``): ``training`` (the
 ``TrainConfig`` as JSON), ``init`` (a warm start), ``pretrained`` (the weights the backbone began from),
 ``history`` (the epochs) and ``class_weights`` (``--class-weights auto``). Cards record the peak LR the trainer
-chose (``peak_lr``, ``global_batch``); older ones only a warm start's (``init.peak_lr``), and otherwise it is worked
-out as the trainer chose it
-(``tpustream.train.trainer``): ``--lr`` when given, else the model's recipe LR scaled to the global batch
-(``default_peak_lr``), a tenth of that when fine-tuning. A card written before a key existed says "not
+chose (``peak_lr``, ``global_batch``); older ones only a warm start's (``init.peak_lr``), and otherwise it is
+worked out as the trainer chose it (``tpustream.train.trainer``): ``--lr`` when given, else the model's recipe
+LR scaled to the global batch (``default_peak_lr``), a tenth of that when fine-tuning. A card written before a key existed says "not
 recorded" for it. Plain text: the page and the summary escape it.
 """
 
@@ -23,9 +22,8 @@ from tpustream.train.optimizer import FINE_TUNE_LR_FACTOR, default_peak_lr
 
 __all__ = ["LOSS_RISE", "loss_alarm", "recipe_rows"]
 
-LOSS_RISE = (
-    10.0  # a last epoch's loss above this many times the run's lowest is an alarm: an order of magnitude
-)
+# A last epoch's loss above this many times the run's lowest is an alarm: an order of magnitude.
+LOSS_RISE = 10.0
 NOT_RECORDED = "not recorded"
 SHOWN_CLASS_WEIGHTS = 12  # class weights listed by name; more are summarised
 
