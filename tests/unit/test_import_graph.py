@@ -10,7 +10,7 @@ under ``if TYPE_CHECKING:`` are left out: they never run, and a type named back 
 from __future__ import annotations
 
 import ast
-import os
+import tomllib
 from pathlib import Path
 
 PACKAGE = "tpustream"
@@ -49,9 +49,11 @@ LAYERS = (
 )
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def _package_folders() -> dict[str, Path]:
+    """Each installed package root -> its folder: ``tpustream``, and those pyproject.toml's package-dir maps from
+    another folder (the KFP components and pipelines, in the repository's top-level components/ and pipelines/)."""
+    setuptools = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    return {PACKAGE: ROOT, **{name: ROOT.parent / folder for name, folder in setuptools["package-dir"].items()}}
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
@@ -100,19 +102,19 @@ def _module_level_import_nodes(node: ast.AST) -> list[ast.Import | ast.ImportFro
     return [found for child in ast.iter_child_nodes(node) for found in _module_level_import_nodes(child)]
 
 
-def _sources() -> list[Path]:
-    """The package's .py files, through the links to components/ and pipelines/ (rglob does not follow them)."""
-    return sorted(
-        Path(folder, name)
-        for folder, _, names in os.walk(ROOT, followlinks=True)
-        for name in names
-        if name.endswith(".py")
-    )
+def _sources() -> dict[str, Path]:
+    """The package's modules -> their .py files, components/ and pipelines/ included (``_package_folders``)."""
+    found: dict[str, Path] = {}
+    for package, folder in _package_folders().items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            found[".".join((package, *(parts[:-1] if parts[-1] == "__init__" else parts)))] = path
+    return found
 
 
 def import_graph() -> dict[str, set[str]]:
     """Every module of the package -> the modules of the package it imports, at any depth of its code."""
-    paths = {_module_name(path): path for path in _sources()}
+    paths = _sources()
     graph: dict[str, set[str]] = {}
     for module, path in paths.items():
         targets: set[str] = set()
@@ -173,7 +175,7 @@ def test_the_graph_is_read_from_every_module() -> None:
     )  # only under TYPE_CHECKING
     assert "tpustream.bench.peers" in graph["tpustream.bench.load"]  # a subpackage is walked too
     assert "tpustream.bench.load" in graph[BENCH_BOUNDARY]
-    # components/ and pipelines/ are in the package (tpustream/components, tpustream/pipelines link to them)
+    # components/ and pipelines/ are in the package (pyproject.toml's package-dir maps them)
     assert "tpustream.components" in graph["tpustream.pipelines.steps"]
     assert "tpustream.pipelines.training" in graph["tpustream.pipelines.local"]
     assert (
@@ -216,7 +218,7 @@ def test_layer_violations_names_an_import_up_the_order() -> None:
 
 def private_cross_imports() -> list[str]:
     """``from tpustream.pkg.mod import _name`` where ``pkg`` is not the importer's own package."""
-    paths = {_module_name(path): path for path in _sources()}
+    paths = _sources()
     found = []
     for module, path in paths.items():
         for node in _import_nodes(ast.parse(path.read_text(), filename=str(path))):

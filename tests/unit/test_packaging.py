@@ -1,11 +1,10 @@
 """The distribution installs one top-level package, ``tpustream``: the KFP components and the pipeline are
-``tpustream.components`` and ``tpustream.pipelines`` (links to the repository's top-level folders,
-docs/ARCHITECTURE.md "One namespace"), so nothing named ``components`` or ``pipelines`` can clash with a
-user's own packages."""
+``tpustream.components`` and ``tpustream.pipelines``, installed from the repository's top-level folders by
+pyproject.toml's package-dir (docs/ARCHITECTURE.md "One namespace"), so each file has one path and nothing named
+``components`` or ``pipelines`` can clash with a user's own packages."""
 
 import ast
 import importlib
-import os
 from pathlib import Path
 
 import pytest
@@ -14,20 +13,33 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[2]
 
 
+SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
 @pytest.mark.parametrize("name", ["components", "pipelines"])
 def test_the_subpackage_is_the_top_level_folder(name):
-    link = ROOT / "tpustream" / name
-    assert link.is_symlink() and os.readlink(link) == f"../{name}", f"tpustream/{name} must link to ../{name}"
-    module = importlib.import_module(f"tpustream.{name}")
+    assert not (ROOT / "tpustream" / name).exists(), f"tpustream/{name}: a second path to {name}/ (remove it)"
+    assert SETUPTOOLS["package-dir"][f"tpustream.{name}"] == name
+    module = importlib.import_module(f"tpustream.{name}")  # the editable install maps it
     assert Path(module.__file__).resolve().parent == ROOT / name
 
 
-def test_only_tpustream_is_installed():
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["tpustream*"]
-    assert config["tool"]["mypy"]["files"] == [
-        "tpustream"
-    ]  # the links: components and pipelines checked once
+def _package_folders(package: str, folder: Path) -> set[str]:
+    return {
+        ".".join((package, *init.parent.relative_to(folder).parts)) for init in folder.rglob("__init__.py")
+    }
+
+
+def test_every_package_folder_is_installed_and_only_tpustream():
+    # packages is a list (setuptools' find cannot name a folder under another package name): a new
+    # subpackage folder not listed would be missing from the wheel and the images.
+    found = _package_folders("tpustream", ROOT / "tpustream")
+    for name, folder in SETUPTOOLS["package-dir"].items():
+        found |= _package_folders(name, ROOT / folder)
+    assert set(SETUPTOOLS["packages"]) == found
+    assert all(name.split(".")[0] == "tpustream" for name in SETUPTOOLS["packages"])
+    mypy = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert mypy["files"] == ["tpustream", "components", "pipelines"]
 
 
 def test_no_module_imports_the_old_top_level_names():
