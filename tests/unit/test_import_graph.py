@@ -43,6 +43,7 @@ LAYERS = (
     "vertex",  # Vertex AI Model Registry, batch prediction, experiments
     "release",  # promote, deploy, the run's outcome and its notification
     "report",  # the run report
+    "launchers",  # each KFP component's body: its parameters and artifacts mapped onto tpustream
     "components",  # the KFP components
     "pipelines",  # the KFP pipelines, preflight, submit
     "cli",  # the ``tpustream`` command
