@@ -43,7 +43,7 @@ CONFIG_ONLY = {
 }
 
 # A KFP parameter cannot be None: each source field whose default is None has one stand-in, the same in the
-# pipeline, every component (config_from_pipeline, PromotionPolicy.from_pipeline and components/train.py
+# pipeline, every component (config_from_pipeline, PromotionPolicy.from_pipeline and tpustream/launchers/train.py
 # decode them) and run-local, which passes its options on as pipeline parameters.
 STAND_INS: dict[str, object] = {
     "ShardConfig.num_shards": 0,  # auto: ~2,000 samples a shard, at least one per loader worker
