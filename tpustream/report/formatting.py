@@ -9,14 +9,11 @@ print these the same way; each escapes them for its own format.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tpustream.registry.history import HistoryEntry
 from tpustream.registry.policy import METRICS, Metric, is_finite_number
-from tpustream.report.facts import shows_top5
-
-if TYPE_CHECKING:
-    from tpustream.report.facts import ReportFacts
+from tpustream.report.facts import ReportFacts, shows_top5
 
 __all__ = [
     "NOT_MEASURED",
