@@ -1,5 +1,7 @@
-"""The run report: ``build`` gathers a run's facts and writes it, ``facts`` the facts, ``html``/``markdown`` the two
-renderings, ``plots`` its SVG plots, ``mistakes`` the gallery of wrong predictions.
+"""The run report: ``build`` gathers a run's facts and writes it, ``facts`` the facts, ``verdict`` the decision and
+per-class rows both documents state, ``formatting`` how they write numbers, ``html`` (its frame and elements in
+``page``) and ``markdown`` the two renderings, ``plots`` its SVG plots, ``recipe`` the training recipe,
+``mistakes`` the gallery of wrong predictions.
 
 The names below are the package's public API, imported on first use so that importing the package loads nothing
 heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.

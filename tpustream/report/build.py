@@ -5,9 +5,12 @@ why (which class dropped by how much); did the loss fall; which classes got wors
 champion has moved. The Markdown summary holds the same facts as text: it is what the KFP UI shows as a
 Markdown artifact.
 
-This module reads and writes; the rest is split by concern: ``tpustream.report.facts`` holds ``ReportFacts``
-and what both documents state (the verdict, the per-class rows), ``tpustream.report.html`` renders the page
-(plots from ``tpustream.report.plots``), ``tpustream.report.markdown`` the summary.
+This module reads and writes; the rest is split by concept: ``tpustream.report.facts`` holds ``ReportFacts``,
+``tpustream.report.verdict`` what both documents state of the decision (``Verdict``, the per-class ``ClassRow``),
+``tpustream.report.formatting`` how both write numbers and their shared lines, ``tpustream.report.html`` renders
+the page (its frame and elements in ``tpustream.report.page``, plots from ``tpustream.report.plots``, the
+training recipe from ``tpustream.report.recipe``, the mistakes gallery from ``tpustream.report.mistakes``),
+``tpustream.report.markdown`` the summary.
 ``build_report_facts`` reads the run's files into a ``ReportFacts``; ``render_report`` is pure;
 ``write_report`` writes both documents through ``tpustream.storage.io`` (local or gs://); ``write_run_report``
 does all three with the registry's history, as the evaluate and promote steps and ``tpustream report`` call it.
@@ -26,10 +29,11 @@ from tpustream.registry.history import HistoryEntry, champion_history
 from tpustream.registry.policy import DEFAULT_POLICY, Decision, PromotionPolicy, RegistryError
 from tpustream.registry.store import ChampionPointer
 from tpustream.release.promote import ALREADY_CHAMPION, PromotionOutcome, preview_decision, read_champion
-from tpustream.report.facts import ReportFacts, _class_rows, _verdict
+from tpustream.report.facts import ReportFacts
 from tpustream.report.html import render_html
 from tpustream.report.markdown import render_markdown
 from tpustream.report.mistakes import Mistake, pick_mistakes, thumbnails
+from tpustream.report.verdict import class_rows, verdict_of
 from tpustream.storage import io as storage
 from tpustream.train.evaluate import load_model_card
 
@@ -196,8 +200,8 @@ def render_report(facts: ReportFacts) -> tuple[str, str]:
     Returns:
         The HTML page (self-contained: no script, no network fetch) and the Markdown summary.
     """
-    rows = _class_rows(facts)
-    verdict = _verdict(facts, rows)
+    rows = class_rows(facts)
+    verdict = verdict_of(facts, rows)
     return render_html(facts, verdict, rows), render_markdown(facts, verdict, rows)
 
 
