@@ -19,10 +19,11 @@ import pytest
 import typer.main
 
 from tpustream.cli.main import app
-from tpustream.cli.options import field_docs
+from tpustream.cli.options import config_fields, field_docs
 from tpustream.cli.pipeline import LocalDemo, local_parameters
 from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
+from tpustream.registry.policy import PromotionPolicy
 from tpustream.serve.predict.config import PredictConfig
 from tpustream.train.config import TrainConfig
 
@@ -32,6 +33,8 @@ DERIVED = {
     ("train",): TrainConfig,
     ("shards", "check"): DataCheckThresholds,
     ("predict",): PredictConfig,
+    ("promote",): PromotionPolicy,  # its floor (QualityFloor) flattened: --min-metric, --min-class-recall
+    ("report",): PromotionPolicy,  # decides as promote does: the same options
 }
 # Config fields that are not CLI options, on purpose.
 CONFIG_ONLY = {
@@ -408,10 +411,11 @@ def test_the_config_commands_are_derived_from_their_config(command):
     """Each field is an option with the field's docstring as its help (its default: the test above)."""
     config = DERIVED[command]
     cli = _cli_params(*command)
-    fields = {field.name for field in dataclasses.fields(config)}
+    owners = {field.name: owner for owner, field in config_fields(config)}
+    fields = set(owners)
     assert fields - set(cli) == set(CONFIG_ONLY) & fields, "config fields missing on the CLI"
-    docs = field_docs(config)
     for name in fields - set(CONFIG_ONLY) - {"inputs"}:  # predict's argument: its help is the command's
+        docs = field_docs(owners[name])
         assert (cli[name].help or "").startswith(docs[name]), f"--{name}: its help is not {config.__name__}'s"
 
 
