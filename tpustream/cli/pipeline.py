@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperCommand
 
 from tpustream.cli.options import Opt, fail, from_config
+from tpustream.dataset.plan import ShardConfig
 from tpustream.errors import TpustreamError
 
 if TYPE_CHECKING:
@@ -388,7 +389,7 @@ def pipeline_run_local(
     root: Annotated[
         str, typer.Option(help="Local directory for the run (pipeline root, registry).")
     ] = "demo-output/pipeline",
-    source: Annotated[str, typer.Option(help="SOURCE (default: the bundled digits).")] = "digits",
+    source: Annotated[str, typer.Option(help="SOURCE (default: the bundled digits).")] = ShardConfig.source,
     model: Annotated[str, typer.Option(help="Model name.")] = LocalDemo.model_name,
     epochs: Annotated[int, typer.Option(help="Epochs.")] = LocalDemo.epochs,
     batch_size: Annotated[
