@@ -1,14 +1,15 @@
 """One default per option, whatever the door (issue 42, item 2).
 
 A door is a way in: the CLI commands (`train`, `shards create`, `shards check`, `predict`, `evaluate`,
-`validate-serving`, `pipeline run-local`, `pipeline compile|submit|schedule`, `promote`, `report`,
+`validate-serving`, `pipeline run-local`, `pipeline compile|preflight|submit|schedule`, `promote`, `report`,
 `deploy`), the pipeline function's parameters and the KFP components' parameters. Every option of every door that has a default either names the one place that
 default is written (SOURCES: ``Owner.field``, a config dataclass field such as ``TrainConfig.lr`` or a library
 function's keyword default such as ``deploy.traffic_percent``) and has that default, or is the door's own
 (OWN: nothing else declares it, so nothing can disagree). An option in neither fails, so a new option is
 classified before it can drift; a default unlike its source's fails unless DIFFERS says why.
 
-``tpustream train``, ``shards create``, ``shards check`` and ``predict`` are derived from their config
+``tpustream train``, ``shards create``, ``shards check``, ``predict``, ``promote`` and ``report``
+(PromotionPolicy), ``pipeline submit`` and ``schedule`` (one block: VertexRun) are derived from their config
 (tpustream/cli/options.py): their defaults and help are the fields', so they are checked to still be derived.
 """
 
@@ -19,10 +20,11 @@ import pytest
 import typer.main
 
 from tpustream.cli.main import app
-from tpustream.cli.options import field_docs
-from tpustream.cli.pipeline import LocalDemo, local_parameters
+from tpustream.cli.options import config_fields, field_docs
+from tpustream.cli.pipeline import LocalDemo, VertexRun, local_parameters
 from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
+from tpustream.registry.policy import PromotionPolicy
 from tpustream.serve.predict.config import PredictConfig
 from tpustream.train.config import TrainConfig
 
@@ -32,6 +34,10 @@ DERIVED = {
     ("train",): TrainConfig,
     ("shards", "check"): DataCheckThresholds,
     ("predict",): PredictConfig,
+    ("promote",): PromotionPolicy,  # its floor (QualityFloor) flattened: --min-metric, --min-class-recall
+    ("report",): PromotionPolicy,  # decides as promote does: the same options
+    ("pipeline", "submit"): VertexRun,  # one block, shared by submit and schedule
+    ("pipeline", "schedule"): VertexRun,
 }
 # Config fields that are not CLI options, on purpose.
 CONFIG_ONLY = {
@@ -83,14 +89,7 @@ OWN: dict[str, dict[str, str]] = {
         "image": "a pushed image: refused when empty (check_image), so no default can drift",
         "tpu_image": "a pushed image: refused when empty (check_image), so no default can drift",
     },
-    **{
-        f"pipeline {command}": {
-            "region": _VERTEX,
-            "param": "--param KEY=VALUE: any pipeline parameter, over the template's defaults",
-            "experiment": _NONE,
-        }
-        for command in ("submit", "schedule")
-    },
+    "pipeline preflight": {"schedule": "what to check: also what a schedule needs"},
     "promote": {
         "vertex_model": _NONE,
         "vertex_project": _VERTEX,
@@ -165,14 +164,6 @@ _DEPLOY = {
     "min_replicas": "deploy.min_replicas",
     "max_replicas": "deploy.max_replicas",
 }
-_VERTEX_RUN = {
-    "service_account": "{f}.service_account",
-    "label": "{f}.labels",
-    "skip_preflight": "{f}.skip_preflight",
-    "tensorboard": "{f}.tensorboard",
-    "notify": "{f}.notify_emails",
-    "notify_webhook": "{f}.notify_webhook",
-}
 
 
 def _derived(config: type) -> dict[str, str]:
@@ -216,11 +207,13 @@ SOURCES: dict[str, dict[str, str]] = {
         "notify": "compile_pipeline.notify_emails",
         "notify_webhook": "compile_pipeline.notify_webhook",
     },
-    "pipeline submit": {
-        **{name: key.format(f="submit_pipeline") for name, key in _VERTEX_RUN.items()},
-        "no_cache": "submit_pipeline.no_cache",
+    "pipeline preflight": {
+        name: key
+        for name, key in _derived(VertexRun).items()
+        if name in ("region", "service_account", "param")
     },
-    "pipeline schedule": {name: key.format(f="schedule_pipeline") for name, key in _VERTEX_RUN.items()},
+    "pipeline submit": {**_derived(VertexRun), "no_cache": "submit_pipeline.no_cache"},
+    "pipeline schedule": _derived(VertexRun),
     "promote": _POLICY,
     "report": _POLICY,
     "deploy": {
@@ -273,6 +266,7 @@ _CLI_DOORS = {
     "validate-serving": ("validate-serving",),
     "pipeline run-local": ("pipeline", "run-local"),
     "pipeline compile": ("pipeline", "compile"),
+    "pipeline preflight": ("pipeline", "preflight"),
     "pipeline submit": ("pipeline", "submit"),
     "pipeline schedule": ("pipeline", "schedule"),
     "promote": ("promote",),
@@ -311,7 +305,7 @@ def _source_defaults() -> dict[str, object]:
     configs = (ShardConfig, TrainConfig, DataCheckThresholds, PromotionPolicy, QualityFloor)
     functions = (compile_pipeline, build_pipeline, submit_pipeline, schedule_pipeline, deploy, check_dataset)
     defaults: dict[str, object] = {}
-    for config in (*configs, PredictConfig, LocalDemo, StepResources, Capacity):
+    for config in (*configs, PredictConfig, LocalDemo, VertexRun, StepResources, Capacity):
         for field in dataclasses.fields(config):
             if field.default is not dataclasses.MISSING:
                 defaults[f"{config.__name__}.{field.name}"] = field.default
@@ -408,10 +402,11 @@ def test_the_config_commands_are_derived_from_their_config(command):
     """Each field is an option with the field's docstring as its help (its default: the test above)."""
     config = DERIVED[command]
     cli = _cli_params(*command)
-    fields = {field.name for field in dataclasses.fields(config)}
+    owners = {field.name: owner for owner, field in config_fields(config)}
+    fields = set(owners)
     assert fields - set(cli) == set(CONFIG_ONLY) & fields, "config fields missing on the CLI"
-    docs = field_docs(config)
     for name in fields - set(CONFIG_ONLY) - {"inputs"}:  # predict's argument: its help is the command's
+        docs = field_docs(owners[name])
         assert (cli[name].help or "").startswith(docs[name]), f"--{name}: its help is not {config.__name__}'s"
 
 

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from tpustream.cli.options import fail
+from tpustream.cli.options import Opt, fail, from_config
+from tpustream.dataset.plan import ShardConfig
 from tpustream.errors import TpustreamError
 
 if TYPE_CHECKING:
     from tpustream.pipelines.template import RunParameters
 
-__all__ = ["LocalDemo", "local_parameters", "pipeline_app"]
+__all__ = ["LocalDemo", "VertexRun", "local_parameters", "pipeline_app"]
 
 log = logging.getLogger("tpustream")
 
@@ -82,36 +83,6 @@ def _tpu_help() -> str:
 TpuOption = Annotated[str | None, typer.Option(help=_tpu_help())]
 ParamOption = Annotated[
     list[str] | None, typer.Option("--param", help="Pipeline parameter KEY=VALUE (repeatable).")
-]
-LabelOption = Annotated[list[str] | None, typer.Option("--label", help="Run label KEY=VALUE (repeatable).")]
-TensorboardOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Vertex AI TensorBoard instance (projects/P/locations/REGION/tensorboards/ID, in the run's region) "
-        "the TPU training job streams its event files to; sets the pipeline's tensorboard parameter. "
-        "Default: the template's ('' = none)."
-    ),
-]
-NotifyOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--notify",
-        metavar="EMAIL",
-        help="Email the run's final state (succeeded, failed, cancelled) and a link to it: Vertex AI Pipelines' "
-        "own notification (repeatable, or EMAIL,EMAIL). Sets the notify_emails parameter; the template must "
-        "be compiled with --notify (README, Notifications).",
-    ),
-]
-NotifyWebhookOption = Annotated[
-    str | None,
-    typer.Option(
-        "--notify-webhook",
-        metavar="URL",
-        help="POST the run's state, what it decided (skipped, refused, kept, promoted, deployed) with its "
-        "one-line reason, its report's URI and its console link as JSON to this URL when it ends, however it "
-        "ends (a Slack incoming webhook posts the text as is). Sets the notify_webhook parameter, which whoever "
-        "sees the run sees too (README, Notifications); tpustream logs only its host.",
-    ),
 ]
 
 
@@ -235,28 +206,90 @@ def pipeline_compile(
     )
 
 
-SkipPreflightOption = Annotated[
-    bool,
-    typer.Option(
-        "--skip-preflight",
-        help="Skip the IAM, bucket, TPU region and quota checks of `pipeline preflight` (the parameter names "
-        "and types are still checked: that needs no credentials).",
-    ),
-]
+@dataclass(frozen=True, kw_only=True)
+class VertexRun:
+    """The options `pipeline submit` and `pipeline schedule` share (`pipeline preflight` the first six): where
+    and as whom a run of a compiled template goes to Vertex AI Pipelines, and what it is given. Each field's
+    docstring is its --help."""
+
+    template: str
+    """Compiled pipeline YAML (local or gs://)."""
+    project: str
+    """Google Cloud project."""
+    pipeline_root: str
+    """gs:// root for run artifacts (shards, models, metrics)."""
+    registry: str
+    """gs:// model registry (champion.json, versions/)."""
+    region: str = "us-central1"
+    """Vertex AI region."""
+    service_account: str | None = None
+    """Service account the run acts as (default: the project's Compute Engine default service account)."""
+    param: list[str] | None = None
+    """Pipeline parameter KEY=VALUE (repeatable), over the template's defaults."""
+    label: list[str] | None = None
+    """Run label KEY=VALUE (repeatable)."""
+    skip_preflight: bool = False
+    """Skip the IAM, bucket, TPU region and quota checks of `pipeline preflight` (the parameter names and
+    types are still checked: that needs no credentials)."""
+    tensorboard: str | None = None
+    """Vertex AI TensorBoard instance (projects/P/locations/REGION/tensorboards/ID, in the run's region) the TPU
+    training job streams its event files to; sets the pipeline's tensorboard parameter. Default: the
+    template's ('' = none)."""
+    experiment: str | None = None
+    """Vertex AI Experiment the run joins (created now if missing; lowercase letters, digits, hyphens), to
+    compare runs and their metrics side by side; also set as the pipeline's experiment parameter, which a step
+    of each run acts on (a schedule's runs carry no experiment of their own)."""
+    notify: list[str] | None = None
+    """Email the run's final state (succeeded, failed, cancelled) and a link to it: Vertex AI Pipelines' own
+    notification (repeatable, or EMAIL,EMAIL). Sets the notify_emails parameter; the template must be compiled
+    with --notify (README, Notifications)."""
+    notify_webhook: str | None = None
+    """POST the run's state, what it decided (skipped, refused, kept, promoted, deployed) with its one-line
+    reason, its report's URI and its console link as JSON to this URL when it ends, however it ends (a Slack
+    incoming webhook posts the text as is). Sets the notify_webhook parameter, which whoever sees the run sees
+    too (README, Notifications); tpustream logs only its host."""
+
+    def arguments(self) -> dict[str, Any]:
+        """``submit_pipeline``'s and ``schedule_pipeline``'s arguments, the template's first; the run's
+        parameters typed as the template declares them."""
+        template = _local_file(self.template)
+        return {
+            "template": template,
+            "project": self.project,
+            "region": self.region,
+            "pipeline_root": self.pipeline_root,
+            "parameters": _pipeline_params(template, self.registry, self.param or []),
+            "service_account": self.service_account,
+            "labels": {key: str(value) for key, value in _params(self.label or []).items()},
+            "skip_preflight": self.skip_preflight,
+            "tensorboard": self.tensorboard,
+            "experiment": self.experiment,
+            "notify_emails": self.notify,
+            "notify_webhook": self.notify_webhook,
+        }
+
+
+vertex_run_options = from_config(
+    VertexRun,
+    param=Opt(name="--param", metavar="KEY=VALUE"),
+    label=Opt(name="--label", metavar="KEY=VALUE"),
+    skip_preflight=Opt(name="--skip-preflight"),
+    notify=Opt(name="--notify", metavar="EMAIL"),
+    notify_webhook=Opt(metavar="URL"),
+)
 
 
 @pipeline_app.command("preflight", cls=_ParametersHelp)
+@from_config(
+    VertexRun,
+    exclude={"label", "skip_preflight", "tensorboard", "experiment", "notify", "notify_webhook"},
+    param=Opt(name="--param", metavar="KEY=VALUE"),
+)
 def pipeline_preflight(
-    template: Annotated[str, typer.Option(help="Compiled pipeline YAML (local or gs://).")],
-    project: Annotated[str, typer.Option(help="Google Cloud project.")],
-    pipeline_root: Annotated[str, typer.Option(help="gs:// root for run artifacts.")],
-    registry: Annotated[str, typer.Option(help="gs:// model registry.")],
-    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
-    service_account: Annotated[str | None, typer.Option(help="Service account the run acts as.")] = None,
+    run: VertexRun,
     schedule: Annotated[
         bool, typer.Option("--schedule", help="Also check what `pipeline schedule` needs.")
     ] = False,
-    param: ParamOption = None,
 ) -> None:
     """Check a run before submitting it: parameter names and types (no credentials needed), the TPU type's
     region, IAM (actAs on the service account, project roles), the buckets and their regions, TPU quota.
@@ -265,15 +298,15 @@ def pipeline_preflight(
     from tpustream.pipelines.preflight.cloud import preflight
     from tpustream.pipelines.preflight.findings import FAIL
 
-    template = _local_file(template)
+    arguments = run.arguments()
     findings = preflight(
-        template,
-        project=project,
-        region=region,
-        pipeline_root=pipeline_root,
-        registry=registry,
-        service_account=service_account,
-        parameters=_pipeline_params(template, registry, param or []),
+        arguments["template"],
+        project=run.project,
+        region=run.region,
+        pipeline_root=run.pipeline_root,
+        registry=run.registry,
+        service_account=run.service_account,
+        parameters=arguments["parameters"],
         schedule=schedule,
     )
     for finding in findings:
@@ -283,104 +316,37 @@ def pipeline_preflight(
 
 
 @pipeline_app.command("submit", cls=_ParametersHelp)
+@vertex_run_options
 def pipeline_submit(
-    template: Annotated[str, typer.Option(help="Compiled pipeline YAML.")],
-    project: Annotated[str, typer.Option(help="Google Cloud project.")],
-    pipeline_root: Annotated[
-        str, typer.Option(help="gs:// root for run artifacts (shards, models, metrics).")
-    ],
-    registry: Annotated[str, typer.Option(help="gs:// model registry (champion.json, versions/).")],
-    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
-    service_account: Annotated[str | None, typer.Option(help="Service account the run acts as.")] = None,
+    run: VertexRun,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Turn caching off for every step (it is compiled off already).")
     ] = False,
-    param: ParamOption = None,
-    label: LabelOption = None,
-    skip_preflight: SkipPreflightOption = False,
-    tensorboard: TensorboardOption = None,
-    experiment: Annotated[
-        str | None,
-        typer.Option(
-            help="Vertex AI Experiment the run joins (created if missing; lowercase letters, digits, hyphens), "
-            "to compare runs and their metrics side by side."
-        ),
-    ] = None,
-    notify: NotifyOption = None,
-    notify_webhook: NotifyWebhookOption = None,
 ) -> None:
     """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`).
 
     --param source=SOURCE is required: the pipeline's default source is the bundled digits (run-local's demo)."""
     from tpustream.pipelines import submit
 
-    template = _local_file(template)
-    name = submit.submit_pipeline(
-        template,
-        project=project,
-        region=region,
-        pipeline_root=pipeline_root,
-        parameters=_pipeline_params(template, registry, param or []),
-        service_account=service_account,
-        labels={k: str(v) for k, v in _params(label or []).items()},
-        no_cache=no_cache,
-        skip_preflight=skip_preflight,
-        tensorboard=tensorboard,
-        experiment=experiment,
-        notify_emails=notify,
-        notify_webhook=notify_webhook,
-    )
-    typer.echo(f"submitted: {name}" + (f" (experiment {experiment})" if experiment else ""))
+    name = submit.submit_pipeline(**run.arguments(), no_cache=no_cache)
+    typer.echo(f"submitted: {name}" + (f" (experiment {run.experiment})" if run.experiment else ""))
 
 
 @pipeline_app.command("schedule", cls=_ParametersHelp)
+@vertex_run_options
 def pipeline_schedule(
-    template: Annotated[str, typer.Option(help="Compiled pipeline YAML.")],
+    run: VertexRun,
     cron: Annotated[
         str, typer.Option(help='Cron, e.g. "0 3 * * 1" (optionally "TZ=Europe/Paris 0 3 * * 1").')
     ],
-    project: Annotated[str, typer.Option(help="Google Cloud project.")],
-    pipeline_root: Annotated[str, typer.Option(help="gs:// root for run artifacts.")],
-    registry: Annotated[str, typer.Option(help="gs:// model registry.")],
-    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
-    service_account: Annotated[str | None, typer.Option(help="Service account the runs act as.")] = None,
-    param: ParamOption = None,
-    label: LabelOption = None,
-    skip_preflight: SkipPreflightOption = False,
-    tensorboard: TensorboardOption = None,
-    experiment: Annotated[
-        str | None,
-        typer.Option(
-            help="Vertex AI Experiment every run joins (created now if missing): set as the pipeline's "
-            "experiment parameter, which a step of each run acts on (a schedule's runs carry no experiment of "
-            "their own)."
-        ),
-    ] = None,
-    notify: NotifyOption = None,
-    notify_webhook: NotifyWebhookOption = None,
 ) -> None:
     """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`.
 
     --param source=SOURCE is required: the pipeline's default source is the bundled digits (run-local's demo)."""
     from tpustream.pipelines import submit
 
-    template = _local_file(template)
-    name = submit.schedule_pipeline(
-        template,
-        cron=cron,
-        project=project,
-        region=region,
-        pipeline_root=pipeline_root,
-        parameters=_pipeline_params(template, registry, param or []),
-        service_account=service_account,
-        labels={k: str(v) for k, v in _params(label or []).items()},
-        skip_preflight=skip_preflight,
-        tensorboard=tensorboard,
-        experiment=experiment,
-        notify_emails=notify,
-        notify_webhook=notify_webhook,
-    )
-    typer.echo(f"scheduled: {name}" + (f" (experiment {experiment})" if experiment else ""))
+    name = submit.schedule_pipeline(**run.arguments(), cron=cron)
+    typer.echo(f"scheduled: {name}" + (f" (experiment {run.experiment})" if run.experiment else ""))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -423,7 +389,7 @@ def pipeline_run_local(
     root: Annotated[
         str, typer.Option(help="Local directory for the run (pipeline root, registry).")
     ] = "demo-output/pipeline",
-    source: Annotated[str, typer.Option(help="SOURCE (default: the bundled digits).")] = "digits",
+    source: Annotated[str, typer.Option(help="SOURCE (default: the bundled digits).")] = ShardConfig.source,
     model: Annotated[str, typer.Option(help="Model name.")] = LocalDemo.model_name,
     epochs: Annotated[int, typer.Option(help="Epochs.")] = LocalDemo.epochs,
     batch_size: Annotated[

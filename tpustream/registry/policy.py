@@ -70,14 +70,15 @@ class Decision:
 class QualityFloor:
     """What a candidate must reach to be promoted at all, with or without a champion (TFMA's absolute
     ``GenericValueThreshold``): without a floor, the first model of a registry is promoted whatever it scores.
-
-    ``min_metric``: the promotion metric's floor (loss: at most this; any other: at least this).
-    ``min_class_recall``: every class with val samples must have at least this recall (its per-class
-    accuracy: the share of its samples classified as it). None: no floor.
+    Each field's docstring is its ``--help`` (promote's, report's); None: no floor.
     """
 
     min_metric: float | None = None
+    """Quality floor: refuse a candidate whose --metric is below this (for loss: above it), with or without a
+    champion, so a poor first model is not promoted."""
     min_class_recall: float | None = None
+    """Quality floor: refuse a candidate with any class's recall (the share of its samples classified as it,
+    over the classes with samples) below this, with or without a champion."""
 
     def __post_init__(self) -> None:
         if self.min_class_recall is not None and not 0.0 <= self.min_class_recall <= 1.0:
@@ -137,24 +138,27 @@ def metric_named(name: str) -> Metric:
 class PromotionPolicy:
     """How a candidate is judged, built once where the user's options arrive (the CLI, a component) and passed
     whole to every step that decides or states the decision (evaluate's preview, promote, the report).
-
-    ``metric``: decided on; ``min_delta``: the least gain over the champion; ``max_class_drop``: the most any
-    class's accuracy may fall (None: no per-class check); ``floor``: what a candidate must reach at all, the
-    first model of a registry included; ``max_p_value``: a gain must be this unlikely by chance (McNemar's
-    exact test on the samples both were scored on; None: not required); ``min_class_support``: a class with
-    fewer samples than this on the deciding split is too few to judge: its drop is shown but never refuses
-    (0: every class decides); ``beat_majority_baseline``: refuse a
-    candidate whose ``metric`` does not beat always answering the train split's most frequent class on the
-    decision split (metrics.json's ``baseline``), with or without a champion.
+    Each field's docstring is its ``--help``: `promote` and `report` take these options (tpustream/cli/options.py),
+    the floor's among them; the pipeline's parameters decode into it through ``from_pipeline``.
     """
 
     metric: Metric = "top1"
+    """The metric the decision is taken on (macro_f1 and balanced_accuracy weigh every class alike)."""
     min_delta: float = 0.0
+    """The least improvement over the champion's --metric that promotes."""
     max_class_drop: float | None = None
+    """Refuse a candidate if any class's accuracy drops by more than this (0-1) from the champion's. Default:
+    no per-class check."""
     floor: QualityFloor = field(default_factory=QualityFloor)
     max_p_value: float | None = None
+    """Promote over a champion only if the gain is this unlikely by chance: McNemar's exact test on the samples
+    both were scored on (evaluate --registry). Default: not required."""
     min_class_support: int = 10
+    """A class with fewer samples than this on the deciding split (test, else val) is too few to judge: its
+    accuracy drop is shown but does not refuse under --max-class-drop; 0: every class decides."""
     beat_majority_baseline: bool = True
+    """Refuse a candidate whose --metric does not beat always answering the train split's most frequent class
+    on the deciding split (evaluate's baseline), with or without a champion."""
 
     def __post_init__(self) -> None:
         metric_named(self.metric)
