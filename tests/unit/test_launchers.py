@@ -20,7 +20,7 @@ from tpustream.launchers.experiment import launch_join_experiment
 from tpustream.launchers.notify import launch_notify_webhook
 from tpustream.launchers.promote import launch_promote
 from tpustream.launchers.shards import launch_finalize_shards, launch_plan_shards, launch_write_shards
-from tpustream.launchers.train import _record_card, _train_config, launch_train
+from tpustream.launchers.train import _record_card, launch_train
 from tpustream.launchers.validate_serving import launch_validate_serving
 from tpustream.launchers.weights import launch_resolve_weights
 from tpustream.release.deploy import DeployOutcome
@@ -183,35 +183,8 @@ def test_train_from_the_champion_without_a_registry_names_the_parameter_and_reco
     assert _failed_tasks(run_outcome) == ["train-model"]
 
 
-def test_the_pipelines_stand_ins_become_the_configs_defaults():
-    config = _train_config(data="gs://b/data", output="gs://b/model", **TRAIN)
-    assert (config.lr, config.input_size, config.init_from, config.pretrained) == (None, None, None, None)
-    assert (config.compile_cache, config.weights_cache) == (None, None)
-    assert (config.workers, type(config.workers), config.resume) == (2, int, "auto")
-
-
-def test_compile_cache_auto_and_the_weights_cache_resolve_under_the_pipeline_root():
-    config = _train_config(
-        data="gs://b/data",
-        output="gs://b/model",
-        **{**TRAIN, "compile_cache": " auto", "pipeline_root": "gs://b/root/"},
-    )
-    assert config.compile_cache == "gs://b/root/xla-cache"
-    assert config.weights_cache == "gs://b/root/weights-cache"
-    rootless = _train_config(data="gs://b/data", output="gs://b/model", **{**TRAIN, "compile_cache": "auto"})
-    assert rootless.compile_cache is None  # no root to put it under: no cache
-    given = _train_config(data="gs://b/data", output="gs://b/model", **{**TRAIN, "compile_cache": "gs://c/x"})
-    assert given.compile_cache == "gs://c/x"
-
-
-def test_the_champion_of_a_registry_without_one_is_an_optional_start(tmp_path):
-    registry = str(tmp_path / "registry")
-    config = _train_config(data="d", output="m", **{**TRAIN, "init_from": "champion", "registry": registry})
-    assert (config.init_from, config.init_optional) == (None, True)  # the first run: random weights
-    given = _train_config(
-        data="d", output="m", **{**TRAIN, "init_from": " gs://b/model ", "registry": registry}
-    )
-    assert (given.init_from, given.init_optional) == ("gs://b/model", False)
+# The parameters' decoding (stand-ins, the run root's caches, init_from=champion): TrainConfig.from_pipeline,
+# tests/unit/test_train_config.py.
 
 
 def test_a_cards_numbers_become_kfp_metrics_and_the_model_artifacts_metadata():

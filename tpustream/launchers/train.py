@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     from kfp.dsl import Dataset, Metrics, Model
 
     from tpustream.artifacts import ModelCard
-    from tpustream.train.config import TrainConfig
 
 __all__ = ["launch_train"]
 
@@ -44,7 +43,9 @@ def launch_train(
     card's metrics to ``metrics`` and the architecture, input size and val top-1 to ``model``'s metadata. A
     preempted run exits 75; the hosts other than process 0 exit 0 once it has committed the model."""
     with failure_recorded(run_outcome, "train-model"):
-        config = _train_config(
+        from tpustream.train.config import TrainConfig
+
+        config = TrainConfig.from_pipeline(
             data=dataset.uri,
             output=model.uri,
             model_name=model_name,
@@ -76,68 +77,6 @@ def launch_train(
         if not is_primary_host():
             exit_now(0)  # process 0 committed the model (train() waited for it) and writes the outputs
         _record_card(card, model=model, metrics=metrics)
-
-
-# TrainConfig.from_pipeline (options part) replaces this at merge
-def _train_config(
-    *,
-    data: str,
-    output: str,
-    model_name: str,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    bf16: bool,
-    workers: int,
-    input_size: int,
-    init_from: str,
-    pretrained: str,
-    freeze_epochs: int,
-    backbone_lr_scale: float,
-    class_weights: str,
-    registry: str,
-    patience: int,
-    early_stop_min_delta: float,
-    compile_cache: str,
-    pipeline_root: str,
-) -> TrainConfig:
-    """The run's TrainConfig from the pipeline's parameters, whose stand-ins (0, "") mean None; with
-    ``init_from`` "champion", ``registry``'s champion when it has one (else random or ``pretrained`` weights)."""
-    from tpustream.errors import ConfigError
-    from tpustream.train.config import TrainConfig
-    from tpustream.train.warm_start import CHAMPION, champion_start
-
-    if compile_cache.strip() == "auto":
-        compile_cache = f"{pipeline_root.rstrip('/')}/xla-cache" if pipeline_root.strip() else ""
-    optional = init_from.strip() == CHAMPION
-    start = (registry if optional else init_from).strip() or None
-    if optional:
-        if not registry:
-            raise ConfigError("init_from=champion needs the registry parameter")
-        start = champion_start(registry, pretrained)  # None: the first run of a new registry
-    # int(): an integer parameter can reach the executor as a float (the YAML keeps defaults as 8.0)
-    return TrainConfig(
-        data=data,
-        output=output,
-        model=model_name,
-        epochs=int(epochs),
-        batch_size=int(batch_size),
-        lr=lr or None,
-        bf16=bf16,
-        workers=int(workers),
-        resume="auto",
-        input_size=int(input_size) or None,
-        init_from=start,
-        init_optional=optional,
-        pretrained=pretrained.strip() or None,
-        weights_cache=f"{pipeline_root.rstrip('/')}/weights-cache" if pipeline_root.strip() else None,
-        freeze_epochs=int(freeze_epochs),
-        backbone_lr_scale=backbone_lr_scale,
-        class_weights=class_weights,  # type: ignore[arg-type]  # TrainConfig checks none/auto
-        patience=int(patience),
-        min_delta=early_stop_min_delta,
-        compile_cache=compile_cache or None,
-    )
 
 
 def _record_card(card: ModelCard, *, model: Model, metrics: Metrics) -> None:
