@@ -62,6 +62,12 @@ def evaluate_model(
         for key in ("macro_f1", "balanced_accuracy", "auprc", "auroc"):  # from the per-sample scores
             if candidate.metric(key) is not None:
                 metrics.log_metric(key, float(candidate.metric(key)))
+        from tpustream.metrics.label_issues import LABEL_ISSUES_NAME, read_label_issues
+        from tpustream.storage import io as storage
+
+        issues_uri = storage.join(evaluation.uri, LABEL_ISSUES_NAME)
+        if storage.exists(issues_uri):  # evaluate writes it beside metrics.json unless cleanlab refused
+            metrics.log_metric("likely_label_errors", float(len(read_label_issues(issues_uri).issues)))
         if result.val is not None:  # test decided: the candidate's val numbers, for reference
             for key in ("top1", "loss"):
                 metrics.log_metric(f"val_{key}", float(result.val.metric(key)))

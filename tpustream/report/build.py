@@ -28,6 +28,7 @@ from tpustream.registry.store import ChampionPointer
 from tpustream.release.promote import ALREADY_CHAMPION, PromotionOutcome, preview_decision, read_champion
 from tpustream.report.facts import ReportFacts, _class_rows, _verdict
 from tpustream.report.html import render_html
+from tpustream.report.label_issues import label_errors_gallery
 from tpustream.report.markdown import render_markdown
 from tpustream.report.mistakes import Mistake, pick_mistakes, thumbnails
 from tpustream.storage import io as storage
@@ -113,6 +114,7 @@ def build_report_facts(
         history=history,
         mistakes=mistakes,
         thumbnails=pictures,
+        label_errors=label_errors_gallery(metrics_uri, dataset_uri, manifest),
     )
 
 

@@ -23,6 +23,7 @@ from tpustream.registry.policy import METRICS, Decision, Metric, PromotionPolicy
 from tpustream.release.promote import ALREADY_CHAMPION, PromotionOutcome
 
 if TYPE_CHECKING:
+    from tpustream.report.label_issues import LabelErrorsGallery
     from tpustream.report.mistakes import Mistake
 
 __all__ = ["NOT_MEASURED", "PLOTTED_CLASSES", "ReportFacts", "shows_top5"]
@@ -62,6 +63,8 @@ class ReportFacts:
             ``dataset_digest``, ``metric``, ``value``, ``reason``, ``champion_version``; None: no section.
         mistakes: the candidate's most confident wrong predictions (``report_mistakes.pick_mistakes``) and
             ``thumbnails`` (key -> JPEG data URI) for them; None: no per-sample scores, no section.
+        label_errors: the candidate's likely label errors with their thumbnails
+            (``tpustream.report.label_issues.label_errors_gallery``); None: no label_issues.json, no section.
     """
 
     model_card: ModelCard
@@ -74,6 +77,7 @@ class ReportFacts:
     history: list[HistoryEntry] | None = None
     mistakes: list[Mistake] | None = None
     thumbnails: dict[str, str] = field(default_factory=dict)
+    label_errors: LabelErrorsGallery | None = None
 
 
 def _count(value: int | None) -> str:

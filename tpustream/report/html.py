@@ -40,6 +40,7 @@ from tpustream.report.facts import (
     _Verdict,
     shows_top5,
 )
+from tpustream.report.label_issues import label_errors_html
 from tpustream.report.markdown import _markdown_html
 from tpustream.report.page import _code, _figure, _note, _page
 from tpustream.report.recipe import recipe_rows
@@ -68,6 +69,8 @@ def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) ->
         )
     if facts.mistakes is not None:
         sections.append(("mistakes", "Mistakes", _mistakes_html(facts)))
+    if facts.label_errors is not None:
+        sections.append(("label-errors", "Likely label errors", label_errors_html(facts.label_errors)))
     if facts.history is not None:
         sections.append(("history", "Champion history", _history_html(facts)))
     return _page(facts, verdict, sections)
