@@ -57,6 +57,22 @@ def bench_import_cmd(
         typer.echo(line)
 
 
+@bench_app.command("labelnoise")
+def bench_labelnoise_cmd(
+    seeds: Annotated[
+        int, typer.Option(help="Draws of planted flips (val splits and flipped samples).", min=1)
+    ] = 5,
+    flip_fraction: Annotated[
+        float, typer.Option(help="Share of val labels flipped.", min=0.01, max=0.5)
+    ] = 0.05,
+) -> None:
+    """Planted label flips in the digits' val split: precision and recall of the likely label errors found."""
+    from tpustream.bench.labelnoise import bench_labelnoise
+
+    for line in bench_labelnoise(seeds=seeds, flip_fraction=flip_fraction):
+        typer.echo(line)
+
+
 @bench_app.command("warmstart")
 def bench_warmstart_cmd(
     old: Annotated[

@@ -38,11 +38,13 @@ def launch_evaluate(
     with failure_recorded(run_outcome, "evaluate-model"):
         import logging
 
+        from tpustream.metrics.label_issues import LABEL_ISSUES_NAME, read_label_issues
         from tpustream.registry.policy import PromotionPolicy
         from tpustream.release.outcome import record_outcome
         from tpustream.release.promote import decide_and_log_refusal, preview_decision
         from tpustream.report.build import write_run_report
         from tpustream.report.facts import shows_top5
+        from tpustream.storage import io as storage
         from tpustream.train.evaluate import evaluate
 
         policy = PromotionPolicy.from_pipeline(
@@ -63,6 +65,9 @@ def launch_evaluate(
         for key in ("macro_f1", "balanced_accuracy", "auprc", "auroc"):  # from the per-sample scores
             if candidate.metric(key) is not None:
                 metrics.log_metric(key, float(candidate.metric(key)))
+        issues_uri = storage.join(evaluation.uri, LABEL_ISSUES_NAME)
+        if storage.exists(issues_uri):  # evaluate writes it beside metrics.json unless cleanlab refused
+            metrics.log_metric("likely_label_errors", float(len(read_label_issues(issues_uri).issues)))
         if result.val is not None:  # test decided: the candidate's val numbers, for reference
             for key in ("top1", "loss"):
                 metrics.log_metric(f"val_{key}", float(result.val.metric(key)))

@@ -31,6 +31,7 @@ from tpustream.registry.store import ChampionPointer
 from tpustream.release.promote import ALREADY_CHAMPION, PromotionOutcome, preview_decision, read_champion
 from tpustream.report.facts import ReportFacts
 from tpustream.report.html import render_html
+from tpustream.report.label_issues import label_errors_gallery
 from tpustream.report.markdown import render_markdown
 from tpustream.report.mistakes import Mistake, pick_mistakes, thumbnails
 from tpustream.report.verdict import class_rows, verdict_of
@@ -117,6 +118,7 @@ def build_report_facts(
         history=history,
         mistakes=mistakes,
         thumbnails=pictures,
+        label_errors=label_errors_gallery(metrics_uri, dataset_uri, manifest),
     )
 
 

@@ -17,6 +17,7 @@ from tpustream.registry.policy import Decision, PromotionPolicy
 from tpustream.release.promote import PromotionOutcome
 
 if TYPE_CHECKING:
+    from tpustream.report.label_issues import LabelErrorsGallery
     from tpustream.report.mistakes import Mistake
 
 __all__ = ["ReportFacts", "history_oldest_first", "shows_top5"]
@@ -53,6 +54,8 @@ class ReportFacts:
             ``dataset_digest``, ``metric``, ``value``, ``reason``, ``champion_version``; None: no section.
         mistakes: the candidate's most confident wrong predictions (``tpustream.report.mistakes.pick_mistakes``) and
             ``thumbnails`` (key -> JPEG data URI) for them; None: no per-sample scores, no section.
+        label_errors: the candidate's likely label errors with their thumbnails
+            (``tpustream.report.label_issues.label_errors_gallery``); None: no label_issues.json, no section.
     """
 
     model_card: ModelCard
@@ -65,6 +68,7 @@ class ReportFacts:
     history: list[HistoryEntry] | None = None
     mistakes: list[Mistake] | None = None
     thumbnails: dict[str, str] = field(default_factory=dict)
+    label_errors: LabelErrorsGallery | None = None
 
     @property
     def champion(self) -> Evaluation | None:

@@ -28,6 +28,7 @@ from tpustream.report.formatting import (
     percent,
     points,
 )
+from tpustream.report.label_issues import label_errors_html
 from tpustream.report.markdown import markdown_html
 from tpustream.report.page import code, figure, note, render_page, table
 from tpustream.report.recipe import recipe_rows
@@ -67,6 +68,8 @@ def render_html(facts: ReportFacts, verdict: Verdict, rows: list[ClassRow]) -> s
         )
     if facts.mistakes is not None:
         sections.append(("mistakes", "Mistakes", _mistakes_html(facts)))
+    if facts.label_errors is not None:
+        sections.append(("label-errors", "Likely label errors", label_errors_html(facts.label_errors)))
     if facts.history is not None:
         sections.append(("history", "Champion history", _history_html(facts)))
     return render_page(facts, verdict, sections)
