@@ -111,6 +111,8 @@ def evaluate_model(
                 step="evaluate",
                 decision="kept",
                 reason=decision.reason,
+                code=decision.code,
+                class_index=decision.class_index,
                 report=report.uri,
                 evaluation=result,
                 metric=policy.metric,

@@ -102,6 +102,8 @@ def promote_model(
             step="promote",
             decision="promoted" if outcome.promoted else "kept",
             reason=line.removeprefix("promoted ") if outcome.promoted else outcome.reason,
+            code=outcome.code,
+            class_index=outcome.class_index,
             report=report.uri,
             evaluation=EvalReport.read(evaluation.uri),
             metric=policy.metric,
