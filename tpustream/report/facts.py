@@ -12,7 +12,6 @@ Their names keep the underscore: they are the vocabulary of ``tpustream.report.b
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tpustream.artifacts import EvalReport, Evaluation, Manifest, ModelCard
 from tpustream.registry.history import HistoryEntry
 from tpustream.registry.policy import METRICS, Decision, Metric, PromotionPolicy, is_finite_number
-from tpustream.release.promote import ALREADY_CHAMPION, PromotionOutcome
+from tpustream.release.promote import PromotionOutcome
 
 if TYPE_CHECKING:
     from tpustream.report.mistakes import Mistake
@@ -176,12 +175,13 @@ _BALANCED: tuple[tuple[Metric, str], ...] = (
     ("macro_f1", "macro-F1"),
     ("balanced_accuracy", "balanced accuracy"),
 )  # metrics' rows
-_CLASS_DROP = re.compile(r"^class (\d+) accuracy drops by")  # promotion_policy.decide's per-class refusal
 
 
 def _verdict(facts: ReportFacts, rows: list[_ClassRow]) -> _Verdict:
     outcome = facts.outcome
-    reason = str((outcome.reason if outcome else "") or facts.decision.reason).rstrip(".")
+    # what was decided is told by its code (and class), never by the reason's words
+    decision = outcome.decision if outcome is not None else facts.decision
+    reason = str(decision.reason or facts.decision.reason).rstrip(".")
     if outcome is not None and outcome.promoted:
         previous = outcome.previous_version
         before = f"replacing version {previous}" if previous is not None else "the registry's first champion"
@@ -190,7 +190,7 @@ def _verdict(facts: ReportFacts, rows: list[_ClassRow]) -> _Verdict:
             f"Promoted as version {outcome.version}",
             f"Promoted: the candidate is now champion version {outcome.version} ({before}): {reason}.",
         )
-    if reason == ALREADY_CHAMPION:
+    if decision.code == "already-champion":
         version = outcome.version if outcome else None
         which = f" (version {version})" if version is not None else ""
         return _Verdict(
@@ -200,13 +200,15 @@ def _verdict(facts: ReportFacts, rows: list[_ClassRow]) -> _Verdict:
         )
     if facts.decision.promote and not facts.outcome:
         return _Verdict("wins", "Candidate wins", f"The candidate wins and may be promoted: {reason}.")
-    return _Verdict("refused", "Refused", f"Refused, the champion stays: {_refusal(reason, facts, rows)}.")
+    dropped = decision.class_index if decision.code == "class-drop" else None
+    refusal = _refusal(reason, dropped, facts, rows)
+    return _Verdict("refused", "Refused", f"Refused, the champion stays: {refusal}.")
 
 
-def _refusal(reason: str, facts: ReportFacts, rows: list[_ClassRow]) -> str:
-    """The policy's reason, with a per-class refusal told by class name and accuracies."""
-    match = _CLASS_DROP.match(reason)
-    worst = next((row for row in rows if match and row.index == int(match.group(1))), None)
+def _refusal(reason: str, dropped: int | None, facts: ReportFacts, rows: list[_ClassRow]) -> str:
+    """The policy's reason, with a per-class refusal (``dropped``: the class a class-drop decision names) told by
+    class name and accuracies."""
+    worst = next((row for row in rows if dropped is not None and row.index == dropped), None)
     if worst is None or worst.drop is None or facts.policy.max_class_drop is None:
         return reason
     others = sum(1 for row in rows if row.exceeds and row is not worst)
