@@ -161,3 +161,39 @@ def test_at_most_three_recipients_as_vertex_emails():
     with pytest.raises(ConfigError, match=r"--notify names 4 recipients .* at most 3 .*email-notifications"):
         check_emails("a@x.org,b@x.org,c@x.org,d@x.org")
     assert check_emails(["", " , "]) == []  # none: the caller decides (pipelines/run_checks.py)
+
+
+def test_the_body_carries_the_decisions_code_and_class_for_a_receiver_to_branch_on():
+    """A receiver reads what was decided from ``decision`` and ``code`` (and ``class_index``), never from the
+    reason's words; a run that decided on no candidate has no code."""
+    dropped = RunOutcome(
+        step="evaluate",
+        decision="kept",
+        reason="class 2 accuracy drops by 0.3000, more than --max-class-drop 0.1",
+        code="class-drop",
+        class_index=2,
+    )
+    body = webhook_body(pipeline="p", job=JOB, state="SUCCEEDED", outcome=dropped)
+    assert (body["decision"], body["code"], body["class_index"]) == ("kept", "class-drop", 2)
+    promoted = RunOutcome(step="promote", decision="promoted", reason="version 2", code="wins")
+    assert webhook_body(pipeline="p", job=JOB, state="SUCCEEDED", outcome=promoted)["code"] == "wins"
+    skipped = RunOutcome(step="check source", decision="skipped", reason="no new data")
+    assert webhook_body(pipeline="p", job=JOB, state="SUCCEEDED", outcome=skipped)["code"] is None
+    assert webhook_body(pipeline="p", job=JOB, state="FAILED", outcome=None)["class_index"] is None
+
+
+def test_a_refusal_is_said_once_whatever_the_failure_line_says():
+    """The data check's refusal is the failed step's error: the body says it once, told by the outcome's
+    ``decision``, not by comparing the two sentences (the error line is cut to one line, the reason is not)."""
+    reason = "data check of gs://b/d: 1 anomaly, train-val-leak: 1 image\nseen in shard 3"
+    leak = RunOutcome(step="check data", decision="refused", reason=reason)
+    body = webhook_body(
+        pipeline="p",
+        job=JOB,
+        state="FAILED",
+        outcome=leak,
+        failures=[
+            RunFailure(task="check-data", error="data check of gs://b/d: 1 anomaly, train-val-leak: 1 image")
+        ],
+    )
+    assert body["failed_task"] == "check-data" and "check-data failed" not in body["text"]

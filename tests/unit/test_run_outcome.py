@@ -82,3 +82,18 @@ def test_a_failure_that_cannot_be_recorded_still_fails_the_step_with_its_own_err
     with pytest.raises(ZeroDivisionError), failure_recorded(str(blocker / "run-outcome.json"), "train-model"):
         1 / 0  # noqa: B018
     assert "could not be recorded" in caplog.text
+
+
+def test_the_promotion_decisions_code_and_class_are_recorded_and_an_outcome_before_codes_reads(tmp_path):
+    uri = tmp_path / "run" / "run-outcome.json"
+    record_outcome(
+        str(uri), step="evaluate", decision="kept", reason="class 3 drops", code="class-drop", class_index=3
+    )
+    outcome = read_outcome(str(uri))
+    assert outcome is not None and (outcome.code, outcome.class_index) == ("class-drop", 3)
+    # an outcome file written before codes: read as before, with no code
+    uri.write_text(json.dumps({"format": FORMAT, "step": "evaluate", "decision": "kept", "reason": "worse"}))
+    assert read_outcome(str(uri)) == RunOutcome(step="evaluate", decision="kept", reason="worse")
+    assert read_outcome(str(uri)).code is None
+    with pytest.raises(ValueError, match="code 'lost'"):
+        RunOutcome(step="evaluate", decision="kept", reason="", code="lost")  # type: ignore[arg-type]

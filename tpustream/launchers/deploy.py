@@ -56,6 +56,8 @@ def launch_deploy(
             step="deploy",
             decision="deployed",
             reason=reason,
+            code=promoted.code if promoted else None,  # the promotion's, which this deploys
+            class_index=promoted.class_index if promoted else None,
             report=promoted.report if promoted else "",
         )
         return line

@@ -117,6 +117,8 @@ def launch_evaluate(
                 step="evaluate",
                 decision="kept",
                 reason=decision.reason,
+                code=decision.code,
+                class_index=decision.class_index,
                 report=report.uri,
                 evaluation=result,
                 metric=policy.metric,

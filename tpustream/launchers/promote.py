@@ -95,6 +95,8 @@ def launch_promote(
             step="promote",
             decision="promoted" if outcome.promoted else "kept",
             reason=line.removeprefix("promoted ") if outcome.promoted else outcome.reason,
+            code=outcome.code,
+            class_index=outcome.class_index,
             report=report.uri,
             evaluation=EvalReport.read(evaluation.uri),
             metric=policy.metric,

@@ -9,7 +9,7 @@ incomplete evaluation, a champion the run could not measure, non-finite numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, get_args
 
 from tpustream.artifacts import Baseline, EvalReport, Evaluation
@@ -25,6 +25,7 @@ __all__ = [
     "Metric",
     "Decision",
     "DecisionCode",
+    "DECISION_CODES",
     "PromotionPolicy",
     "QualityFloor",
     "RegistryError",
@@ -53,17 +54,43 @@ class RegistryError(TpustreamError, ValueError):
     """The registry or the inputs to a promotion are unusable; the message says what and the repair."""
 
 
-# What a reader may branch on (codes are added as readers need them; the others are None for now).
-DecisionCode = Literal["below-baseline"]
+# What a decision is, for a reader to branch on (the report, the webhook, the history): every outcome
+# ``decide``, ``decide_for_metrics`` and promote can reach has one; ``reason`` says it in words for people.
+DecisionCode = Literal[
+    "no-champion",  # promoted: the registry had no champion (and the candidate reaches any floor)
+    "wins",  # promoted: beats the champion by the policy
+    "already-champion",  # the candidate's model is the champion already: nothing to decide
+    "missing-metric",  # the candidate's evaluation lacks the metric decided on
+    "diverged",  # a candidate number (top1, top5, loss, the metric) is not finite
+    "incomplete",  # the evaluation did not count every sample of its split
+    "not-compared",  # the evaluate run could not measure the champion (e.g. another class set)
+    "below-floor",  # the metric is below --min-metric
+    "below-class-recall",  # a class's recall is below --min-class-recall (``class_index``: the worst)
+    "below-baseline",  # the metric does not beat the majority-class baseline
+    "other-dataset",  # the champion's numbers are from other shards
+    "champion-not-finite",  # the champion's metric is not finite: no candidate can beat it
+    "no-improvement",  # the gain is not above 0 and at least --min-delta
+    "class-drop",  # a class's accuracy drops more than --max-class-drop (``class_index``: the worst)
+    "not-paired",  # --max-p-value, but the champion was not scored on the same samples
+    "not-significant",  # the gain's p-value is above --max-p-value
+]
+DECISION_CODES: tuple[DecisionCode, ...] = get_args(DecisionCode)
 
 
 @dataclass(frozen=True)
 class Decision:
-    """Promote or not, why in words (``reason``), and for some refusals a ``code`` a reader branches on."""
+    """Promote or not, why in words (``reason``, for people), what it is (``code``, for readers to branch on:
+    never parse ``reason``), and the class it is about (``class_index``: class-drop, below-class-recall; else
+    None)."""
 
     promote: bool
     reason: str
-    code: DecisionCode | None = None
+    code: DecisionCode
+    class_index: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.code not in DECISION_CODES:
+            raise ValueError(f"decision code {self.code!r}: expected one of {', '.join(DECISION_CODES)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,17 +113,20 @@ class QualityFloor:
         if self.min_metric is not None and not math.isfinite(self.min_metric):
             raise RegistryError(f"--min-metric {self.min_metric}: a finite number")
 
-    def refusal(self, candidate: Evaluation, metric: Metric) -> str | None:
-        """Why ``candidate`` is below the floor, or None when it reaches it."""
+    def refusal(self, candidate: Evaluation, metric: Metric) -> Decision | None:
+        """The refusal of a ``candidate`` below the floor (below-floor, below-class-recall), or None when it
+        reaches it."""
         value = candidate.metric(metric)
         if self.min_metric is not None and isinstance(value, int | float) and is_finite_number(value):
             below = value < self.min_metric if METRICS[metric] else value > self.min_metric
             if below:
                 bound = "at least" if METRICS[metric] else "at most"
-                return (
+                return Decision(
+                    False,
                     f"candidate {metric} {value:.4f} is below the quality floor (--min-metric {self.min_metric}: "
                     f"{bound} that): not promoted, with or without a champion; train longer or on more data, or "
-                    "lower the floor"
+                    "lower the floor",
+                    "below-floor",
                 )
         if self.min_class_recall is not None:
             recalls = [
@@ -107,9 +137,12 @@ class QualityFloor:
             worst = min(recalls, key=lambda item: item[1], default=None)
             if worst is not None and worst[1] < self.min_class_recall:
                 failing = sum(recall < self.min_class_recall for _, recall in recalls)
-                return (
+                return Decision(
+                    False,
                     f"class {worst[0]} recall {worst[1]:.4f} is below --min-class-recall {self.min_class_recall} "
-                    f"({failing} of {len(recalls)} classes are): not promoted, with or without a champion"
+                    f"({failing} of {len(recalls)} classes are): not promoted, with or without a champion",
+                    "below-class-recall",
+                    class_index=worst[0],
                 )
         return None
 
@@ -259,7 +292,7 @@ def decide(
     """Promote when the candidate reaches the ``policy``'s quality floor (if any) and there is no champion, or
     it beats the champion on the policy's metric by more than zero and at least ``min_delta`` on the same
     dataset digest, with no class dropping more than ``max_class_drop``. Ties never promote. Pure: no
-    storage, no clock.
+    storage, no clock. Every decision has a ``code`` (``DecisionCode``) beside its reason.
 
     When evaluate scored both on the same samples (``champion.paired``), the reason says how sure the
     comparison is (McNemar's exact test on the samples one model gets right and the other wrong, and the
@@ -267,8 +300,8 @@ def decide(
     paired test to show it.
 
     With ``policy.beat_majority_baseline``, a candidate whose ``metric`` does not beat the majority-class
-    ``baseline`` (evaluate's, on the same split; None: not measured, no check) is refused with the code
-    ``below-baseline``, even into an empty registry.
+    ``baseline`` (evaluate's, on the same split; None: not measured, no check) is refused (``below-baseline``),
+    even into an empty registry.
 
     Non-finite numbers (NaN, ±inf, or null as files store them) never decide a promotion: a candidate
     with a non-finite top1, top5 or loss is a diverged model and is refused, even into an empty registry;
@@ -281,6 +314,7 @@ def decide(
             False,
             f"the candidate's evaluation has no {metric} (its metrics.json was written before evaluate measured "
             f"it): re-run tpustream evaluate, or decide on --metric top1",
+            "missing-metric",
         )
     broken = [
         f"{name} {_shown(candidate.metric(name))}"
@@ -292,10 +326,11 @@ def decide(
             False,
             f"candidate {', '.join(broken)} is not a finite number: a diverged model is never promoted "
             "(retrain it, e.g. with a lower learning rate)",
+            "diverged",
         )
     below = floor.refusal(candidate, metric)
     if below is not None:
-        return Decision(False, below)
+        return below
     if policy.beat_majority_baseline and baseline is not None:
         trivial = _baseline_refusal(candidate.metric(metric), baseline, metric)
         if trivial is not None:
@@ -303,14 +338,17 @@ def decide(
     if champion is None:
         if floor.is_set:
             return Decision(
-                True, f"no champion yet; the candidate reaches the quality floor ({floor.described()})"
+                True,
+                f"no champion yet; the candidate reaches the quality floor ({floor.described()})",
+                "no-champion",
             )
-        return Decision(True, "no champion yet")
+        return Decision(True, "no champion yet", "no-champion")
     if champion_digest != candidate_digest:
         return Decision(
             False,
             f"champion was measured on dataset {str(champion_digest)[:12]}, the candidate on {candidate_digest[:12]}: "
             "evaluate both on the same shards (tpustream evaluate --registry)",
+            "other-dataset",
         )
     if not is_finite_number(champion.metric(metric)):
         return Decision(
@@ -318,6 +356,7 @@ def decide(
             f"champion {metric} {_shown(champion.metric(metric))} is not a finite number, so no candidate can be "
             f"said to beat it: keeping the champion; decide on another --metric (e.g. top1), or replace a "
             "broken champion by hand",
+            "champion-not-finite",
         )
     higher_better = METRICS[metric]
     mine, theirs = candidate.metric(metric), champion.metric(metric)
@@ -329,6 +368,7 @@ def decide(
             False,
             f"candidate {metric} {mine:.4f} vs champion {theirs:.4f}: "
             f"improvement {gain:+.4f} is not above 0 and at least --min-delta {min_delta}{sureness}",
+            "no-improvement",
         )
     few = ""  # drops beyond the limit on classes too small to judge: said, never decisive
     if policy.max_class_drop is not None:
@@ -347,6 +387,8 @@ def decide(
                 False,
                 f"class {worst[0]} accuracy drops by {worst[1]:.4f}, more than --max-class-drop "
                 f"{policy.max_class_drop}",
+                "class-drop",
+                class_index=worst[0],
             )
         small = [f"class {i} (n={n}) by {drop:.4f}" for i, drop, n in drops if drop > policy.max_class_drop]
         if small:
@@ -361,14 +403,16 @@ def decide(
                 False,
                 f"{beats}, but --max-p-value {max_p_value} needs both scored on the same samples and the "
                 "champion was not (evaluate with --registry scores it): keeping the champion",
+                "not-paired",
             )
         if paired.p_value > max_p_value:
             return Decision(
                 False,
                 f"{beats}, but that could be chance: {paired.described()} is above --max-p-value {max_p_value}; "
                 "evaluate on more samples, or keep the champion",
+                "not-significant",
             )
-    return Decision(True, beats + sureness + few)
+    return Decision(True, beats + sureness + few, "wins")
 
 
 def _baseline_refusal(value: float, baseline: Baseline, metric: Metric) -> Decision | None:
@@ -385,7 +429,7 @@ def _baseline_refusal(value: float, baseline: Baseline, metric: Metric) -> Decis
         f"answering {baseline.answer!r}, the train split's most frequent class): not promoted, with or "
         "without a champion; train longer or on more data, or turn the check off "
         "(--no-beat-majority-baseline, pipeline parameter beat_majority_baseline=false)",
-        code="below-baseline",
+        "below-baseline",
     )
 
 
@@ -405,7 +449,7 @@ def decide_for_metrics(
         )
     decision = _decide_for_metrics(metrics, current, policy)
     if metrics.split == "test":  # val-decided reasons read as they always have
-        return Decision(decision.promote, f"{decision.reason} (on the held-out test split)", decision.code)
+        return replace(decision, reason=f"{decision.reason} (on the held-out test split)")
     return decision
 
 
@@ -444,6 +488,7 @@ def _incomplete(metrics: EvalReport) -> Decision | None:
         f"samples{gap}, so "
         f"it cannot be promoted; find the damaged shards with `tpustream shards verify {dataset.uri or None}`, "
         "fix or re-create them, then evaluate again",
+        "incomplete",
     )
 
 
@@ -458,6 +503,7 @@ def _not_comparable(metrics: EvalReport, current: ChampionPointer | None) -> Dec
         f"{note}. Keeping champion version {current.version}: a candidate is never promoted over a champion "
         "it was not compared with. For the new class set start a new registry (promote with another "
         "--registry), or evaluate on a dataset with the champion's classes",
+        "not-compared",
     )
 
 

@@ -26,7 +26,7 @@ from tpustream.dataset.manifest import Manifest, load_manifest
 from tpustream.errors import TpustreamError
 from tpustream.metrics.scores import ScoresError, read_scores
 from tpustream.registry.history import HistoryEntry, champion_history
-from tpustream.registry.policy import DEFAULT_POLICY, Decision, PromotionPolicy, RegistryError
+from tpustream.registry.policy import DEFAULT_POLICY, DecisionCode, PromotionPolicy, RegistryError
 from tpustream.registry.store import ChampionPointer
 from tpustream.release.promote import ALREADY_CHAMPION, PromotionOutcome, preview_decision, read_champion
 from tpustream.report.facts import ReportFacts
@@ -101,11 +101,11 @@ def build_report_facts(
     manifest = load_manifest(dataset_uri)
     if outcome is None:
         decision = preview_decision(metrics, registry, policy)
-        pointer = read_champion(registry) if registry and decision.reason == ALREADY_CHAMPION else None
+        pointer = read_champion(registry) if registry and decision.code == "already-champion" else None
         if pointer is not None:  # the champion now: by this run, or earlier
             outcome = _champion_outcome(pointer, metrics, history or [])
     if outcome is not None:
-        decision = Decision(outcome.promoted, outcome.reason)
+        decision = outcome.decision
     mistakes, pictures = _mistakes(metrics_uri, metrics, dataset_uri, manifest)
     return ReportFacts(
         model_card=card,
@@ -154,15 +154,22 @@ def _champion_outcome(
     pointer: ChampionPointer, metrics: EvalReport, history: list[HistoryEntry]
 ) -> PromotionOutcome:
     """The outcome of a run whose candidate is now the champion, as ``promote`` returned it: promoted by this
-    run when the pointer moved after this evaluation (its reason from the history when given), else earlier."""
+    run when the pointer moved after this evaluation (its reason and code from the history when given; an
+    event before codes, or none: a first champion's code, else a win's), else earlier."""
     version = pointer.version
     if pointer.promoted < (metrics.created or "~"):
-        return PromotionOutcome(promoted=False, version=version, reason=ALREADY_CHAMPION)
-    reasons = [e["reason"] for e in history if e["event"] == "promoted" and e["version"] == version]
+        return PromotionOutcome(
+            promoted=False, version=version, reason=ALREADY_CHAMPION, code="already-champion"
+        )
+    promoted = [e for e in history if e["event"] == "promoted" and e["version"] == version]
+    entry = promoted[-1] if promoted else None
+    first: DecisionCode = "no-champion" if pointer.previous_version is None else "wins"
     return PromotionOutcome(
         promoted=True,
         version=version,
-        reason=str(reasons[-1] if reasons else "the champion pointer names it"),
+        reason=str(entry["reason"] if entry else "the champion pointer names it"),
+        code=(entry.get("code") or first) if entry else first,
+        class_index=entry.get("class_index") if entry else None,
         previous_version=pointer.previous_version,
     )
 

@@ -9,12 +9,10 @@ per-class rows (largest drop first) it is told with.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from tpustream.registry.policy import is_finite_number
-from tpustream.release.promote import ALREADY_CHAMPION
 from tpustream.report.facts import ReportFacts
 from tpustream.report.formatting import percent, points
 
@@ -108,9 +106,6 @@ def shown_rows(rows: list[ClassRow], limit: int) -> list[ClassRow]:
     return [row for position, row in enumerate(rows) if position < limit or row.exceeds]
 
 
-_CLASS_DROP = re.compile(r"^class (\d+) accuracy drops by")  # promotion_policy.decide's per-class refusal
-
-
 def verdict_of(facts: ReportFacts, rows: list[ClassRow]) -> Verdict:
     """The decision ``facts`` hold (the promote outcome's when there is one) as the report states it.
 
@@ -122,7 +117,9 @@ def verdict_of(facts: ReportFacts, rows: list[ClassRow]) -> Verdict:
         The verdict the page's header and the summary's first lines state.
     """
     outcome = facts.outcome
-    reason = str((outcome.reason if outcome else "") or facts.decision.reason).rstrip(".")
+    # what was decided is told by its code (and class), never by the reason's words
+    decision = outcome.decision if outcome is not None else facts.decision
+    reason = str(decision.reason or facts.decision.reason).rstrip(".")
     if outcome is not None and outcome.promoted:
         previous = outcome.previous_version
         before = f"replacing version {previous}" if previous is not None else "the registry's first champion"
@@ -131,7 +128,7 @@ def verdict_of(facts: ReportFacts, rows: list[ClassRow]) -> Verdict:
             f"Promoted as version {outcome.version}",
             f"Promoted: the candidate is now champion version {outcome.version} ({before}): {reason}.",
         )
-    if reason == ALREADY_CHAMPION:
+    if decision.code == "already-champion":
         version = outcome.version if outcome else None
         which = f" (version {version})" if version is not None else ""
         return Verdict(
@@ -141,13 +138,15 @@ def verdict_of(facts: ReportFacts, rows: list[ClassRow]) -> Verdict:
         )
     if facts.decision.promote and not facts.outcome:
         return Verdict("wins", "Candidate wins", f"The candidate wins and may be promoted: {reason}.")
-    return Verdict("refused", "Refused", f"Refused, the champion stays: {_refusal(reason, facts, rows)}.")
+    dropped = decision.class_index if decision.code == "class-drop" else None
+    refusal = _refusal(reason, dropped, facts, rows)
+    return Verdict("refused", "Refused", f"Refused, the champion stays: {refusal}.")
 
 
-def _refusal(reason: str, facts: ReportFacts, rows: list[ClassRow]) -> str:
-    """The policy's reason, with a per-class refusal told by class name and accuracies."""
-    match = _CLASS_DROP.match(reason)
-    worst = next((row for row in rows if match and row.index == int(match.group(1))), None)
+def _refusal(reason: str, dropped: int | None, facts: ReportFacts, rows: list[ClassRow]) -> str:
+    """The policy's reason, with a per-class refusal (``dropped``: the class a class-drop decision names) told by
+    class name and accuracies."""
+    worst = next((row for row in rows if dropped is not None and row.index == dropped), None)
     if worst is None or worst.drop is None or facts.policy.max_class_drop is None:
         return reason
     others = sum(1 for row in rows if row.exceeds and row is not worst)
