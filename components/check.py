@@ -27,13 +27,13 @@ def check_source(
 ) -> str:
     """Returns "train" or "skip"; `dataset` points at the content-addressed dataset of this fingerprint.
     Never cached (the pipeline turns caching off): it is the step that reads the live source.
-    ``run_outcome``: where the run's outcome is recorded (tpustream/release/outcome.py; "" none)."""
-    from tpustream.release.outcome import failure_recorded
+    ``run_outcome``: where the run's outcome is recorded (tpustream/run/outcome.py; "" none)."""
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "check-source"):
         from tpustream.dataset.fanout import config_from_pipeline
-        from tpustream.dataset.fingerprint import check_source as check
-        from tpustream.release.outcome import record_outcome
+        from tpustream.run.new_data import check_source as check
+        from tpustream.run.outcome import record_outcome
         from tpustream.storage import io as storage
 
         config = config_from_pipeline(

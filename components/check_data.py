@@ -1,8 +1,9 @@
 """Check data step: between "finalize manifest" and "train", is the dataset fit to spend a TPU run on?
 
 Duplicates, train/val leakage, empty classes, the skipped rate, and drift from the data the current champion
-trained on (tpustream/dataset/check.py). The Markdown report is the ``report`` artifact (shown in the KFP UI); an
-anomaly fails the task, naming it, unless ``data_check`` is "warn" ("off": nothing is checked).
+trained on (tpustream/run/data_gate.py over tpustream/dataset/check.py). The Markdown report is the ``report``
+artifact (shown in the KFP UI); an anomaly fails the task, naming it, unless ``data_check`` is "warn" ("off":
+nothing is checked).
 """
 
 from kfp.dsl import Dataset, Input, Markdown, Output
@@ -24,11 +25,12 @@ def check_data(
 ) -> None:
     """Write the report; raise DataCheckFailed (the task fails) on an anomaly when ``data_check`` is "fail".
     ``class_weights``: the train step's (none/auto), which the report's class-shares note names."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "check-data"):
-        from tpustream.dataset.check import DataCheckFailed, DataCheckThresholds, check_for_pipeline
-        from tpustream.release.outcome import record_outcome
+        from tpustream.dataset.check import DataCheckThresholds
+        from tpustream.run.data_gate import DataCheckFailed, check_for_pipeline
+        from tpustream.run.outcome import record_outcome
 
         thresholds = DataCheckThresholds(
             max_duplicate_fraction=max_duplicate_fraction,

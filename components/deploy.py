@@ -31,11 +31,11 @@ def deploy_model(
 ) -> str:
     """Returns the outcome line. Without ``endpoint``, or without a Vertex model (promote published none),
     nothing is deployed and ``vertex_endpoint`` carries no resourceName."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "deploy-model"):
         from tpustream.release.deploy import deploy
-        from tpustream.release.outcome import read_outcome, record_outcome
+        from tpustream.run.outcome import read_outcome, record_outcome
 
         model = vertex_model.metadata.get("resourceName", "")
         if not endpoint or not model:

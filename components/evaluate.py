@@ -32,16 +32,16 @@ def evaluate_model(
     < 0: no quality floor; ``max_p_value`` < 0: no significance required; ``beat_majority_baseline``: refuse a
     candidate that does not beat the majority-class baseline; ``min_class_support``: a class with fewer samples
     on the deciding split cannot refuse the candidate by its drop."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "evaluate-model"):
         import logging
 
         from tpustream.registry.policy import PromotionPolicy
-        from tpustream.release.outcome import record_outcome
         from tpustream.release.promote import decide_and_log_refusal, preview_decision
         from tpustream.report.build import write_run_report
         from tpustream.report.facts import shows_top5
+        from tpustream.run.outcome import record_outcome
         from tpustream.train.evaluate import evaluate
 
         policy = PromotionPolicy.from_pipeline(

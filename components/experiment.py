@@ -11,7 +11,7 @@ def join_experiment(
     experiment: str, project: str = "", location: str = "", pipeline_job_id: str = "", run_outcome: str = ""
 ) -> str:
     """Returns the experiment's metadata context ("" when ``experiment`` is "")."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "join-experiment"):
         from tpustream.vertex.experiments import join_experiment as join

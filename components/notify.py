@@ -1,6 +1,6 @@
 """Notify step: the DAG's exit task (it runs however the run ended) POSTs the run's state and outcome to a
 webhook. KFP gives an exit task no other task's outputs, so it reads what the steps recorded at
-``run_outcome`` (tpustream/release/outcome.py: the decision, and the task that failed with its error line);
+``run_outcome`` (tpustream/run/outcome.py: the decision, and the task that failed with its error line);
 ``status`` is filled in by the runner (Vertex, kfp.local), ``run`` is the run's name (on Vertex its job ID,
 on kfp.local its run directory's: pipelines/training.py)."""
 
@@ -13,8 +13,8 @@ def notify_webhook(
     """Nothing without ``webhook``. Never fails: a receiver that is down is logged, not raised."""
     import logging
 
-    from tpustream.release.notify import post_webhook, redact_url, webhook_body
-    from tpustream.release.outcome import read_failures, read_outcome
+    from tpustream.run.notify import post_webhook, redact_url, webhook_body
+    from tpustream.run.outcome import read_failures, read_outcome
 
     body = webhook_body(
         pipeline=pipeline,

@@ -45,16 +45,16 @@ def promote_model(
     < 0: no quality floor; ``max_p_value`` < 0: no significance required; ``beat_majority_baseline``: refuse a
     candidate that does not beat the majority-class baseline; ``min_class_support``: a class with fewer samples
     on the deciding split cannot refuse the candidate by its drop."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "promote-model"):
         import logging
 
         from tpustream.artifacts import EvalReport
         from tpustream.registry.policy import PromotionPolicy
-        from tpustream.release.outcome import record_outcome
         from tpustream.release.promote import promote
         from tpustream.report.build import write_run_report
+        from tpustream.run.outcome import record_outcome
         from tpustream.serve.validate import require_validated
         from tpustream.vertex.model_registry import target_from_env
 

@@ -23,7 +23,7 @@ def plan_shards(
     run_outcome: str = "",
 ) -> list:
     """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "plan-shards"):
         from tpustream.dataset.fanout import config_from_pipeline, shard_ranges
@@ -60,7 +60,7 @@ def write_shards(
     run_outcome: str = "",
 ) -> int:
     """Write one range of the planned shards into the planned dataset location (resumable)."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, f"write-shards-{int(shard_range[0])}-{int(shard_range[1])}"):
         from tpustream.dataset.fanout import config_from_pipeline, write_shard_range
@@ -98,7 +98,7 @@ def finalize_shards(
     run_outcome: str = "",
 ) -> None:
     """Write manifest.json once every shard exists; the output artifact points at the dataset."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "finalize-shards"):
         from tpustream.dataset.fanout import config_from_pipeline, finalize_dataset

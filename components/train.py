@@ -43,7 +43,7 @@ def train_model(
     host write executor_output.json (it skips only non-chief CLUSTER_SPEC replicas,
     kfp/dsl/executor.py), so the other hosts leave with exit 0 once process 0 has committed the model.
     """
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "train-model"):
         from tpustream.train.config import TrainConfig

@@ -17,7 +17,7 @@ def validate_serving(
     run_outcome: str = "",
 ) -> str:
     """Returns the summary line; raises (failing the step) when the candidate fails a check."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "validate-serving"):
         from tpustream.serve.validate import validate_serving as validate

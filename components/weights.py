@@ -9,7 +9,7 @@ def resolve_weights(pretrained: str, model_name: str, pipeline_root: str, run_ou
     """Fetch a torchvision weights name into the cache and check its hash, or check a weights file URI
     exists; return the SPEC for the train step ("" = random weights: ``pretrained`` empty, or "DEFAULT" for
     a model without published weights)."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     with failure_recorded(run_outcome, "resolve-weights"):
         from tpustream.train.pretrained import resolve_ahead

@@ -2,7 +2,7 @@
 
 Email is Vertex's own (GCPC's ``VertexNotificationEmailOp`` in an exit handler, pipelines/training.py: Vertex
 sends the run's state and a link); the webhook is ours: one JSON POST with the run's name and state, what it
-decided (tpustream/release/outcome.py), the task that failed and its error line (what the steps recorded:
+decided (tpustream/run/outcome.py), the task that failed and its error line (what the steps recorded:
 neither runner's final status says), the run report's URI and the console link. The body carries ``text``, the whole
 story in one line, so that a Slack incoming webhook posts it as is; other receivers read the fields.
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TypedDict
 
 from tpustream.errors import ConfigError
-from tpustream.release.outcome import RunFailure, RunOutcome
+from tpustream.run.outcome import RunFailure, RunOutcome
 
 __all__ = [
     "EMAIL_DOC",
