@@ -215,8 +215,8 @@ def test_packages_import_only_down_the_layer_order() -> None:
 
 
 def test_the_layer_order_follows_the_data_flow() -> None:
-    # source -> shards -> loader -> model, then the registry a trained model is compared with and released
-    # into, then the gates of the run around all of it: the order may gain rooms, not swap these
+    # source -> shards -> loader -> model; then the registry, which training warm-starts from and evaluates
+    # against and a release writes; then the run's gates around all of it: the order may gain rooms, not swap these
     flow = ("sources", "dataset", "loader", "models", "registry", "train", "release", "run", "components")
     assert [unit for unit in LAYERS if unit in flow] == list(flow)
     assert max(map(LAYERS.index, DATA_ROOMS)) < min(map(LAYERS.index, MODEL_ROOMS))
