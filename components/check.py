@@ -27,7 +27,7 @@ def check_source(
 ) -> str:
     """Returns "train" or "skip"; `dataset` points at the content-addressed dataset of this fingerprint.
     Never cached (the pipeline turns caching off): it is the step that reads the live source.
-    ``run_outcome``: where the run's outcome is recorded (tpustream/release/outcome.py; "" none)."""
+    ``run_outcome``: where the run's outcome is recorded (tpustream/run/outcome.py; "" none)."""
     from tpustream.launchers.check import launch_check_source
 
     return launch_check_source(

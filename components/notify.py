@@ -1,6 +1,6 @@
 """Notify step: the DAG's exit task (it runs however the run ended) POSTs the run's state and outcome to a
 webhook. KFP gives an exit task no other task's outputs, so it reads what the steps recorded at
-``run_outcome`` (tpustream/release/outcome.py: the decision, and the task that failed with its error line);
+``run_outcome`` (tpustream/run/outcome.py: the decision, and the task that failed with its error line);
 ``status`` is filled in by the runner (Vertex, kfp.local), ``run`` is the run's name (on Vertex its job ID,
 on kfp.local its run directory's: pipelines/training.py)."""
 

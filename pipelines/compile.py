@@ -9,7 +9,7 @@ from tpustream.errors import ConfigError
 from tpustream.pipelines.steps import StepResources, check_image
 from tpustream.pipelines.tpu import Capacity
 from tpustream.pipelines.training import build_pipeline
-from tpustream.release.notify import check_emails, check_webhook
+from tpustream.run.notify import check_emails, check_webhook
 
 log = logging.getLogger(__name__)
 

@@ -108,7 +108,7 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     assert tasks["promote-model"]["inputs"]["artifacts"]["validation"]["taskOutputArtifact"] == {
         "outputArtifactKey": "validation", "producerTask": "validate-serving"}  # fmt: skip
     # No task is ever served from KFP's cache: the source URI never changes between scheduled runs,
-    # and whether there is new data is the check step's fingerprint's decision (tpustream/dataset/fingerprint.py).
+    # and whether there is new data is the check step's fingerprint's decision (tpustream/run/new_data.py).
     assert all(t.get("cachingOptions", {}).get("enableCache") is not True for t in tasks.values())
     assert all(t["cachingOptions"] == {} for t in tasks.values() if "componentRef" in t and
                not t["componentRef"]["name"].startswith(("comp-condition", "comp-for-loop", "comp-exit-handler")))  # fmt: skip

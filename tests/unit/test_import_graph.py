@@ -26,7 +26,9 @@ BENCH = f"{PACKAGE}.bench"
 BENCH_BOUNDARY = f"{PACKAGE}.cli.bench"  # the `tpustream bench` commands
 DEV_BOUNDARY = f"{PACKAGE}.cli.dev"  # the `tpustream dev` commands (the loopback GCS server)
 # The layer order, lowest first: a package (or shared leaf module) imports only itself and those before it, so
-# each can be read, tested and changed knowing only what sits below it. docs/ARCHITECTURE.md explains each room.
+# each can be read, tested and changed knowing only what sits below it. It follows the data flow: the rooms that
+# make the data (sources, dataset, loader, models) know no champion; the registry sits above them and below what
+# reads a model from it; the run's gates sit above the steps they gate. docs/ARCHITECTURE.md explains each room.
 LAYERS = (
     "errors",  # the error types every layer raises
     "storage",  # local paths and gs:// URIs
@@ -35,21 +37,25 @@ LAYERS = (
     "image",  # decode, resize, augment
     "metrics",  # loss/accuracy, per-sample scores, classification metrics, the paired test
     "sources",  # every SOURCE form behind one dispatch
-    "registry",  # the champion pointer, the promotion policy, its history
-    "dataset",  # shard plan, writers, tar reading, manifest, data check, fingerprint
+    "dataset",  # shard plan, writers, tar reading, manifest, data check, a source's fingerprint
     "loader",  # ShardLoader and its workers
     "data",  # the deprecated ``tpustream.data`` path to the loader
     "models",  # the model zoo (its input sizes come from the loader's rule)
+    "registry",  # the champion pointer, the promotion policy, its history (train warm-starts from the champion)
     "train",  # the trainer, checkpoints, warm starts, pretrained weights, evaluation
     "serve",  # the model server, its contract, serving validation, batch predict
     "vertex",  # Vertex AI Model Registry, batch prediction, experiments
-    "release",  # promote, deploy, the run's outcome and its notification
+    "release",  # promote and deploy
+    "run",  # the pipeline run's gates: nothing-new skip, data-check gate, the run's outcome, its notification
     "report",  # the run report
     "launchers",  # each KFP component's body: its parameters and artifacts mapped onto tpustream
     "components",  # the KFP components
     "pipelines",  # the KFP pipelines, preflight, submit
     "cli",  # the ``tpustream`` command
 )
+# The rooms that make the data, and what they must never ask: whether a champion exists, or what a run decided.
+DATA_ROOMS = ("sources", "dataset", "loader", "data", "models")
+MODEL_ROOMS = ("registry", "release", "run")
 
 
 def _module_name(path: Path) -> str:
@@ -209,6 +215,26 @@ def test_every_package_has_its_place_in_the_layer_order() -> None:
 
 def test_packages_import_only_down_the_layer_order() -> None:
     assert layer_violations(import_graph(), LAYERS) == []
+
+
+def test_the_layer_order_follows_the_data_flow() -> None:
+    # source -> shards -> loader -> model; then the registry, which training warm-starts from and evaluates
+    # against and a release writes; then the run's gates around all of it: the order may gain rooms, not swap these
+    flow = ("sources", "dataset", "loader", "models", "registry", "train", "release", "run", "components")
+    assert [unit for unit in LAYERS if unit in flow] == list(flow)
+    assert max(map(LAYERS.index, DATA_ROOMS)) < min(map(LAYERS.index, MODEL_ROOMS))
+
+
+def test_the_rooms_that_make_the_data_do_not_ask_the_registry_or_the_run() -> None:
+    graph = import_graph()
+    asking = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if _unit(module) in DATA_ROOMS
+        for target in targets
+        if _unit(target) in MODEL_ROOMS
+    )
+    assert asking == [], "the gate that asks belongs in tpustream/run/, not in the room that makes the data"
 
 
 def test_layer_violations_names_an_import_up_the_order() -> None:

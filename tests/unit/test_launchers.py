@@ -24,7 +24,7 @@ from tpustream.launchers.train import _record_card, launch_train
 from tpustream.launchers.validate_serving import launch_validate_serving
 from tpustream.launchers.weights import launch_resolve_weights
 from tpustream.release.deploy import DeployOutcome
-from tpustream.release.outcome import read_failures, read_outcome, record_outcome
+from tpustream.run.outcome import read_failures, read_outcome, record_outcome
 
 # The shard parameters as the pipeline passes them (its stand-ins: 0 shards = auto, val_fraction -1 = the source's
 # own split, max_side 0 = keep the size); the image folder has no split of its own, so a fraction is given.

@@ -1,4 +1,4 @@
-"""Who hears how a run ended (tpustream/release/notify.py): recipients and webhook URLs checked up front, the JSON a
+"""Who hears how a run ended (tpustream/run/notify.py): recipients and webhook URLs checked up front, the JSON a
 webhook gets, and its POST to a receiver on loopback (tests/fakes/webhook_receiver.py stands in for Slack, Google
 Chat and the like): a receiver that is down or refuses never fails the run, and its secret is never logged."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream.errors import ConfigError
-from tpustream.release.notify import (
+from tpustream.run.notify import (
     check_emails,
     check_webhook,
     console_link,
@@ -16,7 +16,7 @@ from tpustream.release.notify import (
     redact_url,
     webhook_body,
 )
-from tpustream.release.outcome import RunFailure, RunOutcome
+from tpustream.run.outcome import RunFailure, RunOutcome
 
 JOB = "projects/123/locations/europe-west4/pipelineJobs/tpustream-training-20261128"
 
@@ -127,7 +127,7 @@ def test_a_receiver_that_refuses_or_is_down_never_fails_the_run_nor_leaks_the_to
 
 def test_the_body_shows_the_candidate_beside_the_majority_class_baseline(tmp_path):
     from tpustream.artifacts import EvalReport
-    from tpustream.release.outcome import read_outcome, record_outcome
+    from tpustream.run.outcome import read_outcome, record_outcome
 
     evaluation = EvalReport.from_json(
         {

@@ -174,7 +174,7 @@ def pipeline_compile(
     from tpustream.pipelines.compile import compile_pipeline
     from tpustream.pipelines.steps import StepResources
     from tpustream.pipelines.tpu import Capacity, capacity_kind
-    from tpustream.release.notify import check_emails, redact_url
+    from tpustream.run.notify import check_emails, redact_url
 
     plan = Capacity(kind=capacity_kind(capacity), timeout=timeout)
     sizes = StepResources(cpu=step_cpu, memory=step_memory, eval_cpu=eval_cpu, eval_memory=eval_memory)
@@ -427,7 +427,7 @@ def pipeline_run_local(
     chosen to train the bundled digits here in about a minute."""
     from tpustream.pipelines.local import PipelineFailed, run_local
     from tpustream.registry.store import champion_status, version_uri
-    from tpustream.release.notify import check_webhook
+    from tpustream.run.notify import check_webhook
     from tpustream.sources.dispatch import open_source
 
     parameters = local_parameters(

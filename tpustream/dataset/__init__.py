@@ -11,9 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tpustream.dataset.check import DataCheckFailed, check_dataset
+    from tpustream.dataset.check import check_dataset
     from tpustream.dataset.check_result import DataCheckReport
-    from tpustream.dataset.fingerprint import check_source
     from tpustream.dataset.manifest import ShardError, load_manifest, read_manifest, verify_shards
     from tpustream.dataset.plan import DatasetPlan, ShardConfig, plan_dataset
     from tpustream.dataset.write import CreateSummary, create_shards
@@ -30,8 +29,6 @@ _HOMES = {
     "ShardError": "manifest",
     "check_dataset": "check",
     "DataCheckReport": "check_result",
-    "DataCheckFailed": "check",
-    "check_source": "fingerprint",
 }
 __all__ = [
     "DatasetPlan",
@@ -43,10 +40,8 @@ __all__ = [
     "load_manifest",
     "read_manifest",
     "verify_shards",
-    "DataCheckFailed",
     "DataCheckReport",
     "check_dataset",
-    "check_source",
 ]
 
 

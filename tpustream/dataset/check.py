@@ -19,9 +19,10 @@ form and is reported, logged and printed, but never fails the check. Datasets wr
 before the sample index existed are checked on what their manifest holds, and the report says the hash
 checks were skipped. Torch-free: the pipeline's "check data" step runs it on a CPU machine.
 
-This module owns the checks of the dataset itself, their limits and the pipeline's step; the baseline side
-(the champion's data, what moved since) is ``dataset.check_baseline``, the report object and the shapes of its
-facts ``dataset.check_result``, its Markdown ``dataset.check_report``.
+This module owns the checks of the dataset itself and their limits; what moved since a baseline is
+``dataset.check_baseline``, the report object and the shapes of its facts ``dataset.check_result``, its Markdown
+``dataset.check_report``. The pipeline's step (the champion's data as the baseline, an anomaly stopping the run)
+is the run's gate, ``run.data_gate``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import logging
 from dataclasses import dataclass, field
 
 from tpustream.artifacts import Manifest
-from tpustream.dataset.check_baseline import baseline_checks, champion_baseline, skipped_rate
+from tpustream.dataset.check_baseline import baseline_checks, skipped_rate
 from tpustream.dataset.check_report import percents
 from tpustream.dataset.check_result import (
     ANOMALY_CODES,
@@ -46,30 +47,20 @@ from tpustream.dataset.check_result import (
     TinyClass,
 )
 from tpustream.dataset.manifest import iter_sample_index, load_manifest, manifest_digest
-from tpustream.errors import ConfigError, TpustreamError
+from tpustream.errors import ConfigError
 from tpustream.storage import io as storage
 
 __all__ = [
-    "DATA_CHECK_MODES",
-    "DataCheckFailed",
     "DataCheckThresholds",
     "check_dataset",
-    "check_for_pipeline",
 ]
 
 log = logging.getLogger(__name__)
-
-DATA_CHECK_MODES = ("fail", "warn", "off")  # the pipeline's data_check parameter
-
 
 # Train images of the largest class per image of the smallest. Past 3x, an unweighted loss is mostly the
 # large classes' and the small ones' recall suffers: the report says so and names the trainer's remedy
 # (--class-weights auto); a note, never a finding: many real datasets are imbalanced on purpose.
 IMBALANCE_RATIO = 3.0
-
-
-class DataCheckFailed(TpustreamError, RuntimeError):
-    """The data check found anomalies and the run was asked to stop on them (``data_check=fail``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -445,48 +436,3 @@ def _leak_examples(
                 example[split] = hashes[split].sources(h)[:max_examples]
         examples.append(example)
     return examples
-
-
-# --------------------------------------------------------------------------- the pipeline's step
-
-
-def check_for_pipeline(
-    dataset: str,
-    *,
-    registry: str,
-    mode: str,
-    thresholds: DataCheckThresholds,
-    report_path: str,
-    report_uri: str = "",
-    class_weights: str | None = None,
-) -> DataCheckReport | None:
-    """The pipeline's "check data" step: check ``dataset`` against the champion's training data, write the
-    Markdown report to ``report_path``, log each anomaly; raise DataCheckFailed on any when ``mode`` is
-    "fail" ("warn": only log them; "off": check nothing). ``class_weights``: the train step's, which the
-    class-balance note names."""
-    if mode not in DATA_CHECK_MODES:
-        raise ConfigError(f"data_check {mode!r} is not one of {', '.join(DATA_CHECK_MODES)}")
-    if mode == "off":
-        storage.write_bytes(
-            report_path, f"# Data check: `{dataset}`\n\nNot checked: the run set `data_check=off`.\n".encode()
-        )
-        log.warning("data check off (data_check=off): %s goes to training unchecked", dataset)
-        return None
-    baseline, note = champion_baseline(registry) if registry else (None, "no registry given")
-    log.info("data check of %s; baseline: %s (%s)", dataset, baseline or "none", note)
-    report = check_dataset(dataset, baseline, thresholds, baseline_note=note, class_weights=class_weights)
-    storage.write_bytes(report_path, report.to_markdown().encode(), content_type="text/markdown")
-    for line in report.notes:
-        if line.startswith("class shares:"):
-            log.info("data check: %s", line)
-    for anomaly in report.anomalies:
-        log.warning("data check anomaly %s: %s", anomaly.code, anomaly.reason)
-    for warning in report.warnings:
-        log.warning("data check warning %s: %s", warning.code, warning.reason)
-    if report.anomalies and mode == "fail":
-        raise DataCheckFailed(report.failure_line(report_uri))
-    if report.anomalies:
-        log.warning("data_check=warn: training on %s despite %d anomalies", dataset, len(report.anomalies))
-    else:
-        log.info("data check passed: %s", dataset)
-    return report

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tpustream.release.outcome import failure_recorded
+from tpustream.run.outcome import failure_recorded
 
 if TYPE_CHECKING:
     from kfp.dsl import Dataset
@@ -39,8 +39,8 @@ def launch_check_source(
     returns "train" or "skip"."""
     with failure_recorded(run_outcome, "check-source"):
         from tpustream.dataset.fanout import config_from_pipeline
-        from tpustream.dataset.fingerprint import check_source
-        from tpustream.release.outcome import record_outcome
+        from tpustream.run.new_data import check_source
+        from tpustream.run.outcome import record_outcome
         from tpustream.storage import io as storage
 
         config = config_from_pipeline(

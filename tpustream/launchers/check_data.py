@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tpustream.release.outcome import failure_recorded
+from tpustream.run.outcome import failure_recorded
 
 if TYPE_CHECKING:
     from kfp.dsl import Dataset, Markdown
@@ -30,8 +30,9 @@ def launch_check_data(
     """Check ``dataset``, write the Markdown ``report`` and name the anomalies and warnings in its metadata;
     an anomaly under ``data_check`` "fail" is recorded as the run's outcome and raised (DataCheckFailed)."""
     with failure_recorded(run_outcome, "check-data"):
-        from tpustream.dataset.check import DataCheckFailed, DataCheckThresholds, check_for_pipeline
-        from tpustream.release.outcome import record_outcome
+        from tpustream.dataset.check import DataCheckThresholds
+        from tpustream.run.data_gate import DataCheckFailed, check_for_pipeline
+        from tpustream.run.outcome import record_outcome
 
         thresholds = DataCheckThresholds(
             max_duplicate_fraction=max_duplicate_fraction,

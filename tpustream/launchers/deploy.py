@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tpustream.release.outcome import failure_recorded
+from tpustream.run.outcome import failure_recorded
 
 if TYPE_CHECKING:
     from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint, VertexModel
@@ -30,7 +30,7 @@ def launch_deploy(
     without an endpoint or a Vertex model)."""
     with failure_recorded(run_outcome, "deploy-model"):
         from tpustream.release.deploy import deploy
-        from tpustream.release.outcome import read_outcome, record_outcome
+        from tpustream.run.outcome import read_outcome, record_outcome
 
         model = vertex_model.metadata.get("resourceName", "")
         if not endpoint or not model:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tpustream.release.outcome import failure_recorded
+from tpustream.run.outcome import failure_recorded
 
 if TYPE_CHECKING:
     from kfp.dsl import HTML, ClassificationMetrics, Dataset, Markdown, Metrics, Model
@@ -40,10 +40,10 @@ def launch_evaluate(
 
         from tpustream.metrics.label_issues import LABEL_ISSUES_NAME, read_label_issues
         from tpustream.registry.policy import PromotionPolicy
-        from tpustream.release.outcome import record_outcome
         from tpustream.release.promote import decide_and_log_refusal, preview_decision
         from tpustream.report.build import write_run_report
         from tpustream.report.facts import shows_top5
+        from tpustream.run.outcome import record_outcome
         from tpustream.storage import io as storage
         from tpustream.train.evaluate import evaluate
 

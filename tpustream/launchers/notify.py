@@ -18,8 +18,8 @@ def launch_notify_webhook(
     the failures."""
     import logging
 
-    from tpustream.release.notify import post_webhook, redact_url, webhook_body
-    from tpustream.release.outcome import read_failures, read_outcome
+    from tpustream.run.notify import post_webhook, redact_url, webhook_body
+    from tpustream.run.outcome import read_failures, read_outcome
 
     body = webhook_body(
         pipeline=pipeline,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tpustream.release.outcome import failure_recorded
+from tpustream.run.outcome import failure_recorded
 
 if TYPE_CHECKING:
     from google_cloud_pipeline_components.types.artifact_types import VertexModel
@@ -45,9 +45,9 @@ def launch_promote(
 
         from tpustream.artifacts import EvalReport
         from tpustream.registry.policy import PromotionPolicy
-        from tpustream.release.outcome import record_outcome
         from tpustream.release.promote import promote
         from tpustream.report.build import write_run_report
+        from tpustream.run.outcome import record_outcome
         from tpustream.serve.validate import require_validated
         from tpustream.vertex.model_registry import target_from_env
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tpustream.release.outcome import failure_recorded
+from tpustream.run.outcome import failure_recorded
 
 if TYPE_CHECKING:
     from kfp.dsl import Dataset, Metrics, Model

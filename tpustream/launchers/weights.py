@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpustream.release.outcome import failure_recorded
+from tpustream.run.outcome import failure_recorded
 
 __all__ = ["launch_resolve_weights"]
 

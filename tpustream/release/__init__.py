@@ -1,5 +1,5 @@
-"""Releasing a model: ``promote`` (champion/challenger, atomic), ``deploy`` (canary and rollback), ``outcome`` what a
-run ended with, ``notify`` telling people.
+"""Releasing a model: ``promote`` (champion/challenger, atomic), ``deploy`` (canary and rollback), ``canary`` the
+split's arithmetic and record.
 
 The names below are the package's public API, imported on first use so that importing the package loads nothing
 heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tpustream.release.canary import CanaryRecord
     from tpustream.release.deploy import DeployError, DeployOutcome, rollback
-    from tpustream.release.outcome import RunOutcome, record_outcome
     from tpustream.release.promote import PromotionOutcome, preview_decision
 
 _HOMES = {
@@ -23,8 +22,6 @@ _HOMES = {
     "DeployError": "deploy",
     "CanaryRecord": "canary",
     "DeployOutcome": "deploy",
-    "RunOutcome": "outcome",
-    "record_outcome": "outcome",
 }
 __all__ = [
     "PromotionOutcome",
@@ -33,8 +30,6 @@ __all__ = [
     "DeployError",
     "DeployOutcome",
     "rollback",
-    "RunOutcome",
-    "record_outcome",
 ]
 
 

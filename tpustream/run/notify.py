@@ -2,7 +2,7 @@
 
 Email is Vertex's own (GCPC's ``VertexNotificationEmailOp`` in an exit handler, pipelines/training.py: Vertex
 sends the run's state and a link); the webhook is ours: one JSON POST with the run's name and state, what it
-decided (tpustream/release/outcome.py: the run's ``decision`` and, once a candidate was decided on, the
+decided (tpustream/run/outcome.py: the run's ``decision`` and, once a candidate was decided on, the
 promotion decision's ``code`` and ``class_index``, which a receiver branches on; ``reason`` is for people), the task that failed and its error line (what the steps recorded:
 neither runner's final status says), the run report's URI and the console link. The body carries ``text``, the whole
 story in one line, so that a Slack incoming webhook posts it as is; other receivers read the fields.
@@ -25,7 +25,7 @@ from typing import TypedDict
 
 from tpustream.errors import ConfigError
 from tpustream.registry.policy import DecisionCode
-from tpustream.release.outcome import RunFailure, RunOutcome
+from tpustream.run.outcome import RunFailure, RunOutcome
 
 __all__ = [
     "EMAIL_DOC",
