@@ -37,7 +37,7 @@ LAYERS = (
     "dataset",  # shard plan, writers, tar reading, manifest, data check, fingerprint
     "loader",  # ShardLoader and its workers
     "data",  # the deprecated ``tpustream.data`` path to the loader
-    "models",  # the model zoo (its input sizes come from the loader's rule)
+    "models",  # the model zoo (its input sizes come from the dataset's rule)
     "train",  # the trainer, checkpoints, warm starts, pretrained weights, evaluation
     "serve",  # the model server, its contract, serving validation, batch predict
     "vertex",  # Vertex AI Model Registry, batch prediction, experiments

@@ -13,7 +13,7 @@ from torch import nn
 
 from tpustream.artifacts import Manifest, SizeSummary, Split, SplitStats
 from tpustream.cli.main import app
-from tpustream.loader.shard_loader import default_input_size, input_size_rule
+from tpustream.dataset.input_size import default_input_size, input_size_rule
 from tpustream.models import (
     MODEL_NAMES,
     MODEL_SPECS,

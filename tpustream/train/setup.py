@@ -94,7 +94,7 @@ def resolve_input_size(config: TrainConfig, dataset: str, manifest: Manifest) ->
     side; and how it was chosen."""
     if config.input_size:
         return config.input_size, f"--input-size {config.input_size}"
-    from tpustream.loader.config import default_input_size
+    from tpustream.dataset.input_size import default_input_size
 
     return default_input_size(dataset, manifest, model_spec(config.model).input_size)
 
