@@ -47,8 +47,14 @@ def _imports(node: ast.AST, types: bool) -> list[ast.Import | ast.ImportFrom]:
     return [found for child in children for found in _imports(child, types)]
 
 
-def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
-    """The dotted names ``node`` imports: a module, or a name inside one (the caller resolves which)."""
+def _imported(
+    node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules: set[str]
+) -> list[str]:
+    """The dotted names ``node`` imports: a module, or a name inside one (the caller resolves which).
+
+    ``from pkg import mod`` names the submodule only, as ``import pkg.mod`` would: the package's ``__init__``
+    runs first either way, and counting it would make every lazy package front part of its modules' circles.
+    """
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     base = node.module or ""
@@ -56,7 +62,8 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) 
         anchor = module.split(".") if is_package else module.split(".")[:-1]
         anchor = anchor[: len(anchor) - (node.level - 1)]
         base = ".".join([*anchor, base] if base else anchor)
-    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    names = [f"{base}.{alias.name}" for alias in node.names]
+    return names if all(name in modules for name in names) else [base, *names]
 
 
 def import_graph(types: bool) -> dict[str, set[str]]:
@@ -71,7 +78,7 @@ def import_graph(types: bool) -> dict[str, set[str]]:
     for module, path in paths.items():
         targets: set[str] = set()
         for node in _imports(ast.parse(path.read_text(), filename=str(path)), types):
-            for name in _imported(node, module, path.name == "__init__.py"):
+            for name in _imported(node, module, path.name == "__init__.py", set(paths)):
                 while name and name not in paths:  # ``from x import y``: y is a name in x or the module x.y
                     name = name.rpartition(".")[0]
                 if name and name not in (module, PACKAGE):

@@ -14,7 +14,7 @@ from tpustream.dataset.manifest import manifest_digest
 from tpustream.storage import io as storage
 
 if TYPE_CHECKING:
-    from tpustream.dataset.check import DataCheckThresholds
+    from tpustream.dataset.check_thresholds import DataCheckThresholds
 
 __all__ = ["baseline_checks", "champion_baseline", "class_images", "shares", "skipped_rate"]
 

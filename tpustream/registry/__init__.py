@@ -11,9 +11,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tpustream.registry.errors import RegistryError
     from tpustream.registry.events import list_events
     from tpustream.registry.history import HistoryEntry, champion_history
-    from tpustream.registry.policy import Decision, PromotionPolicy, QualityFloor, RegistryError, decide
+    from tpustream.registry.policy import Decision, PromotionPolicy, QualityFloor, decide
     from tpustream.registry.store import ChampionPointer, list_versions, read_champion, version_uri
 
 _HOMES = {
@@ -25,7 +26,7 @@ _HOMES = {
     "Decision": "policy",
     "PromotionPolicy": "policy",
     "QualityFloor": "policy",
-    "RegistryError": "policy",
+    "RegistryError": "errors",
     "decide": "policy",
     "champion_history": "history",
     "HistoryEntry": "history",

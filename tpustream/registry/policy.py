@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, get_args
 
 from tpustream.artifacts import Baseline, EvalReport, Evaluation
-from tpustream.errors import TpustreamError
 from tpustream.metrics.paired_test import PairedTest
+from tpustream.registry.errors import RegistryError
 
 if TYPE_CHECKING:
     from tpustream.registry.store import ChampionPointer
@@ -27,7 +27,7 @@ __all__ = [
     "DecisionCode",
     "PromotionPolicy",
     "QualityFloor",
-    "RegistryError",
+    "RegistryError",  # defined in registry/errors.py (store raises it too); the policy's checks raise it
     "decide",
     "decide_for_metrics",
     "champion_to_compare",
@@ -47,10 +47,6 @@ METRICS: dict[Metric, bool] = {
 }
 # every evaluation has these; a diverged model has a non-finite one
 _ALWAYS = ("top1", "top5", "loss")
-
-
-class RegistryError(TpustreamError, ValueError):
-    """The registry or the inputs to a promotion are unusable; the message says what and the repair."""
 
 
 # What a reader may branch on (codes are added as readers need them; the others are None for now).
