@@ -1,8 +1,8 @@
 """The import circles between tpustream's modules: the strongly connected components of the module import
 graph, read from the source with ``ast`` (no import, no torch).
 
-    .venv/bin/python tools/import_circles.py            # circles of imports that run (function-level included)
-    .venv/bin/python tools/import_circles.py --types    # also counting imports under ``if TYPE_CHECKING:``
+    .venv/bin/python tools/import_circles.py          # circles of imports that run (in functions too)
+    .venv/bin/python tools/import_circles.py --types  # also counting imports under ``if TYPE_CHECKING:``
 
 An import inside a function counts (it runs, later); one under ``if TYPE_CHECKING:`` does not, unless
 ``--types``: it never runs, and naming a type back is what TYPE_CHECKING is for. A circle that shows only with
@@ -67,7 +67,7 @@ def _imported(
 
 
 def import_graph(types: bool) -> dict[str, set[str]]:
-    """Each module of the package -> the package's modules it imports (through the components/pipelines links)."""
+    """Each module of the package -> the package's modules it imports (components/, pipelines/ through links)."""
     paths = {
         _module_name(Path(folder, name)): Path(folder, name)
         for folder, _, names in os.walk(ROOT, followlinks=True)

@@ -26,7 +26,7 @@ from tpustream.models import (
     sgd_momentum,
 )
 from tpustream.train.config import TrainConfig
-from tpustream.train.setup import resolve_input_size
+from tpustream.train.run_inputs import resolve_input_size
 
 SMALL, LARGE = 32, SMALL_INPUT_MAX  # the largest large input kept small: ResNet-101 on a CPU
 
