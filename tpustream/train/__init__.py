@@ -1,9 +1,9 @@
-"""Training: ``config`` (``TrainConfig``, ``TrainError``), ``trainer`` (the driver: the epoch loop, its checkpoints
-and preemption stop), ``run_inputs`` (the run's inputs, before its first step), ``run_start`` (resume or warm
-start), ``optimizer`` (LR schedule, fine-tuning groups), ``step`` (the compiled step, validation), ``records`` (state, epoch records,
-TensorBoard), ``model_artifact``, ``checkpoint``, ``preemption``, ``warm_start``, ``pretrained`` weights (resolved
-and cached) and ``pretrained_load`` (loaded into the backbone), ``compile_cache`` and ``evaluate`` (a model on the
-evaluation shards).
+"""Training: ``config`` (``TrainConfig``, ``TrainError``), ``trainer`` (the driver: the epoch loop, its
+checkpoints and preemption stop), ``run_inputs`` (the run's inputs, before its first step), ``run_start``
+(resume or warm start), ``optimizer`` (LR schedule, fine-tuning groups), ``step`` (the compiled step,
+validation), ``records`` (state, epoch records, TensorBoard), ``model_artifact``, ``checkpoint``,
+``preemption``, ``warm_start``, ``pretrained`` weights (resolved and cached) and ``pretrained_load`` (loaded
+into the backbone), ``compile_cache`` and ``evaluate`` (a model on the evaluation shards).
 
 The names below are the package's public API, imported on first use so that importing the package loads nothing
 heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
