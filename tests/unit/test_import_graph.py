@@ -26,6 +26,7 @@ DEV_BOUNDARY = f"{PACKAGE}.cli.dev"  # the `tpustream dev` commands (the loopbac
 # The layer order, lowest first: a package (or shared leaf module) imports only itself and those before it, so
 # each can be read, tested and changed knowing only what sits below it. docs/ARCHITECTURE.md explains each room.
 LAYERS = (
+    "_lazy",  # the packages' lazy public fronts (imports nothing of tpustream)
     "errors",  # the error types every layer raises
     "storage",  # local paths and gs:// URIs
     "artifacts",  # the typed JSON files the steps pass each other
