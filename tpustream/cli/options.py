@@ -180,7 +180,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-# The quality floor (promotion_policy.QualityFloor): promote's, and the report's to decide as promote does.
+# The quality floor (registry.policy.QualityFloor): promote's, and the report's to decide as promote does.
 MinMetricOption = Annotated[
     float | None,
     typer.Option(

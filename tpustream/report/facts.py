@@ -60,7 +60,7 @@ class ReportFacts:
         history: the champion's history (``tpustream.registry.history.champion_history``): dicts with ``time``,
             ``event`` ("promoted", "refused", "already-champion"), ``version``, ``candidate``,
             ``dataset_digest``, ``metric``, ``value``, ``reason``, ``champion_version``; None: no section.
-        mistakes: the candidate's most confident wrong predictions (``report_mistakes.pick_mistakes``) and
+        mistakes: the candidate's most confident wrong predictions (``report.mistakes.pick_mistakes``) and
             ``thumbnails`` (key -> JPEG data URI) for them; None: no per-sample scores, no section.
     """
 
@@ -176,7 +176,7 @@ _BALANCED: tuple[tuple[Metric, str], ...] = (
     ("macro_f1", "macro-F1"),
     ("balanced_accuracy", "balanced accuracy"),
 )  # metrics' rows
-_CLASS_DROP = re.compile(r"^class (\d+) accuracy drops by")  # promotion_policy.decide's per-class refusal
+_CLASS_DROP = re.compile(r"^class (\d+) accuracy drops by")  # registry.policy.decide's per-class refusal
 
 
 def _verdict(facts: ReportFacts, rows: list[_ClassRow]) -> _Verdict:

@@ -52,7 +52,7 @@ HTML_HISTORY_ROWS = 50
 
 
 def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) -> str:
-    """The page for ``facts``, whose ``verdict`` and per-class ``rows`` (``report_facts``) it states."""
+    """The page for ``facts``, whose ``verdict`` and per-class ``rows`` (``report.facts``) it states."""
     sections = [
         ("training", "Training", _training_html(facts)),
         ("recipe", "Training recipe", _recipe_html(facts)),

@@ -61,7 +61,7 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
 
 
 def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) -> str:
-    """The summary for ``facts``, whose ``verdict`` and per-class ``rows`` (``report_facts``) it states."""
+    """The summary for ``facts``, whose ``verdict`` and per-class ``rows`` (``report.facts``) it states."""
     champion = _champion(facts)
     lines = [
         f"# Run report: {verdict.title}",
