@@ -190,7 +190,7 @@ def build_pipeline(
         min_class_support: int = PromotionPolicy.min_class_support,  # a class with fewer deciding samples cannot refuse by its drop
         retrain: bool = False,
         data_check: str = "fail",  # an anomaly in the new dataset stops the run before train; "warn": log it; "off"
-        max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/dataset/check.py
+        max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/dataset/check_thresholds.py
         max_leaked_images: int = DataCheckThresholds.max_leaked_images,
         max_skipped_rate: float = DataCheckThresholds.max_skipped_rate,
         max_class_share_shift: float = DataCheckThresholds.max_class_share_shift,

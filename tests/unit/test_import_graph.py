@@ -30,6 +30,7 @@ DEV_BOUNDARY = f"{PACKAGE}.cli.dev"  # the `tpustream dev` commands (the loopbac
 # make the data (sources, dataset, loader, models) know no champion; the registry sits above them and below what
 # reads a model from it; the run's gates sit above the steps they gate. docs/ARCHITECTURE.md explains each room.
 LAYERS = (
+    "_lazy",  # the packages' lazy public fronts (imports nothing of tpustream)
     "errors",  # the error types every layer raises
     "storage",  # local paths and gs:// URIs
     "artifacts",  # the typed JSON files the steps pass each other
@@ -40,7 +41,7 @@ LAYERS = (
     "dataset",  # shard plan, writers, tar reading, manifest, data check, a source's fingerprint
     "loader",  # ShardLoader and its workers
     "data",  # the deprecated ``tpustream.data`` path to the loader
-    "models",  # the model zoo (its input sizes come from the loader's rule)
+    "models",  # the model zoo (its input sizes come from the dataset's rule)
     "registry",  # the champion pointer, the promotion policy, its history (train warm-starts from the champion)
     "train",  # the trainer, checkpoints, warm starts, pretrained weights, evaluation
     "serve",  # the model server, its contract, serving validation, batch predict

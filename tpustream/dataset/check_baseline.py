@@ -12,7 +12,7 @@ from tpustream.dataset.check_report import percents
 from tpustream.dataset.check_result import Anomaly, DataCheckFacts, ShareShift
 
 if TYPE_CHECKING:
-    from tpustream.dataset.check import DataCheckThresholds
+    from tpustream.dataset.check_thresholds import DataCheckThresholds
 
 __all__ = ["baseline_checks", "class_images", "shares", "skipped_rate"]
 

@@ -22,8 +22,9 @@ from typing import Any, TypedDict
 
 from tpustream.artifacts import EvalReport
 from tpustream.errors import ConfigError
+from tpustream.registry.errors import RegistryError
 from tpustream.registry.events import list_events, read_event
-from tpustream.registry.policy import DECISION_CODES, METRICS, DecisionCode, RegistryError
+from tpustream.registry.policy import DECISION_CODES, METRICS, DecisionCode
 from tpustream.registry.store import missing_registry
 from tpustream.storage import io as storage
 

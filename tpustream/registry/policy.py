@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, get_args
 
 from tpustream.artifacts import Baseline, EvalReport, Evaluation
-from tpustream.errors import TpustreamError
 from tpustream.metrics.paired_test import PairedTest
+from tpustream.registry.errors import RegistryError
 
 if TYPE_CHECKING:
     from tpustream.registry.store import ChampionPointer
@@ -28,7 +28,7 @@ __all__ = [
     "DECISION_CODES",
     "PromotionPolicy",
     "QualityFloor",
-    "RegistryError",
+    "RegistryError",  # defined in registry/errors.py (store raises it too); the policy's checks raise it
     "decide",
     "decide_for_metrics",
     "champion_to_compare",
@@ -48,10 +48,6 @@ METRICS: dict[Metric, bool] = {
 }
 # every evaluation has these; a diverged model has a non-finite one
 _ALWAYS = ("top1", "top5", "loss")
-
-
-class RegistryError(TpustreamError, ValueError):
-    """The registry or the inputs to a promotion are unusable; the message says what and the repair."""
 
 
 # What a decision is, for a reader to branch on (the report, the webhook, the history): every outcome
