@@ -34,3 +34,5 @@ def test_bench_datacheck_prints_roc_and_scale_lines():
     assert scale["same_pairs_as_brute_force_on_sample"] is True
     assert scale["brute_force_s_extrapolated"] == pytest.approx(scale["brute_force_sample_s"] * 10, rel=0.05)
     assert scale["index_peak_mib"] > 0 and scale["ratio_vs_brute_force_extrapolated"] > 0
+    # 50 planted pairs inside train; random 64-bit hashes add next to none at 20,000 (about 0.06 expected)
+    assert scale["train_clusters_planted"] == 50 and 50 <= scale["train_clusters"] <= 52

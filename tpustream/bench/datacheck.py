@@ -224,24 +224,46 @@ def _measured(fn: Callable[[], _T]) -> tuple[_T, float, int]:
         tracemalloc.stop()
 
 
+def _flips(rng: np.random.Generator, count: int, max_distance: int) -> np.ndarray:
+    """``count`` uint64 masks of 0..``max_distance`` random set bits each."""
+    masks = np.zeros(count, dtype=np.uint64)
+    for row, bits in enumerate(rng.integers(0, max_distance + 1, count)):
+        for bit in rng.choice(64, int(bits), replace=False):
+            masks[row] |= np.uint64(1) << np.uint64(bit)
+    return masks
+
+
 def bench_scale(
-    *, train: int, test: int, planted: int, max_distance: int, brute_force_sample: int, seed: int = 0
+    *,
+    train: int,
+    test: int,
+    planted: int,
+    max_distance: int,
+    brute_force_sample: int,
+    train_clusters: bool = True,
+    seed: int = 0,
 ) -> dict[str, object]:
     """The multi-index search of ``test`` hashes against ``train`` hashes, ``planted`` of the test hashes being
     train hashes with 0..``max_distance`` bits flipped, against brute force on ``brute_force_sample`` of the
-    test hashes (extrapolated to all of them)."""
-    from tpustream.dataset.near_duplicates import near_pairs, near_pairs_brute_force, plan_search
+    test hashes (extrapolated to all of them); then the clusters inside train (``planted`` planted pairs), the
+    data check's other search, timed alone (no baseline: brute force over train x train is the same
+    extrapolation times train / test)."""
+    from tpustream.dataset.near_duplicates import (
+        near_clusters,
+        near_pairs,
+        near_pairs_brute_force,
+        plan_search,
+    )
 
     rng = np.random.default_rng(seed)
     train_hashes = rng.integers(0, 2**64 - 1, train, dtype=np.uint64, endpoint=True)
     test_hashes = rng.integers(0, 2**64 - 1, test, dtype=np.uint64, endpoint=True)
     planted_at = rng.choice(test, size=min(planted, test), replace=False)
     sources = rng.integers(0, train, len(planted_at))
-    flips = np.zeros(len(planted_at), dtype=np.uint64)
-    for row, bits in enumerate(rng.integers(0, max_distance + 1, len(planted_at))):
-        for bit in rng.choice(64, int(bits), replace=False):
-            flips[row] |= np.uint64(1) << np.uint64(bit)
-    test_hashes[planted_at] = train_hashes[sources] ^ flips
+    test_hashes[planted_at] = train_hashes[sources] ^ _flips(rng, len(planted_at), max_distance)
+    # and near copies inside train (train hash i + 1 a copy of train hash i, i even): clusters to count
+    inside = rng.choice(np.arange(0, train - 1, 2), size=min(planted, train // 2), replace=False)
+    train_hashes[inside + 1] = train_hashes[inside] ^ _flips(rng, len(inside), max_distance)
     pairs, index_s, index_peak = _measured(lambda: near_pairs(test_hashes, train_hashes, max_distance))
     found = set(zip(pairs.query.tolist(), pairs.base.tolist(), strict=True))
     planted_found = sum((int(q), int(b)) in found for q, b in zip(planted_at, sources, strict=True))
@@ -254,6 +276,9 @@ def bench_scale(
         pairs.base[in_sample], brute.base
     )
     brute_all_s = brute_s * test / sample
+    clusters, clusters_s, clusters_peak = (
+        _measured(lambda: near_clusters(train_hashes, max_distance)) if train_clusters else (None, 0.0, 0)
+    )
     plan = plan_search(train, test, max_distance)
     return {
         "bench": "datacheck",
@@ -273,6 +298,10 @@ def bench_scale(
         "brute_force_s_extrapolated": round(brute_all_s, 1),
         "same_pairs_as_brute_force_on_sample": bool(same),
         "ratio_vs_brute_force_extrapolated": round(brute_all_s / max(index_s, 1e-9), 1),
+        "train_clusters_planted": len(inside),
+        "train_clusters": clusters.count if clusters else None,
+        "train_clusters_s": round(clusters_s, 2) if clusters else None,
+        "train_clusters_peak_mib": round(clusters_peak / 2**20, 1) if clusters else None,
     }
 
 
@@ -284,6 +313,7 @@ def bench_datacheck(
     max_distance: int,
     brute_force_sample: int,
     copied: int,
+    train_clusters: bool = True,
 ) -> Iterator[str]:
     """Yield JSON lines: the planted-copy ROC of the digits and of the photos, then the scale line."""
     sets: tuple[Literal["digits", "photos"], ...] = ("digits", "photos")
@@ -313,5 +343,6 @@ def bench_datacheck(
             planted=planted,
             max_distance=max_distance,
             brute_force_sample=brute_force_sample,
+            train_clusters=train_clusters,
         )
     )

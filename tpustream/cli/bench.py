@@ -304,6 +304,9 @@ def bench_datacheck_cmd(
     copied: Annotated[
         int, typer.Option(help="Originals given one planted copy of each kind (digits and photos).", min=1)
     ] = 300,
+    train_clusters: Annotated[
+        bool, typer.Option(help="Also time the clusters inside train (a train x train search).")
+    ] = True,
 ) -> None:
     """Near-duplicates: recall of planted copies and false-pair rate per distance (the digits and scikit-image's
     photos), and multi-index search of test against train hashes vs brute force, time and peak memory."""
@@ -317,5 +320,6 @@ def bench_datacheck_cmd(
         max_distance=DEFAULT_MAX_DISTANCE if max_distance is None else max_distance,
         brute_force_sample=brute_force_sample,
         copied=copied,
+        train_clusters=train_clusters,
     ):
         typer.echo(line)
