@@ -14,10 +14,16 @@ pytestmark = pytest.mark.integration
 
 def test_bench_datacheck_prints_roc_and_scale_lines():
     args = ["bench", "datacheck", "--train", "20000", "--test", "2000", "--planted", "50"]
-    args += ["--brute-force-sample", "200", "--copied", "20"]
+    args += ["--brute-force-sample", "200", "--copied", "20", "--hash-seconds", "0.05"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    costs = [line for line in lines if line["case"] == "hash-cost"]
+    assert [line["image"] for line in costs] == ["jpeg-500x375", "jpeg-224x224", "jpeg-32x32", "ppm-32x32"]
+    assert all(
+        line[key] > 0 for line in costs for key in ("full_decode_us", "hash_bytes_us", "hash_decoded_us")
+    )
+    lines = lines[len(costs) :]
     assert [(line["case"], line.get("data")) for line in lines] == [
         ("planted-copies", "digits"),
         ("planted-copies", "photos"),

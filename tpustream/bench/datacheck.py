@@ -1,6 +1,7 @@
 """``tpustream bench datacheck``: how well and how fast near-duplicates are found.
 
-Two measurements, one JSON line each:
+The hash's cost per image (``bench_hash_cost``: against the decodes shard writing does anyway), then two
+measurements:
 
 - **planted copies** (``planted_copy_roc``): real images, the bundled digits (1,797, upscaled from 8x8 to 32x32
   PNGs as a user's folder would hold them) and scikit-image's photos (tiles of 224x224, stored as JPEG q90),
@@ -21,7 +22,7 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -31,6 +32,7 @@ __all__ = [
     "PlantedRoc",
     "planted_copy_roc",
     "bench_scale",
+    "bench_hash_cost",
     "bench_datacheck",
 ]
 
@@ -305,6 +307,72 @@ def bench_scale(
     }
 
 
+def _per_call_us(fn: Callable[[], object], seconds: float) -> float:
+    """Median microseconds per call over 5 rounds of ``seconds`` / 5 each (the machine is shared)."""
+    fn()
+    rounds = []
+    for _ in range(5):
+        calls, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds / 5:
+            fn()
+            calls += 1
+        rounds.append((time.perf_counter() - started) / calls * 1e6)
+    return float(np.median(rounds))
+
+
+def bench_hash_cost(seconds: float = 1.0) -> Iterator[dict[str, object]]:
+    """Per-image microseconds of the hash against the decodes shard writing does anyway, at 500x375, 224 and
+    32 px (a JPEG q90 of a photo) and a 32 px PPM: the full decode, shard writing's check (``prepare_image_bytes``:
+    a 1/8-scale draft decode for a JPEG kept as is), the hash from bytes (``perceptual_hash_bytes``), the hash of
+    the already decoded image (``perceptual_hash``: the cost added if shard writing hashes what it decodes) and
+    ``imagehash.phash`` of the decoded image when imagehash is installed."""
+    import importlib.util
+
+    from PIL import Image
+
+    from tpustream.image.codec import encode_ppm
+    from tpustream.sources.builtin import synthetic_cifar_image, synthetic_imagenet_jpeg
+
+    photo = Image.open(io.BytesIO(synthetic_imagenet_jpeg(0, 0))).convert("RGB")
+    cases: list[tuple[str, bytes, str]] = []
+    for width, height in ((500, 375), (224, 224), (32, 32)):
+        cases.append(
+            (f"jpeg-{width}x{height}", _encode(np.asarray(photo.resize((width, height))), "jpg"), "jpg")
+        )
+    cases.append(("ppm-32x32", encode_ppm(synthetic_cifar_image(0, 0)), "ppm"))
+    imagehash = importlib.import_module("imagehash") if importlib.util.find_spec("imagehash") else None
+    for name, data, ext in cases:
+        yield _hash_cost(name, data, ext, seconds, imagehash)
+
+
+def _hash_cost(name: str, data: bytes, ext: str, seconds: float, imagehash: Any) -> dict[str, object]:
+    from PIL import Image
+
+    from tpustream.image.codec import prepare_image_bytes
+    from tpustream.image.phash import perceptual_hash, perceptual_hash_bytes
+
+    decoded = Image.open(io.BytesIO(data))
+    decoded.load()
+
+    def full_decode() -> None:
+        with Image.open(io.BytesIO(data)) as img:
+            img.convert("RGB")
+
+    line: dict[str, object] = {
+        "bench": "datacheck",
+        "case": "hash-cost",
+        "image": name,
+        "bytes": len(data),
+        "full_decode_us": round(_per_call_us(full_decode, seconds)),
+        "shard_check_us": round(_per_call_us(lambda: prepare_image_bytes(data, ext, None, name), seconds)),
+        "hash_bytes_us": round(_per_call_us(lambda: perceptual_hash_bytes(data), seconds)),
+        "hash_decoded_us": round(_per_call_us(lambda: perceptual_hash(decoded), seconds)),
+    }
+    if imagehash is not None:
+        line["imagehash_decoded_us"] = round(_per_call_us(lambda: imagehash.phash(decoded), seconds))
+    return line
+
+
 def bench_datacheck(
     *,
     train: int,
@@ -314,8 +382,12 @@ def bench_datacheck(
     brute_force_sample: int,
     copied: int,
     train_clusters: bool = True,
+    hash_seconds: float = 1.0,
 ) -> Iterator[str]:
-    """Yield JSON lines: the planted-copy ROC of the digits and of the photos, then the scale line."""
+    """Yield JSON lines: the hash's cost per image, the planted-copy ROC of the digits and of the photos, then
+    the scale line."""
+    for cost in bench_hash_cost(hash_seconds):
+        yield json.dumps(cost)
     sets: tuple[Literal["digits", "photos"], ...] = ("digits", "photos")
     for data in sets:
         roc = planted_copy_roc(data, copied=copied)

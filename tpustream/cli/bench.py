@@ -307,9 +307,13 @@ def bench_datacheck_cmd(
     train_clusters: Annotated[
         bool, typer.Option(help="Also time the clusters inside train (a train x train search).")
     ] = True,
+    hash_seconds: Annotated[
+        float, typer.Option(help="Seconds timing each step of each hash-cost line.", min=0.01)
+    ] = 1.0,
 ) -> None:
-    """Near-duplicates: recall of planted copies and false-pair rate per distance (the digits and scikit-image's
-    photos), and multi-index search of test against train hashes vs brute force, time and peak memory."""
+    """Near-duplicates: the hash's cost per image against the decodes shard writing does; recall of planted
+    copies and false-pair rate per distance (the digits and scikit-image's photos); multi-index search of test
+    against train hashes vs brute force, time and peak memory."""
     from tpustream.bench.datacheck import bench_datacheck
     from tpustream.dataset.near_duplicates import DEFAULT_MAX_DISTANCE
 
@@ -321,5 +325,6 @@ def bench_datacheck_cmd(
         brute_force_sample=brute_force_sample,
         copied=copied,
         train_clusters=train_clusters,
+        hash_seconds=hash_seconds,
     ):
         typer.echo(line)
