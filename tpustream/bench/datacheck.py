@@ -260,12 +260,12 @@ def bench_scale(
     rng = np.random.default_rng(seed)
     train_hashes = rng.integers(0, 2**64 - 1, train, dtype=np.uint64, endpoint=True)
     test_hashes = rng.integers(0, 2**64 - 1, test, dtype=np.uint64, endpoint=True)
+    # near copies inside train (train hash i + 1 a copy of train hash i, i even): clusters to count
+    inside = rng.choice(np.arange(0, train - 1, 2), size=min(planted, train // 2), replace=False)
+    train_hashes[inside + 1] = train_hashes[inside] ^ _flips(rng, len(inside), max_distance)
     planted_at = rng.choice(test, size=min(planted, test), replace=False)
     sources = rng.integers(0, train, len(planted_at))
     test_hashes[planted_at] = train_hashes[sources] ^ _flips(rng, len(planted_at), max_distance)
-    # and near copies inside train (train hash i + 1 a copy of train hash i, i even): clusters to count
-    inside = rng.choice(np.arange(0, train - 1, 2), size=min(planted, train // 2), replace=False)
-    train_hashes[inside + 1] = train_hashes[inside] ^ _flips(rng, len(inside), max_distance)
     pairs, index_s, index_peak = _measured(lambda: near_pairs(test_hashes, train_hashes, max_distance))
     found = set(zip(pairs.query.tolist(), pairs.base.tolist(), strict=True))
     planted_found = sum((int(q), int(b)) in found for q, b in zip(planted_at, sources, strict=True))
