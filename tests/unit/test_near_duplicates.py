@@ -11,6 +11,7 @@ from tpustream.dataset.near_duplicates import (
     near_pairs,
     near_pairs_brute_force,
     plan_search,
+    popcount,
 )
 
 
@@ -145,3 +146,11 @@ def test_python_ints_and_signed_arrays_are_hashes_too():
 def test_bad_input_is_refused_naming_it(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_popcount_without_numpy_2_counts_the_same(monkeypatch):
+    values = _hashes(np.random.default_rng(5), 1000)
+    expected = np.array([bin(int(v)).count("1") for v in values], dtype=np.uint8)
+    assert np.array_equal(popcount(values), expected)
+    monkeypatch.delattr(np, "bitwise_count")  # numpy 1.26, which pyproject allows, has none
+    assert np.array_equal(popcount(values), expected)

@@ -177,7 +177,7 @@ def planted_copy_roc(
 ) -> PlantedRoc:
     """Plant one copy of each kind for ``copied`` originals (all of them when fewer) and measure, per distance
     0..``max_distance``, the recall of copies and the false-pair rate among all pairs of distinct originals."""
-    from tpustream.dataset.near_duplicates import near_pairs_brute_force
+    from tpustream.dataset.near_duplicates import near_pairs_brute_force, popcount
     from tpustream.image.phash import perceptual_hash_bytes
 
     originals, fmt = _digit_originals() if data == "digits" else _photo_originals()
@@ -187,7 +187,7 @@ def planted_copy_roc(
     copy_distance: dict[CopyKind, np.ndarray] = {}
     for kind in COPY_KINDS:
         copies = [perceptual_hash_bytes(_copy(originals[i], fmt, kind, rng)) for i in chosen]
-        copy_distance[kind] = np.bitwise_count(np.array(copies, dtype=np.uint64) ^ hashes[chosen])
+        copy_distance[kind] = popcount(np.array(copies, dtype=np.uint64) ^ hashes[chosen])
     pairs = near_pairs_brute_force(hashes, hashes, max_distance)
     distinct = pairs.distance[pairs.query < pairs.base]
     distinct_pairs = len(originals) * (len(originals) - 1) // 2

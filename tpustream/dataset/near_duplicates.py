@@ -34,6 +34,7 @@ __all__ = [
     "near_pairs_brute_force",
     "near_clusters",
     "as_hashes",
+    "popcount",
 ]
 
 # From the planted-copy ROC (tpustream/bench/datacheck.py, ``tpustream bench datacheck``; pHash by the
@@ -117,17 +118,18 @@ def as_hashes(values: Sequence[int] | np.ndarray, name: str) -> np.ndarray:
         return array.astype(np.uint64)
     if array.dtype == np.uint64:
         return array
-    if array.dtype.kind not in "iu" and array.dtype != object:
+    outside = ValueError(f"{name}: 64-bit hashes are integers in [0, 2**64), some are outside")
+    if array.dtype.kind in "iu":
+        if array.min() < 0:
+            raise outside
+        return array.astype(np.uint64)
+    if array.dtype != object:
         raise ValueError(f"{name}: 64-bit hashes are unsigned integers, got dtype {array.dtype}")
-    if array.dtype == object and not all(isinstance(v, int | np.integer) for v in array):
+    if not all(isinstance(v, int | np.integer) for v in array):
         raise ValueError(f"{name}: 64-bit hashes are unsigned integers, got {array.dtype} values")
     if min(int(v) for v in array) < 0 or max(int(v) for v in array) >= 1 << _BITS:
-        raise ValueError(f"{name}: 64-bit hashes are integers in [0, 2**64), some are outside")
-    return (
-        np.array([int(v) for v in array], dtype=np.uint64)
-        if array.dtype == object
-        else array.astype(np.uint64)
-    )
+        raise outside
+    return np.array([int(v) for v in array], dtype=np.uint64)
 
 
 def _check_distance(max_distance: int) -> None:
@@ -137,7 +139,7 @@ def _check_distance(max_distance: int) -> None:
         raise ValueError(f"max_distance: 0 to 64 bits, got {max_distance}")
 
 
-def _popcount(values: np.ndarray) -> np.ndarray:
+def popcount(values: np.ndarray) -> np.ndarray:
     """Set bits of each uint64, as uint8."""
     if hasattr(np, "bitwise_count"):  # numpy >= 2.0
         return np.bitwise_count(values)
@@ -198,7 +200,7 @@ def near_pairs_brute_force(
     found_q, found_b, found_d = [], [], []
     step = max(1, _BRUTE_FORCE_CELLS // max(1, len(base)))
     for start in range(0, len(queries), step):
-        distance = _popcount(queries[start : start + step, None] ^ base[None, :])
+        distance = popcount(queries[start : start + step, None] ^ base[None, :])
         rows, cols = np.nonzero(distance <= max_distance)
         found_q.append(rows.astype(np.int64) + start)
         found_b.append(cols.astype(np.int64))
@@ -257,11 +259,11 @@ def near_pairs(
             del neighbours
             for rows, pos in _candidates(first, last):
                 found = chunk[rows] ^ base_sorted[pos]
-                distance = _popcount(found)
+                distance = popcount(found)
                 keep = distance <= max_distance
                 for prior_shift, prior_mask, prior_radius in earlier:  # found there already: once only
                     part = (found >> np.uint64(prior_shift)) & np.uint64(prior_mask)
-                    keep &= _popcount(part) > prior_radius
+                    keep &= popcount(part) > prior_radius
                 found_q.append(rows[keep] + start)
                 found_b.append(order[pos[keep]].astype(np.int64))
                 found_d.append(distance[keep])
