@@ -10,7 +10,7 @@ import skimage.data
 from PIL import Image
 from sklearn.datasets import load_digits
 
-from tpustream.image.phash import hash_grey_pixels, perceptual_hash, perceptual_hash_bytes
+from tpustream.image.phash import HASH_DRAFT_SIZE, hash_grey_pixels, perceptual_hash, perceptual_hash_bytes
 from tpustream.sources.builtin import SYNTHETIC_IMAGENET_PHOTOS, synthetic_cifar_image
 
 PHOTOS = [*SYNTHETIC_IMAGENET_PHOTOS, "cat", "coins", "horse", "page", "text", "clock", "logo", "colorwheel"]
@@ -54,7 +54,7 @@ def test_equals_imagehash_bit_for_bit_on_photos_digits_and_small_images():
 
 
 def test_bytes_path_stays_within_a_few_bits_of_the_full_decode():
-    """A JPEG is hashed from its luma plane scaled down by libjpeg (to 63x47 and 56x42 here): on the photos at
+    """A JPEG is hashed scaled down by libjpeg (to 63x47 and 56x42 here): on the photos at
     500x375 and 224x168 it equals imagehash on the full RGB decode for most, and differs by at most 8 bits
     (measured: 22 of 36 equal, 2-4 bits for most others, 8 for the fine textures of brick and colorwheel at
     500 px). The planted-copy ROC is measured on this path, PNG copies of JPEGs included."""
@@ -83,3 +83,17 @@ def test_bad_input_is_refused_with_its_name():
         perceptual_hash_bytes(b"not an image", name="cat.jpg")
     with pytest.raises(ValueError, match="32x32 grey image, got shape"):
         hash_grey_pixels(np.zeros((8, 8), dtype=np.uint8))
+
+
+def test_a_writer_hashing_its_own_draft_decode_gets_the_bytes_hash():
+    """Shard writing opens a JPEG, drafts it to HASH_DRAFT_SIZE and hashes the loaded image: the same hash as
+    perceptual_hash_bytes, at sizes where libjpeg reduces by 8, 4 and not at all."""
+    for photo in _photos()[:6]:
+        for size in ((500, 375), (224, 224), (32, 32)):
+            out = io.BytesIO()
+            photo.convert("RGB").resize(size).save(out, format="JPEG", quality=90)
+            with Image.open(io.BytesIO(out.getvalue())) as img:
+                img.draft("RGB", HASH_DRAFT_SIZE)
+                img.load()
+                assert min(img.size) >= 32
+                assert perceptual_hash(img) == perceptual_hash_bytes(out.getvalue())

@@ -42,8 +42,8 @@ __all__ = [
 # set: coefficients above their median), so d and d + 1 find the same pairs.
 #   photos (102 distinct 224 px JPEGs, 5,151 distinct pairs; 510 planted copies):
 #     d       0     2     4     6     8     10    12    14    16
-#     recall  51.4  74.9  86.5  95.1  98.2  99.4  99.6  99.8  100 %
-#     false   0     0     0     0     0     0     0     0     0.078 %
+#     recall  51.8  75.1  86.1  95.1  98.2  99.4  99.6  99.8  100 %
+#     false   0     0     0     0     0     0     0     0     0.097 %
 #   digits (1,797 distinct 32 px PNGs, 1,613,706 distinct pairs; 1,500 planted copies):
 #     recall  69.8  79.6  80.1  80.5  80.8  80.9  81.5  82.1  83.1 %
 #     false   0     0.0002 0.004 0.023 0.082 0.213 0.481 0.984 1.861 %

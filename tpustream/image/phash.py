@@ -4,10 +4,12 @@ that a re-saved, resized, shifted or re-lit copy of an image lands within a few 
 The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written here on numpy so that shard
 writing needs no extra package and can hash what it decodes anyway: ``perceptual_hash`` of a PIL image equals
 ``imagehash.phash`` bit for bit (tests/unit/test_phash.py). ``perceptual_hash_bytes`` hashes encoded bytes and
-is the one shard writing uses: for a JPEG it decodes only the luma plane, scaled down in the DCT domain by
-libjpeg (``draft``) to the smallest size that is still at least 32 px a side, which is 6-40x cheaper than a
-full decode at 224-500 px and moves a hash by a few bits at most (the planted-copy ROC,
-tpustream/dataset/near_duplicates.py, is measured on this path).
+is the hash shard writing stores: a JPEG is decoded scaled down in the DCT domain by libjpeg (``draft``, at
+most 1/8) to the smallest size still at least 32 px a side, which moves a hash by a few bits at most and is
+the decode shard writing's check already does for a kept JPEG (there at 1/8 whatever the size): a writer that
+opens the JPEG with ``img.draft("RGB", HASH_DRAFT_SIZE)`` and passes the loaded image to ``perceptual_hash``
+gets the same hash as ``perceptual_hash_bytes``, for the cost of the hash alone. The planted-copy ROC
+(tpustream/dataset/near_duplicates.py) is measured on this path.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ import numpy as np
 if TYPE_CHECKING:
     from PIL import Image as PILImage
 
-__all__ = ["HASH_BITS", "perceptual_hash", "perceptual_hash_bytes", "hash_grey_pixels"]
+__all__ = ["HASH_BITS", "HASH_DRAFT_SIZE", "perceptual_hash", "perceptual_hash_bytes", "hash_grey_pixels"]
 
 HASH_BITS = 64
 _HASH_SIDE = 8  # 8x8 low-frequency coefficients: 64 bits
 _SIDE = 32  # imagehash's hash_size * highfreq_factor (8 * 4)
+# The size a JPEG is drafted to before hashing: libjpeg picks the largest reduction (1/2, 1/4, 1/8) whose
+# result is still at least this size, so the hash's 32x32 Lanczos step always reduces, never enlarges.
+HASH_DRAFT_SIZE = (_SIDE, _SIDE)
 
 
 def _dct_rows() -> np.ndarray:
@@ -63,9 +68,9 @@ def perceptual_hash(image: PILImage.Image) -> int:
 
 def perceptual_hash_bytes(data: bytes, name: str = "image") -> int:
     """The 64-bit pHash of encoded image bytes (JPEG, PNG, PPM or any format Pillow reads). A JPEG is decoded
-    as luma only and reduced by libjpeg to the smallest power-of-two scale still >= 32 px a side (its hash is
-    within a few bits of ``perceptual_hash`` of the full decode); other formats are decoded in full. Pass the
-    bytes as the shards store them (upright: shard creation turns EXIF-rotated images upright).
+    reduced by libjpeg to ``HASH_DRAFT_SIZE`` or more (its hash is within a few bits of ``perceptual_hash`` of
+    the full decode); other formats are decoded in full. Pass the bytes as the shards store them (upright:
+    shard creation turns EXIF-rotated images upright).
 
     Raises:
         ValueError: ``data`` is not an image Pillow can decode (the message names ``name``).
@@ -75,7 +80,7 @@ def perceptual_hash_bytes(data: bytes, name: str = "image") -> int:
     try:
         with Image.open(io.BytesIO(data)) as img:
             if img.format == "JPEG":
-                img.draft("L", (_SIDE, _SIDE))
+                img.draft("RGB", HASH_DRAFT_SIZE)
             return perceptual_hash(img)
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ValueError(f"{name}: cannot decode the image to hash it ({exc})") from exc
