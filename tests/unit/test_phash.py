@@ -1,5 +1,5 @@
 """tpustream/image/phash.py: our pHash equals imagehash.phash bit for bit on real photos and the bundled digits,
-and the bytes path (luma-only, DCT-scaled JPEG decode) stays within a few bits of the full decode."""
+and the bytes path (a JPEG decoded scaled down by libjpeg) stays within a few bits of the full decode."""
 
 import io
 
