@@ -295,3 +295,52 @@ def bench_compile_cmd(
         models, precisions=precisions, batch_size=batch_size, epochs=epochs, steps=steps, timeout=timeout
     ):
         typer.echo(line)
+
+
+@bench_app.command("datacheck")
+def bench_datacheck_cmd(
+    train: Annotated[
+        int, typer.Option(help="Random train hashes searched (the scale line).", min=1)
+    ] = 1_000_000,
+    test: Annotated[
+        int, typer.Option(help="Random test hashes looked up (the scale line).", min=1)
+    ] = 100_000,
+    planted: Annotated[
+        int, typer.Option(help="Test hashes that are train hashes with 0..d bits flipped.", min=0)
+    ] = 1000,
+    max_distance: Annotated[
+        int | None,
+        typer.Option(
+            help="Hamming distance searched (default: the data check's, from the ROC).", min=0, max=64
+        ),
+    ] = None,
+    brute_force_sample: Annotated[
+        int, typer.Option(help="Test hashes brute force compares (its time for all is extrapolated).", min=1)
+    ] = 1000,
+    copied: Annotated[
+        int, typer.Option(help="Originals given one planted copy of each kind (digits and photos).", min=1)
+    ] = 300,
+    train_clusters: Annotated[
+        bool, typer.Option(help="Also time the clusters inside train (a train x train search).")
+    ] = True,
+    hash_seconds: Annotated[
+        float, typer.Option(help="Seconds timing each step of each hash-cost line.", min=0.01)
+    ] = 1.0,
+) -> None:
+    """Near-duplicates: the hash's cost per image against the decodes shard writing does; recall of planted
+    copies and false-pair rate per distance (the digits and scikit-image's photos); multi-index search of test
+    against train hashes vs brute force, time and peak memory."""
+    from tpustream.bench.datacheck import bench_datacheck
+    from tpustream.dataset.near_duplicates import DEFAULT_MAX_DISTANCE
+
+    for line in bench_datacheck(
+        train=train,
+        test=test,
+        planted=planted,
+        max_distance=DEFAULT_MAX_DISTANCE if max_distance is None else max_distance,
+        brute_force_sample=brute_force_sample,
+        copied=copied,
+        train_clusters=train_clusters,
+        hash_seconds=hash_seconds,
+    ):
+        typer.echo(line)
