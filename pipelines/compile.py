@@ -6,7 +6,8 @@ import logging
 import re
 
 from tpustream.errors import ConfigError
-from tpustream.pipelines.steps import StepResources, check_image
+from tpustream.pipelines.resources import StepResources
+from tpustream.pipelines.steps import check_image
 from tpustream.pipelines.tpu import Capacity
 from tpustream.pipelines.training import build_pipeline
 from tpustream.release.notify import check_emails, check_webhook
