@@ -40,8 +40,8 @@ compiles it out.
 Caching is off on every task: the first step reads a live source whose URI never changes, and the
 decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/run/new_data.py).
 
-Each step's component, image and CPU and memory limits (``StepResources``) are pipelines/steps.py's; this
-module wires them into the DAG.
+Each step's component and image are pipelines/steps.py's, its CPU and memory limits (``StepResources``)
+pipelines/resources.py's; this module wires them into the DAG.
 """
 
 import contextlib
@@ -52,7 +52,8 @@ from kfp import dsl
 
 from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
-from tpustream.pipelines.steps import LOCAL_IMAGE, StepResources, build_components
+from tpustream.pipelines.resources import StepResources
+from tpustream.pipelines.steps import LOCAL_IMAGE, build_components
 from tpustream.pipelines.tpu import PIPELINE_WORKERS, Capacity, train_hosts
 from tpustream.registry.policy import PromotionPolicy
 from tpustream.train.config import TrainConfig

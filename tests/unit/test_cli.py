@@ -40,6 +40,21 @@ def test_help_imports_no_torch():
     assert result.stdout.strip() == "[]"
 
 
+def test_help_and_the_compile_options_import_no_kfp():
+    """`pipeline compile`'s options are derived from Capacity and StepResources (kfp-free modules), so the
+    CLI, its help and compile's help load no kfp (submit's help lists the pipeline's parameters: it does)."""
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from tpustream.cli.main import app\n"
+        "for args in ([], ['pipeline'], ['pipeline', 'compile'], ['pipeline', 'run-local']):\n"
+        "    assert CliRunner().invoke(app, [*args, '--help']).exit_code == 0, args\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kfp'))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
 def test_create_verify_and_refuse_again(tmp_path):
     out = str(tmp_path / "ds")
     result = runner.invoke(app, ["shards", "create", "--output", out, "--num-shards", "3", "--workers", "1"])
