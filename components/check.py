@@ -27,42 +27,28 @@ def check_source(
 ) -> str:
     """Returns "train" or "skip"; `dataset` points at the content-addressed dataset of this fingerprint.
     Never cached (the pipeline turns caching off): it is the step that reads the live source.
-    ``run_outcome``: where the run's outcome is recorded (tpustream/release/outcome.py; "" none)."""
-    from tpustream.release.outcome import failure_recorded
+    ``run_outcome``: where the run's outcome is recorded (tpustream/run/outcome.py; "" none)."""
+    from tpustream.launchers.check import launch_check_source
 
-    with failure_recorded(run_outcome, "check-source"):
-        from tpustream.dataset.fanout import config_from_pipeline
-        from tpustream.dataset.fingerprint import check_source as check
-        from tpustream.release.outcome import record_outcome
-        from tpustream.storage import io as storage
-
-        config = config_from_pipeline(
-            source=source,
-            output=datasets_root,
-            num_shards=num_shards,
-            val_fraction=val_fraction,
-            upsample=upsample,
-            seed=seed,
-            max_side=max_side,
-            strict=strict,
-            train_hosts=train_hosts,
-            loader_workers=loader_workers,
-            test_fraction=test_fraction,
-        )
-        settings = dict(model_name=model_name, epochs=epochs, batch_size=batch_size, lr=lr, bf16=bf16)
-        result = check(
-            config,
-            datasets_root=datasets_root or storage.join(registry, "datasets"),
-            registry=registry,
-            settings=settings,
-            retrain=retrain,
-        )
-        dataset.uri = result.dataset
-        dataset.metadata.update(result.as_metadata())
-        record_outcome(
-            run_outcome,
-            step="check source",
-            decision="training" if result.train else "skipped",
-            reason=result.reason,
-        )
-        return "train" if result.train else "skip"
+    return launch_check_source(
+        source=source,
+        num_shards=num_shards,
+        val_fraction=val_fraction,
+        upsample=upsample,
+        seed=seed,
+        max_side=max_side,
+        strict=strict,
+        datasets_root=datasets_root,
+        registry=registry,
+        model_name=model_name,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        bf16=bf16,
+        retrain=retrain,
+        train_hosts=train_hosts,
+        loader_workers=loader_workers,
+        dataset=dataset,
+        run_outcome=run_outcome,
+        test_fraction=test_fraction,
+    )

@@ -24,37 +24,19 @@ def check_data(
 ) -> None:
     """Write the report; raise DataCheckFailed (the task fails) on an anomaly when ``data_check`` is "fail".
     ``class_weights``: the train step's (none/auto), which the report's class-shares note names."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.launchers.check_data import launch_check_data
 
-    with failure_recorded(run_outcome, "check-data"):
-        from tpustream.dataset.check import DataCheckFailed, DataCheckThresholds, check_for_pipeline
-        from tpustream.release.outcome import record_outcome
-
-        thresholds = DataCheckThresholds(
-            max_duplicate_fraction=max_duplicate_fraction,
-            max_leaked_images=int(max_leaked_images),
-            max_skipped_rate=max_skipped_rate,
-            max_class_share_shift=max_class_share_shift,
-            max_skipped_rate_increase=max_skipped_rate_increase,
-            min_class_train_samples=int(min_class_train_samples),
-        )
-        try:
-            result = check_for_pipeline(
-                dataset.uri,
-                registry=registry,
-                mode=data_check,
-                thresholds=thresholds,
-                report_path=report.path,
-                report_uri=report.uri,
-                class_weights=class_weights,
-            )
-        except DataCheckFailed as exc:  # the run stops here: its notification says why
-            record_outcome(
-                run_outcome, step="check data", decision="refused", reason=str(exc), report=report.uri
-            )
-            raise
-        report.metadata["data_check"] = data_check
-        if result is not None:
-            report.metadata["anomalies"] = [anomaly.code for anomaly in result.anomalies]
-            report.metadata["warnings"] = [warning.code for warning in result.warnings]
-            report.metadata["baseline"] = result.baseline or ""
+    launch_check_data(
+        dataset=dataset,
+        registry=registry,
+        data_check=data_check,
+        max_duplicate_fraction=max_duplicate_fraction,
+        max_leaked_images=max_leaked_images,
+        max_skipped_rate=max_skipped_rate,
+        max_class_share_shift=max_class_share_shift,
+        max_skipped_rate_increase=max_skipped_rate_increase,
+        min_class_train_samples=min_class_train_samples,
+        report=report,
+        run_outcome=run_outcome,
+        class_weights=class_weights,
+    )

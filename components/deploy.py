@@ -31,41 +31,15 @@ def deploy_model(
 ) -> str:
     """Returns the outcome line. Without ``endpoint``, or without a Vertex model (promote published none),
     nothing is deployed and ``vertex_endpoint`` carries no resourceName."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.launchers.deploy import launch_deploy
 
-    with failure_recorded(run_outcome, "deploy-model"):
-        from tpustream.release.deploy import deploy
-        from tpustream.release.outcome import read_outcome, record_outcome
-
-        model = vertex_model.metadata.get("resourceName", "")
-        if not endpoint or not model:
-            return "not deployed: " + (
-                "no endpoint given" if not endpoint else "promote published no Vertex AI model"
-            )
-        outcome = deploy(
-            model,
-            endpoint,
-            traffic_percent=traffic_percent,
-            machine_type=machine_type,
-            min_replicas=min_replicas,
-            max_replicas=max_replicas,
-        )
-        location = outcome.endpoint.split("/")[3]
-        vertex_endpoint.uri = f"https://{location}-aiplatform.googleapis.com/v1/{outcome.endpoint}"
-        vertex_endpoint.metadata["resourceName"] = outcome.endpoint
-        split = ", ".join(f"{key}: {share}%" for key, share in outcome.traffic_split.items())
-        line = f"deployed {model} to {outcome.endpoint} as {outcome.deployed_model_id} (traffic {split})"
-        if outcome.undeployed:  # traffic_percent=100: the models it replaced, at 0%, are undeployed
-            line += "; undeployed " + ", ".join(
-                f"{key} ({version})" for key, version in outcome.undeployed.items()
-            )
-        promoted = read_outcome(run_outcome)  # promote's: the version and the report stay in the outcome
-        reason = f"{promoted.reason}; {line}" if promoted else line
-        record_outcome(
-            run_outcome,
-            step="deploy",
-            decision="deployed",
-            reason=reason,
-            report=promoted.report if promoted else "",
-        )
-        return line
+    return launch_deploy(
+        vertex_model=vertex_model,
+        endpoint=endpoint,
+        vertex_endpoint=vertex_endpoint,
+        traffic_percent=traffic_percent,
+        machine_type=machine_type,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        run_outcome=run_outcome,
+    )

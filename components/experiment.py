@@ -11,9 +11,12 @@ def join_experiment(
     experiment: str, project: str = "", location: str = "", pipeline_job_id: str = "", run_outcome: str = ""
 ) -> str:
     """Returns the experiment's metadata context ("" when ``experiment`` is "")."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.launchers.experiment import launch_join_experiment
 
-    with failure_recorded(run_outcome, "join-experiment"):
-        from tpustream.vertex.experiments import join_experiment as join
-
-        return join(experiment, project=project, location=location, pipeline_job_id=pipeline_job_id) or ""
+    return launch_join_experiment(
+        experiment=experiment,
+        project=project,
+        location=location,
+        pipeline_job_id=pipeline_job_id,
+        run_outcome=run_outcome,
+    )

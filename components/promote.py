@@ -45,65 +45,29 @@ def promote_model(
     < 0: no quality floor; ``max_p_value`` < 0: no significance required; ``beat_majority_baseline``: refuse a
     candidate that does not beat the majority-class baseline; ``min_class_support``: a class with fewer samples
     on the deciding split cannot refuse the candidate by its drop."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.launchers.promote import launch_promote
 
-    with failure_recorded(run_outcome, "promote-model"):
-        import logging
-
-        from tpustream.artifacts import EvalReport
-        from tpustream.registry.policy import PromotionPolicy
-        from tpustream.release.outcome import record_outcome
-        from tpustream.release.promote import promote
-        from tpustream.report.build import write_run_report
-        from tpustream.serve.validate import require_validated
-        from tpustream.vertex.model_registry import target_from_env
-
-        policy = PromotionPolicy.from_pipeline(
-            metric=metric,
-            min_delta=min_delta,
-            max_class_drop=max_class_drop,
-            min_metric=min_metric,
-            min_class_recall=min_class_recall,
-            max_p_value=max_p_value,
-            beat_majority_baseline=beat_majority_baseline,
-            min_class_support=min_class_support,
-        )
-        require_validated(validation.uri, model.uri)  # the validate step passed, for this very model.pt
-        target = target_from_env(vertex_model_name, project, location, serving_image)
-        outcome = promote(model.uri, evaluation.uri, registry, policy, vertex=target)
-        try:  # the report decides nothing: if it cannot be written, the step goes on and says so
-            write_run_report(
-                html_uri=report.path,
-                markdown_uri=summary.path,
-                model_uri=model.uri,
-                metrics_uri=evaluation.uri,
-                dataset_uri=dataset.uri,
-                registry=registry,
-                policy=policy,
-                outcome=outcome,
-                data_check=data_check.uri,
-            )
-        except Exception:
-            logging.getLogger("tpustream").exception(
-                "the run report could not be written (the decision stands)"
-            )
-        published = outcome.vertex
-        if published:
-            vertex_model.uri = published.uri
-            vertex_model.metadata["resourceName"] = published.versioned_name
-        line = (
-            f"promoted version {outcome.version}"
-            + (f", Vertex AI model {published.versioned_name}" if published else "")
-            if outcome.promoted
-            else f"not promoted: {outcome.reason}"
-        )
-        record_outcome(
-            run_outcome,
-            step="promote",
-            decision="promoted" if outcome.promoted else "kept",
-            reason=line.removeprefix("promoted ") if outcome.promoted else outcome.reason,
-            report=report.uri,
-            evaluation=EvalReport.read(evaluation.uri),
-            metric=policy.metric,
-        )
-        return line
+    return launch_promote(
+        model=model,
+        evaluation=evaluation,
+        registry=registry,
+        metric=metric,
+        min_delta=min_delta,
+        vertex_model=vertex_model,
+        validation=validation,
+        dataset=dataset,
+        data_check=data_check,
+        report=report,
+        summary=summary,
+        max_class_drop=max_class_drop,
+        min_metric=min_metric,
+        min_class_recall=min_class_recall,
+        max_p_value=max_p_value,
+        beat_majority_baseline=beat_majority_baseline,
+        min_class_support=min_class_support,
+        vertex_model_name=vertex_model_name,
+        serving_image=serving_image,
+        project=project,
+        location=location,
+        run_outcome=run_outcome,
+    )

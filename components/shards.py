@@ -23,25 +23,23 @@ def plan_shards(
     run_outcome: str = "",
 ) -> list:
     """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.launchers.shards import launch_plan_shards
 
-    with failure_recorded(run_outcome, "plan-shards"):
-        from tpustream.dataset.fanout import config_from_pipeline, shard_ranges
-
-        config = config_from_pipeline(
-            source=source,
-            output=dataset.uri,
-            num_shards=num_shards,
-            val_fraction=val_fraction,
-            upsample=upsample,
-            seed=seed,
-            max_side=max_side,
-            strict=strict,
-            train_hosts=train_hosts,
-            loader_workers=loader_workers,
-            test_fraction=test_fraction,
-        )
-        return shard_ranges(config, shards_per_task)
+    return launch_plan_shards(
+        source=source,
+        num_shards=num_shards,
+        val_fraction=val_fraction,
+        upsample=upsample,
+        seed=seed,
+        max_side=max_side,
+        strict=strict,
+        train_hosts=train_hosts,
+        loader_workers=loader_workers,
+        shards_per_task=shards_per_task,
+        dataset=dataset,
+        test_fraction=test_fraction,
+        run_outcome=run_outcome,
+    )
 
 
 def write_shards(
@@ -60,25 +58,23 @@ def write_shards(
     run_outcome: str = "",
 ) -> int:
     """Write one range of the planned shards into the planned dataset location (resumable)."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.launchers.shards import launch_write_shards
 
-    with failure_recorded(run_outcome, f"write-shards-{int(shard_range[0])}-{int(shard_range[1])}"):
-        from tpustream.dataset.fanout import config_from_pipeline, write_shard_range
-
-        config = config_from_pipeline(
-            source=source,
-            output=dataset.uri,
-            num_shards=num_shards,
-            val_fraction=val_fraction,
-            upsample=upsample,
-            seed=seed,
-            max_side=max_side,
-            strict=strict,
-            train_hosts=train_hosts,
-            loader_workers=loader_workers,
-            test_fraction=test_fraction,
-        )
-        return write_shard_range(config, int(shard_range[0]), int(shard_range[1]))
+    return launch_write_shards(
+        source=source,
+        num_shards=num_shards,
+        val_fraction=val_fraction,
+        upsample=upsample,
+        seed=seed,
+        max_side=max_side,
+        strict=strict,
+        train_hosts=train_hosts,
+        loader_workers=loader_workers,
+        shard_range=shard_range,
+        dataset=dataset,
+        test_fraction=test_fraction,
+        run_outcome=run_outcome,
+    )
 
 
 def finalize_shards(
@@ -98,27 +94,20 @@ def finalize_shards(
     run_outcome: str = "",
 ) -> None:
     """Write manifest.json once every shard exists; the output artifact points at the dataset."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.launchers.shards import launch_finalize_shards
 
-    with failure_recorded(run_outcome, "finalize-shards"):
-        from tpustream.dataset.fanout import config_from_pipeline, finalize_dataset
-
-        config = config_from_pipeline(
-            source=source,
-            output=planned.uri,
-            num_shards=num_shards,
-            val_fraction=val_fraction,
-            upsample=upsample,
-            seed=seed,
-            max_side=max_side,
-            strict=strict,
-            train_hosts=train_hosts,
-            loader_workers=loader_workers,
-            test_fraction=test_fraction,
-        )
-        manifest = finalize_dataset(config)
-        dataset.uri = planned.uri
-        dataset.metadata.update({split: info.num_samples for split, info in manifest.splits.items()})
-        dataset.metadata["classes"] = manifest.classes
-        for key in ("fingerprint", "marker"):  # evaluate records "trained on it" there
-            dataset.metadata[key] = planned.metadata.get(key, "")
+    launch_finalize_shards(
+        source=source,
+        num_shards=num_shards,
+        val_fraction=val_fraction,
+        upsample=upsample,
+        seed=seed,
+        max_side=max_side,
+        strict=strict,
+        train_hosts=train_hosts,
+        loader_workers=loader_workers,
+        planned=planned,
+        dataset=dataset,
+        test_fraction=test_fraction,
+        run_outcome=run_outcome,
+    )

@@ -43,60 +43,28 @@ def train_model(
     host write executor_output.json (it skips only non-chief CLUSTER_SPEC replicas,
     kfp/dsl/executor.py), so the other hosts leave with exit 0 once process 0 has committed the model.
     """
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.launchers.train import launch_train
 
-    with failure_recorded(run_outcome, "train-model"):
-        from tpustream.train.config import TrainConfig
-        from tpustream.train.preemption import Preempted, exit_now, exit_preempted
-        from tpustream.train.trainer import train
-        from tpustream.train.warm_start import CHAMPION, champion_start
-        from tpustream.xla_runtime import is_primary_host
-
-        if compile_cache.strip() == "auto":
-            compile_cache = f"{pipeline_root.rstrip('/')}/xla-cache" if pipeline_root.strip() else ""
-        optional = init_from.strip() == CHAMPION
-        start = (registry if optional else init_from).strip() or None
-        if optional:
-            from tpustream.errors import ConfigError
-
-            if not registry:
-                raise ConfigError("init_from=champion needs the registry parameter")
-            start = champion_start(registry, pretrained)  # None: the first run of a new registry
-        try:
-            # int(): an integer parameter can reach the executor as a float (the YAML keeps defaults as 8.0)
-            card = train(
-                TrainConfig(
-                    data=dataset.uri,
-                    output=model.uri,
-                    model=model_name,
-                    epochs=int(epochs),
-                    batch_size=int(batch_size),
-                    lr=lr or None,
-                    bf16=bf16,
-                    workers=int(workers),
-                    resume="auto",
-                    input_size=int(input_size) or None,
-                    init_from=start,
-                    init_optional=optional,
-                    pretrained=pretrained.strip() or None,
-                    weights_cache=f"{pipeline_root.rstrip('/')}/weights-cache"
-                    if pipeline_root.strip()
-                    else None,
-                    freeze_epochs=int(freeze_epochs),
-                    backbone_lr_scale=backbone_lr_scale,
-                    class_weights=class_weights,  # type: ignore[arg-type]  # TrainConfig checks none/auto
-                    patience=int(patience),
-                    min_delta=early_stop_min_delta,
-                    compile_cache=compile_cache or None,
-                )
-            )
-        except Preempted as exc:  # exit 75: the job (or KFP's retry) runs again and resumes from `last`
-            exit_preempted(exc)
-        if not is_primary_host():
-            exit_now(0)  # process 0 committed the model (train() waited for it) and writes the outputs
-        for key, value in card.metrics.items():
-            if isinstance(value, int | float):
-                metrics.log_metric(key, float(value))
-        model.metadata.update(
-            {"arch": card.arch, "input_size": card.input_size, "val_top1": card.metrics["val_top1"]}
-        )
+    launch_train(
+        dataset=dataset,
+        model_name=model_name,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        bf16=bf16,
+        workers=workers,
+        model=model,
+        metrics=metrics,
+        input_size=input_size,
+        init_from=init_from,
+        pretrained=pretrained,
+        freeze_epochs=freeze_epochs,
+        backbone_lr_scale=backbone_lr_scale,
+        class_weights=class_weights,
+        registry=registry,
+        patience=patience,
+        early_stop_min_delta=early_stop_min_delta,
+        compile_cache=compile_cache,
+        pipeline_root=pipeline_root,
+        run_outcome=run_outcome,
+    )

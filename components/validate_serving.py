@@ -17,14 +17,8 @@ def validate_serving(
     run_outcome: str = "",
 ) -> str:
     """Returns the summary line; raises (failing the step) when the candidate fails a check."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.launchers.validate_serving import launch_validate_serving
 
-    with failure_recorded(run_outcome, "validate-serving"):
-        from tpustream.serve.validate import validate_serving as validate
-
-        report = validate(model.uri, data=dataset.uri, samples=int(samples), output=validation.uri)
-        validation.log_metric("agreed", float(report.agreed))
-        validation.log_metric("samples", float(report.samples))
-        validation.log_metric("latency_ms_p50", float(report.latency_ms_p50 or 0))
-        validation.log_metric("startup_s", float(report.startup_s))
-        return f"{report.agreed}/{report.samples} val images answered as evaluation did"
+    return launch_validate_serving(
+        model=model, dataset=dataset, validation=validation, samples=samples, run_outcome=run_outcome
+    )

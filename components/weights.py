@@ -9,9 +9,8 @@ def resolve_weights(pretrained: str, model_name: str, pipeline_root: str, run_ou
     """Fetch a torchvision weights name into the cache and check its hash, or check a weights file URI
     exists; return the SPEC for the train step ("" = random weights: ``pretrained`` empty, or "DEFAULT" for
     a model without published weights)."""
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.launchers.weights import launch_resolve_weights
 
-    with failure_recorded(run_outcome, "resolve-weights"):
-        from tpustream.train.pretrained import resolve_ahead
-
-        return resolve_ahead(pretrained, model=model_name, cache=f"{pipeline_root.rstrip('/')}/weights-cache")
+    return launch_resolve_weights(
+        pretrained=pretrained, model_name=model_name, pipeline_root=pipeline_root, run_outcome=run_outcome
+    )

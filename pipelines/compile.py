@@ -6,10 +6,11 @@ import logging
 import re
 
 from tpustream.errors import ConfigError
-from tpustream.pipelines.steps import StepResources, check_image
+from tpustream.pipelines.resources import StepResources
+from tpustream.pipelines.steps import check_image
 from tpustream.pipelines.tpu import Capacity
 from tpustream.pipelines.training import build_pipeline
-from tpustream.release.notify import check_emails, check_webhook
+from tpustream.run.notify import check_emails, check_webhook
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def compile_pipeline(
     """Write the pipeline YAML (TPU type, images and the CPU steps' sizes fixed now; no credentials inside).
 
     Refuses placeholder images: a YAML that names an image nobody pushed fails only on Vertex, hours later.
-    ``resources``: the CPU steps' CPU and memory limits (default ``StepResources()``; pipelines/steps.py).
+    ``resources``: the CPU steps' CPU and memory limits (default ``StepResources()``; pipelines/resources.py).
     ``serve_image``: the serving image the validate step runs in (default ``cpu_image``).
     ``tensorboard``: the default of the ``tensorboard`` parameter, the TensorBoard instance the TPU job
     streams to (a run may name another).

@@ -14,7 +14,7 @@ from typing import Any, Literal, TextIO
 from tpustream.errors import TpustreamError
 from tpustream.pipelines.template import JsonValue
 from tpustream.pipelines.training import GATES, PIPELINE_NAME, build_pipeline
-from tpustream.release.outcome import RunOutcome, read_outcome
+from tpustream.run.outcome import RunOutcome, read_outcome
 
 __all__ = ["LocalRun", "PipelineFailed", "RunSummary", "Skipped", "condition_tasks", "run_local"]
 
@@ -45,7 +45,7 @@ class LocalRun:
     """Where a local run's things landed, and what it did.
 
     ``data``: "train", or "skip" when the source had nothing new; ``outcome``: what its deciding steps
-    recorded (tpustream/release/outcome.py; None if no step got to record one); ``report``: its report page
+    recorded (tpustream/run/outcome.py; None if no step got to record one); ``report``: its report page
     (None when nothing was trained)."""
 
     pipeline_root: str

@@ -20,7 +20,7 @@ from tpustream.pipelines.template import (
     reads_parameter,
     template_parameters,
 )
-from tpustream.release.notify import EMAIL_DOC, MAX_EMAIL_RECIPIENTS, check_emails, check_webhook
+from tpustream.run.notify import EMAIL_DOC, MAX_EMAIL_RECIPIENTS, check_emails, check_webhook
 from tpustream.storage import io as storage
 
 log = logging.getLogger(__name__)

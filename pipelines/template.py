@@ -53,7 +53,7 @@ class CompiledTemplate:
 
 def largest_cpu_step(template: CompiledTemplate) -> float:
     """The most vCPUs any CPU step of ``template`` asks Vertex for (its executors' numeric ``cpuLimit``, what
-    pipelines/steps.py StepResources compiled in); 0 when no step sets one."""
+    pipelines/resources.py StepResources compiled in); 0 when no step sets one."""
     executors = template.document.get("deploymentSpec", {}).get("executors", {})
     limits = [
         float(executor.get("container", {}).get("resources", {}).get("cpuLimit", 0))

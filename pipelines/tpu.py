@@ -212,7 +212,12 @@ class Capacity:
     """Which capacity the TPU job runs on, and how long it may run."""
 
     kind: CapacityKind = "on-demand"
-    timeout: str = "1d"  # a hung job stops costing TPU time after a day; raise it for long runs
+    """TPU capacity: on-demand; spot (single-host TPU types only: Vertex does not offer Spot VMs for TPU Pods;
+    discounted, can be preempted at any time: the step resumes from `last`). flex-start is refused: Vertex's
+    Dynamic Workload Scheduler is for GPUs only."""
+    timeout: str = "1d"
+    """Stop the TPU job after this long (e.g. 36h, 3d): by default a hung job stops costing TPU time after a
+    day; raise it for long runs."""
 
     def __post_init__(self) -> None:
         capacity_kind(self.kind)  # a kind from outside the type checker's sight (a config file, a test)

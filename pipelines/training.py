@@ -33,15 +33,15 @@ sub-pipeline, which this module compiled before (issue 43, item 5).
 
 The outcome the webhook reports is what the deciding steps (check source, check data, evaluate, promote, deploy)
 recorded at ``OUTCOME_PATH``, and every step records beside it what failed it, task and error line
-(tpustream/release/outcome.py): an exit task may take no other task's output, and the final status it is given
+(tpustream/run/outcome.py): an exit task may take no other task's output, and the final status it is given
 names no failed task. The email op runs only on Vertex (its executor raises elsewhere), so ``pipeline run-local``
 compiles it out.
 
 Caching is off on every task: the first step reads a live source whose URI never changes, and the
-decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/dataset/fingerprint.py).
+decision "is there anything new" is made by its fingerprint, not by KFP's cache (tpustream/run/new_data.py).
 
-Each step's component, image and CPU and memory limits (``StepResources``) are pipelines/steps.py's; this
-module wires them into the DAG.
+Each step's component and image are pipelines/steps.py's, its CPU and memory limits (``StepResources``)
+pipelines/resources.py's; this module wires them into the DAG.
 """
 
 import contextlib
@@ -52,7 +52,8 @@ from kfp import dsl
 
 from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
-from tpustream.pipelines.steps import LOCAL_IMAGE, StepResources, build_components
+from tpustream.pipelines.resources import StepResources
+from tpustream.pipelines.steps import LOCAL_IMAGE, build_components
 from tpustream.pipelines.tpu import PIPELINE_WORKERS, Capacity, train_hosts
 from tpustream.registry.policy import PromotionPolicy
 from tpustream.train.config import TrainConfig
@@ -67,7 +68,7 @@ __all__ = [
 ]
 
 # Where the run's deciding steps record its outcome, every step what failed it (failures/ beside it), and the exit
-# step reads both (tpustream/release/outcome.py), under the run's job ID: the placeholder GCPC builds a run's
+# step reads both (tpustream/run/outcome.py), under the run's job ID: the placeholder GCPC builds a run's
 # resource name from (v1/model/upload_model/component.py), one value for every task of a run on Vertex and on
 # kfp.local (one id per run, kfp/local/pipeline_orchestrator.py). Not PIPELINE_JOB_NAME, which kfp documents as
 # the run's display name (kfp/dsl/__init__.py): the same for every run of a schedule.
@@ -190,7 +191,7 @@ def build_pipeline(
         min_class_support: int = PromotionPolicy.min_class_support,  # a class with fewer deciding samples cannot refuse by its drop
         retrain: bool = False,
         data_check: str = "fail",  # an anomaly in the new dataset stops the run before train; "warn": log it; "off"
-        max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/dataset/check.py
+        max_duplicate_fraction: float = DataCheckThresholds.max_duplicate_fraction,  # why each: tpustream/dataset/check_thresholds.py
         max_leaked_images: int = DataCheckThresholds.max_leaked_images,
         max_skipped_rate: float = DataCheckThresholds.max_skipped_rate,
         max_class_share_shift: float = DataCheckThresholds.max_class_share_shift,
@@ -248,7 +249,7 @@ def build_pipeline(
             train_hosts=train_hosts(tpu),  # with the run's workers: auto's floor, a shard per loader worker
             loader_workers=workers,
         )
-        # Every step records what fails it at OUTCOME_PATH's folder (tpustream/release/outcome.py): the exit
+        # Every step records what fails it at OUTCOME_PATH's folder (tpustream/run/outcome.py): the exit
         # step's notification names the failed task and its error line, which no runner's final status says.
         check = ops.check(
             datasets_root=datasets_root,

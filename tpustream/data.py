@@ -6,9 +6,9 @@ DeprecationWarning naming the new path. Nothing inside tpustream imports this mo
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tpustream._lazy import lazy_front
 
 if TYPE_CHECKING:
     from tpustream.loader.batch import Batch
@@ -25,12 +25,4 @@ _MOVED = {
 }
 __all__ = ["Batch", "EpochReport", "LoaderConfig", "LoaderError", "ShardLoader"]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    new = f"{_MOVED[name]}.{name}"
-    warnings.warn(
-        f"tpustream.data.{name} moved to {new}; import it from there", DeprecationWarning, stacklevel=2
-    )
-    return getattr(importlib.import_module(_MOVED[name]), name)
+__getattr__, __dir__ = lazy_front(__name__, {}, moved=_MOVED)

@@ -1,6 +1,6 @@
 """The one error family: every failure a user must act on is a `TpustreamError`.
 
-Each subclass lives next to the code that raises it (`storage.StorageError`, `source_types.SourceError`,
+Each subclass lives next to the code that raises it (`storage.StorageError`, `sources.SourceError`,
 `train.TrainError`, ...) and keeps its historical builtin base (`ValueError` or `RuntimeError`) so
 callers that caught those keep working. The message names the input, says what is wrong and what
 to do; the CLI prints it as one line and exits 2 (see `tpustream/cli/app.py`).

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, cast
 
+from tpustream.dataset.input_size import InputSizeRule
 from tpustream.errors import ConfigError
-from tpustream.loader.config import InputSizeRule
 
 if TYPE_CHECKING:
     import torch

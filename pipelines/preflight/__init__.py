@@ -9,8 +9,9 @@ their full path inside tpustream.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tpustream._lazy import lazy_front
 
 if TYPE_CHECKING:
     from tpustream.pipelines.preflight.clients import ApiEndpoints
@@ -69,8 +70,4 @@ __all__ = [
     "check_tpu_region",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__, __dir__ = lazy_front(__name__, _HOMES)

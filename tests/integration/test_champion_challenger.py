@@ -93,20 +93,21 @@ def test_champion_challenger_flow(digits, models, registry, tmp_path):
     untrained = _evaluate(models, "untrained", digits, tmp_path, registry)
     trivial = promote.promote(models["untrained"], untrained, registry)  # not even into an empty registry
     assert not trivial.promoted and "does not beat the majority-class baseline" in trivial.reason
+    assert trivial.code == "below-baseline"
     assert promote.read_champion(registry) is None
     weak = _evaluate(models, "weak", digits, tmp_path, registry)
     assert promote.promote(models["weak"], weak, registry) == PromotionOutcome(
-        promoted=True, version=1, reason="no champion yet", previous_version=None
+        promoted=True, version=1, reason="no champion yet", code="no-champion", previous_version=None
     )
     again = promote.promote(models["weak"], weak, registry)  # idempotent
-    assert again.promoted is False and again.reason == "already the champion"
+    assert again.promoted is False and again.code == "already-champion"
     better = _evaluate(models, "better", digits, tmp_path, registry)
     metrics = json.loads(storage.read_bytes(better))
     assert metrics["champion"]["version"] == 1  # the champion was evaluated on the same shards, same run
     assert promote.promote(models["better"], better, registry).version == 2
     good = _evaluate(models, "good", digits, tmp_path, registry)
     outcome = promote.promote(models["good"], good, registry)
-    assert outcome.promoted is False and "not above 0" in outcome.reason
+    assert outcome.promoted is False and outcome.code == "no-improvement" and "not above 0" in outcome.reason
     assert promote.read_champion(registry).version == 2
     versions = sorted(
         o.uri.rsplit("/", 2)[1]
@@ -510,7 +511,7 @@ def test_promote_reports_what_happened_when_write_answers_are_lost(digits, model
         proxy.close()
     assert proxy.write_answers_lost >= 6  # version.json, champion.json and an event, for each promotion
     assert first == PromotionOutcome(
-        promoted=True, version=1, reason="no champion yet", previous_version=None
+        promoted=True, version=1, reason="no champion yet", code="no-champion", previous_version=None
     )
     assert second.promoted is True and second.version == 2 and second.previous_version == 1
     events = [json.loads(storage.read_bytes(o.uri)) for o in storage.list_objects(f"{registry}/events")]

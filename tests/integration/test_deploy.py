@@ -455,8 +455,8 @@ def test_deploy_component_deploys_promotes_version_and_outputs_the_endpoint(reco
         name="vertex_model", uri="", metadata={"resourceName": f"{PARENT}/models/4200@1"}
     )
     output = artifact_types.VertexEndpoint(name="vertex_endpoint", uri=str(tmp_path / "out"), metadata={})
-    # the run's outcome (tpustream/release/outcome.py) as promote left it: deploy keeps its version and report
-    from tpustream.release.outcome import read_outcome, record_outcome
+    # the run's outcome (tpustream/run/outcome.py) as promote left it: deploy keeps its version and report
+    from tpustream.run.outcome import read_outcome, record_outcome
 
     outcome = str(tmp_path / "run-outcome.json")
     record_outcome(outcome, step="promote", decision="promoted", reason="version 1", report="gs://b/report")

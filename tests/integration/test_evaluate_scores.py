@@ -16,6 +16,7 @@ from tpustream.dataset.plan import ShardConfig
 from tpustream.errors import ConfigError
 from tpustream.image.transforms import normalize
 from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
+from tpustream.metrics.label_issues import label_issues_from_scores, read_label_issues
 from tpustream.metrics.scores import metrics_from_scores, read_scores
 from tpustream.models import build_model
 from tpustream.registry.policy import PromotionPolicy
@@ -134,6 +135,34 @@ def test_scores_name_every_val_sample_and_give_back_evaluates_metrics(digits, tm
     assert '<section id="mistakes">' in page and '<section id="precision-recall">' in page
     assert '<figure id="plot-thresholds">' in page  # the threshold curve drawn from evaluate's table
     assert result.candidate.macro_f1 is not None and 0.0 <= result.candidate.balanced_accuracy <= 1.0
+
+
+def test_evaluate_lists_likely_label_errors_and_the_report_shows_them(digits, tmp_path):
+    model = make_model(tmp_path / "model", digits, seed=3, steps=12)
+    out = str(tmp_path / "eval")
+    result = evaluate.evaluate(model, digits, out)
+    scores = {row.key: row for row in read_scores(f"{out}/scores.jsonl.gz")}
+    issues = read_label_issues(f"{out}/label_issues.json")
+    # the deciding split's out-of-sample scores, by confident learning: the list recomputed from the file
+    assert issues == label_issues_from_scores(list(scores.values()), DIGITS, split=result.split)
+    assert issues.num_samples == len(scores) == result.candidate.num_samples and issues.issues
+    for issue in issues.issues:
+        row = scores[issue.key]
+        assert (issue.given_class, issue.source) == (row.true_class, row.source)
+        assert issue.suggested_class == DIGITS[row.top_classes[0]] != issue.given_class
+    confidences = [issue.self_confidence for issue in issues.issues]
+    assert confidences == sorted(confidences)  # the most contradicted first
+    facts = build_report_facts(
+        model_uri=model, metrics_uri=out, dataset_uri=digits, registry=None, policy=PromotionPolicy()
+    )
+    gallery = facts.label_errors
+    assert gallery is not None and gallery.total == len(issues.issues)
+    assert [issue.key for issue in gallery.issues] == issues.keys[: len(gallery.issues)]
+    assert set(gallery.thumbnails) == {issue.key for issue in gallery.issues}  # each from the shards
+    page = render_report(facts)[0]
+    assert '<section id="label-errors">' in page and "Likely label errors" in page
+    first = gallery.issues[0]
+    assert f"labelled <b>{first.given_class}</b>, looks like <b>{first.suggested_class}</b>" in page
 
 
 def test_the_loader_carries_keys_only_when_asked(digits):

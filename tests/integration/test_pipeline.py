@@ -108,7 +108,7 @@ def test_dag_structure_no_caching_no_installs_and_parameters(tmp_path):
     assert tasks["promote-model"]["inputs"]["artifacts"]["validation"]["taskOutputArtifact"] == {
         "outputArtifactKey": "validation", "producerTask": "validate-serving"}  # fmt: skip
     # No task is ever served from KFP's cache: the source URI never changes between scheduled runs,
-    # and whether there is new data is the check step's fingerprint's decision (tpustream/dataset/fingerprint.py).
+    # and whether there is new data is the check step's fingerprint's decision (tpustream/run/new_data.py).
     assert all(t.get("cachingOptions", {}).get("enableCache") is not True for t in tasks.values())
     assert all(t["cachingOptions"] == {} for t in tasks.values() if "componentRef" in t and
                not t["componentRef"]["name"].startswith(("comp-condition", "comp-for-loop", "comp-exit-handler")))  # fmt: skip
@@ -189,7 +189,7 @@ def _limits(cpu, memory_gb, cpu_text, memory_text):
 def test_every_cpu_step_compiles_explicit_cpu_and_memory_limits(tmp_path, tpu):
     """Issue "Evaluation sized for real data": no CPU step is left to Vertex's default machine, evaluate
     gets its own larger size, and the train task (GCPC's launcher of the TPU job) gets none."""
-    from tpustream.pipelines.steps import CPU_STEPS
+    from tpustream.pipelines.resources import CPU_STEPS
 
     spec, _ = _compiled(tmp_path, tpu)
     tasks = _all_tasks(spec)
@@ -208,7 +208,7 @@ def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
     from typer.testing import CliRunner
 
     from tpustream.cli.main import app
-    from tpustream.pipelines.steps import CPU_STEPS
+    from tpustream.pipelines.resources import CPU_STEPS
 
     path = tmp_path / "p.yaml"
     result = CliRunner().invoke(app, [
@@ -223,7 +223,7 @@ def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
     for task in set(CPU_STEPS) - {"evaluate-model"}:
         assert _resources(spec, task) == _limits(2.0, 8.0, "2", "8G"), task
     # Millicores and megabytes compile as kfp converts them (CPUs, decimal GB)
-    from tpustream.pipelines.steps import StepResources
+    from tpustream.pipelines.resources import StepResources
 
     sizes = StepResources(cpu="500m", memory="512M", eval_cpu="8", eval_memory="30G")
     compile_pipeline(str(path), tpu=None, cpu_image=CPU_IMAGE, resources=sizes)
@@ -244,7 +244,7 @@ def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
     ],
 )
 def test_step_sizes_vertex_would_not_give_are_refused_before_compiling(tmp_path, sizes, flag):
-    from tpustream.pipelines.steps import StepResources
+    from tpustream.pipelines.resources import StepResources
 
     with pytest.raises(ValueError, match=flag):
         compile_pipeline(

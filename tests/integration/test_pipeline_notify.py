@@ -122,7 +122,7 @@ def _tiny_dag(fail: bool):
     from tpustream.pipelines.training import OUTCOME_PATH, PIPELINE_NAME
 
     def decide(run_outcome: str, fail: bool) -> None:
-        from tpustream.release.outcome import failure_recorded, record_outcome
+        from tpustream.run.outcome import failure_recorded, record_outcome
 
         with failure_recorded(run_outcome, "decide"):
             if fail:
@@ -185,7 +185,7 @@ def test_on_vertex_the_exit_step_reads_the_outcome_from_the_pipeline_root_and_li
     outcome that check data recorded under a gs:// pipeline root (the GCS test server)."""
     from tests.fakes.vertex.emulation import run_container_task
     from tpustream.errors import TpustreamError
-    from tpustream.release.outcome import failure_recorded, read_outcome, record_outcome
+    from tpustream.run.outcome import failure_recorded, read_outcome, record_outcome
 
     path, _, _ = _compile(tmp_path)
     run_root, job = f"{gcs_bucket}/pipeline-root", "tpustream-training-20261128030000"
@@ -222,7 +222,7 @@ def test_on_vertex_a_failing_step_still_runs_both_notifications(tmp_path, gcs_bu
     status, reads what train recorded under the run's job ID and posts it."""
     from tests.fakes.vertex.emulation import run_container_task, tasks_reached
     from tpustream.errors import TpustreamError
-    from tpustream.release.outcome import failure_recorded, record_outcome
+    from tpustream.run.outcome import failure_recorded, record_outcome
 
     path, spec, _ = _compile(tmp_path, "--notify", "ml@x.org", "--notify-webhook", "https://hooks.example/x")
     reached = tasks_reached(spec, failing={"train-model"})
@@ -348,7 +348,7 @@ def test_compile_with_an_empty_notify_compiles_no_email_step_and_says_so(tmp_pat
 def test_more_than_three_recipients_are_refused_naming_vertexs_limit_and_its_page(tmp_path):
     """Vertex emails at most three recipients ("Configure email notifications"): a fourth is refused at
     compile, submit and schedule (``--notify`` or ``--param notify_emails``), before anything reaches Vertex."""
-    from tpustream.release.notify import EMAIL_DOC
+    from tpustream.run.notify import EMAIL_DOC
 
     four = ["a@x.org", "b@x.org", "c@x.org,d@x.org"]
     result = CliRunner().invoke(

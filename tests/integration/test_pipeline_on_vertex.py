@@ -428,7 +428,7 @@ def test_the_evaluate_step_asks_vertex_for_its_own_machine_and_no_cpu_step_for_t
     default e2-standard-4; a compile-time override reaches the machine."""
     import yaml
 
-    from tpustream.pipelines.steps import CPU_STEPS, StepResources
+    from tpustream.pipelines.resources import CPU_STEPS, StepResources
 
     template = tmp_path / "p.yaml"
     compile_pipeline(str(template), tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE)

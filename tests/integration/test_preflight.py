@@ -237,7 +237,7 @@ def test_tpu_quota_zero_or_too_small_fails_unreadable_warns(templates, google, g
 
 
 def test_cpu_quota_below_the_largest_cpu_step_fails_naming_it(templates, google, gcs_bucket):
-    """Evaluate asks Vertex for 16 vCPUs (pipelines/steps.py StepResources.eval_cpu): a region whose
+    """Evaluate asks Vertex for 16 vCPUs (pipelines/resources.py StepResources.eval_cpu): a region whose
     custom-training CPU quota is below that cannot place the step; no CPU quota listed is a warning."""
     google.quota_infos["proj"][3] = cpu_quota_info({"us-central1": 8})
     by_check, _ = _run(templates["v3-8"], google, gcs_bucket)

@@ -40,6 +40,21 @@ def test_help_imports_no_torch():
     assert result.stdout.strip() == "[]"
 
 
+def test_help_and_the_compile_options_import_no_kfp():
+    """`pipeline compile`'s options are derived from Capacity and StepResources (kfp-free modules), so the
+    CLI, its help and compile's help load no kfp (submit's help lists the pipeline's parameters: it does)."""
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from tpustream.cli.main import app\n"
+        "for args in ([], ['pipeline'], ['pipeline', 'compile'], ['pipeline', 'run-local']):\n"
+        "    assert CliRunner().invoke(app, [*args, '--help']).exit_code == 0, args\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kfp'))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
 def test_create_verify_and_refuse_again(tmp_path):
     out = str(tmp_path / "ds")
     result = runner.invoke(app, ["shards", "create", "--output", out, "--num-shards", "3", "--workers", "1"])
@@ -87,6 +102,32 @@ def test_report_decides_with_promotes_max_p_value(tmp_path, command):
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "--max-p-value 0.0: a probability in (0, 1]" in result.output
+
+
+def test_report_decides_on_max_p_value_as_promote_does(tmp_path):
+    """The candidate beats champion version 2 (0.80 vs 0.7625), which evaluate did not score on the same
+    samples: without --max-p-value the report's decision is promote, with it the champion is kept."""
+    from dataclasses import replace
+
+    from tests.common.report import sample_facts
+
+    facts = sample_facts()
+    for folder in ("model", "data", "registry"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "model/model.json").write_text(json.dumps(facts.model_card.to_json()))
+    metrics = replace(facts.metrics, dataset=replace(facts.metrics.dataset, uri=str(tmp_path / "data")))
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics.to_json()))
+    (tmp_path / "data/manifest.json").write_text(json.dumps(facts.manifest.to_json()))
+    (tmp_path / "registry/champion.json").write_text(json.dumps({"version": 2, "model_sha256": "c0ffee"}))
+    args = ["report", "--model", str(tmp_path / "model"), "--metrics", str(tmp_path / "metrics.json")]
+    args += ["--registry", str(tmp_path / "registry"), "--output", str(tmp_path / "out")]
+    promoted = runner.invoke(app, args)
+    assert promoted.exit_code == 0, promoted.output
+    assert promoted.output.startswith("decision: promote (candidate top1 0.8000 beats champion 0.7625")
+    kept = runner.invoke(app, [*args, "--max-p-value", "0.05"])
+    assert kept.exit_code == 0, kept.output
+    assert kept.output.startswith("decision: keep the champion (")
+    assert "--max-p-value 0.05 needs both scored on the same samples" in kept.output
 
 
 def test_verify_of_missing_dataset(tmp_path):

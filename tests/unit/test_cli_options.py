@@ -199,3 +199,53 @@ def test_an_excluded_field_the_body_declares_goes_to_the_config() -> None:
         runner.invoke(app, ["run", "7", "--data", "d", "--epochs", "0"]).exit_code != 0
     )  # the config's check
     assert len(seen) == 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """A config nested in another (as QualityFloor in PromotionPolicy)."""
+
+    low: float | None = None
+    """The lowest value."""
+    high: float = 1.0
+    """The highest value."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outer:
+    """A config holding a nested config and a repeatable option."""
+
+    name: str = "x"
+    """A name."""
+    limits: Limits = dataclasses.field(default_factory=Limits)
+    tags: list[str] | None = None
+    """A tag (repeatable)."""
+
+
+def test_a_nested_config_is_flattened_into_options_and_built_from_them() -> None:
+    seen = []
+
+    @from_config(Outer, low=Opt(min=0.0), tags=Opt(name="--tag", metavar="TAG"))
+    def run(config: Outer) -> None:
+        seen.append(config)
+
+    app = _app(run)
+    assert [param.name for param in config_parameters(Outer)] == ["name", "low", "high", "tags"]
+    result = runner.invoke(app, ["run", "--low", "0.5", "--tag", "a", "--tag", "b"])
+    assert result.exit_code == 0, result.output
+    assert seen == [Outer(limits=Limits(low=0.5), tags=["a", "b"])]
+    assert runner.invoke(app, ["run"]).exit_code == 0 and seen[-1] == Outer()  # the nested default
+    assert runner.invoke(app, ["run", "--low", "-1"]).exit_code == 2  # Opt applies to a nested field
+    help_text = _squeezed(runner.invoke(app, ["run", "--help"]).output)
+    assert "Thelowestvalue." in help_text and "--tagTAG" in help_text
+
+
+def test_two_nested_fields_of_one_name_are_refused() -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class Twice:
+        high: float = 2.0
+        """Also high."""
+        limits: Limits = dataclasses.field(default_factory=Limits)
+
+    with pytest.raises(TypeError, match=r"Twice: \['high'\] are fields of two of its configs"):
+        from_config(Twice)

@@ -12,17 +12,12 @@ from typer.testing import CliRunner
 
 from tpustream.cli.main import app
 from tpustream.dataset import write as shards
-from tpustream.dataset.check import (
-    DataCheckFailed,
-    DataCheckThresholds,
-    check_dataset,
-    check_for_pipeline,
-)
-from tpustream.dataset.check_baseline import champion_baseline
+from tpustream.dataset.check import DataCheckThresholds, check_dataset
 from tpustream.dataset.check_report import percents
 from tpustream.dataset.check_result import ANOMALY_CODES
 from tpustream.dataset.manifest import manifest_digest
 from tpustream.dataset.plan import ShardConfig
+from tpustream.run.data_gate import DataCheckFailed, champion_baseline, check_for_pipeline
 from tpustream.storage import io as storage
 
 
@@ -207,7 +202,7 @@ def test_imbalanced_classes_get_a_note_naming_the_class_weights_choice(tmp_path,
     ]
     assert unknown.facts["class_balance"]["max_min_ratio"] == pytest.approx(100 / 12)
     report_path = str(tmp_path / "report.md")
-    with caplog.at_level("INFO", logger="tpustream.dataset.check"):
+    with caplog.at_level("INFO", logger="tpustream.run.data_gate"):
         auto = check_for_pipeline(
             uri,
             registry="",

@@ -4,9 +4,10 @@ import os
 
 import pytest
 
-from tpustream.dataset.fingerprint import check_source, fingerprint, source_objects
+from tpustream.dataset.fingerprint import fingerprint, source_objects
 from tpustream.dataset.plan import ShardConfig
 from tpustream.registry.store import record_trained
+from tpustream.run.new_data import check_source
 from tpustream.storage import io as storage
 
 SETTINGS = {"model_name": "tiny", "epochs": 3}

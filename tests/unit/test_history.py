@@ -70,12 +70,13 @@ NEW_PROMOTED = {
     "metrics_uri": "gs://b/eval/better/metrics.json",
     "time": "2024-05-03T10:00:00.250000Z",
 }
-NEW_REFUSED = {
+NEW_REFUSED = {  # as promote writes it since decisions carry codes
     "event": "refused",
     "promoted": False,
     "version": None,
     "reason": "champion was measured on dataset d1d1d1d1d1d1, the candidate on e2e2e2e2e2e2: evaluate both "
     "on the same shards (tpustream evaluate --registry)",
+    "code": "other-dataset",
     "champion_version": 2,
     "candidate": "gs://b/models/other-data",
     "top1": 0.97,
@@ -119,6 +120,8 @@ def test_old_and_new_events_read_as_one_history(tmp_path):
             "value": 0.5,
             "champion_value": None,
             "reason": "no champion yet",
+            "code": None,  # an event before codes has none
+            "class_index": None,
             "champion_version": None,
         },
         {
@@ -132,6 +135,8 @@ def test_old_and_new_events_read_as_one_history(tmp_path):
             "value": 0.4,
             "champion_value": None,
             "reason": OLD_REFUSED["reason"],
+            "code": None,
+            "class_index": None,
             "champion_version": 1,
         },
         {
@@ -145,6 +150,8 @@ def test_old_and_new_events_read_as_one_history(tmp_path):
             "value": None,
             "champion_value": None,
             "reason": "already the champion",
+            "code": None,
+            "class_index": None,
             "champion_version": 1,
         },
         {
@@ -158,6 +165,8 @@ def test_old_and_new_events_read_as_one_history(tmp_path):
             "value": 0.8,
             "champion_value": 1.25,
             "reason": NEW_PROMOTED["reason"],
+            "code": None,
+            "class_index": None,
             "champion_version": 1,
         },
         {
@@ -171,6 +180,8 @@ def test_old_and_new_events_read_as_one_history(tmp_path):
             "value": 0.97,
             "champion_value": None,  # measured on other data: not comparable
             "reason": NEW_REFUSED["reason"],
+            "code": "other-dataset",
+            "class_index": None,
             "champion_version": 2,
         },
     ]  # and no vertex-upload-failed: not a decision

@@ -13,7 +13,7 @@ from torch import nn
 
 from tpustream.artifacts import Manifest, SizeSummary, Split, SplitStats
 from tpustream.cli.main import app
-from tpustream.loader.shard_loader import default_input_size, input_size_rule
+from tpustream.dataset.input_size import default_input_size, input_size_rule
 from tpustream.models import (
     MODEL_NAMES,
     MODEL_SPECS,
@@ -26,7 +26,7 @@ from tpustream.models import (
     sgd_momentum,
 )
 from tpustream.train.config import TrainConfig
-from tpustream.train.setup import resolve_input_size
+from tpustream.train.run_inputs import resolve_input_size
 
 SMALL, LARGE = 32, SMALL_INPUT_MAX  # the largest large input kept small: ResNet-101 on a CPU
 

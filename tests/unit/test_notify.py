@@ -1,4 +1,4 @@
-"""Who hears how a run ended (tpustream/release/notify.py): recipients and webhook URLs checked up front, the JSON a
+"""Who hears how a run ended (tpustream/run/notify.py): recipients and webhook URLs checked up front, the JSON a
 webhook gets, and its POST to a receiver on loopback (tests/fakes/webhook_receiver.py stands in for Slack, Google
 Chat and the like): a receiver that is down or refuses never fails the run, and its secret is never logged."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream.errors import ConfigError
-from tpustream.release.notify import (
+from tpustream.run.notify import (
     check_emails,
     check_webhook,
     console_link,
@@ -16,7 +16,7 @@ from tpustream.release.notify import (
     redact_url,
     webhook_body,
 )
-from tpustream.release.outcome import RunFailure, RunOutcome
+from tpustream.run.outcome import RunFailure, RunOutcome
 
 JOB = "projects/123/locations/europe-west4/pipelineJobs/tpustream-training-20261128"
 
@@ -127,7 +127,7 @@ def test_a_receiver_that_refuses_or_is_down_never_fails_the_run_nor_leaks_the_to
 
 def test_the_body_shows_the_candidate_beside_the_majority_class_baseline(tmp_path):
     from tpustream.artifacts import EvalReport
-    from tpustream.release.outcome import read_outcome, record_outcome
+    from tpustream.run.outcome import read_outcome, record_outcome
 
     evaluation = EvalReport.from_json(
         {
@@ -161,3 +161,39 @@ def test_at_most_three_recipients_as_vertex_emails():
     with pytest.raises(ConfigError, match=r"--notify names 4 recipients .* at most 3 .*email-notifications"):
         check_emails("a@x.org,b@x.org,c@x.org,d@x.org")
     assert check_emails(["", " , "]) == []  # none: the caller decides (pipelines/run_checks.py)
+
+
+def test_the_body_carries_the_decisions_code_and_class_for_a_receiver_to_branch_on():
+    """A receiver reads what was decided from ``decision`` and ``code`` (and ``class_index``), never from the
+    reason's words; a run that decided on no candidate has no code."""
+    dropped = RunOutcome(
+        step="evaluate",
+        decision="kept",
+        reason="class 2 accuracy drops by 0.3000, more than --max-class-drop 0.1",
+        code="class-drop",
+        class_index=2,
+    )
+    body = webhook_body(pipeline="p", job=JOB, state="SUCCEEDED", outcome=dropped)
+    assert (body["decision"], body["code"], body["class_index"]) == ("kept", "class-drop", 2)
+    promoted = RunOutcome(step="promote", decision="promoted", reason="version 2", code="wins")
+    assert webhook_body(pipeline="p", job=JOB, state="SUCCEEDED", outcome=promoted)["code"] == "wins"
+    skipped = RunOutcome(step="check source", decision="skipped", reason="no new data")
+    assert webhook_body(pipeline="p", job=JOB, state="SUCCEEDED", outcome=skipped)["code"] is None
+    assert webhook_body(pipeline="p", job=JOB, state="FAILED", outcome=None)["class_index"] is None
+
+
+def test_a_refusal_is_said_once_whatever_the_failure_line_says():
+    """The data check's refusal is the failed step's error: the body says it once, told by the outcome's
+    ``decision``, not by comparing the two sentences (the error line is cut to one line, the reason is not)."""
+    reason = "data check of gs://b/d: 1 anomaly, train-val-leak: 1 image\nseen in shard 3"
+    leak = RunOutcome(step="check data", decision="refused", reason=reason)
+    body = webhook_body(
+        pipeline="p",
+        job=JOB,
+        state="FAILED",
+        outcome=leak,
+        failures=[
+            RunFailure(task="check-data", error="data check of gs://b/d: 1 anomaly, train-val-leak: 1 image")
+        ],
+    )
+    assert body["failed_task"] == "check-data" and "check-data failed" not in body["text"]

@@ -1,15 +1,19 @@
 """One default per option, whatever the door (issue 42, item 2).
 
 A door is a way in: the CLI commands (`train`, `shards create`, `shards check`, `predict`, `evaluate`,
-`validate-serving`, `pipeline run-local`, `pipeline compile|submit|schedule`, `promote`, `report`,
+`validate-serving`, `pipeline run-local`, `pipeline compile|preflight|submit|schedule`, `promote`, `report`,
 `deploy`), the pipeline function's parameters and the KFP components' parameters. Every option of every door that has a default either names the one place that
 default is written (SOURCES: ``Owner.field``, a config dataclass field such as ``TrainConfig.lr`` or a library
 function's keyword default such as ``deploy.traffic_percent``) and has that default, or is the door's own
 (OWN: nothing else declares it, so nothing can disagree). An option in neither fails, so a new option is
 classified before it can drift; a default unlike its source's fails unless DIFFERS says why.
 
-``tpustream train``, ``shards create``, ``shards check`` and ``predict`` are derived from their config
-(tpustream/cli/options.py): their defaults and help are the fields', so they are checked to still be derived.
+``tpustream train``, ``shards create``, ``shards check``, ``predict``, ``promote`` and ``report``
+(PromotionPolicy), ``pipeline submit`` and ``schedule`` (one block: VertexRun), ``pipeline compile``
+(CompileOptions, with Capacity's and StepResources' fields) and ``pipeline run-local`` (RunLocalOptions, its
+defaults LocalDemo's or the pipeline's) are derived from their config (tpustream/cli/options.py): their
+defaults and help are the fields', so they are checked to still be derived, and the few options each writes
+by hand are listed (HAND_WRITTEN).
 """
 
 import dataclasses
@@ -19,10 +23,13 @@ import pytest
 import typer.main
 
 from tpustream.cli.main import app
-from tpustream.cli.options import field_docs
-from tpustream.cli.pipeline import LocalDemo, local_parameters
+from tpustream.cli.options import config_fields, field_docs
+from tpustream.cli.pipeline import CompileOptions, LocalDemo, RunLocalOptions, VertexRun
 from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
+from tpustream.pipelines.resources import StepResources
+from tpustream.pipelines.tpu import Capacity
+from tpustream.registry.policy import PromotionPolicy
 from tpustream.serve.predict.config import PredictConfig
 from tpustream.train.config import TrainConfig
 
@@ -32,6 +39,23 @@ DERIVED = {
     ("train",): TrainConfig,
     ("shards", "check"): DataCheckThresholds,
     ("predict",): PredictConfig,
+    ("promote",): PromotionPolicy,  # its floor (QualityFloor) flattened: --min-metric, --min-class-recall
+    ("report",): PromotionPolicy,  # decides as promote does: the same options
+    ("pipeline", "submit"): VertexRun,  # one block, shared by submit and schedule
+    ("pipeline", "schedule"): VertexRun,
+    (
+        "pipeline",
+        "compile",
+    ): CompileOptions,  # its capacity (Capacity) and resources (StepResources) flattened
+    ("pipeline", "run-local"): RunLocalOptions,
+}
+# The options a derived pipeline command declares itself, beside its config's: what belongs to no config.
+HAND_WRITTEN = {
+    ("pipeline", "compile"): set(),
+    ("pipeline", "run-local"): {"verbose"},  # where the executors' logs go, not what runs
+    ("pipeline", "submit"): {"no_cache"},
+    ("pipeline", "schedule"): {"cron"},
+    ("pipeline", "preflight"): {"schedule"},
 }
 # Config fields that are not CLI options, on purpose.
 CONFIG_ONLY = {
@@ -43,8 +67,8 @@ CONFIG_ONLY = {
 }
 
 # A KFP parameter cannot be None: each source field whose default is None has one stand-in, the same in the
-# pipeline, every component (config_from_pipeline, PromotionPolicy.from_pipeline and components/train.py
-# decode them) and run-local, which passes its options on as pipeline parameters.
+# pipeline and every component (config_from_pipeline, PromotionPolicy.from_pipeline and tpustream/launchers/train.py
+# decode them). Run-local writes none: an option it is not given (None) is no parameter, so the pipeline's applies.
 STAND_INS: dict[str, object] = {
     "ShardConfig.num_shards": 0,  # auto: ~2,000 samples a shard, at least one per loader worker
     "ShardConfig.val_fraction": -1.0,  # the source's own split
@@ -83,14 +107,7 @@ OWN: dict[str, dict[str, str]] = {
         "image": "a pushed image: refused when empty (check_image), so no default can drift",
         "tpu_image": "a pushed image: refused when empty (check_image), so no default can drift",
     },
-    **{
-        f"pipeline {command}": {
-            "region": _VERTEX,
-            "param": "--param KEY=VALUE: any pipeline parameter, over the template's defaults",
-            "experiment": _NONE,
-        }
-        for command in ("submit", "schedule")
-    },
+    "pipeline preflight": {"schedule": "what to check: also what a schedule needs"},
     "promote": {
         "vertex_model": _NONE,
         "vertex_project": _VERTEX,
@@ -165,14 +182,6 @@ _DEPLOY = {
     "min_replicas": "deploy.min_replicas",
     "max_replicas": "deploy.max_replicas",
 }
-_VERTEX_RUN = {
-    "service_account": "{f}.service_account",
-    "label": "{f}.labels",
-    "skip_preflight": "{f}.skip_preflight",
-    "tensorboard": "{f}.tensorboard",
-    "notify": "{f}.notify_emails",
-    "notify_webhook": "{f}.notify_webhook",
-}
 
 
 def _derived(config: type) -> dict[str, str]:
@@ -206,21 +215,19 @@ SOURCES: dict[str, dict[str, str]] = {
     },
     "pipeline compile": {
         "serving_image": "compile_pipeline.serve_image",
-        "capacity": "Capacity.kind",
-        "timeout": "Capacity.timeout",
-        "step_cpu": "StepResources.cpu",
-        "step_memory": "StepResources.memory",
-        "eval_cpu": "StepResources.eval_cpu",
-        "eval_memory": "StepResources.eval_memory",
+        **_derived(Capacity),  # --capacity (kind), --timeout
+        **_derived(StepResources),  # --step-cpu (cpu), --step-memory (memory), --eval-cpu, --eval-memory
         "tensorboard": "compile_pipeline.tensorboard",
         "notify": "compile_pipeline.notify_emails",
         "notify_webhook": "compile_pipeline.notify_webhook",
     },
-    "pipeline submit": {
-        **{name: key.format(f="submit_pipeline") for name, key in _VERTEX_RUN.items()},
-        "no_cache": "submit_pipeline.no_cache",
+    "pipeline preflight": {
+        name: key
+        for name, key in _derived(VertexRun).items()
+        if name in ("region", "service_account", "param")
     },
-    "pipeline schedule": {name: key.format(f="schedule_pipeline") for name, key in _VERTEX_RUN.items()},
+    "pipeline submit": {**_derived(VertexRun), "no_cache": "submit_pipeline.no_cache"},
+    "pipeline schedule": _derived(VertexRun),
     "promote": _POLICY,
     "report": _POLICY,
     "deploy": {
@@ -273,6 +280,7 @@ _CLI_DOORS = {
     "validate-serving": ("validate-serving",),
     "pipeline run-local": ("pipeline", "run-local"),
     "pipeline compile": ("pipeline", "compile"),
+    "pipeline preflight": ("pipeline", "preflight"),
     "pipeline submit": ("pipeline", "submit"),
     "pipeline schedule": ("pipeline", "schedule"),
     "promote": ("promote",),
@@ -298,9 +306,7 @@ def _source_defaults() -> dict[str, object]:
     """``Owner.field`` -> its default, for every config dataclass and library function an option follows."""
     from tpustream.dataset.check import check_dataset
     from tpustream.pipelines.compile import compile_pipeline
-    from tpustream.pipelines.steps import StepResources
     from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
-    from tpustream.pipelines.tpu import Capacity
     from tpustream.pipelines.training import build_pipeline
     from tpustream.registry.policy import PromotionPolicy, QualityFloor
     from tpustream.release.deploy import deploy
@@ -311,7 +317,7 @@ def _source_defaults() -> dict[str, object]:
     configs = (ShardConfig, TrainConfig, DataCheckThresholds, PromotionPolicy, QualityFloor)
     functions = (compile_pipeline, build_pipeline, submit_pipeline, schedule_pipeline, deploy, check_dataset)
     defaults: dict[str, object] = {}
-    for config in (*configs, PredictConfig, LocalDemo, StepResources, Capacity):
+    for config in (*configs, PredictConfig, LocalDemo, VertexRun, StepResources, Capacity):
         for field in dataclasses.fields(config):
             if field.default is not dataclasses.MISSING:
                 defaults[f"{config.__name__}.{field.name}"] = field.default
@@ -408,29 +414,50 @@ def test_the_config_commands_are_derived_from_their_config(command):
     """Each field is an option with the field's docstring as its help (its default: the test above)."""
     config = DERIVED[command]
     cli = _cli_params(*command)
-    fields = {field.name for field in dataclasses.fields(config)}
+    owners = {field.name: owner for owner, field in config_fields(config)}
+    fields = set(owners)
     assert fields - set(cli) == set(CONFIG_ONLY) & fields, "config fields missing on the CLI"
-    docs = field_docs(config)
     for name in fields - set(CONFIG_ONLY) - {"inputs"}:  # predict's argument: its help is the command's
+        docs = field_docs(owners[name])
         assert (cli[name].help or "").startswith(docs[name]), f"--{name}: its help is not {config.__name__}'s"
 
 
 def test_run_local_runs_the_pipelines_defaults_but_the_local_demos():
     """Run-local's parameters, as its defaults make them, are the pipeline's defaults except LocalDemo's
-    fields, each of which differs from the pipeline's and says why: a fine-tuning run through run-local
-    (--param pretrained=SPEC) gets fine-tuning's LR, as on Vertex, not the 0.2 run-local once fixed."""
+    fields, each of which differs from the pipeline's and says why. It passes no other parameter but the
+    source: the LR and the shard count are the pipeline's own defaults, never a stand-in written again (a
+    fine-tuning run through run-local, --param pretrained=SPEC, gets fine-tuning's LR, as on Vertex, not the
+    0.2 run-local once fixed)."""
     inputs = _pipeline_inputs()
     cli = {name: p.default for name, p in _cli_params("pipeline", "run-local").items()}
-    options = {name: cli[name] for name in ("source", "model", "epochs", "batch_size", "lr", "num_shards")}
-    parameters = local_parameters(**options, param=[])
-    assert set(parameters) <= set(inputs)
+    run = RunLocalOptions(**{field.name: cli[field.name] for field in dataclasses.fields(RunLocalOptions)})
+    parameters = run.parameters()
+    demo = {field.name for field in dataclasses.fields(LocalDemo)}
+    assert set(parameters) == demo | {"source"} and set(parameters) <= set(inputs)
+    assert parameters["source"] == inputs["source"].default
     differs = {name for name, value in parameters.items() if not _same(value, inputs[name].default)}
-    assert differs == RUN_LOCAL_DIFFERS == {field.name for field in dataclasses.fields(LocalDemo)}
+    assert differs == RUN_LOCAL_DIFFERS == demo
     docs = field_docs(LocalDemo)
     assert all(docs.get(name) for name in RUN_LOCAL_DIFFERS), "each LocalDemo field says why"
-    assert parameters["lr"] == inputs["lr"].default == 0.0
-    tuned = local_parameters(**options, param=["pretrained=gs://b/resnet18.pth", "lr=0.01"])
+    given = dataclasses.replace(run, lr=0.05, num_shards=3).parameters()
+    assert (given["lr"], given["num_shards"]) == (0.05, 3)
+    tuned = dataclasses.replace(
+        run, param=["pretrained=gs://b/resnet18.pth", "lr=0.01"], lr=0.05
+    ).parameters()
     assert (tuned["pretrained"], tuned["lr"]) == ("gs://b/resnet18.pth", 0.01)  # --param wins over both
+    hook = dataclasses.replace(
+        run, param=["notify_webhook=https://a.example/x"], notify_webhook="https://b.example/y"
+    )
+    assert hook.parameters()["notify_webhook"] == "https://b.example/y"  # --notify-webhook wins over --param
+
+
+@pytest.mark.parametrize("command", sorted(HAND_WRITTEN))
+def test_the_pipeline_commands_write_only_what_no_config_holds(command):
+    """A pipeline command's options are its config's fields and the few listed: an option written in the
+    command (a default typed again, as compile's 14 and run-local's 10 once were) fails here."""
+    config = DERIVED.get(command, VertexRun)  # preflight takes VertexRun's first fields
+    fields = {field.name for _, field in config_fields(config)}
+    assert set(_cli_params(*command)) - fields == HAND_WRITTEN[command]
 
 
 def test_the_pipeline_commands_vertex_options_are_its_parameters():

@@ -16,7 +16,7 @@ import pytest
 
 PACKAGES = [
     "storage", "image", "sources", "dataset", "loader", "metrics", "registry",
-    "train", "serve", "vertex", "release", "report",
+    "train", "serve", "vertex", "release", "run", "report",
 ]  # fmt: skip
 
 

@@ -8,7 +8,7 @@ from tpustream.registry import events as event_log
 from tpustream.registry.history import champion_history, format_history_table
 from tpustream.registry.policy import PromotionPolicy
 from tpustream.registry.store import ChampionPointer, replace_champion
-from tpustream.release.promote import decide_and_log_refusal, promote
+from tpustream.release.promote import decide_and_log_refusal, preview_decision, promote
 
 
 def _metrics(tmp_path, top1=0.1168):
@@ -52,12 +52,14 @@ def test_a_refusal_is_logged_once_however_often_the_step_runs_and_the_history_sh
         assert not decision.promote and "below the quality floor" in decision.reason
     (entry,) = champion_history(str(registry))
     assert entry["event"] == "refused" and entry["reason"] == decision.reason
+    assert decision.code == entry["code"] == "below-floor"
     assert (entry["metric"], entry["value"], entry["candidate"]) == ("top1", 0.1168, candidate)
     assert entry["champion_version"] is None and entry["dataset_digest"] == "d" * 64
     assert "refused" in format_history_table([entry]).splitlines()[1]
     # promote then taking the same decision on the same candidate adds nothing: it is one decision
     outcome = promote(candidate, metrics, str(registry), floor)
     assert not outcome.promoted and outcome.reason == decision.reason
+    assert outcome.code == "below-floor" and outcome.decision == decision
     assert len(champion_history(str(registry))) == 1
     # exactly the event promote logs on its own
     alone = tmp_path / "alone"
@@ -95,10 +97,22 @@ def test_a_candidate_that_wins_or_is_the_champion_logs_nothing_here(tmp_path):
     metrics, candidate = _metrics(tmp_path, top1=0.9), str(tmp_path / "model")
     registry = str(tmp_path / "registry")
     (tmp_path / "registry").mkdir()
-    assert decide_and_log_refusal(candidate, metrics, registry, PromotionPolicy()).promote
+    wins = decide_and_log_refusal(candidate, metrics, registry, PromotionPolicy())
+    assert wins.promote and wins.code == "no-champion"
     champion = ChampionPointer.from_json(
         {"version": 1, "model_sha256": "c" * 64, "dataset_digest": "d" * 64, "metrics": {"top1": 0.9}}
     )
     replace_champion(registry, champion, 0)
-    assert not decide_and_log_refusal(candidate, metrics, registry, PromotionPolicy()).promote
+    again = decide_and_log_refusal(candidate, metrics, registry, PromotionPolicy())
+    assert not again.promote and again.code == "already-champion"
+    assert preview_decision(EvalReport.read(metrics), registry).code == "already-champion"
     assert champion_history(registry) == []  # promote logs a win; the champion's promotion was logged then
+    # promote itself logs it: the outcome and the event carry the code
+    outcome = promote(candidate, metrics, registry)
+    assert (outcome.promoted, outcome.version, outcome.code) == (False, 1, "already-champion")
+    (entry,) = champion_history(registry)
+    assert (entry["event"], entry["code"], entry["class_index"]) == (
+        "already-champion",
+        "already-champion",
+        None,
+    )

@@ -367,11 +367,11 @@ def test_a_candidate_that_does_not_beat_the_majority_class_is_refused_first_mode
     tie = decide_for_metrics(_baseline_report(0.394), None, PromotionPolicy())
     assert tie.code == "below-baseline"  # equal is not better
     assert decide_for_metrics(_baseline_report(0.40), None, PromotionPolicy()).promote
-    # the explicit switch turns it off; other refusals carry no code
+    # the explicit switch turns it off; the floor refuses first, with its own code
     off = PromotionPolicy(beat_majority_baseline=False)
     assert decide_for_metrics(_baseline_report(0.1095), None, off).promote
     floor = PromotionPolicy.from_options(min_metric=0.99)
-    assert decide_for_metrics(_baseline_report(0.1095), None, floor).code is None
+    assert decide_for_metrics(_baseline_report(0.1095), None, floor).code == "below-floor"
     # lower loss is better: the baseline's loss is beaten from below
     loss = PromotionPolicy(metric="loss")
     assert decide_for_metrics(_baseline_report(0.9, loss=0.5), None, loss).promote
@@ -393,3 +393,151 @@ def test_the_baseline_switch_is_one_field_that_every_door_takes():
         **piped, max_p_value=-1, beat_majority_baseline=False
     ).beat_majority_baseline
     assert not PromotionPolicy.from_options(beat_majority_baseline=False).beat_majority_baseline
+
+
+PAIRED = {"num_samples": 40, "candidate_only_correct": 6, "champion_only_correct": 2}
+# (candidate, champion (None: no champion), the champion's digest, policy options, the metrics.json's other keys)
+# -> the decision's code and class index: one row per way the policy decides
+CODE_PATHS = {
+    "no-champion": (m(0.9), None, None, {}, {}, "no-champion", None),
+    "no-champion above a floor": (m(0.9), None, None, {"min_metric": 0.5}, {}, "no-champion", None),
+    "wins": (m(0.9), m(0.8), "d", {}, {}, "wins", None),
+    "wins, a small class's drop said": (
+        m(0.9, per_class=(1.0, 0.0)) | {"per_class": {"support": [38, 2]}},
+        m(0.8, per_class=(0.8, 1.0)),
+        "d",
+        {"max_class_drop": 0.1},
+        {},
+        "wins",
+        None,
+    ),
+    "missing-metric": (m(0.9), m(0.8), "d", {"metric": "macro_f1"}, {}, "missing-metric", None),
+    "diverged": (m(0.9, loss=None), m(0.8), "d", {}, {}, "diverged", None),
+    "below-floor": (m(0.6), None, None, {"min_metric": 0.7}, {}, "below-floor", None),
+    "below-class-recall": (
+        m(0.9, per_class=(0.95, 0.4)),
+        None,
+        None,
+        {"min_class_recall": 0.5},
+        {},
+        "below-class-recall",
+        1,
+    ),
+    "below-baseline": (
+        m(0.3),
+        None,
+        None,
+        {},
+        {"baseline": {"answer": "a", "top1": 0.5, "loss": 0.7}},
+        "below-baseline",
+        None,
+    ),
+    "other-dataset": (m(0.9), m(0.8), "e", {}, {}, "other-dataset", None),
+    "champion-not-finite": (
+        m(0.9),
+        m(0.8, loss=None),
+        "d",
+        {"metric": "loss"},
+        {},
+        "champion-not-finite",
+        None,
+    ),
+    "no-improvement": (m(0.8), m(0.8), "d", {}, {}, "no-improvement", None),
+    "no-improvement below min-delta": (m(0.81), m(0.8), "d", {"min_delta": 0.05}, {}, "no-improvement", None),
+    "class-drop": (
+        m(0.9, per_class=(1.0, 0.5)),
+        m(0.8, per_class=(0.7, 0.9)),
+        "d",
+        {"max_class_drop": 0.1},
+        {},
+        "class-drop",
+        1,
+    ),
+    "not-paired": (m(0.9), m(0.8), "d", {"max_p_value": 0.05}, {}, "not-paired", None),
+    "not-significant": (
+        m(0.9),
+        m(0.8) | {"paired": PAIRED | {"p_value": 0.29}},
+        "d",
+        {"max_p_value": 0.05},
+        {},
+        "not-significant",
+        None,
+    ),
+    "wins, significant": (
+        m(0.9),
+        m(0.8) | {"paired": PAIRED | {"p_value": 0.01}},
+        "d",
+        {"max_p_value": 0.05},
+        {},
+        "wins",
+        None,
+    ),
+    "incomplete": (m(0.9) | {"complete": False}, m(0.8), "d", {}, {}, "incomplete", None),
+    "not-compared": (
+        m(0.9),
+        None,
+        "d",
+        {},
+        {"champion_note": "the champion has other classes"},
+        "not-compared",
+        None,
+    ),
+}
+
+
+def _decided(candidate, champion, digest, options, document):
+    """``decide_for_metrics`` on a metrics.json of ``candidate`` (and ``champion`` measured in the same run,
+    on shards of ``digest``: "d" the candidate's), against a champion pointer (none without a champion)."""
+    from tpustream.artifacts import EvalReport
+    from tpustream.registry.policy import decide_for_metrics
+
+    report = EvalReport.from_json(
+        {
+            "dataset": {"uri": "/d", "manifest_digest": "d" * 64, "val_samples": 40},
+            "classes": ["a", "b"],
+            "candidate": {"model_sha256": "c" * 64, "complete": True, "num_samples": 40} | candidate,
+            "champion": None if champion is None or digest != "d" else champion | {"version": 1},
+        }
+        | document
+    )
+    pointer = (
+        None
+        if digest is None
+        else ChampionPointer.from_json(
+            {
+                "version": 1,
+                "model_sha256": "e" * 64,
+                "dataset_digest": digest * 64,
+                "metrics": champion or m(0.8),
+            }
+        )
+    )
+    return decide_for_metrics(report, pointer, PromotionPolicy.from_options(**options))
+
+
+@pytest.mark.parametrize("path", list(CODE_PATHS))
+def test_every_decision_of_the_policy_has_a_code_and_a_class_where_one_applies(path):
+    *inputs, code, class_index = CODE_PATHS[path]
+    decision = _decided(*inputs)
+    assert (decision.code, decision.class_index) == (code, class_index), decision.reason
+    assert decision.promote is (code in ("no-champion", "wins"))
+    # decided on the test split: the reason says so, the code and the class are the same
+    on_test = {"split": "test", "dataset": {"uri": "/d", "manifest_digest": "d" * 64, "test_samples": 40}}
+    test_split = _decided(*inputs[:-1], inputs[-1] | on_test)
+    assert (test_split.code, test_split.class_index) == (code, class_index)
+    assert test_split.reason.endswith("(on the held-out test split)")
+
+
+def test_the_code_paths_cover_every_code_the_policy_has():
+    """A code added to DecisionCode gets a path here (already-champion is promote's: tests/unit/test_promote.py)."""
+    from tpustream.registry.policy import DECISION_CODES
+
+    covered = {row[-2] for row in CODE_PATHS.values()}
+    assert covered == set(DECISION_CODES) - {"already-champion"}
+
+
+def test_a_decision_refuses_a_code_it_does_not_know():
+    from tpustream.registry.policy import Decision
+
+    with pytest.raises(ValueError, match="decision code 'won': expected one of no-champion, wins"):
+        Decision(True, "beats", "won")  # type: ignore[arg-type]

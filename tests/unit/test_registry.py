@@ -1,6 +1,7 @@
 """The registry's storage primitives on a local directory: strict JSON, the champion pointer's
 compare-and-swap, create-only version claims and events, the health check's messages, trained-on markers."""
 
+import dataclasses
 import json
 import os
 import threading
@@ -10,6 +11,7 @@ import pytest
 
 from tpustream.registry import events as event_log
 from tpustream.registry import store as registry
+from tpustream.registry.history import champion_history
 from tpustream.registry.policy import RegistryError
 from tpustream.registry.store import ChampionPointer
 from tpustream.storage import io as storage
@@ -133,6 +135,7 @@ def _refused(reason: str, value: float) -> event_log.DecisionEvent:
         promoted=False,
         version=None,
         reason=reason,
+        code="no-improvement",
         candidate="gs://b/candidate",
         metric="top1",
         split="val",
@@ -165,12 +168,14 @@ def test_events_are_logged_in_order_each_a_new_file(tmp_path):
 
 def test_a_refused_event_keeps_the_keys_and_order_the_old_writer_gave_it(tmp_path):
     # the old promote wrote {"event", **outcome, "candidate", <metric>: value, **record}: the history reads both
+    # (the decision's code follows its reason)
     written = _refused("worse", 0.4).to_json()
     assert list(written) == [
         "event",
         "promoted",
         "version",
         "reason",
+        "code",
         "champion_version",
         "candidate",
         "top1",
@@ -183,6 +188,24 @@ def test_a_refused_event_keeps_the_keys_and_order_the_old_writer_gave_it(tmp_pat
         "metrics_uri",
     ]
     assert written["top1"] == written["value"] == 0.4
+
+
+def test_a_decisions_code_and_class_go_through_the_event_file_into_the_history(tmp_path):
+    """What the decision was travels as its code (and class), never to be parsed back out of ``reason``; an
+    event without a class writes none."""
+    root = str(tmp_path)
+    dropped = dataclasses.replace(_refused("class 1 falls", 0.9), code="class-drop", class_index=1)
+    event_log.log_event(root, dropped)
+    event_log.log_event(root, _refused("worse", 0.4))
+    events = [event_log.read_event(uri) for uri in event_log.list_events(root)]
+    first, second = sorted(events, key=lambda event: event["reason"])  # one second: names in any order
+    assert (first["code"], first["class_index"]) == ("class-drop", 1)
+    assert second["code"] == "no-improvement" and "class_index" not in second
+    entries = sorted(champion_history(root), key=lambda entry: entry["reason"])
+    assert [(e["reason"], e["code"], e["class_index"]) for e in entries] == [
+        ("class 1 falls", "class-drop", 1),
+        ("worse", "no-improvement", None),
+    ]
 
 
 def test_an_event_is_never_overwritten(tmp_path, monkeypatch):

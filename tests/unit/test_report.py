@@ -106,7 +106,9 @@ def test_a_refusal_for_a_class_drop_names_the_class_and_its_accuracies(rendered)
 def test_other_refusals_keep_the_policys_reason():
     facts = sample_facts(
         decision=Decision(
-            False, "candidate top1 0.7000 vs champion 0.7500: improvement -0.0500 is not above 0"
+            False,
+            "candidate top1 0.7000 vs champion 0.7500: improvement -0.0500 is not above 0",
+            "no-improvement",
         )
     )
     page, markdown = render_report(facts)
@@ -121,10 +123,11 @@ def test_a_promotion_states_the_version_and_the_one_it_replaced():
         promoted=True,
         version=3,
         reason="candidate top1 0.8000 beats champion 0.7500 by +0.0500",
+        code="wins",
         previous_version=2,
     )
     page, markdown = render_report(
-        sample_facts(outcome=outcome, decision=Decision(True, outcome.reason), policy=PromotionPolicy())
+        sample_facts(outcome=outcome, decision=outcome.decision, policy=PromotionPolicy())
     )
     assert '<header id="decision" class="promoted"><h1>Promoted as version 3</h1>' in page
     assert (
@@ -135,9 +138,36 @@ def test_a_promotion_states_the_version_and_the_one_it_replaced():
 
 
 def test_the_champion_itself_is_already_the_champion():
-    outcome = PromotionOutcome(promoted=False, version=2, reason="already the champion")
-    page, _ = render_report(sample_facts(outcome=outcome, decision=Decision(False, "already the champion")))
+    outcome = PromotionOutcome(
+        promoted=False, version=2, reason="already the champion", code="already-champion"
+    )
+    page, _ = render_report(sample_facts(outcome=outcome, decision=outcome.decision))
     assert "Nothing to promote: the candidate is already the champion (version 2)." in page
+
+
+def test_the_verdict_comes_from_the_decisions_code_not_from_its_words(rendered):
+    """Reworded reasons leave the report's facts as they were: the class a class-drop names and an
+    already-champion outcome are read from the code and the class index, never parsed out of the sentence."""
+    facts = sample_facts()
+    assert facts.decision.code == "class-drop" and facts.decision.class_index is not None
+    reworded = replace(facts, decision=replace(facts.decision, reason="per-class check failed (reworded)"))
+    page, _ = render_report(reworded)
+    dropped = re.search(r'<p class="sentence">(.*?)</p>', rendered[0])
+    assert dropped is not None and "class “dog” accuracy drops by" in dropped.group(1)
+    assert f'<p class="sentence">{dropped.group(1)}</p>' in page  # the same verdict, word for word
+    # a sentence that reads like a class drop but is not one is said as it is
+    lookalike = Decision(False, "class 1 accuracy drops by 0.3000 and more", "no-improvement")
+    page, _ = render_report(replace(facts, decision=lookalike))
+    assert "Refused, the champion stays: class 1 accuracy drops by 0.3000 and more." in page
+    # already the champion in other words is still already the champion; those words alone are not
+    same = PromotionOutcome(
+        promoted=False, version=4, reason="this model is the champion", code="already-champion"
+    )
+    page, _ = render_report(sample_facts(outcome=same, decision=same.decision))
+    assert "Nothing to promote: the candidate is already the champion (version 4)." in page
+    words = Decision(False, "already the champion", "not-compared")
+    page, _ = render_report(sample_facts(decision=words))
+    assert "<h1>Already the champion</h1>" not in page and "Refused, the champion stays" in page
 
 
 # --------------------------------------------------------------------------- per-class accuracy
@@ -318,7 +348,9 @@ def test_a_champion_that_was_not_measured_is_said_with_evaluates_note():
     note = "champion version 3 not evaluated: the class sets differ"
     metrics = replace(sample_facts().metrics, champion=None, champion_note=note)
     facts = sample_facts(
-        metrics=metrics, decision=Decision(False, f"{note}. Keeping champion version 3"), history=None
+        metrics=metrics,
+        decision=Decision(False, f"{note}. Keeping champion version 3", "not-compared"),
+        history=None,
     )
     page, markdown = render_report(facts)
     assert f"No champion numbers: the champion was not measured: {note}." in page
@@ -402,7 +434,7 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
         data_check=str(tmp_path / "check.md"),
         history=history(),
     )
-    assert gathered.decision == Decision(True, "no champion yet")  # no registry: nothing to compare with
+    assert gathered.decision == Decision(True, "no champion yet", "no-champion")  # no registry: no champion
     assert gathered.data_check_markdown == "# Data check: `x`\n\n**No anomalies.**\n"
     page, markdown = write_report(
         gathered, str(tmp_path / "out/report.html"), str(tmp_path / "out/report.md")
@@ -411,7 +443,9 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
     assert (tmp_path / "out/report.md").read_text() == markdown
     assert "The candidate wins and may be promoted: no champion yet." in page
 
-    outcome = PromotionOutcome(promoted=True, version=1, reason="no champion yet", previous_version=None)
+    outcome = PromotionOutcome(
+        promoted=True, version=1, reason="no champion yet", code="no-champion", previous_version=None
+    )
     promoted = build_report_facts(
         model_uri=str(model),
         metrics_uri=str(tmp_path / "metrics.json"),
@@ -420,7 +454,9 @@ def test_build_report_facts_reads_a_runs_files_and_write_report_writes_both(tmp_
         policy=PromotionPolicy(),
         outcome=outcome,
     )
-    assert promoted.decision == Decision(True, "no champion yet") and promoted.outcome == outcome
+    assert (
+        promoted.decision == Decision(True, "no champion yet", "no-champion") and promoted.outcome == outcome
+    )
 
 
 @pytest.mark.parametrize(
@@ -475,6 +511,8 @@ def test_a_candidate_that_is_the_champion_now_was_promoted_by_this_run_or_before
     page, _ = render_report(gathered)
     assert f"<h1>{title}</h1>" in page
     assert sentence in page
+    # the history's event predates codes: a promotion over a champion is a win
+    assert gathered.decision.code == ("wins" if gathered.decision.promote else "already-champion")
 
 
 def write_run_files(tmp_path, facts: ReportFacts) -> dict[str, str]:
@@ -529,6 +567,7 @@ def test_write_run_report_shows_the_registrys_history_and_the_promote_steps_outc
             promoted=True,
             version=2,
             reason="candidate top1 0.8000 beats champion 0.7625 by +0.0375",
+            code="wins",
             previous_version=1,
         )
     )
@@ -540,7 +579,7 @@ def test_write_run_report_shows_the_registrys_history_and_the_promote_steps_outc
             outcome=outcome,
         )
 
-    assert facts.decision == Decision(True, outcome.reason)
+    assert facts.decision == Decision(True, outcome.reason, "wins")
     assert f"run report: {paths['html_uri']}" in caplog.messages
     page = (tmp_path / "out/report.html").read_text()
     markdown = (tmp_path / "out/report.md").read_text()
@@ -568,7 +607,7 @@ def test_write_run_report_without_a_registry_yet_has_no_history_and_no_missing_d
         data_check=str(tmp_path / "check-data-did-not-run.md"),
     )
     assert facts.history is None and facts.data_check_markdown is None
-    assert facts.decision == Decision(True, "no champion yet")
+    assert facts.decision == Decision(True, "no champion yet", "no-champion")
     page = (tmp_path / "out/report.html").read_text()
     markdown = (tmp_path / "out/report.md").read_text()
     assert "The candidate wins and may be promoted: no champion yet." in page

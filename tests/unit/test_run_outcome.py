@@ -1,10 +1,10 @@
-"""The run outcome record (tpustream/release/outcome.py): what the deciding steps write and the exit step reads."""
+"""The run outcome record (tpustream/run/outcome.py): what the deciding steps write and the exit step reads."""
 
 import json
 
 import pytest
 
-from tpustream.release.outcome import FORMAT, RunOutcome, read_outcome, record_outcome
+from tpustream.run.outcome import FORMAT, RunOutcome, read_outcome, record_outcome
 
 
 def test_an_outcome_is_replaced_by_the_next_step_and_read_back(tmp_path):
@@ -39,7 +39,7 @@ def test_a_failed_write_does_not_fail_the_step(tmp_path, caplog):
 def test_a_step_that_fails_records_its_task_and_error_line_and_a_retry_that_succeeds_clears_it(tmp_path):
     """What the exit step's notification names (issue 42): no runner's final status says which task failed."""
     from tpustream.errors import ConfigError
-    from tpustream.release.outcome import RunFailure, failure_recorded, read_failures
+    from tpustream.run.outcome import RunFailure, failure_recorded, read_failures
 
     uri = str(tmp_path / "run" / "run-outcome.json")
     assert read_failures(uri) == []
@@ -66,7 +66,7 @@ def test_a_step_that_fails_records_its_task_and_error_line_and_a_retry_that_succ
 
 def test_an_error_line_is_one_short_line():
     from tpustream.errors import ConfigError
-    from tpustream.release.outcome import error_line
+    from tpustream.run.outcome import error_line
 
     assert error_line(ConfigError("--lr 0: give a positive rate")) == "--lr 0: give a positive rate"
     assert error_line(ValueError("")) == "ValueError"
@@ -75,10 +75,25 @@ def test_an_error_line_is_one_short_line():
 
 
 def test_a_failure_that_cannot_be_recorded_still_fails_the_step_with_its_own_error(tmp_path, caplog):
-    from tpustream.release.outcome import failure_recorded
+    from tpustream.run.outcome import failure_recorded
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(ZeroDivisionError), failure_recorded(str(blocker / "run-outcome.json"), "train-model"):
         1 / 0  # noqa: B018
     assert "could not be recorded" in caplog.text
+
+
+def test_the_promotion_decisions_code_and_class_are_recorded_and_an_outcome_before_codes_reads(tmp_path):
+    uri = tmp_path / "run" / "run-outcome.json"
+    record_outcome(
+        str(uri), step="evaluate", decision="kept", reason="class 3 drops", code="class-drop", class_index=3
+    )
+    outcome = read_outcome(str(uri))
+    assert outcome is not None and (outcome.code, outcome.class_index) == ("class-drop", 3)
+    # an outcome file written before codes: read as before, with no code
+    uri.write_text(json.dumps({"format": FORMAT, "step": "evaluate", "decision": "kept", "reason": "worse"}))
+    assert read_outcome(str(uri)) == RunOutcome(step="evaluate", decision="kept", reason="worse")
+    assert read_outcome(str(uri)).code is None
+    with pytest.raises(ValueError, match="code 'lost'"):
+        RunOutcome(step="evaluate", decision="kept", reason="", code="lost")  # type: ignore[arg-type]

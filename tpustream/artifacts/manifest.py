@@ -175,7 +175,7 @@ class SkippedSummary:
 
     count: int = 0  # images skipped while writing + rows the source rejected while listing
     sample_slots: int = 0  # the planned samples lost (an upsampled train image counts once per copy)
-    by_reason: dict[str, int] = field(default_factory=dict)  # source_types.SKIP_REASONS -> count
+    by_reason: dict[str, int] = field(default_factory=dict)  # sources.types.SKIP_REASONS -> count
     rejected_rows: int = 0  # of ``count``: rows or items the source refused before any image was read
     examples: list[str] = field(default_factory=list)
     absent: frozenset[str] = field(default=frozenset(), repr=False)  # keys its file lacked: not written back
@@ -228,9 +228,9 @@ class IgnoredFiles:
 
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
-    """A dataset's ``manifest.json``, written last by ``shards.finalize_manifest`` (docs/ARCHITECTURE.md,
-    "Shards and manifest"). Only ``classes`` and ``splits`` are required; what older writers left out
-    reads as a default."""
+    """A dataset's ``manifest.json``, written last by ``dataset.finalize.finalize_manifest``
+    (docs/ARCHITECTURE.md, "Shards and manifest"). Only ``classes`` and ``splits`` are required; what older
+    writers left out reads as a default."""
 
     classes: list[str]
     splits: dict[

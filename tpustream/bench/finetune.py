@@ -15,12 +15,12 @@ ResNet's small-input stem: another network with 16x the compute per step). The r
 trainer's own random init of that network (``ModelSpec.builder`` under ``--seed``, saved as a file and given as
 ``--pretrained``, which is also how the pretraining run gets the stock stem). Each arm trains at the peak LR
 ``train`` gives it by default: the from-scratch default for the random arm, a tenth of it
-(``train.FINE_TUNE_LR_FACTOR``) for the pretrained arm; ``--lr``/``--pretrained-lr`` override them. As the LR
-then differs too, a third arm (``pretrained_at_random_lr``; ``--no-same-lr-arm`` drops it) starts from the
-pretrained file at the random arm's LR: init is then the only difference. All arms see
-the same train images (the first N per class of a seeded permutation), the same epochs, hence the same steps,
-and are evaluated every epoch on the same held-out val split of the target task (the last ``val_per_class``
-images per class, never trained on). One JSON line per run, then one summary line per size with all side by
+(``train.optimizer.FINE_TUNE_LR_FACTOR``) for the pretrained arm; ``--lr``/``--pretrained-lr`` override them.
+As the LR then differs too, a third arm (``pretrained_at_random_lr``; ``--no-same-lr-arm`` drops it) starts
+from the pretrained file at the random arm's LR: init is then the only difference. All arms see the same train
+images (the first N per class of a seeded permutation), the same epochs, hence the same steps, and are
+evaluated every epoch on the same held-out val split of the target task (the last ``val_per_class`` images per
+class, never trained on). One JSON line per run, then one summary line per size with all side by
 side and a plain verdict; nothing is assumed about who wins.
 """
 

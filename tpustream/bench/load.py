@@ -488,7 +488,7 @@ def _split_samples(
 
 def input_size_for(dataset: str, manifest: dict[str, Any], split: str, requested: int | None = None) -> int:
     """The output side the bench measures at: ``requested``, else the trainer's default for the dataset."""
-    from tpustream.loader.shard_loader import default_input_size
+    from tpustream.dataset.input_size import default_input_size
 
     if not manifest["splits"].get(split, {}).get("num_samples"):
         raise ConfigError(f"{dataset} has no {split} samples to measure")

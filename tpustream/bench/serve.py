@@ -88,7 +88,7 @@ class Reply:
 
 
 class ModelServer:
-    """The serving image's model server on ``model`` (``validate_serving.start_model_server``: ``SERVING_ENV``
+    """The serving image's model server on ``model`` (``serve.validate.start_model_server``: ``SERVING_ENV``
     and the AIP_* variables as Vertex sets them), one uvicorn worker (so the process measured is the one
     serving), and ``env`` on top (TPUSTREAM_* limits); spoken to over raw sockets."""
 
@@ -327,8 +327,8 @@ def _cases(server: ModelServer, limits: dict[str, int]) -> Iterator[dict[str, An
     for fmt, save in (("TIFF", {"compression": "tiff_deflate"}), ("WEBP", {"lossless": True})):
         bomb = image_bytes(bomb_side, bomb_side, fmt, **save)
         yield timed(f"bomb-{fmt.lower()}", partial(server.predict, instances([bomb])), body_bytes=len(bomb))
-    # concurrent clients while a heavy request is in: admitted while the in-flight budgets hold them (serving.py's
-    # Admission); a fast 503 beyond
+    # concurrent clients while a heavy request is in: admitted while the in-flight budgets hold them
+    # (serve/server.py's Admission); a fast 503 beyond
     clients = 8
     watch = Watch(server)
     with watch.watching(), ThreadPoolExecutor(clients + 1) as pool:

@@ -43,7 +43,7 @@ def bench_train(
     from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
     from tpustream.models import build_model, model_spec
     from tpustream.train.config import TrainConfig
-    from tpustream.train.setup import resolve_input_size
+    from tpustream.train.run_inputs import resolve_input_size
     from tpustream.xla_runtime import device_loader, runtime
 
     config = TrainConfig(

@@ -57,6 +57,22 @@ def bench_import_cmd(
         typer.echo(line)
 
 
+@bench_app.command("labelnoise")
+def bench_labelnoise_cmd(
+    seeds: Annotated[
+        int, typer.Option(help="Draws of planted flips (val splits and flipped samples).", min=1)
+    ] = 5,
+    flip_fraction: Annotated[
+        float, typer.Option(help="Share of val labels flipped.", min=0.01, max=0.5)
+    ] = 0.05,
+) -> None:
+    """Planted label flips in the digits' val split: precision and recall of the likely label errors found."""
+    from tpustream.bench.labelnoise import bench_labelnoise
+
+    for line in bench_labelnoise(seeds=seeds, flip_fraction=flip_fraction):
+        typer.echo(line)
+
+
 @bench_app.command("warmstart")
 def bench_warmstart_cmd(
     old: Annotated[
@@ -277,5 +293,54 @@ def bench_compile_cmd(
             fail(f"--precision {value!r}: fp32 or bf16")
     for line in bench_compile(
         models, precisions=precisions, batch_size=batch_size, epochs=epochs, steps=steps, timeout=timeout
+    ):
+        typer.echo(line)
+
+
+@bench_app.command("datacheck")
+def bench_datacheck_cmd(
+    train: Annotated[
+        int, typer.Option(help="Random train hashes searched (the scale line).", min=1)
+    ] = 1_000_000,
+    test: Annotated[
+        int, typer.Option(help="Random test hashes looked up (the scale line).", min=1)
+    ] = 100_000,
+    planted: Annotated[
+        int, typer.Option(help="Test hashes that are train hashes with 0..d bits flipped.", min=0)
+    ] = 1000,
+    max_distance: Annotated[
+        int | None,
+        typer.Option(
+            help="Hamming distance searched (default: the data check's, from the ROC).", min=0, max=64
+        ),
+    ] = None,
+    brute_force_sample: Annotated[
+        int, typer.Option(help="Test hashes brute force compares (its time for all is extrapolated).", min=1)
+    ] = 1000,
+    copied: Annotated[
+        int, typer.Option(help="Originals given one planted copy of each kind (digits and photos).", min=1)
+    ] = 300,
+    train_clusters: Annotated[
+        bool, typer.Option(help="Also time the clusters inside train (a train x train search).")
+    ] = True,
+    hash_seconds: Annotated[
+        float, typer.Option(help="Seconds timing each step of each hash-cost line.", min=0.01)
+    ] = 1.0,
+) -> None:
+    """Near-duplicates: the hash's cost per image against the decodes shard writing does; recall of planted
+    copies and false-pair rate per distance (the digits and scikit-image's photos); multi-index search of test
+    against train hashes vs brute force, time and peak memory."""
+    from tpustream.bench.datacheck import bench_datacheck
+    from tpustream.dataset.near_duplicates import DEFAULT_MAX_DISTANCE
+
+    for line in bench_datacheck(
+        train=train,
+        test=test,
+        planted=planted,
+        max_distance=DEFAULT_MAX_DISTANCE if max_distance is None else max_distance,
+        brute_force_sample=brute_force_sample,
+        copied=copied,
+        train_clusters=train_clusters,
+        hash_seconds=hash_seconds,
     ):
         typer.echo(line)

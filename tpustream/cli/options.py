@@ -2,8 +2,10 @@
 the field's docstring (the string literal right after it, as torchtitan's and tyro's configs write them).
 
 The config is the one place an option is written; the CLI only says what differs for the command line
-(an option name, a click-level bound, a computed list appended to the help) with ``Opt``. Nothing here
-imports the code the config configures, so ``--help`` loads only the config's own module.
+(an option name, a click-level bound, a computed list appended to the help) with ``Opt``. A field whose type
+is itself a config dataclass with a default (``PromotionPolicy.floor: QualityFloor``) is flattened: its
+fields are options too, and the command builds it from them. Nothing here imports the code the config
+configures, so ``--help`` loads only the config's own module.
 """
 
 from __future__ import annotations
@@ -23,17 +25,15 @@ import typer
 __all__ = [
     "Opt",
     "field_docs",
+    "config_fields",
     "config_parameters",
     "from_config",
     "fail",
-    "MaxPValueOption",
-    "MinClassRecallOption",
-    "MinMetricOption",
 ]
 
 _MISSING: Any = dataclasses.MISSING
 _CONFIG_DEFAULT: Any = object()  # Opt.default: the field's own (dataclasses.MISSING would mean "required")
-# What typer turns into one option: scalars, an optional scalar, a Literal's choices.
+# What typer turns into one option: scalars, an optional scalar, a Literal's choices, a repeatable string.
 _SCALARS = (int, float, str, bool)
 
 
@@ -47,6 +47,7 @@ class Opt:
     more_help: str = ""  # appended to the docstring: a list computed at run time (models, sources)
     default: Any = _CONFIG_DEFAULT  # a CLI default unlike the config's, said in cli.py next to it
     hidden: bool = False
+    metavar: str | None = None  # the value's name in --help (``EMAIL``), when the type's is not telling
 
 
 @functools.cache
@@ -81,38 +82,76 @@ def _option_type(annotation: Any, where: str) -> Any:
     """The field's type as typer takes it; a TypeError for one typer cannot parse from one string."""
     if annotation in _SCALARS or typing.get_origin(annotation) is Literal:
         return annotation
+    if typing.get_origin(annotation) is list and typing.get_args(annotation) == (str,):
+        return annotation  # a repeatable option
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(members) == 1 and len(typing.get_args(annotation)) == 2:
             _option_type(members[0], where)
             return annotation
     raise TypeError(
-        f"{where}: type {annotation!r} is not an option type (int, float, str, bool, X | None, Literal)"
+        f"{where}: type {annotation!r} is not an option type (int, float, str, bool, X | None, Literal, "
+        "list[str])"
     )
+
+
+def _nested(cls: type, field: dataclasses.Field[Any]) -> type | None:
+    """The config dataclass ``field`` holds, when it holds one and can build it alone (a default factory)."""
+    kind = typing.get_type_hints(cls)[field.name]
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type) and field.default_factory is not _MISSING:
+        return kind
+    return None
+
+
+def config_fields(cls: type) -> list[tuple[type, dataclasses.Field[Any]]]:
+    """``(owner, field)`` for each option field of ``cls``: its own, and those of a nested config field
+    (flattened, in place); a TypeError when two share a name (one option each)."""
+    found: list[tuple[type, dataclasses.Field[Any]]] = []
+    for field in dataclasses.fields(cls):
+        nested = _nested(cls, field)
+        found.extend(config_fields(nested) if nested else [(cls, field)])
+    names = [field.name for _, field in found]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise TypeError(f"{cls.__name__}: {twice} are fields of two of its configs: one option each")
+    return found
+
+
+def _build(cls: type, values: dict[str, Any]) -> Any:
+    """``cls`` from the option ``values`` it names (nested configs built from theirs); absent: its default."""
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+        nested = _nested(cls, field)
+        if nested:
+            kwargs[field.name] = _build(nested, values)
+        elif field.name in values:
+            kwargs[field.name] = values[field.name]
+    return cls(**kwargs)
 
 
 def config_parameters(
     cls: type, exclude: Iterable[str] = (), options: dict[str, Opt] | None = None
 ) -> list[inspect.Parameter]:
-    """One keyword-only ``Annotated[type, typer.Option(...)]`` parameter per field of ``cls`` not excluded.
+    """One keyword-only ``Annotated[type, typer.Option(...)]`` parameter per field of ``cls`` not excluded
+    (a nested config's fields included: ``config_fields``).
 
     Raises TypeError for a field without a docstring (no option without help), an excluded field without a
     default (the config could not be built), or an ``options`` key that is not a field (a typo)."""
     options = options or {}
-    fields = {field.name: field for field in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
+    fields = config_fields(cls)
     excluded = set(exclude)
-    unknown = (set(options) | excluded) - set(fields)
+    unknown = (set(options) | excluded) - {field.name for _, field in fields}
     if unknown:
         raise TypeError(f"{cls.__name__} has no fields {sorted(unknown)}")
     parameters = []
-    for name, field in fields.items():
-        where = f"{cls.__name__}.{name}"
+    for owner, field in fields:
+        name = field.name
+        where = f"{owner.__name__}.{name}"
         if name in excluded:
             if field.default is _MISSING and field.default_factory is _MISSING:
                 raise TypeError(f"{where} is excluded from the CLI but has no default")
             continue
+        docs = field_docs(owner)
         if name not in docs:
             raise TypeError(f'{where} has no docstring: write its --help as a """string""" after the field')
         extra = options.get(name, Opt())
@@ -123,13 +162,14 @@ def config_parameters(
             min=extra.min,
             max=extra.max,
             hidden=extra.hidden,
+            metavar=extra.metavar,
         )
         default = field.default if extra.default is _CONFIG_DEFAULT else extra.default
         parameters.append(
             inspect.Parameter(
                 name,
                 inspect.Parameter.KEYWORD_ONLY,
-                annotation=Annotated[_option_type(hints[name], where), option],
+                annotation=Annotated[_option_type(typing.get_type_hints(owner)[name], where), option],
                 default=inspect.Parameter.empty if default is _MISSING else default,
             )
         )
@@ -157,8 +197,9 @@ def from_config(
         declared = [param.name for param in own if param.name in excluded]
 
         def command(**values: Any) -> Any:
-            config = cls(
-                **{name: values.pop(name) for name in names}, **{name: values[name] for name in declared}
+            config = _build(
+                cls,
+                {**{name: values.pop(name) for name in names}, **{name: values[name] for name in declared}},
             )
             return body(config, **values)
 
@@ -178,47 +219,3 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """End a command with one line, ``error: <message>``, on stderr, and exit ``code`` (2: a user error)."""
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code)
-
-
-# The quality floor (promotion_policy.QualityFloor): promote's, and the report's to decide as promote does.
-MinMetricOption = Annotated[
-    float | None,
-    typer.Option(
-        help="Quality floor: refuse a candidate whose --metric is below this (top1/top5; for loss: above it), "
-        "with or without a champion, so a poor first model is not promoted."
-    ),
-]
-# The per-class limit's sample threshold; its default is PromotionPolicy's (DEFAULT_POLICY.min_class_support).
-MinClassSupportOption = Annotated[
-    int,
-    typer.Option(
-        min=0,
-        help="A class with fewer samples than this on the deciding split (test, else val) is too few to judge: "
-        "its accuracy drop is shown but does not refuse under --max-class-drop; 0: every class decides.",
-    ),
-]
-MinClassRecallOption = Annotated[
-    float | None,
-    typer.Option(
-        min=0.0,
-        max=1.0,
-        help="Quality floor: refuse a candidate with any class's recall (its val samples classified as it) "
-        "below this, with or without a champion.",
-    ),
-]
-# A gain's significance (PromotionPolicy.max_p_value): promote's, and the report's to decide as promote does.
-MaxPValueOption = Annotated[
-    float | None,
-    typer.Option(
-        help="Promote over a champion only if the gain is this unlikely by chance: McNemar's exact test on "
-        "the samples both were scored on (evaluate --registry). Default: not required."
-    ),
-]
-BeatMajorityBaselineOption = Annotated[
-    bool,
-    typer.Option(
-        "--beat-majority-baseline/--no-beat-majority-baseline",
-        help="Refuse a candidate whose --metric does not beat always answering the train split's most frequent "
-        "class on the deciding split (evaluate's baseline), with or without a champion.",
-    ),
-]

@@ -7,19 +7,22 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperCommand
 
-from tpustream.cli.options import fail
+from tpustream.cli.options import Opt, fail, from_config
+from tpustream.dataset.plan import ShardConfig
 from tpustream.errors import TpustreamError
+from tpustream.pipelines.resources import StepResources
+from tpustream.pipelines.tpu import Capacity
 
 if TYPE_CHECKING:
     from tpustream.pipelines.template import RunParameters
 
-__all__ = ["LocalDemo", "local_parameters", "pipeline_app"]
+__all__ = ["CompileOptions", "LocalDemo", "RunLocalOptions", "VertexRun", "pipeline_app"]
 
 log = logging.getLogger("tpustream")
 
@@ -74,45 +77,10 @@ class _ParametersHelp(TyperCommand):
 
 
 def _tpu_help() -> str:
+    """The TPU types ``--tpu`` takes, from the one table (pipelines/tpu.py)."""
     from tpustream.pipelines.tpu import tpu_table_text
 
-    return "TPU type (Vertex AI custom training; '' = train on the CPU image): " + tpu_table_text() + "."
-
-
-TpuOption = Annotated[str | None, typer.Option(help=_tpu_help())]
-ParamOption = Annotated[
-    list[str] | None, typer.Option("--param", help="Pipeline parameter KEY=VALUE (repeatable).")
-]
-LabelOption = Annotated[list[str] | None, typer.Option("--label", help="Run label KEY=VALUE (repeatable).")]
-TensorboardOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Vertex AI TensorBoard instance (projects/P/locations/REGION/tensorboards/ID, in the run's region) "
-        "the TPU training job streams its event files to; sets the pipeline's tensorboard parameter. "
-        "Default: the template's ('' = none)."
-    ),
-]
-NotifyOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--notify",
-        metavar="EMAIL",
-        help="Email the run's final state (succeeded, failed, cancelled) and a link to it: Vertex AI Pipelines' "
-        "own notification (repeatable, or EMAIL,EMAIL). Sets the notify_emails parameter; the template must "
-        "be compiled with --notify (README, Notifications).",
-    ),
-]
-NotifyWebhookOption = Annotated[
-    str | None,
-    typer.Option(
-        "--notify-webhook",
-        metavar="URL",
-        help="POST the run's state, what it decided (skipped, refused, kept, promoted, deployed) with its "
-        "one-line reason, its report's URI and its console link as JSON to this URL when it ends, however it "
-        "ends (a Slack incoming webhook posts the text as is). Sets the notify_webhook parameter, which whoever "
-        "sees the run sees too (README, Notifications); tpustream logs only its host.",
-    ),
-]
+    return tpu_table_text() + "."
 
 
 def _local_file(value: str) -> str:
@@ -124,139 +92,170 @@ def _local_file(value: str) -> str:
     return storage.check_uri(value)
 
 
+@dataclass(frozen=True, kw_only=True)
+class CompileOptions:
+    """`pipeline compile`'s options: what the YAML fixes at compile time (the TPU type, the pushed images, the
+    TPU job's ``Capacity`` and the CPU steps' ``StepResources``, whose fields are options too) and the defaults
+    it compiles into the run's parameters. Each field's docstring is its --help."""
+
+    output: str = "tpustream-pipeline.yaml"
+    """Pipeline YAML to write."""
+    tpu: str = "v3-8"
+    """TPU type (Vertex AI custom training; '' = train on the CPU image):"""
+    image: str = ""
+    """Pushed image for the CPU steps, best by digest (REPO/cpu@sha256:...)."""
+    tpu_image: str = ""
+    """Pushed image for the TPU trainer, best by digest (REPO/tpu@sha256:...)."""
+    serving_image: str = ""
+    """Pushed serving image (containers/serve; Cloud Build's serve.ref): the validate step starts the
+    candidate's model server in it before promotion. Default: the CPU steps' image."""
+    capacity: Capacity = field(default_factory=Capacity)
+    resources: StepResources = field(default_factory=StepResources)
+    tensorboard: str = ""
+    """Vertex AI TensorBoard instance (projects/P/locations/REGION/tensorboards/ID) the TPU training job
+    streams its event files to: the default of the pipeline's tensorboard parameter, which `pipeline
+    submit|schedule --tensorboard` override. Default: none."""
+    notify: list[str] | None = None
+    """Compile in Vertex AI Pipelines' email notification (an exit handler with GCPC's
+    VertexNotificationEmailOp): these recipients (repeatable, or EMAIL,EMAIL) get the run's final state and a
+    link; the default of the notify_emails parameter, which `pipeline submit|schedule --notify` override.
+    Default: no email step."""
+    notify_webhook: str = ""
+    """Default of the notify_webhook parameter: the URL the exit step POSTs the run's state and outcome to
+    (JSON). Default: none (`pipeline submit|schedule --notify-webhook` set one per run)."""
+
+
 @pipeline_app.command("compile")
-def pipeline_compile(
-    output: Annotated[str, typer.Option(help="Pipeline YAML to write.")] = "tpustream-pipeline.yaml",
-    tpu: TpuOption = "v3-8",
-    image: Annotated[
-        str, typer.Option(help="Pushed image for the CPU steps, best by digest (REPO/cpu@sha256:...).")
-    ] = "",
-    tpu_image: Annotated[
-        str, typer.Option(help="Pushed image for the TPU trainer, best by digest (REPO/tpu@sha256:...).")
-    ] = "",
-    serving_image: Annotated[
-        str,
-        typer.Option(
-            help="Pushed serving image (containers/serve; Cloud Build's serve.ref): the validate step starts the "
-            "candidate's model server in it before promotion. Default: the CPU steps' image."
-        ),
-    ] = "",
-    capacity: Annotated[
-        str,
-        typer.Option(
-            help="TPU capacity: on-demand (default); spot (single-host TPU types only: Vertex does not offer "
-            "Spot VMs for TPU Pods; discounted, can be preempted at any time: the step resumes from `last`). "
-            "flex-start is refused: Vertex's Dynamic Workload Scheduler is for GPUs only."
-        ),
-    ] = "on-demand",
-    timeout: Annotated[str, typer.Option(help="Stop the TPU job after this long (e.g. 36h, 3d).")] = "1d",
-    step_cpu: Annotated[
-        str,
-        typer.Option(
-            help="CPU limit of every CPU step but evaluate (check source, plan, write, finalize, check data, "
-            "promote): CPUs (4) or millicores (500m), at most 96. Vertex picks each step's machine from its "
-            "CPU and memory limits."
-        ),
-    ] = "4",
-    step_memory: Annotated[
-        str, typer.Option(help="Memory limit of those steps: a size in K, M or G (16G), at most 624G.")
-    ] = "16G",
-    eval_cpu: Annotated[
-        str,
-        typer.Option(
-            help="CPU limit of the evaluate step, which runs the candidate and the champion over the whole val "
-            "split on CPU (README, Evaluation and promotion, has the img/s per core to size it by)."
-        ),
-    ] = "16",
-    eval_memory: Annotated[str, typer.Option(help="Memory limit of the evaluate step (64G).")] = "64G",
-    tensorboard: Annotated[
-        str,
-        typer.Option(
-            help="Vertex AI TensorBoard instance (projects/P/locations/REGION/tensorboards/ID) the TPU training "
-            "job streams its event files to: the default of the pipeline's tensorboard parameter, which "
-            "`pipeline submit|schedule --tensorboard` override. Default: none."
-        ),
-    ] = "",
-    notify: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--notify",
-            metavar="EMAIL",
-            help="Compile in Vertex AI Pipelines' email notification (an exit handler with GCPC's "
-            "VertexNotificationEmailOp): these recipients (repeatable, or EMAIL,EMAIL) get the run's final "
-            "state and a link; the default of the notify_emails parameter, which `pipeline submit|schedule "
-            "--notify` override. Default: no email step.",
-        ),
-    ] = None,
-    notify_webhook: Annotated[
-        str,
-        typer.Option(
-            "--notify-webhook",
-            metavar="URL",
-            help="Default of the notify_webhook parameter: the URL the exit step POSTs the run's state and "
-            "outcome to (JSON). Default: none (`pipeline submit|schedule --notify-webhook` set one per run).",
-        ),
-    ] = "",
-) -> None:
+@from_config(
+    CompileOptions,
+    tpu=Opt(more_help=_tpu_help()),
+    kind=Opt(name="--capacity"),
+    cpu=Opt(name="--step-cpu"),
+    memory=Opt(name="--step-memory"),
+    notify=Opt(name="--notify", metavar="EMAIL"),
+    notify_webhook=Opt(metavar="URL"),
+)
+def pipeline_compile(options: CompileOptions) -> None:
     """Compile the DAG for Vertex AI Pipelines (TPU type, pushed images and the CPU steps' sizes fixed at
     compile time)."""
     from tpustream.pipelines.compile import compile_pipeline
-    from tpustream.pipelines.steps import StepResources
-    from tpustream.pipelines.tpu import Capacity, capacity_kind
-    from tpustream.release.notify import check_emails, redact_url
+    from tpustream.run.notify import check_emails, redact_url
 
-    plan = Capacity(kind=capacity_kind(capacity), timeout=timeout)
-    sizes = StepResources(cpu=step_cpu, memory=step_memory, eval_cpu=eval_cpu, eval_memory=eval_memory)
-    output = _local_file(output)
-    recipients = check_emails(notify)  # --notify "" is none: no email step (Vertex refuses it without one)
+    output = _local_file(options.output)
+    recipients = check_emails(
+        options.notify
+    )  # --notify "" is none: no email step (Vertex refuses it without one)
     try:
         compile_pipeline(
             output,
-            tpu=tpu or None,
-            cpu_image=image,
-            tpu_image=tpu_image,
-            capacity=plan,
-            resources=sizes,
-            serve_image=serving_image,
-            tensorboard=tensorboard,
+            tpu=options.tpu or None,
+            cpu_image=options.image,
+            tpu_image=options.tpu_image,
+            capacity=options.capacity,
+            resources=options.resources,
+            serve_image=options.serving_image,
+            tensorboard=options.tensorboard,
             notify_emails=recipients,
-            notify_webhook=notify_webhook,
+            notify_webhook=options.notify_webhook,
         )
     except OSError as exc:
         fail(f"--output {output}: cannot write the YAML ({exc.strerror or exc}): give a local file path")
+    sizes = options.resources
     typer.echo(
-        f"compiled: {output} (train on {tpu or 'the CPU image'}, {capacity} capacity; CPU steps {step_cpu} CPU "
-        f"{step_memory}, evaluate {eval_cpu} CPU {eval_memory}"
-        + (f"; TensorBoard {tensorboard}" if tensorboard else "")
+        f"compiled: {output} (train on {options.tpu or 'the CPU image'}, {options.capacity.kind} capacity; "
+        f"CPU steps {sizes.cpu} CPU {sizes.memory}, evaluate {sizes.eval_cpu} CPU {sizes.eval_memory}"
+        + (f"; TensorBoard {options.tensorboard}" if options.tensorboard else "")
         + (f"; email {', '.join(recipients)}" if recipients else "")
-        + ("; no email step: --notify gave no address" if notify and not recipients else "")
-        + (f"; webhook {redact_url(notify_webhook)}" if notify_webhook else "")
+        + ("; no email step: --notify gave no address" if options.notify and not recipients else "")
+        + (f"; webhook {redact_url(options.notify_webhook)}" if options.notify_webhook else "")
         + ")"
     )
 
 
-SkipPreflightOption = Annotated[
-    bool,
-    typer.Option(
-        "--skip-preflight",
-        help="Skip the IAM, bucket, TPU region and quota checks of `pipeline preflight` (the parameter names "
-        "and types are still checked: that needs no credentials).",
-    ),
-]
+@dataclass(frozen=True, kw_only=True)
+class VertexRun:
+    """The options `pipeline submit` and `pipeline schedule` share (`pipeline preflight` the first six): where
+    and as whom a run of a compiled template goes to Vertex AI Pipelines, and what it is given. Each field's
+    docstring is its --help."""
+
+    template: str
+    """Compiled pipeline YAML (local or gs://)."""
+    project: str
+    """Google Cloud project."""
+    pipeline_root: str
+    """gs:// root for run artifacts (shards, models, metrics)."""
+    registry: str
+    """gs:// model registry (champion.json, versions/)."""
+    region: str = "us-central1"
+    """Vertex AI region."""
+    service_account: str | None = None
+    """Service account the run acts as (default: the project's Compute Engine default service account)."""
+    param: list[str] | None = None
+    """Pipeline parameter KEY=VALUE (repeatable), over the template's defaults."""
+    label: list[str] | None = None
+    """Run label KEY=VALUE (repeatable)."""
+    skip_preflight: bool = False
+    """Skip the IAM, bucket, TPU region and quota checks of `pipeline preflight` (the parameter names and
+    types are still checked: that needs no credentials)."""
+    tensorboard: str | None = None
+    """Vertex AI TensorBoard instance (projects/P/locations/REGION/tensorboards/ID, in the run's region) the TPU
+    training job streams its event files to; sets the pipeline's tensorboard parameter. Default: the
+    template's ('' = none)."""
+    experiment: str | None = None
+    """Vertex AI Experiment the run joins (created now if missing; lowercase letters, digits, hyphens), to
+    compare runs and their metrics side by side; also set as the pipeline's experiment parameter, which a step
+    of each run acts on (a schedule's runs carry no experiment of their own)."""
+    notify: list[str] | None = None
+    """Email the run's final state (succeeded, failed, cancelled) and a link to it: Vertex AI Pipelines' own
+    notification (repeatable, or EMAIL,EMAIL). Sets the notify_emails parameter; the template must be compiled
+    with --notify (README, Notifications)."""
+    notify_webhook: str | None = None
+    """POST the run's state, what it decided (skipped, refused, kept, promoted, deployed) with its one-line
+    reason, its report's URI and its console link as JSON to this URL when it ends, however it ends (a Slack
+    incoming webhook posts the text as is). Sets the notify_webhook parameter, which whoever sees the run sees
+    too (README, Notifications); tpustream logs only its host."""
+
+    def arguments(self) -> dict[str, Any]:
+        """``submit_pipeline``'s and ``schedule_pipeline``'s arguments, the template's first; the run's
+        parameters typed as the template declares them."""
+        template = _local_file(self.template)
+        return {
+            "template": template,
+            "project": self.project,
+            "region": self.region,
+            "pipeline_root": self.pipeline_root,
+            "parameters": _pipeline_params(template, self.registry, self.param or []),
+            "service_account": self.service_account,
+            "labels": {key: str(value) for key, value in _params(self.label or []).items()},
+            "skip_preflight": self.skip_preflight,
+            "tensorboard": self.tensorboard,
+            "experiment": self.experiment,
+            "notify_emails": self.notify,
+            "notify_webhook": self.notify_webhook,
+        }
+
+
+vertex_run_options = from_config(
+    VertexRun,
+    param=Opt(name="--param", metavar="KEY=VALUE"),
+    label=Opt(name="--label", metavar="KEY=VALUE"),
+    skip_preflight=Opt(name="--skip-preflight"),
+    notify=Opt(name="--notify", metavar="EMAIL"),
+    notify_webhook=Opt(metavar="URL"),
+)
 
 
 @pipeline_app.command("preflight", cls=_ParametersHelp)
+@from_config(
+    VertexRun,
+    exclude={"label", "skip_preflight", "tensorboard", "experiment", "notify", "notify_webhook"},
+    param=Opt(name="--param", metavar="KEY=VALUE"),
+)
 def pipeline_preflight(
-    template: Annotated[str, typer.Option(help="Compiled pipeline YAML (local or gs://).")],
-    project: Annotated[str, typer.Option(help="Google Cloud project.")],
-    pipeline_root: Annotated[str, typer.Option(help="gs:// root for run artifacts.")],
-    registry: Annotated[str, typer.Option(help="gs:// model registry.")],
-    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
-    service_account: Annotated[str | None, typer.Option(help="Service account the run acts as.")] = None,
+    run: VertexRun,
     schedule: Annotated[
         bool, typer.Option("--schedule", help="Also check what `pipeline schedule` needs.")
     ] = False,
-    param: ParamOption = None,
 ) -> None:
     """Check a run before submitting it: parameter names and types (no credentials needed), the TPU type's
     region, IAM (actAs on the service account, project roles), the buckets and their regions, TPU quota.
@@ -265,15 +264,15 @@ def pipeline_preflight(
     from tpustream.pipelines.preflight.cloud import preflight
     from tpustream.pipelines.preflight.findings import FAIL
 
-    template = _local_file(template)
+    arguments = run.arguments()
     findings = preflight(
-        template,
-        project=project,
-        region=region,
-        pipeline_root=pipeline_root,
-        registry=registry,
-        service_account=service_account,
-        parameters=_pipeline_params(template, registry, param or []),
+        arguments["template"],
+        project=run.project,
+        region=run.region,
+        pipeline_root=run.pipeline_root,
+        registry=run.registry,
+        service_account=run.service_account,
+        parameters=arguments["parameters"],
         schedule=schedule,
     )
     for finding in findings:
@@ -283,104 +282,37 @@ def pipeline_preflight(
 
 
 @pipeline_app.command("submit", cls=_ParametersHelp)
+@vertex_run_options
 def pipeline_submit(
-    template: Annotated[str, typer.Option(help="Compiled pipeline YAML.")],
-    project: Annotated[str, typer.Option(help="Google Cloud project.")],
-    pipeline_root: Annotated[
-        str, typer.Option(help="gs:// root for run artifacts (shards, models, metrics).")
-    ],
-    registry: Annotated[str, typer.Option(help="gs:// model registry (champion.json, versions/).")],
-    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
-    service_account: Annotated[str | None, typer.Option(help="Service account the run acts as.")] = None,
+    run: VertexRun,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Turn caching off for every step (it is compiled off already).")
     ] = False,
-    param: ParamOption = None,
-    label: LabelOption = None,
-    skip_preflight: SkipPreflightOption = False,
-    tensorboard: TensorboardOption = None,
-    experiment: Annotated[
-        str | None,
-        typer.Option(
-            help="Vertex AI Experiment the run joins (created if missing; lowercase letters, digits, hyphens), "
-            "to compare runs and their metrics side by side."
-        ),
-    ] = None,
-    notify: NotifyOption = None,
-    notify_webhook: NotifyWebhookOption = None,
 ) -> None:
     """Submit one run to Vertex AI Pipelines (after the checks of `pipeline preflight`).
 
     --param source=SOURCE is required: the pipeline's default source is the bundled digits (run-local's demo)."""
     from tpustream.pipelines import submit
 
-    template = _local_file(template)
-    name = submit.submit_pipeline(
-        template,
-        project=project,
-        region=region,
-        pipeline_root=pipeline_root,
-        parameters=_pipeline_params(template, registry, param or []),
-        service_account=service_account,
-        labels={k: str(v) for k, v in _params(label or []).items()},
-        no_cache=no_cache,
-        skip_preflight=skip_preflight,
-        tensorboard=tensorboard,
-        experiment=experiment,
-        notify_emails=notify,
-        notify_webhook=notify_webhook,
-    )
-    typer.echo(f"submitted: {name}" + (f" (experiment {experiment})" if experiment else ""))
+    name = submit.submit_pipeline(**run.arguments(), no_cache=no_cache)
+    typer.echo(f"submitted: {name}" + (f" (experiment {run.experiment})" if run.experiment else ""))
 
 
 @pipeline_app.command("schedule", cls=_ParametersHelp)
+@vertex_run_options
 def pipeline_schedule(
-    template: Annotated[str, typer.Option(help="Compiled pipeline YAML.")],
+    run: VertexRun,
     cron: Annotated[
         str, typer.Option(help='Cron, e.g. "0 3 * * 1" (optionally "TZ=Europe/Paris 0 3 * * 1").')
     ],
-    project: Annotated[str, typer.Option(help="Google Cloud project.")],
-    pipeline_root: Annotated[str, typer.Option(help="gs:// root for run artifacts.")],
-    registry: Annotated[str, typer.Option(help="gs:// model registry.")],
-    region: Annotated[str, typer.Option(help="Vertex AI region.")] = "us-central1",
-    service_account: Annotated[str | None, typer.Option(help="Service account the runs act as.")] = None,
-    param: ParamOption = None,
-    label: LabelOption = None,
-    skip_preflight: SkipPreflightOption = False,
-    tensorboard: TensorboardOption = None,
-    experiment: Annotated[
-        str | None,
-        typer.Option(
-            help="Vertex AI Experiment every run joins (created now if missing): set as the pipeline's "
-            "experiment parameter, which a step of each run acts on (a schedule's runs carry no experiment of "
-            "their own)."
-        ),
-    ] = None,
-    notify: NotifyOption = None,
-    notify_webhook: NotifyWebhookOption = None,
 ) -> None:
     """Schedule retraining (at most one concurrent run), after the checks of `pipeline preflight`.
 
     --param source=SOURCE is required: the pipeline's default source is the bundled digits (run-local's demo)."""
     from tpustream.pipelines import submit
 
-    template = _local_file(template)
-    name = submit.schedule_pipeline(
-        template,
-        cron=cron,
-        project=project,
-        region=region,
-        pipeline_root=pipeline_root,
-        parameters=_pipeline_params(template, registry, param or []),
-        service_account=service_account,
-        labels={k: str(v) for k, v in _params(label or []).items()},
-        skip_preflight=skip_preflight,
-        tensorboard=tensorboard,
-        experiment=experiment,
-        notify_emails=notify,
-        notify_webhook=notify_webhook,
-    )
-    typer.echo(f"scheduled: {name}" + (f" (experiment {experiment})" if experiment else ""))
+    name = submit.schedule_pipeline(**run.arguments(), cron=cron)
+    typer.echo(f"scheduled: {name}" + (f" (experiment {run.experiment})" if run.experiment else ""))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -404,50 +336,66 @@ class LocalDemo:
     """Offline: the pipeline's default fetches the model's published weights (the tiny model has none)."""
 
 
-def local_parameters(
-    *, source: str, model: str, epochs: int, batch_size: int, lr: float, num_shards: int, param: list[str]
-) -> RunParameters:
-    """A run-local run's pipeline parameters: its options over ``LocalDemo``'s, ``--param``'s over both; the
-    pipeline's own default for every other."""
-    return {
-        **dataclasses.asdict(LocalDemo(model_name=model, epochs=epochs, batch_size=batch_size)),
-        "source": source,
-        "lr": lr,
-        "num_shards": num_shards,
-        **_params(param),
-    }
+@dataclass(frozen=True, kw_only=True)
+class RunLocalOptions:
+    """`pipeline run-local`'s options, each default written once: ``LocalDemo``'s for what the demo changes;
+    for the rest the pipeline's own, which a run-local run leaves to the pipeline (``None``: not given) as a
+    Vertex run does, or reads where the pipeline does (``ShardConfig.source``). Each field's docstring is its
+    --help."""
+
+    root: str = "demo-output/pipeline"
+    """Local directory for the run (pipeline root, registry)."""
+    source: str = ShardConfig.source
+    """SOURCE (default: the bundled digits)."""
+    model: str = LocalDemo.model_name
+    """Model name."""
+    epochs: int = LocalDemo.epochs
+    """Epochs."""
+    batch_size: int = LocalDemo.batch_size
+    """Per-device batch (4 virtual XLA CPU devices)."""
+    lr: float | None = None
+    """Peak LR. Default (or 0): the pipeline's, the scaled default (the model's base LR at a global batch of
+    256, scaled with the batch), a tenth of it for a fine-tuning or warm-started run (--param pretrained=SPEC,
+    the champion of an earlier run), as a Vertex run's."""
+    num_shards: int | None = None
+    """Train shards. Default (or 0): the pipeline's, auto, as a Vertex run's."""
+    param: list[str] | None = None
+    """Pipeline parameter KEY=VALUE (repeatable)."""
+    notify_webhook: str | None = None
+    """POST the run's state and outcome to this URL when it ends, as a Vertex run does (the email notification
+    is Vertex's own: a local run cannot send it)."""
+
+    def parameters(self) -> RunParameters:
+        """The run's pipeline parameters: the options over ``LocalDemo``'s, ``--param``'s over both,
+        ``--notify-webhook`` over ``--param notify_webhook``; none for an option not given, so the pipeline's
+        own default applies, as on Vertex."""
+        demo = LocalDemo(model_name=self.model, epochs=self.epochs, batch_size=self.batch_size)
+        given = {
+            name: value
+            for name, value in (("lr", self.lr), ("num_shards", self.num_shards))
+            if value is not None
+        }
+        parameters: RunParameters = {
+            **dataclasses.asdict(demo),
+            "source": self.source,
+            **given,
+            **_params(self.param or []),
+        }
+        if self.notify_webhook is not None:
+            from tpustream.run.notify import check_webhook
+
+            parameters["notify_webhook"] = check_webhook(self.notify_webhook)
+        return parameters
 
 
 @pipeline_app.command("run-local")
+@from_config(
+    RunLocalOptions,
+    param=Opt(name="--param", metavar="KEY=VALUE"),
+    notify_webhook=Opt(name="--notify-webhook", metavar="URL"),
+)
 def pipeline_run_local(
-    root: Annotated[
-        str, typer.Option(help="Local directory for the run (pipeline root, registry).")
-    ] = "demo-output/pipeline",
-    source: Annotated[str, typer.Option(help="SOURCE (default: the bundled digits).")] = "digits",
-    model: Annotated[str, typer.Option(help="Model name.")] = LocalDemo.model_name,
-    epochs: Annotated[int, typer.Option(help="Epochs.")] = LocalDemo.epochs,
-    batch_size: Annotated[
-        int, typer.Option(help="Per-device batch (4 virtual XLA CPU devices).")
-    ] = LocalDemo.batch_size,
-    lr: Annotated[
-        float,
-        typer.Option(
-            help="Peak LR; 0: the scaled default (the model's base LR at a global batch of 256, scaled with "
-            "the batch), a tenth of it for a fine-tuning or warm-started run (--param pretrained=SPEC, the "
-            "champion of an earlier run), as a Vertex run's."
-        ),
-    ] = 0.0,
-    num_shards: Annotated[int, typer.Option(help="Train shards (0: auto, as a Vertex run's).")] = 0,
-    param: ParamOption = None,
-    notify_webhook: Annotated[
-        str | None,
-        typer.Option(
-            "--notify-webhook",
-            metavar="URL",
-            help="POST the run's state and outcome to this URL when it ends, as a Vertex run does (the email "
-            "notification is Vertex's own: a local run cannot send it).",
-        ),
-    ] = None,
+    run: RunLocalOptions,
     verbose: Annotated[
         bool,
         typer.Option("--verbose", "-v", help="Print every task's full log here instead of to the log file."),
@@ -461,24 +409,13 @@ def pipeline_run_local(
     chosen to train the bundled digits here in about a minute."""
     from tpustream.pipelines.local import PipelineFailed, run_local
     from tpustream.registry.store import champion_status, version_uri
-    from tpustream.release.notify import check_webhook
     from tpustream.sources.dispatch import open_source
 
-    parameters = local_parameters(
-        source=source,
-        model=model,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        num_shards=num_shards,
-        param=param or [],
-    )
-    if notify_webhook is not None:
-        parameters["notify_webhook"] = check_webhook(notify_webhook)
+    parameters = run.parameters()
     open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep
     log_path = None
     try:
-        root = _local_file(root)
+        root = _local_file(run.root)
     except TpustreamError as exc:
         fail(f"--root: {exc}")
     if not verbose:

@@ -8,34 +8,23 @@ from typing import Annotated
 import typer
 
 from tpustream.cli.app import app, champion_app
-from tpustream.cli.options import (
-    BeatMajorityBaselineOption,
-    MaxPValueOption,
-    MinClassRecallOption,
-    MinClassSupportOption,
-    MinMetricOption,
-    fail,
+from tpustream.cli.options import Opt, fail, from_config
+from tpustream.registry.policy import PromotionPolicy
+
+# promote's and report's options (report decides as promote does): each a PromotionPolicy (or its floor's,
+# QualityFloor) field, its docstring the help; click checks the bounds first.
+policy_options = from_config(
+    PromotionPolicy, min_class_recall=Opt(min=0.0, max=1.0), min_class_support=Opt(min=0)
 )
-from tpustream.registry.policy import DEFAULT_POLICY
 
 
 @app.command("promote")
+@policy_options
 def promote_cmd(
+    policy: PromotionPolicy,
     candidate: Annotated[str, typer.Option(help="Candidate model artifact URI.")],
     metrics: Annotated[str, typer.Option(help="metrics.json (or its directory) from tpustream evaluate.")],
     registry: Annotated[str, typer.Option(help="Registry URI (versions/, champion.json, events/).")],
-    metric: Annotated[
-        str, typer.Option(help="Decide on: top1 | top5 | loss | macro_f1 | balanced_accuracy.")
-    ] = "top1",
-    min_delta: Annotated[float, typer.Option(help="Required improvement over the champion.")] = 0.0,
-    max_class_drop: Annotated[
-        float | None, typer.Option(help="Refuse if any class's accuracy drops by more than this.")
-    ] = None,
-    min_metric: MinMetricOption = None,
-    min_class_recall: MinClassRecallOption = None,
-    min_class_support: MinClassSupportOption = DEFAULT_POLICY.min_class_support,
-    max_p_value: MaxPValueOption = None,
-    beat_majority_baseline: BeatMajorityBaselineOption = DEFAULT_POLICY.beat_majority_baseline,
     vertex_model: Annotated[
         str | None, typer.Option(help="Also publish to this Vertex AI Model Registry model (display name).")
     ] = None,
@@ -62,20 +51,9 @@ def promote_cmd(
 
     With --vertex-model, a promoted model is uploaded to the Vertex AI Model Registry from its immutable
     registry version with the serving image, and gets the `champion` alias there (deployable as is)."""
-    from tpustream.registry.policy import PromotionPolicy
     from tpustream.release import promote
     from tpustream.vertex import model_registry as vertex
 
-    policy = PromotionPolicy.from_options(
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop,
-        min_metric=min_metric,
-        min_class_recall=min_class_recall,
-        min_class_support=min_class_support,
-        max_p_value=max_p_value,
-        beat_majority_baseline=beat_majority_baseline,
-    )
     if validation:
         from tpustream.serve.validate import require_validated
 

@@ -7,19 +7,15 @@ from typing import Annotated
 import typer
 
 from tpustream.cli.app import app
-from tpustream.cli.options import (
-    BeatMajorityBaselineOption,
-    MaxPValueOption,
-    MinClassRecallOption,
-    MinClassSupportOption,
-    MinMetricOption,
-    fail,
-)
-from tpustream.registry.policy import DEFAULT_POLICY
+from tpustream.cli.options import fail
+from tpustream.cli.registry import policy_options
+from tpustream.registry.policy import PromotionPolicy
 
 
 @app.command("report")
+@policy_options
 def report_cmd(
+    policy: PromotionPolicy,
     model: Annotated[str, typer.Option(help="The candidate model artifact (model.json, model.pt).")],
     metrics: Annotated[str, typer.Option(help="metrics.json (or its directory) from tpustream evaluate.")],
     output: Annotated[str, typer.Option(help="Directory (local or gs://) for report.html and report.md.")],
@@ -34,40 +30,13 @@ def report_cmd(
     data_check: Annotated[
         str | None, typer.Option(help="A data check's Markdown report (`shards check --report`) to include.")
     ] = None,
-    metric: Annotated[
-        str,
-        typer.Option(
-            help="top1 | top5 | loss | macro_f1 | balanced_accuracy: the metric the decision is taken on."
-        ),
-    ] = "top1",
-    min_delta: Annotated[float, typer.Option(help="Required improvement over the champion.")] = 0.0,
-    max_class_drop: Annotated[
-        float | None, typer.Option(help="The per-class limit the decision applies (as promote's).")
-    ] = None,
-    min_metric: MinMetricOption = None,
-    min_class_recall: MinClassRecallOption = None,
-    min_class_support: MinClassSupportOption = DEFAULT_POLICY.min_class_support,
-    max_p_value: MaxPValueOption = None,
-    beat_majority_baseline: BeatMajorityBaselineOption = DEFAULT_POLICY.beat_majority_baseline,
 ) -> None:
     """Write the run report: one self-contained HTML page (training curves, confusion matrices, per-class
     accuracy against the champion, the decision and why, the data set, the champion's history) and its
     Markdown summary. The pipeline's evaluate and promote steps write the same report as KFP artifacts."""
     from tpustream.artifacts import ArtifactError, EvalReport, json_file_uri
-    from tpustream.registry.policy import PromotionPolicy
     from tpustream.report.build import write_run_report
     from tpustream.storage import io as storage
-
-    policy = PromotionPolicy.from_options(
-        metric=metric,
-        min_delta=min_delta,
-        max_class_drop=max_class_drop,
-        min_metric=min_metric,
-        min_class_recall=min_class_recall,
-        min_class_support=min_class_support,
-        max_p_value=max_p_value,
-        beat_majority_baseline=beat_majority_baseline,
-    )
 
     metrics_uri = json_file_uri(metrics, EvalReport.NAME)
     try:  # read here for the dataset it names (the --data default) and the champion it measured

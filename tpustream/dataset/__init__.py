@@ -7,13 +7,13 @@ heavy (``tpustream --help`` stays torch-free); the modules themselves are import
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tpustream._lazy import lazy_front
 
 if TYPE_CHECKING:
-    from tpustream.dataset.check import DataCheckFailed, check_dataset
+    from tpustream.dataset.check import check_dataset
     from tpustream.dataset.check_result import DataCheckReport
-    from tpustream.dataset.fingerprint import check_source
     from tpustream.dataset.manifest import ShardError, load_manifest, read_manifest, verify_shards
     from tpustream.dataset.plan import DatasetPlan, ShardConfig, plan_dataset
     from tpustream.dataset.write import CreateSummary, create_shards
@@ -30,8 +30,6 @@ _HOMES = {
     "ShardError": "manifest",
     "check_dataset": "check",
     "DataCheckReport": "check_result",
-    "DataCheckFailed": "check",
-    "check_source": "fingerprint",
 }
 __all__ = [
     "DatasetPlan",
@@ -43,14 +41,8 @@ __all__ = [
     "load_manifest",
     "read_manifest",
     "verify_shards",
-    "DataCheckFailed",
     "DataCheckReport",
     "check_dataset",
-    "check_source",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__, __dir__ = lazy_front(__name__, _HOMES)

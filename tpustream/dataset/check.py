@@ -19,9 +19,11 @@ form and is reported, logged and printed, but never fails the check. Datasets wr
 before the sample index existed are checked on what their manifest holds, and the report says the hash
 checks were skipped. Torch-free: the pipeline's "check data" step runs it on a CPU machine.
 
-This module owns the checks of the dataset itself, their limits and the pipeline's step; the baseline side
-(the champion's data, what moved since) is ``dataset.check_baseline``, the report object and the shapes of its
-facts ``dataset.check_result``, its Markdown ``dataset.check_report``.
+This module owns the checks of the dataset itself and their limits; what moved since a baseline is
+``dataset.check_baseline``, its limits ``dataset.check_thresholds`` (``DataCheckThresholds``, also exported
+here), the report object and the shapes of its facts ``dataset.check_result``, its Markdown
+``dataset.check_report``. The pipeline's step (the champion's data as the baseline, an anomaly stopping the run)
+is the run's gate, ``run.data_gate``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import logging
 from dataclasses import dataclass, field
 
 from tpustream.artifacts import Manifest
-from tpustream.dataset.check_baseline import baseline_checks, champion_baseline, skipped_rate
+from tpustream.dataset.check_baseline import baseline_checks, skipped_rate
 from tpustream.dataset.check_report import percents
 from tpustream.dataset.check_result import (
     ANOMALY_CODES,
@@ -45,81 +47,21 @@ from tpustream.dataset.check_result import (
     SplitName,
     TinyClass,
 )
+from tpustream.dataset.check_thresholds import DataCheckThresholds
 from tpustream.dataset.manifest import iter_sample_index, load_manifest, manifest_digest
-from tpustream.errors import ConfigError, TpustreamError
 from tpustream.storage import io as storage
 
 __all__ = [
-    "DATA_CHECK_MODES",
-    "DataCheckFailed",
     "DataCheckThresholds",
     "check_dataset",
-    "check_for_pipeline",
 ]
 
 log = logging.getLogger(__name__)
-
-DATA_CHECK_MODES = ("fail", "warn", "off")  # the pipeline's data_check parameter
-
 
 # Train images of the largest class per image of the smallest. Past 3x, an unweighted loss is mostly the
 # large classes' and the small ones' recall suffers: the report says so and names the trainer's remedy
 # (--class-weights auto); a note, never a finding: many real datasets are imbalanced on purpose.
 IMBALANCE_RATIO = 3.0
-
-
-class DataCheckFailed(TpustreamError, RuntimeError):
-    """The data check found anomalies and the run was asked to stop on them (``data_check=fail``)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class DataCheckThresholds:
-    """How far a dataset may go before the check calls it anomalous (a finding above its limit).
-
-    The comment above a field says why its default; its docstring is the ``shards check`` option's help."""
-
-    # Extra copies of one image under other names, per distinct image of a split. Scraped and user-uploaded
-    # data hold a few (a photo saved twice); a folder uploaded twice or a sync gone wrong is several percent.
-    max_duplicate_fraction: float = 0.01
-    """Exact copies under other names, per distinct image of a split."""
-    # Images (by content) in both train and val. Each one is scored on data the model trained on, inflating
-    # val accuracy and so the champion comparison; the count is exact and the fix cheap: none by default.
-    max_leaked_images: int = 0
-    """Images (by content) in both train and val, and (counted apart) in test and train or val."""
-    # Skipped images and rejected rows per source item. A truncated upload now and then is normal; one in
-    # twenty means the source (or an exporter, or a decoder) broke and the model trains on what is left.
-    max_skipped_rate: float = 0.05
-    """Skipped images and rejected rows per source item."""
-    # A class's share of the images vs the baseline's, absolute (0.10 = 10 points). Fresh data moves shares
-    # by a point or two; ten points is a class flooded or half gone, which changes what the model learns.
-    max_class_share_shift: float = 0.10
-    """A class's share of the images vs --baseline's (absolute, 0.10 = 10 points)."""
-    # The skipped rate's rise vs the baseline's, absolute (0.02 = 2 points): a steady trickle of bad files
-    # is the source's normal; a jump means something upstream changed since the champion's data.
-    max_skipped_rate_increase: float = 0.02
-    """Rise of the skipped rate vs --baseline's (absolute)."""
-    # Train images of a class (upsampled copies not counted). A class of 3 images is learnt as those 3
-    # images, and val measures it on fewer: worth saying, baseline or not; but a new class or a deliberately
-    # small one is legitimate, so a warning, never a failure.
-    min_class_train_samples: int = 10
-    """Warn (never fail) about a class with fewer train images than this (0: no warning)."""
-
-    def __post_init__(self) -> None:
-        for name in (
-            "max_duplicate_fraction",
-            "max_skipped_rate",
-            "max_class_share_shift",
-            "max_skipped_rate_increase",
-        ):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be a fraction in [0, 1], got {value}")
-        if self.max_leaked_images < 0:
-            raise ConfigError(f"--max-leaked-images must be 0 or more, got {self.max_leaked_images}")
-        if self.min_class_train_samples < 0:
-            raise ConfigError(
-                f"--min-class-train-samples must be 0 or more, got {self.min_class_train_samples}"
-            )
 
 
 # --------------------------------------------------------------------------- the facts
@@ -445,48 +387,3 @@ def _leak_examples(
                 example[split] = hashes[split].sources(h)[:max_examples]
         examples.append(example)
     return examples
-
-
-# --------------------------------------------------------------------------- the pipeline's step
-
-
-def check_for_pipeline(
-    dataset: str,
-    *,
-    registry: str,
-    mode: str,
-    thresholds: DataCheckThresholds,
-    report_path: str,
-    report_uri: str = "",
-    class_weights: str | None = None,
-) -> DataCheckReport | None:
-    """The pipeline's "check data" step: check ``dataset`` against the champion's training data, write the
-    Markdown report to ``report_path``, log each anomaly; raise DataCheckFailed on any when ``mode`` is
-    "fail" ("warn": only log them; "off": check nothing). ``class_weights``: the train step's, which the
-    class-balance note names."""
-    if mode not in DATA_CHECK_MODES:
-        raise ConfigError(f"data_check {mode!r} is not one of {', '.join(DATA_CHECK_MODES)}")
-    if mode == "off":
-        storage.write_bytes(
-            report_path, f"# Data check: `{dataset}`\n\nNot checked: the run set `data_check=off`.\n".encode()
-        )
-        log.warning("data check off (data_check=off): %s goes to training unchecked", dataset)
-        return None
-    baseline, note = champion_baseline(registry) if registry else (None, "no registry given")
-    log.info("data check of %s; baseline: %s (%s)", dataset, baseline or "none", note)
-    report = check_dataset(dataset, baseline, thresholds, baseline_note=note, class_weights=class_weights)
-    storage.write_bytes(report_path, report.to_markdown().encode(), content_type="text/markdown")
-    for line in report.notes:
-        if line.startswith("class shares:"):
-            log.info("data check: %s", line)
-    for anomaly in report.anomalies:
-        log.warning("data check anomaly %s: %s", anomaly.code, anomaly.reason)
-    for warning in report.warnings:
-        log.warning("data check warning %s: %s", warning.code, warning.reason)
-    if report.anomalies and mode == "fail":
-        raise DataCheckFailed(report.failure_line(report_uri))
-    if report.anomalies:
-        log.warning("data_check=warn: training on %s despite %d anomalies", dataset, len(report.anomalies))
-    else:
-        log.info("data check passed: %s", dataset)
-    return report

@@ -1,22 +1,20 @@
-"""The data check against a baseline: which dataset the champion was trained on (``champion_baseline``, read
-from the registry and its model card), and what moved since (``baseline_checks``: new and vanished classes,
-class shares, the skipped rate); and the per-class image counts both sides are measured with.
+"""The data check against a baseline: what moved since (``baseline_checks``: new and vanished classes, class
+shares, the skipped rate); and the per-class image counts both sides are measured with. Which dataset is the
+baseline of a pipeline run (the champion's training data) is the run's gate, ``run.data_gate.champion_baseline``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tpustream.artifacts import ArtifactError, Manifest, ModelCard
+from tpustream.artifacts import Manifest
 from tpustream.dataset.check_report import percents
 from tpustream.dataset.check_result import Anomaly, DataCheckFacts, ShareShift
-from tpustream.dataset.manifest import manifest_digest
-from tpustream.storage import io as storage
 
 if TYPE_CHECKING:
-    from tpustream.dataset.check import DataCheckThresholds
+    from tpustream.dataset.check_thresholds import DataCheckThresholds
 
-__all__ = ["baseline_checks", "champion_baseline", "class_images", "shares", "skipped_rate"]
+__all__ = ["baseline_checks", "class_images", "shares", "skipped_rate"]
 
 
 def class_images(manifest: Manifest) -> dict[str, int]:
@@ -114,31 +112,3 @@ def baseline_checks(
             )
         )
     return anomalies
-
-
-def champion_baseline(registry: str) -> tuple[str | None, str]:
-    """The dataset the registry's champion was trained on (from its model.json), and how it was found; or
-    None and why there is none (no champion yet, its dataset gone or changed)."""
-    from tpustream.registry.store import read_champion, version_uri
-
-    champion = read_champion(registry)
-    if champion is None:
-        return None, "no champion yet: the first run has nothing to compare with"
-    card_uri = storage.join(version_uri(registry, champion.version), "model.json")
-    try:
-        trained_on = ModelCard.read(card_uri).dataset
-    except (storage.NotFound, ArtifactError) as exc:
-        return None, f"the champion's model card {card_uri} names no dataset ({type(exc).__name__})"
-    if trained_on is None or not trained_on.uri or not trained_on.manifest_digest:
-        return None, f"the champion's model card {card_uri} names no dataset and its digest"
-    dataset, digest = trained_on.uri, trained_on.manifest_digest
-    try:
-        found = manifest_digest(dataset)
-    except storage.StorageError:
-        return None, f"the champion's training data {dataset} is gone: nothing to compare with"
-    if found != digest:
-        return (
-            None,
-            f"the champion's training data {dataset} changed since it trained (manifest digest differs)",
-        )
-    return dataset, f"the training data of champion version {champion.version}"

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
-if TYPE_CHECKING:
-    from tpustream.dataset.check import DataCheckThresholds
+from tpustream.dataset.check_thresholds import DataCheckThresholds
 
 __all__ = [
     "ANOMALY_CODES",

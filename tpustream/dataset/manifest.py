@@ -1,6 +1,6 @@
 """Reading a dataset: its manifest (the contract every reader trusts) and ``shards verify``.
 
-Kept apart from ``shards.py`` (the writer) so readers (the loader, the trainer, evaluation) import no
+Kept apart from ``dataset.write`` (the writer) so readers (the loader, the trainer, evaluation) import no
 encoding or planning code. The manifest's type and format check are ``artifacts.Manifest``; ``load_manifest``
 adds what to do when a dataset is not there.
 """

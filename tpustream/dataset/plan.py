@@ -85,6 +85,12 @@ class ShardConfig:
     .cls index, a folder named 3) becomes name i, so integer and named labels mix as one set of classes. The
     dataset's classes are these names in this order; an integer label out of range or a name not listed is an
     error. Without it, WebDataset shards mixing integer and named labels are refused."""
+    exclude_keys: str | None = None
+    """Leave out the samples listed in FILE (local or gs://), one per line: each a sample's source or its key in
+    the dataset at --output (evaluate's label_issues.json gives both); an unknown name is an error."""
+    relabel: str | None = None
+    """Give samples another class: FILE (local or gs://) of CSV rows key,class, key as for --exclude-keys, class
+    one of the source's."""
 
     def __post_init__(self) -> None:
         if self.min_train_shards < 1:

@@ -74,7 +74,7 @@ class ShardRecord:
 
 
 def skip_reason(exc: CorruptImage) -> str:
-    """The manifest's reason (source_types.SKIP_REASONS) for an image a source could not load."""
+    """The manifest's reason (sources.types.SKIP_REASONS) for an image a source could not load."""
     if isinstance(exc, ImageTooLarge):
         return "too-large"
     if isinstance(exc, UnreadableImage):

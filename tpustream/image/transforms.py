@@ -70,7 +70,7 @@ class Augment:
     flip: bool = True
     max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are refused by their header, never decoded
     # Turn images upright by their EXIF orientation: for images as users send them (serving, predict).
-    # Shards need none: shard creation wrote every image upright (imagecodec.prepare_image_bytes).
+    # Shards need none: shard creation wrote every image upright (image.codec.prepare_image_bytes).
     exif: bool = False
     # The evaluation crop's share of the shorter side (Resize(S/f) + CenterCrop(S)): 0.875 (256/224) from
     # random weights; pretrained weights' own (torchvision's resnet50.IMAGENET1K_V2: 224/232).

@@ -33,7 +33,7 @@ from tpustream.artifacts import Shard
 from tpustream.dataset.manifest import Manifest, load_manifest
 from tpustream.image.transforms import Augment, default_min_crop_scale
 from tpustream.loader.batch import Batch
-from tpustream.loader.config import LoaderConfig, default_input_size, input_size_rule, median_short_side
+from tpustream.loader.config import LoaderConfig
 from tpustream.loader.epoch_plan import LoaderError, idle_workers
 from tpustream.loader.ring import _SlotRing, ring_depth, shm_free_bytes
 from tpustream.loader.worker import EpochStream, StatsDelta, WorkerBatch, _Split
@@ -44,11 +44,8 @@ __all__ = [
     "LoaderConfig",
     "ShardLoader",
     "EpochReport",
-    "default_input_size",
-    "median_short_side",
     "ring_depth",
     "shm_free_bytes",
-    "input_size_rule",
 ]
 
 log = logging.getLogger(__name__)

@@ -7,13 +7,15 @@ heavy (``tpustream --help`` stays torch-free); the modules themselves are import
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tpustream._lazy import lazy_front
 
 if TYPE_CHECKING:
+    from tpustream.registry.errors import RegistryError
     from tpustream.registry.events import list_events
     from tpustream.registry.history import HistoryEntry, champion_history
-    from tpustream.registry.policy import Decision, PromotionPolicy, QualityFloor, RegistryError, decide
+    from tpustream.registry.policy import Decision, PromotionPolicy, QualityFloor, decide
     from tpustream.registry.store import ChampionPointer, list_versions, read_champion, version_uri
 
 _HOMES = {
@@ -25,7 +27,7 @@ _HOMES = {
     "Decision": "policy",
     "PromotionPolicy": "policy",
     "QualityFloor": "policy",
-    "RegistryError": "policy",
+    "RegistryError": "errors",
     "decide": "policy",
     "champion_history": "history",
     "HistoryEntry": "history",
@@ -45,8 +47,4 @@ __all__ = [
     "champion_history",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__, __dir__ = lazy_front(__name__, _HOMES)

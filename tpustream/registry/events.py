@@ -3,8 +3,9 @@ decision promote takes (``DecisionEvent``: promoted, refused, already-champion; 
 pipeline's evaluate step takes it, logged once under an ``<id>`` derived from the decision: ``log_event_once``)
 and per failed Vertex AI upload (``UploadFailedEvent``). ``tpustream.registry.history`` reads them back, old formats included.
 
-Each event type writes the keys, in the order, that promote wrote before events were types; ``log_event``
-adds ``time``.
+Each event type writes the keys, in the order, that promote wrote before events were types, and a decision
+its ``code`` after its ``reason`` (and ``class_index`` where one applies; events before codes have neither);
+``log_event`` adds ``time``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from tpustream.artifacts import json_bytes
-from tpustream.registry.policy import Metric
+from tpustream.registry.policy import DecisionCode, Metric
 from tpustream.registry.store import ChampionPointer
 from tpustream.storage import io as storage
 
@@ -35,8 +36,8 @@ DecisionKind = Literal["promoted", "refused", "already-champion"]
 
 @dataclass(frozen=True, kw_only=True)
 class DecisionEvent:
-    """One promotion decision: its outcome (``promoted``, ``version``, ``reason``, and ``previous_version``
-    when promoted, ``champion_version`` when refused), the ``candidate``'s URI, the new ``pointer`` when
+    """One promotion decision: its outcome (``promoted``, ``version``, ``reason``, its ``code`` and
+    ``class_index`` (``tpustream.registry.policy.Decision``'s), and ``previous_version`` when promoted, ``champion_version`` when refused), the ``candidate``'s URI, the new ``pointer`` when
     promoted, and what the champion's history needs: the ``metric`` decided on, the ``split`` both values
     were measured on, the candidate's ``value``, the champion's on the same data (``champion_value``; None:
     not measured there) and the dataset (``dataset_digest``, ``dataset``, ``metrics_uri``)."""
@@ -45,6 +46,7 @@ class DecisionEvent:
     promoted: bool
     version: int | None
     reason: str
+    code: DecisionCode
     candidate: str
     metric: Metric
     split: str
@@ -56,10 +58,18 @@ class DecisionEvent:
     previous_version: int | None = None
     champion_version: int | None = None
     pointer: ChampionPointer | None = None
+    class_index: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The event as its file holds it (``time`` aside)."""
-        outcome: dict[str, Any] = {"promoted": self.promoted, "version": self.version, "reason": self.reason}
+        outcome: dict[str, Any] = {
+            "promoted": self.promoted,
+            "version": self.version,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.class_index is not None:
+            outcome["class_index"] = self.class_index
         if self.event == "promoted":
             outcome["previous_version"] = self.previous_version
         elif self.event == "refused":

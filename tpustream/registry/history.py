@@ -4,7 +4,8 @@
 ``REGISTRY/events/``; "promoted", "refused", "already-champion"); this module reads them back as uniform
 entries. Events written before they carried ``metric``/``value``/``dataset_digest`` still read: a promoted
 event's numbers come from its champion pointer, a refused event's from the key named after its metric
-(``"top1": 0.93``); what an old event never recorded is None. "vertex-upload-failed" events are left out:
+(``"top1": 0.93``); what an old event never recorded is None (its decision ``code`` too: events before codes
+have none). "vertex-upload-failed" events are left out:
 they are not decisions on the champion (the version they name was promoted, and its "promoted" event is in
 the history); ``promote`` repairs them.
 An event file that cannot be read or parsed is skipped with a warning naming it: one bad file never
@@ -21,8 +22,9 @@ from typing import Any, TypedDict
 
 from tpustream.artifacts import EvalReport
 from tpustream.errors import ConfigError
+from tpustream.registry.errors import RegistryError
 from tpustream.registry.events import list_events, read_event
-from tpustream.registry.policy import METRICS, RegistryError
+from tpustream.registry.policy import DECISION_CODES, METRICS, DecisionCode
 from tpustream.registry.store import missing_registry
 from tpustream.storage import io as storage
 
@@ -49,6 +51,8 @@ class HistoryEntry(TypedDict):
     value: float | None  # the candidate's
     champion_value: float | None  # the champion's on the same data, when the decision had it
     reason: str
+    code: DecisionCode | None  # what the decision was (``Decision.code``); None: an event before codes
+    class_index: int | None  # the class a class-drop or below-class-recall decision is about; else None
     champion_version: int | None  # the champion when the decision was taken (None: there was none)
 
 
@@ -189,6 +193,8 @@ def _entry(event: dict[str, Any], when: datetime, metric: str | None) -> History
         "value": _number(value),
         "champion_value": _number(champion_value),
         "reason": str(event.get("reason") or ""),
+        "code": event.get("code") if event.get("code") in DECISION_CODES else None,
+        "class_index": _index(event.get("class_index")),
         "champion_version": champion_version,
     }
 
@@ -199,6 +205,10 @@ def _version(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"version {value!r} is not a number")
     return int(value)  # a str that is not a number raises ValueError: a corrupt event
+
+
+def _index(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _number(value: Any) -> float | None:

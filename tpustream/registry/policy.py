@@ -9,12 +9,12 @@ incomplete evaluation, a champion the run could not measure, non-finite numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, get_args
 
 from tpustream.artifacts import Baseline, EvalReport, Evaluation
-from tpustream.errors import TpustreamError
 from tpustream.metrics.paired_test import PairedTest
+from tpustream.registry.errors import RegistryError
 
 if TYPE_CHECKING:
     from tpustream.registry.store import ChampionPointer
@@ -25,9 +25,10 @@ __all__ = [
     "Metric",
     "Decision",
     "DecisionCode",
+    "DECISION_CODES",
     "PromotionPolicy",
     "QualityFloor",
-    "RegistryError",
+    "RegistryError",  # defined in registry/errors.py (store raises it too); the policy's checks raise it
     "decide",
     "decide_for_metrics",
     "champion_to_compare",
@@ -49,35 +50,58 @@ METRICS: dict[Metric, bool] = {
 _ALWAYS = ("top1", "top5", "loss")
 
 
-class RegistryError(TpustreamError, ValueError):
-    """The registry or the inputs to a promotion are unusable; the message says what and the repair."""
-
-
-# What a reader may branch on (codes are added as readers need them; the others are None for now).
-DecisionCode = Literal["below-baseline"]
+# What a decision is, for a reader to branch on (the report, the webhook, the history): every outcome
+# ``decide``, ``decide_for_metrics`` and promote can reach has one; ``reason`` says it in words for people.
+DecisionCode = Literal[
+    "no-champion",  # promoted: the registry had no champion (and the candidate reaches any floor)
+    "wins",  # promoted: beats the champion by the policy
+    "already-champion",  # the candidate's model is the champion already: nothing to decide
+    "missing-metric",  # the candidate's evaluation lacks the metric decided on
+    "diverged",  # a candidate number (top1, top5, loss, the metric) is not finite
+    "incomplete",  # the evaluation did not count every sample of its split
+    "not-compared",  # the evaluate run could not measure the champion (e.g. another class set)
+    "below-floor",  # the metric is below --min-metric
+    "below-class-recall",  # a class's recall is below --min-class-recall (``class_index``: the worst)
+    "below-baseline",  # the metric does not beat the majority-class baseline
+    "other-dataset",  # the champion's numbers are from other shards
+    "champion-not-finite",  # the champion's metric is not finite: no candidate can beat it
+    "no-improvement",  # the gain is not above 0 and at least --min-delta
+    "class-drop",  # a class's accuracy drops more than --max-class-drop (``class_index``: the worst)
+    "not-paired",  # --max-p-value, but the champion was not scored on the same samples
+    "not-significant",  # the gain's p-value is above --max-p-value
+]
+DECISION_CODES: tuple[DecisionCode, ...] = get_args(DecisionCode)
 
 
 @dataclass(frozen=True)
 class Decision:
-    """Promote or not, why in words (``reason``), and for some refusals a ``code`` a reader branches on."""
+    """Promote or not, why in words (``reason``, for people), what it is (``code``, for readers to branch on:
+    never parse ``reason``), and the class it is about (``class_index``: class-drop, below-class-recall; else
+    None)."""
 
     promote: bool
     reason: str
-    code: DecisionCode | None = None
+    code: DecisionCode
+    class_index: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.code not in DECISION_CODES:
+            raise ValueError(f"decision code {self.code!r}: expected one of {', '.join(DECISION_CODES)}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class QualityFloor:
     """What a candidate must reach to be promoted at all, with or without a champion (TFMA's absolute
     ``GenericValueThreshold``): without a floor, the first model of a registry is promoted whatever it scores.
-
-    ``min_metric``: the promotion metric's floor (loss: at most this; any other: at least this).
-    ``min_class_recall``: every class with val samples must have at least this recall (its per-class
-    accuracy: the share of its samples classified as it). None: no floor.
+    Each field's docstring is its ``--help`` (promote's, report's); None: no floor.
     """
 
     min_metric: float | None = None
+    """Quality floor: refuse a candidate whose --metric is below this (for loss: above it), with or without a
+    champion, so a poor first model is not promoted."""
     min_class_recall: float | None = None
+    """Quality floor: refuse a candidate with any class's recall (the share of its samples classified as it,
+    over the classes with samples) below this, with or without a champion."""
 
     def __post_init__(self) -> None:
         if self.min_class_recall is not None and not 0.0 <= self.min_class_recall <= 1.0:
@@ -85,17 +109,20 @@ class QualityFloor:
         if self.min_metric is not None and not math.isfinite(self.min_metric):
             raise RegistryError(f"--min-metric {self.min_metric}: a finite number")
 
-    def refusal(self, candidate: Evaluation, metric: Metric) -> str | None:
-        """Why ``candidate`` is below the floor, or None when it reaches it."""
+    def refusal(self, candidate: Evaluation, metric: Metric) -> Decision | None:
+        """The refusal of a ``candidate`` below the floor (below-floor, below-class-recall), or None when it
+        reaches it."""
         value = candidate.metric(metric)
         if self.min_metric is not None and isinstance(value, int | float) and is_finite_number(value):
             below = value < self.min_metric if METRICS[metric] else value > self.min_metric
             if below:
                 bound = "at least" if METRICS[metric] else "at most"
-                return (
+                return Decision(
+                    False,
                     f"candidate {metric} {value:.4f} is below the quality floor (--min-metric {self.min_metric}: "
                     f"{bound} that): not promoted, with or without a champion; train longer or on more data, or "
-                    "lower the floor"
+                    "lower the floor",
+                    "below-floor",
                 )
         if self.min_class_recall is not None:
             recalls = [
@@ -106,9 +133,12 @@ class QualityFloor:
             worst = min(recalls, key=lambda item: item[1], default=None)
             if worst is not None and worst[1] < self.min_class_recall:
                 failing = sum(recall < self.min_class_recall for _, recall in recalls)
-                return (
+                return Decision(
+                    False,
                     f"class {worst[0]} recall {worst[1]:.4f} is below --min-class-recall {self.min_class_recall} "
-                    f"({failing} of {len(recalls)} classes are): not promoted, with or without a champion"
+                    f"({failing} of {len(recalls)} classes are): not promoted, with or without a champion",
+                    "below-class-recall",
+                    class_index=worst[0],
                 )
         return None
 
@@ -137,24 +167,27 @@ def metric_named(name: str) -> Metric:
 class PromotionPolicy:
     """How a candidate is judged, built once where the user's options arrive (the CLI, a component) and passed
     whole to every step that decides or states the decision (evaluate's preview, promote, the report).
-
-    ``metric``: decided on; ``min_delta``: the least gain over the champion; ``max_class_drop``: the most any
-    class's accuracy may fall (None: no per-class check); ``floor``: what a candidate must reach at all, the
-    first model of a registry included; ``max_p_value``: a gain must be this unlikely by chance (McNemar's
-    exact test on the samples both were scored on; None: not required); ``min_class_support``: a class with
-    fewer samples than this on the deciding split is too few to judge: its drop is shown but never refuses
-    (0: every class decides); ``beat_majority_baseline``: refuse a
-    candidate whose ``metric`` does not beat always answering the train split's most frequent class on the
-    decision split (metrics.json's ``baseline``), with or without a champion.
+    Each field's docstring is its ``--help``: `promote` and `report` take these options (tpustream/cli/options.py),
+    the floor's among them; the pipeline's parameters decode into it through ``from_pipeline``.
     """
 
     metric: Metric = "top1"
+    """The metric the decision is taken on (macro_f1 and balanced_accuracy weigh every class alike)."""
     min_delta: float = 0.0
+    """The least improvement over the champion's --metric that promotes."""
     max_class_drop: float | None = None
+    """Refuse a candidate if any class's accuracy drops by more than this (0-1) from the champion's. Default:
+    no per-class check."""
     floor: QualityFloor = field(default_factory=QualityFloor)
     max_p_value: float | None = None
+    """Promote over a champion only if the gain is this unlikely by chance: McNemar's exact test on the samples
+    both were scored on (evaluate --registry). Default: not required."""
     min_class_support: int = 10
+    """A class with fewer samples than this on the deciding split (test, else val) is too few to judge: its
+    accuracy drop is shown but does not refuse under --max-class-drop; 0: every class decides."""
     beat_majority_baseline: bool = True
+    """Refuse a candidate whose --metric does not beat always answering the train split's most frequent class
+    on the deciding split (evaluate's baseline), with or without a champion."""
 
     def __post_init__(self) -> None:
         metric_named(self.metric)
@@ -255,7 +288,7 @@ def decide(
     """Promote when the candidate reaches the ``policy``'s quality floor (if any) and there is no champion, or
     it beats the champion on the policy's metric by more than zero and at least ``min_delta`` on the same
     dataset digest, with no class dropping more than ``max_class_drop``. Ties never promote. Pure: no
-    storage, no clock.
+    storage, no clock. Every decision has a ``code`` (``DecisionCode``) beside its reason.
 
     When evaluate scored both on the same samples (``champion.paired``), the reason says how sure the
     comparison is (McNemar's exact test on the samples one model gets right and the other wrong, and the
@@ -263,8 +296,8 @@ def decide(
     paired test to show it.
 
     With ``policy.beat_majority_baseline``, a candidate whose ``metric`` does not beat the majority-class
-    ``baseline`` (evaluate's, on the same split; None: not measured, no check) is refused with the code
-    ``below-baseline``, even into an empty registry.
+    ``baseline`` (evaluate's, on the same split; None: not measured, no check) is refused (``below-baseline``),
+    even into an empty registry.
 
     Non-finite numbers (NaN, ±inf, or null as files store them) never decide a promotion: a candidate
     with a non-finite top1, top5 or loss is a diverged model and is refused, even into an empty registry;
@@ -277,6 +310,7 @@ def decide(
             False,
             f"the candidate's evaluation has no {metric} (its metrics.json was written before evaluate measured "
             f"it): re-run tpustream evaluate, or decide on --metric top1",
+            "missing-metric",
         )
     broken = [
         f"{name} {_shown(candidate.metric(name))}"
@@ -288,10 +322,11 @@ def decide(
             False,
             f"candidate {', '.join(broken)} is not a finite number: a diverged model is never promoted "
             "(retrain it, e.g. with a lower learning rate)",
+            "diverged",
         )
     below = floor.refusal(candidate, metric)
     if below is not None:
-        return Decision(False, below)
+        return below
     if policy.beat_majority_baseline and baseline is not None:
         trivial = _baseline_refusal(candidate.metric(metric), baseline, metric)
         if trivial is not None:
@@ -299,14 +334,17 @@ def decide(
     if champion is None:
         if floor.is_set:
             return Decision(
-                True, f"no champion yet; the candidate reaches the quality floor ({floor.described()})"
+                True,
+                f"no champion yet; the candidate reaches the quality floor ({floor.described()})",
+                "no-champion",
             )
-        return Decision(True, "no champion yet")
+        return Decision(True, "no champion yet", "no-champion")
     if champion_digest != candidate_digest:
         return Decision(
             False,
             f"champion was measured on dataset {str(champion_digest)[:12]}, the candidate on {candidate_digest[:12]}: "
             "evaluate both on the same shards (tpustream evaluate --registry)",
+            "other-dataset",
         )
     if not is_finite_number(champion.metric(metric)):
         return Decision(
@@ -314,6 +352,7 @@ def decide(
             f"champion {metric} {_shown(champion.metric(metric))} is not a finite number, so no candidate can be "
             f"said to beat it: keeping the champion; decide on another --metric (e.g. top1), or replace a "
             "broken champion by hand",
+            "champion-not-finite",
         )
     higher_better = METRICS[metric]
     mine, theirs = candidate.metric(metric), champion.metric(metric)
@@ -325,6 +364,7 @@ def decide(
             False,
             f"candidate {metric} {mine:.4f} vs champion {theirs:.4f}: "
             f"improvement {gain:+.4f} is not above 0 and at least --min-delta {min_delta}{sureness}",
+            "no-improvement",
         )
     few = ""  # drops beyond the limit on classes too small to judge: said, never decisive
     if policy.max_class_drop is not None:
@@ -343,6 +383,8 @@ def decide(
                 False,
                 f"class {worst[0]} accuracy drops by {worst[1]:.4f}, more than --max-class-drop "
                 f"{policy.max_class_drop}",
+                "class-drop",
+                class_index=worst[0],
             )
         small = [f"class {i} (n={n}) by {drop:.4f}" for i, drop, n in drops if drop > policy.max_class_drop]
         if small:
@@ -357,14 +399,16 @@ def decide(
                 False,
                 f"{beats}, but --max-p-value {max_p_value} needs both scored on the same samples and the "
                 "champion was not (evaluate with --registry scores it): keeping the champion",
+                "not-paired",
             )
         if paired.p_value > max_p_value:
             return Decision(
                 False,
                 f"{beats}, but that could be chance: {paired.described()} is above --max-p-value {max_p_value}; "
                 "evaluate on more samples, or keep the champion",
+                "not-significant",
             )
-    return Decision(True, beats + sureness + few)
+    return Decision(True, beats + sureness + few, "wins")
 
 
 def _baseline_refusal(value: float, baseline: Baseline, metric: Metric) -> Decision | None:
@@ -381,7 +425,7 @@ def _baseline_refusal(value: float, baseline: Baseline, metric: Metric) -> Decis
         f"answering {baseline.answer!r}, the train split's most frequent class): not promoted, with or "
         "without a champion; train longer or on more data, or turn the check off "
         "(--no-beat-majority-baseline, pipeline parameter beat_majority_baseline=false)",
-        code="below-baseline",
+        "below-baseline",
     )
 
 
@@ -401,7 +445,7 @@ def decide_for_metrics(
         )
     decision = _decide_for_metrics(metrics, current, policy)
     if metrics.split == "test":  # val-decided reasons read as they always have
-        return Decision(decision.promote, f"{decision.reason} (on the held-out test split)", decision.code)
+        return replace(decision, reason=f"{decision.reason} (on the held-out test split)")
     return decision
 
 
@@ -440,6 +484,7 @@ def _incomplete(metrics: EvalReport) -> Decision | None:
         f"samples{gap}, so "
         f"it cannot be promoted; find the damaged shards with `tpustream shards verify {dataset.uri or None}`, "
         "fix or re-create them, then evaluate again",
+        "incomplete",
     )
 
 
@@ -454,6 +499,7 @@ def _not_comparable(metrics: EvalReport, current: ChampionPointer | None) -> Dec
         f"{note}. Keeping champion version {current.version}: a candidate is never promoted over a champion "
         "it was not compared with. For the new class set start a new registry (promote with another "
         "--registry), or evaluate on a dataset with the champion's classes",
+        "not-compared",
     )
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tpustream.artifacts import json_bytes  # defined with the files it writes; re-exported, its old home
-from tpustream.registry.policy import RegistryError
+from tpustream.registry.errors import RegistryError
 from tpustream.storage import io as storage
 
 __all__ = [

@@ -1,5 +1,5 @@
-"""Releasing a model: ``promote`` (champion/challenger, atomic), ``deploy`` (canary and rollback), ``outcome`` what a
-run ended with, ``notify`` telling people.
+"""Releasing a model: ``promote`` (champion/challenger, atomic), ``deploy`` (canary and rollback), ``canary`` the
+split's arithmetic and record.
 
 The names below are the package's public API, imported on first use so that importing the package loads nothing
 heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
@@ -7,13 +7,13 @@ heavy (``tpustream --help`` stays torch-free); the modules themselves are import
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tpustream._lazy import lazy_front
 
 if TYPE_CHECKING:
     from tpustream.release.canary import CanaryRecord
     from tpustream.release.deploy import DeployError, DeployOutcome, rollback
-    from tpustream.release.outcome import RunOutcome, record_outcome
     from tpustream.release.promote import PromotionOutcome, preview_decision
 
 _HOMES = {
@@ -23,8 +23,6 @@ _HOMES = {
     "DeployError": "deploy",
     "CanaryRecord": "canary",
     "DeployOutcome": "deploy",
-    "RunOutcome": "outcome",
-    "record_outcome": "outcome",
 }
 __all__ = [
     "PromotionOutcome",
@@ -33,12 +31,6 @@ __all__ = [
     "DeployError",
     "DeployOutcome",
     "rollback",
-    "RunOutcome",
-    "record_outcome",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__, __dir__ = lazy_front(__name__, _HOMES)

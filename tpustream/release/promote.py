@@ -25,6 +25,7 @@ from tpustream.registry.events import (
 from tpustream.registry.policy import (
     DEFAULT_POLICY,
     Decision,
+    DecisionCode,
     PromotionPolicy,
     RegistryError,
     champion_to_compare,
@@ -59,7 +60,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ALREADY_CHAMPION = "already the champion"  # the outcome of promoting the champion's own weights again
+ALREADY_CHAMPION = "already the champion"  # the reason of promoting the champion's own weights again
+_ALREADY = Decision(False, ALREADY_CHAMPION, "already-champion")
 
 
 def _check_candidate(candidate_uri: str, metrics_uri: str, model_sha256: str) -> None:
@@ -105,17 +107,24 @@ def _load_metrics(metrics_uri: str) -> EvalReport:
 @dataclass(frozen=True, kw_only=True)
 class PromotionOutcome:
     """What ``promote`` did: ``promoted`` (a new champion), ``version`` (the champion now when promoted or
-    already the champion; None when refused), ``reason`` (the decision's, or ``ALREADY_CHAMPION``),
-    ``previous_version`` (promoted: the champion it replaced, None: there was none), ``champion_version``
+    already the champion; None when refused), ``reason`` (the decision's, or ``ALREADY_CHAMPION``), ``code``
+    and ``class_index`` (the decision's: what a reader branches on, never ``reason``), ``previous_version`` (promoted: the champion it replaced, None: there was none), ``champion_version``
     (refused: the champion kept), and ``vertex``: the champion as published to the Vertex AI Model Registry
     (None: no Vertex target, or nothing published: only a champion is)."""
 
     promoted: bool
     version: int | None
     reason: str
+    code: DecisionCode
+    class_index: int | None = None
     previous_version: int | None = None
     champion_version: int | None = None
     vertex: PublishedModel | None = None
+
+    @property
+    def decision(self) -> Decision:
+        """The decision this outcome states (promoted or not, its reason, code and class)."""
+        return Decision(self.promoted, self.reason, self.code, self.class_index)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,6 +231,8 @@ def _event(
         promoted=outcome.promoted,
         version=outcome.version,
         reason=outcome.reason,
+        code=outcome.code,
+        class_index=outcome.class_index,
         previous_version=outcome.previous_version,
         champion_version=outcome.champion_version,
         candidate=candidate.uri,
@@ -268,7 +279,7 @@ def _promote(candidate: _Candidate, policy: PromotionPolicy, *, max_attempts: in
     for _attempt in range(max_attempts):
         current, generation = read_pointer(registry)
         if current is not None and current.model_sha256 == sha:
-            outcome = PromotionOutcome(promoted=False, version=current.version, reason=ALREADY_CHAMPION)
+            outcome = _outcome(_ALREADY, version=current.version)
             log_event(registry, _event(candidate, current, outcome, policy))
             return outcome
         decision = decide_for_metrics(candidate.metrics, current, policy)
@@ -285,13 +296,30 @@ def _promote(candidate: _Candidate, policy: PromotionPolicy, *, max_attempts: in
         except storage.PreconditionFailed:
             log.info("champion changed while promoting version %d: re-reading and deciding again", number)
             continue
-        outcome = PromotionOutcome(
-            promoted=True, version=number, reason=decision.reason, previous_version=pointer.previous_version
-        )
+        outcome = _outcome(decision, version=number, previous_version=pointer.previous_version)
         log_event(registry, _event(candidate, current, outcome, policy, pointer))
         return outcome
     raise RegistryError(
         f"gave up after {max_attempts} attempts: the champion pointer keeps changing under {registry}"
+    )
+
+
+def _outcome(
+    decision: Decision,
+    *,
+    version: int | None,
+    previous_version: int | None = None,
+    champion_version: int | None = None,
+) -> PromotionOutcome:
+    """The outcome that states ``decision`` (its reason, code and class)."""
+    return PromotionOutcome(
+        promoted=decision.promote,
+        version=version,
+        reason=decision.reason,
+        code=decision.code,
+        class_index=decision.class_index,
+        previous_version=previous_version,
+        champion_version=champion_version,
     )
 
 
@@ -301,12 +329,7 @@ def _refused(
     """A refusal, logged once: the same candidate (its URI, metrics.json and model) refused against the same
     champion for the same reason is one decision however often a step takes it again (a retried task, the
     pipeline's evaluate step and then a promote), as a retried promotion finds its claimed version by sha256."""
-    outcome = PromotionOutcome(
-        promoted=False,
-        version=None,
-        reason=decision.reason,
-        champion_version=current.version if current else None,
-    )
+    outcome = _outcome(decision, version=None, champion_version=current.version if current else None)
     decided = (
         candidate.uri,
         candidate.metrics_uri,
@@ -340,7 +363,7 @@ def decide_and_log_refusal(
     )
     current = read_champion(registry)
     if current is not None and current.model_sha256 == candidate.model_sha256:
-        return Decision(False, ALREADY_CHAMPION)  # promote logged its promotion: nothing new is decided
+        return _ALREADY  # promote logged its promotion: nothing new is decided
     decision = decide_for_metrics(candidate.metrics, current, policy)
     if not decision.promote:
         _refused(candidate, current, decision, policy)
@@ -355,5 +378,5 @@ def preview_decision(
     current = read_champion(registry) if registry else None
     sha = metrics.candidate.model_sha256
     if current is not None and sha and current.model_sha256 == sha:
-        return Decision(False, ALREADY_CHAMPION)
+        return _ALREADY
     return decide_for_metrics(metrics, current, policy)

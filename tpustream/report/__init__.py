@@ -1,5 +1,7 @@
-"""The run report: ``build`` gathers a run's facts and writes it, ``facts`` the facts, ``html``/``markdown`` the two
-renderings, ``plots`` its SVG plots, ``mistakes`` the gallery of wrong predictions.
+"""The run report: ``build`` gathers a run's facts and writes it, ``facts`` the facts, ``verdict`` the decision and
+per-class rows both documents state, ``formatting`` how they write numbers, ``html`` (its frame and elements in
+``page``) and ``markdown`` the two renderings, ``plots`` its SVG plots, ``recipe`` the training recipe,
+``mistakes`` the gallery of wrong predictions.
 
 The names below are the package's public API, imported on first use so that importing the package loads nothing
 heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
@@ -7,8 +9,9 @@ heavy (``tpustream --help`` stays torch-free); the modules themselves are import
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tpustream._lazy import lazy_front
 
 if TYPE_CHECKING:
     from tpustream.report.build import ReportError, write_report, write_run_report
@@ -22,8 +25,4 @@ _HOMES = {
 }
 __all__ = ["ReportError", "write_report", "write_run_report", "ReportFacts"]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__, __dir__ = lazy_front(__name__, _HOMES)

@@ -5,9 +5,12 @@ why (which class dropped by how much); did the loss fall; which classes got wors
 champion has moved. The Markdown summary holds the same facts as text: it is what the KFP UI shows as a
 Markdown artifact.
 
-This module reads and writes; the rest is split by concern: ``tpustream.report.facts`` holds ``ReportFacts``
-and what both documents state (the verdict, the per-class rows), ``tpustream.report.html`` renders the page
-(plots from ``tpustream.report.plots``), ``tpustream.report.markdown`` the summary.
+This module reads and writes; the rest is split by concept: ``tpustream.report.facts`` holds ``ReportFacts``,
+``tpustream.report.verdict`` what both documents state of the decision (``Verdict``, the per-class ``ClassRow``),
+``tpustream.report.formatting`` how both write numbers and their shared lines, ``tpustream.report.html`` renders
+the page (its frame and elements in ``tpustream.report.page``, plots from ``tpustream.report.plots``, the
+training recipe from ``tpustream.report.recipe``, the mistakes gallery from ``tpustream.report.mistakes``),
+``tpustream.report.markdown`` the summary.
 ``build_report_facts`` reads the run's files into a ``ReportFacts``; ``render_report`` is pure;
 ``write_report`` writes both documents through ``tpustream.storage.io`` (local or gs://); ``write_run_report``
 does all three with the registry's history, as the evaluate and promote steps and ``tpustream report`` call it.
@@ -23,13 +26,15 @@ from tpustream.dataset.manifest import Manifest, load_manifest
 from tpustream.errors import TpustreamError
 from tpustream.metrics.scores import ScoresError, read_scores
 from tpustream.registry.history import HistoryEntry, champion_history
-from tpustream.registry.policy import DEFAULT_POLICY, Decision, PromotionPolicy, RegistryError
+from tpustream.registry.policy import DEFAULT_POLICY, DecisionCode, PromotionPolicy, RegistryError
 from tpustream.registry.store import ChampionPointer
 from tpustream.release.promote import ALREADY_CHAMPION, PromotionOutcome, preview_decision, read_champion
-from tpustream.report.facts import ReportFacts, _class_rows, _verdict
+from tpustream.report.facts import ReportFacts
 from tpustream.report.html import render_html
+from tpustream.report.label_issues import label_errors_gallery
 from tpustream.report.markdown import render_markdown
 from tpustream.report.mistakes import Mistake, pick_mistakes, thumbnails
+from tpustream.report.verdict import class_rows, verdict_of
 from tpustream.storage import io as storage
 from tpustream.train.evaluate import load_model_card
 
@@ -96,11 +101,11 @@ def build_report_facts(
     manifest = load_manifest(dataset_uri)
     if outcome is None:
         decision = preview_decision(metrics, registry, policy)
-        pointer = read_champion(registry) if registry and decision.reason == ALREADY_CHAMPION else None
+        pointer = read_champion(registry) if registry and decision.code == "already-champion" else None
         if pointer is not None:  # the champion now: by this run, or earlier
             outcome = _champion_outcome(pointer, metrics, history or [])
     if outcome is not None:
-        decision = Decision(outcome.promoted, outcome.reason)
+        decision = outcome.decision
     mistakes, pictures = _mistakes(metrics_uri, metrics, dataset_uri, manifest)
     return ReportFacts(
         model_card=card,
@@ -113,6 +118,7 @@ def build_report_facts(
         history=history,
         mistakes=mistakes,
         thumbnails=pictures,
+        label_errors=label_errors_gallery(metrics_uri, dataset_uri, manifest),
     )
 
 
@@ -148,15 +154,22 @@ def _champion_outcome(
     pointer: ChampionPointer, metrics: EvalReport, history: list[HistoryEntry]
 ) -> PromotionOutcome:
     """The outcome of a run whose candidate is now the champion, as ``promote`` returned it: promoted by this
-    run when the pointer moved after this evaluation (its reason from the history when given), else earlier."""
+    run when the pointer moved after this evaluation (its reason and code from the history when given; an
+    event before codes, or none: a first champion's code, else a win's), else earlier."""
     version = pointer.version
     if pointer.promoted < (metrics.created or "~"):
-        return PromotionOutcome(promoted=False, version=version, reason=ALREADY_CHAMPION)
-    reasons = [e["reason"] for e in history if e["event"] == "promoted" and e["version"] == version]
+        return PromotionOutcome(
+            promoted=False, version=version, reason=ALREADY_CHAMPION, code="already-champion"
+        )
+    promoted = [e for e in history if e["event"] == "promoted" and e["version"] == version]
+    entry = promoted[-1] if promoted else None
+    first: DecisionCode = "no-champion" if pointer.previous_version is None else "wins"
     return PromotionOutcome(
         promoted=True,
         version=version,
-        reason=str(reasons[-1] if reasons else "the champion pointer names it"),
+        reason=str(entry["reason"] if entry else "the champion pointer names it"),
+        code=(entry.get("code") or first) if entry else first,
+        class_index=entry.get("class_index") if entry else None,
         previous_version=pointer.previous_version,
     )
 
@@ -196,8 +209,8 @@ def render_report(facts: ReportFacts) -> tuple[str, str]:
     Returns:
         The HTML page (self-contained: no script, no network fetch) and the Markdown summary.
     """
-    rows = _class_rows(facts)
-    verdict = _verdict(facts, rows)
+    rows = class_rows(facts)
+    verdict = verdict_of(facts, rows)
     return render_html(facts, verdict, rows), render_markdown(facts, verdict, rows)
 
 

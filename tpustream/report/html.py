@@ -14,45 +14,45 @@ HTML in ``tpustream.report.markdown``, escaped there before its markup is.
 
 from __future__ import annotations
 
+from html import escape as _E
 from typing import Any
 
 from tpustream.report import plots as report_plots
-from tpustream.report.facts import (
-    _E,
+from tpustream.report.facts import ReportFacts, history_oldest_first, shows_top5
+from tpustream.report.formatting import (
     NOT_MEASURED,
-    PLOTTED_CLASSES,
-    ReportFacts,
-    _champion,
-    _champion_heading,
-    _ClassRow,
-    _confusion_classes,
-    _decimal,
-    _events,
-    _is_square,
-    _metric_value,
-    _no_champion_text,
-    _percent,
-    _points,
-    _shown_rows,
-    _support_note,
-    _table,
-    _too_few_text,
-    _Verdict,
-    shows_top5,
+    champion_heading,
+    decimal,
+    metric_value,
+    no_champion_text,
+    percent,
+    points,
 )
-from tpustream.report.markdown import _markdown_html
-from tpustream.report.page import _code, _figure, _note, _page
+from tpustream.report.label_issues import label_errors_html
+from tpustream.report.markdown import markdown_html
+from tpustream.report.page import code, figure, note, render_page, table
 from tpustream.report.recipe import recipe_rows
+from tpustream.report.verdict import ClassRow, Verdict, shown_rows, support_note, too_few_text
 
-__all__ = ["render_html"]
+__all__ = ["PLOTTED_CLASSES", "render_html"]
 
+PLOTTED_CLASSES = 30  # above this many classes, plots show the 30 with the most errors (or largest drops)
 HTML_CLASS_ROWS = 100  # per-class table rows in the page (every class beyond max_class_drop is always listed)
 HTML_DATASET_CLASS_ROWS = 50
 HTML_HISTORY_ROWS = 50
 
 
-def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) -> str:
-    """The page for ``facts``, whose ``verdict`` and per-class ``rows`` (``report_facts``) it states."""
+def render_html(facts: ReportFacts, verdict: Verdict, rows: list[ClassRow]) -> str:
+    """The page for ``facts``.
+
+    Args:
+        facts: what the page shows.
+        verdict: the decision it states (``tpustream.report.verdict.verdict_of``).
+        rows: the per-class rows (``tpustream.report.verdict.class_rows``).
+
+    Returns:
+        The page: one self-contained HTML document.
+    """
     sections = [
         ("training", "Training", _training_html(facts)),
         ("recipe", "Training recipe", _recipe_html(facts)),
@@ -61,16 +61,18 @@ def render_html(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) ->
         ("dataset", "Data set", _dataset_html(facts)),
     ]
     if facts.data_check_markdown is not None:
-        sections.append(("data-check", "Data check", _markdown_html(facts.data_check_markdown)))
+        sections.append(("data-check", "Data check", markdown_html(facts.data_check_markdown)))
     if isinstance(facts.metrics.candidate.per_class, dict):  # evaluated with per-sample scores
         sections.append(
             ("precision-recall", "Precision, recall and thresholds", _precision_recall_html(facts))
         )
     if facts.mistakes is not None:
         sections.append(("mistakes", "Mistakes", _mistakes_html(facts)))
+    if facts.label_errors is not None:
+        sections.append(("label-errors", "Likely label errors", label_errors_html(facts.label_errors)))
     if facts.history is not None:
         sections.append(("history", "Champion history", _history_html(facts)))
-    return _page(facts, verdict, sections)
+    return render_page(facts, verdict, sections)
 
 
 SHOWN_THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)  # the table's rows; the plot draws every one
@@ -84,12 +86,12 @@ def _precision_recall_html(facts: ReportFacts) -> str:
     classes = facts.metrics.classes
     counted = "" if candidate.num_samples is None else candidate.num_samples
     summary = (
-        f"Macro-F1 {_decimal(candidate.macro_f1)}, balanced accuracy "
-        f"{_percent(candidate.balanced_accuracy)} (the mean of the classes' recalls: every class "
-        f"counts the same, however many samples it has), AU-PRC {_decimal(candidate.auprc)} "
+        f"Macro-F1 {decimal(candidate.macro_f1)}, balanced accuracy "
+        f"{percent(candidate.balanced_accuracy)} (the mean of the classes' recalls: every class "
+        f"counts the same, however many samples it has), AU-PRC {decimal(candidate.auprc)} "
         f"(micro, one-vs-rest), on {counted} {facts.metrics.split} samples."
     )
-    parts = [_note(summary)]
+    parts = [note(summary)]
 
     def column(name: str) -> list[Any]:
         values = per_class.get(name)
@@ -104,21 +106,21 @@ def _precision_recall_html(facts: ReportFacts) -> str:
     cells = [
         [
             _E(classes[i]),
-            _percent(precision[i]),
-            _percent(recall[i]),
-            _decimal(f1[i], 3),
+            percent(precision[i]),
+            percent(recall[i]),
+            decimal(f1[i], 3),
             _E(str(support[i] if support[i] is not None else "")),
-            _decimal(auprc[i], 3),
+            decimal(auprc[i], 3),
         ]
         for i in listed
     ]
-    parts.append(_table(["class", "precision", "recall", "F1", "support", "AU-PRC"], cells))
+    parts.append(table(["class", "precision", "recall", "F1", "support", "AU-PRC"], cells))
     if len(listed) < len(order):
-        parts.append(_note(f"The {len(listed)} classes with the lowest F1 of {len(order)}."))
+        parts.append(note(f"The {len(listed)} classes with the lowest F1 of {len(order)}."))
     thresholds = candidate.thresholds
     if isinstance(thresholds, list) and thresholds:
         parts.append(
-            _figure(
+            figure(
                 "plot-thresholds",
                 report_plots.thresholds_svg(thresholds),
                 f"precision, recall and coverage on the {facts.metrics.split} split against the confidence "
@@ -133,12 +135,12 @@ def _precision_recall_html(facts: ReportFacts) -> str:
             [
                 _E(f"{float(row['threshold']):.2f}"),
                 _threshold_precision(row),
-                _percent(row.get("recall")),
-                _percent(row.get("coverage")),
+                percent(row.get("recall")),
+                percent(row.get("coverage")),
             ]
             for row in shown
         ]
-        parts.append(_table(["threshold", "precision", "recall", "coverage"], rows))
+        parts.append(table(["threshold", "precision", "recall", "coverage"], rows))
     return "".join(parts)
 
 
@@ -147,14 +149,14 @@ def _threshold_precision(row: dict[str, Any]) -> str:
     coverage = row.get("coverage")
     if isinstance(coverage, int | float) and not isinstance(coverage, bool) and coverage <= 0:
         return "n/a"
-    return _percent(row.get("precision"))
+    return percent(row.get("precision"))
 
 
 def _mistakes_html(facts: ReportFacts) -> str:
     """The candidate's most confident wrong predictions, a few per true class, each with its thumbnail."""
     mistakes = facts.mistakes or []
     if not mistakes:
-        return _note("No mistakes: the candidate classified every evaluated sample correctly.")
+        return note("No mistakes: the candidate classified every evaluated sample correctly.")
     cells = []
     for mistake in mistakes:
         thumbnail = facts.thumbnails.get(mistake.key)
@@ -166,9 +168,9 @@ def _mistakes_html(facts: ReportFacts) -> str:
         cells.append(
             f'<figure class="mistake">{picture}<figcaption><b>{_E(mistake.true_class)}</b> taken for '
             f"<b>{_E(mistake.predicted_class)}</b> ({100 * mistake.confidence:.1f}%)<br>"
-            f"{_code(mistake.source or mistake.key)}</figcaption></figure>"
+            f"{code(mistake.source or mistake.key)}</figcaption></figure>"
         )
-    intro = _note(
+    intro = note(
         f"The {len(mistakes)} most confident wrong predictions, at most "
         f"{max(_per_class_count(mistakes), 1)} per true class, surest first: the images a confidence "
         f"threshold would not catch. Each is the image evaluated (from the {facts.metrics.split} shards), "
@@ -191,24 +193,24 @@ def _training_html(facts: ReportFacts) -> str:
     top5 = shows_top5(len(card.classes))
     init, pretrained = card.init, card.pretrained
     if isinstance(init, dict):
-        start = f"warm start from {_code(init.get('from'))} ({_E(str(init.get('kind', '')))}, {_E(str(init.get('weights', '')))} weights)"
+        start = f"warm start from {code(init.get('from'))} ({_E(str(init.get('kind', '')))}, {_E(str(init.get('weights', '')))} weights)"
     elif isinstance(pretrained, dict):
         sha = str(pretrained.get("sha256") or "")
         start = (
-            f"fine-tuned from pretrained weights {_code(pretrained.get('name') or pretrained.get('uri'))}"
+            f"fine-tuned from pretrained weights {code(pretrained.get('name') or pretrained.get('uri'))}"
             + (f" (sha256 {_E(sha[:12])}…)" if sha else "")
             + ", the head new"
         )
     else:
         start = "random initialisation"
     parts = [
-        f"<p>{_code(card.arch)}, {len(history)} epoch{'s' if len(history) != 1 else ''}"
+        f"<p>{code(card.arch)}, {len(history)} epoch{'s' if len(history) != 1 else ''}"
         f"{f', best epoch {_E(str(best))}' if best is not None else ''}"
         f"{', stopped early' if card.stopped_early else ''}; {start}.</p>"
     ]
     if len(history) >= 2:
         parts.append(
-            _figure(
+            figure(
                 "plot-curves",
                 report_plots.curves_svg(history, top5=top5),
                 "loss and validation accuracy per epoch",
@@ -218,9 +220,9 @@ def _training_html(facts: ReportFacts) -> str:
             )
         )
     elif history:
-        parts.append(_note("One epoch only: there is no curve to draw; its numbers are below."))
+        parts.append(note("One epoch only: there is no curve to draw; its numbers are below."))
     else:
-        parts.append(_note("No per-epoch history in the model card: nothing to draw."))
+        parts.append(note("No per-epoch history in the model card: nothing to draw."))
     seen = any("train_samples_seen" in row for row in history)  # cards written before have none
     if history:
         header = [
@@ -239,27 +241,27 @@ def _training_html(facts: ReportFacts) -> str:
         cells = [
             [
                 _E(str(row.get("epoch", ""))),
-                _decimal(row.get("train_loss")),
-                _decimal(row.get("val_loss")),
-                _percent(row.get("val_top1"), 2),
-                *([_percent(row.get("val_top5"), 2)] if top5 else []),
+                decimal(row.get("train_loss")),
+                decimal(row.get("val_loss")),
+                percent(row.get("val_top1"), 2),
+                *([percent(row.get("val_top5"), 2)] if top5 else []),
                 _E(str(row.get("val_samples", ""))),
                 *([_E(_samples_seen(row))] if seen else []),
-                _decimal(row.get("epoch_seconds"), 1),
-                _decimal(row.get("samples_per_s"), 0),
-                _percent(row.get("data_wait_fraction")),
+                decimal(row.get("epoch_seconds"), 1),
+                decimal(row.get("samples_per_s"), 0),
+                percent(row.get("data_wait_fraction")),
                 _E(str(row.get("compiles", ""))),
             ]
             for row in history
         ]
-        parts.append(_table(header, cells))
+        parts.append(table(header, cells))
     return "".join(parts)
 
 
 def _recipe_html(facts: ReportFacts) -> str:
     """How the candidate was trained: peak LR and how it was chosen, schedule, fine-tuning, weights."""
     rows = [[_E(what), _E(how)] for what, how in recipe_rows(facts.model_card)]
-    return _table(["", "from the candidate's model.json"], rows, css="text")
+    return table(["", "from the candidate's model.json"], rows, css="text")
 
 
 def _samples_seen(row: dict[str, Any]) -> str:
@@ -276,7 +278,7 @@ def _confusion_html(facts: ReportFacts) -> str:
     classes = facts.metrics.classes
     shown = _confusion_classes(facts)
     parts = [
-        _note(
+        note(
             "Rows: the true class; columns: the predicted class; colour: the share of the true class's "
             f"{facts.metrics.split} samples"
             + (", with counts in the cells." if len(shown) <= report_plots.ANNOTATE_CELLS else ".")
@@ -291,30 +293,28 @@ def _confusion_html(facts: ReportFacts) -> str:
     figures = []
     for plot_id, who, result in (
         ("plot-confusion-candidate", "candidate", facts.metrics.candidate),
-        ("plot-confusion-champion", _champion_heading(facts), _champion(facts)),
+        ("plot-confusion-champion", champion_heading(facts), facts.champion),
     ):
         if result is None:
-            figures.append(_note(f"No {who} matrix: {_no_champion_text(facts)}."))
+            figures.append(note(f"No {who} matrix: {no_champion_text(facts)}."))
         elif not _is_square(result.confusion_matrix, len(classes)):
-            figures.append(_note(f"No {who} matrix: metrics.json holds none for its {len(classes)} classes."))
+            figures.append(note(f"No {who} matrix: metrics.json holds none for its {len(classes)} classes."))
         else:
             title = f"{who.capitalize()}, {facts.metrics.split} split"
             svg = report_plots.confusion_svg(result.confusion_matrix, classes, shown, title)
-            figures.append(
-                _figure(plot_id, svg, f"{who} confusion matrix on the {facts.metrics.split} split")
-            )
+            figures.append(figure(plot_id, svg, f"{who} confusion matrix on the {facts.metrics.split} split"))
     parts.append(f'<div class="plots">{"".join(figures)}</div>')
     return "".join(parts)
 
 
-def _per_class_html(facts: ReportFacts, rows: list[_ClassRow]) -> str:
-    champion = _champion(facts)
+def _per_class_html(facts: ReportFacts, rows: list[ClassRow]) -> str:
+    champion = facts.champion
     if facts.policy.max_class_drop is None:
         limit = "No max_class_drop was set: no class's drop can refuse the candidate."
     else:
-        limit = f"max_class_drop is {_points(facts.policy.max_class_drop)}: classes whose accuracy drops by more are in red."
-    no_champion = "" if champion else f" No champion numbers: {_no_champion_text(facts)}."
-    parts = [_note(f"{_support_note(facts, rows)} {limit}{no_champion}")]
+        limit = f"max_class_drop is {points(facts.policy.max_class_drop)}: classes whose accuracy drops by more are in red."
+    no_champion = "" if champion else f" No champion numbers: {no_champion_text(facts)}."
+    parts = [note(f"{support_note(facts, rows)} {limit}{no_champion}")]
     plotted = rows[:PLOTTED_CLASSES]
     caption = (
         f"The {len(plotted)} classes with the largest drops, of {len(rows)}."
@@ -329,47 +329,47 @@ def _per_class_html(facts: ReportFacts, rows: list[_ClassRow]) -> str:
         split=facts.metrics.split,
     )
     alt = f"per-class accuracy on the {facts.metrics.split} split, candidate and champion"
-    parts.append(_figure("plot-per-class", svg, alt, caption))
-    listed = _shown_rows(rows, HTML_CLASS_ROWS)
+    parts.append(figure("plot-per-class", svg, alt, caption))
+    listed = shown_rows(rows, HTML_CLASS_ROWS)
     cells = [
         [
             _E(row.name),
-            _percent(row.candidate),
-            _percent(row.champion) if champion else "none",
+            percent(row.candidate),
+            percent(row.champion) if champion else "none",
             f"{100 * row.drop:+.1f}" if row.drop is not None else NOT_MEASURED,
             "yes" if row.exceeds else "",
-            _E(_too_few_text(row)),
+            _E(too_few_text(row)),
         ]
         for row in listed
     ]
     header = [
         "class",
         f"candidate ({_E(facts.metrics.split)})",
-        _E(_champion_heading(facts)),
+        _E(champion_heading(facts)),
         "drop (points, + is worse)",
         "beyond max_class_drop",
         f"{_E(facts.metrics.split)} samples",
     ]
     css = ["exceeds" if row.exceeds else "few" if row.too_few else "" for row in listed]
-    parts.append(_table(header, cells, css))
+    parts.append(table(header, cells, css))
     if len(listed) < len(rows):
-        parts.append(_note(f"{len(rows) - len(listed)} more classes, with smaller drops, are not listed."))
+        parts.append(note(f"{len(rows) - len(listed)} more classes, with smaller drops, are not listed."))
     return "".join(parts)
 
 
 def _dataset_html(facts: ReportFacts) -> str:
     dataset = facts.metrics.dataset
     digest = dataset.manifest_digest[:12]
-    parts = [f"<p>{_code(dataset.uri or '?')}{f', manifest {_code(digest)}' if digest else ''}.</p>"]
+    parts = [f"<p>{code(dataset.uri or '?')}{f', manifest {code(digest)}' if digest else ''}.</p>"]
     manifest = facts.manifest
     if manifest is None:
-        return "".join(parts) + _note("The manifest was not given: no per-split facts.")
+        return "".join(parts) + note("The manifest was not given: no per-split facts.")
     classes, splits = manifest.classes, manifest.splits
     parts.append(
-        f"<p>Source {_code(manifest.source or '?')}; {len(classes)} classes; created {_E(manifest.created or '?')}.</p>"
+        f"<p>Source {code(manifest.source or '?')}; {len(classes)} classes; created {_E(manifest.created or '?')}.</p>"
     )
     parts.append(
-        _table(
+        table(
             ["split", "samples", "bytes", "shards"],
             [
                 [
@@ -388,9 +388,9 @@ def _dataset_html(facts: ReportFacts) -> str:
         [_E(name)] + [_E(str(counts[split][i])) if i < len(counts[split]) else "0" for split in splits]
         for i, name in enumerate(shown)
     ]
-    parts.append(_table(["class", *(f"{_E(split)} samples" for split in splits)], rows))
+    parts.append(table(["class", *(f"{_E(split)} samples" for split in splits)], rows))
     if len(shown) < len(classes):
-        parts.append(_note(f"The first {len(shown)} of {len(classes)} classes."))
+        parts.append(note(f"The first {len(shown)} of {len(classes)} classes."))
     skipped = manifest.skipped
     if skipped.count:
         reasons = [
@@ -402,11 +402,11 @@ def _dataset_html(facts: ReportFacts) -> str:
         )
         parts.append(f"<p>{skipped.count} images or rows skipped ({rows_refused}).</p>")
         if reasons:
-            parts.append(_table(["skipped because", "count"], reasons))
+            parts.append(table(["skipped because", "count"], reasons))
         if skipped.examples:
             parts.append(
                 "<p>For example:</p><ul>"
-                + "".join(f"<li>{_code(e)}</li>" for e in skipped.examples[:5])
+                + "".join(f"<li>{code(e)}</li>" for e in skipped.examples[:5])
                 + "</ul>"
             )
     else:
@@ -421,9 +421,9 @@ def _when(time: Any) -> str:
 
 
 def _history_html(facts: ReportFacts) -> str:
-    events = _events(facts)
+    events = history_oldest_first(facts)
     if not events:
-        return _note("No registry events yet: this registry has no history.")
+        return note("No registry events yet: this registry has no history.")
     same = [event for event in events if event.get("metric") == facts.policy.metric]
     parts = []
     if same:
@@ -439,27 +439,54 @@ def _history_html(facts: ReportFacts) -> str:
             notes.append(f"{len(events) - len(same)} events decided on another metric are not drawn.")
         caption = " ".join(notes)
         parts.append(
-            _figure(
-                "plot-history", svg, f"champion {facts.policy.metric} over the registry's events", caption
-            )
+            figure("plot-history", svg, f"champion {facts.policy.metric} over the registry's events", caption)
         )
     else:
-        parts.append(_note(f"No event was decided on {facts.policy.metric}: nothing to draw."))
+        parts.append(note(f"No event was decided on {facts.policy.metric}: nothing to draw."))
     newest = list(reversed(events))[:HTML_HISTORY_ROWS]
     cells = [
         [
             _E(_when(event.get("time"))),
             _E(str(event.get("event", ""))),
             _E(str(event.get("version") if event.get("version") is not None else "")),
-            f"{_E(str(event.get('metric', '')))} {_metric_value(event)}",
+            f"{_E(str(event.get('metric', '')))} {metric_value(event)}",
             _E(str(event.get("champion_version") if event.get("champion_version") is not None else "")),
-            _code(event.get("candidate", "")),
+            code(event.get("candidate", "")),
             _E(str(event.get("reason", ""))),
         ]
         for event in newest
     ]
     header = ["time", "event", "version", "value", "champion then", "candidate", "reason"]
-    parts.append(_table(header, cells, [str(event.get("event", "")) for event in newest], css="events"))
+    parts.append(table(header, cells, [str(event.get("event", "")) for event in newest], css="events"))
     if len(newest) < len(events):
-        parts.append(_note(f"The newest {len(newest)} of {len(events)} events."))
+        parts.append(note(f"The newest {len(newest)} of {len(events)} events."))
     return "".join(parts)
+
+
+def _errors_per_class(matrix: Any, size: int) -> list[int]:
+    if not _is_square(matrix, size):
+        return [0] * size
+    return [sum(row) - row[i] for i, row in enumerate(matrix)]
+
+
+def _is_square(matrix: Any, size: int) -> bool:
+    return (
+        isinstance(matrix, list)
+        and len(matrix) == size
+        and all(isinstance(r, list) and len(r) == size for r in matrix)
+    )
+
+
+def _confusion_classes(facts: ReportFacts) -> list[int]:
+    """The classes the heatmaps show: all of them up to PLOTTED_CLASSES, else the ones with the most errors
+    (candidate's and champion's together), in class order; the rest would be unreadable ticks."""
+    size = len(facts.metrics.classes)
+    if size <= PLOTTED_CLASSES:
+        return list(range(size))
+    errors = _errors_per_class(facts.metrics.candidate.confusion_matrix, size)
+    champion = facts.champion
+    if champion is not None:
+        errors = [
+            a + b for a, b in zip(errors, _errors_per_class(champion.confusion_matrix, size), strict=True)
+        ]
+    return sorted(sorted(range(size), key=lambda i: (-errors[i], i))[:PLOTTED_CLASSES])

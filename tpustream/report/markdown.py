@@ -4,7 +4,7 @@ The summary holds the page's facts as text; it is what the KFP UI shows as a Mar
 and headline numbers, the 20 largest per-class drops (and every class beyond max_class_drop), the training in
 one line, the data set, the data check's own Markdown (its headings moved under this one's) and the 10 newest
 history events. Every user string is escaped for Markdown and for HTML (the KFP UI renders HTML in Markdown).
-``_markdown_html`` turns the data check's report (headings, paragraphs, tables, lists, **bold**, `code`) into
+``markdown_html`` turns the data check's report (headings, paragraphs, tables, lists, **bold**, `code`) into
 HTML for the page's data check section, every character escaped first.
 """
 
@@ -15,32 +15,26 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tpustream.report.facts import (
-    _E,
+from tpustream.report.facts import ReportFacts, history_oldest_first
+from tpustream.report.formatting import (
     NOT_MEASURED,
-    ReportFacts,
-    _baseline_line,
-    _champion,
-    _champion_heading,
-    _ClassRow,
-    _decimal,
-    _events,
-    _headline,
-    _metric_value,
-    _no_champion_text,
-    _percent,
-    _points,
-    _policy_line,
-    _shown_rows,
-    _support_note,
-    _table,
-    _too_few_text,
-    _Verdict,
+    baseline_line,
+    champion_heading,
+    decimal,
+    headline,
+    metric_value,
+    no_champion_text,
+    percent,
+    points,
+    policy_line,
 )
+from tpustream.report.page import table
 from tpustream.report.recipe import loss_alarm, recipe_rows
+from tpustream.report.verdict import ClassRow, Verdict, shown_rows, support_note, too_few_text
 
-__all__ = ["render_markdown"]  # and _markdown_html, for tpustream.report.html
+__all__ = ["markdown_html", "render_markdown"]
 
+_E = html.escape
 MARKDOWN_CLASS_ROWS = 20
 MARKDOWN_HISTORY_ROWS = 10
 
@@ -60,9 +54,18 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
     )
 
 
-def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]) -> str:
-    """The summary for ``facts``, whose ``verdict`` and per-class ``rows`` (``report_facts``) it states."""
-    champion = _champion(facts)
+def render_markdown(facts: ReportFacts, verdict: Verdict, rows: list[ClassRow]) -> str:
+    """The summary for ``facts``.
+
+    Args:
+        facts: what the summary shows.
+        verdict: the decision it states (``tpustream.report.verdict.verdict_of``).
+        rows: the per-class rows (``tpustream.report.verdict.class_rows``).
+
+    Returns:
+        The summary: Markdown, every user string escaped for Markdown and HTML.
+    """
+    champion = facts.champion
     lines = [
         f"# Run report: {verdict.title}",
         "",
@@ -73,26 +76,26 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
     if alarm:
         lines += [f"> **Warning:** {_md(alarm)}", ""]
     lines += [
-        _policy_line(facts),
+        policy_line(facts),
         "",
     ]
-    if (baseline := _baseline_line(facts)) is not None:
+    if (baseline := baseline_line(facts)) is not None:
         lines += [_md(baseline), ""]
     lines += _md_table(
-        ["", "candidate", _md(_champion_heading(facts)), "change"],
-        [[_md(c) for c in row[:4]] for row in _headline(facts)],
+        ["", "candidate", _md(champion_heading(facts)), "change"],
+        [[_md(c) for c in row[:4]] for row in headline(facts)],
     )
     if champion is None:
-        lines += [f"No champion numbers: {_md(_no_champion_text(facts))}.", ""]
+        lines += [f"No champion numbers: {_md(no_champion_text(facts))}.", ""]
 
-    listed = _shown_rows(rows, MARKDOWN_CLASS_ROWS)
+    listed = shown_rows(rows, MARKDOWN_CLASS_ROWS)
     lines += ["## Per-class accuracy", ""]
     limit = (
-        f"max_class_drop {_points(facts.policy.max_class_drop)}"
+        f"max_class_drop {points(facts.policy.max_class_drop)}"
         if facts.policy.max_class_drop is not None
         else "no max_class_drop was set"
     )
-    lines += [f"{_md(_support_note(facts, rows))} Largest drops first; {limit}.", ""]
+    lines += [f"{_md(support_note(facts, rows))} Largest drops first; {limit}.", ""]
     cells = []
     for row in listed:
         name = f"**{_md(row.name)}**" if row.exceeds else _md(row.name)
@@ -100,11 +103,11 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
         cells.append(
             [
                 name,
-                _percent(row.candidate),
-                _percent(row.champion) if champion else "none",
+                percent(row.candidate),
+                percent(row.champion) if champion else "none",
                 drop,
                 "**yes**" if row.exceeds else "",
-                _md(_too_few_text(row)),
+                _md(too_few_text(row)),
             ]
         )
     split = _md(facts.metrics.split)
@@ -118,8 +121,8 @@ def render_markdown(facts: ReportFacts, verdict: _Verdict, rows: list[_ClassRow]
     if history:
         first, last = history[0], history[-1]
         lines += [
-            f"{_md(facts.model_card.arch)}, {len(history)} epochs: train loss {_decimal(first.get('train_loss'))} → "
-            f"{_decimal(last.get('train_loss'))}, val top-1 {_percent(first.get('val_top1'), 2)} → {_percent(last.get('val_top1'), 2)}.",
+            f"{_md(facts.model_card.arch)}, {len(history)} epochs: train loss {decimal(first.get('train_loss'))} → "
+            f"{decimal(last.get('train_loss'))}, val top-1 {percent(first.get('val_top1'), 2)} → {percent(last.get('val_top1'), 2)}.",
             "",
         ]
     else:
@@ -157,7 +160,7 @@ def _markdown_dataset(facts: ReportFacts) -> list[str]:
 
 
 def _markdown_history(facts: ReportFacts) -> list[str]:
-    events = _events(facts)
+    events = history_oldest_first(facts)
     lines = [f"## Champion history (last {MARKDOWN_HISTORY_ROWS})", ""]
     if not events:
         return lines + ["No registry events yet.", ""]
@@ -166,7 +169,7 @@ def _markdown_history(facts: ReportFacts) -> list[str]:
             _md(event.get("time", "")),
             _md(event.get("event", "")),
             _md(event.get("version") if event.get("version") is not None else ""),
-            f"{_md(event.get('metric', ''))} {_metric_value(event)}",
+            f"{_md(event.get('metric', ''))} {metric_value(event)}",
             _md(event.get("reason", "")),
         ]
         for event in list(reversed(events))[:MARKDOWN_HISTORY_ROWS]
@@ -180,12 +183,12 @@ _MD_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 _MD_SEPARATOR = re.compile(r"^:?-+:?$")
 
 
-def _markdown_html(text: str) -> str:
+def markdown_html(text: str) -> str:
     """The Markdown the data check writes (headings, paragraphs, tables, lists, **bold**, `code`) as HTML,
     every character of it escaped first; headings move two levels down, under the page's section."""
     out: list[str] = []
     paragraph: list[str] = []
-    table: list[list[str]] = []
+    table_rows: list[list[str]] = []
     items: list[str] = []
 
     def flush() -> None:
@@ -195,11 +198,13 @@ def _markdown_html(text: str) -> str:
         if items:
             out.append("<ul>" + "".join(f"<li>{_md_inline(item)}</li>" for item in items) + "</ul>")
             items.clear()
-        if table:
-            body = [row for row in table[1:] if not all(_MD_SEPARATOR.match(cell.strip()) for cell in row)]
-            header = [_md_inline(cell) for cell in table[0]]
-            out.append(_table(header, [[_md_inline(cell) for cell in row] for row in body], css="text"))
-            table.clear()
+        if table_rows:
+            body = [
+                row for row in table_rows[1:] if not all(_MD_SEPARATOR.match(cell.strip()) for cell in row)
+            ]
+            header = [_md_inline(cell) for cell in table_rows[0]]
+            out.append(table(header, [[_md_inline(cell) for cell in row] for row in body], css="text"))
+            table_rows.clear()
 
     current = ""
     for line in text.splitlines():
@@ -213,7 +218,7 @@ def _markdown_html(text: str) -> str:
             row = stripped[1:]
             if row.endswith("|") and not row.endswith("\\|"):
                 row = row[:-1]
-            table.append([cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", row)])
+            table_rows.append([cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", row)])
         elif kind == "item":
             items.append(stripped[2:])
         elif heading:

@@ -120,7 +120,7 @@ def _thumbnail(fields: dict[str, bytes], side: int) -> str | None:
             if member == "ppm":
                 image = Image.fromarray(decode_ppm(data))
             else:
-                # only the Pillow plugin of the member's format reads it (imagecodec.PIL_FORMATS' rule)
+                # only the Pillow plugin of the member's format reads it (image.codec.PIL_FORMATS' rule)
                 image = Image.open(io.BytesIO(data), formats=[PIL_FORMATS[member]])
                 image.draft("RGB", (side, side))  # a JPEG decodes at a reduced scale
                 image = image.convert("RGB")

@@ -1,27 +1,27 @@
 """The run report page's frame: the inline CSS, the Content-Security-Policy, the header stating the decision
-with its headline numbers, the contents and the footer; and the element helpers every section writes with
-(``_code``, ``_figure``, ``_note``). The sections themselves are ``tpustream.report.html``'s."""
+with its headline numbers, the contents and the footer (``render_page``); and the elements every section writes
+with (``code``, ``figure``, ``note``, ``table``), each escaping what it is given but ``table``, whose cells are
+HTML already. The sections themselves are ``tpustream.report.html``'s."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
+from html import escape as _E
 from typing import Any
 
-from tpustream.report.facts import (
-    _E,
-    ReportFacts,
-    _baseline_line,
-    _champion,
-    _champion_heading,
-    _headline,
-    _no_champion_text,
-    _policy_line,
-    _table,
-    _Verdict,
+from tpustream.report.facts import ReportFacts
+from tpustream.report.formatting import (
+    baseline_line,
+    champion_heading,
+    headline,
+    no_champion_text,
+    policy_line,
 )
 from tpustream.report.recipe import loss_alarm
+from tpustream.report.verdict import Verdict
 
-__all__: list[str] = []
+__all__ = ["code", "figure", "note", "render_page", "table"]
 
 
 _CSS = """
@@ -51,21 +51,23 @@ figure.mistake img{width:96px;height:96px;object-fit:contain;image-rendering:pix
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 
-def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, str]]) -> str:
-    champion_header = _E(_champion_heading(facts))
-    headline = _table(
+def render_page(facts: ReportFacts, verdict: Verdict, sections: list[tuple[str, str, str]]) -> str:
+    """The whole page: the header stating ``verdict`` with the headline numbers, the contents, ``sections``
+    (key, title, HTML content) in order, the footer."""
+    champion_header = _E(champion_heading(facts))
+    numbers = table(
         ["", "candidate", champion_header, "change"],
         [
             [_E(a), _E(b), _E(c), f'<span class="{tone}">{_E(d)}</span>' if tone else _E(d)]
-            for a, b, c, d, tone in _headline(facts)
+            for a, b, c, d, tone in headline(facts)
         ],
     )
-    note = ""
-    if _champion(facts) is None:
-        note = f'<p class="note">No champion numbers: {_E(_no_champion_text(facts))}.</p>'
+    missing = ""
+    if facts.champion is None:
+        missing = f'<p class="note">No champion numbers: {_E(no_champion_text(facts))}.</p>'
     alarm = loss_alarm(facts.model_card.history)
     banner = f'<p class="alarm" id="loss-alarm">{_E(alarm)}</p>' if alarm else ""
-    baseline = f'<p class="note baseline">{_E(line)}</p>' if (line := _baseline_line(facts)) else ""
+    baseline = f'<p class="note baseline">{_E(line)}</p>' if (line := baseline_line(facts)) else ""
     toc = "".join(f'<li><a href="#{key}">{_E(title)}</a></li>' for key, title, _ in sections)
     body = "".join(
         f'<section id="{key}"><h2>{_E(title)}</h2>{content}</section>' for key, title, content in sections
@@ -76,24 +78,44 @@ def _page(facts: ReportFacts, verdict: _Verdict, sections: list[tuple[str, str, 
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>tpustream run report: {_E(verdict.title)}</title><style>{_CSS}</style></head><body>"
         f'<header id="decision" class="{verdict.kind}"><h1>{_E(verdict.title)}</h1>'
-        f'<p class="sentence">{_E(verdict.sentence)}</p>{banner}{headline}{note}'
-        f'<p class="note">{_E(_policy_line(facts))}</p>{baseline}</header>'
+        f'<p class="sentence">{_E(verdict.sentence)}</p>{banner}{numbers}{missing}'
+        f'<p class="note">{_E(policy_line(facts))}</p>{baseline}</header>'
         f"<nav><strong>Contents</strong><ol>{toc}</ol></nav>{body}"
-        f"<footer>tpustream run report. Candidate {_code(facts.metrics.candidate.model)}, evaluated "
-        f"{_E(facts.metrics.created)} on {_code(facts.metrics.dataset.uri)}.</footer>"
+        f"<footer>tpustream run report. Candidate {code(facts.metrics.candidate.model)}, evaluated "
+        f"{_E(facts.metrics.created)} on {code(facts.metrics.dataset.uri)}.</footer>"
         "</body></html>\n"
     )
 
 
-def _code(text: Any) -> str:
+def code(text: Any) -> str:
+    """``text`` as inline code, escaped."""
     return f"<code>{_E(str(text))}</code>"
 
 
-def _figure(plot_id: str, svg: str, alt: str, caption: str = "") -> str:
+def figure(plot_id: str, svg: str, alt: str, caption: str = "") -> str:
+    """An SVG plot inlined as a ``data:`` image (the page fetches nothing), with its alt text and caption."""
     source = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode("ascii")
     below = f"<figcaption>{_E(caption)}</figcaption>" if caption else ""
     return f'<figure id="{plot_id}"><img src="{source}" alt="{_E(alt)}">{below}</figure>'
 
 
-def _note(text: str) -> str:
+def note(text: str) -> str:
+    """A paragraph of explanation, escaped."""
     return f'<p class="note">{_E(text)}</p>'
+
+
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    row_classes: Sequence[str] | None = None,
+    css: str = "",
+) -> str:
+    """An HTML table from cells that are already HTML (escaped before); ``row_classes``: a CSS class per row."""
+    head = "".join(f"<th>{cell}</th>" for cell in header)
+    body = []
+    for position, row in enumerate(rows):
+        row_css = row_classes[position] if row_classes else ""
+        attribute = f' class="{row_css}"' if row_css else ""
+        body.append(f"<tr{attribute}>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>")
+    attribute = f' class="{css}"' if css else ""
+    return f"<table{attribute}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

@@ -69,7 +69,7 @@ def curves_svg(history: Sequence[dict[str, Any]], *, top5: bool = True) -> str:
     Args:
         history: the model card's ``history``, one dict per epoch (``epoch``, ``train_loss``, ``val_loss``,
             ``val_top1``, ``val_top5``); a missing or non-finite value is a gap in its line.
-        top5: draw val top-5 (``report_facts.shows_top5``: not with 5 classes or fewer, where it is 100%).
+        top5: draw val top-5 (``report.facts.shows_top5``: not with 5 classes or fewer, where it is 100%).
     """
     epochs = [int(row.get("epoch", i + 1)) for i, row in enumerate(history)]
 

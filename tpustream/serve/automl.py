@@ -29,7 +29,7 @@ https://cloud.google.com/vertex-ai/docs/reference/rest/v1/PredictSchemata).
 Which format a request is in is read from its instances' key, per request: ``{"content"}`` instances are
 AutoML's (AutoML's parameters, AutoML's answer), ``{"b64"}`` instances tpustream's (``top_k``; ``classes``,
 ``class_indices``, ``probabilities``). A request mixing them, or one format's parameters with the other's
-instances, is refused. Torch-free, like ``serving_contract``: ``tpustream.vertex.model_registry`` reads the URIs from here.
+instances, is refused. Torch-free, like ``serve.contract``: ``tpustream.vertex.model_registry`` reads the URIs from here.
 """
 
 from __future__ import annotations

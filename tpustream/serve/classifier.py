@@ -8,7 +8,7 @@ same-shaped images (``render_upscales``), for a lone image too, so an image's an
 which other images share its request. Every format shard creation accepts is served
 (``sources.image_folder.IMAGE_EXTENSIONS``, recognised by its first bytes: ``image.codec.sniff_format``): JPEG, PNG
 and PPM as the loader decodes them; PGM/PBM, BMP, GIF, WebP and TIFF as shard creation decodes them before
-storing them losslessly (``imagecodec.decode_rgb``), each with the same pixel budget, checked from its header.
+storing them losslessly (``image.codec.decode_rgb``), each with the same pixel budget, checked from its header.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ class Limits(_FromEnv):
 
     max_instances: int = 64
     max_image_bytes: int = 8 << 20
-    max_pixels: int = 1 << 24  # 16.8 MP: any camera photo up to 16 MP (48 MiB decoded); see imagecodec
+    max_pixels: int = 1 << 24  # 16.8 MP: any camera photo up to 16 MP (48 MiB decoded); see image.codec
     max_request_bytes: int = 12 << 20  # what a 16 MiB body of base64 can carry
     max_request_pixels: int = 1 << 26  # 64 images of 1024x1024; ~0.5 s of PNG decoding on one core
     top_k: int = 5

@@ -278,7 +278,7 @@ class _Answers:
 
 def _compare(expected: ValPrediction, served: dict[str, Any]) -> str | None:
     """Why a served answer (the server's JSON) differs from evaluation's for the same image, or None."""
-    if "error" in served:  # the server failed this instance alone (serving.py's per-instance error)
+    if "error" in served:  # the server failed this instance alone (server.py's per-instance error)
         return f"not answered: {served['error']}"
     want, got = expected.class_indices[0], served.get("class_indices", [None])[0]
     probabilities = expected.probabilities

@@ -7,8 +7,9 @@ heavy (``tpustream --help`` stays torch-free); the modules themselves are import
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tpustream._lazy import lazy_front
 
 if TYPE_CHECKING:
     from tpustream.sources.dispatch import SourceForm, open_source, source_help, source_kind
@@ -35,8 +36,4 @@ __all__ = [
     "SourceError",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__, __dir__ = lazy_front(__name__, _HOMES)

@@ -27,7 +27,7 @@ machine that wrote the file. Only regular files are read as images (a FIFO or de
 
 Splits: ``training`` -> "train", ``validation`` -> "val", ``test`` -> "test" (Vertex's convention: test is
 held out from training and model selection, and is what ``evaluate`` and promotion decide on). Rows without
-ml_use have no split: ``shard_plan`` draws 10% of those per class into val, while rows with ml_use keep theirs.
+ml_use have no split: ``dataset.plan`` draws 10% of those per class into val, while rows with ml_use keep theirs.
 An explicit ``--val-fraction`` re-splits every train/val row, ml_use or not, as it does for every source (one
 rule for CIFAR's own split, import files and shards alike); test rows stay test.
 

@@ -54,7 +54,7 @@ _JSON = json.JSONDecoder()  # json.loads minus its per-call argument handling: a
 
 
 class BadRow(Exception):
-    """One row left out: ``reason`` is one of source_types.SKIP_REASONS."""
+    """One row left out: ``reason`` is one of sources.types.SKIP_REASONS."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)

@@ -1,5 +1,5 @@
 """What the storage seam's two backends share: the ``Backend`` protocol each implements (local files in
-``storage_local``, GCS in ``storage_gcs``), the errors they raise and what a listing returns.
+``storage.local``, GCS in ``storage.gcs``), the errors they raise and what a listing returns.
 
 ``tpustream.storage.io`` checks a URI, picks the backend by its scheme and calls it; nothing else imports a
 backend. URIs reach a backend already checked (``storage.check_uri``): a plain local path or ``gs://``.

@@ -4,8 +4,8 @@ Every other module passes URIs as ``str`` and calls these functions; nothing els
 No gsutil, no subprocess, no ``pipe:``. GCS calls go through google-cloud-storage with retries on
 transient errors (429, 5xx, connection resets, cut bodies) and honour ``STORAGE_EMULATOR_HOST``.
 
-Each function checks its URI and hands it to the backend its scheme names (``storage_backend.Backend``):
-``storage_local.LocalBackend`` for paths and ``file:`` URIs, ``storage_gcs.GcsBackend`` for ``gs://``.
+Each function checks its URI and hands it to the backend its scheme names (``storage.backend.Backend``):
+``storage.local.LocalBackend`` for paths and ``file:`` URIs, ``storage.gcs.GcsBackend`` for ``gs://``.
 """
 
 from __future__ import annotations

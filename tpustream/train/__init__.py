@@ -1,9 +1,9 @@
-"""Training: ``config`` (``TrainConfig``, ``TrainError``), ``trainer`` (the driver: the epoch loop, its checkpoints
-and preemption stop), ``setup`` (the run before its first step), ``run_start`` (resume or warm start), ``optimizer``
-(LR schedule, fine-tuning groups), ``step`` (the compiled step, validation), ``records`` (state, epoch records,
-TensorBoard), ``model_artifact``, ``checkpoint``, ``preemption``, ``warm_start``, ``pretrained`` weights (resolved
-and cached) and ``pretrained_load`` (loaded into the backbone), ``compile_cache`` and ``evaluate`` (a model on the
-evaluation shards).
+"""Training: ``config`` (``TrainConfig``, ``TrainError``), ``trainer`` (the driver: the epoch loop, its
+checkpoints and preemption stop), ``run_inputs`` (the run's inputs, before its first step), ``run_start``
+(resume or warm start), ``optimizer`` (LR schedule, fine-tuning groups), ``step`` (the compiled step,
+validation), ``records`` (state, epoch records, TensorBoard), ``model_artifact``, ``checkpoint``,
+``preemption``, ``warm_start``, ``pretrained`` weights (resolved and cached) and ``pretrained_load`` (loaded
+into the backbone), ``compile_cache`` and ``evaluate`` (a model on the evaluation shards).
 
 The names below are the package's public API, imported on first use so that importing the package loads nothing
 heavy (``tpustream --help`` stays torch-free); the modules themselves are imported by their full path inside tpustream.
@@ -11,9 +11,9 @@ heavy (``tpustream --help`` stays torch-free); the modules themselves are import
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tpustream._lazy import lazy_front
 
 if TYPE_CHECKING:
     from tpustream.train.config import TrainError
@@ -28,18 +28,7 @@ _HOMES = {
 }
 __all__ = ["TrainError", "train", "EvaluationError", "evaluate_model"]
 
-
 # Old paths that keep working for one release (0.x), with a DeprecationWarning naming the new one.
-_MOVED = {"TrainConfig": "config"}
+_MOVED = {"TrainConfig": "tpustream.train.config"}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        new = f"{__name__}.{_MOVED[name]}.{name}"
-        warnings.warn(
-            f"{__name__}.{name} moved to {new}; import it from there", DeprecationWarning, stacklevel=2
-        )
-        return getattr(importlib.import_module(f"{__name__}.{_MOVED[name]}"), name)
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__, __dir__ = lazy_front(__name__, _HOMES, moved=_MOVED)

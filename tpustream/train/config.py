@@ -1,5 +1,6 @@
 """``TrainConfig``: the options of ``tpustream train``, apart from the trainer so that reading them (the CLI's
 ``--help``, the pipeline's parameter defaults) imports no torch. Each field's docstring is its ``--help``.
+``TrainConfig.from_pipeline``: the pipeline's train parameters, as the train step receives them, decoded into one.
 ``TrainError``: a run that cannot start (or finish) as configured, raised by every module of the trainer."""
 
 from __future__ import annotations
@@ -144,3 +145,88 @@ class TrainConfig:
             raise ConfigError(f"--class-weights must be none or auto, got {self.class_weights!r}")
         if self.preemption_sync_seconds <= 0 or self.commit_timeout_minutes <= 0:
             raise ConfigError("--preemption-sync-seconds and --commit-timeout-minutes must be positive")
+
+    @classmethod
+    def from_pipeline(
+        cls,
+        *,
+        data: str,
+        output: str,
+        model_name: str,
+        epochs: float,
+        batch_size: float,
+        lr: float,
+        bf16: bool,
+        workers: float,
+        input_size: float,
+        init_from: str,
+        pretrained: str,
+        freeze_epochs: float,
+        backbone_lr_scale: float,
+        class_weights: str,
+        registry: str,
+        patience: float,
+        early_stop_min_delta: float,
+        compile_cache: str,
+        pipeline_root: str,
+    ) -> TrainConfig:
+        """The train step's config from the pipeline's parameters, named and typed as the step receives them:
+        the one place their stand-ins are decoded, as ``PromotionPolicy.from_pipeline`` does the policy's.
+
+        A KFP parameter cannot be None: ``lr`` 0 is the scaled default, ``input_size`` 0 the dataset's rule,
+        "" no ``init_from``, ``pretrained`` or ``compile_cache``. An integer parameter can arrive as a float
+        (the compiled YAML keeps a default as 8.0): a whole one is taken as an int, another refused.
+        ``init_from`` "champion" is ``registry``'s current champion, read now: none yet (a new registry) is
+        random weights (or ``pretrained``), with a warning; a champion that does not fit the run (another
+        architecture) trains from those too (``init_optional``). ``pipeline_root`` (the run's root, "" none)
+        holds the named pretrained weights' cache (weights-cache/, shared by the runs under that root) and,
+        with ``compile_cache`` "auto", the XLA compilation cache (xla-cache/). ``data`` and ``output`` are the
+        dataset's and the model artifact's URIs; ``resume`` stays "auto", so a retried step continues its run.
+
+        Raises:
+            ConfigError: a value the run cannot take, naming the parameter (init_from=champion without a
+                registry; a fractional integer), or whatever ``TrainConfig`` refuses.
+        """
+        from tpustream.train.warm_start import CHAMPION, champion_start
+
+        root = pipeline_root.strip().rstrip("/")
+        start: str | None = init_from.strip() or None
+        optional = start == CHAMPION
+        if optional:
+            if not registry.strip():
+                raise ConfigError(
+                    "init_from=champion needs the registry parameter: give the pipeline's registry, or "
+                    'init_from="" (random weights) or a model URI'
+                )
+            start = champion_start(registry.strip(), pretrained)  # None: the first run of a new registry
+        cache = compile_cache.strip()
+        if cache == "auto":
+            cache = f"{root}/xla-cache" if root else ""
+        return cls(
+            data=data,
+            output=output,
+            model=model_name,
+            epochs=_whole("epochs", epochs),
+            batch_size=_whole("batch_size", batch_size),
+            lr=lr or None,
+            bf16=bf16,
+            workers=_whole("workers", workers),
+            input_size=_whole("input_size", input_size) or None,
+            init_from=start,
+            init_optional=optional,
+            pretrained=pretrained.strip() or None,
+            weights_cache=f"{root}/weights-cache" if root else None,
+            freeze_epochs=_whole("freeze_epochs", freeze_epochs),
+            backbone_lr_scale=backbone_lr_scale,
+            class_weights=class_weights,  # type: ignore[arg-type]  # __post_init__ checks none/auto
+            patience=_whole("patience", patience),
+            min_delta=early_stop_min_delta,
+            compile_cache=cache or None,
+        )
+
+
+def _whole(name: str, value: float) -> int:
+    """An integer pipeline parameter, which may arrive as a float (8.0); a ConfigError for a fraction."""
+    if isinstance(value, bool) or not float(value).is_integer():
+        raise ConfigError(f"pipeline parameter {name}={value!r}: a whole number")
+    return int(value)

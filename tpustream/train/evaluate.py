@@ -31,6 +31,7 @@ from tpustream.dataset.manifest import Manifest, ShardError, iter_sample_index, 
 from tpustream.errors import TpustreamError
 from tpustream.loader.batch import BATCH_KEYS
 from tpustream.metrics.baseline import majority_baseline
+from tpustream.metrics.label_issues import LABEL_ISSUES_NAME, label_issues_from_scores, write_label_issues
 from tpustream.metrics.masked import masked_sums, summarize
 from tpustream.metrics.paired_test import PairedTest, paired_test
 from tpustream.metrics.scores import (
@@ -412,6 +413,25 @@ def _paired(output_uri: str) -> PairedTest:
     return paired_test(right(SCORES_NAME), right(CHAMPION_SCORES_NAME))
 
 
+def _write_label_issues(output_uri: str, classes: list[str], split: str) -> None:
+    """The candidate's likely label errors on the deciding split (tpustream/metrics/label_issues.py), from the
+    scores just written, as ``OUTPUT/label_issues.json``. They inform, they decide nothing: a failure is logged."""
+    rows = list(read_scores(storage.join(output_uri, SCORES_NAME)))
+    try:
+        issues = label_issues_from_scores(rows, classes, split=split)
+    except ValueError as exc:  # cleanlab's refusal of these probabilities, or ours
+        log.warning("no %s: %s", LABEL_ISSUES_NAME, exc)
+        return
+    write_label_issues(storage.join(output_uri, LABEL_ISSUES_NAME), issues)
+    log.info(
+        "%d likely label errors among %d %s samples (%s)",
+        len(issues.issues),
+        issues.num_samples,
+        split,
+        LABEL_ISSUES_NAME,
+    )
+
+
 def _majority_baseline(manifest: Manifest, split: str) -> Baseline | None:
     """Always answering the train split's most frequent class, on ``split`` (from the manifest's counts)."""
     train, decided = manifest.split("train"), manifest.split(split)
@@ -426,7 +446,8 @@ def evaluate(
     """Evaluate the candidate (and, with ``registry``, the current champion on the same shards) on the
     decision split (``decision_split``: test when the dataset has one, else val), the candidate also on val
     when test decides, and the majority-class baseline on the decision split (``baseline``: always answering
-    the train split's most frequent class), and write ``OUTPUT/metrics.json``. Returns it.
+    the train split's most frequent class), and write ``OUTPUT/metrics.json``. Returns it. Beside it: the
+    candidate's per-sample scores and its likely label errors on the decision split (``label_issues.json``).
 
     A champion whose class set differs from the dataset's cannot be measured on it: the result then has
     ``champion: None`` and a ``champion_note`` saying why, and promotion keeps that champion.
@@ -448,6 +469,7 @@ def evaluate(
     candidate = evaluate_model(
         model_uri, data_uri, workers=workers, scores_uri=storage.join(output_uri, SCORES_NAME), split=split
     )
+    _write_label_issues(output_uri, list(manifest.classes), split)
     val = evaluate_model(model_uri, data_uri, workers=workers) if split == "test" else None
     champion, champion_note = None, None
     if registry:

@@ -12,9 +12,9 @@ a committed checkpoint. Strategies:
 Nothing in a step syncs with the host: logging goes through ``xm.add_step_closure``.
 
 This module is the driver: ``train()`` starts the process(es) and ``Trainer`` runs one of them, epoch by
-epoch, with its checkpoints and its stop at a preemption. What it drives lives beside it: ``setup`` (what
-the run is before its first step), ``run_start`` (resume or warm start), ``optimizer`` (the LR schedule and
-fine-tuning's groups), ``step`` (the compiled step and validation), ``records`` (state, epoch records, logs
+epoch, with its checkpoints and its stop at a preemption. What it drives lives beside it: ``run_inputs``
+(the run's inputs, before its first step), ``run_start`` (resume or warm start), ``optimizer`` (the LR
+schedule and fine-tuning's groups), ``step`` (the compiled step and validation), ``records`` (state, epoch records, logs
 and TensorBoard), ``model_artifact`` (model.pt and model.json) and ``preemption``.
 """
 
@@ -50,6 +50,14 @@ from tpustream.train.optimizer import (
 )
 from tpustream.train.preemption import Preempted, SigtermFlag, StopAgreement, preempted_error
 from tpustream.train.records import EpochLog, EpochRun, RunMeta, RunState, epoch_record
+from tpustream.train.run_inputs import (
+    choose_input,
+    class_weights,
+    make_loaders,
+    per_device_batch,
+    resolve_pretrained,
+    training_manifest,
+)
 from tpustream.train.run_start import (
     check_resume,
     choose_init,
@@ -58,14 +66,6 @@ from tpustream.train.run_start import (
     start_from_pretrained,
     warm_peak_lr,
     within,
-)
-from tpustream.train.setup import (
-    choose_input,
-    class_weights,
-    make_loaders,
-    per_device_batch,
-    resolve_pretrained,
-    training_manifest,
 )
 from tpustream.train.step import evaluate, log_step, train_step
 from tpustream.xla_runtime import device_loader, runtime

@@ -9,8 +9,8 @@ images serve a TorchServe ``model.mar`` and cannot serve ``model.pt`` + ``model.
 The container spec follows https://cloud.google.com/vertex-ai/docs/predictions/custom-container-requirements
 (port, health and predict routes; Vertex passes them back as AIP_HTTP_PORT / AIP_HEALTH_ROUTE /
 AIP_PREDICT_ROUTE and the artifact copy as AIP_STORAGE_URI). The upload declares AutoML image
-classification's instance / parameters / prediction schemata (``predictSchemata``, ``serving_automl.
-PREDICT_SCHEMATA``), which the server also speaks, so that the console and AutoML clients know the format.
+classification's instance / parameters / prediction schemata (``predictSchemata``,
+``serve.automl.PREDICT_SCHEMATA``), which the server also speaks, so that the console and AutoML clients know the format.
 
 The promoted version also gets its evaluation (``tpustream evaluate``'s metrics.json) imported with
 ``ModelService.ImportModelEvaluation`` in Vertex's classification schema (``classification_evaluation``), and
@@ -252,7 +252,7 @@ def publish(
             labels={_label(k): _label(v) for k, v in labels.items()},
             sync=True,
             **container_spec(target.serving_image),
-            **PREDICT_SCHEMATA,  # the AutoML-compatible format the server also accepts (serving_automl)
+            **PREDICT_SCHEMATA,  # the AutoML-compatible format the server also accepts (serve.automl)
         )
     else:
         log.info("Vertex AI: %s@%s was uploaded from %s already", parent, model.version_id, artifact_uri)

@@ -54,7 +54,7 @@ class Item:
 
 @dataclass
 class Skipped:
-    """Files and samples left out, by reason (NOT_AN_IMAGE or one of source_types.SKIP_REASONS), with the
+    """Files and samples left out, by reason (NOT_AN_IMAGE or one of sources.types.SKIP_REASONS), with the
     first few names of each."""
 
     counts: dict[str, int] = field(default_factory=dict)

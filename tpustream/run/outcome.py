@@ -29,7 +29,7 @@ from typing import Any, Literal, get_args
 
 from tpustream.artifacts import EvalReport
 from tpustream.errors import TpustreamError
-from tpustream.registry.policy import is_finite_number
+from tpustream.registry.policy import DECISION_CODES, DecisionCode, is_finite_number
 from tpustream.storage import io as storage
 
 __all__ = [
@@ -59,14 +59,18 @@ Decision = Literal["training", "skipped", "refused", "kept", "promoted", "deploy
 
 @dataclass(frozen=True, kw_only=True)
 class RunOutcome:
-    """A run's outcome so far: the ``step`` that decided it, the ``decision``, its one-line ``reason``, the
-    run report's URI (``report``; "" when the run made none) and, once a candidate was evaluated, the
+    """A run's outcome so far: the ``step`` that decided it, the ``decision``, its one-line ``reason``, once a
+    candidate was decided on the promotion decision's ``code`` and ``class_index``
+    (``tpustream.registry.policy.Decision``'s: what a reader branches on; None: no promotion decision yet, or
+    an outcome written before codes), the run report's URI (``report``; "" when the run made none) and, once a candidate was evaluated, the
     ``metric`` it was decided on, its value (``candidate_value``) and the majority-class baseline's on the
     same split (``baseline_value``; None: not measured)."""
 
     step: str
     decision: Decision
     reason: str
+    code: DecisionCode | None = None
+    class_index: int | None = None
     report: str = ""
     metric: str = ""
     candidate_value: float | None = None
@@ -75,6 +79,8 @@ class RunOutcome:
     def __post_init__(self) -> None:
         if self.decision not in get_args(Decision):
             raise ValueError(f"decision {self.decision!r}: expected one of {', '.join(get_args(Decision))}")
+        if self.code is not None and self.code not in DECISION_CODES:
+            raise ValueError(f"code {self.code!r}: expected one of {', '.join(DECISION_CODES)}")
 
     def line(self) -> str:
         """``kept: candidate top1 0.81 does not beat champion 0.83`` (the notification's one line)."""
@@ -111,12 +117,15 @@ def record_outcome(
     step: str,
     decision: Decision,
     reason: str,
+    code: DecisionCode | None = None,
+    class_index: int | None = None,
     report: str = "",
     evaluation: EvalReport | None = None,
     metric: str = "",
 ) -> None:
     """``write_outcome`` for a pipeline step: nothing when ``uri`` is "" (the step ran outside the pipeline),
-    and a failure to write is logged, never raised (the outcome decides nothing). ``evaluation`` and
+    and a failure to write is logged, never raised (the outcome decides nothing). ``code``, ``class_index``:
+    the promotion decision's (evaluate's, promote's; None for the steps before it). ``evaluation`` and
     ``metric``: the candidate's metrics.json and the metric it was decided on, whose candidate and baseline
     values the outcome carries."""
     if not uri:
@@ -130,7 +139,16 @@ def record_outcome(
             "baseline_value": _finite(baseline),
         }
     try:
-        write_outcome(uri, RunOutcome(step=step, decision=decision, reason=reason, report=report, **numbers))
+        outcome = RunOutcome(
+            step=step,
+            decision=decision,
+            reason=reason,
+            code=code,
+            class_index=class_index,
+            report=report,
+            **numbers,
+        )
+        write_outcome(uri, outcome)
     except Exception:
         log.warning("the run outcome could not be written to %s (the step goes on)", uri, exc_info=True)
 

@@ -2,7 +2,8 @@
 
 Email is Vertex's own (GCPC's ``VertexNotificationEmailOp`` in an exit handler, pipelines/training.py: Vertex
 sends the run's state and a link); the webhook is ours: one JSON POST with the run's name and state, what it
-decided (tpustream/release/outcome.py), the task that failed and its error line (what the steps recorded:
+decided (tpustream/run/outcome.py: the run's ``decision`` and, once a candidate was decided on, the
+promotion decision's ``code`` and ``class_index``, which a receiver branches on; ``reason`` is for people), the task that failed and its error line (what the steps recorded:
 neither runner's final status says), the run report's URI and the console link. The body carries ``text``, the whole
 story in one line, so that a Slack incoming webhook posts it as is; other receivers read the fields.
 
@@ -23,7 +24,8 @@ from collections.abc import Sequence
 from typing import TypedDict
 
 from tpustream.errors import ConfigError
-from tpustream.release.outcome import RunFailure, RunOutcome
+from tpustream.registry.policy import DecisionCode
+from tpustream.run.outcome import RunFailure, RunOutcome
 
 __all__ = [
     "EMAIL_DOC",
@@ -119,7 +121,9 @@ class WebhookBody(TypedDict):
     job: str  # the Vertex pipeline job's resource name; the run's name outside Vertex
     state: str  # KFP's final state of the run's DAG
     decision: str  # RunOutcome.decision; "" when no step recorded one
-    reason: str
+    code: DecisionCode | None  # the promotion decision's code (Decision.code); None: no candidate decided on
+    class_index: int | None  # the class a class-drop or below-class-recall decision is about; else None
+    reason: str  # the decision in words, for people: branch on ``decision`` and ``code``
     step: str
     report: str
     failed_task: str  # the task that failed first ("" when the run succeeded or no step recorded one)
@@ -156,7 +160,7 @@ def webhook_body(
         story = f"after {outcome.step} ({outcome.line()})"
     text = f"{pipeline} {state.lower()}: {story}"
     if failed is not None:
-        if outcome is None or failed.error != outcome.reason:  # a refusal's reason is its error: said once
+        if outcome is None or outcome.decision != "refused":  # a refusal's reason is its error: said once
             text += f"; {failed.line()}"
         others = [failure.task for failure in failures[1:]]
         if others:
@@ -180,6 +184,8 @@ def webhook_body(
         "job": job if link or not run else run,
         "state": state,
         "decision": outcome.decision if outcome else "",
+        "code": outcome.code if outcome else None,
+        "class_index": outcome.class_index if outcome else None,
         "reason": outcome.reason if outcome else "",
         "step": outcome.step if outcome else "",
         "report": outcome.report if outcome else "",

@@ -8,9 +8,9 @@ from PIL import Image
 
 from tpustream.artifacts import Manifest
 from tpustream.dataset import write as shards
+from tpustream.dataset.input_size import default_input_size, input_size_rule
 from tpustream.dataset.manifest import load_manifest, read_manifest
 from tpustream.dataset.plan import ShardConfig
-from tpustream.loader.shard_loader import default_input_size, input_size_rule
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
-"""What a run is before its first step, decided from its config and its dataset: the manifest (both splits
-present), the batch per device, ``--pretrained`` resolved to a file, the input size and preprocessing, the
-class weights of the loss, and this process's loaders. Each raises ``TrainError`` naming the option to change.
+"""A training run's inputs, decided from its config and its dataset before its first step: the manifest
+(both splits present), the batch per device, ``--pretrained`` resolved to a file, the input size and
+preprocessing, the class weights of the loss, and this process's loaders. Each raises ``TrainError`` naming
+the option to change.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def resolve_input_size(config: TrainConfig, dataset: str, manifest: Manifest) ->
     side; and how it was chosen."""
     if config.input_size:
         return config.input_size, f"--input-size {config.input_size}"
-    from tpustream.loader.config import default_input_size
+    from tpustream.dataset.input_size import default_input_size
 
     return default_input_size(dataset, manifest, model_spec(config.model).input_size)
 
