@@ -6,11 +6,12 @@ import logging
 import re
 
 from tpustream.errors import ConfigError
-from tpustream.pipelines.resources import StepResources
-from tpustream.pipelines.steps import check_image
-from tpustream.pipelines.tpu import Capacity
-from tpustream.pipelines.training import build_pipeline
 from tpustream.run.notify import check_emails, check_webhook
+
+from .resources import StepResources
+from .steps import check_image
+from .tpu import Capacity
+from .training import build_pipeline
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from tpustream.errors import TpustreamError
-from tpustream.pipelines.template import JsonValue
-from tpustream.pipelines.training import GATES, PIPELINE_NAME, build_pipeline
 from tpustream.run.outcome import RunOutcome, read_outcome
+
+from .template import JsonValue
+from .training import GATES, PIPELINE_NAME, build_pipeline
 
 __all__ = ["LocalRun", "PipelineFailed", "RunSummary", "Skipped", "condition_tasks", "run_local"]
 

@@ -8,10 +8,13 @@ import logging
 import os
 
 from tpustream.errors import ConfigError
-from tpustream.pipelines.compile import check_tensorboard
-from tpustream.pipelines.preflight.findings import WARN, raise_on_failure
-from tpustream.pipelines.preflight.parameters import check_parameters
-from tpustream.pipelines.template import (
+from tpustream.run.notify import EMAIL_DOC, MAX_EMAIL_RECIPIENTS, check_emails, check_webhook
+from tpustream.storage import io as storage
+
+from .compile import check_tensorboard
+from .preflight.findings import WARN, raise_on_failure
+from .preflight.parameters import check_parameters
+from .template import (
     JsonValue,
     RunParameters,
     compiled_slice,
@@ -20,8 +23,6 @@ from tpustream.pipelines.template import (
     reads_parameter,
     template_parameters,
 )
-from tpustream.run.notify import EMAIL_DOC, MAX_EMAIL_RECIPIENTS, check_emails, check_webhook
-from tpustream.storage import io as storage
 
 log = logging.getLogger(__name__)
 

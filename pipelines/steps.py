@@ -14,9 +14,10 @@ from typing import Any
 
 from kfp import dsl
 
-from tpustream import components
+import tpustream.components as components
 from tpustream.errors import ConfigError
-from tpustream.pipelines.tpu import Capacity, WorkerPoolSpec, fresh_job_command, tpu_spec, worker_pool_spec
+
+from .tpu import Capacity, WorkerPoolSpec, fresh_job_command, tpu_spec, worker_pool_spec
 
 __all__ = [
     "build_components",

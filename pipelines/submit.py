@@ -8,12 +8,13 @@ import re
 from typing import Any
 
 from tpustream.errors import ConfigError
-from tpustream.pipelines.preflight.clients import ApiEndpoints
-from tpustream.pipelines.preflight.cloud import check_cloud
-from tpustream.pipelines.preflight.findings import FAIL, OK, WARN, raise_on_failure
-from tpustream.pipelines.run_checks import check_run, warn_unless_read, with_notifications, with_tensorboard
-from tpustream.pipelines.template import RunParameters, load_template
 from tpustream.vertex.experiments import ExperimentError, check_experiment_name, get_or_create_experiment
+
+from .preflight.clients import ApiEndpoints
+from .preflight.cloud import check_cloud
+from .preflight.findings import FAIL, OK, WARN, raise_on_failure
+from .run_checks import check_run, warn_unless_read, with_notifications, with_tensorboard
+from .template import RunParameters, load_template
 
 log = logging.getLogger(__name__)
 

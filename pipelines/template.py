@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, TypedDict, cast
 
 from tpustream.errors import ConfigError
-from tpustream.pipelines.tpu import TPU_TYPES
 from tpustream.storage import io as storage
+
+from .tpu import TPU_TYPES
 
 __all__ = [
     "CompiledTemplate",
@@ -129,7 +130,7 @@ def pipeline_parameters() -> dict[str, Parameter]:
     """The parameters of the pipeline this package compiles (``--help``: no template needed, no torch)."""
     from google.protobuf import json_format
 
-    from tpustream.pipelines.training import build_pipeline
+    from .training import build_pipeline
 
     inputs = json_format.MessageToDict(build_pipeline(tpu=None).pipeline_spec.root.input_definitions)
     return _parameters_from(cast(dict[str, ParameterDefinition], inputs.get("parameters", {})))

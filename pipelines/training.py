@@ -52,12 +52,13 @@ from kfp import dsl
 
 from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
-from tpustream.pipelines.resources import StepResources
-from tpustream.pipelines.steps import LOCAL_IMAGE, build_components
-from tpustream.pipelines.tpu import PIPELINE_WORKERS, Capacity, train_hosts
 from tpustream.registry.policy import PromotionPolicy
 from tpustream.train.config import TrainConfig
 from tpustream.train.pretrained import MODEL_DEFAULT
+
+from .resources import StepResources
+from .steps import LOCAL_IMAGE, build_components
+from .tpu import PIPELINE_WORKERS, Capacity, train_hosts
 
 __all__ = [
     "build_pipeline",

@@ -14,17 +14,29 @@ from __future__ import annotations
 
 import argparse
 import ast
-import os
 import sys
 from pathlib import Path
+
+import tomllib
 
 PACKAGE = "tpustream"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def _modules() -> dict[str, Path]:
+    """Every module -> its file: ``tpustream/`` and the folders pyproject.toml's package-dir installs under it
+    (components/, pipelines/)."""
+    setuptools = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    roots = {
+        PACKAGE: ROOT,
+        **{name: ROOT.parent / folder for name, folder in setuptools["package-dir"].items()},
+    }
+    found: dict[str, Path] = {}
+    for package, folder in roots.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            found[".".join((package, *(parts[:-1] if parts[-1] == "__init__" else parts)))] = path
+    return found
 
 
 def _is_type_checking(node: ast.AST) -> bool:
@@ -67,13 +79,8 @@ def _imported(
 
 
 def import_graph(types: bool) -> dict[str, set[str]]:
-    """Each module of the package -> the package's modules it imports (components/, pipelines/ through links)."""
-    paths = {
-        _module_name(Path(folder, name)): Path(folder, name)
-        for folder, _, names in os.walk(ROOT, followlinks=True)
-        for name in names
-        if name.endswith(".py")
-    }
+    """Each module of the package -> the package's modules it imports (components/ and pipelines/ included)."""
+    paths = _modules()
     graph: dict[str, set[str]] = {}
     for module, path in paths.items():
         targets: set[str] = set()

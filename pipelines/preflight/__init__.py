@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from tpustream._lazy import lazy_front
 
 if TYPE_CHECKING:
-    from tpustream.pipelines.preflight.clients import ApiEndpoints
-    from tpustream.pipelines.preflight.cloud import check_cloud, preflight
-    from tpustream.pipelines.preflight.findings import (
+    from .clients import ApiEndpoints
+    from .cloud import check_cloud, preflight
+    from .findings import (
         FAIL,
         MODEL_ARTIFACTS_DOC,
         OK,
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         check_tpu_region,
         raise_on_failure,
     )
-    from tpustream.pipelines.preflight.parameters import check_parameters, parameters_help, parse_parameters
+    from .parameters import check_parameters, parameters_help, parse_parameters
 
 _HOMES = {
     "preflight": "cloud",

@@ -4,7 +4,9 @@ region, the TensorBoard log bucket regional and in the run's region)."""
 
 from __future__ import annotations
 
-from tpustream.pipelines.preflight.findings import (
+from tpustream.storage import io as storage
+
+from .findings import (
     FAIL,
     OK,
     TENSORBOARD_BUCKET_DOC,
@@ -12,7 +14,6 @@ from tpustream.pipelines.preflight.findings import (
     Finding,
     bucket_serves_region,
 )
-from tpustream.storage import io as storage
 
 __all__ = ["bucket", "tensorboard_bucket"]
 

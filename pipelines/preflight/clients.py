@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
-from tpustream.pipelines.preflight.findings import FAIL, Finding
+from .findings import FAIL, Finding
 
 __all__ = ["ApiEndpoints", "ErrorDetail", "Google", "JsonObject", "api_error", "load_credentials", "short"]
 

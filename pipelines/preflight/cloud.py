@@ -16,13 +16,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from tpustream.pipelines.preflight.buckets import bucket, tensorboard_bucket
-from tpustream.pipelines.preflight.clients import ApiEndpoints, Google, load_credentials, short
-from tpustream.pipelines.preflight.findings import FAIL, MODEL_ARTIFACTS_DOC, WARN, Finding, check_tpu_region
-from tpustream.pipelines.preflight.iam import act_as, project_permissions, service_account_roles
-from tpustream.pipelines.preflight.parameters import check_parameters
-from tpustream.pipelines.preflight.quota import cpu_quota, tpu_quota
-from tpustream.pipelines.template import (
+from tpustream.storage import io as storage
+
+from ..template import (
     CompiledTemplate,
     RunParameters,
     compiled_slice,
@@ -31,8 +27,13 @@ from tpustream.pipelines.template import (
     load_template,
     template_parameters,
 )
-from tpustream.pipelines.tpu import TPU_TYPES
-from tpustream.storage import io as storage
+from ..tpu import TPU_TYPES
+from .buckets import bucket, tensorboard_bucket
+from .clients import ApiEndpoints, Google, load_credentials, short
+from .findings import FAIL, MODEL_ARTIFACTS_DOC, WARN, Finding, check_tpu_region
+from .iam import act_as, project_permissions, service_account_roles
+from .parameters import check_parameters
+from .quota import cpu_quota, tpu_quota
 
 log = logging.getLogger(__name__)
 

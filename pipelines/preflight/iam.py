@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict, cast
 
-from tpustream.pipelines.preflight.clients import Google, api_error, short
-from tpustream.pipelines.preflight.findings import FAIL, OK, WARN, Finding
+from .clients import Google, api_error, short
+from .findings import FAIL, OK, WARN, Finding
 
 __all__ = ["ROLE_FOR", "act_as", "project_permissions", "service_account_roles"]
 

@@ -9,8 +9,8 @@ import difflib
 import json
 import re
 
-from tpustream.pipelines.preflight.findings import FAIL, OK, WARN, Finding
-from tpustream.pipelines.template import JsonValue, Parameter, RunParameters
+from ..template import JsonValue, Parameter, RunParameters
+from .findings import FAIL, OK, WARN, Finding
 
 __all__ = ["check_parameters", "parameters_help", "parse_parameters"]
 

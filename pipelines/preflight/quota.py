@@ -9,8 +9,8 @@ import re
 from collections.abc import Callable
 from typing import TypedDict, cast
 
-from tpustream.pipelines.preflight.clients import Google, api_error, short
-from tpustream.pipelines.preflight.findings import FAIL, OK, WARN, Finding
+from .clients import Google, api_error, short
+from .findings import FAIL, OK, WARN, Finding
 
 __all__ = ["QuotaInfo", "cpu_quota", "tpu_quota"]
 

@@ -447,7 +447,6 @@ def test_deploy_component_deploys_promotes_version_and_outputs_the_endpoint(reco
     """The KFP step as the executor calls it (its plain function), and compiled: a valid component."""
     from google_cloud_pipeline_components.types import artifact_types
     from kfp import compiler, dsl
-
     from tpustream.components.deploy import deploy_model
 
     publish(recorder, 1)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tpustream.pipelines.compile import compile_pipeline
+from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
+from tpustream.pipelines.tpu import TPU_TYPES
 
 from tests.common.sources import digit_images
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream import components
-from tpustream.pipelines.compile import compile_pipeline
-from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
-from tpustream.pipelines.tpu import TPU_TYPES
 from tpustream.release import promote
 
 pytestmark = pytest.mark.integration
@@ -205,10 +205,10 @@ def test_every_cpu_step_compiles_explicit_cpu_and_memory_limits(tmp_path, tpu):
 
 
 def test_step_sizes_flow_from_the_compile_command_into_the_yaml(tmp_path):
+    from tpustream.pipelines.resources import CPU_STEPS
     from typer.testing import CliRunner
 
     from tpustream.cli.main import app
-    from tpustream.pipelines.resources import CPU_STEPS
 
     path = tmp_path / "p.yaml"
     result = CliRunner().invoke(app, [
@@ -566,6 +566,7 @@ def test_a_candidate_refused_inside_the_pipeline_is_in_the_history_the_report_an
     report shows it in its history and the majority-class baseline beside the candidate; the webhook
     carries both numbers."""
     from tpustream.pipelines.local import run_local
+
     from tpustream.registry.history import champion_history
 
     source = tmp_path / "images"

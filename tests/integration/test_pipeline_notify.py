@@ -5,14 +5,14 @@ tests/fakes/webhook_receiver.py on loopback, standing in for Slack or Google Cha
 
 import pytest
 import yaml
+from tpustream.pipelines.run_checks import with_notifications
+from tpustream.pipelines.template import CompiledTemplate, reads_parameter
+from tpustream.pipelines.training import OUTCOME_PATH
 from typer.testing import CliRunner
 
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tpustream.cli.main import app
 from tpustream.errors import ConfigError
-from tpustream.pipelines.run_checks import with_notifications
-from tpustream.pipelines.template import CompiledTemplate, reads_parameter
-from tpustream.pipelines.training import OUTCOME_PATH
 
 pytestmark = pytest.mark.integration
 
@@ -117,7 +117,6 @@ def _tiny_dag(fail: bool):
     """A step that records an outcome as the deciding steps do, then fails or not; the real webhook step as
     the exit task, wired as build_pipeline wires it."""
     from kfp import dsl
-
     from tpustream.pipelines.steps import LOCAL_IMAGE, build_components
     from tpustream.pipelines.training import OUTCOME_PATH, PIPELINE_NAME
 
@@ -262,9 +261,9 @@ def test_submit_and_schedule_carry_the_recipients_and_the_webhook_to_vertex(
     body as the aiplatform v1 proto: the run and a run the schedule makes carry both parameters, and the email
     exit handler is in the submitted spec."""
     from google.cloud.aiplatform.utils import gcs_utils
+    from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
 
     from tests.fakes.vertex import VertexRecorder
-    from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
 
     # Patched: PipelineJob.submit checks the pipeline-root bucket's owner through Cloud Resource Manager, a
     # Google service that cannot be reached from here.
@@ -374,9 +373,9 @@ def test_no_recipient_is_refused_for_a_template_with_the_email_step_before_verte
     so submit and schedule refuse it in one line, through the real aiplatform client to the recording
     endpoint, which hears nothing. On a template without the step an empty list is its default: submitted."""
     from google.cloud.aiplatform.utils import gcs_utils
+    from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
 
     from tests.fakes.vertex import VertexRecorder
-    from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
 
     # Patched: PipelineJob.submit checks the pipeline-root bucket's owner through Cloud Resource Manager, a
     # Google service that cannot be reached from here.

@@ -16,6 +16,9 @@ import pytest
 import torch
 from google.cloud import aiplatform_v1
 from google.protobuf import json_format
+from tpustream.pipelines.compile import compile_pipeline
+from tpustream.pipelines.submit import submit_pipeline
+from tpustream.pipelines.tpu import TPU_TYPES, Capacity, capacity_kind
 
 from tests.fakes.vertex.emulation import (
     VERTEX_DEFAULT_STEP_MACHINE,
@@ -30,9 +33,6 @@ from tests.fakes.vertex.emulation import (
 )
 from tpustream.dataset.plan import ShardConfig
 from tpustream.dataset.write import create_shards
-from tpustream.pipelines.compile import compile_pipeline
-from tpustream.pipelines.submit import submit_pipeline
-from tpustream.pipelines.tpu import TPU_TYPES, Capacity, capacity_kind
 from tpustream.storage import io as storage
 
 pytestmark = pytest.mark.integration
@@ -396,9 +396,9 @@ def test_capacity_vertex_does_not_offer_for_the_tpu_is_refused_at_compile_and_by
     """Refused before anything is written (naming the rule and its doc); and the recording endpoint refuses
     the same CustomJob, so these tests cannot drift from Vertex's rules again."""
     import requests
+    from tpustream.pipelines.tpu import worker_pool_spec
 
     from tests.fakes.vertex import VertexRecorder
-    from tpustream.pipelines.tpu import worker_pool_spec
 
     template = tmp_path / "p.yaml"
     with pytest.raises(ValueError, match=rf"{rule}.*https://cloud.google.com/vertex-ai/docs/training/"):
@@ -427,7 +427,6 @@ def test_the_evaluate_step_asks_vertex_for_its_own_machine_and_no_cpu_step_for_t
     asks for the evaluation size, every other CPU step for the step size, and none is left to Vertex's
     default e2-standard-4; a compile-time override reaches the machine."""
     import yaml
-
     from tpustream.pipelines.resources import CPU_STEPS, StepResources
 
     template = tmp_path / "p.yaml"

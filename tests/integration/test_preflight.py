@@ -5,9 +5,6 @@ server; tests/fakes/google_apis.py for IAM, Resource Manager and Cloud Quotas; t
 import time
 
 import pytest
-from typer.testing import CliRunner
-
-from tests.fakes.google_apis import GoogleApisFake, cpu_quota_info, tpu_quota_info
 from tpustream.pipelines.compile import compile_pipeline
 from tpustream.pipelines.preflight import (
     FAIL,
@@ -22,6 +19,9 @@ from tpustream.pipelines.preflight import (
 )
 from tpustream.pipelines.submit import submit_pipeline
 from tpustream.pipelines.template import load_template, template_parameters
+from typer.testing import CliRunner
+
+from tests.fakes.google_apis import GoogleApisFake, cpu_quota_info, tpu_quota_info
 
 pytestmark = pytest.mark.integration
 

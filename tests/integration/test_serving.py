@@ -496,9 +496,9 @@ def test_promote_component_exposes_a_vertex_model_for_model_deploy_op(
     output; the compiled pipeline takes `vertex_model` / `serving_image` (empty: no Vertex upload)."""
     from google_cloud_pipeline_components.types import artifact_types
     from kfp import compiler, dsl
-
     from tpustream.components.promote import promote_model
     from tpustream.pipelines.training import build_pipeline
+
     from tpustream.serve.validate import validate_serving
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)

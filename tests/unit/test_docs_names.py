@@ -12,7 +12,6 @@ import ast
 import importlib
 import importlib.util
 import io
-import os
 import re
 import tokenize
 import warnings
@@ -20,6 +19,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+
+from tests.common.package_files import package_modules
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "tpustream"
@@ -61,13 +62,8 @@ FILE_PATH = re.compile(
 
 
 def _package_sources() -> list[Path]:
-    """The package's .py files, components/ and pipelines/ included (tpustream/ links to them)."""
-    return sorted(
-        Path(folder, name)
-        for folder, _, names in os.walk(PACKAGE, followlinks=True)
-        for name in names
-        if name.endswith(".py")
-    )
+    """The package's .py files, components/ and pipelines/ included (pyproject's package-dir)."""
+    return sorted(package_modules().values())
 
 
 def _prose(path: Path) -> list[tuple[int, str]]:

@@ -1,6 +1,6 @@
 """The packages of ``tpustream`` import each other in one layer order, and its modules without a cycle, counting
 imports inside functions too; no module reaches into another package's private names, none of ``report/`` into a
-sibling's, and the package's private sibling imports stay few (``python tests/unit/test_import_graph.py`` counts
+sibling's, and the package's private sibling imports stay few (``python -m tests.unit.test_import_graph`` counts
 them).
 
 A function-level import hides a cycle from Python (nothing fails at import time) but not from the reader:
@@ -12,8 +12,9 @@ under ``if TYPE_CHECKING:`` are left out: they never run, and a type named back 
 from __future__ import annotations
 
 import ast
-import tomllib
 from pathlib import Path
+
+from tests.common.package_files import package_modules
 
 PACKAGE = "tpustream"
 ROOT = Path(__file__).resolve().parents[2] / PACKAGE
@@ -57,13 +58,6 @@ LAYERS = (
 # The rooms that make the data, and what they must never ask: whether a champion exists, or what a run decided.
 DATA_ROOMS = ("sources", "dataset", "loader", "data", "models")
 MODEL_ROOMS = ("registry", "release", "run")
-
-
-def _package_folders() -> dict[str, Path]:
-    """Each installed package root -> its folder: ``tpustream``, and those pyproject.toml's package-dir maps from
-    another folder (the KFP components and pipelines, in the repository's top-level components/ and pipelines/)."""
-    setuptools = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
-    return {PACKAGE: ROOT, **{name: ROOT.parent / folder for name, folder in setuptools["package-dir"].items()}}
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
@@ -113,13 +107,8 @@ def _module_level_import_nodes(node: ast.AST) -> list[ast.Import | ast.ImportFro
 
 
 def _sources() -> dict[str, Path]:
-    """The package's modules -> their .py files, components/ and pipelines/ included (``_package_folders``)."""
-    found: dict[str, Path] = {}
-    for package, folder in _package_folders().items():
-        for path in sorted(folder.rglob("*.py")):
-            parts = path.relative_to(folder).with_suffix("").parts
-            found[".".join((package, *(parts[:-1] if parts[-1] == "__init__" else parts)))] = path
-    return found
+    """The package's modules -> their .py files, components/ and pipelines/ included (pyproject's package-dir)."""
+    return package_modules()
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -303,7 +292,7 @@ def private_sibling_imports(sources: dict[str, tuple[str, bool]]) -> list[str]:
 
 
 def _package_sources() -> dict[str, tuple[str, bool]]:
-    return {_module_name(path): (path.read_text(), path.name == "__init__.py") for path in _sources()}
+    return {module: (path.read_text(), path.name == "__init__.py") for module, path in _sources().items()}
 
 
 def test_private_sibling_imports_finds_absolute_and_relative_ones() -> None:
@@ -380,7 +369,7 @@ def test_tpustream_imports_have_no_cycle() -> None:
     assert cycle is None, f"import cycle: {' -> '.join(cycle or [])}"
 
 
-if __name__ == "__main__":  # the counts: python tests/unit/test_import_graph.py
+if __name__ == "__main__":  # the counts: python -m tests.unit.test_import_graph
     from collections import Counter
 
     imports = private_sibling_imports(_package_sources())

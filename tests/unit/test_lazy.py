@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ast
 import importlib
-import os
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.common.package_files import REPO, package_modules
 from tpustream._lazy import lazy_front
 
 ROOT = Path(__file__).resolve().parents[2] / "tpustream"
@@ -74,15 +74,9 @@ def test_a_name_both_public_and_moved_is_refused() -> None:
 
 
 def test_every_lazy_front_of_the_package_uses_the_helper() -> None:
-    # walks tpustream/components and tpustream/pipelines too (links to the top-level folders)
-    sources = [
-        Path(folder, name)
-        for folder, _, names in os.walk(ROOT, followlinks=True)
-        for name in names
-        if name.endswith(".py")
-    ]
+    sources = list(package_modules().values())  # components/ and pipelines/ too
     own = [
-        str(path.relative_to(ROOT.parent))
+        str(path.relative_to(REPO))
         for path in sources
         if path.name != "_lazy.py"
         for node in ast.parse(path.read_text()).body  # module level: a method __getattr__ is not a front

@@ -21,14 +21,14 @@ import inspect
 
 import pytest
 import typer.main
+from tpustream.pipelines.resources import StepResources
+from tpustream.pipelines.tpu import Capacity
 
 from tpustream.cli.main import app
 from tpustream.cli.options import config_fields, field_docs
 from tpustream.cli.pipeline import CompileOptions, LocalDemo, RunLocalOptions, VertexRun
 from tpustream.dataset.check import DataCheckThresholds
 from tpustream.dataset.plan import ShardConfig
-from tpustream.pipelines.resources import StepResources
-from tpustream.pipelines.tpu import Capacity
 from tpustream.registry.policy import PromotionPolicy
 from tpustream.serve.predict.config import PredictConfig
 from tpustream.train.config import TrainConfig
@@ -304,10 +304,11 @@ def _pipeline_inputs() -> dict:
 
 def _source_defaults() -> dict[str, object]:
     """``Owner.field`` -> its default, for every config dataclass and library function an option follows."""
-    from tpustream.dataset.check import check_dataset
     from tpustream.pipelines.compile import compile_pipeline
     from tpustream.pipelines.submit import schedule_pipeline, submit_pipeline
     from tpustream.pipelines.training import build_pipeline
+
+    from tpustream.dataset.check import check_dataset
     from tpustream.registry.policy import PromotionPolicy, QualityFloor
     from tpustream.release.deploy import deploy
     from tpustream.serve.validate import validate_serving
