@@ -198,6 +198,14 @@ def _near_rows(
         str(limit),
         bad,
     )
+    small = near["small_images"]
+    if small:
+        row(
+            "Images too small for the perceptual hash (exact-only)",
+            ", ".join(f"{split} {n}" for split, n in small.items()) + " (a side under 32 px)",
+            "-",
+            False,
+        )
     clusters = near.get("train_clusters", 0)
     row(
         "Near-duplicate clusters in train",

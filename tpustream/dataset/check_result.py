@@ -134,6 +134,7 @@ class NearDuplicateFacts(TypedDict):
     status: NearStatus
     max_distance: int
     unhashed_splits: list[str]  # the splits whose index lacks hashes (exact-only)
+    small_images: dict[str, int]  # per split: images with a side under NEAR_MIN_SIDE (exact-only)
     leaked: NotRequired[dict[str, int]]  # per held-out split: images near a train image (not exact copies)
     pairs: NotRequired[list[NearLeakPair]]  # the nearest train image of each, at most NEAR_PAIRS_LISTED
     train_clusters: NotRequired[int]  # groups of train images linked by near pairs (distinct contents)
