@@ -179,3 +179,18 @@ def test_a_malformed_hash_and_a_distance_out_of_range_are_refused():
         SampleIndexEntry.from_json_line(line)
     with pytest.raises(ConfigError, match="near-duplicate-distance must be -1"):
         DataCheckThresholds(near_duplicate_distance=65)
+
+
+def test_images_under_the_hash_input_size_are_checked_exact_only(tmp_path):
+    """The bundled 8x8 digits: upscaled to the hash's 32x32 input, distinct digits of a class hash alike (~90
+    val images within 8 bits of a train image): they are counted as too small, never near-leaks."""
+    out = tmp_path / "digits"
+    shards.create_shards(ShardConfig(source="digits", output=str(out), num_shards=2), progress=False)
+    report = check_dataset(str(out))
+    assert report.ok, report.to_markdown()
+    near = report.facts["near_duplicates"]
+    assert near["small_images"] == {"train": 1618, "val": 179} and near["leaked"] == {"val": 0}
+    assert (
+        "| Images too small for the perceptual hash (exact-only) | train 1618, val 179"
+        in report.to_markdown()
+    )
