@@ -1,6 +1,6 @@
 """Check data step: between "finalize manifest" and "train", is the dataset fit to spend a TPU run on?
 
-Duplicates, train/val leakage, empty classes, the skipped rate, and drift from the data the current champion
+Duplicates, train/val leakage (exact, and near copies by perceptual hash), empty classes, the skipped rate, and drift from the data the current champion
 trained on (tpustream/dataset/check.py). The Markdown report is the ``report`` artifact (shown in the KFP UI); an
 anomaly fails the task, naming it, unless ``data_check`` is "warn" ("off": nothing is checked).
 """
@@ -19,6 +19,7 @@ def check_data(
     max_skipped_rate_increase: float,
     min_class_train_samples: int,
     report: Output[Markdown],
+    near_duplicate_distance: int,
     run_outcome: str = "",
     class_weights: str = "none",
 ) -> None:
@@ -36,6 +37,7 @@ def check_data(
         max_class_share_shift=max_class_share_shift,
         max_skipped_rate_increase=max_skipped_rate_increase,
         min_class_train_samples=min_class_train_samples,
+        near_duplicate_distance=near_duplicate_distance,
         report=report,
         run_outcome=run_outcome,
         class_weights=class_weights,

@@ -198,6 +198,7 @@ def build_pipeline(
         max_class_share_shift: float = DataCheckThresholds.max_class_share_shift,
         max_skipped_rate_increase: float = DataCheckThresholds.max_skipped_rate_increase,
         min_class_train_samples: int = DataCheckThresholds.min_class_train_samples,  # a warning, never a failure
+        near_duplicate_distance: int = DataCheckThresholds.near_duplicate_distance,  # pHash bits; -1: exact-only
         vertex_model: str = "",  # also upload a promoted model to this Vertex AI Model Registry model
         serving_image: str = "",  # ... with this serving image (containers/serve; Cloud Build's serve.ref)
         endpoint: str = "",  # then deploy it to this Vertex AI endpoint as a canary (display name or resource); "" none
@@ -299,6 +300,7 @@ def build_pipeline(
                 max_class_share_shift=max_class_share_shift,
                 max_skipped_rate_increase=max_skipped_rate_increase,
                 min_class_train_samples=min_class_train_samples,
+                near_duplicate_distance=near_duplicate_distance,
                 run_outcome=OUTCOME_PATH,
                 class_weights=class_weights,
             ).set_display_name("check data")

@@ -158,6 +158,14 @@ def test_bench_write_prints_json_lines():
         ("cifar-size-ppm", "stock-webdataset"), ("cifar-size-ppm", "tpustream"),
         ("imagenet-size-jpeg", "stock-webdataset"), ("imagenet-size-jpeg", "tpustream"),
     ]  # fmt: skip
+    # shard creation with the perceptual hash off and on, in the same run, at CIFAR and ImageNet sizes
+    costs = [r for r in lines if r["bench"] == "write-phash"]
+    assert [r["data"] for r in costs] == [
+        "cifar-size-ppm",
+        "imagenet-size-jpeg-500x375",
+        "imagenet-size-jpeg-224x224",
+    ]
+    assert all(r["us_per_sample_with_hash"] > 0 and r["goal"] == 0.10 for r in costs)
     ours = next(r for r in lines if r.get("writer") == "tpustream")
     stock = next(r for r in lines if r.get("writer") == "stock-webdataset")
     assert ours["header_bytes_per_sample"] == 1024  # two 512-byte USTAR headers, no PAX

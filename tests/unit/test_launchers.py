@@ -136,6 +136,7 @@ def test_check_plan_write_finalize_and_check_data_make_a_dataset_from_a_source(t
         max_class_share_shift=0.15,
         max_skipped_rate_increase=0.01,
         min_class_train_samples=1.0,
+        near_duplicate_distance=8.0,  # as KFP may hand an integer over
         report=report,
         run_outcome=run_outcome,
         class_weights="none",

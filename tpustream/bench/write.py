@@ -2,6 +2,11 @@
 
 The machine is shared and noisy: each writer runs ``repeats`` times, interleaved with its baseline,
 and the median is reported with the ratio to the baseline's median.
+
+The perceptual hash's cost (``write-phash`` lines) is measured on shard creation itself (``write_shard``: load,
+check, sha256, hash, tar, sample index) with the hash on and off, interleaved in the same process: at CIFAR
+size (32 px PPMs made from arrays in memory, as the cifar10 source does) and at ImageNet sizes (a folder of
+500x375 and of 224x224 JPEGs on local disk, through the ImageFolder source's check).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["bench_write"]
+__all__ = ["bench_write", "bench_hash_cost"]
 
 
 def _timed(fn: Callable[[], None]) -> tuple[float, float]:
@@ -133,10 +138,99 @@ def _encoding_choice(images: Sequence[Any], repeats: int) -> Iterator[dict[str, 
         }
 
 
+def _cifar_array_source(count: int) -> Any:
+    """``count`` distinct 32x32 images held as arrays, loaded as PPM bytes (the cifar10 source's way)."""
+    from tpustream.image.codec import encode_ppm, resize_array
+    from tpustream.sources.builtin import synthetic_cifar_image
+    from tpustream.sources.types import Item, Source
+
+    arrays = [synthetic_cifar_image(i, i % 10) for i in range(count)]
+
+    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
+        return encode_ppm(resize_array(arrays[int(item.ref)], max_side)), "ppm"
+
+    return Source(
+        "bench:cifar", "", [f"class{k}" for k in range(10)], [Item(i, i % 10) for i in range(count)], load
+    )
+
+
+def _jpeg_folder(root: str, count: int, width: int, height: int) -> str:
+    """An ImageFolder of ``count`` distinct ``width`` x ``height`` JPEGs (q90) under ``root``."""
+    from tpustream.sources.builtin import synthetic_imagenet_jpeg
+
+    for i in range(count):
+        directory = os.path.join(root, f"class{i % 10}")
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, f"{i:06d}.jpg"), "wb") as f:
+            f.write(synthetic_imagenet_jpeg(i, i % 10, width, height))
+    return root
+
+
+def _hash_cost(name: str, source: Any, repeats: int, per_shard: int) -> dict[str, Any]:
+    """Shard creation of every item of ``source`` with and without the perceptual hash, interleaved."""
+    from tpustream.dataset.plan import ShardSpec
+    from tpustream.dataset.shard_writer import write_shard
+
+    indices = list(range(len(source.items)))
+    specs = [
+        ShardSpec("train", shard, tuple(f"{i:08d}" for i in part), tuple(part), "bench")
+        for shard, part in enumerate(
+            indices[start : start + per_shard] for start in range(0, len(indices), per_shard)
+        )
+    ]
+
+    def create(hashing: bool) -> None:
+        output = tempfile.mkdtemp(prefix="tpustream-bench-phash-")
+        try:
+            for spec in specs:
+                write_shard(source, spec, output, max_side=None, strict=True, perceptual_hashes=hashing)
+        finally:
+            shutil.rmtree(output, ignore_errors=True)
+
+    runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    create(True)  # warm: imports, the source's first loads
+    for _ in range(repeats):
+        for hashing in (False, True):
+            runs[hashing].append(_timed(functools.partial(create, hashing)))
+    cpu = {hashing: statistics.median(c for _, c in runs[hashing]) for hashing in runs}
+    wall = {hashing: statistics.median(w for w, _ in runs[hashing]) for hashing in runs}
+    count = len(source.items)
+    return {
+        "bench": "write-phash",
+        "data": name,
+        "samples": count,
+        "repeats": repeats,
+        "samples_per_s_per_core_without_hash": round(count / max(cpu[False], 1e-9)),
+        "samples_per_s_per_core_with_hash": round(count / max(cpu[True], 1e-9)),
+        "us_per_sample_without_hash": round(cpu[False] / count * 1e6, 1),
+        "us_per_sample_with_hash": round(cpu[True] / count * 1e6, 1),
+        # CPU seconds of this process: the shared machine's other load moves wall time, not this
+        "slowdown_cpu": round(cpu[True] / max(cpu[False], 1e-9) - 1, 3),
+        "slowdown_wall": round(wall[True] / max(wall[False], 1e-9) - 1, 3),
+        "goal": 0.10,
+    }
+
+
+def bench_hash_cost(*, samples: int, imagenet_samples: int, repeats: int) -> Iterator[dict[str, Any]]:
+    """The perceptual hash's cost in shard creation, hash off vs on: CIFAR size and two ImageNet sizes."""
+    from tpustream.sources.image_folder import image_folder_source
+
+    yield _hash_cost("cifar-size-ppm", _cifar_array_source(samples), repeats, 2000)
+    if imagenet_samples > 0:
+        for width, height in ((500, 375), (224, 224)):
+            root = tempfile.mkdtemp(prefix="tpustream-bench-jpegs-")
+            try:
+                source = image_folder_source(_jpeg_folder(root, imagenet_samples, width, height))
+                yield _hash_cost(f"imagenet-size-jpeg-{width}x{height}", source, repeats, 200)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+
+
 def bench_write(
     *, samples: int, imagenet_samples: int, repeats: int, samples_per_shard: int
 ) -> Iterator[str]:
-    """Yield JSON lines: CIFAR-size and ImageNet-size writes (ours vs stock), then PPM vs PNG."""
+    """Yield JSON lines: CIFAR-size and ImageNet-size writes (ours vs stock), then PPM vs PNG, then shard
+    creation with the perceptual hash off and on."""
     from tpustream.image.codec import encode_ppm
     from tpustream.sources.builtin import synthetic_cifar_image, synthetic_imagenet_jpeg
 
@@ -155,4 +249,6 @@ def bench_write(
         ):
             yield json.dumps(result)
     for result in _encoding_choice(images[:1000], repeats):
+        yield json.dumps(result)
+    for result in bench_hash_cost(samples=samples, imagenet_samples=imagenet_samples, repeats=repeats):
         yield json.dumps(result)

@@ -8,6 +8,10 @@ counts, skipped images, image statistics) and its sample index (one content sha2
   source image are not duplicates);
 - leakage: an image in both train and val, which val then measures on data the model trained on, or in test
   and train or val, which the held-out test score then measures on data training or model selection saw;
+- near leakage: a val or test image that is not a byte copy of a train image but a re-saved, resized, shifted
+  or re-lit one, found by the sample index's perceptual hashes (``near-leak``: each pair listed) by
+  multi-index hashing (``dataset.near_duplicates``); near-duplicate clusters inside train are counted. A
+  dataset (or split) written before the hashes is checked exact-only, and the report says so;
 - a class with no train or no val samples, a split with none at all;
 - the skipped rate: images that could not be read or decoded and rows the source rejected, per source item;
 - against a baseline dataset (the current champion's training data): new classes (a typo'd folder), vanished
@@ -43,6 +47,8 @@ from tpustream.dataset.check_result import (
     DuplicateGroup,
     EmptyClass,
     LeakExample,
+    NearDuplicateFacts,
+    NearLeakPair,
     SplitFacts,
     SplitName,
     TinyClass,
@@ -53,6 +59,7 @@ from tpustream.storage import io as storage
 
 __all__ = [
     "DataCheckThresholds",
+    "NEAR_PAIRS_LISTED",
     "check_dataset",
 ]
 
@@ -62,6 +69,13 @@ log = logging.getLogger(__name__)
 # large classes' and the small ones' recall suffers: the report says so and names the trainer's remedy
 # (--class-weights auto); a note, never a finding: many real datasets are imbalanced on purpose.
 IMBALANCE_RATIO = 3.0
+# Near-leak pairs the facts (and so both reports) list: every one a user should look at on a real dataset, and
+# a bounded report when a whole split turns out to be near copies.
+NEAR_PAIRS_LISTED = 50
+# Images with a side under the perceptual hash's own 32x32 input are checked exact-only: upscaled, a thumbnail's
+# few pixels hash alike across distinct images (the planted-copy ROC's 8x8 digits: 0.08% false pairs at 8 bits,
+# ~400 false near-leaks between the bundled digits' train and val), so their near pairs would be noise.
+NEAR_MIN_SIDE = 32
 
 
 # --------------------------------------------------------------------------- the facts
@@ -74,11 +88,25 @@ class _SplitHashes:
 
     first: dict[str, str] = field(default_factory=dict)
     more: dict[str, set[str]] = field(default_factory=dict)
+    first_key: dict[str, str] = field(default_factory=dict)  # the sample key of the first source seen
+    phash: dict[str, str] = field(default_factory=dict)  # the perceptual hash of each content (when kept)
+    unhashed: int = 0  # samples whose index line has no perceptual hash (written before them)
+    small: int = 0  # contents with a side under NEAR_MIN_SIDE: no near check
 
-    def add(self, sha256: str, source: str) -> None:
+    def add(
+        self, sha256: str, source: str, key: str = "", phash: str | None = None, short_side: int = 0
+    ) -> None:
         seen = self.first.setdefault(sha256, source)
         if seen != source:
             self.more.setdefault(sha256, {seen}).add(source)
+        elif sha256 not in self.first_key:
+            self.first_key[sha256] = key
+            if phash is None:
+                self.unhashed += 1
+            elif short_side < NEAR_MIN_SIDE:
+                self.small += 1
+            else:
+                self.phash[sha256] = phash
 
     def sources(self, sha256: str) -> list[str]:
         return sorted(self.more.get(sha256) or {self.first[sha256]})
@@ -187,6 +215,14 @@ def check_dataset(
     if manifest.has_sample_index():
         anomalies += _hash_checks(dataset_uri, manifest, splits, thresholds, facts, max_examples)
         facts["hash_checks"] = True
+        near = facts["near_duplicates"]
+        if near["status"] == "exact-only":
+            notes.append(
+                f"Near-duplicate checks skipped (exact-only): the sample index of "
+                f"{', '.join(near['unhashed_splits']) or 'train'} has no perceptual hashes (written before "
+                "tpustream kept them), so only byte-identical copies are checked. Re-create the dataset with "
+                "`tpustream shards create --overwrite` to find re-saved, resized or edited copies too."
+            )
     else:
         facts["hash_checks"] = False
         notes.append(
@@ -305,7 +341,7 @@ def _hash_checks(
     for split in splits:
         hashes[split] = found = _SplitHashes()
         for entry in iter_sample_index(uri, manifest, split):
-            found.add(entry.sha256, entry.source)
+            found.add(entry.sha256, entry.source, entry.key, entry.phash, min(entry.width, entry.height))
         fraction = found.extra_copies / found.distinct_images if found.distinct_images else 0.0
         groups = sorted(found.more, key=lambda h: (-len(found.more[h]), h))
         examples: list[DuplicateGroup] = [
@@ -365,7 +401,84 @@ def _hash_checks(
                     {"count": len(test_leaked), "examples": test_leaks},
                 )
             )
+    anomalies += _near_leaks(hashes, thresholds, facts, max_examples)
     return anomalies
+
+
+def _near_leaks(
+    hashes: dict[str, _SplitHashes], thresholds: DataCheckThresholds, facts: DataCheckFacts, max_examples: int
+) -> list[Anomaly]:
+    """Val and test images within ``near_duplicate_distance`` bits of a train image's perceptual hash (those
+    that are byte copies are leaks already, not listed again), each with its nearest train image; and the
+    near-duplicate clusters inside train (a fact). Exact-only when a split has no hashes."""
+    import numpy as np
+
+    from tpustream.dataset.near_duplicates import near_clusters, near_pairs
+
+    distance = thresholds.near_duplicate_distance
+    held_out = [split for split in ("val", "test") if split in hashes]
+    unhashed = [split for split in ("train", *held_out) if split in hashes and hashes[split].unhashed]
+    near: NearDuplicateFacts = {
+        "status": "checked",
+        "max_distance": distance,
+        "unhashed_splits": unhashed,
+        "small_images": {split: found.small for split, found in hashes.items() if found.small},
+    }
+    facts["near_duplicates"] = near
+    if distance < 0:
+        near["status"] = "off"
+        return []
+    if unhashed or "train" not in hashes:
+        near["status"] = "exact-only"
+        return []
+    train = hashes["train"]
+    train_contents = list(train.phash)
+    train_hashes = np.array([int(train.phash[h], 16) for h in train_contents], dtype=np.uint64)
+    clusters = near_clusters(train_hashes, distance)
+    near["train_clusters"] = clusters.count
+    near["train_clustered_images"] = clusters.clustered
+    near["train_largest_cluster"] = int(clusters.sizes.max()) if clusters.count else 0
+    leaked: dict[str, int] = {}
+    pairs: list[NearLeakPair] = []
+    for split in held_out:
+        found = hashes[split]
+        queries = [h for h in found.phash if h not in train.first]  # byte copies: train-val-leak, test-leak
+        query_hashes = np.array([int(found.phash[h], 16) for h in queries], dtype=np.uint64)
+        matches = near_pairs(query_hashes, train_hashes, distance)
+        # the nearest train image of each (ties: the first in train's order)
+        order = np.lexsort((matches.base, matches.distance, matches.query))
+        nearest = order[np.unique(matches.query[order], return_index=True)[1]]
+        leaked[split] = len(nearest)
+        for index in nearest:
+            query, base = queries[int(matches.query[index])], train_contents[int(matches.base[index])]
+            pairs.append(
+                {
+                    "split": split,
+                    "source": found.first[query],
+                    "key": found.first_key[query],
+                    "train_source": train.first[base],
+                    "train_key": train.first_key[base],
+                    "distance": int(matches.distance[index]),
+                }
+            )
+    pairs.sort(key=lambda p: (p["distance"], p["split"] != "test", p["source"]))  # the surest first
+    near["leaked"] = leaked
+    near["pairs"] = pairs[:NEAR_PAIRS_LISTED]
+    count = sum(leaked.values())
+    if count <= thresholds.max_leaked_images:
+        return []
+    first = pairs[0]
+    splits = " and ".join(f"{n} {split}" for split, n in leaked.items() if n)
+    return [
+        Anomaly(
+            "near-leak",
+            f"{count} val/test image(s) ({splits}) are near copies of train images (perceptual hash within "
+            f"{distance} bits, not byte-identical: re-saved, resized or edited; limit "
+            f"{thresholds.max_leaked_images}): their scores measure images training saw, e.g. "
+            f"{first['source']} ({first['split']}) ~ {first['train_source']} (train), {first['distance']} bits",
+            {"count": count, "max_distance": distance, "examples": pairs[:max_examples]},
+        )
+    ]
 
 
 def _shared(hashes: dict[str, _SplitHashes], first: str, second: str) -> list[str]:

@@ -6,6 +6,7 @@ check and its report print a rate beside its limit."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
         DataCheckReport,
         DuplicateGroup,
         LeakExample,
+        NearDuplicateFacts,
         SizeKey,
         SplitFacts,
     )
@@ -117,6 +119,7 @@ def render_markdown(report: DataCheckReport) -> str:
             fraction, limit = percents(s["duplicate_fraction"], limits.max_duplicate_fraction, decimals=2)
             value = f"{fraction} ({s['duplicate_copies']} copies of {s['images']})"
             row(f"Exact duplicates in {split}", value, limit, bad)
+        _near_rows(facts.get("near_duplicates"), limits.max_leaked_images, "near-leak" in codes, row)
     else:
         row("Exact duplicates, train/val leakage", "not checked (no sample index)", "-", False)
     skipped = facts["skipped"]
@@ -164,12 +167,73 @@ def render_markdown(report: DataCheckReport) -> str:
             f"| {label} min / median / max | " + " | ".join(_sizes(s, key) for s in per_split) + " |"
         )
     lines.append("")
+    lines += _near_pairs(facts.get("near_duplicates"))
     lines += _class_table(report)
     if skipped["examples"]:
         lines += ["Skipped, e.g.:", ""] + [f"- {_code(e)}" for e in skipped["examples"]] + [""]
     if report.notes:
         lines += ["## Notes", ""] + [f"- {note}" for note in report.notes] + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _near_rows(
+    near: NearDuplicateFacts | None, limit: int, bad: bool, row: Callable[[str, str, str, bool], None]
+) -> None:
+    """The near-duplicate check's rows: near copies of train images in val/test, clusters inside train."""
+    if near is None:
+        return
+    if near["status"] != "checked":
+        why = (
+            "off (near_duplicate_distance -1)"
+            if near["status"] == "off"
+            else f"exact-only: no perceptual hashes in {', '.join(near['unhashed_splits']) or 'train'}"
+        )
+        row("Val/test images near a train image", why, "-", False)
+        return
+    leaked = near.get("leaked", {})
+    shown = ", ".join(f"{split} {n}" for split, n in leaked.items()) or "no val or test split"
+    row(
+        f"Val/test images near a train image (pHash within {near['max_distance']} bits)",
+        f"{sum(leaked.values())} ({shown})",
+        str(limit),
+        bad,
+    )
+    small = near["small_images"]
+    if small:
+        row(
+            "Images too small for the perceptual hash (exact-only)",
+            ", ".join(f"{split} {n}" for split, n in small.items()) + " (a side under 32 px)",
+            "-",
+            False,
+        )
+    clusters = near.get("train_clusters", 0)
+    row(
+        "Near-duplicate clusters in train",
+        f"{clusters} ({near.get('train_clustered_images', 0)} images, largest "
+        f"{near.get('train_largest_cluster', 0)})",
+        "- (a fact)",
+        False,
+    )
+
+
+def _near_pairs(near: NearDuplicateFacts | None) -> list[str]:
+    """Each val/test image near a train image, beside that train image, the closest first."""
+    pairs = near.get("pairs", []) if near else []
+    if not near or not pairs:
+        return []
+    total = sum(near.get("leaked", {}).values())
+    more = f" (the {len(pairs)} closest of {total})" if total > len(pairs) else ""
+    lines = [
+        f"Near copies of train images{more}: perceptual hash within {near['max_distance']} bits:",
+        "",
+        "| split | image | train image | bits |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {p['split']} | {_code(p['source'])} | {_code(p['train_source'])} | {p['distance']} |"
+        for p in pairs
+    ]
+    return [*lines, ""]
 
 
 def _examples(report: DataCheckReport) -> list[str]:

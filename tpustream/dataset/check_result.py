@@ -29,6 +29,9 @@ __all__ = [
     "DuplicateGroup",
     "EmptyClass",
     "LeakExample",
+    "NearDuplicateFacts",
+    "NearLeakPair",
+    "NearStatus",
     "ShareShift",
     "SizeFacts",
     "SIZE_KEYS",
@@ -45,6 +48,7 @@ ANOMALY_CODES = (
     "empty-class",  # a class with 0 train or 0 val samples
     "train-val-leak",  # images (by content) in both train and val
     "test-leak",  # images (by content) in test and in train or val
+    "near-leak",  # val or test images whose perceptual hash is near a train image's (not byte-identical)
     "duplicate-images",  # one image under several names within a split
     "skipped-rate",  # skipped images + rejected rows per source item
     "new-classes",  # classes the baseline does not have
@@ -107,6 +111,37 @@ class LeakExample(TypedDict):
     test: NotRequired[list[str]]
 
 
+class NearLeakPair(TypedDict):
+    """A val or test image and the train image nearest it by perceptual hash: the source file and the sample
+    key (what the run report's thumbnails are read by) of each, and the Hamming distance in bits."""
+
+    split: str  # val or test
+    source: str
+    key: str
+    train_source: str
+    train_key: str
+    distance: int
+
+
+# checked: both sides hashed; exact-only: a split's sample index has no perceptual hashes (written before
+# them); off: near_duplicate_distance -1
+NearStatus = Literal["checked", "exact-only", "off"]
+
+
+class NearDuplicateFacts(TypedDict):
+    """The near-duplicate check: near copies of train images in val and test, and clusters inside train."""
+
+    status: NearStatus
+    max_distance: int
+    unhashed_splits: list[str]  # the splits whose index lacks hashes (exact-only)
+    small_images: dict[str, int]  # per split: images with a side under NEAR_MIN_SIDE (exact-only)
+    leaked: NotRequired[dict[str, int]]  # per held-out split: images near a train image (not exact copies)
+    pairs: NotRequired[list[NearLeakPair]]  # the nearest train image of each, at most NEAR_PAIRS_LISTED
+    train_clusters: NotRequired[int]  # groups of train images linked by near pairs (distinct contents)
+    train_clustered_images: NotRequired[int]
+    train_largest_cluster: NotRequired[int]
+
+
 class ClassBalance(TypedDict):
     """The train split's largest class per its smallest (source images)."""
 
@@ -154,6 +189,7 @@ class DataCheckFacts(TypedDict):
     test_leaked_images: NotRequired[int]
     test_leak_examples: NotRequired[list[LeakExample]]
     hash_checks: NotRequired[bool]
+    near_duplicates: NotRequired[NearDuplicateFacts]
     skipped: NotRequired[SkippedFacts]
     baseline: NotRequired[BaselineFacts]
     baseline_note: NotRequired[str]
@@ -169,8 +205,10 @@ class AnomalyDetails(TypedDict, total=False):
     split: str  # duplicate-images (with copies, fraction, examples)
     copies: int
     fraction: float
-    examples: list[DuplicateGroup] | list[LeakExample]  # duplicate-images; train-val-leak, test-leak
-    count: int  # train-val-leak, test-leak, skipped-rate
+    # duplicate-images; train-val-leak, test-leak; near-leak (with ``max_distance``)
+    examples: list[DuplicateGroup] | list[LeakExample] | list[NearLeakPair]
+    count: int  # train-val-leak, test-leak, near-leak, skipped-rate
+    max_distance: int
     rate: float  # skipped-rate, skipped-rate-increase (with ``baseline``)
     by_reason: dict[str, int]
     baseline: float

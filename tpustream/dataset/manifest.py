@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -50,6 +51,7 @@ class ShardError(TpustreamError, RuntimeError):
     """Shard creation or verification cannot proceed; the message says what and what to do."""
 
 
+_PHASH = re.compile("[0-9a-f]{16}")
 _json_string = json.JSONEncoder().encode  # a str's JSON form, without json.dumps' per-call setup
 
 
@@ -66,17 +68,24 @@ class SampleIndexEntry(NamedTuple):
     format: str  # the image member's extension: jpg, png or ppm
     source: str  # where it came from (Source.locate: a gs:// or local path, cifar10:PATH#17)
     label: str  # the class name
+    # the image's 64-bit perceptual hash (image.phash) as 16 hex digits; None in lines written before it
+    phash: str | None = None
 
     def to_json_line(self) -> str:
-        # by hand, for the same reason; key, sha256 and format never need JSON's escaping
+        # by hand, for the same reason; key, sha256, format and phash never need JSON's escaping
+        phash = "" if self.phash is None else f',"phash":"{self.phash}"'
         return (
             f'{{"key":"{self.key}","sha256":"{self.sha256}","width":{self.width},"height":{self.height},'
-            f'"format":"{self.format}","source":{_json_string(self.source)},"class":{_json_string(self.label)}}}'
+            f'"format":"{self.format}","source":{_json_string(self.source)},"class":{_json_string(self.label)}'
+            f"{phash}}}"
         )
 
     @classmethod
     def from_json_line(cls, line: str) -> SampleIndexEntry:
         row = json.loads(line)
+        phash = row.get("phash")
+        if phash is not None and not _PHASH.fullmatch(str(phash)):
+            raise ValueError(f"phash {phash!r} is not 16 hex digits")
         return cls(
             key=str(row["key"]),
             sha256=str(row["sha256"]),
@@ -85,6 +94,7 @@ class SampleIndexEntry(NamedTuple):
             format=str(row["format"]),
             source=str(row["source"]),
             label=str(row["class"]),
+            phash=None if phash is None else str(phash),
         )
 
 

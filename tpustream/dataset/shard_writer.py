@@ -19,6 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from tpustream.dataset.manifest import SampleIndexEntry, ShardError, index_path
 from tpustream.dataset.plan import ShardSpec
 from tpustream.dataset.tar_writer import TarShardWriter
@@ -27,9 +29,12 @@ from tpustream.image.codec import (
     CorruptImage,
     ImageTooLarge,
     UnreadableImage,
+    decode_ppm,
+    kept_hash_pixels,
     pixel_budget,
     ppm_header,
 )
+from tpustream.image.phash import hash_grey_batch, hash_hex, hash_pixels_batch, hash_pixels_bytes
 from tpustream.sources.types import Item, Source
 from tpustream.storage import io as storage
 
@@ -134,33 +139,52 @@ class _Loaded(NamedTuple):
     sha256: str
     width: int
     height: int
+    # the perceptual hash's 32x32 grey pixels or the PPM's RGB ones (phash.hash_pixels_batch); None: not hashed
+    hash_pixels: np.ndarray | None
 
 
-def _load(source: Source, item: Item, max_side: int | None) -> _Loaded | CorruptImage:
+def _load(source: Source, item: Item, max_side: int | None, hashing: bool) -> _Loaded | CorruptImage:
     """The item's image and what the sample index records about it, or the CorruptImage saying why it
     cannot be written (returned, not raised: whether it is skipped or fatal is the writer's choice)."""
     try:
-        data, ext = source.load(item, max_side)
+        if not hashing:
+            data, ext = source.load(item, max_side)
+            pixels = None
+        else:
+            with kept_hash_pixels() as kept:
+                data, ext = source.load(item, max_side)
+            # the pixels of the source's own check-decode when it kept the bytes, else of the stored bytes
+            pixels = kept[-1] if kept else _hash_pixels(data, ext)
     except CorruptImage as exc:
         return exc
+    except ValueError as exc:  # bytes the source did not check (a PPM it made) that do not decode
+        return CorruptImage(f"{item.ref}: {exc}")
     width, height = _image_size(data, ext)
-    return _Loaded(data, ext, hashlib.sha256(data).hexdigest(), width, height)
+    return _Loaded(data, ext, hashlib.sha256(data).hexdigest(), width, height, pixels)
+
+
+def _hash_pixels(data: bytes, ext: str) -> np.ndarray:
+    """What the perceptual hash of stored bytes is taken from: a P6 PPM's RGB pixels (a view; made grey with
+    the shard's others, ``phash.hash_pixels_batch``), else ``phash.hash_pixels_bytes``'s 32x32 grey."""
+    if ext == "ppm" and data[:2] == b"P6":
+        return decode_ppm(data, max_pixels=None)
+    return hash_pixels_bytes(data)
 
 
 def _loaded_in_order(
-    source: Source, spec: ShardSpec, max_side: int | None, pool: ThreadPoolExecutor | None
+    source: Source, spec: ShardSpec, max_side: int | None, hashing: bool, pool: ThreadPoolExecutor | None
 ) -> Iterator[tuple[str, Item, _Loaded | CorruptImage]]:
     """The shard's items in plan order, loaded on ``pool`` at most LOAD_WINDOW ahead (None: in this thread)."""
     items = ((key, source.items[i]) for key, i in zip(spec.keys, spec.items, strict=True))
     if pool is None:
         for key, item in items:
-            yield key, item, _load(source, item, max_side)
+            yield key, item, _load(source, item, max_side, hashing)
         return
     pending: deque[tuple[str, Item, Future[_Loaded | CorruptImage]]] = deque()
     for key, item in items:
         # in a copy of this thread's context: the pixel budget (pixel_budget) is a ContextVar
         pending.append(
-            (key, item, pool.submit(contextvars.copy_context().run, _load, source, item, max_side))
+            (key, item, pool.submit(contextvars.copy_context().run, _load, source, item, max_side, hashing))
         )
         if len(pending) >= LOAD_WINDOW:
             done_key, done_item, future = pending.popleft()
@@ -174,6 +198,7 @@ def _iter_encoded(
     spec: ShardSpec,
     max_side: int | None,
     strict: bool,
+    hashing: bool,
     skipped: list[tuple[str, str, str]],
 ) -> Iterator[tuple[str, Item, _Loaded]]:
     """The shard's loaded items in plan order; an image that cannot be loaded is skipped and recorded in
@@ -181,7 +206,7 @@ def _iter_encoded(
     remote = bool(spec.items) and storage.is_gcs(source.locate(source.items[spec.items[0]]))
     pool = ThreadPoolExecutor(LOAD_WINDOW, thread_name_prefix="tpustream-load") if remote else None
     try:
-        for key, item, loaded in _loaded_in_order(source, spec, max_side, pool):
+        for key, item, loaded in _loaded_in_order(source, spec, max_side, hashing, pool):
             if isinstance(loaded, CorruptImage):
                 if strict:
                     raise ShardError(
@@ -204,39 +229,49 @@ def write_shard(
     max_side: int | None,
     strict: bool,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    perceptual_hashes: bool = True,
 ) -> ShardRecord:
     """Write one planned shard to ``output/spec.path`` atomically and record what it holds. Images whose
-    header claims more than ``max_pixels`` are skipped (counted) without being decoded."""
+    header claims more than ``max_pixels`` are skipped (counted) without being decoded. Each image's
+    perceptual hash goes into the sample index (``perceptual_hashes=False``: none, which only ``bench write``
+    asks for, to measure what the hash costs)."""
     final = storage.join(output, spec.path)
     skipped: list[tuple[str, str, str]] = []  # (item ref, message, reason)
     class_counts: Counter[str] = Counter()
     formats: Counter[str] = Counter()
     sizes: Counter[tuple[int, int]] = Counter()
-    index_lines: list[str] = []
+    entries: list[SampleIndexEntry] = []
+    pixels: list[np.ndarray] = []
     with (
         pixel_budget(max_pixels),
         storage.open_write(final, content_type="application/x-tar") as f,
         TarShardWriter(f) as writer,
     ):
-        for key, item, loaded in _iter_encoded(source, spec, max_side, strict, skipped):
+        for key, item, loaded in _iter_encoded(source, spec, max_side, strict, perceptual_hashes, skipped):
             writer.write(key, {loaded.ext: loaded.data, "cls": str(item.label).encode("ascii")})
             name = source.classes[item.label]
             class_counts[name] += 1
             formats[loaded.ext] += 1
             sizes[loaded.width, loaded.height] += 1
-            entry = SampleIndexEntry(
-                key=key,
-                sha256=loaded.sha256,
-                width=loaded.width,
-                height=loaded.height,
-                format=loaded.ext,
-                source=source.locate(item),
-                label=name,
+            entries.append(
+                SampleIndexEntry(
+                    key=key,
+                    sha256=loaded.sha256,
+                    width=loaded.width,
+                    height=loaded.height,
+                    format=loaded.ext,
+                    source=source.locate(item),
+                    label=name,
+                )
             )
-            index_lines.append(entry.to_json_line() + "\n")
+            if loaded.hash_pixels is not None:
+                pixels.append(loaded.hash_pixels)
         stats = writer.finish()
+    if perceptual_hashes and entries:  # the DCTs of the whole shard at once (phash.hash_grey_batch)
+        hashes = hash_grey_batch(hash_pixels_batch(pixels))
+        entries = [entry._replace(phash=hash_hex(int(h))) for entry, h in zip(entries, hashes, strict=True)]
     # The index before the record: a recorded shard always has its index (resume trusts the record).
-    index = "".join(index_lines).encode()
+    index = "".join(entry.to_json_line() + "\n" for entry in entries).encode()
     storage.write_bytes(
         storage.join(output, index_path(spec.path)), index, content_type="application/x-ndjson"
     )

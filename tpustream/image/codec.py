@@ -38,6 +38,7 @@ __all__ = [
     "sniff_format",
     "image_dimensions",
     "decode_rgb",
+    "kept_hash_pixels",
 ]
 
 # The pixel budget (--max-pixels): images whose header claims more pixels are refused before any decoding.
@@ -48,6 +49,11 @@ __all__ = [
 DEFAULT_MAX_PIXELS = 1 << 26
 _BUDGET: contextvars.ContextVar[int] = contextvars.ContextVar(
     "tpustream_max_pixels", default=DEFAULT_MAX_PIXELS
+)
+
+# Where prepare_image_bytes puts the perceptual hash's pixels of each image it keeps as is (kept_hash_pixels)
+_HASH_PIXELS: contextvars.ContextVar[list[np.ndarray] | None] = contextvars.ContextVar(
+    "tpustream_hash_pixels", default=None
 )
 
 # Pillow modes holding more than 8 bits per pixel (16-bit PNG/TIFF grey, 32-bit int, float): a plain
@@ -247,6 +253,7 @@ def prepare_image_bytes(
     """
     from PIL import Image, UnidentifiedImageError
 
+    hash_sink = _HASH_PIXELS.get()
     try:
         with Image.open(io.BytesIO(data)) as img:  # reads the header only
             fmt = img.format
@@ -255,7 +262,12 @@ def prepare_image_bytes(
             orientation = exif_orientation(img)
             too_big = bool(max_side) and max(width, height) > (max_side or 0)
             if fmt == "JPEG" and not too_big and orientation == 1:  # kept as is: checking suffices
-                img.draft("RGB", (max(1, width // 8), max(1, height // 8)))
+                if hash_sink is None:
+                    img.draft("RGB", (max(1, width // 8), max(1, height // 8)))
+                else:  # the same 1/8 from 256 px a side up; less reduced below it, for the hash
+                    from tpustream.image.phash import HASH_DRAFT_SIZE
+
+                    img.draft("RGB", HASH_DRAFT_SIZE)
             img.load()
             # read again once loaded: Pillow's TIFF plugin turns the image upright as it loads (and drops the
             # tag), so the orientation read from the header would turn a TIFF twice
@@ -266,6 +278,10 @@ def prepare_image_bytes(
             if img.mode in HIGH_DEPTH_MODES:
                 keep = None  # 16-bit PNG: re-encode to 8 bits, which every decoder reads right
             if keep and not too_big and orientation == 1:
+                if hash_sink is not None:
+                    from tpustream.image.phash import hash_pixels
+
+                    hash_sink.append(hash_pixels(img))
                 return data, keep
             if fmt == "JPEG" and too_big:
                 img.draft("RGB", (max_side, max_side))  # type: ignore[arg-type]
@@ -294,6 +310,21 @@ def prepare_image_bytes(
         return encode_ppm(np.asarray(rgb)), "ppm"
     rgb.save(out, format="PNG", compress_level=1)
     return out.getvalue(), "png"
+
+
+@contextlib.contextmanager
+def kept_hash_pixels() -> Iterator[list[np.ndarray]]:
+    """Within this block, ``prepare_image_bytes`` appends to the list it yields the perceptual hash's 32x32
+    grey pixels (``image.phash.hash_pixels``) of each image it keeps byte for byte, from the decode its check
+    makes anyway; a kept JPEG is then drafted to ``phash.HASH_DRAFT_SIZE`` rather than 1/8, so that they are
+    the pixels ``phash.perceptual_hash_bytes`` takes of the stored bytes. An image it re-encodes appends
+    nothing (its stored bytes are not the ones decoded): shard writing hashes those from the bytes."""
+    sink: list[np.ndarray] = []
+    token = _HASH_PIXELS.set(sink)
+    try:
+        yield sink
+    finally:
+        _HASH_PIXELS.reset(token)
 
 
 # ---------------------------------------------------------------------------------- any accepted format

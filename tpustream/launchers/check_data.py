@@ -23,6 +23,7 @@ def launch_check_data(
     max_class_share_shift: float,
     max_skipped_rate_increase: float,
     min_class_train_samples: int,
+    near_duplicate_distance: int,
     report: Markdown,
     run_outcome: str,
     class_weights: str,
@@ -41,6 +42,7 @@ def launch_check_data(
             max_class_share_shift=max_class_share_shift,
             max_skipped_rate_increase=max_skipped_rate_increase,
             min_class_train_samples=int(min_class_train_samples),
+            near_duplicate_distance=int(near_duplicate_distance),
         )
         try:
             result = check_for_pipeline(

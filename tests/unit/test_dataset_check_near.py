@@ -1,0 +1,196 @@
+"""The data check's near-duplicate side (tpustream/dataset/check.py, `near-leak`) on datasets made with
+create_shards from scikit-image's photos: re-saved and resized copies of train photos placed in val and test are
+found and named pair by pair; byte copies stay exact leaks; a dataset written before the perceptual hashes reads
+and is checked exact-only; the hash the writer stores is the one ``perceptual_hash_bytes`` gives."""
+
+import hashlib
+import io
+import json
+import os
+import shutil
+
+import pytest
+import skimage.data
+from PIL import Image
+
+from tpustream.dataset import write as shards
+from tpustream.dataset.check import DataCheckThresholds, check_dataset
+from tpustream.dataset.manifest import SampleIndexEntry, iter_sample_index, load_manifest
+from tpustream.dataset.plan import ShardConfig
+from tpustream.errors import ConfigError
+from tpustream.image.phash import perceptual_hash_bytes
+
+TRAIN = ["astronaut", "coffee", "chelsea", "rocket", "camera", "moon", "brick", "retina"]  # 4 per class
+HELD_OUT = ["hubble_deep_field", "coins", "page", "clock"]  # distinct photos: no pair with train
+
+
+def _photo(name: str, side: int = 240) -> Image.Image:
+    pixels = getattr(skimage.data, name)()
+    image = Image.fromarray(pixels[..., :3] if pixels.ndim == 3 else pixels).convert("RGB")
+    return image.resize((side, side * 3 // 4))
+
+
+def _jpeg(image: Image.Image, quality: int = 90) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=quality)
+    return out.getvalue()
+
+
+def _photo_folder(root):
+    """train/ a|b / 8 photos; val/ and test/ distinct photos plus planted copies of train photos: a JPEG
+    re-save at q70 (val), a 90% resize (val), a re-save at q70 of a 110% resize (test), a byte copy (test)."""
+    for i, name in enumerate(TRAIN):
+        folder = root / "train" / "ab"[i % 2]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.jpg").write_bytes(_jpeg(_photo(name)))
+    for i, name in enumerate(HELD_OUT):
+        folder = root / ("val" if i < 2 else "test") / "ab"[i % 2]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.jpg").write_bytes(_jpeg(_photo(name)))
+    coffee = Image.open(root / "train" / "b" / "coffee.jpg")
+    (root / "val" / "b" / "coffee-resaved.jpg").write_bytes(_jpeg(coffee, quality=70))
+    rocket = Image.open(root / "train" / "b" / "rocket.jpg")
+    rocket.resize((216, 162), Image.Resampling.BILINEAR).save(root / "val" / "b" / "rocket-small.png")
+    camera = Image.open(root / "train" / "a" / "camera.jpg")
+    (root / "test" / "a" / "camera-bigger.jpg").write_bytes(
+        _jpeg(camera.resize((264, 198), Image.Resampling.BICUBIC), quality=70)
+    )
+    shutil.copy(root / "train" / "b" / "moon.jpg", root / "test" / "b" / "moon-copy.jpg")
+    return root
+
+
+@pytest.fixture(scope="module")
+def photos_dataset(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("near")
+    root = _photo_folder(tmp / "photos")
+    out = tmp / "dataset"
+    shards.create_shards(ShardConfig(source=str(root), output=str(out), num_shards=2), progress=False)
+    return str(out), root
+
+
+def test_resaved_and_resized_copies_in_val_and_test_are_near_leaks_named_pair_by_pair(photos_dataset):
+    uri, root = photos_dataset
+    report = check_dataset(uri)
+    codes = [a.code for a in report.anomalies]
+    assert codes == ["test-leak", "near-leak"], report.to_markdown()  # the byte copy is an exact leak only
+    near = report.facts["near_duplicates"]
+    assert near["status"] == "checked" and near["max_distance"] == 8
+    assert near["leaked"] == {"val": 2, "test": 1}
+    found = {
+        (p["split"], os.path.basename(p["source"]), os.path.basename(p["train_source"]))
+        for p in near["pairs"]
+    }
+    assert found == {
+        ("val", "coffee-resaved.jpg", "coffee.jpg"),
+        ("val", "rocket-small.png", "rocket.jpg"),
+        ("test", "camera-bigger.jpg", "camera.jpg"),
+    }
+    assert all(0 <= p["distance"] <= 8 and p["key"] and p["train_key"] for p in near["pairs"])
+    (anomaly,) = [a for a in report.anomalies if a.code == "near-leak"]
+    assert anomaly.details["count"] == 3 and anomaly.reason.startswith(
+        "3 val/test image(s) (2 val and 1 test)"
+    )
+    assert near["train_clusters"] == 0  # eight distinct photos
+    markdown = report.to_markdown()
+    assert (
+        "| Val/test images near a train image (pHash within 8 bits) | 3 (val 2, test 1) | 0 | **anomaly** |"
+        in (markdown)
+    )
+    assert "| Near-duplicate clusters in train | 0 (0 images, largest 0) | - (a fact) | ok |" in markdown
+    for split, image, train_image in found:  # the pairs, side by side in the Markdown's table
+        assert any(
+            line.startswith(f"| {split} | ") and image in line and train_image in line
+            for line in markdown.splitlines()
+        )
+    # the same limit as exact leaks: three near copies pass under --max-leaked-images 3
+    relaxed = check_dataset(uri, thresholds=DataCheckThresholds(max_leaked_images=3))
+    assert relaxed.ok
+    # -1: exact checks only; 0: equal hashes only (the re-saves move a few bits)
+    off = check_dataset(uri, thresholds=DataCheckThresholds(near_duplicate_distance=-1))
+    assert [a.code for a in off.anomalies] == ["test-leak"] and off.facts["near_duplicates"][
+        "status"
+    ] == "off"
+    assert "off (near_duplicate_distance -1)" in off.to_markdown()
+
+
+def test_the_writer_stores_the_hash_of_the_bytes_it_wrote(photos_dataset):
+    uri, root = photos_dataset
+    manifest = load_manifest(uri)
+    by_name = {p.name: p for p in root.rglob("*") if p.is_file()}
+    entries = [e for split in ("train", "val", "test") for e in iter_sample_index(uri, manifest, split)]
+    assert len(entries) == len(by_name)
+    for entry in entries:  # every file kept byte for byte: the JPEGs hashed from the check's own draft decode
+        data = by_name[os.path.basename(entry.source)].read_bytes()
+        assert entry.phash == f"{perceptual_hash_bytes(data):016x}", entry.source
+
+
+def test_train_clusters_are_counted_not_failed(tmp_path):
+    root = _photo_folder(tmp_path / "photos")
+    astronaut = Image.open(root / "train" / "a" / "astronaut.jpg")
+    (root / "train" / "a" / "astronaut-again.jpg").write_bytes(_jpeg(astronaut, quality=75))
+    out = tmp_path / "dataset"
+    shards.create_shards(ShardConfig(source=str(root), output=str(out), num_shards=2), progress=False)
+    report = check_dataset(str(out), thresholds=DataCheckThresholds(max_leaked_images=10))
+    assert report.ok
+    near = report.facts["near_duplicates"]
+    assert (near["train_clusters"], near["train_clustered_images"], near["train_largest_cluster"]) == (
+        1,
+        2,
+        2,
+    )
+
+
+def test_an_index_without_hashes_reads_and_is_checked_exact_only(photos_dataset, tmp_path):
+    """A dataset written before the perceptual hashes: its index lines have no "phash"; it reads, the byte
+    copy is still found, and the report says the near check was exact-only."""
+    uri, _ = photos_dataset
+    old = tmp_path / "old"
+    shutil.copytree(uri, old)
+    manifest = load_manifest(str(old))
+    for shard in manifest.all_shards():
+        path = old / shard.sample_index
+        lines = [
+            SampleIndexEntry.from_json_line(line)._replace(phash=None)
+            for line in path.read_text().splitlines()
+        ]
+        path.write_text("".join(entry.to_json_line() + "\n" for entry in lines))
+        assert '"phash"' not in path.read_text()
+    document = json.loads((old / "manifest.json").read_text())
+    for split in document["splits"].values():
+        for shard in split["shards"]:
+            shard["sample_index_sha256"] = hashlib.sha256(
+                (old / shard["sample_index"]).read_bytes()
+            ).hexdigest()
+    (old / "manifest.json").write_text(json.dumps(document))  # each index re-pinned in the manifest
+    entries = list(iter_sample_index(str(old), load_manifest(str(old)), "train"))
+    assert entries and all(entry.phash is None for entry in entries)
+    report = check_dataset(str(old))
+    assert [a.code for a in report.anomalies] == ["test-leak"]
+    near = report.facts["near_duplicates"]
+    assert near["status"] == "exact-only" and near["unhashed_splits"] == ["train", "val", "test"]
+    markdown = report.to_markdown()
+    assert "exact-only: no perceptual hashes in train, val, test" in markdown
+    assert "Near-duplicate checks skipped (exact-only)" in markdown
+
+
+def test_a_malformed_hash_and_a_distance_out_of_range_are_refused():
+    line = SampleIndexEntry("k", "0" * 64, 1, 1, "png", "a.png", "cat", "ab").to_json_line()
+    with pytest.raises(ValueError, match="phash 'ab' is not 16 hex digits"):
+        SampleIndexEntry.from_json_line(line)
+    with pytest.raises(ConfigError, match="near-duplicate-distance must be -1"):
+        DataCheckThresholds(near_duplicate_distance=65)
+
+
+def test_images_under_the_hash_input_size_are_checked_exact_only(tmp_path):
+    """The bundled 8x8 digits: upscaled to the hash's 32x32 input, distinct digits of a class hash alike (~90
+    val images within 8 bits of a train image): they are counted as too small, never near-leaks."""
+    out = tmp_path / "digits"
+    shards.create_shards(ShardConfig(source="digits", output=str(out), num_shards=2), progress=False)
+    report = check_dataset(str(out))
+    assert report.ok, report.to_markdown()
+    near = report.facts["near_duplicates"]
+    assert near["small_images"] == {"train": 1618, "val": 179} and near["leaked"] == {"val": 0}
+    assert (
+        "| Images too small for the perceptual hash (exact-only) | train 1618, val 179"
+        in report.to_markdown()
+    )
