@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import tpustream.components as components
 from kfp import dsl
 
-import tpustream.components as components
 from tpustream.errors import ConfigError
 
 from .tpu import Capacity, WorkerPoolSpec, fresh_job_command, tpu_spec, worker_pool_spec
