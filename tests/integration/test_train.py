@@ -173,7 +173,7 @@ model = build_model("resnet50", num_classes=10, input_size=64).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 rt = Runtime(device=device, strategy="spmd", num_devices=1, local_devices=1, replica_index=0, num_replicas=1, is_master=True)
 config = TrainConfig(data="-", output="-", model="resnet50")
-batch = {"image": torch.randint(0, 255, (2, 3, 64, 64), dtype=torch.uint8).to(device), "label": torch.tensor([1, 2]).to(device)}
+batch = {"image": torch.randint(0, 255, (2, 3, 64, 64), dtype=torch.uint8).to(device), "label": torch.tensor([1, 2]).to(device), "mask": torch.ones(2, dtype=torch.bool).to(device)}
 losses = [train_step(model, opt, batch, 0.1, config, rt).item() for _ in range(2)]
 print("losses", losses, "params", sum(p.numel() for p in model.parameters()))
 """
