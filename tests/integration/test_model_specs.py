@@ -77,6 +77,7 @@ config = TrainConfig(data="-", output="-", model=name, bf16=bf16)
 batch = {
     "image": torch.randint(0, 255, (4, 3, 32, 32), dtype=torch.uint8).to(device),
     "label": torch.tensor([0, 1, 2, 3]).to(device),
+    "mask": torch.ones(4, dtype=torch.bool).to(device),
 }
 losses, compiles = [], []
 for epoch in range(3):  # three "epochs" of two steps, each step at another LR (the schedule's)

@@ -4,6 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import read_manifest
@@ -71,12 +72,17 @@ def test_equal_full_batches_and_exact_val_coverage(tmp_path, replicas, workers, 
     for rank in range(replicas):
         loader, batches = _epoch(dataset, "train", replicas, rank, workers, batch)
         steps.add(len(batches))
-        assert len(batches) == loader.steps_per_epoch == 300 // (batch * replicas)
-        assert all(tuple(b["image"].shape) == (batch, 3, 4, 4) and bool(b["mask"].all()) for b in batches)
+        assert len(batches) == loader.steps_per_epoch == -(-300 // (batch * replicas))  # the last padded
+        assert all(tuple(b["image"].shape) == (batch, 3, 4, 4) for b in batches)
+        assert all(bool(b["mask"].all()) for b in batches[:-1])  # padding in the last batch alone
         delivered = Counter(i for b in batches for i in _ids(b))
         assert set(delivered) <= train_ids
         report = loader.last_report
-        assert sum(delivered.values()) == report.samples + report.repeated == len(batches) * batch
+        assert (
+            sum(delivered.values())
+            == report.samples + report.repeated
+            == len(batches) * batch - report.padded
+        )
         assert (
             sum(n - 1 for n in delivered.values()) <= report.repeated
         )  # duplicates only as reported repeats
@@ -128,6 +134,12 @@ def make_uneven_id_dataset(output, sizes, classes=4):
     return Manifest.from_json(json.loads(json.dumps(document)))
 
 
+def _all_ids(batch):
+    """The id of every slot of a batch, padding included (a padding slot copies a real sample's image)."""
+    image = batch["image"].numpy()
+    return (image[:, 0, 0, 0].astype(int) + 256 * image[:, 1, 0, 0].astype(int)).tolist()
+
+
 @pytest.mark.parametrize(
     "sizes, replicas, workers, batch, seed",
     [
@@ -136,46 +148,84 @@ def make_uneven_id_dataset(output, sizes, classes=4):
         ([3, 40, 17, 8, 29, 5, 36], 2, 3, 4, 2),
         ([3, 40, 17, 8, 29, 5, 36], 1, 2, 10, 3),
         ([40, 3, 3, 21, 9], 2, 0, 5, 4),
+        ([10] * 8, 1, 2, 32, 5),  # issue 46: 80 images at batch 32, 3 steps (not 2)
+        ([10] * 8, 4, 1, 8, 6),  # 4 replicas of 8: 4 padding slots each
     ],
 )
 def test_every_train_sample_once_per_epoch_on_small_uneven_shards(
     tmp_path, sizes, replicas, workers, batch, seed
 ):
-    """Issue 37: across replicas every train key is delivered exactly once per epoch but for a remainder
-    under one global batch, which the reports count as left out; every replica gets the same number of full
-    batches; nothing is repeated; the line says so."""
+    """Issues 37 and 46: across replicas every train key is delivered exactly once per epoch, the remainder
+    under one global batch included; every replica gets the same number of batches of one shape; each
+    replica's last batch is padded (mask False) with copies of that batch's own samples, labels included,
+    so its BatchNorm statistics see real images alone; nothing is repeated; the line says so."""
     dataset = str(tmp_path / "ds")
     manifest = make_uneven_id_dataset(dataset, sizes)
     train_ids = _split_ids(manifest, dataset, "train")
     assert sorted(train_ids) == sorted(set(train_ids)) and len(train_ids) == sum(sizes)
+    assert sum(sizes) % (batch * replicas) >= replicas  # every case here pads
     for epoch in range(2):
-        delivered, steps, left_out = [], set(), 0
+        delivered, steps, padded = [], set(), 0
         for rank in range(replicas):
             loader, batches = _epoch(dataset, "train", replicas, rank, workers, batch, epoch=epoch, seed=seed)
             steps.add(len(batches))
-            assert all(tuple(b["image"].shape) == (batch, 3, 4, 4) and bool(b["mask"].all()) for b in batches)
+            assert all(tuple(b["image"].shape) == (batch, 3, 4, 4) for b in batches)
+            assert all(bool(b["mask"].all()) for b in batches[:-1])  # the padding: in the last batch alone
+            last = batches[-1]
+            real = int(last["mask"].sum())
+            assert real >= 1
+            ids, labels = _all_ids(last), last["label"].tolist()
+            for slot in range(real, batch):  # padding: the batch's own samples again, in turn
+                assert ids[slot] == ids[(slot - real) % real] and labels[slot] == labels[(slot - real) % real]
+                assert torch.equal(last["image"][slot], last["image"][(slot - real) % real])
             delivered += [i for b in batches for i in _ids(b)]
             report = loader.last_report
-            assert report.repeated == 0 and report.samples == len(batches) * batch
-            assert f"{report.samples} samples seen, 0 repeated" in report.line()
-            left_out += report.left_out
-        assert steps == {sum(sizes) // (batch * replicas)}  # equal full batches on every replica
-        assert len(delivered) == len(set(delivered))  # no key twice
-        assert set(delivered) <= set(train_ids)
-        assert left_out == len(train_ids) - len(delivered) < batch * replicas  # the rest: counted
+            assert report.repeated == 0 and report.left_out == 0
+            assert (
+                report.samples == len(batches) * batch - report.padded == sum(len(_ids(b)) for b in batches)
+            )
+            assert f"{report.samples} samples seen, 0 repeated, {report.padded} padding" in report.line()
+            assert loader.epoch_size.code == "padded"
+            padded += report.padded
+        (num_steps,) = steps
+        assert num_steps == -(-sum(sizes) // (batch * replicas))  # ceil: the same on every replica
+        assert sorted(delivered) == sorted(train_ids)  # every key exactly once
+        assert padded == loader.epoch_size.padding == num_steps * batch * replicas - sum(sizes)
+
+
+def test_unpadded_epochs_leave_the_remainder_out_and_count_it(tmp_path):
+    """``pad_last_batch`` off (issue 37's epochs): full batches only, the remainder under one global batch
+    left out and counted."""
+    sizes = [3, 40, 17, 8, 29, 5, 36]
+    dataset = str(tmp_path / "ds")
+    make_uneven_id_dataset(dataset, sizes)
+    delivered, left_out = [], 0
+    for rank in range(2):
+        loader, batches = _epoch(dataset, "train", 2, rank, 2, 16, pad_last_batch=False)
+        assert len(batches) == sum(sizes) // 32 and all(bool(b["mask"].all()) for b in batches)
+        delivered += [i for b in batches for i in _ids(b)]
+        left_out += loader.last_report.left_out
+        assert loader.epoch_size.code == "not-padded"
+    assert len(delivered) == len(set(delivered)) == sum(sizes) - left_out and left_out == sum(sizes) % 32
 
 
 def test_an_epoch_resumed_on_uneven_shards_is_the_uninterrupted_tail(tmp_path):
-    """The plan's shared shards (a worker reading another's tail) keep resume exact on every replica."""
+    """The plan's shared shards (a worker reading another's tail) keep resume exact on every replica, the
+    padded last batch included (its padding too)."""
     dataset = str(tmp_path / "ds")
     make_uneven_id_dataset(dataset, [3, 40, 17, 8, 29, 5, 36])
+
+    def _ids(batch):  # every slot, and which are real
+        return _all_ids(batch), batch["mask"].tolist()
+
     for rank in range(2):
-        full = [_ids(b).tolist() for b in _epoch(dataset, "train", 2, rank, 2, 5, epoch=1)[1]]
+        full = [_ids(b) for b in _epoch(dataset, "train", 2, rank, 2, 5, epoch=1)[1]]
+        assert not all(full[-1][1])  # 138 samples in 14 steps of 2 x 5: the last batch is padded
         for start in (1, len(full) // 2, len(full) - 1):
             config = LoaderConfig(data=dataset, batch_size=5, input_size=4, num_replicas=2, replica_index=rank,
                                   workers=2)  # fmt: skip
             with ShardLoader(config) as loader:
-                assert [_ids(b).tolist() for b in loader.epoch(1, start_batch=start)] == full[start:]
+                assert [_ids(b) for b in loader.epoch(1, start_batch=start)] == full[start:]
 
 
 def test_deterministic_and_reshuffled_per_epoch(tmp_path):
@@ -200,10 +250,14 @@ def test_truncated_and_garbage_shards_keep_step_counts(tmp_path):
     for rank in range(2):
         loader, batches = _epoch(str(dataset), "train", 2, rank, 2, 8)
         assert len(batches) == clean_steps[rank]
-        assert all(bool(b["mask"].all()) for b in batches)
-        reports.append(loader.last_report)
+        report = loader.last_report
+        assert sum(int(b["mask"].sum()) for b in batches) == report.samples + report.repeated
+        reports.append(report)
     problems = [p for r in reports for p in r.problems]
-    assert sum(r.bad_shards for r in reports) == 2
+    # a bad shard whose tail another worker reads (the plan deals every sample, the remainder too) is
+    # reported by each reader: the shards named are the two broken ones
+    assert sum(r.bad_shards for r in reports) >= 2
+    assert {p.split(":")[0] for p in problems} == {train_shards[2].path, train_shards[5].path}
     assert any(train_shards[2].path in p for p in problems) and any(
         train_shards[5].path in p for p in problems
     )
@@ -440,6 +494,6 @@ def test_more_loader_workers_than_shards_leave_the_extra_workers_idle(tmp_path, 
         loader.close()
     assert "1 of this replica's workers have no shard and stay idle" in caplog.text
     assert "--num-shards 4" in caplog.text
-    assert len(batches) == loader.steps_per_epoch == manifest.num_samples("train") // 16
+    assert len(batches) == loader.steps_per_epoch == -(-manifest.num_samples("train") // 16)
     ids = np.concatenate([_ids(b) for b in batches])
-    assert len(ids) == len(set(ids.tolist())) == len(batches) * 16
+    assert len(ids) == len(set(ids.tolist())) == manifest.num_samples("train")  # the last batch padded

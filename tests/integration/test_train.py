@@ -59,15 +59,14 @@ def test_spmd_learns_and_compiles_stay_flat(digits, tmp_path):
     assert card["metrics"]["val_samples"] == read_manifest(digits)["splits"]["val"]["num_samples"]
     assert len({h["compiles"] for h in history[1:]}) == 1  # no recompilation after epoch 1 (train and eval)
     assert "4 device(s) (spmd), per-device batch 16, global batch 64" in result.stderr
-    # issue 37: every train sample once per epoch but the remainder under one global batch, said per epoch
+    # issues 37 and 46: every train sample once per epoch, the remainder in a padded last batch, said per epoch
     train_samples = read_manifest(digits)["splits"]["train"]["num_samples"]
+    padding = -train_samples % 64
+    assert padding  # the digits do not fill whole global batches
     for h in history:
-        assert h["train_samples_seen"] == train_samples // 64 * 64 and h["train_samples_repeated"] == 0
-        assert h["train_samples_left_out"] == train_samples % 64
-    assert (
-        f"({train_samples // 64 * 64} samples seen, {train_samples % 64} left out, 0 repeated)"
-        in result.stderr
-    )
+        assert h["train_samples_seen"] == train_samples and h["train_samples_repeated"] == 0
+        assert h["train_samples_left_out"] == 0 and h["train_samples_padded"] == padding
+    assert f"({train_samples} samples seen, 0 left out, 0 repeated, {padding} padding)" in result.stderr
     assert "GlobalRate" in result.stderr and "data wait" in result.stderr
     weights = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
     model = build_model("tiny", num_classes=10, input_size=card["input_size"])
@@ -173,7 +172,7 @@ model = build_model("resnet50", num_classes=10, input_size=64).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 rt = Runtime(device=device, strategy="spmd", num_devices=1, local_devices=1, replica_index=0, num_replicas=1, is_master=True)
 config = TrainConfig(data="-", output="-", model="resnet50")
-batch = {"image": torch.randint(0, 255, (2, 3, 64, 64), dtype=torch.uint8).to(device), "label": torch.tensor([1, 2]).to(device)}
+batch = {"image": torch.randint(0, 255, (2, 3, 64, 64), dtype=torch.uint8).to(device), "label": torch.tensor([1, 2]).to(device), "mask": torch.ones(2, dtype=torch.bool).to(device)}
 losses = [train_step(model, opt, batch, 0.1, config, rt).item() for _ in range(2)]
 print("losses", losses, "params", sum(p.numel() for p in model.parameters()))
 """
@@ -254,3 +253,126 @@ def test_a_poisoned_test_split_changes_nothing_in_training(digits, uninterrupted
         torch.load(tmp_path / "run" / "model.pt", weights_only=True),
         torch.load(uninterrupted / "model.pt", weights_only=True),
     )
+
+
+def _small_digits(output, per_class, classes=8):
+    """The issue 46 case: ``classes`` digit classes of ``per_class`` train images (and 5 val images) each."""
+    from tpustream.sources.builtin import digits_source
+    from tpustream.sources.types import Item
+
+    source = digits_source()
+    by_class: dict[int, list] = {}
+    for item in source.items:
+        if item.label < classes:
+            by_class.setdefault(item.label, []).append(item)
+    source.items = [
+        Item(item.ref, label, split)
+        for label, group in sorted(by_class.items())
+        for split, part in (("train", group[:per_class]), ("val", group[per_class : per_class + 5]))
+        for item in part
+    ]
+    source.classes = source.classes[:classes]
+    shards.create_shards(
+        ShardConfig(source="digits", output=output, num_shards=4), progress=False, source=source
+    )
+    return output
+
+
+def test_small_data_trains_on_every_sample_every_epoch_without_a_recompile(tmp_path):
+    """Issue 46: 10 images x 8 classes at global batch 32 on 4 devices: 3 steps per epoch, not 2 (a fifth of
+    the data unseen), every sample seen each epoch, the last batch padded with 16 copies; and the padded step
+    compiles nothing more: the run's compile counts equal those of 12 images x 8 classes (3 full steps)."""
+    cards, logs = {}, {}
+    for per_class in (10, 12):
+        data = _small_digits(str(tmp_path / f"digits-{per_class}"), per_class)
+        result = _run(data, tmp_path / f"run-{per_class}", "--epochs", "3", "--global-batch-size", "32")
+        assert result.returncode == 0, result.stderr[-3000:]
+        cards[per_class] = json.loads((tmp_path / f"run-{per_class}" / "model.json").read_text())
+        logs[per_class] = result.stderr
+    padded, exact = cards[10], cards[12]
+    assert "80 train samples in 3 step(s) per epoch of global batch 32: every sample every epoch, the last batch " \
+        "padded with 16 copies" in logs[10]  # fmt: skip
+    assert "3 steps/epoch x 3 epochs" in logs[10] and padded["steps"] == 9
+    for h in padded["history"]:
+        assert (h["train_samples_seen"], h["train_samples_left_out"], h["train_samples_padded"]) == (
+            80,
+            0,
+            16,
+        )
+    assert "(80 samples seen, 0 left out, 0 repeated, 16 padding)" in logs[10]
+    assert [h["train_samples_padded"] for h in exact["history"]] == [0, 0, 0] and exact["steps"] == 9
+    assert [h["compiles"] for h in padded["history"]] == [h["compiles"] for h in exact["history"]]
+    assert len({h["compiles"] for h in padded["history"]}) == 1  # none after the first epoch either
+
+
+STEP_WITH_PADDING = """
+import copy, json, torch, torch_xla
+import torch.nn.functional as F
+from tpustream.image.transforms import normalize
+from tpustream.models import build_model
+from tpustream.train.config import TrainConfig
+from tpustream.train.step import train_step
+from tpustream.xla_runtime import Runtime
+
+device = torch_xla.device()
+rt = Runtime(device=device, strategy="spmd", num_devices=1, local_devices=1, replica_index=0, num_replicas=1,
+             is_master=True)
+config = TrainConfig(data="-", output="-", model="tiny")
+torch.manual_seed(0)
+base = build_model("tiny", num_classes=10, input_size=16)
+images = torch.randint(0, 255, (8, 3, 16, 16), dtype=torch.uint8)
+labels = torch.tensor([1, 7, 3, 5, 2, 4, 6, 8])
+
+
+def step(real, size, network):
+    # the loader's padded batch: `real` samples, then copies of them in turn (labels too), mask False
+    order = torch.arange(size) % real
+    batch = {"image": images[order].to(device), "label": labels[order].to(device),
+             "mask": (torch.arange(size) < real).to(device)}
+    model = copy.deepcopy(network).to(device).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    loss = train_step(model, optimizer, batch, 0.5, config, rt)
+    return float(loss.cpu()), {k: v.cpu() for k, v in model.state_dict().items()}
+
+
+out = {}
+# BatchNorm in train mode, 4 real samples padded to 8 with copies: the batch statistics are the real ones,
+# so the step equals a step on the 4 real samples alone (loss, weights, BatchNorm running means)
+loss_padded, padded = step(4, 8, base)
+loss_real, real = step(4, 4, base)
+out["bn_loss"] = [loss_padded, loss_real]
+out["bn_weights_equal"] = all(torch.allclose(padded[k].float(), real[k].float(), rtol=1e-4, atol=1e-5)
+                              for k in real if not k.endswith(("running_var", "num_batches_tracked")))
+# Without BatchNorm (each sample's loss its own), 3 real samples padded to 8 (samples 0 and 1 three times, 2
+# twice): a mean over every slot would weigh samples 0 and 1 more; the masked loss is the 3 real samples' alone
+no_bn = torch.nn.Sequential(*(torch.nn.Identity() if isinstance(m, torch.nn.BatchNorm2d) else m for m in base))
+loss_padded, padded = step(3, 8, no_bn)
+loss_real, real = step(3, 3, no_bn)
+out["no_bn_loss"] = [loss_padded, loss_real]
+out["no_bn_weights_equal"] = all(torch.allclose(padded[k].float(), real[k].float(), rtol=1e-4, atol=1e-5)
+                                for k in real)
+with torch.no_grad():  # the witness: what a mean over every slot of that batch would have been
+    order = torch.arange(8) % 3
+    per_sample = F.cross_entropy(no_bn(normalize(images[order])), labels[order],
+                                 label_smoothing=config.label_smoothing, reduction="none")
+out["no_bn_unmasked_ratio"] = float(per_sample.mean() / per_sample[:3].mean())
+print(json.dumps(out))
+"""
+
+
+def test_padding_weighs_nothing_in_the_loss_and_the_batchnorm_statistics():
+    """Issue 46: a train step on the loader's padded batch (real samples, then copies of them, mask False) is a
+    step on its real samples alone: with BatchNorm in train mode (a real count dividing the batch: the batch
+    statistics are exactly the real ones) and without BatchNorm (3 real in 8, where a mean over every slot
+    would weigh two of them 3:2)."""
+    env = {**ENV, "CPU_NUM_DEVICES": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", STEP_WITH_PADDING], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["bn_loss"][0] == pytest.approx(out["bn_loss"][1], rel=1e-5) and out["bn_weights_equal"]
+    assert (
+        out["no_bn_loss"][0] == pytest.approx(out["no_bn_loss"][1], rel=1e-5) and out["no_bn_weights_equal"]
+    )
+    assert abs(out["no_bn_unmasked_ratio"] - 1) > 1e-3  # the padding, weighed, would have shown

@@ -55,7 +55,8 @@ rt = Runtime(
 config = TrainConfig(data="-", output="-", model="tiny", backbone_lr_scale=scale, label_smoothing=0.0)
 weights = torch.tensor(inverse_frequency_weights(counts)).to(device)
 images = torch.randint(0, 255, (8, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
-batch = {"image": images.to(device), "label": torch.tensor([0, 1, 2, 3, 0, 0, 1, 0]).to(device)}
+batch = {"image": images.to(device), "label": torch.tensor([0, 1, 2, 3, 0, 0, 1, 0]).to(device),
+         "mask": torch.ones(8, dtype=torch.bool).to(device)}
 
 def backbone():  # weights and BatchNorm statistics of everything but the head ("13"); not the step counters
     return {k: v.cpu().clone() for k, v in model.state_dict().items()
@@ -77,7 +78,7 @@ out["lr"] = lr
 out["group_lrs"] = [[group["backbone"], group["lr"]] for group in optimizer.param_groups]
 if not freeze:
     # The loss of a batch of one class, weighted and not (LR 0: the weights do not move between the two)
-    one_class = {"image": batch["image"], "label": torch.full((8,), 3).to(device)}
+    one_class = {"image": batch["image"], "label": torch.full((8,), 3).to(device), "mask": batch["mask"]}
     out["weighted"] = float(train_step(model, optimizer, one_class, 0.0, config, rt, weights).cpu())
     out["unweighted"] = float(train_step(model, optimizer, one_class, 0.0, config, rt).cpu())
 print(json.dumps(out))

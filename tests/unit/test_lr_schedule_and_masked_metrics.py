@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tpustream.metrics.masked import masked_sums, summarize
+from tpustream.metrics.masked import masked_mean, masked_sums, summarize
 from tpustream.train.optimizer import default_peak_lr, lr_at
 
 
@@ -51,6 +51,16 @@ def test_masked_sums_count_only_the_real_samples() -> None:
     assert sums.dtype == torch.float64
     assert sums.tolist() == pytest.approx([loss, top1, top5, 4.0])
     assert predicted.tolist() == logits.argmax(dim=1).tolist()  # padding predicted too: masked by the caller
+
+
+def test_masked_mean_is_the_mean_over_the_real_samples_alone() -> None:
+    """Issue 46: the train loss of a padded batch: the padding's values (here huge) weigh nothing; a full
+    batch's masked mean is its plain mean; nothing real gives 0, not a division by zero."""
+    values = torch.tensor([1.0, 2.0, 6.0, 1e6, 1e6])
+    mask = torch.tensor([True, True, True, False, False])
+    assert masked_mean(values, mask).item() == 3.0
+    assert masked_mean(values[:3], mask[:3]).item() == values[:3].mean().item()
+    assert masked_mean(values, torch.zeros(5, dtype=torch.bool)).item() == 0.0
 
 
 def test_summarize_turns_sums_from_several_batches_into_means() -> None:

@@ -36,6 +36,9 @@ class LoaderConfig:
         0.875  # the val centre crop's share of the shorter side (model.json's preprocessing)
     )
     sample_keys: bool = False  # val only: each batch also carries "key", its samples' keys ("" for padding)
+    # train: the epoch's last global batch padded to full size (copies of its samples, mask False) rather than
+    # its remainder left out; off: the floor of whole global batches (how epochs were cut before issue 46)
+    pad_last_batch: bool = True
 
     def __post_init__(self) -> None:
         if self.split not in ("train", "val", "test"):  # test: read only by evaluation, like val

@@ -5,9 +5,11 @@ worker -> stream tars in-process through the storage seam -> shuffle buffer (enc
 + augment -> full batches. Step counts come from the manifest, never from what was read, so every
 replica takes the same number of steps whatever happens to a shard:
 
-- train: ``steps = train_samples // (batch_size * replicas)``; the plan deals every sample to exactly one
-  (replica, worker) but the remainder under one global batch, which is left out and counted; a worker
-  whose shards turn out short (corrupt) repeats samples to fill its quota; no partial batch ever.
+- train: ``steps = ceil(train_samples / (batch_size * replicas))``; the plan deals every sample to exactly
+  one (replica, worker), and the epoch's last global batch is padded to full size with copies of its own
+  samples, ``mask`` False (weighted 0 in the loss); only a remainder under the replica count is left out,
+  and counted (``TrainEpochSize``); a worker whose shards turn out short (corrupt) repeats samples to fill
+  its quota.
 - val: every sample exactly once across replicas; batches padded to full size with ``mask`` False,
   and replicas with fewer samples get extra all-padding batches so all take the same steps.
 
@@ -34,7 +36,7 @@ from tpustream.dataset.manifest import Manifest, load_manifest
 from tpustream.image.transforms import Augment, default_min_crop_scale
 from tpustream.loader.batch import Batch
 from tpustream.loader.config import LoaderConfig
-from tpustream.loader.epoch_plan import LoaderError, idle_workers
+from tpustream.loader.epoch_plan import LoaderError, TrainEpochSize, idle_workers, train_epoch_size
 from tpustream.loader.ring import _SlotRing, ring_depth, shm_free_bytes
 from tpustream.loader.worker import EpochStream, StatsDelta, WorkerBatch, _Split
 from tpustream.storage import io as storage
@@ -60,7 +62,7 @@ class EpochReport:
     epoch: int
     steps: int
     samples: int = 0  # real (unmasked) samples delivered: seen once this epoch
-    padded: int = 0  # val padding slots
+    padded: int = 0  # padding slots (mask False): val zeros, train copies of the padded batch's samples
     repeated: int = 0  # train samples delivered a second time to fill the quota (a shard ran short)
     # train: samples of this replica's shards that no replica reads this epoch, the remainder under one global
     # batch (train_samples - steps x batch x replicas over all replicas); the epoch plan's, not what was read
@@ -182,6 +184,15 @@ class ShardLoader:
         )
         # Validate the layout now (raises LoaderError with the fix) and fix the step count.
         self.steps_per_epoch, first_plans = self._split.plan(0)
+        self.epoch_size: TrainEpochSize | None = None  # train: how an epoch covers the split
+        if config.split == "train":
+            self.epoch_size = train_epoch_size(
+                self.num_samples,
+                batch_size=config.batch_size,
+                num_replicas=num_replicas,
+                pad_last_batch=config.pad_last_batch,
+            )
+            log.info(self.epoch_size.line())
         self.last_report: EpochReport | None = None
         self._ring: _SlotRing | None = None
         self._pool: Any = None  # the DataLoader whose persistent workers render into self._ring

@@ -106,6 +106,7 @@ class _Split:
             replica_index=self.replica_index,
             workers=cfg.workers,
             batch_size=cfg.batch_size,
+            pad_last_batch=cfg.pad_last_batch,
         )
 
     def layout(self, epoch: int, start_batch: int) -> tuple[int, list[WorkerPlan], list[int]]:
@@ -267,10 +268,18 @@ class EpochStream:
             yield from self._val(plan)
 
     def _batch(
-        self, pending: list[Prepared], labels: list[int], stats: WorkerStats, keys: list[str] | None = None
+        self,
+        pending: list[Prepared],
+        labels: list[int],
+        stats: WorkerStats,
+        keys: list[str] | None = None,
+        *,
+        copies: bool = False,
     ) -> WorkerBatch:
-        """A full batch: ``pending`` rendered into its first slots, the rest zero padding (mask False);
-        with ``keys`` (evaluation), ``key``: the samples' keys, "" for padding."""
+        """A full batch: ``pending`` rendered into its first slots, the rest padding (mask False): zeros, or
+        with ``copies`` (train) its own samples again, in turn, with their labels, so that the BatchNorm
+        statistics of a padded batch are computed over its real images alone (with a real count that divides
+        the batch: exactly theirs); with ``keys`` (evaluation), ``key``: the samples' keys, "" for padding."""
         import torch
 
         size, batch = self.split.config.input_size, self.split.config.batch_size
@@ -285,12 +294,16 @@ class EpochStream:
         self._written += 1
         if pending:
             render_batch(pending, size, chw[: len(pending)])
-        if len(pending) < batch:
-            chw[len(pending) :].zero_()
         # numpy, not tensors: pickled inline (a few hundred bytes), where a tensor travels as its own
         # shared-memory segment and file descriptor; the main process wraps them without a copy.
         label_array = np.zeros(batch, np.int64)
         label_array[: len(labels)] = labels
+        if len(pending) < batch and copies and pending:
+            originals = np.arange(len(pending), batch) % len(pending)
+            chw[len(pending) :] = chw[torch.from_numpy(originals)]
+            label_array[len(pending) :] = label_array[originals]
+        elif len(pending) < batch:
+            chw[len(pending) :].zero_()
         mask = np.zeros(batch, np.bool_)
         mask[: len(pending)] = True
         out = WorkerBatch(label=label_array, mask=mask, _stats=stats.take())
@@ -305,8 +318,11 @@ class EpochStream:
     def _train(self, plan: WorkerPlan, skip_batches: int = 0) -> Iterator[WorkerBatch]:
         cfg = self.split.config
         stats = WorkerStats()
-        needed = plan.num_batches * cfg.batch_size
+        needed = (
+            plan.num_batches * cfg.batch_size - plan.padding
+        )  # its last batch: real samples, then padding
         skip = [skip_batches * cfg.batch_size]  # samples of this plan's first batches, drawn for, not decoded
+        batches_done = skip_batches  # batches of the plan: skipped (resume) or yielded
         pending: list[Prepared] = []
         labels: list[int] = []
         produced = 0
@@ -339,6 +355,7 @@ class EpochStream:
                     stats.samples += 1
                 if len(pending) == cfg.batch_size:
                     yield self._batch(pending, labels, stats)
+                    batches_done += 1
                     pending, labels = [], []
                 if produced == needed:
                     break
@@ -350,6 +367,9 @@ class EpochStream:
                         f"sample in any shard of {self.split.dataset}; problems: {stats.problems[:3]}"
                     )
             repeat_pass += 1
+        if batches_done < plan.num_batches:  # its last batch, padded (the plan leaves a real sample in it)
+            stats.padded += cfg.batch_size - len(pending)
+            yield self._batch(pending, labels, stats, copies=True)
 
     def _val(self, plan: WorkerPlan) -> Iterator[WorkerBatch]:
         cfg = self.split.config

@@ -1,6 +1,7 @@
 """Masked classification metrics: the one definition of loss / top-1 / top-5 over a loader's batches.
 
-Used by training-time validation (``tpustream/train/trainer.py``, sums kept on the XLA device, one transfer per
+``masked_mean`` is the training loss's reduction (tpustream/train/step.py): the padded last batch of a train
+epoch counts its real samples only. The sums are used by training-time validation (``tpustream/train/trainer.py``, sums kept on the XLA device, one transfer per
 epoch) and by ``tpustream evaluate`` (``tpustream/train/evaluate.py``). Padding samples (``mask`` 0, added so
 every replica runs the same number of full batches) count nowhere.
 """
@@ -9,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["masked_sums", "summarize"]
+__all__ = ["masked_mean", "masked_sums", "summarize"]
+
+
+def masked_mean(values: Any, mask: Any) -> Any:
+    """The mean of per-sample ``values`` over the samples with ``mask`` 1 (0 when there are none): padding
+    weighs nothing, and a full batch's mean is the plain one."""
+    weights = mask.to(values.dtype)
+    return (values * weights).sum() / weights.sum().clamp(min=1)
 
 
 def masked_sums(logits: Any, labels: Any, mask: Any, dtype: Any = None) -> tuple[Any, Any]:

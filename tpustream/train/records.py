@@ -56,6 +56,8 @@ class EpochRecord(TypedDict):
     train_samples_seen: int
     train_samples_left_out: int
     train_samples_repeated: int
+    # slots of the epoch's padded last global batch (copies weighted 0); records before issue 46 lack it
+    train_samples_padded: NotRequired[int]
 
 
 class RunMeta(TypedDict):
@@ -123,11 +125,14 @@ def epoch_record(
 
     seconds = time.perf_counter() - run.started
     samples_per_s = run.steps * global_batch / seconds
-    # Every replica's plan deals each train sample once, but the remainder under one global batch; a
-    # repeat fills a quota a short (corrupt) shard left open: counted by this process's replica (all
-    # of them on one host) in the part of the epoch this run trained.
+    # Every replica's plan deals each train sample once (but a remainder under the replica count, or all of it
+    # with ``pad_last_batch`` off: ``TrainEpochSize``) and pads the epoch's last global batch; a repeat fills
+    # a quota a short (corrupt) shard left open: counted by this process's replica (all of them on one host)
+    # in the part of the epoch this run trained.
     repeated = loader.last_report.repeated if loader.last_report else 0
-    planned = steps_per_epoch * global_batch
+    size = loader.epoch_size
+    padding = size.padding if size is not None else 0
+    planned = steps_per_epoch * global_batch - padding
     return EpochRecord(
         epoch=epoch + 1,
         train_loss=train_loss,
@@ -140,6 +145,7 @@ def epoch_record(
         train_samples_seen=planned - repeated,
         train_samples_left_out=loader.num_samples - planned,
         train_samples_repeated=repeated,
+        train_samples_padded=padding,
     )
 
 
@@ -156,7 +162,7 @@ class EpochLog:
     def epoch(self, r: EpochRecord) -> None:
         """Log one epoch's record; add it to TensorBoard and upload the event files."""
         log.info(
-            "epoch %d/%d: train loss %.4f (%d samples seen, %d left out, %d repeated), val top-1 %.4f "
+            "epoch %d/%d: train loss %.4f (%d samples seen, %d left out, %d repeated, %d padding), val top-1 %.4f "
             "top-5 %.4f loss %.4f (%d samples), %.1f s, %.0f samples/s (%.0f per device), data wait %.1f%%, "
             "XLA compiles so far %d",
             r["epoch"],
@@ -165,6 +171,7 @@ class EpochLog:
             r["train_samples_seen"],
             r["train_samples_left_out"],
             r["train_samples_repeated"],
+            r.get("train_samples_padded", 0),
             r["val_top1"],
             r["val_top5"],
             r["val_loss"],

@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tpustream.loader.batch import Batch
-from tpustream.metrics.masked import masked_sums, summarize
+from tpustream.metrics.masked import masked_mean, masked_sums, summarize
 from tpustream.train.config import TrainConfig
 from tpustream.xla_runtime import Runtime, device_loader
 
@@ -52,7 +52,8 @@ def train_step(
     """One optimizer step on a device batch; returns the (device) loss. No host sync.
 
     ``lr`` is the schedule's: the backbone's groups (``backbone_groups``) take ``--backbone-lr-scale`` of it.
-    ``class_weights`` (a device tensor, one weight per class; None: unweighted) weights each sample's loss."""
+    ``class_weights`` (a device tensor, one weight per class; None: unweighted) weights each sample's loss;
+    the samples with ``mask`` False (padding) weigh nothing."""
     import torch
     import torch.nn.functional as F
     import torch_xla
@@ -63,18 +64,17 @@ def train_step(
     images = _normalize(batch["image"])
     with torch.autocast("xla", dtype=torch.bfloat16, enabled=config.bf16):
         logits = model(images)
-    if class_weights is None:
-        loss = F.cross_entropy(logits.float(), batch["label"], label_smoothing=config.label_smoothing)
-    else:
-        # Averaged over the batch, not over its weights (cross_entropy's own mean): with weights whose mean
-        # per training sample is 1, the loss keeps its unweighted scale and the LR its meaning.
-        loss = F.cross_entropy(
-            logits.float(),
-            batch["label"],
-            weight=class_weights,
-            label_smoothing=config.label_smoothing,
-            reduction="none",
-        ).mean()
+    # Averaged over the batch's real samples (``mask``: the padded last batch of an epoch counts its real
+    # samples only), not over the class weights (cross_entropy's own mean): with weights whose mean per
+    # training sample is 1, the loss keeps its unweighted scale and the LR its meaning.
+    per_sample = F.cross_entropy(
+        logits.float(),
+        batch["label"],
+        weight=class_weights,
+        label_smoothing=config.label_smoothing,
+        reduction="none",
+    )
+    loss = masked_mean(per_sample, batch["mask"])
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if rt.strategy == "replicas":
