@@ -38,6 +38,7 @@ __all__ = [
     "study_spec_metrics",
     "study_spec_parameters",
     "trial_pools",
+    "read_job_trials",
     "trial_model_dir",
     "tuning_job_body",
     "tuning_record",
@@ -194,3 +195,21 @@ def tuning_record(
                 )
             )
     return hand_on(base_output_directory, "vertex-vizier", space, tuple(records))
+
+
+def read_job_trials(gcp_resources: str) -> list[dict[str, Any]]:
+    """The trials of the HyperparameterTuningJob that GCPC's launcher recorded in ``gcp_resources`` (its
+    ``resources[0].resourceUri``: ``https://<endpoint>/v1/projects/.../hyperparameterTuningJobs/<id>``), read
+    from that endpoint with aiplatform_v1's JobServiceClient, each as JSON (MessageToDict's names)."""
+    from urllib.parse import urlparse
+
+    from google.api_core.client_options import ClientOptions
+    from google.cloud.aiplatform_v1 import JobServiceClient
+    from google.protobuf import json_format
+
+    resource = json.loads(gcp_resources)["resources"][0]["resourceUri"]
+    parsed = urlparse(resource)
+    name = parsed.path.split("/v1/", 1)[1]
+    client = JobServiceClient(client_options=ClientOptions(api_endpoint=parsed.netloc))
+    job = client.get_hyperparameter_tuning_job(name=name)
+    return [json_format.MessageToDict(type(trial).pb(trial)) for trial in job.trials]
