@@ -29,7 +29,7 @@ def plan_tuning(
     compile_cache: str = "",
     pipeline_root: str = "",
     run_outcome: str = "",
-) -> NamedTuple(
+) -> NamedTuple(  # type: ignore[valid-type]  # KFP's multiple outputs, as its docs write them
     "TuningJobInputs",
     worker_pool_specs=list,
     study_spec_metrics=list,
@@ -68,5 +68,12 @@ def plan_tuning(
         compile_cache=compile_cache,
         pipeline_root=pipeline_root,
     )
-    outputs = namedtuple("TuningJobInputs", list(planned))
-    return outputs(**planned)
+    names = [
+        "worker_pool_specs",
+        "study_spec_metrics",
+        "study_spec_parameters",
+        "max_trial_count",
+        "parallel_trial_count",
+        "space",
+    ]
+    return namedtuple("TuningJobInputs", names)(**planned)

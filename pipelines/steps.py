@@ -229,7 +229,9 @@ def tuning_job_op() -> Any:
     items = payload.items
     key = ', "measurement_selection_type": "'
     if key not in items or items[items.index(key) + 2] != '"':
-        raise RuntimeError(f"unexpected GCPC HyperparameterTuningJob payload {items}: re-check pipelines/steps.py")
+        raise RuntimeError(
+            f"unexpected GCPC HyperparameterTuningJob payload {items}: re-check pipelines/steps.py"
+        )
     at = items.index(key) + 3
     payload.items = [*items[:at], ", " + json.dumps(STOPPING_SPEC)[1:-1], *items[at:]]
     return op

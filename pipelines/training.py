@@ -325,7 +325,10 @@ def build_pipeline(
                 from google_cloud_pipeline_components import _placeholders
 
                 plan = ops.tune_plan(
-                    **train_args, trial_pool=ops.trial_pool, trial_image=ops.trial_image, tune_space=tune_space
+                    **train_args,
+                    trial_pool=ops.trial_pool,
+                    trial_image=ops.trial_image,
+                    tune_space=tune_space,
                 ).set_display_name("plan tuning job")
                 sized(plan, "plan-tuning").set_caching_options(False)
                 plan.after(check_data)

@@ -134,6 +134,7 @@ def test_run_local_with_tune_picks_the_best_trial_and_evaluates_it(tmp_path):
     assert not (model / "checkpoints").exists()  # the trial's model, not its training state
     if run.outcome.decision == "promoted":
         champion = promote.champion_status(run.registry).champion
-        assert json.loads(Path(champion.uri, "model.json").read_text())["tuning"]["trial"] == tuning["best"]
+        promoted = Path(promote.version_uri(run.registry, champion.version), "model.json")
+        assert json.loads(promoted.read_text())["tuning"]["trial"] == tuning["best"]
     page = Path(run.report).read_text()
     assert '<section id="tuning">' in page and '<tr class="best">' in page

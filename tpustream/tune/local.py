@@ -83,6 +83,10 @@ def tune_locally(
         values = {parameter.name: _suggest(trial, parameter) for parameter in space.parameters}
         trial_id = str(trial.number + 1)
         run = trial_config(config, space, values, storage.join(output, "trials", trial_id))
+        if (
+            trial.number
+        ):  # XLA's persistent cache is process-wide and opens once: the first trial's serves all
+            run = dataclasses.replace(run, compile_cache=None)
         epochs: list[float] = []
 
         def on_epoch(epoch: int, metrics: Any) -> None:
