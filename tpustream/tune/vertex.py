@@ -210,6 +210,7 @@ def read_job_trials(gcp_resources: str) -> list[dict[str, Any]]:
     resource = json.loads(gcp_resources)["resources"][0]["resourceUri"]
     parsed = urlparse(resource)
     name = parsed.path.split("/v1/", 1)[1]
-    client = JobServiceClient(client_options=ClientOptions(api_endpoint=parsed.netloc))
+    # REST, as the resource URI names it (Vertex's API serves both; a recording endpoint only REST)
+    client = JobServiceClient(transport="rest", client_options=ClientOptions(api_endpoint=parsed.netloc))
     job = client.get_hyperparameter_tuning_job(name=name)
     return [json_format.MessageToDict(type(trial).pb(trial)) for trial in job.trials]
