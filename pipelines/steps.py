@@ -34,6 +34,7 @@ __all__ = [
     "StepOps",
     "StepResources",
     "CPU_STEPS",
+    "TUNE_STEPS",
     "VERTEX_MAX_CPU",
     "VERTEX_MAX_MEMORY_GB",
     "TRAIN_JOB_OUTPUT",
@@ -82,9 +83,6 @@ CPU_STEPS = (
     "finalize-shards",
     "check-data",
     "resolve-weights",
-    "tune-model",
-    "plan-tuning",
-    "pick-trial",
     "evaluate-model",
     "validate-serving",
     "promote-model",
@@ -92,6 +90,12 @@ CPU_STEPS = (
     "join-experiment",
     "notify-webhook",
 )
+
+
+# The tune switch's CPU steps (pipelines/training.py, compiled in with tune): off Vertex the optuna search,
+# on Vertex the tuning job's planning and its best trial's pick. Sized as the other CPU steps; the tuning job
+# task itself is GCPC's launcher, as the train task is.
+TUNE_STEPS = ("tune-model", "plan-tuning", "pick-trial")
 
 
 def cpu_count(cpu: str) -> float:
@@ -141,8 +145,10 @@ class StepResources:
 
     def limits(self, step: str) -> tuple[str, str]:
         """(cpu, memory) of the compiled step ``step`` (a CPU_STEPS name)."""
-        if step not in CPU_STEPS:
-            raise ConfigError(f"{step!r} is not a CPU step of the pipeline ({', '.join(CPU_STEPS)})")
+        if step not in CPU_STEPS + TUNE_STEPS:
+            raise ConfigError(
+                f"{step!r} is not a CPU step of the pipeline ({', '.join(CPU_STEPS + TUNE_STEPS)})"
+            )
         return (self.eval_cpu, self.eval_memory) if step == "evaluate-model" else (self.cpu, self.memory)
 
 

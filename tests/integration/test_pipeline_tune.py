@@ -41,6 +41,11 @@ def test_the_vertex_tune_switch_runs_a_proto_valid_tuning_job_on_the_slice_and_p
         "producerTask": "pick-trial",
     }
     assert "check-data" in tasks["plan-tuning"]["dependentTasks"]  # no TPU time on refused data
+    executors = spec["deploymentSpec"]["executors"]
+    for step in ("plan-tuning", "pick-trial"):  # CPU steps, sized as the others (pipelines/steps.py)
+        resources = executors[f"exec-{step}"]["container"]["resources"]
+        assert (resources["resourceCpuLimit"], resources["resourceMemoryLimit"]) == ("4", "16G"), step
+    assert "resources" not in executors["exec-hyperparameter-tuning-job"]["container"]  # GCPC's launcher
     plan_inputs = tasks["plan-tuning"]["inputs"]["parameters"]
     pool = plan_inputs["trial_pool"]["runtimeValue"]["constant"]
     assert pool["machine_spec"] == {"machine_type": "ct5lp-hightpu-4t", "tpu_topology": "4x4"}
