@@ -13,6 +13,9 @@ from tpustream.components.notify import notify_webhook
 from tpustream.components.promote import promote_model
 from tpustream.components.shards import finalize_shards, plan_shards, write_shards
 from tpustream.components.train import train_model
+from tpustream.components.tune import tune_model
+from tpustream.components.tune_pick import pick_trial
+from tpustream.components.tune_plan import plan_tuning
 from tpustream.components.validate_serving import validate_serving
 from tpustream.components.weights import resolve_weights
 
@@ -24,6 +27,9 @@ __all__ = [
     "check_data",
     "resolve_weights",
     "train_model",
+    "tune_model",
+    "plan_tuning",
+    "pick_trial",
     "evaluate_model",
     "validate_serving",
     "promote_model",

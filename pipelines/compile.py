@@ -57,6 +57,7 @@ def compile_pipeline(
     tensorboard: str = "",
     notify_emails: list[str] | None = None,
     notify_webhook: str = "",
+    tune: bool = False,
 ) -> str:
     """Write the pipeline YAML (TPU type, images and the CPU steps' sizes fixed now; no credentials inside).
 
@@ -67,7 +68,8 @@ def compile_pipeline(
     streams to (a run may name another).
     ``notify_emails``: compile in Vertex's email notification to these recipients (the ``notify_emails``
     parameter's default; a run may name others); ``notify_webhook``: the ``notify_webhook`` parameter's
-    default (pipelines/training.py, "Notifications").
+    default (pipelines/training.py, "Notifications"). ``tune``: compile the tune switch in (the candidate from a
+    hyperparameter search: a Vertex AI HyperparameterTuningJob with ``tpu``; pipelines/training.py).
     """
     from kfp import compiler
 
@@ -105,6 +107,7 @@ def compile_pipeline(
         tensorboard=tensorboard,
         notify_emails=notify_emails,
         notify_webhook=notify_webhook,
+        tune=tune,
     )
     compiler.Compiler().compile(pipeline, output)
     return output

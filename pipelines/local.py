@@ -232,7 +232,12 @@ def _root_logging() -> Iterator[None]:
 
 
 def run_local(
-    *, root: str, registry: str | None = None, log_path: str | None = None, **parameters: JsonValue
+    *,
+    root: str,
+    registry: str | None = None,
+    log_path: str | None = None,
+    tune: bool = False,
+    **parameters: JsonValue,
 ) -> LocalRun:
     """Run every step locally under ``root`` (pipeline root); returns where things landed.
 
@@ -240,6 +245,7 @@ def run_local(
     the executors' full logs go to that file and only task outcomes, epochs and decisions are printed.
     The exit step notifies ``notify_webhook`` (a parameter) as on Vertex; ``notify_emails`` cannot be sent
     from here (Vertex's email component runs only on Vertex): it is logged and left out.
+    ``tune``: the pipeline's tune switch (the candidate from a search of ``tune_space``, with optuna here).
     Returns where things landed and what the run did (``LocalRun``).
     """
     from kfp import local
@@ -262,7 +268,7 @@ def run_local(
             "Pipelines); the webhook, if any, is"
         )
     parameters.pop("notify_emails", None)
-    pipeline = build_pipeline(tpu=None)
+    pipeline = build_pipeline(tpu=None, tune=tune)
     conditions = condition_tasks(pipeline.pipeline_spec)
     summary: RunSummary | None = None
     try:

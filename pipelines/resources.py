@@ -16,7 +16,15 @@ from dataclasses import dataclass
 
 from tpustream.errors import ConfigError
 
-__all__ = ["cpu_count", "memory_gb", "StepResources", "CPU_STEPS", "VERTEX_MAX_CPU", "VERTEX_MAX_MEMORY_GB"]
+__all__ = [
+    "cpu_count",
+    "memory_gb",
+    "StepResources",
+    "CPU_STEPS",
+    "TUNE_STEPS",
+    "VERTEX_MAX_CPU",
+    "VERTEX_MAX_MEMORY_GB",
+]
 
 # What Vertex AI Pipelines accepts for a step ("Specify the machine configuration for a pipeline step"):
 # CPU "a number ... or a number followed by m" (1/1000), at most 96; memory "a number, or a number followed by
@@ -44,6 +52,9 @@ CPU_STEPS = (
     "join-experiment",
     "notify-webhook",
 )
+# The tune switch's CPU steps (pipelines/training.py): sized as the other CPU steps, apart from CPU_STEPS so that
+# the plain DAG is checked against CPU_STEPS alone.
+TUNE_STEPS = ("tune-model", "plan-tuning", "pick-trial")
 
 
 def cpu_count(cpu: str) -> float:
@@ -100,6 +111,8 @@ class StepResources:
 
     def limits(self, step: str) -> tuple[str, str]:
         """(cpu, memory) of the compiled step ``step`` (a CPU_STEPS name)."""
-        if step not in CPU_STEPS:
-            raise ConfigError(f"{step!r} is not a CPU step of the pipeline ({', '.join(CPU_STEPS)})")
+        if step not in CPU_STEPS + TUNE_STEPS:
+            raise ConfigError(
+                f"{step!r} is not a CPU step of the pipeline ({', '.join(CPU_STEPS + TUNE_STEPS)})"
+            )
         return (self.eval_cpu, self.eval_memory) if step == "evaluate-model" else (self.cpu, self.memory)

@@ -25,6 +25,7 @@ __all__ = [
     "LOCAL_IMAGE",
     "StepOps",
     "TRAIN_JOB_OUTPUT",
+    "TUNE_JOB_OUTPUT",
 ]
 
 # The TPU CustomJob's baseOutputDirectory: one per run, under the run's pipeline root. Vertex resolves the
@@ -33,6 +34,8 @@ __all__ = [
 # PIPELINE_JOB_ID_PLACEHOLDER the same way, v1/model/upload_model/component.py). A KFP retry of the train task
 # creates a new CustomJob with the same directory: its event files land beside the first attempt's.
 TRAIN_JOB_OUTPUT = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}/train-job"
+# The HyperparameterTuningJob's base output directory: trial N trains into TUNE_JOB_OUTPUT/N/model (AIP_MODEL_DIR).
+TUNE_JOB_OUTPUT = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}/tune-job"
 LOCAL_IMAGE = "local"  # kfp.local's SubprocessRunner runs in this Python: no image is pulled
 _PLACEHOLDER_IMAGE = re.compile(r"(^|/)(PROJECT|CHANGE-ME|YOUR[-_]PROJECT)(/|$)|\$", re.IGNORECASE)
 
@@ -67,6 +70,14 @@ class StepOps:
     experiment: Any
     notify: Any
     train_pools: list[WorkerPoolSpec]
+    # the tune switch (pipelines/training.py): off Vertex one step searching with optuna; on Vertex plan ->
+    # GCPC's HyperparameterTuningJobRunOp (early stopping spliced in) -> pick, trials on ``trial_pool``
+    tune: Any = None
+    tune_plan: Any = None
+    tuning_job: Any = None
+    tune_pick: Any = None
+    trial_pool: dict[str, Any] | None = None
+    trial_image: str = ""
 
 
 def _tpu_training_op(train_op: Any, tpu: str, capacity: Capacity) -> tuple[Any, list[WorkerPoolSpec]]:
@@ -104,6 +115,33 @@ def _tpu_training_op(train_op: Any, tpu: str, capacity: Capacity) -> tuple[Any, 
     return job_op, [worker_pool_spec(spec, container)]
 
 
+def tuning_job_op() -> Any:
+    """GCPC's ``HyperparameterTuningJobRunOp`` with Vizier's automated early stopping in its study spec.
+
+    GCPC builds the job from one JSON payload whose ``study_spec`` has no slot for a stopping spec
+    (v1/hyperparameter_tuning_job/component.py), so a copy of the op gets ``STOPPING_SPEC``
+    (tpustream/tune/vertex.py) spliced into that payload right after ``measurement_selection_type``; the
+    launcher parses the payload into aiplatform_v1 ``HyperparameterTuningJob`` as before."""
+    import copy
+    import json
+
+    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import HyperparameterTuningJobRunOp
+
+    from tpustream.tune.vertex import STOPPING_SPEC
+
+    op = copy.deepcopy(HyperparameterTuningJobRunOp)
+    payload = op.component_spec.implementation.container.args[3]
+    items = payload.items
+    key = ', "measurement_selection_type": "'
+    if key not in items or items[items.index(key) + 2] != '"':
+        raise RuntimeError(
+            f"unexpected GCPC HyperparameterTuningJob payload {items}: re-check pipelines/steps.py"
+        )
+    at = items.index(key) + 3
+    payload.items = [*items[:at], ", " + json.dumps(STOPPING_SPEC)[1:-1], *items[at:]]
+    return op
+
+
 def build_components(
     cpu_image: str, tpu_image: str, tpu: str | None, capacity: Capacity | None = None, serve_image: str = ""
 ) -> StepOps:
@@ -130,6 +168,16 @@ def build_components(
             components.train_model, base_image=tpu_image, target_image=tpu_image, install_kfp_package=False
         )
         train_op, pools = _tpu_training_op(train_op, tpu, capacity or Capacity())
+    tuning: dict[str, Any] = {"tune": component(components.tune_model, cpu_image)}
+    if tpu:
+        pool = {key: value for key, value in pools[0].items() if key != "container_spec"}
+        tuning = {
+            "tune_plan": component(components.plan_tuning, cpu_image),
+            "tuning_job": tuning_job_op(),
+            "tune_pick": component(components.pick_trial, cpu_image),
+            "trial_pool": pool,
+            "trial_image": tpu_image,
+        }
     return StepOps(
         check=component(components.check_source, cpu_image),
         plan=component(components.plan_shards, cpu_image),
@@ -145,4 +193,5 @@ def build_components(
         validate=component(components.validate_serving, serve_image or cpu_image),
         train=train_op,
         train_pools=pools,
+        **tuning,
     )

@@ -24,6 +24,7 @@ __all__ = [
     "RunParameters",
     "compiled_slice",
     "compiled_strategy",
+    "compiled_tuning",
     "has_email_step",
     "load_template",
     "pipeline_parameters",
@@ -151,15 +152,24 @@ def _find(node: Any, key: str) -> Any:
 
 
 def compiled_slice(template: CompiledTemplate) -> tuple[str | None, int]:
-    """The TPU type a compiled pipeline trains on (None: the CPU image) and its number of hosts."""
+    """The TPU type a compiled pipeline trains on (None: the CPU image) and its number of hosts: the train
+    job's pool, or with the tune switch its trials' (``trial_pool``)."""
     pools = _find(template.document, "worker_pool_specs")
     default = pools.get("runtimeValue", {}).get("constant") if isinstance(pools, dict) else pools
+    if compiled_tuning(template):
+        default = [_find(template.document, "trial_pool").get("runtimeValue", {}).get("constant") or {}]
     machine = (default or [{}])[0].get("machine_spec", {}) if isinstance(default, list) else {}
     for name, tpu in TPU_TYPES.items():
         wanted = dict(tpu.machine_spec())
         if wanted == {k: v for k, v in machine.items() if k in wanted} and machine:
             return name, tpu.hosts
     return None, 1
+
+
+def compiled_tuning(template: CompiledTemplate) -> bool:
+    """Whether the pipeline was compiled with the tune switch on Vertex (trials on the TPU slice)."""
+    found = _find(template.document, "trial_pool")
+    return isinstance(found, dict) and "runtimeValue" in found
 
 
 def compiled_strategy(template: CompiledTemplate) -> str:

@@ -57,7 +57,7 @@ from tpustream.train.config import TrainConfig
 from tpustream.train.pretrained import MODEL_DEFAULT
 
 from .resources import StepResources
-from .steps import LOCAL_IMAGE, build_components
+from .steps import LOCAL_IMAGE, TUNE_JOB_OUTPUT, build_components
 from .tpu import PIPELINE_WORKERS, Capacity, train_hosts
 
 __all__ = [
@@ -115,6 +115,7 @@ def build_pipeline(
     tensorboard: str = "",
     notify_emails: list[str] | None = None,
     notify_webhook: str = "",
+    tune: bool = False,
 ) -> Any:
     """The pipeline function, for kfp's compiler or kfp.local (``tpu=None``: every step runs as is).
 
@@ -122,7 +123,10 @@ def build_pipeline(
     every step in this machine's processes and ignores them. ``tensorboard``: the default of the
     ``tensorboard`` parameter (a run may set another). ``notify_emails``: compile in Vertex's email
     notification (the module doc), these recipients the default of the ``notify_emails`` parameter; none: no
-    email step. ``notify_webhook``: the default of the ``notify_webhook`` parameter."""
+    email step. ``notify_webhook``: the default of the ``notify_webhook`` parameter. ``tune``: the candidate
+    comes from a hyperparameter search of the ``tune_space`` parameter's space instead of one train step: on
+    Vertex (``tpu``) a HyperparameterTuningJob whose trials run on the slice, its best trial's model handed on;
+    otherwise one step searching with optuna (tpustream/tune/)."""
     ops = build_components(cpu_image, tpu_image, tpu, capacity, serve_image)
     sizes = resources or StepResources()
     default_tensorboard = tensorboard
@@ -210,6 +214,7 @@ def build_pipeline(
         experiment: str = "",  # the Vertex AI Experiment a scheduled run joins (tpustream/vertex/experiments.py); "" none
         notify_emails: list = default_emails,  # who Vertex emails the run's final state (compiled in only with recipients)
         notify_webhook: str = default_webhook,  # a URL the exit step POSTs the run's state and outcome to (JSON); "" none
+        tune_space: str = "",  # with the tune switch compiled in: the search space file's URI; "" the default space
     ) -> None:
         # ONE exit handler around the whole DAG (an ExitStack: the DAG's body keeps its indentation). Its exit
         # task is Vertex's email op when compiled in (GCPC: it "can only be used as an ExitHandler's exit task"),
@@ -313,7 +318,46 @@ def build_pipeline(
                 run_outcome=OUTCOME_PATH,
             ).set_display_name("resolve pretrained weights")
             sized(weights, "resolve-weights").set_caching_options(False)
-            train = ops.train(
+
+            def tuned(**train_args: Any) -> Any:
+                """The tune switch's candidate, from the train step's own arguments: on Vertex plan -> Vizier's
+                HyperparameterTuningJob (trials on the slice) -> its best trial's model; else one optuna step."""
+                for custom_job_input in ("worker_pool_specs", "tensorboard"):  # train_extra's: not a trial's
+                    train_args.pop(custom_job_input, None)
+                if not tpu:
+                    return sized(ops.tune(**train_args, tune_space=tune_space), "tune-model")
+                from google_cloud_pipeline_components import _placeholders
+
+                plan = ops.tune_plan(
+                    **train_args,
+                    trial_pool=ops.trial_pool,
+                    trial_image=ops.trial_image,
+                    tune_space=tune_space,
+                ).set_display_name("plan tuning job")
+                sized(plan, "plan-tuning").set_caching_options(False)
+                plan.after(check_data)
+                job = ops.tuning_job(
+                    display_name="tpustream-tune",
+                    base_output_directory=TUNE_JOB_OUTPUT,
+                    worker_pool_specs=plan.outputs["worker_pool_specs"],
+                    study_spec_metrics=plan.outputs["study_spec_metrics"],
+                    study_spec_parameters=plan.outputs["study_spec_parameters"],
+                    max_trial_count=plan.outputs["max_trial_count"],
+                    parallel_trial_count=plan.outputs["parallel_trial_count"],
+                    service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,  # the run's, as the train job's
+                    network=_placeholders.NETWORK_PLACEHOLDER,
+                    **promote_extra,
+                ).set_display_name("tune on Vertex AI Vizier")
+                job.set_caching_options(False)
+                pick = ops.tune_pick(
+                    gcp_resources=job.outputs["gcp_resources"],
+                    base_output_directory=TUNE_JOB_OUTPUT,
+                    space=plan.outputs["space"],
+                    run_outcome=OUTCOME_PATH,
+                )
+                return sized(pick, "pick-trial")
+
+            train = (tuned if tune else ops.train)(
                 dataset=finalize.outputs["dataset"],
                 model_name=model_name,
                 epochs=epochs,
@@ -334,7 +378,7 @@ def build_pipeline(
                 pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
                 run_outcome=OUTCOME_PATH,
                 **train_extra(tensorboard),
-            ).set_display_name("train")
+            ).set_display_name("tune: best trial" if tune else "train")
             train.after(check_data)  # no TPU time on data the check refused (data_check=fail)
             # A retried task resumes from `last` in its own output (resume=auto): it continues, not restarts.
             train.set_retry(num_retries=2, backoff_duration="60s").set_caching_options(False)

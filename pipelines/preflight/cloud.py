@@ -23,6 +23,7 @@ from ..template import (
     RunParameters,
     compiled_slice,
     compiled_strategy,
+    compiled_tuning,
     largest_cpu_step,
     load_template,
     template_parameters,
@@ -183,7 +184,17 @@ def check_cloud(
         spec_of = TPU_TYPES[tpu]
         needed = spec_of.accelerator_count or spec_of.chips  # v2/v3 quota counts cores, v5e/v6e chips
         spot = spec is not None and compiled_strategy(spec) == "SPOT"
-        findings += guarded("tpu-quota", lambda: tpu_quota(google, project, region, tpu, needed, spot))
+
+        def quota() -> Finding:
+            if spec is None or not compiled_tuning(spec):
+                return tpu_quota(google, project, region, tpu, needed, spot)
+            from tpustream.tune.space import read_space  # a tuning job: parallel_trials slices at once
+
+            space_uri = parameters.get("tune_space")
+            parallel = read_space(space_uri if isinstance(space_uri, str) else None).parallel_trials
+            return tpu_quota(google, project, region, tpu, needed * parallel, spot, parallel)
+
+        findings += guarded("tpu-quota", quota)
     vcpus = largest_cpu_step(spec) if spec is not None else 0.0
     if vcpus:
         findings += guarded("cpu-quota", lambda: cpu_quota(google, project, region, vcpus))

@@ -45,9 +45,13 @@ def _normalised(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
-def tpu_quota(google: Google, project: str, region: str, tpu: str, needed: int, spot: bool) -> Finding:
+def tpu_quota(
+    google: Google, project: str, region: str, tpu: str, needed: int, spot: bool, parallel_trials: int = 0
+) -> Finding:
     """Vertex AI's custom-training TPU quota for ``tpu``'s family in ``region`` (Cloud Quotas API
-    quotaInfos of aiplatform.googleapis.com): 0 or less than the slice needs would queue the job forever."""
+    quotaInfos of aiplatform.googleapis.com): 0 or less than the slice needs would queue the job forever.
+    ``parallel_trials``: a tuning job runs that many slices at once, so ``needed`` is theirs together."""
+    what = f"{parallel_trials} parallel trials of {tpu}" if parallel_trials else tpu
     family = tpu.split("-")[0]
     console = (
         f"check it in the console: IAM & Admin > Quotas & System Limits (project {project}), service "
@@ -83,11 +87,13 @@ def tpu_quota(google: Google, project: str, region: str, tpu: str, needed: int, 
             return Finding(
                 "tpu-quota",
                 FAIL,
-                f"{name} is {value} in {region} and {tpu} needs {needed}: the train job would wait "
-                f"in JOB_STATE_QUEUED indefinitely; request an increase at "
+                f"{name} is {value} in {region} and {what} need{'' if parallel_trials else 's'} {needed}: the "
+                f"{'tuning job' if parallel_trials else 'train job'} would wait in JOB_STATE_QUEUED "
+                "indefinitely; request an increase "
+                f"{'or lower parallel_trials in the search space ' if parallel_trials else ''}at "
                 f"https://console.cloud.google.com/iam-admin/quotas?project={project}",
             )
-    return Finding("tpu-quota", OK, f"TPU {family} quota in {region} covers {tpu} ({needed})")
+    return Finding("tpu-quota", OK, f"TPU {family} quota in {region} covers {what} ({needed})")
 
 
 def _quota_infos(

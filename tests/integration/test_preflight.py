@@ -236,6 +236,23 @@ def test_tpu_quota_zero_or_too_small_fails_unreadable_warns(templates, google, g
     assert "roles/cloudquotas.viewer" in unreadable.message
 
 
+def test_a_tuning_job_needs_quota_for_its_parallel_trials(tmp_path, google, gcs_bucket):
+    """The tune switch runs parallel_trials slices at once: the default space's 2 of v5e-16 need 32 chips."""
+    from tpustream.storage import io as storage
+
+    template = str(tmp_path / "tune.yaml")
+    compile_pipeline(template, tpu="v5e-16", cpu_image=CPU_IMAGE, tpu_image=TPU_IMAGE, tune=True)
+    by_check, _ = _run(template, google, gcs_bucket)  # v5e quota 16 in us-central1
+    quota = by_check["tpu-quota"]
+    assert quota.status == FAIL and "2 parallel trials of v5e-16 need 32" in quota.message
+    assert "lower parallel_trials" in quota.message
+    space = f"{gcs_bucket}/spaces/one-at-a-time.yaml"
+    storage.write_bytes(space, b"parallel_trials: 1\nparameters: {lr: {min: 0.01, max: 0.1, scale: log}}\n")
+    parameters = {"registry": f"{gcs_bucket}/registry", "tune_space": space}
+    by_check, _ = _run(template, google, gcs_bucket, parameters=parameters)
+    assert by_check["tpu-quota"].status == "ok", by_check["tpu-quota"].message
+
+
 def test_cpu_quota_below_the_largest_cpu_step_fails_naming_it(templates, google, gcs_bucket):
     """Evaluate asks Vertex for 16 vCPUs (pipelines/resources.py StepResources.eval_cpu): a region whose
     custom-training CPU quota is below that cannot place the step; no CPU quota listed is a warning."""

@@ -45,6 +45,7 @@ LAYERS = (
     "models",  # the model zoo (its input sizes come from the dataset's rule)
     "registry",  # the champion pointer, the promotion policy, its history (train warm-starts from the champion)
     "train",  # the trainer, checkpoints, warm starts, pretrained weights, evaluation
+    "tune",  # the hyperparameter search: its space, optuna here, the Vertex HyperparameterTuningJob's parts
     "serve",  # the model server, its contract, serving validation, batch predict
     "vertex",  # Vertex AI Model Registry, batch prediction, experiments
     "release",  # promote and deploy

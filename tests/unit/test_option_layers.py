@@ -108,6 +108,10 @@ OWN: dict[str, dict[str, str]] = {
         "tpu_image": "a pushed image: refused when empty (check_image), so no default can drift",
     },
     "pipeline preflight": {"schedule": "what to check: also what a schedule needs"},
+    "tune": {
+        "space": "None: the default search space (tpustream/tune/space.py DEFAULT_SPACE)",
+        "max_trials": "None: the space's max_trials",
+    },
     "promote": {
         "vertex_model": _NONE,
         "vertex_project": _VERTEX,
@@ -144,12 +148,14 @@ OWN: dict[str, dict[str, str]] = {
         "compile_cache": "auto = the run's pipeline root /xla-cache; `train --compile-cache` takes the URI itself",
         "experiment": "'' = none: the Vertex AI Experiment a scheduled run joins (`pipeline schedule --experiment`)",
         "notify_emails": "compiled in by `pipeline compile --notify` (default there: none)",
+        "tune_space": "'' = the default search space (tpustream/tune/space.py), as `tpustream tune` without --space",
     },
     "components": {
         **{name: _WIRING for name in ("registry", "pipeline_root", "run_outcome", "pipeline_job_id", "run")},
         **{name: _VERTEX for name in ("project", "location")},
         "vertex_model_name": "the pipeline's vertex_model ('' = none)",
         "serving_image": "the pipeline's serving_image ('' = the environment's)",
+        "tune_space": "the pipeline's tune_space ('' = the default search space)",
     },
 }
 # door -> option -> why its default is unlike its source's, on purpose.
@@ -197,6 +203,7 @@ def _derived(config: type) -> dict[str, str]:
 # door -> option -> the "Owner.field" its default comes from.
 SOURCES: dict[str, dict[str, str]] = {
     "train": _derived(TrainConfig),
+    "tune": _derived(TrainConfig),  # every trial's base: train's options
     "shards create": _derived(ShardConfig),
     "shards check": {**_derived(DataCheckThresholds), "examples": "check_dataset.max_examples"},
     "predict": {
@@ -273,6 +280,7 @@ SOURCES: dict[str, dict[str, str]] = {
 }
 _CLI_DOORS = {
     "train": ("train",),
+    "tune": ("tune",),
     "shards create": ("shards", "create"),
     "shards check": ("shards", "check"),
     "predict": ("predict",),

@@ -99,6 +99,8 @@ class ModelCard:
     compile_cache: dict[str, Any] | None = None  # its lookups in the training process (None: no cache)
     stopped_early: bool = False
     created: str = ""
+    # a tune run's chosen trial: engine, trial id, parameters, metric, trials (tpustream/tune/record.py; None: not tuned)
+    tuning: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = field(default=frozenset(), repr=False)  # keys its file lacked: not written back
 
@@ -128,6 +130,7 @@ class ModelCard:
         "compile_cache",
         "stopped_early",
         "created",
+        "tuning",
     )
 
     @classmethod
@@ -160,6 +163,7 @@ class ModelCard:
                 compile_cache=document.get("compile_cache"),
                 stopped_early=bool(document.get("stopped_early", False)),
                 created=str(document.get("created") or ""),
+                tuning=document.get("tuning"),
                 extra=_extra(document, cls._KEYS),
                 absent=_absent(document, cls._KEYS),
             )
@@ -190,6 +194,7 @@ class ModelCard:
             "compile_cache": self.compile_cache,
             "stopped_early": self.stopped_early,
             "created": self.created,
+            "tuning": self.tuning,
         }
         return _written(known, self.absent, self.extra)
 

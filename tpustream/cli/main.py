@@ -9,6 +9,7 @@ from tpustream.cli.app import app
 # isort: off
 import tpustream.cli.data  # noqa: E402, F401
 import tpustream.cli.train  # noqa: E402, F401
+import tpustream.cli.tune  # noqa: E402, F401
 import tpustream.cli.registry  # noqa: E402, F401
 import tpustream.cli.serve  # noqa: E402, F401
 import tpustream.cli.report  # noqa: E402, F401

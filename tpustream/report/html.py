@@ -32,6 +32,7 @@ from tpustream.report.label_issues import label_errors_html
 from tpustream.report.markdown import markdown_html
 from tpustream.report.page import code, figure, note, render_page, table
 from tpustream.report.recipe import recipe_rows
+from tpustream.report.trials import trials_html
 from tpustream.report.verdict import ClassRow, Verdict, shown_rows, support_note, too_few_text
 
 __all__ = ["PLOTTED_CLASSES", "render_html"]
@@ -56,6 +57,7 @@ def render_html(facts: ReportFacts, verdict: Verdict, rows: list[ClassRow]) -> s
     sections = [
         ("training", "Training", _training_html(facts)),
         ("recipe", "Training recipe", _recipe_html(facts)),
+        *([("tuning", "Hyperparameter search", trials_html(facts.tuning))] if facts.tuning else []),
         ("confusion", "Confusion matrices", _confusion_html(facts)),
         ("per-class", "Per-class accuracy", _per_class_html(facts, rows)),
         ("dataset", "Data set", _dataset_html(facts)),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -70,26 +71,32 @@ from tpustream.train.run_start import (
 from tpustream.train.step import evaluate, log_step, train_step
 from tpustream.xla_runtime import device_loader, runtime
 
-__all__ = ["Trainer", "train"]
+__all__ = ["EpochHook", "Trainer", "train"]
 
 log = logging.getLogger(__name__)
 
+# Called after each epoch is validated and checkpointed, with the epochs done and that epoch's val metrics
+# (val_top1, ...), in every process; what it raises ends the run there (a tune trial's pruning,
+# tpustream/tune/local.py). Must pickle under --strategy replicas.
+EpochHook = Callable[[int, Mapping[str, Any]], None]
 
-def train(config: TrainConfig) -> ModelCard:
-    """Train per ``config``; returns the final model card (model.json). Raises Preempted on SIGTERM."""
+
+def train(config: TrainConfig, on_epoch: EpochHook | None = None) -> ModelCard:
+    """Train per ``config``; returns the final model card (model.json). Raises Preempted on SIGTERM.
+    ``on_epoch``: called after each epoch (``EpochHook``)."""
     if config.strategy == "replicas":
         import torch_xla
 
-        torch_xla.launch(_replica_main, args=(config,))
+        torch_xla.launch(_replica_main, args=(config, on_epoch))
         return ModelCard.read(storage.join(config.output, ModelCard.NAME))
-    return _train_process(config)
+    return _train_process(config, on_epoch)
 
 
-def _replica_main(index: int, config: TrainConfig) -> None:
-    _train_process(config)
+def _replica_main(index: int, config: TrainConfig, on_epoch: EpochHook | None = None) -> None:
+    _train_process(config, on_epoch)
 
 
-def _train_process(config: TrainConfig) -> ModelCard:
+def _train_process(config: TrainConfig, on_epoch: EpochHook | None = None) -> ModelCard:
     from tpustream.train.compile_cache import open_compile_cache
 
     # SIGTERM is a preemption from the first instant: setup, loop and waiting for process 0 alike.
@@ -98,6 +105,7 @@ def _train_process(config: TrainConfig) -> ModelCard:
         try:
             trainer = Trainer(config, preemption)
             trainer.compile_cache = cache
+            trainer.on_epoch = on_epoch
             try:
                 return trainer.fit()
             finally:
@@ -178,6 +186,7 @@ class Trainer:
         self.stop: StopAgreement | None = None
         self.tracker: Any = None  # xm.RateTracker over the whole run, made in fit()
         self.compile_cache: Any = None  # CompileCache when --compile-cache is given
+        self.on_epoch: EpochHook | None = None
 
     def build_network(self, small_input_stem: bool) -> None:
         """The model (random weights, on the device), its optimizer and its head's parameters, for a network
@@ -487,6 +496,8 @@ class Trainer:
                 best_epoch["epoch"],
                 best_epoch["val_top1"],
             )
+        if self.on_epoch is not None:
+            self.on_epoch(state.epoch, metrics)
 
     # -- checkpoints and preemption ------------------------------------------------------------------
 
