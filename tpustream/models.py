@@ -92,6 +92,9 @@ class ModelSpec:
     """The optimizer recipe's peak LR at a global batch of 256 (the trainer scales it with the batch)."""
     weight_decay: float = 1e-4
     """The optimizer recipe's weight decay when the run gives none."""
+    fine_tune_lr_factor: float = 0.1
+    """A fine-tuning run's (--pretrained, --init-from) default peak LR as a fraction of the from-scratch one
+    (``train.optimizer.fine_tune_peak_lr``)."""
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.models import ModelSpec
 
 __all__ = [
     "FINE_TUNE_LR_FACTOR",
     "default_peak_lr",
+    "fine_tune_peak_lr",
     "lr_at",
     "inverse_frequency_weights",
     "backbone_groups",
@@ -40,6 +44,12 @@ def default_peak_lr(global_batch: int, base: float = 0.1) -> float:
     (``ModelSpec.base_lr``: 0.1 for SGD, about 2e-4 for the AdamW recipes)."""
     ratio = global_batch / 256
     return base * (ratio if ratio >= 1 else math.sqrt(ratio))
+
+
+def fine_tune_peak_lr(global_batch: int, spec: ModelSpec) -> float:
+    """A fine-tuning run's peak LR when the run gives none: the model's from-scratch default at this batch
+    times its family's ``ModelSpec.fine_tune_lr_factor`` (pure)."""
+    return default_peak_lr(global_batch, spec.base_lr) * spec.fine_tune_lr_factor
 
 
 def lr_at(step: int, *, peak_lr: float, warmup_steps: int, total_steps: int) -> float:
