@@ -284,10 +284,20 @@ def _efficientnet_v2_s(*, num_classes: int, in_channels: int, input_size: int) -
     return _efficientnet_stem(efficientnet_v2_s(weights=None, num_classes=num_classes), in_channels, stride=2)
 
 
+# The fine-tuning LR of the SGD families (a --pretrained run without --lr): FACTOR_PLACEHOLDER
+SGD_FINE_TUNE_LR_FACTOR = 0.1
+
 MODEL_SPECS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        ModelSpec(name="tiny", builder=_tiny, small_input=None, optimizer=sgd_momentum, head="13"),
+        ModelSpec(
+            name="tiny",
+            builder=_tiny,
+            small_input=None,
+            optimizer=sgd_momentum,
+            head="13",
+            fine_tune_lr_factor=SGD_FINE_TUNE_LR_FACTOR,
+        ),
         *(
             ModelSpec(
                 name=name,
@@ -296,6 +306,7 @@ MODEL_SPECS: dict[str, ModelSpec] = {
                 optimizer=sgd_momentum,
                 head="fc",
                 torchvision_arch=name,
+                fine_tune_lr_factor=SGD_FINE_TUNE_LR_FACTOR,
             )
             for name in ("resnet18", "resnet34", "resnet50", "resnet101")
         ),
@@ -313,6 +324,7 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             optimizer=sgd_momentum,
             head="classifier.1",
             torchvision_arch="efficientnet_b0",
+            fine_tune_lr_factor=SGD_FINE_TUNE_LR_FACTOR,
             input_size=InputSizeRule(smallest=32, largest=224),
         ),
         # As B0: torchvision's SGD recipe for its EfficientNet-V2 weights, the same stride-1 small-input stem.
@@ -324,6 +336,7 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             optimizer=sgd_momentum,
             head="classifier.1",
             torchvision_arch="efficientnet_v2_s",
+            fine_tune_lr_factor=SGD_FINE_TUNE_LR_FACTOR,
             input_size=InputSizeRule(smallest=32, largest=384),
         ),
         # torchvision's references/classification/README.md, vit_b_16: --opt adamw --lr 0.003 --wd 0.3

@@ -6,7 +6,7 @@ The one module outside ``tpustream/bench/`` that imports it, and only inside a c
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -139,7 +139,7 @@ def bench_finetune_cmd(
         except ValueError:
             raise ConfigError(f"{option} {text}: give numbers separated by commas") from None
 
-    given = {
+    given: dict[str, Any] = {
         "images_per_class": numbers("--images-per-class", images_per_class, int)
         if images_per_class
         else None,
