@@ -33,7 +33,15 @@ def test_bench_finetune_quick_runs_every_arm_on_the_same_data_and_steps():
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     arms = [line.get("arm") for line in lines]
-    assert arms == ["pretrain", "ours_default", "ours_lr_x3", "plain_reference", "plain_random", "random", None]
+    assert arms == [
+        "pretrain",
+        "ours_default",
+        "ours_lr_x3",
+        "plain_reference",
+        "plain_random",
+        "random",
+        None,
+    ]
     pretrain, *runs, summary = lines
     assert pretrain["source_classes"] == 22 and pretrain["steps"] > 0
     by_arm = {line["arm"]: line for line in runs}
