@@ -300,9 +300,11 @@ def _challenger_card(pipeline_root: str) -> dict:
 
 
 def _default_peak_lr(scenario: Scenario) -> float:
-    """The peak LR a run without --lr trains at: the scaled default, a tenth of it when fine-tuning."""
+    """The peak LR a run without --lr trains at: the scaled default, fine-tuning's rule when fine-tuning."""
     from tpustream.models import model_spec
-    from tpustream.train.optimizer import FINE_TUNE_LR_FACTOR, default_peak_lr
+    from tpustream.train.optimizer import default_peak_lr, fine_tune_peak_lr
 
-    scaled = default_peak_lr(8 * 4, model_spec("resnet18").base_lr)
-    return scaled * FINE_TUNE_LR_FACTOR if scenario.weights == "staged-pth" else scaled
+    spec = model_spec("resnet18")
+    if scenario.weights == "staged-pth":
+        return fine_tune_peak_lr(8 * 4, spec)
+    return default_peak_lr(8 * 4, spec.base_lr)

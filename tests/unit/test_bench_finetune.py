@@ -1,75 +1,99 @@
-"""bench finetune's reading of its runs: steps to the target, the side-by-side summary and its verdict, and
-the options it refuses before training anything."""
+"""bench finetune's transfer task (deterministic per seed, disjoint classes sharing their primitives), its
+transfer check, its summary, and the options it refuses before training anything."""
 
+import dataclasses
+
+import numpy as np
 import pytest
 
-from tpustream.bench.finetune import _run_line, bench_finetune, summarize_size
+from tpustream.bench.finetune import QUICK, bench_finetune, summarize_size, transfer_check
+from tpustream.bench.transfer_task import (
+    SHAPES,
+    SOURCE_CLASSES,
+    TARGET_CLASSES,
+    TEXTURES,
+    draw_image,
+    write_folder,
+)
 from tpustream.errors import ConfigError
 
 
-def _card(tops, steps_per_epoch=4):
-    history = [{"epoch": i + 1, "val_top1": top} for i, top in enumerate(tops)]
-    return {"history": history, "steps": steps_per_epoch * len(tops)}
+def test_the_source_and_target_classes_are_disjoint_and_share_every_target_primitive():
+    assert len(SOURCE_CLASSES) >= 20 and len(TARGET_CLASSES) == 8
+    assert not set(SOURCE_CLASSES) & set(TARGET_CLASSES)
+    assert len({c.name for c in SOURCE_CLASSES + TARGET_CLASSES}) == len(SHAPES) * len(TEXTURES)
+    for target in TARGET_CLASSES:  # each target shape and texture is learnt on the source, in other pairs
+        assert sum(source.shape == target.shape for source in SOURCE_CLASSES) >= 2
+        assert sum(source.texture == target.texture for source in SOURCE_CLASSES) >= 2
 
 
-def _line(init, tops, target=0.8, lr=0.1):
-    reading = _run_line(_card(tops), target)
-    return {
-        "init": init,
-        "weights_source": "own",
-        "images_per_class": 10,
-        "lr": lr,
-        "lr_rule": "r",
-        **reading,
+def test_an_image_is_a_pure_function_of_seed_class_and_index():
+    cls = TARGET_CLASSES[3]
+    first = draw_image(cls, 7, 11)
+    assert first.shape == (64, 64, 3) and first.dtype == np.uint8
+    assert np.array_equal(first, draw_image(cls, 7, 11))
+    assert not np.array_equal(first, draw_image(cls, 8, 11))  # another seed
+    assert not np.array_equal(first, draw_image(cls, 7, 12))  # another index
+    assert not np.array_equal(first, draw_image(TARGET_CLASSES[4], 7, 11))  # another class
+
+
+def test_the_folder_holds_the_drawn_pixels_losslessly(tmp_path):
+    from PIL import Image
+
+    root = write_folder(str(tmp_path), TARGET_CLASSES[:2], 3, [0, 5])
+    for cls in TARGET_CLASSES[:2]:
+        for index in (0, 5):
+            path = tmp_path / cls.name / f"{index:05d}.png"
+            assert np.array_equal(np.asarray(Image.open(path)), draw_image(cls, 3, index))
+    assert root == str(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        c.name for c in TARGET_CLASSES[:2]
+    )
+
+
+def test_the_transfer_check_needs_pretraining_to_help_the_plain_fine_tune():
+    helps = transfer_check(0.9, 0.4)
+    assert helps.code == "informative" and helps.gain == pytest.approx(0.5)
+    barely = transfer_check(0.43, 0.4)
+    assert barely.code == "uninformative" and barely.sentence.startswith("UNINFORMATIVE task")
+    hurts = transfer_check(0.3, 0.4)
+    assert hurts.code == "uninformative" and hurts.gain == pytest.approx(-0.1)
+    assert transfer_check(0.45, 0.4, min_gain=0.05).code == "informative"  # the margin itself counts
+
+
+def _line(arm, top1, lr=0.01):
+    return {"arm": arm, "images_per_class": 10, "steps": 60, "final_top1": top1, "lr": lr}
+
+
+def test_the_summary_gives_each_of_ours_over_the_plain_reference_and_the_check():
+    lines = {
+        arm: _line(arm, top1)
+        for arm, top1 in (
+            ("random", 0.2),
+            ("ours_default", 0.8),
+            ("ours_lr_x3", 0.9),
+            ("plain_reference", 0.9),
+            ("plain_random", 0.25),
+        )
     }
-
-
-def test_a_run_counts_the_first_epoch_at_the_target_and_reports_its_final_top1():
-    line = _run_line(_card([0.5, 0.85, 0.7]), 0.8)
-    assert line["epochs_to_target_top1"] == 2 and line["steps_to_target_top1"] == 8
-    assert line["epochs"] == 3 and line["steps"] == 12 and line["final_top1"] == 0.7
-    assert _run_line(_card([0.5]), 0.8)["steps_to_target_top1"] is None
-
-
-def test_the_summary_puts_both_inits_side_by_side_with_the_steps_ratio():
-    summary = summarize_size(_line("random", [0.3, 0.6, 0.85]), _line("pretrained", [0.82, 0.9, 0.95]))
-    assert summary["final_top1"] == {"random": 0.85, "pretrained": 0.95}
-    assert summary["final_top1_gain"] == pytest.approx(0.1)
-    assert summary["steps_to_target_top1"] == {"random": 12, "pretrained": 4}
-    assert summary["steps_to_target_ratio_pretrained_vs_random"] == pytest.approx(0.333)
-    assert summary["verdict"].startswith("at lr 0.1 (r): pretrained ends +0.1000 top-1 above random")
-
-
-def test_the_summary_says_so_when_pretrained_does_not_beat_random():
-    summary = summarize_size(_line("random", [0.5, 0.9]), _line("pretrained", [0.4, 0.6]))
-    assert "pretrained does NOT beat random" in summary["verdict"]
-    assert "only random reaches the target (8 steps)" in summary["verdict"]
-    assert summary["steps_to_target_ratio_pretrained_vs_random"] is None
+    summary = summarize_size(lines, transfer_check(0.9, 0.25))
+    assert summary["summary"] is True and summary["images_per_class"] == 10 and summary["steps"] == 60
+    assert summary["final_top1"]["plain_random"] == 0.25
+    assert summary["ratio_vs_plain"] == {"random": 0.2222, "ours_default": 0.8889, "ours_lr_x3": 1.0}
+    assert summary["transfer_check"] == "informative" and summary["transfer_gain"] == pytest.approx(0.65)
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "named"),
+    ("change", "named"),
     [
-        ({"images_per_class": [200], "epochs": [1]}, "--images-per-class 200"),
-        ({"images_per_class": [10, 20], "epochs": [1, 2, 3]}, "--epochs 1,2,3"),
-        ({"target_top1": 1.5}, "--target-top1 1.5"),
+        ({"images_per_class": (10, 20), "epochs": (1, 2, 3)}, "--epochs 1,2,3"),
+        ({"images_per_class": (0,), "epochs": (1,)}, "--images-per-class 0"),
     ],
 )
-def test_options_out_of_range_are_one_line_errors_before_any_training(kwargs, named):
+def test_sizes_out_of_range_are_one_line_errors_before_any_training(change, named):
     with pytest.raises(ConfigError, match=named):
-        next(bench_finetune(**kwargs))
+        next(bench_finetune(dataclasses.replace(QUICK, **change)))
 
 
-def test_the_summary_adds_the_pretrained_run_at_the_random_lr_when_there_is_one():
-    random = _line("random", [0.5, 0.9])
-    pretrained = _line("pretrained", [0.4, 0.6], lr=0.01)
-    same_lr = _line("pretrained", [0.85, 0.95])
-    summary = summarize_size(random, pretrained, same_lr)
-    assert summary["final_top1"] == {"random": 0.9, "pretrained": 0.6, "pretrained_at_random_lr": 0.95}
-    assert summary["steps_to_target_top1"]["pretrained_at_random_lr"] == 4
-    assert summary["final_top1_gain"] == pytest.approx(-0.3)
-    assert summary["final_top1_gain_at_random_lr"] == pytest.approx(0.05)
-    assert summary["steps_to_target_ratio_at_random_lr"] == pytest.approx(0.5)
-    first, second = summary["verdict"].split(" | ")
-    assert first.startswith("at lr 0.01 (r): pretrained does NOT beat random")
-    assert second.startswith("at lr 0.1 (r): pretrained ends +0.0500 top-1 above random")
+def test_a_non_positive_lr_factor_is_refused_before_any_training():
+    with pytest.raises(ConfigError, match="--lr-factors"):
+        next(bench_finetune(QUICK, lr_factors=(1.0, 0.0)))

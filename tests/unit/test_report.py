@@ -21,6 +21,7 @@ import pytest
 from tests.common.report import CLASSES, EVIL, PLOT_IDS, epochs, evaluation, history, manifest, sample_facts
 from tests.common.report import model_card as _card
 from tpustream.artifacts import Evaluation
+from tpustream.models import model_spec
 from tpustream.registry.policy import Decision, PromotionPolicy, decide
 from tpustream.release.promote import PromotionOutcome
 from tpustream.report import build as report
@@ -873,10 +874,12 @@ def test_the_training_recipe_section_says_how_the_candidate_was_trained():
     )
     page, markdown = render_report(sample_facts(model_card=card))
     recipe = _recipe(page)
-    # 4 devices (640 / 160 samples/s) x 32: global batch 128, sqrt-scaled 0.1 -> 0.07071, a tenth: 0.007071
+    # 4 devices (640 / 160 samples/s) x 32: global batch 128, sqrt-scaled 0.1 -> 0.07071, times resnet18's
+    # fine-tuning factor
+    factor = model_spec("resnet18").fine_tune_lr_factor
     assert recipe["peak LR"] == (
-        "0.007071: fine-tuning&#x27;s tenth of the scaled default 0.07071 (0.1 at a global batch of 256, "
-        "scaled to 128; no --lr given)"
+        f"{0.07071 * factor:.4g}: fine-tuning&#x27;s {factor:g}x the scaled default 0.07071 (0.1 at a global "
+        "batch of 256, scaled to 128; no --lr given)"
     )
     assert recipe["schedule"] == (
         "linear warmup over 1 epoch to the peak, then cosine decay to 0 at the end of epoch 6, per step"
@@ -944,7 +947,8 @@ def test_the_recipe_states_the_peak_lr_the_trainer_recorded():
     assert card.peak_lr == 0.0123 and card.global_batch == 32
     recipe = _recipe(render_report(sample_facts(model_card=card))[0])
     assert recipe["peak LR"] == (
-        "0.0123: fine-tuning&#x27;s tenth of the scaled default at a global batch of 32 (no --lr given)"
+        "0.0123: fine-tuning&#x27;s default, a fraction of the scaled default at a global batch of 32 "
+        "(no --lr given)"
     )
 
 

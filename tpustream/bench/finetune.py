@@ -1,27 +1,32 @@
-"""``tpustream bench finetune``: random init vs ``train --pretrained`` on the same small target data and the
-same step budget, at a few images per class: final val top-1 and steps to a target top-1.
+"""``tpustream bench finetune``: does our fine-tuning get from pretrained weights what a plain PyTorch
+fine-tune of the same weights gets, on a transfer task where pretraining matters?
 
-The source of the weights. No ImageNet weights can be downloaded here, and no installed package ships any in
-its wheel (the bench looks: ``_packaged_weights`` lists every ``.pth``/``.pt``/``.safetensors`` file over 1 MB
-in the environment's site-packages, and the output names what it found). So the weights are our own: the
-trainer (a real ``tpustream train`` process, XLA) pretrains the model on one task, scikit-learn's digits 0-4,
-and its ``model.pt`` is saved as a torchvision-layout state dict (``.pth``); the target task is the disjoint
-digits 5-9. That measures what ``--pretrained`` does with a related source task, not what ImageNet weights do
-for natural images (Kornblith, Shlens, Le, CVPR 2019 for those).
+The task (``bench/transfer_task.py``): 22 procedurally drawn shape x texture classes at 64 px as the source,
+8 disjoint classes made of the same shapes and textures in new combinations as the target. No ImageNet
+weights can be downloaded here, so the weights are our own: a real ``tpustream train`` process (XLA) pretrains
+the model on the source task, and its ``model.pt`` (a torchvision-layout state dict) is the ``.pth`` every
+fine-tune starts from.
 
-The two arms differ in their start only. Both are the same network: the model's stock torchvision form, the
-one ``--pretrained`` keeps at every input size (at 32 px, ``train`` without ``--pretrained`` would swap in
-ResNet's small-input stem: another network with 16x the compute per step). The random arm starts from the
-trainer's own random init of that network (``ModelSpec.builder`` under ``--seed``, saved as a file and given as
-``--pretrained``, which is also how the pretraining run gets the stock stem). Each arm trains at the peak LR
-``train`` gives it by default: the from-scratch default for the random arm, a tenth of it
-(``train.optimizer.FINE_TUNE_LR_FACTOR``) for the pretrained arm; ``--lr``/``--pretrained-lr`` override them.
-As the LR then differs too, a third arm (``pretrained_at_random_lr``; ``--no-same-lr-arm`` drops it) starts
-from the pretrained file at the random arm's LR: init is then the only difference. All arms see the same train
-images (the first N per class of a seeded permutation), the same epochs, hence the same steps, and are
-evaluated every epoch on the same held-out val split of the target task (the last ``val_per_class`` images per
-class, never trained on). One JSON line per run, then one summary line per size with all side by
-side and a plain verdict; nothing is assumed about who wins.
+At each target size (images per class) every arm sees the same train images (the first N of each class),
+the same number of optimizer steps and the same held-out test images (never trained on, the same at every
+size), and reports the final top-1 on them:
+
+- ``random``: ``tpustream train`` from the trainer's random init of the same network at its from-scratch LR;
+- ``ours_default``: ``tpustream train --pretrained FILE`` with every default (the fine-tuning LR rule:
+  ``train.optimizer.fine_tune_peak_lr``);
+- ``ours_recipe``: the same with ``recipe_args`` added (the modern recipe's options; not run when none are
+  given);
+- ``ours_lr_xF`` (``lr_factors``): the default run at F times the default fine-tuning LR: the LR sweep;
+- ``plain_reference``: plain PyTorch on the CPU (no XLA, no tpustream loader) from the same file, as
+  torchvision's classification reference fine-tunes: SGD momentum 0.9, weight decay 1e-4, cosine to zero,
+  LR 0.01 at batch 32 scaled linearly, no warmup, no label smoothing, RandomResizedCrop (our min crop scale)
+  + horizontal flip;
+- ``plain_random``: the plain script from the random init: with ``plain_reference`` it decides whether the
+  task is informative at all (``transfer_check``: pretraining must help a plain fine-tune, else no
+  comparison here says anything about fine-tuning).
+
+One JSON line per run, then one summary line per size: every arm's final top-1, each of ours over the plain
+reference (``ratio_vs_plain``), and the transfer check's code and sentence.
 """
 
 from __future__ import annotations
@@ -30,271 +35,330 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from tpustream.bench.transfer_task import SOURCE_CLASSES, TARGET_CLASSES, write_folder
 from tpustream.bench.warmstart import run_train
 from tpustream.errors import ConfigError
 
-__all__ = ["bench_finetune", "summarize_size"]
+__all__ = [
+    "TransferCheck",
+    "FinetuneSize",
+    "QUICK",
+    "DEFAULT",
+    "transfer_check",
+    "summarize_size",
+    "bench_finetune",
+]
 
-SOURCE_CLASSES = (0, 1, 2, 3, 4)
-TARGET_CLASSES = (5, 6, 7, 8, 9)
-SAME_LR_ARM = "pretrained_at_random_lr"
-
-
-def _packaged_weights() -> list[str]:
-    """Weight files over 1 MB shipped inside installed packages (ImageNet weights would be tens of MB)."""
-    import site
-
-    roots = {*site.getsitepackages(), site.getusersitepackages()}
-    found = []
-    for root in sorted(r for r in roots if os.path.isdir(r)):
-        for folder, _, files in os.walk(root):
-            for name in files:
-                if name.endswith((".pth", ".pt", ".safetensors")):
-                    path = os.path.join(folder, name)
-                    if os.path.getsize(path) > 1 << 20:
-                        found.append(path)
-    return sorted(found)
+REFERENCE_LR_AT_32 = 0.01
+"""torchvision's classification reference, fine-tuning: LR 0.01 at batch 32 (scaled linearly here)."""
+MIN_TRANSFER_GAIN = 0.05
+"""The plain fine-tune's top-1 gain from pretraining that makes the task informative (5 points)."""
+PLAIN_RULE = "torchvision reference fine-tuning: 0.01 at batch 32, scaled linearly"
+TEST_INDEX_START = 100_000
+"""Test images are drawn from this index on: never one of the train images (indices 0 to N-1)."""
 
 
-def _save_png(pixels: Any, path: str) -> None:
-    import numpy as np
-    from PIL import Image
+@dataclass(frozen=True)
+class TransferCheck:
+    """Whether pretraining helps a plain fine-tune of the same weights: the task is informative or not."""
 
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    Image.fromarray((pixels * 16).clip(0, 255).astype(np.uint8)).convert("RGB").save(path)
-
-
-def _digits_by_class(seed: int) -> dict[int, list[int]]:
-    """Each digit's image indices in a seeded permutation (the order train and val images are taken in)."""
-    import numpy as np
-    from sklearn.datasets import load_digits
-
-    targets = load_digits().target
-    rng = np.random.default_rng(seed)
-    return {c: [int(i) for i in rng.permutation(np.flatnonzero(targets == c))] for c in range(10)}
+    code: Literal["informative", "uninformative"]
+    gain: float
+    sentence: str
 
 
-def _source_folder(root: str, order: dict[int, list[int]]) -> str:
-    """Digits 0-4, every image (an ImageFolder; the shards' own 10% val split watches the pretraining)."""
-    from sklearn.datasets import load_digits
-
-    images = load_digits().images
-    for c in SOURCE_CLASSES:
-        for i in order[c]:
-            _save_png(images[i], os.path.join(root, str(c), f"{i:05d}.png"))
-    return root
-
-
-def _target_folder(root: str, order: dict[int, list[int]], per_class: int, val_per_class: int) -> str:
-    """Digits 5-9 with their own split: train/ the first ``per_class`` of each class, val/ the last
-    ``val_per_class`` (the same val images at every size)."""
-    from sklearn.datasets import load_digits
-
-    images = load_digits().images
-    for c in TARGET_CLASSES:
-        for i in order[c][:per_class]:
-            _save_png(images[i], os.path.join(root, "train", str(c), f"{i:05d}.png"))
-        for i in order[c][-val_per_class:]:
-            _save_png(images[i], os.path.join(root, "val", str(c), f"{i:05d}.png"))
-    return root
+def transfer_check(
+    plain_pretrained: float, plain_random: float, min_gain: float = MIN_TRANSFER_GAIN
+) -> TransferCheck:
+    """The transfer check of one size from the plain fine-tunes' final top-1 from the pretrained file and from
+    the random init: informative when pretraining gains at least ``min_gain``."""
+    gain = round(plain_pretrained - plain_random, 4)
+    if gain >= min_gain:
+        sentence = f"informative: pretraining lifts the plain fine-tune {gain:+.4f} top-1 (>= {min_gain:g})"
+        return TransferCheck("informative", gain, sentence)
+    sentence = (
+        f"UNINFORMATIVE task: pretraining moves the plain fine-tune only {gain:+.4f} top-1 (< {min_gain:g}): "
+        "no comparison at this size says anything about fine-tuning"
+    )
+    return TransferCheck("uninformative", gain, sentence)
 
 
-def _run_line(card: dict[str, Any], target: float) -> dict[str, Any]:
-    """A run's reading: steps, val top-1 per epoch, the first epoch (and its steps) at ``target``."""
-    history = card["history"]
-    steps_per_epoch = card["steps"] // max(1, len(history))
-    epoch = next((h["epoch"] for h in history if h["val_top1"] >= target), None)
+@dataclass(frozen=True)
+class FinetuneSize:
+    """The bench's size: model, pretraining and fine-tuning budgets."""
+
+    model: str
+    images_per_class: tuple[int, ...]
+    epochs: tuple[int, ...]
+    source_per_class: int
+    pretrain_epochs: int
+    test_per_class: int
+    batch_size: int
+
+
+DEFAULT = FinetuneSize(
+    model="resnet18",
+    images_per_class=(10, 30, 100),
+    epochs=(6, 3, 2),
+    source_per_class=50,
+    pretrain_epochs=2,
+    test_per_class=25,
+    batch_size=16,
+)
+QUICK = FinetuneSize(
+    model="tiny",
+    images_per_class=(4,),
+    epochs=(2,),
+    source_per_class=8,
+    pretrain_epochs=1,
+    test_per_class=4,
+    batch_size=8,
+)
+
+
+def summarize_size(lines: dict[str, dict[str, Any]], check: TransferCheck) -> dict[str, Any]:
+    """One size's runs side by side: every arm's final top-1, each of ours over the plain reference, and the
+    transfer check."""
+    plain = lines["plain_reference"]["final_top1"]
+    ours = [arm for arm in lines if arm.startswith(("ours_", "random"))]
+    any_line = lines["plain_reference"]
     return {
-        "epochs": len(history),
-        "steps": card["steps"],
-        "epochs_to_target_top1": epoch,
-        "steps_to_target_top1": epoch * steps_per_epoch if epoch is not None else None,
-        "target_top1": target,
-        "final_top1": round(history[-1]["val_top1"], 4),
-        "val_top1_by_epoch": [round(h["val_top1"], 4) for h in history],
-    }
-
-
-def _compare(random: dict[str, Any], pretrained: dict[str, Any]) -> tuple[float, float | None, str]:
-    """A pretrained run against the random one: the final top-1 gain, the steps ratio, and the sentence."""
-    gain = round(pretrained["final_top1"] - random["final_top1"], 4)
-    r_steps, p_steps = random["steps_to_target_top1"], pretrained["steps_to_target_top1"]
-    ratio = round(p_steps / r_steps, 3) if r_steps and p_steps is not None else None
-    if gain > 0:
-        final = f"pretrained ends {gain:+.4f} top-1 above random"
-    elif gain < 0:
-        final = f"pretrained does NOT beat random: it ends {gain:+.4f} top-1 below it"
-    else:
-        final = "pretrained and random end at the same top-1"
-    if p_steps is None and r_steps is None:
-        target = "neither reaches the target"
-    elif p_steps is None:
-        target = f"only random reaches the target ({r_steps} steps)"
-    elif r_steps is None:
-        target = f"only pretrained reaches the target ({p_steps} steps; random never does)"
-    else:
-        target = f"the target in {p_steps} steps pretrained vs {r_steps} random"
-    return gain, ratio, f"at lr {pretrained['lr']:g} ({pretrained['lr_rule']}): {final}; {target}"
-
-
-def summarize_size(
-    random: dict[str, Any], pretrained: dict[str, Any], same_lr: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """One size's runs side by side: final top-1 and steps to the target of random init, of pretrained at
-    train's --pretrained LR and (``same_lr``) of pretrained at the random run's LR, and what they say."""
-    runs = {"random": random, "pretrained": pretrained}
-    if same_lr is not None:
-        runs[SAME_LR_ARM] = same_lr
-    gain, ratio, verdict = _compare(random, pretrained)
-    summary: dict[str, Any] = {
         "bench": "finetune",
         "summary": True,
-        "weights_source": pretrained["weights_source"],
-        "images_per_class": pretrained["images_per_class"],
-        "epochs": pretrained["epochs"],
-        "steps": pretrained["steps"],
-        "target_top1": pretrained["target_top1"],
-        "final_top1": {arm: line["final_top1"] for arm, line in runs.items()},
-        "steps_to_target_top1": {arm: line["steps_to_target_top1"] for arm, line in runs.items()},
-        "final_top1_gain": gain,
-        "steps_to_target_ratio_pretrained_vs_random": ratio,
+        "images_per_class": any_line["images_per_class"],
+        "steps": any_line["steps"],
+        "final_top1": {arm: line["final_top1"] for arm, line in lines.items()},
+        "lr": {arm: line["lr"] for arm, line in lines.items()},
+        "ratio_vs_plain": {
+            arm: round(lines[arm]["final_top1"] / plain, 4) if plain else None for arm in ours
+        },
+        "transfer_check": check.code,
+        "transfer_gain": check.gain,
+        "verdict": check.sentence,
     }
-    verdicts = [verdict]
-    if same_lr is not None:
-        same_gain, same_ratio, same_verdict = _compare(random, same_lr)
-        summary["final_top1_gain_at_random_lr"] = same_gain
-        summary["steps_to_target_ratio_at_random_lr"] = same_ratio
-        verdicts.append(same_verdict)
-    summary["verdict"] = " | ".join(verdicts)
-    return summary
 
 
-def _parse_sizes(images_per_class: Sequence[int], epochs: Sequence[int]) -> list[tuple[int, int]]:
-    if len(epochs) == 1:
-        epochs = list(epochs) * len(images_per_class)
-    if len(epochs) != len(images_per_class):
+def _plain_finetune(
+    start: str,
+    data: str,
+    *,
+    model: str,
+    epochs: int,
+    steps_per_epoch: int,
+    batch_size: int,
+    lr: float,
+    input_size: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Plain PyTorch on the CPU, torchvision's reference way: ``start``'s weights but the head, ``data``'s
+    train/ for ``epochs`` x ``steps_per_epoch`` steps, then top-1 on its val/."""
+    import torch
+    from torchvision import datasets, transforms
+
+    from tpustream.image.transforms import IMAGENET_MEAN, IMAGENET_STD, default_min_crop_scale
+    from tpustream.models import model_spec
+
+    torch.manual_seed(seed)
+    spec = model_spec(model)
+    normalize = [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    scale = (default_min_crop_scale(input_size), 1.0)
+    train_set = datasets.ImageFolder(
+        os.path.join(data, "train"),
+        transforms.Compose(
+            [
+                transforms.RandomResizedCrop(input_size, scale=scale),
+                transforms.RandomHorizontalFlip(),
+                *normalize,
+            ]
+        ),
+    )
+    test_set = datasets.ImageFolder(
+        os.path.join(data, "val"), transforms.Compose([transforms.CenterCrop(input_size), *normalize])
+    )
+    network = spec.build(num_classes=len(train_set.classes), input_size=input_size, small_input_stem=False)
+    state = torch.load(start, map_location="cpu", weights_only=True)
+    head = spec.head + "."
+    missing, unexpected = network.load_state_dict(
+        {key: value for key, value in state.items() if not key.startswith(head)}, strict=False
+    )
+    if unexpected or any(not key.startswith(head) for key in missing):
+        raise RuntimeError(f"{start} does not fit {model}: missing {missing}, unexpected {unexpected}")
+    optimizer = torch.optim.SGD(network.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
+    total = epochs * steps_per_epoch
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total)
+    # the same steps as ours: a partial last batch only where ours trains on one too
+    drop_last = len(train_set) // batch_size == steps_per_epoch
+    loader = torch.utils.data.DataLoader(
+        train_set, batch_size=batch_size, shuffle=True, drop_last=drop_last, num_workers=0
+    )
+    steps = 0
+    network.train()
+    for _ in range(epochs):
+        for images, labels in loader:
+            loss = torch.nn.functional.cross_entropy(network(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            steps += 1
+    network.eval()
+    correct = 0
+    with torch.no_grad():
+        for images, labels in torch.utils.data.DataLoader(test_set, batch_size=100):
+            correct += int((network(images).argmax(1) == labels).sum())
+    return {"steps": steps, "final_top1": round(correct / len(test_set), 4)}
+
+
+def _check_size(size: FinetuneSize) -> None:
+    if len(size.epochs) != len(size.images_per_class):
         raise ConfigError(
-            f"--epochs {','.join(map(str, epochs))}: give one epoch count, or one per --images-per-class "
-            f"({len(images_per_class)})"
+            f"--epochs {','.join(map(str, size.epochs))}: give one epoch count per --images-per-class "
+            f"({len(size.images_per_class)})"
         )
-    return list(zip(images_per_class, epochs, strict=True))
+    for per_class in size.images_per_class:
+        if not 1 <= per_class < TEST_INDEX_START:
+            raise ConfigError(f"--images-per-class {per_class}: give 1 to {TEST_INDEX_START - 1}")
 
 
 def bench_finetune(
+    size: FinetuneSize = DEFAULT,
     *,
-    images_per_class: Sequence[int] = (10, 100),
-    epochs: Sequence[int] = (30, 6),
-    pretrain_epochs: int = 6,
-    model: str = "resnet18",
-    input_size: int = 32,
-    batch_size: int = 16,
-    lr: float | None = None,
-    pretrained_lr: float | None = None,
-    target_top1: float = 0.7,
-    val_per_class: int = 60,
+    lr_factors: Sequence[float] = (),
+    recipe_args: Sequence[str] = (),
+    input_size: int = 64,
     seed: int = 0,
-    same_lr_arm: bool = True,
 ) -> Iterator[str]:
-    """JSON lines: per size in ``images_per_class``, the random run, the pretrained run at train's --pretrained
-    LR and (``same_lr_arm``, when the two LRs differ) the pretrained run at the random run's LR, then their
-    summary."""
+    """JSON lines: the pretraining run, then per target size its runs (see the module docstring) and their
+    summary. ``lr_factors``: the LR sweep's multiples of the default fine-tuning LR."""
+    import torch
+
     from tpustream.dataset.plan import ShardConfig
     from tpustream.dataset.write import create_shards
     from tpustream.models import model_spec
-    from tpustream.train.optimizer import FINE_TUNE_LR_FACTOR, default_peak_lr
+    from tpustream.train.optimizer import default_peak_lr, fine_tune_peak_lr
 
-    spec = model_spec(model)
-    sizes = _parse_sizes(images_per_class, epochs)
-    order = _digits_by_class(seed)
-    available = min(len(order[c]) for c in TARGET_CLASSES)
-    for per_class, _ in sizes:
-        if per_class < 1 or per_class + val_per_class > available:
-            raise ConfigError(
-                f"--images-per-class {per_class}: digits 5-9 have {available} images in their smallest class, "
-                f"{val_per_class} of them held out for val: give 1 to {available - val_per_class}"
-            )
-    if not 0.0 < target_top1 <= 1.0:
-        raise ConfigError(f"--target-top1 {target_top1}: give a top-1 in (0, 1]")
-    # the trainer's default peak LRs at this global batch (one device): from scratch, and for --pretrained
-    random_lr = lr if lr is not None else default_peak_lr(batch_size, spec.base_lr)
-    tuned_lr = pretrained_lr if pretrained_lr is not None else random_lr * FINE_TUNE_LR_FACTOR
-    random_rule = "--lr" if lr is not None else "train's from-scratch default"
-    tuned_rule = "--pretrained-lr" if pretrained_lr is not None else "train's --pretrained default, a tenth"
-
+    _check_size(size)
+    if any(factor <= 0 for factor in lr_factors):
+        raise ConfigError(f"--lr-factors {','.join(map(str, lr_factors))}: give positive multiples")
+    spec = model_spec(size.model)
+    batch = size.batch_size
+    scratch_lr = default_peak_lr(batch, spec.base_lr)
+    default_lr = fine_tune_peak_lr(batch, spec)
+    reference_lr = REFERENCE_LR_AT_32 * batch / 32
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"}
-    common = ["--model", model, "--input-size", str(input_size), "--batch-size", str(batch_size)]
+    common = ["--model", size.model, "--input-size", str(input_size), "--batch-size", str(batch)]
     common += ["--workers", "1", "--log-steps", "1000", "--seed", str(seed)]
-    packaged = _packaged_weights()
     with tempfile.TemporaryDirectory(prefix="tpustream-bench-finetune-") as tmp:
-        import torch
-
-        # the trainer's random init of the stock network, as a file: the random arm's start, and how the
-        # pretraining run gets the stock stem at a small input size
+        # one XLA compilation cache for every run: the fine-tuning runs share their programs (same network,
+        # classes, batch; the LR is an input), so only the first compiles them
+        common += ["--compile-cache", os.path.join(tmp, "xla-cache")]
+        # the trainer's random init of the stock network, as a file: the random arms' start, and how the
+        # pretraining run gets the stock stem (a 64 px run from scratch would get the small-input one)
         torch.manual_seed(seed)
-        network = spec.builder(num_classes=len(SOURCE_CLASSES), in_channels=3, input_size=input_size)
-        random_file = os.path.join(tmp, f"{model}-random-init.pth")
+        network = spec.build(num_classes=len(SOURCE_CLASSES), input_size=input_size, small_input_stem=False)
+        random_file = os.path.join(tmp, f"{size.model}-random-init.pth")
         torch.save(network.state_dict(), random_file)
 
-        source = os.path.join(tmp, "digits-0-4")
-        create_shards(
-            ShardConfig(source=_source_folder(source + "-images", order), output=source, num_shards=2),
-            progress=False,
-        )
-        pre_args = [*common, "--epochs", str(pretrain_epochs), "--lr", str(random_lr)]
+        source = os.path.join(tmp, "source")
+        images = write_folder(source + "-images", SOURCE_CLASSES, seed, range(size.source_per_class))
+        create_shards(ShardConfig(source=images, output=source, num_shards=2), progress=False)
+        pre_args = [*common, "--epochs", str(size.pretrain_epochs), "--lr", str(scratch_lr)]
         pre_card, pre_s = run_train(
             source, os.path.join(tmp, "pretrain"), [*pre_args, "--pretrained", random_file], env
         )
-        weights_file = os.path.join(tmp, f"{model}-digits0-4.pth")
+        weights_file = os.path.join(tmp, f"{size.model}-source.pth")
         state = torch.load(os.path.join(tmp, "pretrain", "model.pt"), map_location="cpu", weights_only=True)
         torch.save(state, weights_file)  # model.pt is the state dict in torchvision's layout (keys, shapes)
-        layout = (
-            "torchvision-layout" if spec.torchvision_arch else f"{model} state dict (not a torchvision model)"
+        yield json.dumps(
+            {
+                "bench": "finetune",
+                "arm": "pretrain",
+                "model": size.model,
+                "source_classes": len(SOURCE_CLASSES),
+                "source_images": size.source_per_class * len(SOURCE_CLASSES),
+                "epochs": size.pretrain_epochs,
+                "steps": pre_card["steps"],
+                "lr": round(scratch_lr, 6),
+                "source_val_top1": round(pre_card["history"][-1]["val_top1"], 4),
+                "seconds": round(pre_s, 1),
+            }
         )
-        weights_source = (
-            f"own pretraining: tpustream train {model} on digits 0-4 ({pre_card['steps']} steps, "
-            f"{pretrain_epochs} epochs, val top-1 {pre_card['history'][-1]['val_top1']:.4f}, "
-            f"{pre_s:.0f} s), saved as a {layout} .pth; "
-            + (
-                "no installed package ships weight files (ImageNet or other) in its wheel"
-                if not packaged
-                else f"weight files found in installed packages but not used: {', '.join(packaged)}"
-            )
-        )
-        for per_class, run_epochs in sizes:
-            target = os.path.join(tmp, f"digits-5-9-{per_class}")
-            folder = _target_folder(target + "-images", order, per_class, val_per_class)
-            create_shards(ShardConfig(source=folder, output=target, num_shards=2), progress=False)
-            arms = [
-                ("random", "random", random_file, random_lr, random_rule),
-                ("pretrained", "pretrained", weights_file, tuned_lr, tuned_rule),
+        test = range(TEST_INDEX_START, TEST_INDEX_START + size.test_per_class)
+        for per_class, epochs in zip(size.images_per_class, size.epochs, strict=True):
+            target = os.path.join(tmp, f"target-{per_class}")
+            write_folder(os.path.join(target + "-images", "train"), TARGET_CLASSES, seed, range(per_class))
+            write_folder(os.path.join(target + "-images", "val"), TARGET_CLASSES, seed, test)
+            create_shards(ShardConfig(source=target + "-images", output=target, num_shards=2), progress=False)
+            base = {
+                "bench": "finetune",
+                "model": size.model,
+                "images_per_class": per_class,
+                "train_images": per_class * len(TARGET_CLASSES),
+                "test_images": size.test_per_class * len(TARGET_CLASSES),
+                "epochs": epochs,
+            }
+            # the fine-tunes of the pretrained file first, the plain ones, the random init's run last (the
+            # context, not the comparison): a bench cut short has the lines that matter
+            runs: list[tuple[str, str, list[str], float, str]] = [
+                ("ours_default", weights_file, [], default_lr, "train's --pretrained default"),
             ]
-            if same_lr_arm and tuned_lr != random_lr:
-                arms.append((SAME_LR_ARM, "pretrained", weights_file, random_lr, "the random run's"))
-            lines = {}
-            for arm, init, start, run_lr, rule in arms:
-                args = [*common, "--epochs", str(run_epochs), "--lr", str(run_lr), "--pretrained", start]
-                card, seconds = run_train(target, os.path.join(tmp, f"{arm}-{per_class}"), args, env)
+            if recipe_args:
+                runs.append(
+                    ("ours_recipe", weights_file, list(recipe_args), default_lr, " ".join(recipe_args))
+                )
+            for factor in lr_factors:
+                lr = default_lr * factor
+                runs.append(
+                    (f"ours_lr_x{factor:g}", weights_file, ["--lr", f"{lr:.6g}"], lr, f"{factor:g}x default")
+                )
+            runs += [("plain_reference", weights_file, [], reference_lr, PLAIN_RULE)]
+            runs += [("plain_random", random_file, [], reference_lr, PLAIN_RULE)]
+            runs += [
+                ("random", random_file, ["--lr", str(scratch_lr)], scratch_lr, "train's from-scratch default")
+            ]
+            lines: dict[str, dict[str, Any]] = {}
+            for arm, start, extra, lr, rule in runs:
                 line = {
-                    "bench": "finetune",
-                    "weights_source": weights_source,
-                    "images_per_class": per_class,
-                    "init": init,
+                    **base,
                     "arm": arm,
-                    "model": model,
-                    "input_size": input_size,
-                    "lr": round(run_lr, 6),
+                    "init": "random" if start == random_file else "pretrained",
+                    "lr": round(lr, 6),
                     "lr_rule": rule,
-                    "train_images": per_class * len(TARGET_CLASSES),
-                    "val_images": val_per_class * len(TARGET_CLASSES),
-                    "dataset_digest": card["dataset"]["manifest_digest"],
-                    "start_sha256": card["pretrained"]["sha256"],  # the file the run loaded its backbone from
-                    **_run_line(card, target_top1),
-                    "seconds": round(seconds, 1),
                 }
+                started = time.perf_counter()
+                if arm.startswith("plain_"):
+                    steps = lines["ours_default"]["steps"]
+                    line |= _plain_finetune(
+                        start,
+                        target + "-images",
+                        model=size.model,
+                        epochs=epochs,
+                        steps_per_epoch=steps // epochs,
+                        batch_size=batch,
+                        lr=lr,
+                        input_size=input_size,
+                        seed=seed,
+                    )
+                else:
+                    args = [*common, "--epochs", str(epochs), "--pretrained", start, *extra]
+                    card, _ = run_train(target, os.path.join(tmp, f"{arm}-{per_class}"), args, env)
+                    line |= {
+                        "steps": card["steps"],
+                        "dataset_digest": card["dataset"]["manifest_digest"],
+                        "start_sha256": card["pretrained"]["sha256"],
+                        "final_top1": round(card["history"][-1]["val_top1"], 4),
+                        "top1_by_epoch": [round(h["val_top1"], 4) for h in card["history"]],
+                    }
+                line["seconds"] = round(time.perf_counter() - started, 1)
                 lines[arm] = line
                 yield json.dumps(line)
-            yield json.dumps(summarize_size(lines["random"], lines["pretrained"], lines.get(SAME_LR_ARM)))
+            check = transfer_check(
+                lines["plain_reference"]["final_top1"], lines["plain_random"]["final_top1"]
+            )
+            yield json.dumps(summarize_size(lines, check))
             shutil.rmtree(target + "-images", ignore_errors=True)

@@ -6,7 +6,7 @@ The one module outside ``tpustream/bench/`` that imports it, and only inside a c
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -93,68 +93,71 @@ def bench_warmstart_cmd(
 @bench_app.command("finetune")
 def bench_finetune_cmd(
     images_per_class: Annotated[
-        str, typer.Option(help="Target-task (digits 5-9) train images per class; a list measures each.")
-    ] = "10,100",
+        str | None, typer.Option(help="Target-task train images per class, a list [default: 10,30,100].")
+    ] = None,
     epochs: Annotated[
-        str, typer.Option(help="Epochs of both runs at each size (one count, or one per size).")
-    ] = "30,6",
+        str | None, typer.Option(help="Fine-tuning epochs, one per size [default: 12,6,3].")
+    ] = None,
     pretrain_epochs: Annotated[
-        int, typer.Option(help="Epochs of the pretraining run on digits 0-4.", min=1)
-    ] = 6,
-    model: Annotated[
-        str, typer.Option(help="Model name (a torchvision architecture, or tiny).")
-    ] = "resnet18",
-    input_size: Annotated[int, typer.Option(help="Input side of every run (px).", min=8)] = 32,
-    batch_size: Annotated[int, typer.Option(help="Batch size of every run (one device).", min=1)] = 16,
-    lr: Annotated[
-        float | None,
-        typer.Option(help="Peak LR of the random-init runs (default: train's from-scratch one)."),
+        int | None, typer.Option(help="Epochs of the pretraining run on the source task [default: 4].", min=1)
     ] = None,
-    pretrained_lr: Annotated[
-        float | None,
-        typer.Option(help="Peak LR of the pretrained runs (default: train's --pretrained one, a tenth)."),
+    source_per_class: Annotated[
+        int | None, typer.Option(help="Source-task images per class, 22 classes [default: 120].", min=1)
     ] = None,
-    target_top1: Annotated[float, typer.Option(help="The val top-1 whose steps are counted.")] = 0.7,
-    val_per_class: Annotated[
-        int, typer.Option(help="Held-out val images per target class (the same at every size).", min=1)
-    ] = 60,
-    same_lr_arm: Annotated[
-        bool,
-        typer.Option(
-            help="Also fine-tune the pretrained weights at the random runs' LR (init alone differs)."
-        ),
-    ] = True,
+    test_per_class: Annotated[
+        int | None,
+        typer.Option(help="Test images per target class, the same at every size [default: 50].", min=1),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model name [default: resnet18].")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Batch size of every run, one device [default: 16].", min=1)
+    ] = None,
+    lr_factors: Annotated[
+        str,
+        typer.Option(help="The LR sweep: also fine-tune at these multiples of the default fine-tuning LR."),
+    ] = "",
+    recipe_args: Annotated[
+        str, typer.Option(help="train options of the ours_recipe arm (none: the arm is not run).")
+    ] = "",
+    seed: Annotated[int, typer.Option(help="Seed of the task's images and of every run.")] = 0,
     quick: Annotated[
-        bool, typer.Option(help="A smoke run: tiny model, 3 images per class, 2 epochs, batch 4.")
+        bool, typer.Option(help="A smoke run: tiny model, 4 images per class, 2 epochs, batch 8.")
     ] = False,
 ) -> None:
-    """Random init vs --pretrained on the same small target data and step budget: final val top-1 and steps to
-    a target top-1. The weights: our own pretraining on digits 0-4 (no installed package ships ImageNet ones),
-    fine-tuned on digits 5-9. JSON lines, a summary per size."""
-    from tpustream.bench.finetune import bench_finetune
+    """Random init, our fine-tune (default, recipe, an LR sweep) and a plain PyTorch reference fine-tune of
+    the same pretrained weights, on a procedural transfer task (22 shape x texture classes -> 8 new ones at
+    64 px), at a few images per class on the same test images and steps. JSON lines, a summary per size."""
+    import dataclasses
+    import shlex
+
+    from tpustream.bench.finetune import DEFAULT, QUICK, bench_finetune
     from tpustream.errors import ConfigError
 
-    def ints(option: str, text: str) -> list[int]:
+    def numbers(option: str, text: str, kind: type) -> tuple:
         try:
-            return [int(part) for part in text.split(",") if part.strip()]
+            return tuple(kind(part) for part in text.split(",") if part.strip())
         except ValueError:
-            raise ConfigError(f"{option} {text}: give whole numbers separated by commas") from None
+            raise ConfigError(f"{option} {text}: give numbers separated by commas") from None
 
-    sizes, counts = ints("--images-per-class", images_per_class), ints("--epochs", epochs)
-    if quick:
-        sizes, counts, pretrain_epochs, model, batch_size = [3], [2], 1, "tiny", 4
+    given: dict[str, Any] = {
+        "images_per_class": numbers("--images-per-class", images_per_class, int)
+        if images_per_class
+        else None,
+        "epochs": numbers("--epochs", epochs, int) if epochs else None,
+        "pretrain_epochs": pretrain_epochs,
+        "source_per_class": source_per_class,
+        "test_per_class": test_per_class,
+        "model": model,
+        "batch_size": batch_size,
+    }
+    size = dataclasses.replace(
+        QUICK if quick else DEFAULT, **{k: v for k, v in given.items() if v is not None}
+    )
     for line in bench_finetune(
-        images_per_class=sizes,
-        epochs=counts,
-        pretrain_epochs=pretrain_epochs,
-        model=model,
-        input_size=input_size,
-        batch_size=batch_size,
-        lr=lr,
-        pretrained_lr=pretrained_lr,
-        target_top1=target_top1,
-        val_per_class=val_per_class,
-        same_lr_arm=same_lr_arm,
+        size,
+        lr_factors=numbers("--lr-factors", lr_factors, float),
+        recipe_args=shlex.split(recipe_args),
+        seed=seed,
     ):
         typer.echo(line)
 

@@ -18,7 +18,7 @@ from tpustream.artifacts import ModelCard
 from tpustream.image.transforms import default_min_crop_scale
 from tpustream.models import model_spec
 from tpustream.registry.policy import is_finite_number
-from tpustream.train.optimizer import FINE_TUNE_LR_FACTOR, default_peak_lr
+from tpustream.train.optimizer import default_peak_lr
 
 __all__ = ["LOSS_RISE", "loss_alarm", "recipe_rows"]
 
@@ -91,24 +91,29 @@ def _peak_lr(card: ModelCard) -> str:
     if not training:
         return NOT_RECORDED
     if is_finite_number(card.peak_lr) and card.global_batch:  # what the trainer chose, as it recorded it
-        how = "fine-tuning's tenth of the scaled default" if card.pretrained else "the scaled default"
+        how = (
+            "fine-tuning's default, a fraction of the scaled default"
+            if card.pretrained
+            else "the scaled default"
+        )
         return f"{card.peak_lr:.4g}: {how} at a global batch of {card.global_batch} (no --lr given)"
     try:
-        base = model_spec(card.arch).base_lr
+        spec = model_spec(card.arch)
     except ValueError:  # a model this tpustream does not know: its recipe's LR is unknown here
         return f"the {card.arch} recipe's default (no --lr given)"
+    base, factor = spec.base_lr, spec.fine_tune_lr_factor
     batch = _global_batch(card)
     if batch is None:
         scaled = f"{base:g} at a global batch of 256, scaled to the run's global batch"
         return (
-            f"fine-tuning's tenth of {scaled} (no --lr given)"
+            f"fine-tuning's {factor:g}x of {scaled} (no --lr given)"
             if card.pretrained
             else f"the default, {scaled} (no --lr given)"
         )
     scratch = default_peak_lr(batch, base)
     if card.pretrained:
         return (
-            f"{scratch * FINE_TUNE_LR_FACTOR:.4g}: fine-tuning's tenth of the scaled default {scratch:.4g} "
+            f"{scratch * factor:.4g}: fine-tuning's {factor:g}x the scaled default {scratch:.4g} "
             f"({base:g} at a global batch of 256, scaled to {batch}; no --lr given)"
         )
     return f"{scratch:.4g}: the default, {base:g} at a global batch of 256 scaled to {batch} (no --lr given)"

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpustream.models import ModelSpec
 
 __all__ = [
-    "FINE_TUNE_LR_FACTOR",
     "default_peak_lr",
+    "fine_tune_peak_lr",
     "lr_at",
     "inverse_frequency_weights",
     "backbone_groups",
@@ -23,12 +26,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# A run from --pretrained weights without --lr trains at a tenth of the from-scratch peak LR: fine-tuning's
-# best LR is well below training from scratch's (Kornblith, Shlens, Le, CVPR 2019, sec. 3/A.3: their
-# fine-tuning grid's optimum sits an order of magnitude under the from-scratch one), as torchvision's and
-# timm's fine-tuning recipes do. The same factor as warm start (warm_start.WARM_LR_FACTOR).
-FINE_TUNE_LR_FACTOR = 0.1
 
 
 def default_peak_lr(global_batch: int, base: float = 0.1) -> float:
@@ -40,6 +37,14 @@ def default_peak_lr(global_batch: int, base: float = 0.1) -> float:
     (``ModelSpec.base_lr``: 0.1 for SGD, about 2e-4 for the AdamW recipes)."""
     ratio = global_batch / 256
     return base * (ratio if ratio >= 1 else math.sqrt(ratio))
+
+
+def fine_tune_peak_lr(global_batch: int, spec: ModelSpec) -> float:
+    """A --pretrained run's peak LR when the run gives none: the model's from-scratch default at this batch
+    times its family's ``ModelSpec.fine_tune_lr_factor`` (pure). Fine-tuning's best LR is below training from
+    scratch's (Kornblith, Shlens, Le, CVPR 2019, sec. 3/A.3); how far below is measured per family by
+    ``tpustream bench finetune --lr-factors`` (models.py says what was measured)."""
+    return default_peak_lr(global_batch, spec.base_lr) * spec.fine_tune_lr_factor
 
 
 def lr_at(step: int, *, peak_lr: float, warmup_steps: int, total_steps: int) -> float:

@@ -43,9 +43,9 @@ from tpustream.train.checkpoint import (
 from tpustream.train.config import TrainConfig, TrainError  # torch-free: the CLI and the pipeline read it
 from tpustream.train.model_artifact import wait_for_primary, write_model_artifact
 from tpustream.train.optimizer import (
-    FINE_TUNE_LR_FACTOR,
     backbone_groups,
     default_peak_lr,
+    fine_tune_peak_lr,
     fine_tuning_phase,
     lr_at,
 )
@@ -158,7 +158,8 @@ class Trainer:
         self.steps_per_epoch = self.loaders.train.steps_per_epoch
         spec = model_spec(config.model)
         scratch_lr = default_peak_lr(self.global_batch, spec.base_lr)
-        self.peak_lr = config.lr or (scratch_lr * FINE_TUNE_LR_FACTOR if self.pretrained else scratch_lr)
+        tuned_lr = fine_tune_peak_lr(self.global_batch, spec)
+        self.peak_lr = config.lr or (tuned_lr if self.pretrained else scratch_lr)
         torch.manual_seed(config.seed)
         # The stem of a new run; a warm start or a resumed checkpoint keeps the one its weights were trained with.
         self.default_stem = default_small_input_stem(
