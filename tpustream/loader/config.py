@@ -8,6 +8,7 @@ from typing import Literal
 
 from tpustream.errors import ConfigError
 from tpustream.image.codec import DEFAULT_MAX_PIXELS
+from tpustream.image.transforms import AugmentPolicy
 
 __all__ = ["LoaderConfig", "SplitName"]
 
@@ -36,6 +37,9 @@ class LoaderConfig:
         0.875  # the val centre crop's share of the shorter side (model.json's preprocessing)
     )
     sample_keys: bool = False  # val only: each batch also carries "key", its samples' keys ("" for padding)
+    # train only: a torchvision.transforms.v2 policy and RandomErasing's probability, after the crop and flip
+    augment_policy: AugmentPolicy = "none"
+    random_erasing: float = 0.0
 
     def __post_init__(self) -> None:
         if self.split not in ("train", "val", "test"):  # test: read only by evaluation, like val

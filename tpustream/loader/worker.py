@@ -17,7 +17,14 @@ import numpy as np
 from tpustream.artifacts import Shard
 from tpustream.dataset.tario import TarFormatError, iter_tar_sample_runs
 from tpustream.image.codec import image_member
-from tpustream.image.transforms import Augment, Prepared, prepare_image, render_batch, skip_image
+from tpustream.image.transforms import (
+    Augment,
+    Prepared,
+    apply_policy,
+    prepare_image,
+    render_batch,
+    skip_image,
+)
 from tpustream.loader.config import LoaderConfig
 from tpustream.loader.epoch_plan import LoaderError, SampleRange, WorkerPlan, plan_epoch
 from tpustream.loader.ring import _Abandoned, _SlotRing
@@ -267,10 +274,16 @@ class EpochStream:
             yield from self._val(plan)
 
     def _batch(
-        self, pending: list[Prepared], labels: list[int], stats: WorkerStats, keys: list[str] | None = None
+        self,
+        pending: list[Prepared],
+        labels: list[int],
+        stats: WorkerStats,
+        keys: list[str] | None = None,
+        policy_seed: int | None = None,
     ) -> WorkerBatch:
         """A full batch: ``pending`` rendered into its first slots, the rest zero padding (mask False);
-        with ``keys`` (evaluation), ``key``: the samples' keys, "" for padding."""
+        with ``keys`` (evaluation), ``key``: the samples' keys, "" for padding. ``policy_seed`` (train): the
+        seed of the augmentation policy's draws for this batch (``apply_policy``)."""
         import torch
 
         size, batch = self.split.config.input_size, self.split.config.batch_size
@@ -285,6 +298,8 @@ class EpochStream:
         self._written += 1
         if pending:
             render_batch(pending, size, chw[: len(pending)])
+            if policy_seed is not None:
+                apply_policy(chw[: len(pending)], self.split.augment, policy_seed)
         if len(pending) < batch:
             chw[len(pending) :].zero_()
         # numpy, not tensors: pickled inline (a few hundred bytes), where a tensor travels as its own
@@ -338,7 +353,12 @@ class EpochStream:
                 else:
                     stats.samples += 1
                 if len(pending) == cfg.batch_size:
-                    yield self._batch(pending, labels, stats)
+                    # Keyed by the batch's place in the plan, not by draws from ``rng``: a resumed epoch
+                    # skips batches without rendering them, and the batches after them get the same pixels.
+                    seed = _seed(
+                        cfg.seed, self.epoch, self.split.replica_index, plan.worker, produced, _POLICY
+                    )
+                    yield self._batch(pending, labels, stats, policy_seed=seed)
                     pending, labels = [], []
                 if produced == needed:
                     break
@@ -417,6 +437,14 @@ def _resume_layout(start: int, per_plan: list[int], workers: int) -> tuple[list[
 def _rng(*key: int) -> random.Random:
     """A fast scalar RNG seeded from the (seed, epoch, replica, worker, ...) key via numpy's SeedSequence."""
     return random.Random(int(np.random.SeedSequence(list(key)).generate_state(2, np.uint64)[0]))
+
+
+_POLICY = 1  # the augmentation policy's seeds: keys of six entries, apart from the crops' (five at most)
+
+
+def _seed(*key: int) -> int:
+    """A 63-bit torch seed from a (seed, epoch, replica, worker, ...) key via numpy's SeedSequence."""
+    return int(np.random.SeedSequence(list(key)).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def _pick(fields: dict[str, bytes], num_classes: int) -> tuple[bytes, str, int] | None:
