@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from tpustream.errors import ConfigError, TpustreamError
 from tpustream.models import model_spec
@@ -171,7 +171,7 @@ class TrainConfig:
         if self.preemption_sync_seconds <= 0 or self.commit_timeout_minutes <= 0:
             raise ConfigError("--preemption-sync-seconds and --commit-timeout-minutes must be positive")
 
-    def recipe_overrides(self) -> dict[str, float | str | None]:
+    def recipe_overrides(self) -> dict[str, Any]:
         """The recipe's values this run gives itself, by ``Recipe`` field (None: the recipe's)."""
         return {
             "augment": self.augment,

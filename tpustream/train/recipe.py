@@ -143,7 +143,7 @@ def choose_recipe(
     if asked != "auto":
         if asked not in RECIPES:
             raise ConfigError(f"--recipe must be auto or one of {', '.join(RECIPES)}, got {asked!r}")
-        name: RecipeName = asked  # type: ignore[assignment]  # checked just above
+        name: RecipeName = asked  # checked just above
         why = f"--recipe {asked}"
     elif model == "tiny":
         name, why = "plain", "the tiny test model: its runs check the machinery, not accuracy"
