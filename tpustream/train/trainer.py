@@ -283,9 +283,14 @@ class Trainer:
             return
         from tpustream.train.ema import WeightAverage
 
+        import torch_xla
+
         self.ema = WeightAverage(self.model)
         if self.restored_ema is not None:
             self.ema.load_state_dict(self.restored_ema)
+        # The copy as device data of its own: left pending, it would join the epoch's first graph, and the
+        # next epoch's first graph (without it) would be one more compile.
+        torch_xla.sync()
 
     def close(self) -> None:
         if self.stop is not None:
