@@ -205,13 +205,13 @@ class TrainConfig:
         early_stop_min_delta: float,
         compile_cache: str,
         pipeline_root: str,
-        recipe: str = "auto",
-        augment: str = "",
-        random_erasing: float = -1.0,
-        mixup_alpha: float = -1.0,
-        cutmix_alpha: float = -1.0,
-        ema_decay: float = -1.0,
-        layer_decay: float = -1.0,
+        recipe: str,
+        augment: str,
+        random_erasing: float,
+        mixup_alpha: float,
+        cutmix_alpha: float,
+        ema_decay: float,
+        layer_decay: float,
     ) -> TrainConfig:
         """The train step's config from the pipeline's parameters, named and typed as the step receives them:
         the one place their stand-ins are decoded, as ``PromotionPolicy.from_pipeline`` does the policy's.
