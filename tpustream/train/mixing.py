@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MIX_FIELDS", "draw_mix", "mix_images", "mixed_loss"]
+__all__ = ["MIX_FIELDS", "draw_mix", "mix_images", "mixed_loss", "soft_targets"]
 
 # draw_mix's numbers, in order: the box [x0, x1) x [y0, y1) in pixels, the image's own weight inside and
 # outside it, and lambda (the own label's weight: the share of the image that is its own).
@@ -58,6 +58,16 @@ def mix_images(images: Any, mix: Any) -> Any:
     return images * weight + images.flip(0) * (1 - weight)
 
 
+def soft_targets(labels: Any, mix: Any, num_classes: int) -> Any:
+    """Each sample's target distribution (N x classes, rows summing to 1): lambda on its own label, 1 - lambda
+    on its partner's (the batch reversed)."""
+    import torch.nn.functional as F
+
+    lam = mix[-1]
+    one_hot = F.one_hot(labels, num_classes).to(mix.dtype)
+    return one_hot * lam + one_hot.flip(0) * (1 - lam)
+
+
 def mixed_loss(
     logits: Any, labels: Any, mix: Any, *, label_smoothing: float, class_weights: Any = None
 ) -> Any:
@@ -67,8 +77,7 @@ def mixed_loss(
     import torch.nn.functional as F
 
     lam = mix[-1]
-    one_hot = F.one_hot(labels, logits.shape[-1]).to(logits.dtype)
-    targets = one_hot * lam + one_hot.flip(0) * (1 - lam)
+    targets = soft_targets(labels, mix, logits.shape[-1]).to(logits.dtype)
     losses = F.cross_entropy(logits, targets, label_smoothing=label_smoothing, reduction="none")
     if class_weights is not None:
         weights = class_weights[labels]
