@@ -74,4 +74,6 @@ def test_the_soft_target_loss_is_cross_entropy_of_the_mix():
     assert torch.allclose(mixed_loss(logits, labels, half, label_smoothing=0.0), expected.mean())
     weights = torch.tensor([1.0, 2.0, 4.0])
     weighted = mixed_loss(logits, labels, whole, label_smoothing=0.0, class_weights=weights)
-    assert torch.allclose(weighted, (F.cross_entropy(logits, labels, reduction="none") * weights[labels]).mean())
+    assert torch.allclose(
+        weighted, (F.cross_entropy(logits, labels, reduction="none") * weights[labels]).mean()
+    )

@@ -24,7 +24,9 @@ def _write(tmp_path, history):
     meta = RunMeta(model="tiny", classes=["a", "b"], input_size=16, dataset="/d", dataset_digest="x",
                    config={}, peak_lr=0.1, global_batch=8, small_input_stem=True, recipe=RECIPE)  # fmt: skip
     state = RunState(epoch=len(history), global_step=10, best_top1=0.9, history=history)
-    checkpoint = Checkpoint(model=raw, optimizer={}, state={}, meta=meta, rng={"xla": "0", "torch": torch.zeros(1)})
+    checkpoint = Checkpoint(
+        model=raw, optimizer={}, state={}, meta=meta, rng={"xla": "0", "torch": torch.zeros(1)}
+    )
     checkpoint["ema"] = averaged
     save_checkpoint(output, Position(len(history), 0, 10), checkpoint, best=True, keep=2)
     card = write_model_artifact(output, meta, state)
