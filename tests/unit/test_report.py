@@ -920,9 +920,10 @@ def test_the_recipe_rows_show_the_chosen_recipe_its_policies_the_ema_and_layer_d
     card = _card({"arch": "vit_b_16", "classes": CLASSES, "history": epochs(2), "recipe": recipe})
     rows = _recipe(render_report(sample_facts(model_card=card))[0])
     assert rows["recipe"] == "vit-finetune: a ViT (vit_b_16) from trained weights; given: ema_decay"
-    assert rows["augmentation"].split("; evaluation")[0].endswith(
-        "then RandAugment (2 ops, magnitude 9) (torchvision.transforms.v2), then random erasing of a patch with "
-        "probability 0.25"
+    train = rows["augmentation"].split("; evaluation")[0]
+    assert train.endswith(
+        "then RandAugment (2 ops, magnitude 9) (torchvision.transforms.v2), then random erasing of a patch "
+        "with probability 0.25"
     )
     assert rows["MixUp / CutMix"] == (
         "MixUp alpha 0.8 and CutMix alpha 1, each step one or the other, half the time each: soft targets, in "

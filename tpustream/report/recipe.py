@@ -246,7 +246,7 @@ def _ema(card: ModelCard) -> str:
         return "none"
     held = recipe.get("model_weights")
     which = {"ema": "the model is the EMA's (better val top-1)", "raw": "the model is the raw weights'"}
-    return f"decay {decay:g} per step (with warmup), evaluated each epoch; {which.get(held, 'not recorded')}"
+    return f"decay {decay:g} per step (with warmup), evaluated each epoch; {which.get(str(held), 'not recorded')}"
 
 
 def _layer_decay(card: ModelCard) -> str:

@@ -281,9 +281,9 @@ class Trainer:
         """The recipe's EMA of the weights, from the weights the run starts with (or a resumed run's own)."""
         if not self.recipe.recipe.ema_decay:
             return
-        from tpustream.train.ema import WeightAverage
-
         import torch_xla
+
+        from tpustream.train.ema import WeightAverage
 
         self.ema = WeightAverage(self.model)
         if self.restored_ema is not None:
