@@ -19,6 +19,13 @@ def train_model(
     freeze_epochs: int = 0,
     backbone_lr_scale: float = 1.0,
     class_weights: str = "none",
+    recipe: str = "auto",
+    augment: str = "",
+    random_erasing: float = -1.0,
+    mixup_alpha: float = -1.0,
+    cutmix_alpha: float = -1.0,
+    ema_decay: float = -1.0,
+    layer_decay: float = -1.0,
     registry: str = "",
     patience: int = 0,
     early_stop_min_delta: float = 0.0,
@@ -34,7 +41,9 @@ def train_model(
     the warm start's), else --pretrained's SPEC: a weights file URI, or a torchvision weights name fetched once
     into ``pipeline_root``/weights-cache (shared by the runs under that root). ``freeze_epochs``,
     ``backbone_lr_scale``, ``class_weights``: the fine-tuning recipe's --freeze-epochs, --backbone-lr-scale,
-    --class-weights (none/auto). ``patience`` 0: no early stopping.
+    --class-weights (none/auto). ``recipe``: --recipe (auto: by model and data size); ``augment`` "" and a
+    negative ``random_erasing``, ``mixup_alpha``, ``cutmix_alpha``, ``ema_decay``, ``layer_decay``: the
+    recipe's own values. ``patience`` 0: no early stopping.
     ``compile_cache``: the persistent XLA compilation cache's URI; "auto": ``pipeline_root``/xla-cache (the run's
     root, resolved by Vertex or kfp.local from {{$.pipeline_root}}); "" none.
 
@@ -61,6 +70,13 @@ def train_model(
         freeze_epochs=freeze_epochs,
         backbone_lr_scale=backbone_lr_scale,
         class_weights=class_weights,
+        recipe=recipe,
+        augment=augment,
+        random_erasing=random_erasing,
+        mixup_alpha=mixup_alpha,
+        cutmix_alpha=cutmix_alpha,
+        ema_decay=ema_decay,
+        layer_decay=layer_decay,
         registry=registry,
         patience=patience,
         early_stop_min_delta=early_stop_min_delta,

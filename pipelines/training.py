@@ -183,6 +183,13 @@ def build_pipeline(
         freeze_epochs: int = TrainConfig.freeze_epochs,  # fine-tuning: the head alone for N epochs, then everything
         backbone_lr_scale: float = TrainConfig.backbone_lr_scale,  # fine-tuning: the backbone's fraction of the LR
         class_weights: str = TrainConfig.class_weights,  # "auto": loss weighted by inverse class frequency
+        recipe: str = TrainConfig.recipe,  # the training recipe: "auto" by model and data size, or a name
+        augment: str = "",  # the recipe's transforms.v2 policy unless given: none, trivial, randaugment
+        random_erasing: float = -1.0,  # the recipe's values unless >= 0 (these five)
+        mixup_alpha: float = -1.0,
+        cutmix_alpha: float = -1.0,
+        ema_decay: float = -1.0,
+        layer_decay: float = -1.0,  # ViT only
         patience: int = TrainConfig.patience,  # early stopping: epochs without a val top-1 gain of more than early_stop_min_delta
         early_stop_min_delta: float = TrainConfig.min_delta,
         compile_cache: str = "auto",  # persistent XLA compile cache: auto = PIPELINE_ROOT/xla-cache, "" off, or a URI
@@ -371,6 +378,13 @@ def build_pipeline(
                 freeze_epochs=freeze_epochs,
                 backbone_lr_scale=backbone_lr_scale,
                 class_weights=class_weights,
+                recipe=recipe,
+                augment=augment,
+                random_erasing=random_erasing,
+                mixup_alpha=mixup_alpha,
+                cutmix_alpha=cutmix_alpha,
+                ema_decay=ema_decay,
+                layer_decay=layer_decay,
                 registry=registry,
                 patience=patience,
                 early_stop_min_delta=early_stop_min_delta,

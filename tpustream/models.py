@@ -27,6 +27,7 @@ __all__ = [
     "SMALL_INPUT_MAX",
     "Builder",
     "InputSizeRule",
+    "LayerDepths",
     "ModelSpec",
     "OptimizerRecipe",
     "SmallInputStem",
@@ -71,6 +72,13 @@ class OptimizerRecipe(Protocol):
     ) -> torch.optim.Optimizer: ...
 
 
+class LayerDepths(Protocol):
+    """Layer-wise LR decay's depth of each parameter of ``model`` by name (0: the input's embedding, the
+    deepest: the head), and the deepest depth."""
+
+    def __call__(self, model: nn.Module) -> tuple[dict[str, int], int]: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """One model: its builder, small-input stem, default input size and optimizer recipe.
@@ -96,6 +104,8 @@ class ModelSpec:
     fine_tune_lr_factor: float = 0.1
     """A fine-tuning run's (--pretrained, --init-from) default peak LR as a fraction of the from-scratch one
     (``train.optimizer.fine_tune_peak_lr``)."""
+    layer_depths: LayerDepths | None = None
+    """A transformer's blocks by depth, for layer-wise LR decay (``--layer-decay``); None: not a ViT."""
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -253,6 +263,21 @@ def _vit_b_16(*, num_classes: int, in_channels: int, input_size: int) -> nn.Modu
     return cast("nn.Module", model)
 
 
+def _vit_layer_depths(model: nn.Module) -> tuple[dict[str, int], int]:
+    """torchvision's ViT: the patch embedding, class token and position embedding at 0, encoder block i at
+    i + 1, the final norm and the head above the last block (BEiT's and MAE's ``param_groups_lrd``)."""
+    blocks = len(list(model.get_submodule("encoder.layers").children()))
+    depths = {}
+    for name, _ in model.named_parameters():
+        if name.startswith("encoder.layers."):
+            depths[name] = int(name.split(".")[2].rsplit("_", 1)[1]) + 1  # encoder.layers.encoder_layer_3.
+        elif name.startswith(("conv_proj.", "class_token", "encoder.pos_embedding")):
+            depths[name] = 0
+        else:
+            depths[name] = blocks + 1
+    return depths, blocks + 1
+
+
 def _convnext_tiny(*, num_classes: int, in_channels: int, input_size: int) -> nn.Module:
     """torchvision's ConvNeXt-T (Liu et al. 2022): a 4x4 stride-4 patchify stem, total stride 32."""
     from torch import nn
@@ -360,6 +385,7 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             input_size=InputSizeRule(smallest=224, largest=224),
             base_lr=0.003 * 256 / 4096,
             weight_decay=0.3,
+            layer_depths=_vit_layer_depths,
         ),
         # torchvision's references/classification/README.md, ConvNeXt: --opt adamw --lr 1e-3 --wd 0.05
         # --norm-weight-decay 0.0 at --batch-size 128 x 8 processes = 1024: 2.5e-4 per 256.

@@ -497,3 +497,44 @@ def test_more_loader_workers_than_shards_leave_the_extra_workers_idle(tmp_path, 
     assert len(batches) == loader.steps_per_epoch == -(-manifest.num_samples("train") // 16)
     ids = np.concatenate([_ids(b) for b in batches])
     assert len(ids) == len(set(ids.tolist())) == manifest.num_samples("train")  # the last batch padded
+
+
+@pytest.fixture(scope="module")
+def digits_shards(tmp_path_factory):
+    dataset = str(tmp_path_factory.mktemp("digits") / "ds")
+    shards.create_shards(ShardConfig(source="digits", output=dataset, num_shards=4), progress=False)
+    return dataset
+
+
+@pytest.mark.parametrize("policy, erasing", [("trivial", 0.0), ("randaugment", 0.0), ("none", 1.0)])
+def test_augmentation_policies_run_in_the_workers_seeded_and_resumable(digits_shards, policy, erasing):
+    """Issue 46: a torchvision.transforms.v2 policy (and RandomErasing) after the crop and flip, in the
+    worker processes: the same shapes, dtype, samples and labels as without it, other pixels; the same pixels
+    again under the same seed, other ones under another, and a resumed epoch's batches the uninterrupted ones."""
+    import torch
+
+    dataset = digits_shards
+
+    def epoch(start=0, **kw):
+        config = LoaderConfig(data=dataset, batch_size=8, input_size=32, workers=2, num_replicas=1,
+                              replica_index=0, **kw)  # fmt: skip
+        with ShardLoader(config) as loader:
+            return list(loader.epoch(1, start_batch=start))
+
+    plain = epoch()
+    augmented = epoch(augment_policy=policy, random_erasing=erasing)
+    assert len(augmented) == len(plain) >= 4
+    changed = 0
+    for mine, theirs in zip(augmented, plain, strict=True):
+        assert mine["image"].shape == theirs["image"].shape == (8, 3, 32, 32)
+        assert mine["image"].dtype == torch.uint8
+        assert torch.equal(mine["label"], theirs["label"]) and torch.equal(mine["mask"], theirs["mask"])
+        changed += int((mine["image"] != theirs["image"]).flatten(1).any(1).sum())
+    assert changed > len(plain) * 8 // 4  # most images: every policy op but identity changes pixels
+    again = epoch(augment_policy=policy, random_erasing=erasing)
+    assert all(torch.equal(a["image"], b["image"]) for a, b in zip(again, augmented, strict=True))
+    other_seed = epoch(augment_policy=policy, random_erasing=erasing, seed=1)
+    assert not all(torch.equal(a["image"], b["image"]) for a, b in zip(other_seed, augmented, strict=True))
+    start = len(augmented) // 2
+    resumed = epoch(start, augment_policy=policy, random_erasing=erasing)
+    assert all(torch.equal(a["image"], b["image"]) for a, b in zip(resumed, augmented[start:], strict=True))

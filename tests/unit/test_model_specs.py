@@ -258,3 +258,31 @@ def test_efficientnet_v2_small_input_stem_has_stride_1() -> None:
         "features.0.0"
     ).stride == (2, 2)
     assert MODEL_SPECS["efficientnet_v2_s"].input_size(3024) == 384
+
+
+def test_layer_wise_lr_decay_scales_vits_groups_by_depth():
+    """Issue 46: --layer-decay on ViT: the head and final norm at the scheduled LR, block i at decay^(13 - i)
+    of it... down to the patch embedding's decay^13; the weight-decay split of the recipe kept."""
+    from tpustream.train.optimizer import layer_decay_groups
+
+    spec = model_spec("vit_b_16")
+    model = build_model("vit_b_16", num_classes=4, input_size=16)
+    depths, deepest = spec.layer_depths(model)
+    assert deepest == 13 and depths["heads.head.weight"] == depths["encoder.ln.weight"] == 13
+    assert depths["conv_proj.weight"] == depths["class_token"] == depths["encoder.pos_embedding"] == 0
+    assert depths["encoder.layers.encoder_layer_0.mlp.0.weight"] == 1
+    assert depths["encoder.layers.encoder_layer_11.ln_1.weight"] == 12
+    optimizer = layer_decay_groups(spec.optimizer(model, lr=1.0, momentum=0.9, weight_decay=0.3), model, depths,
+                                   deepest, 0.5)  # fmt: skip
+    scale_of = {id(p): g["lr_scale"] for g in optimizer.param_groups for p in g["params"]}
+    named = dict(model.named_parameters())
+    assert scale_of[id(named["heads.head.weight"])] == 1.0
+    assert scale_of[id(named["encoder.layers.encoder_layer_11.mlp.0.weight"])] == 0.5
+    assert scale_of[id(named["encoder.layers.encoder_layer_0.mlp.0.weight"])] == 0.5**12
+    assert scale_of[id(named["conv_proj.weight"])] == 0.5**13
+    by_depth = sorted({(depths[n], scale_of[id(p)]) for n, p in named.items()})
+    assert [scale for _, scale in by_depth] == sorted(scale for _, scale in by_depth)  # deeper: larger LR
+    assert len(scale_of) == len(named)  # every parameter in exactly one group
+    decay = {id(p): g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}
+    assert decay[id(named["heads.head.weight"])] == 0.3 and decay[id(named["heads.head.bias"])] == 0.0
+    assert model_spec("resnet18").layer_depths is None  # ViT only

@@ -66,6 +66,9 @@ CONFIG_ONLY = {
     "on the CLI an --init-from that does not fit is an error",
 }
 
+# The recipe's options (tpustream/train/recipe.py): the same names in TrainConfig, the pipeline and the train step
+_RECIPE = ("recipe", "augment", "random_erasing", "mixup_alpha", "cutmix_alpha", "ema_decay", "layer_decay")
+
 # A KFP parameter cannot be None: each source field whose default is None has one stand-in, the same in the
 # pipeline and every component (config_from_pipeline, PromotionPolicy.from_pipeline and tpustream/launchers/train.py
 # decode them). Run-local writes none: an option it is not given (None) is no parameter, so the pipeline's applies.
@@ -78,6 +81,12 @@ STAND_INS: dict[str, object] = {
     "TrainConfig.init_from": "",  # random weights
     "TrainConfig.pretrained": "",  # random weights
     "TrainConfig.compile_cache": "",  # none
+    "TrainConfig.augment": "",  # the recipe's (and the next five)
+    "TrainConfig.random_erasing": -1.0,
+    "TrainConfig.mixup_alpha": -1.0,
+    "TrainConfig.cutmix_alpha": -1.0,
+    "TrainConfig.ema_decay": -1.0,
+    "TrainConfig.layer_decay": -1.0,
     "PromotionPolicy.max_class_drop": -1.0,  # no per-class check
     "PromotionPolicy.max_p_value": -1.0,  # no significance required
     "QualityFloor.min_metric": -1.0,  # no floor
@@ -254,6 +263,7 @@ SOURCES: dict[str, dict[str, str]] = {
         **{name: f"TrainConfig.{name}" for name in ("epochs", "batch_size", "lr", "bf16", "workers")},
         **{name: f"TrainConfig.{name}" for name in ("input_size", "init_from", "pretrained", "patience")},
         **{name: f"TrainConfig.{name}" for name in ("freeze_epochs", "backbone_lr_scale", "class_weights")},
+        **{name: f"TrainConfig.{name}" for name in _RECIPE},
         "model_name": "TrainConfig.model",
         "early_stop_min_delta": "TrainConfig.min_delta",
         **_derived(DataCheckThresholds),
@@ -270,6 +280,7 @@ SOURCES: dict[str, dict[str, str]] = {
             for name in ("input_size", "init_from", "pretrained", "freeze_epochs", "backbone_lr_scale")
         },
         **{name: f"TrainConfig.{name}" for name in ("class_weights", "patience", "compile_cache")},
+        **{name: f"TrainConfig.{name}" for name in _RECIPE},
         "early_stop_min_delta": "TrainConfig.min_delta",
         "test_fraction": "ShardConfig.test_fraction",
         # evaluate and promote require metric and min_delta: the pipeline always passes them

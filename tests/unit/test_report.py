@@ -915,6 +915,40 @@ def test_the_training_recipe_section_says_how_the_candidate_was_trained():
     assert old["peak LR"] == "not recorded" and old["warm start"] == "none"
 
 
+def test_the_recipe_rows_show_the_chosen_recipe_its_policies_the_ema_and_layer_decay():
+    """Issue 46: model.json's recipe (the name chosen and why, its values, whose weights model.pt holds)."""
+    recipe = {"name": "vit-finetune", "why": "a ViT (vit_b_16) from trained weights", "augment": "randaugment",
+              "random_erasing": 0.25, "mixup_alpha": 0.8, "cutmix_alpha": 1.0, "ema_decay": 0.9999,
+              "layer_decay": 0.65, "overridden": ["ema_decay"], "model_weights": "ema"}  # fmt: skip
+    card = _card({"arch": "vit_b_16", "classes": CLASSES, "history": epochs(2), "recipe": recipe})
+    rows = _recipe(render_report(sample_facts(model_card=card))[0])
+    assert rows["recipe"] == "vit-finetune: a ViT (vit_b_16) from trained weights; given: ema_decay"
+    train = rows["augmentation"].split("; evaluation")[0]
+    assert train.endswith(
+        "then RandAugment (2 ops, magnitude 9) (torchvision.transforms.v2), then random erasing of a patch "
+        "with probability 0.25"
+    )
+    assert rows["MixUp / CutMix"] == (
+        "MixUp alpha 0.8 and CutMix alpha 1, each step one or the other, half the time each: soft targets, in "
+        "the compiled step"
+    )
+    assert rows["weight average (EMA)"] == (
+        "decay 0.9999 per step (with warmup), evaluated each epoch; the model is the EMA&#x27;s (better val top-1)"
+    )
+    assert rows["layer-wise LR decay"].startswith("0.65: each transformer block at 0.65 of the LR")
+    plain = {**recipe, "name": "plain", "augment": "none", "random_erasing": 0.0, "mixup_alpha": 0.0,
+             "cutmix_alpha": 0.0, "ema_decay": 0.0, "layer_decay": 1.0, "model_weights": "raw"}  # fmt: skip
+    rows = _recipe(render_report(sample_facts(model_card=replace(card, recipe=plain)))[0])
+    assert (rows["MixUp / CutMix"], rows["weight average (EMA)"], rows["layer-wise LR decay"]) == (
+        "none",
+        "none",
+        "none",
+    )
+    assert "then" not in rows["augmentation"]
+    old = _recipe(render_report(sample_facts())[0])  # a card written before the recipe was recorded
+    assert old["recipe"] == old["MixUp / CutMix"] == old["weight average (EMA)"] == "not recorded"
+
+
 def test_a_banner_says_when_the_loss_rose_by_an_order_of_magnitude_or_went_non_finite():
     """Issue 42: a run whose train loss went 3.06 -> 28.3 and val loss to 18,303 was promoted with no word."""
     losses = [(3.06, 2.9), (2.5, 40.0), (28.3, 18303.0)]

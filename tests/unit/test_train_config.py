@@ -29,6 +29,13 @@ def pipeline_parameters(**changes: Any) -> dict[str, Any]:
         "freeze_epochs": 0.0,
         "backbone_lr_scale": 1.0,
         "class_weights": "none",
+        "recipe": "auto",
+        "augment": "",
+        "random_erasing": -1.0,
+        "mixup_alpha": -1.0,
+        "cutmix_alpha": -1.0,
+        "ema_decay": -1.0,
+        "layer_decay": -1.0,
         "registry": "",
         "patience": 0.0,
         "early_stop_min_delta": 0.0,
@@ -131,3 +138,33 @@ def test_the_train_step_has_a_parameter_for_each_but_the_uris():
 
     step = set(inspect.signature(train_model).parameters) - {"dataset", "model", "metrics", "run_outcome"}
     assert step == set(pipeline_parameters()) - {"data", "output"}
+
+
+def test_the_recipe_parameters_are_the_recipes_unless_given():
+    """Issue 46: recipe "auto", augment "" and negative values are the recipe's own (None); given ones pass."""
+    config = TrainConfig.from_pipeline(**pipeline_parameters())
+    assert config.recipe == "auto" and set(config.recipe_overrides().values()) == {None}
+    given = TrainConfig.from_pipeline(
+        **pipeline_parameters(
+            recipe="scratch",
+            augment="randaugment",
+            random_erasing=0.25,
+            mixup_alpha=0.0,
+            cutmix_alpha=1.0,
+            ema_decay=0.999,
+            layer_decay=1.0,
+        )
+    )
+    assert given.recipe == "scratch"
+    assert given.recipe_overrides() == {
+        "augment": "randaugment",
+        "random_erasing": 0.25,
+        "mixup_alpha": 0.0,
+        "cutmix_alpha": 1.0,
+        "ema_decay": 0.999,
+        "layer_decay": 1.0,
+    }
+    with pytest.raises(ConfigError, match="--augment must be none, trivial or randaugment"):
+        TrainConfig.from_pipeline(**pipeline_parameters(augment="autoaugment"))
+    with pytest.raises(ConfigError, match="--recipe must be auto or one of plain, scratch"):
+        TrainConfig.from_pipeline(**pipeline_parameters(recipe="modern"))

@@ -90,6 +90,9 @@ class ModelCard:
     training: dict[str, Any] = field(default_factory=dict)  # the TrainConfig, as JSON
     peak_lr: float | None = None  # the LR the schedule peaked at, however it was chosen (None: not recorded)
     global_batch: int | None = None  # samples per optimizer step over every device (None: not recorded)
+    # The recipe the run trained with (tpustream/train/recipe.py): name, why, its values, which the run
+    # overrode, and the weights model.pt holds ("ema" or "raw") (None: not recorded)
+    recipe: dict[str, Any] | None = None
     init: dict[str, Any] | None = None  # warm start: where the weights began (None: random)
     # --pretrained: spec, uri, name, sha256 of the weights the backbone started from (None: not pretrained)
     pretrained: dict[str, Any] | None = None
@@ -124,6 +127,7 @@ class ModelCard:
         "training",
         "peak_lr",
         "global_batch",
+        "recipe",
         "init",
         "pretrained",
         "preprocessing",
@@ -157,6 +161,7 @@ class ModelCard:
                 training=dict(document.get("training") or {}),
                 peak_lr=_optional_number(document.get("peak_lr")),
                 global_batch=_optional_int(document.get("global_batch")),
+                recipe=document.get("recipe") if isinstance(document.get("recipe"), Mapping) else None,
                 init=document.get("init"),
                 pretrained=document.get("pretrained"),
                 preprocessing=dict(document.get("preprocessing") or {}),
@@ -188,6 +193,7 @@ class ModelCard:
             "training": self.training,
             "peak_lr": self.peak_lr,
             "global_batch": self.global_batch,
+            "recipe": self.recipe,
             "init": self.init,
             "pretrained": self.pretrained,
             "preprocessing": dict(self.preprocessing),

@@ -16,6 +16,8 @@
     (``device-transfer-ceiling``: one ready batch through ``device_loader``) and both in one process as
     the trainer feeds (``feed-ceiling``), the last two in a spawned process on torch_xla (PJRT_DEVICE,
     default CPU with CPU_NUM_DEVICES=4: a v5e host's 4 chips); at 224 px compared with a v5e host's need.
+(augmentation, ``bench_augment``: ``--augment``) our loader per augmentation policy of the training recipe
+    (torchvision.transforms.v2 TrivialAugmentWide, RandAugment, RandomErasing in the workers) against none.
 Every pipeline runs ``repeats`` times, interleaved; each run counts samples for ``seconds`` after its
 first batch (worker start-up excluded); the median is reported with ratios to tpustream, (B) and (A),
 once per worker count of ``workers`` (``--workers 1,2,4``).
@@ -38,12 +40,13 @@ import numpy as np
 
 from tpustream.artifacts import Manifest
 from tpustream.errors import ConfigError
+from tpustream.image.transforms import AugmentPolicy
 from tpustream.loader.batch import Batch
 from tpustream.loader.config import SplitName
 from tpustream.loader.worker import EpochStream, WorkerBatch, WorkerStats
 from tpustream.storage import io as storage
 
-__all__ = ["bench_load", "input_size_for"]
+__all__ = ["AUGMENT_CASES", "bench_augment", "bench_load", "input_size_for"]
 
 
 def _blog_transform(size: int, train: bool) -> Any:
@@ -90,7 +93,15 @@ def _blog_loader(urls: list[str], size: int, batch: int, workers: int, train: bo
     return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
 
 
-def _ours_loader(dataset: str, split: str, size: int, batch: int, workers: int) -> Iterable[Any]:
+def _ours_loader(
+    dataset: str,
+    split: str,
+    size: int,
+    batch: int,
+    workers: int,
+    policy: AugmentPolicy = "none",
+    random_erasing: float = 0.0,
+) -> Iterable[Any]:
     from tpustream.loader.shard_loader import LoaderConfig, ShardLoader
 
     loader = ShardLoader(
@@ -102,6 +113,8 @@ def _ours_loader(dataset: str, split: str, size: int, batch: int, workers: int) 
             workers=workers,
             num_replicas=1,
             replica_index=0,
+            augment_policy=policy,
+            random_erasing=random_erasing,
         )
     )
 
@@ -542,6 +555,75 @@ def _gcs_copy(dataset: str, manifest: dict[str, Any]) -> tuple[Any, str] | None:
             storage.copy(storage.join(dataset, shard["path"]), storage.join(target, shard["path"]))
     storage.copy(storage.join(dataset, "manifest.json"), storage.join(target, "manifest.json"))
     return server, target
+
+
+# ``--augment``'s cases: (policy, RandomErasing's probability); "none" is every case's baseline. Erasing at
+# probability 1: the most it can cost (the recipes erase at 0.1 to 0.25).
+AUGMENT_CASES: dict[str, tuple[AugmentPolicy, float]] = {
+    "none": ("none", 0.0),
+    "trivial": ("trivial", 0.0),
+    "randaugment": ("randaugment", 0.0),
+    "random-erasing": ("none", 1.0),
+}
+
+
+def bench_augment(
+    *,
+    data: str,
+    batch_size: int,
+    workers: int | Sequence[int],
+    seconds: float,
+    repeats: int,
+    input_size: int | None,
+    cases: Sequence[str],
+) -> Iterator[str]:
+    """One JSON line per augmentation case (``AUGMENT_CASES``) and worker count: our train loader's samples/s
+    with the case's policy in its workers, and its ratio to the same loader without one (median of
+    ``repeats`` interleaved runs)."""
+    from tpustream.dataset.manifest import read_manifest
+
+    unknown = [case for case in cases if case not in AUGMENT_CASES]
+    if unknown:
+        raise ConfigError(
+            f"--augment: unknown case(s) {', '.join(unknown)}: choose from {', '.join(AUGMENT_CASES)}"
+        )
+    names = ["none", *(case for case in dict.fromkeys(cases) if case != "none")]
+    worker_counts = [workers] if isinstance(workers, int) else list(workers)
+    workdir = tempfile.mkdtemp(prefix="tpustream-bench-augment-")
+    try:
+        dataset = _resolve_dataset(data, workdir)
+        manifest = read_manifest(dataset)
+        size = input_size_for(dataset, manifest, "train", input_size)
+        for count in worker_counts:
+            rates: dict[str, list[float]] = {name: [] for name in names}
+            for _ in range(repeats):
+                for name in names:
+                    policy, erasing = AUGMENT_CASES[name]
+                    make = partial(_ours_loader, dataset, "train", size, batch_size, count, policy, erasing)
+                    rates[name].append(_measure(make, seconds))
+            medians = {name: statistics.median(values) for name, values in rates.items()}
+            for name in names:
+                policy, erasing = AUGMENT_CASES[name]
+                yield json.dumps(
+                    {
+                        "bench": "load",
+                        "data": manifest["source"],
+                        "split": "train",
+                        "input_size": size,
+                        "batch_size": batch_size,
+                        "repeats": repeats,
+                        "seconds_per_run": seconds,
+                        "pipeline": "tpustream",
+                        "augment": name,
+                        "policy": policy,
+                        "random_erasing": erasing,
+                        "workers": count,
+                        "samples_per_s": round(medians[name]),
+                        "ratio_vs_none": round(medians[name] / medians["none"], 2),
+                    }
+                )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def bench_load(

@@ -240,10 +240,17 @@ def bench_load(
     input_size: Annotated[
         int | None, typer.Option(help="Output side (default: 224 for large images, else the image size).")
     ] = None,
+    augment: Annotated[
+        str,
+        typer.Option(
+            help="Instead: our train loader per augmentation case against none, a list of none, trivial, "
+            "randaugment, random-erasing (the training recipe's policies in the workers)."
+        ),
+    ] = "",
 ) -> None:
     """Per-file ImageFolder (A), the blog's webdataset pipeline (B), ours local and from GCS, installed peers,
     and the ceilings (our kernel alone, the kernel in as many processes as cores used, our pipeline without
-    workers)."""
+    workers); with --augment, our loader's cost per augmentation policy instead."""
     from tpustream.bench import load as bl
 
     try:
@@ -252,6 +259,18 @@ def bench_load(
         worker_counts = []
     if not worker_counts or min(worker_counts) < 0:
         raise typer.BadParameter(f"--workers takes counts like 2 or 1,2,4, got {workers!r}")
+    if augment:
+        for line in bl.bench_augment(
+            data=data,
+            batch_size=batch_size,
+            workers=worker_counts,
+            seconds=seconds,
+            repeats=repeats,
+            input_size=input_size,
+            cases=[case.strip() for case in augment.split(",") if case.strip()],
+        ):
+            typer.echo(line)
+        return
     for line in bl.bench_load(
         data=data,
         split=split,

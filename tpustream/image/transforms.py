@@ -1,6 +1,7 @@
 """Decode + augment one sample to a fixed-size uint8 HxWx3 array, fast.
 
-train: RandomResizedCrop (torchvision's sampling) + horizontal flip; val: centre crop + resize
+train: RandomResizedCrop (torchvision's sampling) + horizontal flip, then (``Augment.policy``,
+``Augment.random_erasing``) a ``torchvision.transforms.v2`` policy on the rendered uint8 pixels; val: centre crop + resize
 (torchvision's Resize(int(S/0.875)) + CenterCrop(S) done as one resample). Crop and resize are one
 antialiased bilinear resample of the crop, and JPEGs are decoded at a reduced DCT scale when
 the crop still has at least the output's resolution there, so no detail the output could show is
@@ -9,11 +10,12 @@ lost. Floats never appear here: normalisation happens on the device (``normalize
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -32,7 +34,10 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "AUGMENT_POLICIES",
     "Augment",
+    "AugmentPolicy",
+    "apply_policy",
     "default_min_crop_scale",
     "decode_image",
     "skip_image",
@@ -51,6 +56,8 @@ __all__ = [
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 VAL_CROP_FRACTION = 0.875  # 224/256
+AugmentPolicy = Literal["none", "trivial", "randaugment"]
+AUGMENT_POLICIES: tuple[AugmentPolicy, ...] = ("none", "trivial", "randaugment")
 
 
 def default_min_crop_scale(output_size: int) -> float:
@@ -75,6 +82,10 @@ class Augment:
     # The evaluation crop's share of the shorter side (Resize(S/f) + CenterCrop(S)): 0.875 (256/224) from
     # random weights; pretrained weights' own (torchvision's resnet50.IMAGENET1K_V2: 224/232).
     val_crop_fraction: float = VAL_CROP_FRACTION
+    # Train only, after the crop and flip (``apply_policy``): a torchvision.transforms.v2 policy (trivial:
+    # TrivialAugmentWide, randaugment: RandAugment) and RandomErasing's probability.
+    policy: AugmentPolicy = "none"
+    random_erasing: float = 0.0
 
     def __post_init__(self) -> None:
         if self.output_size < 1:
@@ -85,6 +96,15 @@ class Augment:
             raise ConfigError(f"min_crop_scale must be in (0, 1], got {self.min_crop_scale}")
         if not 0.0 < self.val_crop_fraction <= 1.0:
             raise ConfigError(f"val_crop_fraction must be in (0, 1], got {self.val_crop_fraction}")
+        if self.policy not in AUGMENT_POLICIES:
+            raise ConfigError(f"policy must be one of {', '.join(AUGMENT_POLICIES)}, got {self.policy!r}")
+        if not 0.0 <= self.random_erasing <= 1.0:
+            raise ConfigError(f"random_erasing must be a probability in [0, 1], got {self.random_erasing}")
+
+    @property
+    def has_policy(self) -> bool:
+        """Whether ``apply_policy`` changes anything: a train split with a policy or random erasing."""
+        return self.train and (self.policy != "none" or self.random_erasing > 0)
 
 
 def random_resized_crop_box(
@@ -358,6 +378,42 @@ def render_batch(
             block = torch.empty((len(indices), 3, size, size), dtype=torch.uint8)
             render_upscales([items[i] for i in indices], size, block)
             target[indices] = block
+
+
+@functools.lru_cache(maxsize=8)
+def _policy_transform(policy: AugmentPolicy, random_erasing: float) -> Any:
+    """The v2 transform of one uint8 CHW image (built once per worker process)."""
+    from torchvision.transforms import v2
+
+    steps: list[Any] = []
+    if policy == "trivial":
+        steps.append(v2.TrivialAugmentWide())
+    elif policy == "randaugment":
+        steps.append(v2.RandAugment())  # 2 ops at magnitude 9 of 31: "rand-m9" (timm, MAE's fine-tuning)
+    if random_erasing > 0:
+        # The reference recipes erase after normalising, to 0: the mean colour, which these uint8 levels are.
+        mean = [round(255 * channel) for channel in IMAGENET_MEAN]
+        steps.append(v2.RandomErasing(p=random_erasing, value=mean))
+    return v2.Compose(steps)
+
+
+def apply_policy(images: torch.Tensor, augment: Augment, seed: int) -> None:
+    """``augment``'s v2 policy and random erasing on each of ``images`` (N x 3 x S x S uint8), in place.
+
+    Each image draws its own ops (a v2 transform draws once per call, so a batch call would give every image
+    the same). torchvision draws from torch's global generator: it is seeded with ``seed`` (the loader's, per
+    worker and batch) inside ``fork_rng``, so the pixels follow from the seed alone and the caller's generator
+    (the trainer's, without worker processes) is left as it was.
+    """
+    import torch
+
+    if not augment.has_policy:
+        return
+    transform = _policy_transform(augment.policy, augment.random_erasing)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for index in range(images.shape[0]):
+            images[index] = transform(images[index])
 
 
 def decode_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -> np.ndarray:

@@ -38,6 +38,13 @@ def launch_train(
     compile_cache: str,
     pipeline_root: str,
     run_outcome: str,
+    recipe: str,
+    augment: str,
+    random_erasing: float,
+    mixup_alpha: float,
+    cutmix_alpha: float,
+    ema_decay: float,
+    layer_decay: float,
 ) -> None:
     """Train on ``dataset`` into ``model.uri`` (resuming what a retried task left there); process 0 logs the
     card's metrics to ``metrics`` and the architecture, input size and val top-1 to ``model``'s metadata. A
@@ -60,6 +67,13 @@ def launch_train(
             freeze_epochs=freeze_epochs,
             backbone_lr_scale=backbone_lr_scale,
             class_weights=class_weights,
+            recipe=recipe,
+            augment=augment,
+            random_erasing=random_erasing,
+            mixup_alpha=mixup_alpha,
+            cutmix_alpha=cutmix_alpha,
+            ema_decay=ema_decay,
+            layer_decay=layer_decay,
             registry=registry,
             patience=patience,
             early_stop_min_delta=early_stop_min_delta,

@@ -8,6 +8,7 @@ from typing import Literal
 
 from tpustream.errors import ConfigError
 from tpustream.image.codec import DEFAULT_MAX_PIXELS
+from tpustream.image.transforms import AugmentPolicy
 
 __all__ = ["LoaderConfig", "SplitName"]
 
@@ -39,6 +40,9 @@ class LoaderConfig:
     # train: the epoch's last global batch padded to full size (copies of its samples, mask False) rather than
     # its remainder left out; off: the floor of whole global batches (how epochs were cut before issue 46)
     pad_last_batch: bool = True
+    # train only: a torchvision.transforms.v2 policy and RandomErasing's probability, after the crop and flip
+    augment_policy: AugmentPolicy = "none"
+    random_erasing: float = 0.0
 
     def __post_init__(self) -> None:
         if self.split not in ("train", "val", "test"):  # test: read only by evaluation, like val

@@ -172,6 +172,8 @@ class ShardLoader:
             min_crop_scale=min_scale,
             max_pixels=config.max_pixels,
             val_crop_fraction=config.val_crop_fraction,
+            policy=config.augment_policy,
+            random_erasing=config.random_erasing,
         )
         self._split = _Split(
             config,

@@ -17,7 +17,14 @@ import numpy as np
 from tpustream.artifacts import Shard
 from tpustream.dataset.tario import TarFormatError, iter_tar_sample_runs
 from tpustream.image.codec import image_member
-from tpustream.image.transforms import Augment, Prepared, prepare_image, render_batch, skip_image
+from tpustream.image.transforms import (
+    Augment,
+    Prepared,
+    apply_policy,
+    prepare_image,
+    render_batch,
+    skip_image,
+)
 from tpustream.loader.config import LoaderConfig
 from tpustream.loader.epoch_plan import LoaderError, SampleRange, WorkerPlan, plan_epoch
 from tpustream.loader.ring import _Abandoned, _SlotRing
@@ -275,11 +282,14 @@ class EpochStream:
         keys: list[str] | None = None,
         *,
         copies: bool = False,
+        policy_seed: int | None = None,
     ) -> WorkerBatch:
         """A full batch: ``pending`` rendered into its first slots, the rest padding (mask False): zeros, or
         with ``copies`` (train) its own samples again, in turn, with their labels, so that the BatchNorm
         statistics of a padded batch are computed over its real images alone (with a real count that divides
-        the batch: exactly theirs); with ``keys`` (evaluation), ``key``: the samples' keys, "" for padding."""
+        the batch: exactly theirs); with ``keys`` (evaluation), ``key``: the samples' keys, "" for padding.
+        ``policy_seed`` (train): the seed of the augmentation policy's draws for this batch (``apply_policy``),
+        applied to the real samples before any copy is made of them."""
         import torch
 
         size, batch = self.split.config.input_size, self.split.config.batch_size
@@ -294,6 +304,8 @@ class EpochStream:
         self._written += 1
         if pending:
             render_batch(pending, size, chw[: len(pending)])
+            if policy_seed is not None:
+                apply_policy(chw[: len(pending)], self.split.augment, policy_seed)
         # numpy, not tensors: pickled inline (a few hundred bytes), where a tensor travels as its own
         # shared-memory segment and file descriptor; the main process wraps them without a copy.
         label_array = np.zeros(batch, np.int64)
@@ -354,7 +366,12 @@ class EpochStream:
                 else:
                     stats.samples += 1
                 if len(pending) == cfg.batch_size:
-                    yield self._batch(pending, labels, stats)
+                    # Keyed by the batch's place in the plan, not by draws from ``rng``: a resumed epoch
+                    # skips batches without rendering them, and the batches after them get the same pixels.
+                    seed = _seed(
+                        cfg.seed, self.epoch, self.split.replica_index, plan.worker, produced, _POLICY
+                    )
+                    yield self._batch(pending, labels, stats, policy_seed=seed)
                     batches_done += 1
                     pending, labels = [], []
                 if produced == needed:
@@ -369,7 +386,8 @@ class EpochStream:
             repeat_pass += 1
         if batches_done < plan.num_batches:  # its last batch, padded (the plan leaves a real sample in it)
             stats.padded += cfg.batch_size - len(pending)
-            yield self._batch(pending, labels, stats, copies=True)
+            seed = _seed(cfg.seed, self.epoch, self.split.replica_index, plan.worker, produced, _POLICY)
+            yield self._batch(pending, labels, stats, copies=True, policy_seed=seed)
 
     def _val(self, plan: WorkerPlan) -> Iterator[WorkerBatch]:
         cfg = self.split.config
@@ -437,6 +455,14 @@ def _resume_layout(start: int, per_plan: list[int], workers: int) -> tuple[list[
 def _rng(*key: int) -> random.Random:
     """A fast scalar RNG seeded from the (seed, epoch, replica, worker, ...) key via numpy's SeedSequence."""
     return random.Random(int(np.random.SeedSequence(list(key)).generate_state(2, np.uint64)[0]))
+
+
+_POLICY = 1  # the augmentation policy's seeds: keys of six entries, apart from the crops' (five at most)
+
+
+def _seed(*key: int) -> int:
+    """A 63-bit torch seed from a (seed, epoch, replica, worker, ...) key via numpy's SeedSequence."""
+    return int(np.random.SeedSequence(list(key)).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def _pick(fields: dict[str, bytes], num_classes: int) -> tuple[bytes, str, int] | None:

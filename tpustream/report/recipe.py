@@ -2,7 +2,8 @@
 
 Everything comes from the candidate's model card (``tpustream.artifacts.ModelCard``): ``training`` (the
 ``TrainConfig`` as JSON), ``init`` (a warm start), ``pretrained`` (the weights the backbone began from),
-``history`` (the epochs) and ``class_weights`` (``--class-weights auto``). Cards record the peak LR the trainer
+``history`` (the epochs), ``class_weights`` (``--class-weights auto``) and ``recipe`` (the named recipe the run
+chose, its augmentation policy, MixUp/CutMix, EMA and layer-wise LR decay, and whose weights model.pt holds). Cards record the peak LR the trainer
 chose (``peak_lr``, ``global_batch``); older ones only a warm start's (``init.peak_lr``), and otherwise it is
 worked out as the trainer chose it (``tpustream.train.trainer``): ``--lr`` when given, else the model's recipe
 LR scaled to the global batch (``default_peak_lr``), a tenth of that when fine-tuning. A card written before a key existed says "not
@@ -32,6 +33,7 @@ def recipe_rows(card: ModelCard) -> list[tuple[str, str]]:
     """(what, how) rows of the candidate's training recipe, in the order a reader checks them."""
     training = card.training
     return [
+        ("recipe", _recipe(card)),
         ("peak LR", _peak_lr(card)),
         ("schedule", _schedule(training)),
         ("epochs", _epochs(card)),
@@ -39,6 +41,9 @@ def recipe_rows(card: ModelCard) -> list[tuple[str, str]]:
         ("backbone LR scale", _backbone_lr_scale(training)),
         ("class weights", _class_weights(card)),
         ("augmentation", _augmentation(card)),
+        ("MixUp / CutMix", _mixing(card)),
+        ("weight average (EMA)", _ema(card)),
+        ("layer-wise LR decay", _layer_decay(card)),
         ("precision", _precision(training)),
         ("loss and optimizer", _optimizer(training)),
         ("pretrained weights", _pretrained(card)),
@@ -197,13 +202,67 @@ def _class_weights(card: ModelCard) -> str:
     return f"auto: inverse class frequency in the train split: {listed}{more}"
 
 
+def _recipe(card: ModelCard) -> str:
+    recipe = card.recipe
+    if not recipe:
+        return NOT_RECORDED
+    overridden = recipe.get("overridden") or []
+    given = f"; given: {', '.join(overridden)}" if overridden else ""
+    return f"{recipe.get('name', '?')}: {recipe.get('why', '?')}{given}"
+
+
+_POLICIES = {"trivial": "TrivialAugmentWide", "randaugment": "RandAugment (2 ops, magnitude 9)"}
+
+
 def _augmentation(card: ModelCard) -> str:
     size = card.input_size
     crop = card.val_crop_fraction
+    recipe = card.recipe or {}
+    policy = _POLICIES.get(recipe.get("augment", "none"))
+    erasing = recipe.get("random_erasing") or 0
+    extra = f", then {policy} (torchvision.transforms.v2)" if policy else ""
+    if is_finite_number(erasing) and erasing > 0:
+        extra += f", then random erasing of a patch with probability {erasing:g}"
     return (
         f"train: a random crop of {100 * default_min_crop_scale(size):.0f}% to 100% of the image's area (aspect "
-        f"3/4 to 4/3) resized to {size} px, and a horizontal flip half the time; evaluation: resized to "
+        f"3/4 to 4/3) resized to {size} px, and a horizontal flip half the time{extra}; evaluation: resized to "
         f"{round(size / crop)} px and centre-cropped to {size} px"
+    )
+
+
+def _mixing(card: ModelCard) -> str:
+    recipe = card.recipe
+    if not recipe:
+        return NOT_RECORDED
+    mixup, cutmix = recipe.get("mixup_alpha") or 0, recipe.get("cutmix_alpha") or 0
+    parts = [f"{name} alpha {alpha:g}" for name, alpha in (("MixUp", mixup), ("CutMix", cutmix)) if alpha]
+    if not parts:
+        return "none"
+    each = ", each step one or the other, half the time each" if len(parts) == 2 else ""
+    return f"{' and '.join(parts)}{each}: soft targets, in the compiled step"
+
+
+def _ema(card: ModelCard) -> str:
+    recipe = card.recipe
+    if not recipe:
+        return NOT_RECORDED
+    decay = recipe.get("ema_decay") or 0
+    if not decay:
+        return "none"
+    held = recipe.get("model_weights")
+    which = {"ema": "the model is the EMA's (better val top-1)", "raw": "the model is the raw weights'"}
+    return f"decay {decay:g} per step (with warmup), evaluated each epoch; {which.get(str(held), 'not recorded')}"
+
+
+def _layer_decay(card: ModelCard) -> str:
+    recipe = card.recipe
+    if not recipe:
+        return NOT_RECORDED
+    decay = recipe.get("layer_decay")
+    if not is_finite_number(decay) or decay == 1:
+        return "none"
+    return (
+        f"{decay:g}: each transformer block at {decay:g} of the LR of the block above, the head at all of it"
     )
 
 

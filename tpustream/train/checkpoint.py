@@ -14,7 +14,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import torch
 
@@ -57,6 +57,7 @@ class Checkpoint(TypedDict):
     state: Any  # asdict(RunState): position, history, early stopping
     meta: RunMeta
     rng: CheckpointRng
+    ema: NotRequired[StateDict]  # the recipe's EMA of the weights (tpustream/train/ema.py), when it has one
 
 
 class CheckpointError(TpustreamError, ValueError):

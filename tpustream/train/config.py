@@ -6,10 +6,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from tpustream.errors import ConfigError, TpustreamError
 from tpustream.models import model_spec
+from tpustream.train.recipe import RECIPES, AugmentPolicy, Recipe
 from tpustream.xla_runtime import Strategy
 
 __all__ = ["TrainConfig", "TrainError"]
@@ -104,6 +105,27 @@ class TrainConfig:
     class_weights: Literal["none", "auto"] = "none"
     """auto: weight the training loss by inverse class frequency in the train split (mean weight per sample
     1; model.json records the weights), for imbalanced classes; val metrics stay unweighted."""
+    recipe: str = "auto"
+    """The training recipe (tpustream/train/recipe.py): auto picks one by model, pretrained or not and train
+    images per class (logged, and recorded in model.json), or plain, scratch, finetune, small-data-finetune,
+    vit-finetune. The five options below override its values one by one."""
+    augment: AugmentPolicy | None = None
+    """torchvision.transforms.v2 policy applied in the loader's workers after the crop and flip: none,
+    trivial (TrivialAugmentWide) or randaugment (RandAugment) (default: the recipe's)."""
+    random_erasing: float | None = None
+    """Probability of torchvision's RandomErasing on each train image, filled with the mean colour (default:
+    the recipe's; 0 off)."""
+    mixup_alpha: float | None = None
+    """MixUp's Beta(alpha, alpha) in the compiled step, with soft-target cross entropy (default: the recipe's;
+    0 off). With --cutmix-alpha too, each step is one or the other, half the time each."""
+    cutmix_alpha: float | None = None
+    """CutMix's Beta(alpha, alpha) in the compiled step (default: the recipe's; 0 off)."""
+    ema_decay: float | None = None
+    """EMA of the weights on the device, per step, with timm's warmup (default: the recipe's; 0 off). Evaluated
+    each epoch beside the raw weights; the model is the EMA's when its val top-1 is better."""
+    layer_decay: float | None = None
+    """ViT models: layer-wise LR decay, each block below the head at this fraction of the LR of the block
+    above it (default: the recipe's; 1 off)."""
 
     def __post_init__(self) -> None:
         model_spec(self.model)  # ValueError naming the models
@@ -143,8 +165,22 @@ class TrainConfig:
             )
         if self.class_weights not in ("none", "auto"):
             raise ConfigError(f"--class-weights must be none or auto, got {self.class_weights!r}")
+        if self.recipe != "auto" and self.recipe not in RECIPES:
+            raise ConfigError(f"--recipe must be auto or one of {', '.join(RECIPES)}, got {self.recipe!r}")
+        Recipe(**{key: value for key, value in self.recipe_overrides().items() if value is not None})
         if self.preemption_sync_seconds <= 0 or self.commit_timeout_minutes <= 0:
             raise ConfigError("--preemption-sync-seconds and --commit-timeout-minutes must be positive")
+
+    def recipe_overrides(self) -> dict[str, Any]:
+        """The recipe's values this run gives itself, by ``Recipe`` field (None: the recipe's)."""
+        return {
+            "augment": self.augment,
+            "random_erasing": self.random_erasing,
+            "mixup_alpha": self.mixup_alpha,
+            "cutmix_alpha": self.cutmix_alpha,
+            "ema_decay": self.ema_decay,
+            "layer_decay": self.layer_decay,
+        }
 
     @classmethod
     def from_pipeline(
@@ -169,12 +205,20 @@ class TrainConfig:
         early_stop_min_delta: float,
         compile_cache: str,
         pipeline_root: str,
+        recipe: str,
+        augment: str,
+        random_erasing: float,
+        mixup_alpha: float,
+        cutmix_alpha: float,
+        ema_decay: float,
+        layer_decay: float,
     ) -> TrainConfig:
         """The train step's config from the pipeline's parameters, named and typed as the step receives them:
         the one place their stand-ins are decoded, as ``PromotionPolicy.from_pipeline`` does the policy's.
 
         A KFP parameter cannot be None: ``lr`` 0 is the scaled default, ``input_size`` 0 the dataset's rule,
-        "" no ``init_from``, ``pretrained`` or ``compile_cache``. An integer parameter can arrive as a float
+        "" no ``init_from``, ``pretrained`` or ``compile_cache``, ``augment`` "" and a negative
+        ``random_erasing``, ``mixup_alpha``, ``cutmix_alpha``, ``ema_decay`` or ``layer_decay`` the recipe's. An integer parameter can arrive as a float
         (the compiled YAML keeps a default as 8.0): a whole one is taken as an int, another refused.
         ``init_from`` "champion" is ``registry``'s current champion, read now: none yet (a new registry) is
         random weights (or ``pretrained``), with a warning; a champion that does not fit the run (another
@@ -222,7 +266,19 @@ class TrainConfig:
             patience=_whole("patience", patience),
             min_delta=early_stop_min_delta,
             compile_cache=cache or None,
+            recipe=recipe.strip() or "auto",
+            augment=augment.strip() or None,  # type: ignore[arg-type]  # __post_init__ checks the policy
+            random_erasing=_or_recipe(random_erasing),
+            mixup_alpha=_or_recipe(mixup_alpha),
+            cutmix_alpha=_or_recipe(cutmix_alpha),
+            ema_decay=_or_recipe(ema_decay),
+            layer_decay=_or_recipe(layer_decay),
         )
+
+
+def _or_recipe(value: float) -> float | None:
+    """A recipe value as a pipeline parameter: negative (the stand-in -1) is the recipe's own."""
+    return None if value < 0 else float(value)
 
 
 def _whole(name: str, value: float) -> int:

@@ -17,7 +17,7 @@ from tpustream.storage import io as storage
 from tpustream.train.checkpoint import CheckpointError, latest_checkpoint_uri, load_checkpoint
 from tpustream.train.config import TrainConfig, TrainError
 from tpustream.train.preemption import Preempted, StopAgreement
-from tpustream.train.records import RunMeta, RunState
+from tpustream.train.records import RunMeta, RunState, ema_won, epoch_score
 from tpustream.xla_runtime import Runtime
 
 __all__ = ["write_model_artifact", "wait_for_primary"]
@@ -33,11 +33,15 @@ def write_model_artifact(output: str, meta: RunMeta, state: RunState) -> ModelCa
     if best_uri is None:
         raise CheckpointError(f"no best checkpoint under {output}")
     best = load_checkpoint(best_uri)
+    best_epoch = max(state.history, key=epoch_score) if state.history else None
+    # The EMA's weights are the model when they were the better on val top-1 in the best epoch
+    averaged = best_epoch is not None and ema_won(best_epoch) and "ema" in best
     buffer = io.BytesIO()  # a file object: the archive name is fixed, so equal weights hash equal
-    torch.save(best["model"], buffer)
+    torch.save(best["ema"] if averaged else best["model"], buffer)
     storage.write_bytes(storage.join(output, "model.pt"), buffer.getvalue())
     model_digest = hashlib.sha256(buffer.getbuffer()).hexdigest()
-    best_epoch = max(state.history, key=lambda r: r["val_top1"]) if state.history else None
+    metric = "ema_val_" if averaged else "val_"
+    recipe = meta.get("recipe")
     preprocessing = meta.get("preprocessing")
     pretrained = meta.get("pretrained")  # the weights the backbone began from (None: not pretrained)
     init = meta.get("init")  # warm start: where the weights began (None: random)
@@ -61,9 +65,9 @@ def write_model_artifact(output: str, meta: RunMeta, state: RunState) -> ModelCa
         pretrained=dict(pretrained) if pretrained else None,
         metrics={
             "epoch": best_epoch["epoch"] if best_epoch else None,
-            "val_top1": best_epoch["val_top1"] if best_epoch else None,
-            "val_top5": best_epoch["val_top5"] if best_epoch else None,
-            "val_loss": best_epoch["val_loss"] if best_epoch else None,
+            "val_top1": best_epoch[metric + "top1"] if best_epoch else None,  # type: ignore[literal-required]
+            "val_top5": best_epoch[metric + "top5"] if best_epoch else None,  # type: ignore[literal-required]
+            "val_loss": best_epoch[metric + "loss"] if best_epoch else None,  # type: ignore[literal-required]
             "val_samples": best_epoch["val_samples"] if best_epoch else None,
         },
         history=[dict(record) for record in state.history],
@@ -73,6 +77,7 @@ def write_model_artifact(output: str, meta: RunMeta, state: RunState) -> ModelCa
         training=meta["config"],
         peak_lr=meta["peak_lr"],
         global_batch=meta["global_batch"],
+        recipe={**recipe, "model_weights": "ema" if averaged else "raw"} if recipe else None,
         init=dict(init) if init else None,
         compile_cache=dict(compile_cache) if compile_cache else None,
         stopped_early=state.stopped_early,

@@ -20,6 +20,7 @@ __all__ = [
     "lr_at",
     "inverse_frequency_weights",
     "backbone_groups",
+    "layer_decay_groups",
     "freeze_backbone",
     "fill_optimizer_state",
     "fine_tuning_phase",
@@ -78,6 +79,26 @@ def backbone_groups(optimizer: Any, head: set[Any]) -> Any:
             params = [p for p in group["params"] if (p not in head) == is_backbone]
             if params:
                 groups.append({**options, "params": params, "backbone": is_backbone})
+    optimizer.param_groups = []
+    for group in groups:
+        optimizer.add_param_group(group)
+    return optimizer
+
+
+def layer_decay_groups(optimizer: Any, model: Any, depths: dict[str, int], deepest: int, decay: float) -> Any:
+    """``optimizer`` with each parameter group split by depth (``ModelSpec.layer_depths``), each part's
+    ``lr_scale`` ``decay ** (deepest - depth)``: layer-wise LR decay (Clark et al. 2020, ELECTRA; BEiT's and
+    MAE's ViT fine-tuning), the head at the scheduled LR and each block below at ``decay`` of the one above.
+    ``train_step`` multiplies the scheduled LR by it. Regrouped in place before any step, as ``backbone_groups``."""
+    depth_of = {id(parameter): depths[name] for name, parameter in model.named_parameters()}
+    groups = []
+    for group in optimizer.param_groups:
+        options = {key: value for key, value in group.items() if key != "params"}
+        by_depth: dict[int, list[Any]] = {}
+        for parameter in group["params"]:
+            by_depth.setdefault(depth_of[id(parameter)], []).append(parameter)
+        for depth in sorted(by_depth):
+            groups.append({**options, "params": by_depth[depth], "lr_scale": decay ** (deepest - depth)})
     optimizer.param_groups = []
     for group in groups:
         optimizer.add_param_group(group)

@@ -32,6 +32,8 @@ __all__ = [
     "EpochRun",
     "EpochRecord",
     "epoch_record",
+    "epoch_score",
+    "ema_won",
     "EpochLog",
     "tensorboard_uris",
 ]
@@ -58,6 +60,10 @@ class EpochRecord(TypedDict):
     train_samples_repeated: int
     # slots of the epoch's padded last global batch (copies weighted 0); records before issue 46 lack it
     train_samples_padded: NotRequired[int]
+    # The recipe's EMA of the weights, evaluated beside them (tpustream/train/ema.py); absent without one
+    ema_val_top1: NotRequired[float]
+    ema_val_top5: NotRequired[float]
+    ema_val_loss: NotRequired[float]
 
 
 class RunMeta(TypedDict):
@@ -84,6 +90,7 @@ class RunMeta(TypedDict):
     init: NotRequired[InitRecord]  # warm start: where the weights began
     freeze_epochs: NotRequired[int]
     compile_cache: NotRequired[CompileCacheRecord]
+    recipe: NotRequired[dict[str, Any]]  # RecipeChoice.to_json(): the recipe the run chose and why
 
 
 @dataclass
@@ -107,6 +114,16 @@ class EpochRun:
     loss_sum: Any  # on the device: read once, at the end of the epoch
     steps: int = 0
     wait: float = 0.0  # seconds spent waiting for the loader
+
+
+def epoch_score(record: EpochRecord) -> float:
+    """The epoch's val top-1 as model selection reads it: the better of the raw weights' and their EMA's."""
+    return max(record["val_top1"], record.get("ema_val_top1", -1.0))
+
+
+def ema_won(record: EpochRecord) -> bool:
+    """Whether the epoch's EMA weights were better on val top-1 than its raw weights (ties: the raw)."""
+    return record.get("ema_val_top1", -1.0) > record["val_top1"]
 
 
 def epoch_record(

@@ -19,6 +19,7 @@ from tpustream.xla_runtime import Runtime
 
 if TYPE_CHECKING:
     from tpustream.loader.shard_loader import ShardLoader
+    from tpustream.train.recipe import Recipe
 
 __all__ = [
     "Loaders",
@@ -141,8 +142,10 @@ def make_loaders(
     per_device: int,
     input_size: int,
     preprocessing: Preprocessing,
+    recipe: Recipe | None = None,
 ) -> Loaders:
-    """This process's train and val loaders (its replica's slice; SPMD: the host's devices' batch)."""
+    """This process's train and val loaders (its replica's slice; SPMD: the host's devices' batch); the train
+    loader's workers apply ``recipe``'s augmentation policy and random erasing."""
     from tpustream.loader.config import LoaderConfig
     from tpustream.loader.epoch_plan import LoaderError
     from tpustream.loader.shard_loader import ShardLoader
@@ -160,6 +163,8 @@ def make_loaders(
                     workers=config.workers,
                     seed=config.seed,
                     val_crop_fraction=preprocessing.crop_fraction,
+                    augment_policy=recipe.augment if recipe and split == "train" else "none",
+                    random_erasing=recipe.random_erasing if recipe and split == "train" else 0.0,
                 ),
                 manifest=manifest,
             )

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from tpustream.loader.batch import Batch
 from tpustream.metrics.masked import masked_mean, masked_sums, summarize
 from tpustream.train.config import TrainConfig
+from tpustream.train.mixing import mix_images, mixed_loss
 from tpustream.xla_runtime import Runtime, device_loader
 
 if TYPE_CHECKING:
     from tpustream.loader.shard_loader import ShardLoader
+    from tpustream.train.ema import WeightAverage
 
 __all__ = ["ValMetrics", "train_step", "evaluate", "compile_count", "log_step"]
 
@@ -48,39 +50,60 @@ def train_step(
     config: TrainConfig,
     rt: Runtime,
     class_weights: Any = None,
+    mix: Any = None,
+    ema: WeightAverage | None = None,
+    ema_decay: float = 0.0,
 ) -> Any:
     """One optimizer step on a device batch; returns the (device) loss. No host sync.
 
-    ``lr`` is the schedule's: the backbone's groups (``backbone_groups``) take ``--backbone-lr-scale`` of it.
+    ``lr`` is the schedule's: the backbone's groups (``backbone_groups``) take ``--backbone-lr-scale`` of it,
+    and a group with an ``lr_scale`` (``layer_decay_groups``) that fraction of it.
     ``class_weights`` (a device tensor, one weight per class; None: unweighted) weights each sample's loss;
-    the samples with ``mask`` False (padding) weigh nothing."""
+    the samples with ``mask`` False (padding) weigh nothing.
+    ``mix`` (a device tensor, ``tpustream.train.mixing.draw_mix``'s): MixUp or CutMix the batch, soft targets.
+    ``ema``: the weights' average, updated after the optimizer step at ``ema_decay``, in the same graph."""
     import torch
     import torch.nn.functional as F
     import torch_xla
     import torch_xla.core.xla_model as xm
 
     for group in optimizer.param_groups:
-        group["lr"] = lr * config.backbone_lr_scale if group.get("backbone") else lr
+        scale = config.backbone_lr_scale if group.get("backbone") else 1.0
+        group["lr"] = lr * scale * group.get("lr_scale", 1.0)
     images = _normalize(batch["image"])
+    if mix is not None:
+        images = mix_images(images, mix)
     with torch.autocast("xla", dtype=torch.bfloat16, enabled=config.bf16):
         logits = model(images)
     # Averaged over the batch's real samples (``mask``: the padded last batch of an epoch counts its real
     # samples only), not over the class weights (cross_entropy's own mean): with weights whose mean per
     # training sample is 1, the loss keeps its unweighted scale and the LR its meaning.
-    per_sample = F.cross_entropy(
-        logits.float(),
-        batch["label"],
-        weight=class_weights,
-        label_smoothing=config.label_smoothing,
-        reduction="none",
-    )
-    loss = masked_mean(per_sample, batch["mask"])
+    if mix is not None:
+        loss = mixed_loss(
+            logits.float(),
+            batch["label"],
+            mix,
+            label_smoothing=config.label_smoothing,
+            class_weights=class_weights,
+            mask=batch["mask"],
+        )
+    else:
+        per_sample = F.cross_entropy(
+            logits.float(),
+            batch["label"],
+            weight=class_weights,
+            label_smoothing=config.label_smoothing,
+            reduction="none",
+        )
+        loss = masked_mean(per_sample, batch["mask"])
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if rt.strategy == "replicas":
         xm.optimizer_step(optimizer)  # all-reduces gradients across replicas, then steps
     else:
         optimizer.step()
+    if ema is not None:
+        ema.update(ema_decay)
     torch_xla.sync()
     return loss.detach()
 

@@ -47,10 +47,12 @@ from tpustream.train.optimizer import (
     default_peak_lr,
     fine_tune_peak_lr,
     fine_tuning_phase,
+    layer_decay_groups,
     lr_at,
 )
 from tpustream.train.preemption import Preempted, SigtermFlag, StopAgreement, preempted_error
-from tpustream.train.records import EpochLog, EpochRun, RunMeta, RunState, epoch_record
+from tpustream.train.recipe import choose_recipe, ema_decay_at
+from tpustream.train.records import EpochLog, EpochRun, RunMeta, RunState, epoch_record, epoch_score
 from tpustream.train.run_inputs import (
     choose_input,
     class_weights,
@@ -146,6 +148,17 @@ class Trainer:
             config, self.dataset, self.manifest, self.pretrained
         )
         log.info("input size %d: %s", self.input_size, self.input_size_reason)
+        train_split = self.manifest.split("train")
+        self.recipe = choose_recipe(
+            config.recipe,
+            model=config.model,
+            vit=model_spec(config.model).layer_depths is not None,
+            from_weights=bool(config.pretrained or config.init_from),
+            train_samples=train_split.num_samples if train_split is not None else 0,
+            num_classes=len(self.classes),
+            overrides=config.recipe_overrides(),
+        )
+        log.info("recipe %s (%s): %s", self.recipe.name, self.recipe.why, self.recipe.to_json())
         self.loaders = make_loaders(
             config,
             self.dataset,
@@ -154,6 +167,7 @@ class Trainer:
             per_device=self.per_device,
             input_size=self.input_size,
             preprocessing=self.preprocessing,
+            recipe=self.recipe.recipe,
         )
         self.steps_per_epoch = self.loaders.train.steps_per_epoch
         spec = model_spec(config.model)
@@ -179,6 +193,7 @@ class Trainer:
             config={**asdict(config), "data": self.dataset, "output": self.output},
             preprocessing=self.preprocessing.to_json(),
             pretrained_weights=self.pretrained is not None,
+            recipe=self.recipe.to_json(),
         )
         if self.class_weights is not None:
             self.meta["class_weights"] = dict(zip(self.classes, self.class_weights.tolist(), strict=True))
@@ -188,6 +203,10 @@ class Trainer:
         self.tracker: Any = None  # xm.RateTracker over the whole run, made in fit()
         self.compile_cache: Any = None  # CompileCache when --compile-cache is given
         self.on_epoch: EpochHook | None = None
+        self.ema: Any = (
+            None  # WeightAverage when the recipe has an EMA, made in fit() once the weights are set
+        )
+        self.restored_ema: Any = None  # the EMA's weights in the checkpoint a resumed run starts from
 
     def build_network(self, small_input_stem: bool) -> None:
         """The model (random weights, on the device), its optimizer and its head's parameters, for a network
@@ -205,6 +224,10 @@ class Trainer:
             self.model, lr=self.peak_lr, momentum=config.momentum, weight_decay=weight_decay
         )
         self.head = set(self.model.get_submodule(spec.head).parameters())
+        layer_decay = self.recipe.recipe.layer_decay
+        if layer_decay != 1 and spec.layer_depths is not None:
+            depths, deepest = spec.layer_depths(self.model)
+            self.optimizer = layer_decay_groups(self.optimizer, self.model, depths, deepest, layer_decay)
         if config.backbone_lr_scale != 1.0:
             self.optimizer = backbone_groups(self.optimizer, self.head)
 
@@ -227,6 +250,7 @@ class Trainer:
 
         self.restore()
         self._freeze_plan()
+        self._start_ema()
         if self.state.epoch >= self.config.epochs and latest_checkpoint_uri(self.output, "best") is None:
             raise TrainError(
                 f"--resume {self.config.resume}: that run has already trained {self.state.epoch} epochs and "
@@ -262,6 +286,21 @@ class Trainer:
         if self.compile_cache is not None:
             self.meta["compile_cache"] = self.compile_cache.record()
         return write_model_artifact(self.output, self.meta, self.state)
+
+    def _start_ema(self) -> None:
+        """The recipe's EMA of the weights, from the weights the run starts with (or a resumed run's own)."""
+        if not self.recipe.recipe.ema_decay:
+            return
+        import torch_xla
+
+        from tpustream.train.ema import WeightAverage
+
+        self.ema = WeightAverage(self.model)
+        if self.restored_ema is not None:
+            self.ema.load_state_dict(self.restored_ema)
+        # The copy as device data of its own: left pending, it would join the epoch's first graph, and the
+        # next epoch's first graph (without it) would be one more compile.
+        torch_xla.sync()
 
     def close(self) -> None:
         if self.stop is not None:
@@ -311,6 +350,7 @@ class Trainer:
                 f"checkpoint {uri}: its optimizer does not fit this run's ({exc}): resume with the options it "
                 "was written with (--backbone-lr-scale), or use --resume never"
             ) from exc
+        self.restored_ema = checkpoint.get("ema")
         xm.set_rng_state(int(checkpoint["rng"]["xla"]))
         torch.set_rng_state(checkpoint["rng"]["torch"])
         self.state = RunState(**checkpoint["state"])
@@ -422,7 +462,18 @@ class Trainer:
             lr = lr_at(
                 state.global_step, peak_lr=self.peak_lr, warmup_steps=warmup_steps, total_steps=total_steps
             )
-            loss = train_step(self.model, self.optimizer, batch, lr, config, rt, self.class_weights)
+            loss = train_step(
+                self.model,
+                self.optimizer,
+                batch,
+                lr,
+                config,
+                rt,
+                self.class_weights,
+                mix=self._mix(state.global_step),
+                ema=self.ema,
+                ema_decay=ema_decay_at(state.global_step, self.recipe.recipe.ema_decay),
+            )
             run.loss_sum = run.loss_sum + loss
             state.global_step += 1
             state.batches_done += 1
@@ -450,6 +501,24 @@ class Trainer:
                 self.checkpoint(best=False)
                 last_checkpoint = time.monotonic()
 
+    def _mix(self, step: int) -> Any:
+        """Step ``step``'s MixUp/CutMix draw as a device tensor (None: the recipe mixes nothing)."""
+        recipe = self.recipe.recipe
+        if not recipe.mixes:
+            return None
+        import torch
+
+        from tpustream.train.mixing import draw_mix
+
+        drawn = draw_mix(
+            step,
+            seed=self.config.seed,
+            mixup_alpha=recipe.mixup_alpha,
+            cutmix_alpha=recipe.cutmix_alpha,
+            size=self.input_size,
+        )
+        return torch.tensor(drawn, dtype=torch.float32).to(self.rt.device)
+
     def finish_epoch(self, run: EpochRun) -> None:
         """Validate, record, log (and TensorBoard), then commit the epoch's checkpoint."""
         state = self.state
@@ -472,12 +541,19 @@ class Trainer:
             global_batch=self.global_batch,
             num_devices=self.rt.num_devices,
         )
+        top1 = metrics["val_top1"]
+        if self.ema is not None:  # the EMA's weights beside the raw ones: the epoch's score is the better's
+            averaged = evaluate(self.ema.model, self.loaders.val, state.epoch, self.config, self.rt)
+            self.ema.model.eval()  # evaluate() leaves a network in training mode
+            record["ema_val_top1"], record["ema_val_loss"] = averaged["val_top1"], averaged["val_loss"]
+            record["ema_val_top5"] = averaged["val_top5"]
+            top1 = max(top1, averaged["val_top1"])
         state.history.append(record)
-        gained = metrics["val_top1"] - state.best_top1 > self.config.min_delta
+        gained = top1 - state.best_top1 > self.config.min_delta
         state.epochs_without_gain = 0 if gained else state.epochs_without_gain + 1
-        best = metrics["val_top1"] > state.best_top1
+        best = top1 > state.best_top1
         if best:
-            state.best_top1 = metrics["val_top1"]
+            state.best_top1 = top1
         state.epoch, state.batches_done = state.epoch + 1, 0
         patience = self.config.patience
         if patience and state.epochs_without_gain >= patience and state.epoch < self.config.epochs:
@@ -485,7 +561,7 @@ class Trainer:
         self.epoch_log.epoch(record)
         self.checkpoint(best=best)
         if state.stopped_early:
-            best_epoch = max(state.history, key=lambda r: r["val_top1"])
+            best_epoch = max(state.history, key=epoch_score)
             log.warning(
                 "early stopping after epoch %d of %d: val top-1 has not gained more than %g in %d epoch(s) "
                 "(--patience %d); the model is the best epoch's, %d (val top-1 %.4f)",
@@ -495,7 +571,7 @@ class Trainer:
                 state.epochs_without_gain,
                 patience,
                 best_epoch["epoch"],
-                best_epoch["val_top1"],
+                epoch_score(best_epoch),
             )
         if self.on_epoch is not None:
             self.on_epoch(state.epoch, metrics)
@@ -517,6 +593,8 @@ class Trainer:
             meta=self.meta,
             rng={"xla": str(xm.get_rng_state()), "torch": torch.get_rng_state()},  # uint64: as text
         )
+        if self.ema is not None:
+            payload["ema"] = to_cpu(self.ema.state_dict())
         save_checkpoint(
             self.output,
             Position(state.epoch, state.batches_done, state.global_step),
