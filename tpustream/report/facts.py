@@ -19,6 +19,7 @@ from tpustream.release.promote import PromotionOutcome
 if TYPE_CHECKING:
     from tpustream.report.label_issues import LabelErrorsGallery
     from tpustream.report.mistakes import Mistake
+    from tpustream.report.near_leaks import NearLeaksGallery
 
 __all__ = ["ReportFacts", "history_oldest_first", "shows_top5"]
 
@@ -56,6 +57,8 @@ class ReportFacts:
             ``thumbnails`` (key -> JPEG data URI) for them; None: no per-sample scores, no section.
         label_errors: the candidate's likely label errors with their thumbnails
             (``tpustream.report.label_issues.label_errors_gallery``); None: no label_issues.json, no section.
+        near_leaks: the data check's near-duplicates across splits, each pair with its two thumbnails
+            (``tpustream.report.near_leaks.near_leaks_gallery``); None: none found or no check JSON, no section.
     """
 
     model_card: ModelCard
@@ -69,6 +72,7 @@ class ReportFacts:
     mistakes: list[Mistake] | None = None
     thumbnails: dict[str, str] = field(default_factory=dict)
     label_errors: LabelErrorsGallery | None = None
+    near_leaks: NearLeaksGallery | None = None
 
     @property
     def champion(self) -> Evaluation | None:
