@@ -105,3 +105,28 @@ def test_names_are_escaped_and_a_pair_without_pictures_still_listed():
     assert EVIL not in body and "&lt;script&gt;" in body and "raw/a &amp; b.jpg" in body
     assert body.count('<div class="nopic">no picture</div>') == 2
     assert "the first 1 shown" in body
+
+
+def test_build_report_facts_reads_the_pairs_beside_the_steps_markdown(checked, tmp_path):
+    """As the evaluate and promote steps call it: the check-data step's Markdown URI in, the section out."""
+    import json
+
+    from tpustream.registry.policy import PromotionPolicy
+    from tpustream.report.build import build_report_facts
+
+    uri, report_path, _ = checked
+    facts = sample_facts()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "model.json").write_text(json.dumps(facts.model_card.to_json()))
+    (tmp_path / "metrics.json").write_text(json.dumps(facts.metrics.to_json()))
+    gathered = build_report_facts(
+        model_uri=str(tmp_path / "model"),
+        metrics_uri=str(tmp_path),
+        dataset_uri=uri,
+        registry=None,
+        policy=PromotionPolicy(),
+        data_check=report_path,
+    )
+    assert gathered.near_leaks is not None and len(gathered.near_leaks.pairs) == 3
+    page = render_report(gathered)[0]
+    assert '<section id="near-leaks">' in page and page.count('<div class="near-pair">') == 3
