@@ -19,15 +19,17 @@ def digits():
 
 
 def test_photos_meet_the_targets_at_the_default_distance(photos):
-    """Recall >= 95% of copies at a false-pair rate <= 0.1% (measured: 98.2% and 0 of 5,151 pairs)."""
+    """Recall >= 95% of copies at a false-pair rate <= 0.1% (measured: 97.7% and 0 of 5,151 pairs; by kind
+    100% of JPEG re-saves and brightness, 99.0% of format swaps, 95.1% of resizes, 94.1% of shifts)."""
     point = photos.points[DEFAULT_MAX_DISTANCE]
     assert photos.originals >= 100 and photos.copies == 5 * photos.originals
     assert point.recall >= 0.96
     assert point.false_pair_rate <= 0.001
     assert photos.best_distance() is not None and photos.best_distance() <= DEFAULT_MAX_DISTANCE
-    for kind in ("jpeg-resave", "format-swap", "brightness", "resize"):
-        assert point.recall_by_kind[kind] >= 0.95, kind
-    assert point.recall_by_kind["shift"] >= 0.85  # measured 93%: 1-4 px of 224
+    for kind in ("jpeg-resave", "format-swap", "brightness"):
+        assert point.recall_by_kind[kind] >= 0.97, kind
+    assert point.recall_by_kind["resize"] >= 0.93  # measured 95.1%: 80-120% of 224, drafted at 1/8 or 1/4
+    assert point.recall_by_kind["shift"] >= 0.85  # measured 94.1%: 1-4 px of 224
 
 
 def test_digits_keep_false_pairs_under_the_target_and_find_every_edit_but_shifts(digits):

@@ -287,3 +287,46 @@ def test_objects_on_gcs_load_in_parallel_in_plan_order_with_the_pixel_budget(tmp
         source, spec, str(tmp_path / "small"), max_side=None, strict=False, max_pixels=63
     )
     assert record.num_samples == 0 and set(record.skipped_reasons) == {"too-large", "undecodable"}
+
+
+def test_the_hash_of_every_sample_whichever_path_made_it(tmp_path):
+    """One shard of 700 images: 32x32 PPMs (hashed 256 at a time on the writer's hash thread, the rest at the
+    end), with a PNG, a 40x30 PPM and a JPEG among them (hashed as loaded): each index line holds the hash of
+    the bytes written (phash.perceptual_hash_bytes), in order, whatever batch it was in."""
+    import io
+
+    from tpustream.dataset.manifest import SampleIndexEntry, index_path
+    from tpustream.dataset.plan import ShardSpec
+    from tpustream.image.phash import perceptual_hash_bytes
+    from tpustream.sources.builtin import synthetic_cifar_image
+
+    def encoded(i: int) -> tuple[bytes, str]:
+        pixels = synthetic_cifar_image(i, i % 10)
+        if i % 97 == 5:
+            out = io.BytesIO()
+            Image.fromarray(pixels).save(out, format="PNG")
+            return out.getvalue(), "png"
+        if i % 97 == 6:
+            out = io.BytesIO()
+            Image.fromarray(pixels).resize((120, 90)).save(out, format="JPEG")
+            return out.getvalue(), "jpg"
+        if i % 97 == 7:
+            return encode_ppm(np.asarray(Image.fromarray(pixels).resize((40, 30)))), "ppm"
+        return encode_ppm(pixels), "ppm"
+
+    count = 700
+    images = [encoded(i) for i in range(count)]
+    source = Source(
+        "test:mixed", "", ["a"], [Item(i, 0) for i in range(count)], lambda item, _: images[int(item.ref)]
+    )
+    spec = ShardSpec("train", 0, tuple(f"{i:06d}" for i in range(count)), tuple(range(count)), "t")
+    shard_writer.write_shard(source, spec, str(tmp_path), max_side=None, strict=True)
+    lines = (tmp_path / index_path(spec.path)).read_text().splitlines()
+    entries = [SampleIndexEntry.from_json_line(line) for line in lines]
+    assert [e.key for e in entries] == list(spec.keys)
+    assert {e.format for e in entries} == {"ppm", "png", "jpg"}
+    assert [e.phash for e in entries] == [f"{perceptual_hash_bytes(data):016x}" for data, _ in images]
+    unhashed = tmp_path / "off"
+    shard_writer.write_shard(source, spec, str(unhashed), max_side=None, strict=True, perceptual_hashes=False)
+    lines = (unhashed / index_path(spec.path)).read_text().splitlines()
+    assert all(SampleIndexEntry.from_json_line(line).phash is None for line in lines)

@@ -19,6 +19,7 @@ __all__ = [
     "ANOMALY_CODES",
     "WARNING_CODES",
     "REPORT_FORMAT",
+    "data_check_json_uri",
     "Anomaly",
     "AnomalyDetails",
     "BaselineFacts",
@@ -43,6 +44,15 @@ __all__ = [
 ]
 
 REPORT_FORMAT = "tpustream.datacheck/v1"
+
+
+def data_check_json_uri(markdown_uri: str) -> str:
+    """Where the pipeline's check-data step writes the report's JSON (``DataCheckReport.to_json()``): beside
+    its Markdown artifact, the same name with ``.json`` added; the run report reads the near-leak pairs
+    from it (``tpustream.report.near_leaks``)."""
+    return f"{markdown_uri}.json"
+
+
 ANOMALY_CODES = (
     "missing-split",  # the dataset has no train or no val samples at all
     "empty-class",  # a class with 0 train or 0 val samples

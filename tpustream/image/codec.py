@@ -38,7 +38,7 @@ __all__ = [
     "sniff_format",
     "image_dimensions",
     "decode_rgb",
-    "kept_hash_pixels",
+    "kept_hash_lows",
 ]
 
 # The pixel budget (--max-pixels): images whose header claims more pixels are refused before any decoding.
@@ -51,9 +51,9 @@ _BUDGET: contextvars.ContextVar[int] = contextvars.ContextVar(
     "tpustream_max_pixels", default=DEFAULT_MAX_PIXELS
 )
 
-# Where prepare_image_bytes puts the perceptual hash's pixels of each image it keeps as is (kept_hash_pixels)
-_HASH_PIXELS: contextvars.ContextVar[list[np.ndarray] | None] = contextvars.ContextVar(
-    "tpustream_hash_pixels", default=None
+# Where prepare_image_bytes puts the perceptual hash's coefficients of each image it keeps as is (kept_hash_lows)
+_HASH_LOWS: contextvars.ContextVar[list[np.ndarray] | None] = contextvars.ContextVar(
+    "tpustream_hash_lows", default=None
 )
 
 # Pillow modes holding more than 8 bits per pixel (16-bit PNG/TIFF grey, 32-bit int, float): a plain
@@ -253,7 +253,7 @@ def prepare_image_bytes(
     """
     from PIL import Image, UnidentifiedImageError
 
-    hash_sink = _HASH_PIXELS.get()
+    hash_sink = _HASH_LOWS.get()
     try:
         with Image.open(io.BytesIO(data)) as img:  # reads the header only
             fmt = img.format
@@ -264,10 +264,10 @@ def prepare_image_bytes(
             if fmt == "JPEG" and not too_big and orientation == 1:  # kept as is: checking suffices
                 if hash_sink is None:
                     img.draft("RGB", (max(1, width // 8), max(1, height // 8)))
-                else:  # the same 1/8 from 256 px a side up; less reduced below it, for the hash
+                else:  # for the hash: grey (libjpeg decodes the Y plane alone), 1/8 from 192 px a side up
                     from tpustream.image.phash import HASH_DRAFT_SIZE
 
-                    img.draft("RGB", HASH_DRAFT_SIZE)
+                    img.draft("L", HASH_DRAFT_SIZE)
             img.load()
             # read again once loaded: Pillow's TIFF plugin turns the image upright as it loads (and drops the
             # tag), so the orientation read from the header would turn a TIFF twice
@@ -279,9 +279,9 @@ def prepare_image_bytes(
                 keep = None  # 16-bit PNG: re-encode to 8 bits, which every decoder reads right
             if keep and not too_big and orientation == 1:
                 if hash_sink is not None:
-                    from tpustream.image.phash import hash_pixels
+                    from tpustream.image.phash import hash_lows_image
 
-                    hash_sink.append(hash_pixels(img))
+                    hash_sink.append(hash_lows_image(img))
                 return data, keep
             if fmt == "JPEG" and too_big:
                 img.draft("RGB", (max_side, max_side))  # type: ignore[arg-type]
@@ -312,19 +312,26 @@ def prepare_image_bytes(
     return out.getvalue(), "png"
 
 
-@contextlib.contextmanager
-def kept_hash_pixels() -> Iterator[list[np.ndarray]]:
-    """Within this block, ``prepare_image_bytes`` appends to the list it yields the perceptual hash's 32x32
-    grey pixels (``image.phash.hash_pixels``) of each image it keeps byte for byte, from the decode its check
-    makes anyway; a kept JPEG is then drafted to ``phash.HASH_DRAFT_SIZE`` rather than 1/8, so that they are
-    the pixels ``phash.perceptual_hash_bytes`` takes of the stored bytes. An image it re-encodes appends
-    nothing (its stored bytes are not the ones decoded): shard writing hashes those from the bytes."""
-    sink: list[np.ndarray] = []
-    token = _HASH_PIXELS.set(sink)
-    try:
-        yield sink
-    finally:
-        _HASH_PIXELS.reset(token)
+class kept_hash_lows:  # noqa: N801 - used as a function: `with kept_hash_lows() as kept`
+    """Within this block, ``prepare_image_bytes`` appends to the list it yields the perceptual hash's 64 low
+    DCT coefficients (``image.phash.hash_lows_image``) of each image it keeps byte for byte, from the decode its
+    check makes anyway; a kept JPEG is then drafted to grey at ``phash.HASH_DRAFT_SIZE`` rather than to RGB at
+    1/8 (libjpeg still reads the whole stream, so the check is the same), so that they are what
+    ``phash.hash_lows_bytes`` takes of the stored bytes. An image it re-encodes appends nothing (its stored
+    bytes are not the ones decoded): shard writing hashes those from the bytes. A class, not a generator
+    context manager: entered once per image on a CIFAR-size write, where that saves ~0.5 us of ~17."""
+
+    __slots__ = ("_sink", "_token")
+
+    def __init__(self) -> None:
+        self._sink: list[np.ndarray] = []
+
+    def __enter__(self) -> list[np.ndarray]:
+        self._token = _HASH_LOWS.set(self._sink)
+        return self._sink
+
+    def __exit__(self, *exc: object) -> None:
+        _HASH_LOWS.reset(self._token)
 
 
 # ---------------------------------------------------------------------------------- any accepted format

@@ -1,25 +1,27 @@
 """A 64-bit perceptual hash per image (pHash: the low frequencies of a 32x32 grey DCT against their median), so
 that a re-saved, resized, shifted or re-lit copy of an image lands within a few bits of the original.
 
-The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written here on numpy so that shard
-writing needs no extra package and can hash what it decodes anyway: ``perceptual_hash`` of a PIL image equals
-``imagehash.phash`` bit for bit (tests/unit/test_phash.py). ``perceptual_hash_bytes`` hashes encoded bytes and
-is the hash shard writing stores: a JPEG is decoded scaled down in the DCT domain by libjpeg (``draft``, at
-most 1/8) to the smallest size still at least 32 px a side, which moves a hash by a few bits at most and is
-the decode shard writing's check already does for a kept JPEG (there at 1/8 whatever the size): a writer that
-opens the JPEG with ``img.draft("RGB", HASH_DRAFT_SIZE)`` and passes the loaded image to ``perceptual_hash``
-gets the same hash as ``perceptual_hash_bytes``, for the cost of the hash alone. The planted-copy ROC
-(tpustream/dataset/near_duplicates.py) is measured on this path.
+The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written here on numpy in two forms:
 
-Shard writing does exactly that (``image.codec.kept_hash_pixels``), in two halves: per image the 32x32 grey
-pixels the hash takes (``hash_pixels``: Pillow's convert and resize), per shard the DCTs and medians of all of
-them at once (``hash_grey_batch``), which costs ~1 us an image instead of ~8 us one by one: a CIFAR-size write
-spends only tens of microseconds a sample in all, and the hash must stay within 10% of it.
+- ``perceptual_hash`` of a PIL image equals ``imagehash.phash`` bit for bit (tests/unit/test_phash.py): grey by
+  Pillow's ITU-R 601 luma, Pillow's Lanczos resize to 32x32 (to uint8), the 32x32 DCT's 8x8 lowest
+  frequencies against their median.
+- the hash shard writing stores (``perceptual_hash_bytes``; ``hash_lows_*`` for its parts) is the same
+  algorithm on our own decode, because shard creation may not get more than 10% slower for it: a JPEG is
+  decoded by libjpeg straight to grey (its Y plane: no chroma upsampling nor colour conversion), scaled down
+  in the DCT domain (``draft``) to the smallest size still at least ``HASH_DRAFT_SIZE`` (1/8 from 192 px up,
+  as shard writing's check decodes it anyway); the Lanczos resize to 32x32 and the DCT are then one linear
+  map (Pillow's Lanczos weights in float, ``low = (D Rv) X (D Rh)^T``, no uint8 rounding in between) made
+  once per image size; a shard's 32x32 PPMs (CIFAR-size) are hashed 32 at a time, luma and DCT as two
+  float32 matrix products. It equals imagehash on 32x32 grey images and is within a few bits of it on
+  photos; the planted-copy ROC (bench datacheck) is measured on it, and every split's hashes come from it.
 """
 
 from __future__ import annotations
 
+import functools
 import io
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -31,22 +33,33 @@ if TYPE_CHECKING:
 __all__ = [
     "HASH_BITS",
     "HASH_DRAFT_SIZE",
+    "PPM32_HEADER",
     "perceptual_hash",
     "perceptual_hash_bytes",
     "hash_grey_pixels",
     "hash_grey_batch",
     "hash_pixels",
-    "hash_pixels_bytes",
-    "hash_pixels_batch",
+    "hash_lows",
+    "hash_lows_image",
+    "hash_lows_bytes",
+    "hash_lows_ppm32",
+    "hash_bits",
     "hash_hex",
+    "hash_hex_batch",
 ]
 
 HASH_BITS = 64
 _HASH_SIDE = 8  # 8x8 low-frequency coefficients: 64 bits
 _SIDE = 32  # imagehash's hash_size * highfreq_factor (8 * 4)
 # The size a JPEG is drafted to before hashing: libjpeg picks the largest reduction (1/2, 1/4, 1/8) whose
-# result is still at least this size, so the hash's 32x32 Lanczos step always reduces, never enlarges.
-HASH_DRAFT_SIZE = (_SIDE, _SIDE)
+# result is still at least this size. 24, not 32: a 224 px image (ImageNet-size, pre-resized) is then decoded
+# at 1/8 (28 px, each 8x8 block's mean: the decode shard writing's check does anyway) rather than at 1/4,
+# which cost +24% of its shard creation at 32 (bench write) for 1 point of planted-copy recall at d=8
+# (bench datacheck photos: 97.6% against 98.6%); the Lanczos map then enlarges 28 to 32 px, a smooth step.
+HASH_DRAFT_SIZE = (24, 24)
+# The header of a 32x32 PPM as image.codec.encode_ppm writes it (the cifar10 and synthetic sources): such
+# images are hashed a shard at a time (hash_lows_ppm32)
+PPM32_HEADER = b"P6\n32 32\n255\n"
 
 
 def _dct_rows() -> np.ndarray:
@@ -60,6 +73,42 @@ _DCT = _dct_rows()
 _DCT_T = np.ascontiguousarray(_DCT.T)
 
 
+def hash_bits(lows: np.ndarray) -> np.ndarray:
+    """The hashes (uint64) of N images from their 8x8 lowest DCT frequencies (an Nx64 float array, row-major):
+    bit 63 is coefficient (0, 0), set where a coefficient is above the row's median, as imagehash prints it."""
+    if lows.ndim != 2 or lows.shape[1] != _HASH_SIDE * _HASH_SIDE:
+        raise ValueError(
+            f"hash_bits takes N x {_HASH_SIDE * _HASH_SIDE} coefficients, got shape {lows.shape}"
+        )
+    # rounded to 1e-6: a coefficient that is exactly 0 (a flat or mirror-symmetric image) comes out as float
+    # noise of either sign from any DCT (imagehash's scipy one included), which would make such an image's
+    # bits depend on the BLAS; real coefficients of 8-bit pixels are never within 1e-6 of the median
+    low = np.round(lows, 6)
+    middle = np.sort(low, axis=1)  # np.median of 64 values without its overhead (a SIMD sort): the same
+    median = (middle[:, 31] + middle[:, 32]) / 2
+    return np.packbits(low > median[:, None], axis=1).view(">u8").ravel().astype(np.uint64)
+
+
+# Images per matrix product in _dct_lows: their float64 pixels (512 KiB) stay in the core's cache, and
+# OpenBLAS keeps such a product on one thread (measured on 2,000 32x32 images: 0.9 us an image in chunks of 64,
+# 1.9 us in one product on one thread, 4.5 us when OpenBLAS threads it on a busy 2-core machine)
+_DCT_CHUNK = 64
+
+
+def _dct_lows(pixels: np.ndarray) -> np.ndarray:
+    """The 8x8 lowest DCT frequencies (Nx64 float64) of N 32x32 grey images: two matrix products a chunk."""
+    count = len(pixels)
+    out = np.empty((count, _HASH_SIDE * _HASH_SIDE))
+    for start in range(0, count, _DCT_CHUNK):
+        chunk = pixels[start : start + _DCT_CHUNK]
+        n = len(chunk)
+        rows = (chunk.reshape(n * _SIDE, _SIDE).astype(np.float64) @ _DCT_T).reshape(n, _SIDE, _HASH_SIDE)
+        columns = rows.transpose(1, 0, 2).reshape(_SIDE, n * _HASH_SIDE)
+        low = (_DCT @ columns).reshape(_HASH_SIDE, n, _HASH_SIDE).transpose(1, 0, 2)
+        out[start : start + n] = low.reshape(n, _HASH_SIDE * _HASH_SIDE)
+    return out
+
+
 def hash_grey_pixels(pixels: np.ndarray) -> int:
     """The hash of a 32x32 grey image (uint8 or float): bit 63 is coefficient (0, 0), row-major, as imagehash
     prints it (``int(str(imagehash.phash(img)), 16)``)."""
@@ -70,17 +119,10 @@ def hash_grey_pixels(pixels: np.ndarray) -> int:
 
 def hash_grey_batch(pixels: np.ndarray) -> np.ndarray:
     """The hashes (uint64) of N 32x32 grey images (an Nx32x32 array): ``hash_grey_pixels`` of each, computed
-    together (one matrix product and one partition for all)."""
+    together (two matrix products and one sort for all)."""
     if pixels.ndim != 3 or pixels.shape[1:] != (_SIDE, _SIDE):
         raise ValueError(f"hash_grey_batch takes N {_SIDE}x{_SIDE} grey images, got shape {pixels.shape}")
-    count = len(pixels)
-    # rounded to 1e-6: a coefficient that is exactly 0 (a flat or mirror-symmetric image) comes out as float
-    # noise of either sign from any DCT (imagehash's scipy one included), which would make such an image's
-    # bits depend on the BLAS; real coefficients of 8-bit pixels are never within 1e-6 of the median
-    low = np.round(_DCT @ pixels.astype(np.float64) @ _DCT_T, 6).reshape(count, _HASH_SIDE * _HASH_SIDE)
-    middle = np.partition(low, (31, 32), axis=1)  # np.median of 64 values, without its overhead: the same
-    median = (middle[:, 31] + middle[:, 32]) / 2
-    return np.packbits(low > median[:, None], axis=1).view(">u8").ravel().astype(np.uint64)
+    return hash_bits(_dct_lows(pixels))
 
 
 def hash_hex(value: int) -> str:
@@ -88,8 +130,14 @@ def hash_hex(value: int) -> str:
     return f"{value:016x}"
 
 
+def hash_hex_batch(hashes: np.ndarray) -> list[str]:
+    """``hash_hex`` of each of N uint64 hashes, in one conversion."""
+    text = np.asarray(hashes, dtype=np.uint64).astype(">u8").tobytes().hex()
+    return [text[i : i + 16] for i in range(0, len(text), 16)]
+
+
 def hash_pixels(image: PILImage.Image) -> np.ndarray:
-    """The 32x32 grey pixels (uint8) the hash of ``image`` is taken from: Pillow's ITU-R 601 luma, Lanczos."""
+    """The 32x32 grey pixels (uint8) imagehash takes the hash of ``image`` from: Pillow's luma, Lanczos."""
     from PIL import Image
 
     grey = image.convert("L").resize((_SIDE, _SIDE), Image.Resampling.LANCZOS)
@@ -102,65 +150,117 @@ def perceptual_hash(image: PILImage.Image) -> int:
     return hash_grey_pixels(hash_pixels(image))
 
 
-def perceptual_hash_bytes(data: bytes, name: str = "image") -> int:
-    """The 64-bit pHash of encoded image bytes (JPEG, PNG, PPM or any format Pillow reads). A JPEG is decoded
-    reduced by libjpeg to ``HASH_DRAFT_SIZE`` or more (its hash is within a few bits of ``perceptual_hash`` of
-    the full decode); other formats are decoded in full. Pass the bytes as the shards store them (upright:
-    shard creation turns EXIF-rotated images upright).
+def _lanczos_weights(size: int) -> np.ndarray:
+    """Pillow's Lanczos resampling of ``size`` samples to 32 as a 32 x ``size`` matrix (Resample.c's
+    precompute_coeffs, in float: Pillow then rounds them to 22-bit fixed point); the identity at 32."""
+    if size == _SIDE:
+        return np.eye(_SIDE)
+    scale = size / _SIDE
+    filter_scale = max(scale, 1.0)
+    support = 3.0 * filter_scale
+    weights = np.zeros((_SIDE, size))
+    for out in range(_SIDE):
+        center = (out + 0.5) * scale
+        low = max(0, math.trunc(center - support + 0.5))
+        high = min(size, math.trunc(center + support + 0.5))
+        x = (np.arange(low, high) - center + 0.5) / filter_scale
+        sinc = np.sinc(x) * np.sinc(x / 3)  # np.sinc(x) = sin(pi x) / (pi x): Pillow's sinc_filter
+        sinc[(x < -3.0) | (x >= 3.0)] = 0.0
+        total = sinc.sum()
+        weights[out, low:high] = sinc / total if total != 0.0 else sinc
+    return weights
+
+
+@functools.lru_cache(maxsize=512)
+def _resize_dct(size: int) -> np.ndarray:
+    """The resize to 32 then the hash's 8 DCT rows, as one 8 x ``size`` matrix (read-only: it is shared)."""
+    matrix = _DCT @ _lanczos_weights(size)
+    matrix.setflags(write=False)
+    return matrix
+
+
+def hash_lows(grey: np.ndarray) -> np.ndarray:
+    """The 64 lowest DCT frequencies (float64, row-major) of an HxW grey image (uint8) resized to 32x32 by
+    Lanczos, as one linear map: ``hash_bits`` of them is its hash on the shard-writing path."""
+    if grey.ndim != 2 or grey.size == 0:
+        raise ValueError(f"hash_lows takes an HxW grey image, got shape {grey.shape}")
+    height, width = grey.shape
+    return (_resize_dct(height) @ grey.astype(np.float64) @ _resize_dct(width).T).ravel()
+
+
+def hash_lows_image(image: PILImage.Image) -> np.ndarray:
+    """``hash_lows`` of a PIL image made grey by Pillow's ITU-R 601 luma (a JPEG drafted to "L" already is)."""
+    grey = image if image.mode == "L" else image.convert("L")
+    # tobytes, not np.asarray: the same bytes without the array interface's own ~1 us
+    return hash_lows(np.frombuffer(grey.tobytes(), dtype=np.uint8).reshape(grey.height, grey.width))
+
+
+def hash_lows_bytes(data: bytes, name: str = "image") -> np.ndarray:
+    """``hash_lows`` of encoded image bytes (JPEG, PNG, PPM or any format Pillow reads): a JPEG is decoded by
+    libjpeg to grey, reduced to ``HASH_DRAFT_SIZE`` or more; other formats are decoded in full.
 
     Raises:
         ValueError: ``data`` is not an image Pillow can decode (the message names ``name``).
     """
-    return hash_grey_pixels(hash_pixels_bytes(data, name))
-
-
-def hash_pixels_batch(images: Sequence[np.ndarray]) -> np.ndarray:
-    """The hash pixels (Nx32x32 uint8) of ``images``, each either its 32x32 grey hash pixels already or an
-    HxWx3 uint8 RGB array: those of 32x32 converted to grey all at once (Pillow's own integers; no resize, as
-    Pillow's resize to the same size is a copy), other sizes one by one through ``hash_pixels``. What shard
-    writing does with the PPMs the in-memory sources make: ~4 us an image instead of ~15."""
     from PIL import Image
 
-    shapes = {image.shape for image in images}
-    if shapes == {(_SIDE, _SIDE, 3)}:  # a CIFAR-size shard: all at once
-        return _luma(np.stack(images))
-    out = np.empty((len(images), _SIDE, _SIDE), dtype=np.uint8)
-    for i, image in enumerate(images):
-        if image.shape == (_SIDE, _SIDE):
-            out[i] = image
-        elif image.shape == (_SIDE, _SIDE, 3):
-            out[i] = _luma(image)
-        elif image.ndim == 3 and image.shape[2] == 3:
-            out[i] = hash_pixels(Image.fromarray(image))
-        else:
-            raise ValueError(
-                f"hash_pixels_batch takes 32x32 grey or HxWx3 RGB arrays, got shape {image.shape}"
-            )
-    return out
-
-
-def _luma(rgb: np.ndarray) -> np.ndarray:
-    """Pillow's ``convert("L")`` of Nx32x32x3 uint8 RGB (or one 32x32x3), in one call: the images stacked into
-    one tall image, so Pillow's own integers at one call's overhead."""
-    from PIL import Image
-
-    tall = np.ascontiguousarray(rgb).reshape(-1, _SIDE, 3)
-    grey = Image.frombuffer("RGB", (_SIDE, len(tall)), tall, "raw", "RGB", 0, 1).convert("L")
-    return np.frombuffer(grey.tobytes(), dtype=np.uint8).reshape(rgb.shape[:-1])
-
-
-def hash_pixels_bytes(data: bytes, name: str = "image") -> np.ndarray:
-    """``hash_pixels`` of encoded image bytes, decoded as ``perceptual_hash_bytes`` decodes them.
-
-    Raises:
-        ValueError: ``data`` is not an image Pillow can decode (the message names ``name``).
-    """
-    from PIL import Image
-
+    if len(data) == len(PPM32_HEADER) + _SIDE * _SIDE * 3 and data.startswith(PPM32_HEADER):
+        return hash_lows_ppm32([data])[0]  # as shard writing hashes it
     try:
         with Image.open(io.BytesIO(data)) as img:
             if img.format == "JPEG":
-                img.draft("RGB", HASH_DRAFT_SIZE)
-            return hash_pixels(img)
+                img.draft("L", HASH_DRAFT_SIZE)
+            return hash_lows_image(img)
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ValueError(f"{name}: cannot decode the image to hash it ({exc})") from exc
+
+
+def perceptual_hash_bytes(data: bytes, name: str = "image") -> int:
+    """The 64-bit pHash of encoded image bytes as shard writing stores it (``hash_lows_bytes``): equal to
+    ``perceptual_hash`` of the decoded image at 32x32, within a few bits of it otherwise. Pass the bytes as the
+    shards store them (upright: shard creation turns EXIF-rotated images upright).
+
+    Raises:
+        ValueError: ``data`` is not an image Pillow can decode (the message names ``name``).
+    """
+    return int(hash_bits(hash_lows_bytes(data, name)[None])[0])
+
+
+# Pillow's ITU-R 601 luma weights (convert("L"): (R*19595 + G*38470 + B*7471 + 0x8000) >> 16), here unrounded
+_LUMA = np.array([19595, 38470, 7471], dtype=np.float64) / 65536
+# RGB rows (96 values: 32 px x R, G, B) to the hash's 8 DCT columns, luma included: one product per chunk
+_LUMA_DCT_T = (_LUMA[None, :, None] * _DCT_T[:, None, :]).reshape(_SIDE * 3, _HASH_SIDE).astype(np.float32)
+_DCT_F32 = _DCT.astype(np.float32)
+# PPMs per chunk in hash_lows_ppm32: its first product (1,024 x 96 x 8) stays under the size at which
+# OpenBLAS splits a product over threads, which cost 6x on a busy machine (measured at 64)
+_PPM_CHUNK = 32
+
+
+def hash_lows_ppm32(images: Sequence[bytes]) -> np.ndarray:
+    """``hash_lows`` (Nx64) of N 32x32 PPMs, each ``PPM32_HEADER`` then its 3,072 RGB bytes, 32 at a time: one
+    buffer, then the luma and both DCT passes as two float32 matrix products (the luma folded into the
+    first), rounded to whole numbers. What a shard of CIFAR-size images costs: ~1.7 us an image, against ~4
+    for Pillow's luma then the DCT; the luma is Pillow's weights unrounded (within half a grey level of
+    Pillow's), so a hash here is within a bit or two of ``perceptual_hash`` of the same pixels as a PNG
+    (measured on 300 synthetic CIFAR images: 79% equal, none more than 4 bits apart). Rounded to quarters
+    because float32 sums of up to ~10^6 differ by up to ~0.06 with the BLAS's order: an exactly 0 coefficient
+    (a flat image) must not take its sign from the machine.
+
+    Raises:
+        ValueError: an item is not such a PPM.
+    """
+    size = len(PPM32_HEADER) + _SIDE * _SIDE * 3
+    header = np.frombuffer(PPM32_HEADER, dtype=np.uint8)
+    out = np.empty((len(images), _HASH_SIDE * _HASH_SIDE))
+    for start in range(0, len(images), _PPM_CHUNK):
+        joined = b"".join(images[start : start + _PPM_CHUNK])
+        count = len(joined) // size
+        chunk = np.frombuffer(joined, dtype=np.uint8)
+        if len(joined) != count * size or not (chunk.reshape(count, size)[:, : len(header)] == header).all():
+            raise ValueError(f"hash_lows_ppm32 takes 32x32 PPMs of {size} bytes, {PPM32_HEADER!r} first")
+        rgb_rows = chunk.reshape(count, size)[:, len(header) :].reshape(count * _SIDE, _SIDE * 3)
+        rows = (rgb_rows.astype(np.float32) @ _LUMA_DCT_T).reshape(count, _SIDE, _HASH_SIDE)
+        columns = rows.transpose(1, 0, 2).reshape(_SIDE, count * _HASH_SIDE)
+        low = (_DCT_F32 @ columns).reshape(_HASH_SIDE, count, _HASH_SIDE).transpose(1, 0, 2)
+        out[start : start + count] = np.rint(low.reshape(count, _HASH_SIDE * _HASH_SIDE) * 4) / 4
+    return out

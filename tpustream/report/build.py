@@ -9,7 +9,8 @@ This module reads and writes; the rest is split by concept: ``tpustream.report.f
 ``tpustream.report.verdict`` what both documents state of the decision (``Verdict``, the per-class ``ClassRow``),
 ``tpustream.report.formatting`` how both write numbers and their shared lines, ``tpustream.report.html`` renders
 the page (its frame and elements in ``tpustream.report.page``, plots from ``tpustream.report.plots``, the
-training recipe from ``tpustream.report.recipe``, the mistakes gallery from ``tpustream.report.mistakes``),
+training recipe from ``tpustream.report.recipe``, the mistakes gallery from ``tpustream.report.mistakes``, the
+near-duplicates across splits from ``tpustream.report.near_leaks``),
 ``tpustream.report.markdown`` the summary.
 ``build_report_facts`` reads the run's files into a ``ReportFacts``; ``render_report`` is pure;
 ``write_report`` writes both documents through ``tpustream.storage.io`` (local or gs://); ``write_run_report``
@@ -35,6 +36,7 @@ from tpustream.report.label_issues import label_errors_gallery
 from tpustream.report.markdown import render_markdown
 from tpustream.report.mistakes import Mistake, pick_mistakes, thumbnails
 from tpustream.report.trials import read_candidate_tuning
+from tpustream.report.near_leaks import near_leaks_gallery
 from tpustream.report.verdict import class_rows, verdict_of
 from tpustream.storage import io as storage
 from tpustream.train.evaluate import load_model_card
@@ -87,7 +89,8 @@ def build_report_facts(
         outcome: what ``tpustream.release.promote.promote`` returned, when the promote step ran: the report then
             states it (promoted version or refusal) instead of recomputing the decision.
         data_check: the check data step's report: the URI (local or gs://) of its Markdown (the step's
-            ``report`` artifact), or the ``DataCheckReport`` itself; None: no data check section.
+            ``report`` artifact; its near-leak pairs are read from the JSON beside it,
+            ``tpustream.report.near_leaks``), or the ``DataCheckReport`` itself; None: no data check section.
         history: the champion's history (``tpustream.registry.history.champion_history(registry)``); None: no section.
 
     Returns:
@@ -121,6 +124,7 @@ def build_report_facts(
         thumbnails=pictures,
         label_errors=label_errors_gallery(metrics_uri, dataset_uri, manifest),
         tuning=read_candidate_tuning(model_uri),
+        near_leaks=near_leaks_gallery(data_check, dataset_uri, manifest),
     )
 
 

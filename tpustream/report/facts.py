@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from tpustream.report.label_issues import LabelErrorsGallery
     from tpustream.report.mistakes import Mistake
     from tpustream.tune.record import TuningRecord
+    from tpustream.report.near_leaks import NearLeaksGallery
 
 __all__ = ["ReportFacts", "history_oldest_first", "shows_top5"]
 
@@ -59,6 +60,8 @@ class ReportFacts:
             (``tpustream.report.label_issues.label_errors_gallery``); None: no label_issues.json, no section.
         tuning: the hyperparameter search that chose the candidate (its tuning.json,
             ``tpustream.report.trials.read_candidate_tuning``); None: not tuned, no section.
+        near_leaks: the data check's near-duplicates across splits, each pair with its two thumbnails
+            (``tpustream.report.near_leaks.near_leaks_gallery``); None: none found or no check JSON, no section.
     """
 
     model_card: ModelCard
@@ -73,6 +76,7 @@ class ReportFacts:
     thumbnails: dict[str, str] = field(default_factory=dict)
     label_errors: LabelErrorsGallery | None = None
     tuning: TuningRecord | None = None
+    near_leaks: NearLeaksGallery | None = None
 
     @property
     def champion(self) -> Evaluation | None:

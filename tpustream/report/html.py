@@ -30,6 +30,7 @@ from tpustream.report.formatting import (
 )
 from tpustream.report.label_issues import label_errors_html
 from tpustream.report.markdown import markdown_html
+from tpustream.report.near_leaks import near_leaks_html
 from tpustream.report.page import code, figure, note, render_page, table
 from tpustream.report.recipe import recipe_rows
 from tpustream.report.trials import trials_html
@@ -64,6 +65,8 @@ def render_html(facts: ReportFacts, verdict: Verdict, rows: list[ClassRow]) -> s
     ]
     if facts.data_check_markdown is not None:
         sections.append(("data-check", "Data check", markdown_html(facts.data_check_markdown)))
+    if facts.near_leaks is not None:
+        sections.append(("near-leaks", "Near-duplicates across splits", near_leaks_html(facts.near_leaks)))
     if isinstance(facts.metrics.candidate.per_class, dict):  # evaluated with per-sample scores
         sections.append(
             ("precision-recall", "Precision, recall and thresholds", _precision_recall_html(facts))

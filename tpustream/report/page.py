@@ -47,6 +47,8 @@ footer{margin-top:40px;color:#777;font-size:13px}
 .mistakes{display:flex;flex-wrap:wrap;gap:10px}figure.mistake{width:150px;margin:0;font-size:12px}
 figure.mistake img{width:96px;height:96px;object-fit:contain;image-rendering:pixelated;background:#f5f5f7}
 .nopic{width:96px;height:96px;background:#f5f5f7;color:#999;font-size:11px;display:flex;align-items:center;justify-content:center}
+.near-pairs{display:flex;flex-wrap:wrap;gap:14px 28px}.near-pair{display:flex;gap:6px;align-items:flex-start}
+.near-distance{align-self:center;color:#c62828;font-size:12px;white-space:nowrap}
 """
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 

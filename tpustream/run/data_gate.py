@@ -8,11 +8,12 @@ runs it without a registry); which baseline to compare with, and whether a findi
 
 from __future__ import annotations
 
+import json
 import logging
 
 from tpustream.artifacts import ArtifactError, ModelCard
 from tpustream.dataset.check import DataCheckThresholds, check_dataset
-from tpustream.dataset.check_result import DataCheckReport
+from tpustream.dataset.check_result import DataCheckReport, data_check_json_uri
 from tpustream.dataset.manifest import manifest_digest
 from tpustream.errors import ConfigError, TpustreamError
 from tpustream.registry.store import read_champion, version_uri
@@ -66,9 +67,9 @@ def check_for_pipeline(
     class_weights: str | None = None,
 ) -> DataCheckReport | None:
     """The pipeline's "check data" step: check ``dataset`` against the champion's training data, write the
-    Markdown report to ``report_path``, log each anomaly; raise DataCheckFailed on any when ``mode`` is
-    "fail" ("warn": only log them; "off": check nothing). ``class_weights``: the train step's, which the
-    class-balance note names."""
+    Markdown report to ``report_path`` and its JSON beside it (``data_check_json_uri``), log each anomaly;
+    raise DataCheckFailed on any when ``mode`` is "fail" ("warn": only log them; "off": check nothing).
+    ``class_weights``: the train step's, which the class-balance note names."""
     if mode not in DATA_CHECK_MODES:
         raise ConfigError(f"data_check {mode!r} is not one of {', '.join(DATA_CHECK_MODES)}")
     if mode == "off":
@@ -81,6 +82,11 @@ def check_for_pipeline(
     log.info("data check of %s; baseline: %s (%s)", dataset, baseline or "none", note)
     report = check_dataset(dataset, baseline, thresholds, baseline_note=note, class_weights=class_weights)
     storage.write_bytes(report_path, report.to_markdown().encode(), content_type="text/markdown")
+    storage.write_bytes(  # beside it, for the run report's near-leak thumbnails
+        data_check_json_uri(report_path),
+        (json.dumps(report.to_json(), indent=1) + "\n").encode(),
+        content_type="application/json",
+    )
     for line in report.notes:
         if line.startswith("class shares:"):
             log.info("data check: %s", line)
