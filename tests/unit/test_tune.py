@@ -6,9 +6,9 @@ import json
 import pytest
 from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
 from google.protobuf import json_format
+from tpustream.pipelines.tpu import tpu_spec, worker_pool_spec
 
 from tpustream.errors import ConfigError
-from tpustream.pipelines.tpu import tpu_spec, worker_pool_spec
 from tpustream.train.config import TrainConfig
 from tpustream.tune.hypertune import HypertuneReporter
 from tpustream.tune.record import read_tuning

@@ -35,8 +35,8 @@ from tpustream.report.html import render_html
 from tpustream.report.label_issues import label_errors_gallery
 from tpustream.report.markdown import render_markdown
 from tpustream.report.mistakes import Mistake, pick_mistakes, thumbnails
-from tpustream.report.trials import read_candidate_tuning
 from tpustream.report.near_leaks import near_leaks_gallery
+from tpustream.report.trials import read_candidate_tuning
 from tpustream.report.verdict import class_rows, verdict_of
 from tpustream.storage import io as storage
 from tpustream.train.evaluate import load_model_card

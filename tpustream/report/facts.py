@@ -19,8 +19,8 @@ from tpustream.release.promote import PromotionOutcome
 if TYPE_CHECKING:
     from tpustream.report.label_issues import LabelErrorsGallery
     from tpustream.report.mistakes import Mistake
-    from tpustream.tune.record import TuningRecord
     from tpustream.report.near_leaks import NearLeaksGallery
+    from tpustream.tune.record import TuningRecord
 
 __all__ = ["ReportFacts", "history_oldest_first", "shows_top5"]
 

@@ -76,9 +76,9 @@ def mixed_loss(
     ``class_weights``, each sample's loss weighs lambda of its class's weight and 1 - lambda of its partner's.
     ``mask`` (None: every sample): the mean is over the samples it marks (the padded last batch's real ones;
     its padding slots are copies of real samples, so a real sample's partner is a real image either way)."""
-    from tpustream.metrics.masked import masked_mean
-
     import torch.nn.functional as F
+
+    from tpustream.metrics.masked import masked_mean
 
     lam = mix[-1]
     targets = soft_targets(labels, mix, logits.shape[-1]).to(logits.dtype)
