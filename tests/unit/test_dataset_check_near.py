@@ -4,15 +4,14 @@ found and named pair by pair; byte copies stay exact leaks; a dataset written be
 and is checked exact-only; the hash the writer stores is the one ``perceptual_hash_bytes`` gives."""
 
 import hashlib
-import io
 import json
 import os
 import shutil
 
 import pytest
-import skimage.data
 from PIL import Image
 
+from tests.common.photos import jpeg_bytes, photo_folder
 from tpustream.dataset import write as shards
 from tpustream.dataset.check import DataCheckThresholds, check_dataset
 from tpustream.dataset.manifest import SampleIndexEntry, iter_sample_index, load_manifest
@@ -20,49 +19,11 @@ from tpustream.dataset.plan import ShardConfig
 from tpustream.errors import ConfigError
 from tpustream.image.phash import perceptual_hash_bytes
 
-TRAIN = ["astronaut", "coffee", "chelsea", "rocket", "camera", "moon", "brick", "retina"]  # 4 per class
-HELD_OUT = ["hubble_deep_field", "coins", "page", "clock"]  # distinct photos: no pair with train
-
-
-def _photo(name: str, side: int = 240) -> Image.Image:
-    pixels = getattr(skimage.data, name)()
-    image = Image.fromarray(pixels[..., :3] if pixels.ndim == 3 else pixels).convert("RGB")
-    return image.resize((side, side * 3 // 4))
-
-
-def _jpeg(image: Image.Image, quality: int = 90) -> bytes:
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=quality)
-    return out.getvalue()
-
-
-def _photo_folder(root):
-    """train/ a|b / 8 photos; val/ and test/ distinct photos plus planted copies of train photos: a JPEG
-    re-save at q70 (val), a 90% resize (val), a re-save at q70 of a 110% resize (test), a byte copy (test)."""
-    for i, name in enumerate(TRAIN):
-        folder = root / "train" / "ab"[i % 2]
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{name}.jpg").write_bytes(_jpeg(_photo(name)))
-    for i, name in enumerate(HELD_OUT):
-        folder = root / ("val" if i < 2 else "test") / "ab"[i % 2]
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{name}.jpg").write_bytes(_jpeg(_photo(name)))
-    coffee = Image.open(root / "train" / "b" / "coffee.jpg")
-    (root / "val" / "b" / "coffee-resaved.jpg").write_bytes(_jpeg(coffee, quality=70))
-    rocket = Image.open(root / "train" / "b" / "rocket.jpg")
-    rocket.resize((216, 162), Image.Resampling.BILINEAR).save(root / "val" / "b" / "rocket-small.png")
-    camera = Image.open(root / "train" / "a" / "camera.jpg")
-    (root / "test" / "a" / "camera-bigger.jpg").write_bytes(
-        _jpeg(camera.resize((264, 198), Image.Resampling.BICUBIC), quality=70)
-    )
-    shutil.copy(root / "train" / "b" / "moon.jpg", root / "test" / "b" / "moon-copy.jpg")
-    return root
-
 
 @pytest.fixture(scope="module")
 def photos_dataset(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("near")
-    root = _photo_folder(tmp / "photos")
+    root = photo_folder(tmp / "photos")
     out = tmp / "dataset"
     shards.create_shards(ShardConfig(source=str(root), output=str(out), num_shards=2), progress=False)
     return str(out), root
@@ -125,9 +86,9 @@ def test_the_writer_stores_the_hash_of_the_bytes_it_wrote(photos_dataset):
 
 
 def test_train_clusters_are_counted_not_failed(tmp_path):
-    root = _photo_folder(tmp_path / "photos")
+    root = photo_folder(tmp_path / "photos")
     astronaut = Image.open(root / "train" / "a" / "astronaut.jpg")
-    (root / "train" / "a" / "astronaut-again.jpg").write_bytes(_jpeg(astronaut, quality=75))
+    (root / "train" / "a" / "astronaut-again.jpg").write_bytes(jpeg_bytes(astronaut, quality=75))
     out = tmp_path / "dataset"
     shards.create_shards(ShardConfig(source=str(root), output=str(out), num_shards=2), progress=False)
     report = check_dataset(str(out), thresholds=DataCheckThresholds(max_leaked_images=10))

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from tests.common.photos import photo_folder
 from tests.common.report import EVIL, sample_facts
-from tests.unit.test_dataset_check_near import _photo_folder
 from tpustream.dataset import write as shards
 from tpustream.dataset.check import DataCheckThresholds, check_dataset
 from tpustream.dataset.check_result import data_check_json_uri
@@ -26,7 +26,7 @@ JPEG = "data:image/jpeg;base64,"
 def checked(tmp_path_factory):
     """The photos dataset checked as the pipeline's check-data step does under data_check=warn."""
     tmp = tmp_path_factory.mktemp("near-report")
-    root = _photo_folder(tmp / "photos")
+    root = photo_folder(tmp / "photos")
     uri = str(tmp / "dataset")
     shards.create_shards(ShardConfig(source=str(root), output=uri, num_shards=2), progress=False)
     report_path = str(tmp / "check-data" / "report")
