@@ -9,9 +9,9 @@ import pytest
 import yaml
 from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
 from google.protobuf import json_format
-from tpustream.pipelines.compile import compile_pipeline
 
 from tests.common.sources import digit_images
+from tpustream.pipelines.compile import compile_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +69,13 @@ def test_the_vertex_tune_switch_runs_a_proto_valid_tuning_job_on_the_slice_and_p
         freeze_epochs=0,
         backbone_lr_scale=1.0,
         class_weights="none",
+        recipe="auto",
+        augment="",
+        random_erasing=-1.0,
+        mixup_alpha=-1.0,
+        cutmix_alpha=-1.0,
+        ema_decay=-1.0,
+        layer_decay=-1.0,
         registry="",
         patience=0,
         early_stop_min_delta=0.0,
@@ -104,6 +111,7 @@ def test_the_vertex_tune_switch_runs_a_proto_valid_tuning_job_on_the_slice_and_p
         "weight_decay",
         "epochs",
         "freeze_epochs",
+        "mixup_alpha",  # a TrainConfig field (the recipe's); augment_strength is not one: left out
     }
     assert job.trial_job_spec.worker_pool_specs[0].container_spec.image_uri == TPU_IMAGE
     assert job.trial_job_spec.service_account == "{{$.pipeline_service_account}}"
@@ -114,7 +122,6 @@ def test_run_local_with_tune_picks_the_best_trial_and_evaluates_it(tmp_path):
     """One kfp.local run: the tune step searches 3 trials with optuna; the best trial's model (its model.json
     recording the trial) is the candidate evaluate and promote take; the report shows the trials."""
     from tpustream.pipelines.local import run_local
-
     from tpustream.release import promote
 
     source = tmp_path / "images"
@@ -144,3 +151,22 @@ def test_run_local_with_tune_picks_the_best_trial_and_evaluates_it(tmp_path):
         assert json.loads(promoted.read_text())["tuning"]["trial"] == tuning["best"]
     page = Path(run.report).read_text()
     assert '<section id="tuning">' in page and '<tr class="best">' in page
+
+
+def test_pipeline_compile_tune_compiles_the_tuning_job_in_place_of_the_train_step(tmp_path):
+    from typer.testing import CliRunner
+
+    from tpustream.cli import app
+
+    path = tmp_path / "tune.yaml"
+    args = ["pipeline", "compile", "--output", str(path), "--tpu", "v5e-16", "--image", CPU_IMAGE]
+    result = CliRunner().invoke(app, [*args, "--tpu-image", TPU_IMAGE, "--tune"])
+    assert result.exit_code == 0, result.output
+    assert "tuning job (Vizier) in place of the train step" in result.output
+    tasks = _tasks(yaml.safe_load(path.read_text()))
+    assert {"plan-tuning", "hyperparameter-tuning-job", "pick-trial"} <= set(
+        tasks
+    ) and "train-model" not in tasks
+    plain = tmp_path / "plain.yaml"
+    assert CliRunner().invoke(app, [*args, "--output", str(plain), "--tpu-image", TPU_IMAGE]).exit_code == 0
+    assert "train-model" in _tasks(yaml.safe_load(plain.read_text()))  # off by default

@@ -109,12 +109,14 @@ OWN: dict[str, dict[str, str]] = {
         "param": "--param KEY=VALUE: any pipeline parameter, over the defaults",
         "notify_webhook": "None: the pipeline's notify_webhook default ('': none)",
         "verbose": "where the executors' logs go",
+        "tune": "which DAG runs (build_pipeline's tune switch, a compile-time shape), not a pipeline parameter",
     },
     "pipeline compile": {
         "output": "the YAML to write",
         "tpu": "the TPU type the YAML is compiled for (compile_pipeline requires one; '' = the CPU image)",
         "image": "a pushed image: refused when empty (check_image), so no default can drift",
         "tpu_image": "a pushed image: refused when empty (check_image), so no default can drift",
+        "tune": "which DAG is compiled (build_pipeline's tune switch, a compile-time shape), not a parameter",
     },
     "pipeline preflight": {"schedule": "what to check: also what a schedule needs"},
     "tune": {

@@ -123,6 +123,10 @@ class CompileOptions:
     notify_webhook: str = ""
     """Default of the notify_webhook parameter: the URL the exit step POSTs the run's state and outcome to
     (JSON). Default: none (`pipeline submit|schedule --notify-webhook` set one per run)."""
+    tune: bool = False
+    """Compile the hyperparameter search in place of the train step: a Vertex AI HyperparameterTuningJob (Vizier)
+    whose trials train on the TPU slice, the best trial's model handed on as the candidate (the tune_space
+    parameter: the search space file; '' the default space)."""
 
 
 @pipeline_app.command("compile")
@@ -157,6 +161,7 @@ def pipeline_compile(options: CompileOptions) -> None:
             tensorboard=options.tensorboard,
             notify_emails=recipients,
             notify_webhook=options.notify_webhook,
+            tune=options.tune,
         )
     except OSError as exc:
         fail(f"--output {output}: cannot write the YAML ({exc.strerror or exc}): give a local file path")
@@ -168,6 +173,7 @@ def pipeline_compile(options: CompileOptions) -> None:
         + (f"; email {', '.join(recipients)}" if recipients else "")
         + ("; no email step: --notify gave no address" if options.notify and not recipients else "")
         + (f"; webhook {redact_url(options.notify_webhook)}" if options.notify_webhook else "")
+        + ("; tuning job (Vizier) in place of the train step" if options.tune else "")
         + ")"
     )
 
@@ -364,6 +370,9 @@ class RunLocalOptions:
     notify_webhook: str | None = None
     """POST the run's state and outcome to this URL when it ends, as a Vertex run does (the email notification
     is Vertex's own: a local run cannot send it)."""
+    tune: bool = False
+    """Search hyperparameters in place of the train step (optuna, trial by trial, here; a Vizier tuning job
+    on Vertex): the best trial's model is the candidate (--param tune_space=FILE: the search space)."""
 
     def parameters(self) -> RunParameters:
         """The run's pipeline parameters: the options over ``LocalDemo``'s, ``--param``'s over both,
@@ -426,7 +435,11 @@ def pipeline_run_local(
     try:
         registry = parameters.pop("registry", None)  # --param registry=DIR: the run's registry
         out = run_local(
-            root=root, registry=str(registry) if registry else None, log_path=log_path, **parameters
+            root=root,
+            registry=str(registry) if registry else None,
+            log_path=log_path,
+            tune=run.tune,
+            **parameters,
         )
     except PipelineFailed as exc:  # a task failed: which and why (its reason is printed under it, too)
         fail(f"{exc}; full log: {log_path}" if log_path else f"{exc} (its log is above)")
