@@ -197,3 +197,16 @@ def test_a_refusal_is_said_once_whatever_the_failure_line_says():
         ],
     )
     assert body["failed_task"] == "check-data" and "check-data failed" not in body["text"]
+
+
+def test_after_a_refusal_another_tasks_failure_is_still_named():
+    """Only the step that refused has its refusal as its error: a failure of another task is said too."""
+    leak = RunOutcome(step="check data", decision="refused", reason="train-val-leak: 1 image")
+    body = webhook_body(
+        pipeline="p",
+        job=JOB,
+        state="FAILED",
+        outcome=leak,
+        failures=[RunFailure(task="notify-webhook", error="RuntimeError: boom")],
+    )
+    assert "notify-webhook failed: RuntimeError: boom" in body["text"]

@@ -160,7 +160,14 @@ def webhook_body(
         story = f"after {outcome.step} ({outcome.line()})"
     text = f"{pipeline} {state.lower()}: {story}"
     if failed is not None:
-        if outcome is None or outcome.decision != "refused":  # a refusal's reason is its error: said once
+        # The step that refused failed with its refusal as its error: said once. Told by the task, not by
+        # comparing sentences: a refusing step's task is its name hyphenated ("check data": check-data).
+        said = (
+            outcome is not None
+            and outcome.decision == "refused"
+            and failed.task == outcome.step.replace(" ", "-")
+        )
+        if not said:
             text += f"; {failed.line()}"
         others = [failure.task for failure in failures[1:]]
         if others:
