@@ -9,9 +9,9 @@ import pytest
 import yaml
 from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
 from google.protobuf import json_format
+from tpustream.pipelines.compile import compile_pipeline
 
 from tests.common.sources import digit_images
-from tpustream.pipelines.compile import compile_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -122,6 +122,7 @@ def test_run_local_with_tune_picks_the_best_trial_and_evaluates_it(tmp_path):
     """One kfp.local run: the tune step searches 3 trials with optuna; the best trial's model (its model.json
     recording the trial) is the candidate evaluate and promote take; the report shows the trials."""
     from tpustream.pipelines.local import run_local
+
     from tpustream.release import promote
 
     source = tmp_path / "images"
