@@ -24,10 +24,13 @@ def check_source(
     dataset: Output[Dataset],
     run_outcome: str = "",
     test_fraction: float = 0.0,
+    exclude_keys: str = "",
+    relabel: str = "",
 ) -> str:
     """Returns "train" or "skip"; `dataset` points at the content-addressed dataset of this fingerprint.
     Never cached (the pipeline turns caching off): it is the step that reads the live source.
-    ``run_outcome``: where the run's outcome is recorded (tpustream/run/outcome.py; "" none)."""
+    ``run_outcome``: where the run's outcome is recorded (tpustream/run/outcome.py; "" none). The
+    ``exclude_keys``/``relabel`` edits are part of the fingerprint: new edits are new data."""
     from tpustream.launchers.check import launch_check_source
 
     return launch_check_source(
@@ -51,4 +54,6 @@ def check_source(
         dataset=dataset,
         run_outcome=run_outcome,
         test_fraction=test_fraction,
+        exclude_keys=exclude_keys,
+        relabel=relabel,
     )

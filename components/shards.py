@@ -1,7 +1,8 @@
 """Shard creation fanned out: plan -> ParallelFor(write a range) -> finalize (manifest last).
 
 Every step writes into the dataset location the check step chose (content-addressed by the source's
-fingerprint); on a dataset that is complete already, writing and finalizing change nothing.
+fingerprint); on a dataset that is complete already, writing and finalizing change nothing. ``exclude_keys`` and
+``relabel`` (files, "" none) leave samples out or relabel them, named by source (tpustream/dataset/label_edits.py).
 """
 
 from kfp.dsl import Dataset, Input, Output
@@ -21,6 +22,8 @@ def plan_shards(
     dataset: Input[Dataset],
     test_fraction: float = 0.0,
     run_outcome: str = "",
+    exclude_keys: str = "",
+    relabel: str = "",
 ) -> list:
     """Plan the dataset; returns the [start, end) shard ranges the writers split between them."""
     from tpustream.launchers.shards import launch_plan_shards
@@ -39,6 +42,8 @@ def plan_shards(
         dataset=dataset,
         test_fraction=test_fraction,
         run_outcome=run_outcome,
+        exclude_keys=exclude_keys,
+        relabel=relabel,
     )
 
 
@@ -56,6 +61,8 @@ def write_shards(
     dataset: Input[Dataset],
     test_fraction: float = 0.0,
     run_outcome: str = "",
+    exclude_keys: str = "",
+    relabel: str = "",
 ) -> int:
     """Write one range of the planned shards into the planned dataset location (resumable)."""
     from tpustream.launchers.shards import launch_write_shards
@@ -74,6 +81,8 @@ def write_shards(
         dataset=dataset,
         test_fraction=test_fraction,
         run_outcome=run_outcome,
+        exclude_keys=exclude_keys,
+        relabel=relabel,
     )
 
 
@@ -92,6 +101,8 @@ def finalize_shards(
     dataset: Output[Dataset],
     test_fraction: float = 0.0,
     run_outcome: str = "",
+    exclude_keys: str = "",
+    relabel: str = "",
 ) -> None:
     """Write manifest.json once every shard exists; the output artifact points at the dataset."""
     from tpustream.launchers.shards import launch_finalize_shards
@@ -110,4 +121,6 @@ def finalize_shards(
         dataset=dataset,
         test_fraction=test_fraction,
         run_outcome=run_outcome,
+        exclude_keys=exclude_keys,
+        relabel=relabel,
     )

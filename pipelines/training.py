@@ -170,6 +170,8 @@ def build_pipeline(
         seed: int = ShardConfig.seed,
         max_side: int = 0,  # downsize images whose longer side exceeds this at write time (0: keep sizes)
         strict: bool = ShardConfig.strict,  # fail on the first unreadable image instead of skipping and counting it
+        exclude_keys: str = "",  # a file (local or gs://) of sources to leave out, one a line; "" none
+        relabel: str = "",  # a CSV file of source,class rows: samples given another class; "" none
         shards_per_task: int = 4,
         model_name: str = TrainConfig.model,
         epochs: int = TrainConfig.epochs,
@@ -260,6 +262,8 @@ def build_pipeline(
             seed=seed,
             max_side=max_side,
             strict=strict,
+            exclude_keys=exclude_keys,
+            relabel=relabel,
             train_hosts=train_hosts(tpu),  # with the run's workers: auto's floor, a shard per loader worker
             loader_workers=workers,
         )

@@ -31,7 +31,7 @@ def test_the_files_are_read_with_comments_and_blank_lines_skipped(tmp_path):
     [
         (None, "7\n", r"fix.csv:1: '7' is not a CSV row key,class"),
         (None, "7,1\n7,2\n", r"fix.csv:2: 7 is given two classes, 1 and 2"),
-        ("7\n", "7,1\n", r"7 both excluded and relabelled"),
+        ("7\n", "7,1\n", r"7 both excluded \(--exclude-keys\) and relabelled \(--relabel\)"),
     ],
 )
 def test_bad_files_are_refused_naming_the_line(tmp_path, exclude, relabel, message):
@@ -56,9 +56,9 @@ def test_samples_named_by_source_are_dropped_or_given_their_new_class(tmp_path):
 def test_unknown_samples_and_classes_are_named_in_the_error(tmp_path):
     source = digits_source()
     edits = LabelEdits(exclude=frozenset({"3", "no-such", "99999"}))
-    with pytest.raises(ConfigError, match=r"2 sample\(s\) .* not in digits .*: 99999, no-such; name samples"):
+    with pytest.raises(ConfigError, match=r"--exclude-keys names 2 sample\(s\) not in digits .*: 99999, no-such; name samples"):
         apply_label_edits(source, edits, dataset_uri=str(tmp_path))
-    with pytest.raises(ConfigError, match=r"classes digits does not have: 7,eleven; its classes are 0, 1"):
+    with pytest.raises(ConfigError, match=r"--relabel names classes digits does not have: 7,eleven; its classes are 0, 1"):
         apply_label_edits(source, LabelEdits(relabel={"7": "eleven"}), dataset_uri=str(tmp_path))
 
 

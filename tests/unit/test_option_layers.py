@@ -76,6 +76,8 @@ STAND_INS: dict[str, object] = {
     "ShardConfig.num_shards": 0,  # auto: ~2,000 samples a shard, at least one per loader worker
     "ShardConfig.val_fraction": -1.0,  # the source's own split
     "ShardConfig.max_side": 0,  # keep every image's size
+    "ShardConfig.exclude_keys": "",  # no file: no sample left out
+    "ShardConfig.relabel": "",  # no file: no sample relabelled
     "TrainConfig.lr": 0.0,  # the scaled default (a tenth of it for a fine-tuning run)
     "TrainConfig.input_size": 0,  # the dataset's rule
     "TrainConfig.init_from": "",  # random weights
@@ -230,6 +232,8 @@ SOURCES: dict[str, dict[str, str]] = {
         "batch_size": "LocalDemo.batch_size",
         "lr": "TrainConfig.lr",
         "num_shards": "ShardConfig.num_shards",
+        "exclude_keys": "ShardConfig.exclude_keys",
+        "relabel": "ShardConfig.relabel",
     },
     "pipeline compile": {
         "serving_image": "compile_pipeline.serve_image",
@@ -261,7 +265,7 @@ SOURCES: dict[str, dict[str, str]] = {
             name: f"ShardConfig.{name}"
             for name in ("source", "num_shards", "val_fraction", "test_fraction", "upsample", "seed")
         },
-        **{name: f"ShardConfig.{name}" for name in ("max_side", "strict")},
+        **{name: f"ShardConfig.{name}" for name in ("max_side", "strict", "exclude_keys", "relabel")},
         **{name: f"TrainConfig.{name}" for name in ("epochs", "batch_size", "lr", "bf16", "workers")},
         **{name: f"TrainConfig.{name}" for name in ("input_size", "init_from", "pretrained", "patience")},
         **{name: f"TrainConfig.{name}" for name in ("freeze_epochs", "backbone_lr_scale", "class_weights")},
@@ -285,6 +289,8 @@ SOURCES: dict[str, dict[str, str]] = {
         **{name: f"TrainConfig.{name}" for name in _RECIPE},
         "early_stop_min_delta": "TrainConfig.min_delta",
         "test_fraction": "ShardConfig.test_fraction",
+        "exclude_keys": "ShardConfig.exclude_keys",
+        "relabel": "ShardConfig.relabel",
         # evaluate and promote require metric and min_delta: the pipeline always passes them
         **{name: key for name, key in _POLICY.items() if name not in ("metric", "min_delta")},
         **{"traffic_percent" if option == "traffic" else option: key for option, key in _DEPLOY.items()},

@@ -24,6 +24,7 @@ from tpustream.artifacts.eval_report import METRICS_FORMAT, Baseline, EvalReport
 from tpustream.artifacts.manifest import (
     MANIFEST_FORMAT,
     IgnoredFiles,
+    LabelEditsApplied,
     Manifest,
     Shard,
     SizeSummary,
@@ -45,6 +46,7 @@ __all__ = [
     "Split",
     "SkippedSummary",
     "IgnoredFiles",
+    "LabelEditsApplied",
     "Manifest",
     "DatasetRef",
     "ModelCard",

@@ -29,6 +29,7 @@ __all__ = [
     "Split",
     "SkippedSummary",
     "IgnoredFiles",
+    "LabelEditsApplied",
     "Manifest",
 ]
 
@@ -227,6 +228,35 @@ class IgnoredFiles:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LabelEditsApplied:
+    """The manifest's ``label_edits``: the samples left out and relabelled when the dataset was written
+    (``shards create --exclude-keys/--relabel``, the pipeline's ``exclude_keys``/``relabel``), by source."""
+
+    exclude_keys: str | None = None  # the files as given
+    relabel: str | None = None
+    excluded: list[str] = field(default_factory=list)  # the sources left out, sorted
+    relabelled: dict[str, str] = field(default_factory=dict)  # source -> its new class, sorted by source
+
+    @classmethod
+    def from_json(cls, document: Any, where: str) -> LabelEditsApplied:
+        document = _object(document, where)
+        return cls(
+            exclude_keys=None if document.get("exclude_keys") is None else str(document["exclude_keys"]),
+            relabel=None if document.get("relabel") is None else str(document["relabel"]),
+            excluded=[str(name) for name in document.get("excluded") or []],
+            relabelled={str(k): str(v) for k, v in (document.get("relabelled") or {}).items()},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "exclude_keys": self.exclude_keys,
+            "relabel": self.relabel,
+            "excluded": list(self.excluded),
+            "relabelled": dict(self.relabelled),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class Manifest:
     """A dataset's ``manifest.json``, written last by ``dataset.finalize.finalize_manifest``
     (docs/ARCHITECTURE.md, "Shards and manifest"). Only ``classes`` and ``splits`` are required; what older
@@ -248,6 +278,7 @@ class Manifest:
     max_pixels: int | None = None  # None: written before the pixel budget was recorded
     skipped: SkippedSummary = field(default_factory=SkippedSummary)
     ignored_files: IgnoredFiles = field(default_factory=IgnoredFiles)
+    label_edits: LabelEditsApplied | None = None  # None: none applied (the key is then not written)
     extra: dict[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = field(default=frozenset(), repr=False)  # keys its file lacked: not written back
 
@@ -268,6 +299,7 @@ class Manifest:
         "splits",
         "skipped",
         "ignored_files",
+        "label_edits",
     )
 
     @classmethod
@@ -298,6 +330,11 @@ class Manifest:
                 ignored_files=IgnoredFiles.from_json(
                     document.get("ignored_files"), f"{where}: 'ignored_files'"
                 ),
+                label_edits=(
+                    LabelEditsApplied.from_json(document["label_edits"], f"{where}: 'label_edits'")
+                    if document.get("label_edits") is not None
+                    else None
+                ),
                 extra=_extra(document, cls._KEYS),
                 absent=_absent(document, cls._KEYS),
             )
@@ -323,6 +360,8 @@ class Manifest:
             "skipped": self.skipped.to_json(),
             "ignored_files": self.ignored_files.to_json(),
         }
+        if self.label_edits is not None:  # only then: a dataset written without edits keeps its bytes
+            known["label_edits"] = self.label_edits.to_json()
         return _written(known, self.absent, self.extra)
 
     def to_bytes(self) -> bytes:

@@ -365,6 +365,12 @@ class RunLocalOptions:
     the champion of an earlier run), as a Vertex run's."""
     num_shards: int | None = None
     """Train shards. Default (or 0): the pipeline's, auto, as a Vertex run's."""
+    exclude_keys: str | None = None
+    """Leave out the samples listed in FILE (local or gs://), one source a line (label_issues.json's source):
+    the pipeline's exclude_keys. Default: none."""
+    relabel: str | None = None
+    """Give samples another class: FILE (local or gs://) of CSV rows source,class: the pipeline's relabel.
+    Default: none."""
     param: list[str] | None = None
     """Pipeline parameter KEY=VALUE (repeatable)."""
     notify_webhook: str | None = None
@@ -381,7 +387,12 @@ class RunLocalOptions:
         demo = LocalDemo(model_name=self.model, epochs=self.epochs, batch_size=self.batch_size)
         given = {
             name: value
-            for name, value in (("lr", self.lr), ("num_shards", self.num_shards))
+            for name, value in (
+                ("lr", self.lr),
+                ("num_shards", self.num_shards),
+                ("exclude_keys", self.exclude_keys),
+                ("relabel", self.relabel),
+            )
             if value is not None
         }
         parameters: RunParameters = {
@@ -416,12 +427,19 @@ def pipeline_run_local(
     Random initial weights unless --param pretrained=SPEC: nothing is fetched from the internet by default.
     Every parameter is the pipeline's default but the demo's model, epochs, batch, bf16 (off) and workers (2),
     chosen to train the bundled digits here in about a minute."""
+    from tpustream.dataset.label_edits import PIPELINE_PARAMETERS, edit_source
     from tpustream.pipelines.local import PipelineFailed, run_local
     from tpustream.registry.store import champion_status, version_uri
     from tpustream.sources.dispatch import open_source
 
     parameters = run.parameters()
-    open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep
+    source = open_source(str(parameters["source"]))  # a bad source fails here, not three tasks deep
+    exclude_keys, relabel = (str(parameters.get(name) or "") or None for name in PIPELINE_PARAMETERS)
+    edits = ShardConfig(output=run.root, exclude_keys=exclude_keys, relabel=relabel)
+    try:  # and a bad label-edits file, or one naming samples the source lacks
+        edit_source(source, edits, dataset_uri=None, options=PIPELINE_PARAMETERS)
+    except TpustreamError as exc:
+        fail(str(exc))
     log_path = None
     try:
         root = _local_file(run.root)

@@ -2,15 +2,18 @@
 
 ``shard_ranges`` splits the plan's shards into ranges, ``write_shard_range`` writes one range (keeping shards an
 earlier attempt finished), ``finalize_dataset`` writes the manifest once every shard is there. Each task re-plans
-from the same config: the plan is deterministic, so every task sees the same shards.
+from the same config: the plan is deterministic, so every task sees the same shards. The ``exclude_keys`` and
+``relabel`` files apply in every task, naming samples by source only (tpustream/dataset/label_edits.py says why):
+the plan task checks them, so a bad file stops the run before any shard is written.
 """
 
 from __future__ import annotations
 
 from tpustream.artifacts import Manifest
 from tpustream.dataset.finalize import finalize_manifest
+from tpustream.dataset.label_edits import PIPELINE_PARAMETERS, edit_source
 from tpustream.dataset.manifest import MANIFEST_NAME, load_manifest
-from tpustream.dataset.plan import MIN_TRAIN_SHARDS, ShardConfig, plan_dataset
+from tpustream.dataset.plan import MIN_TRAIN_SHARDS, DatasetPlan, ShardConfig, plan_dataset
 from tpustream.dataset.shard_writer import existing_record, write_shard
 from tpustream.dataset.write import check_source_listing
 from tpustream.errors import ConfigError
@@ -33,11 +36,14 @@ def config_from_pipeline(
     strict: bool = False,
     train_hosts: int = 1,
     loader_workers: int = MIN_TRAIN_SHARDS,
+    exclude_keys: str = "",
+    relabel: str = "",
 ) -> ShardConfig:
     """ShardConfig from pipeline parameters, which cannot be None: 0 shards = auto, val_fraction < 0 =
-    the source's own split, max_side 0 = keep every image's size. Auto gives every loader worker of every
-    host of the train job a train shard: at least ``train_hosts`` (the compiled slice's) x ``loader_workers``
-    (the run's ``workers``; 0, loading in the train process, counts as one)."""
+    the source's own split, max_side 0 = keep every image's size, exclude_keys and relabel "" = no file. Auto
+    gives every loader worker of every host of the train job a train shard: at least ``train_hosts`` (the
+    compiled slice's) x ``loader_workers`` (the run's ``workers``; 0, loading in the train process, counts as
+    one)."""
     if train_hosts < 1:
         raise ConfigError(f"train_hosts must be at least 1, got {train_hosts}")
     return ShardConfig(
@@ -51,20 +57,27 @@ def config_from_pipeline(
         max_side=max_side or None,
         strict=strict,
         min_train_shards=train_hosts * max(1, loader_workers),
+        exclude_keys=exclude_keys or None,
+        relabel=relabel or None,
     )
+
+
+def _plan(config: ShardConfig, output: str) -> DatasetPlan:
+    """The plan every shard task makes alike: the source listed, the label edits applied by source."""
+    source = open_source(config.source, staging=output, class_names=config.class_names)
+    source, edits = edit_source(source, config, dataset_uri=None, options=PIPELINE_PARAMETERS)
+    return plan_dataset(source, config, label_edits=edits)
 
 
 def shard_ranges(config: ShardConfig, shards_per_task: int) -> list[list[int]]:
     """``[[start, end), ...]`` over the plan's shards (train, val, then test) for parallel writers (KFP ParallelFor)."""
     if shards_per_task < 1:
         raise ConfigError(f"shards_per_task must be at least 1, got {shards_per_task}")
-    source = open_source(
-        config.source,
-        staging=storage.check_uri(config.output).rstrip("/"),
-        class_names=config.class_names,
-    )
+    output = storage.check_uri(config.output).rstrip("/")
+    source = open_source(config.source, staging=output, class_names=config.class_names)
     check_source_listing(source, strict=config.strict)  # the pipeline's --strict stops here, before writing
-    plan = plan_dataset(source, config)
+    source, edits = edit_source(source, config, dataset_uri=None, options=PIPELINE_PARAMETERS)
+    plan = plan_dataset(source, config, label_edits=edits)
     total = len(plan.shards)
     return [[start, min(start + shards_per_task, total)] for start in range(0, total, shards_per_task)]
 
@@ -75,8 +88,8 @@ def write_shard_range(config: ShardConfig, start: int, end: int) -> int:
     output = storage.check_uri(config.output).rstrip("/")
     if storage.exists(storage.join(output, MANIFEST_NAME)):
         return 0  # complete already (an earlier run wrote it): nothing to write
-    source = open_source(config.source, staging=output, class_names=config.class_names)
-    plan = plan_dataset(source, config)
+    plan = _plan(config, output)
+    source = plan.source
     storage.ensure_prefix_writable(output)
     todo = [spec for spec in plan.shards[start:end] if existing_record(spec, output) is None]
     for spec in todo:
@@ -92,7 +105,6 @@ def finalize_dataset(config: ShardConfig) -> Manifest:
     output = storage.check_uri(config.output).rstrip("/")
     if storage.exists(storage.join(output, MANIFEST_NAME)):
         return load_manifest(output)
-    source = open_source(config.source, staging=output, class_names=config.class_names)
-    plan = plan_dataset(source, config)
+    plan = _plan(config, output)
     records = [r for r in (existing_record(spec, output) for spec in plan.shards) if r is not None]
     return finalize_manifest(output, plan, records)

@@ -116,6 +116,7 @@ def finalize_manifest(output: str, plan: DatasetPlan, records: list[ShardRecord]
             examples=examples[:MAX_SKIPS_LISTED],
         ),
         ignored_files=IgnoredFiles(count=len(source.ignored), examples=source.ignored[:MAX_SKIPS_LISTED]),
+        label_edits=plan.label_edits,
     )
     _remove_unplanned(output, {s.path for s in plan.shards} | {index_path(s.path) for s in plan.shards})
     _remove_partials(output)

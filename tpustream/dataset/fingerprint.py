@@ -3,7 +3,9 @@
 A scheduled pipeline reads the same source URI every run, so nothing in its inputs changes when images
 are added. The fingerprint lists the source (names, sizes and versions: GCS generations or local mtimes,
 never the bytes) and hashes that with the shard parameters: an unchanged source and unchanged parameters
-give the same fingerprint, anything added, removed or re-uploaded a new one. Whether a model was already
+give the same fingerprint, anything added, removed or re-uploaded a new one. The ``exclude_keys``/``relabel``
+edits are in it too (what they do, not the files' bytes): a run whose only change is a new list of label fixes
+has new data to train on, not "no new data". Whether a model was already
 trained on a fingerprint is the run's gate, not the dataset's: ``tpustream.run.new_data``.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from tpustream.dataset.label_edits import PIPELINE_PARAMETERS, label_edits_digest, read_label_edits
 from tpustream.dataset.plan import MIN_TRAIN_SHARDS, ShardConfig
 from tpustream.sources.dispatch import source_kind, source_location
 from tpustream.storage import io as storage
@@ -47,7 +50,12 @@ def source_objects(spec: str) -> list[storage.ObjectInfo]:
 
 
 def fingerprint(config: ShardConfig, objects: list[storage.ObjectInfo]) -> str:
-    """sha256 over the shard parameters and every object's relative name, size and version."""
+    """sha256 over the shard parameters (the label edits' files read: ``label_edits_digest``) and every
+    object's relative name, size and version.
+
+    Raises:
+        ConfigError: an ``exclude_keys`` or ``relabel`` file is missing or malformed (it names the parameter).
+    """
     params = {
         "format": FINGERPRINT_FORMAT,
         "source": config.source.strip(),
@@ -64,6 +72,10 @@ def fingerprint(config: ShardConfig, objects: list[storage.ObjectInfo]) -> str:
         params["min_train_shards"] = config.min_train_shards
     if config.test_fraction:  # likewise: 0 (no test split carved) keeps earlier fingerprints
         params["test_fraction"] = config.test_fraction
+    if config.exclude_keys or config.relabel:  # likewise; read here, so a missing or bad file fails this step
+        edits = read_label_edits(config.exclude_keys, config.relabel, options=PIPELINE_PARAMETERS)
+        if edits.exclude or edits.relabel:  # files of comments only change nothing
+            params["label_edits"] = label_edits_digest(edits)
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for obj in objects:  # the source URI is in params: the full object URIs add nothing but length
         digest.update(f"{obj.uri}\t{obj.size}\t{obj.version}\n".encode())

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpustream.artifacts import LabelEditsApplied
 from tpustream.dataset.manifest import MANIFEST_FORMAT, ShardError
 from tpustream.errors import ConfigError
 from tpustream.image.codec import DEFAULT_MAX_PIXELS
@@ -150,6 +151,7 @@ class DatasetPlan:
     config: ShardConfig
     shards: list[ShardSpec]
     split_counts: dict[str, int]
+    label_edits: LabelEditsApplied | None = None  # what ``source`` has had applied (the manifest records it)
 
     def shards_of(self, split: str) -> list[ShardSpec]:
         return [s for s in self.shards if s.split == split]
@@ -241,8 +243,11 @@ def _fingerprint(
     return h.hexdigest()
 
 
-def plan_dataset(source: Source, config: ShardConfig) -> DatasetPlan:
-    """Decide every shard's contents from (source, seed, options) alone — deterministic."""
+def plan_dataset(
+    source: Source, config: ShardConfig, *, label_edits: LabelEditsApplied | None = None
+) -> DatasetPlan:
+    """Decide every shard's contents from (source, seed, options) alone — deterministic. ``label_edits``:
+    what ``tpustream.dataset.label_edits.edit_source`` applied to ``source``, kept for the manifest."""
     if not source.items:
         raise ShardError(f"source {source.spec!r} has no samples")
     rng = np.random.default_rng(config.seed)
@@ -294,4 +299,4 @@ def plan_dataset(source: Source, config: ShardConfig) -> DatasetPlan:
             shards.append(
                 ShardSpec(split, index, keys, items, _fingerprint(source, config, split, keys, items))
             )
-    return DatasetPlan(source, config, shards, {k: len(v) for k, v in order.items()})
+    return DatasetPlan(source, config, shards, {k: len(v) for k, v in order.items()}, label_edits)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from tpustream.artifacts import Manifest
 from tpustream.dataset.finalize import REPLACEMENT_DIR, finalize_manifest, finish_replacement
-from tpustream.dataset.label_edits import apply_label_edits, read_label_edits
+from tpustream.dataset.label_edits import edit_source
 from tpustream.dataset.manifest import MANIFEST_NAME, ShardError
 from tpustream.dataset.plan import ShardConfig, ShardSpec, plan_dataset
 from tpustream.dataset.pool import run_parallel
@@ -169,11 +169,9 @@ def create_shards(
     if source is None:
         source = open_source(config.source, staging=output, class_names=config.class_names)
     check_source_listing(source, strict=config.strict)
-    if config.exclude_keys or config.relabel:
-        edits = read_label_edits(config.exclude_keys, config.relabel)
-        source = apply_label_edits(source, edits, dataset_uri=output)
+    source, edits = edit_source(source, config, dataset_uri=output)
     # Every check that can fail (source, plan, output) runs before anything is written.
-    plan = plan_dataset(source, config)
+    plan = plan_dataset(source, config, label_edits=edits)
     replacing = check_output(output, overwrite=config.overwrite)
     # Replacing a complete dataset: the new one is made beside it and swapped in when complete.
     target = storage.join(output, REPLACEMENT_DIR) if replacing else output

@@ -34,6 +34,8 @@ def launch_check_source(
     dataset: Dataset,
     run_outcome: str,
     test_fraction: float,
+    exclude_keys: str = "",
+    relabel: str = "",
 ) -> str:
     """Fingerprint ``source``, point ``dataset`` at its content-addressed dataset and record the decision;
     returns "train" or "skip"."""
@@ -55,6 +57,8 @@ def launch_check_source(
             train_hosts=train_hosts,
             loader_workers=loader_workers,
             test_fraction=test_fraction,
+            exclude_keys=exclude_keys,
+            relabel=relabel,
         )
         settings = dict(model_name=model_name, epochs=epochs, batch_size=batch_size, lr=lr, bf16=bf16)
         result = check_source(
