@@ -4,7 +4,9 @@
 import pytest
 from typer.testing import CliRunner
 
+from tpustream.artifacts import LabelEditsApplied
 from tpustream.cli import app
+from tpustream.dataset.fanout import config_from_pipeline, finalize_dataset, shard_ranges, write_shard_range
 from tpustream.dataset.label_edits import LabelEdits, apply_label_edits, read_label_edits
 from tpustream.dataset.manifest import iter_sample_index, load_manifest
 from tpustream.dataset.plan import ShardConfig
@@ -56,9 +58,14 @@ def test_samples_named_by_source_are_dropped_or_given_their_new_class(tmp_path):
 def test_unknown_samples_and_classes_are_named_in_the_error(tmp_path):
     source = digits_source()
     edits = LabelEdits(exclude=frozenset({"3", "no-such", "99999"}))
-    with pytest.raises(ConfigError, match=r"--exclude-keys names 2 sample\(s\) not in digits .*: 99999, no-such; name samples"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--exclude-keys names 2 sample\(s\) not in digits .*: 99999, no-such; name samples",
+    ):
         apply_label_edits(source, edits, dataset_uri=str(tmp_path))
-    with pytest.raises(ConfigError, match=r"--relabel names classes digits does not have: 7,eleven; its classes are 0, 1"):
+    with pytest.raises(
+        ConfigError, match=r"--relabel names classes digits does not have: 7,eleven; its classes are 0, 1"
+    ):
         apply_label_edits(source, LabelEdits(relabel={"7": "eleven"}), dataset_uri=str(tmp_path))
 
 
@@ -101,3 +108,76 @@ def test_the_cli_takes_both_files_and_names_an_unknown_key(tmp_path):
     )
     assert result.exit_code != 0 and "not in digits (by source) nor in the dataset at" in result.output
     assert "(by key): 00000042;" in result.output
+
+
+def test_the_manifest_records_what_was_applied(tmp_path):
+    data = str(tmp_path / "digits")
+    exclude = _write(tmp_path / "drop.txt", "3\n5\n")
+    relabel = _write(tmp_path / "fix.csv", "7,1\n")
+    config = ShardConfig(source="digits", output=data, num_shards=2, exclude_keys=exclude, relabel=relabel)
+    manifest, _ = create_shards(config, progress=False)
+    assert (
+        load_manifest(data).label_edits
+        == manifest.label_edits
+        == LabelEditsApplied(
+            exclude_keys=exclude, relabel=relabel, excluded=["3", "5"], relabelled={"7": "1"}
+        )
+    )
+    plain = str(tmp_path / "plain")
+    manifest, _ = create_shards(ShardConfig(source="digits", output=plain, num_shards=2), progress=False)
+    assert manifest.label_edits is None and "label_edits" not in manifest.to_json()  # its bytes as before
+
+
+def test_the_pipelines_shard_steps_apply_the_files_by_source(tmp_path):
+    """plan -> write ranges -> finalize, as the pipeline's tasks call them: every task applies the edits."""
+    data = str(tmp_path / "dataset")
+    exclude = _write(tmp_path / "drop.txt", "3\n5\n")
+    relabel = _write(tmp_path / "fix.csv", "7,1\n")
+    config = config_from_pipeline(
+        source="digits",
+        output=data,
+        num_shards=2,
+        val_fraction=-1.0,
+        upsample=1,
+        seed=0,
+        exclude_keys=exclude,
+        relabel=relabel,
+    )
+    assert (config.exclude_keys, config.relabel) == (exclude, relabel)
+    for start, end in shard_ranges(config, 2):
+        write_shard_range(config, start, end)
+    manifest = finalize_dataset(config)
+    assert sum(manifest.num_samples(split) for split in manifest.splits) == 1797 - 2
+    written = {
+        entry.source: entry.label
+        for split in manifest.splits
+        for entry in iter_sample_index(data, manifest, split)
+    }
+    assert "3" not in written and "5" not in written and written["7"] == "1"
+    assert manifest.label_edits is not None and manifest.label_edits.excluded == ["3", "5"]
+
+
+def test_the_pipeline_refuses_a_bad_file_naming_the_parameter_before_any_shard_is_written(tmp_path):
+    """A sample the source lacks, or a key (the pipeline names samples by source only), stops the plan step."""
+    data = tmp_path / "dataset"
+    exclude = _write(tmp_path / "drop.txt", "3\n00000042\nno-such.png\n")
+    relabel = _write(tmp_path / "fix.csv", "7,eleven\n")
+
+    def plan(**files):
+        config = config_from_pipeline(
+            source="digits", output=str(data), num_shards=2, val_fraction=-1.0, upsample=1, seed=0, **files
+        )
+        return shard_ranges(config, 2)
+
+    with pytest.raises(ConfigError) as refused:
+        plan(exclude_keys=exclude)
+    message = str(refused.value)
+    assert message.startswith(f"exclude_keys {exclude} names 2 sample(s) not in digits (by source): ")
+    assert "00000042, no-such.png;" in message and "the pipeline names samples by source only" in message
+    with pytest.raises(
+        ConfigError, match=r"^relabel .*fix\.csv names classes digits does not have: 7,eleven"
+    ):
+        plan(relabel=relabel)
+    with pytest.raises(ConfigError, match=r"^relabel .*none\.csv does not exist"):
+        plan(relabel=str(tmp_path / "none.csv"))
+    assert not data.exists() or not any(data.rglob("*.tar"))  # nothing written
