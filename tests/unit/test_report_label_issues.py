@@ -50,3 +50,51 @@ def test_the_page_has_the_section_only_when_evaluate_listed_them():
     assert '<section id="label-errors">' not in render_report(sample_facts())[0]
     page = render_report(sample_facts(label_errors=_gallery()))[0]
     assert '<section id="label-errors">' in page and "Likely label errors" in page
+
+
+def test_the_summary_lists_them_with_key_classes_and_score_escaped():
+    """The Markdown summary (the KFP UI's Markdown artifact) lists what the page shows: key, source, given
+    and suggested class, score; the first 20 with the count."""
+    summary = render_report(sample_facts(label_errors=_gallery()))[1]
+    section = summary.split("## Likely label errors\n", 1)[1].split("\n## ", 1)[0]
+    assert "2 of 80 test samples whose given label the candidate contradicts" in section
+    assert "| key | source | given class | suggested class | score (p of given) |" in section
+    assert "| 00000007 | raw/7.png | &lt;script&gt;alert(1)&lt;/script&gt; | cat | 0.012 |" in section
+    assert "| 00000031 |  | dog | bird &amp; fish | 0.250 |" in section  # no source: the key alone
+    assert EVIL not in summary and "listed" not in section
+    many = tuple(
+        LabelIssue(
+            key=f"{i:08d}",
+            source=f"raw/{i}.png",
+            given_class="dog",
+            suggested_class="cat",
+            self_confidence=0.01,
+        )
+        for i in range(30)
+    )
+    long = render_report(sample_facts(label_errors=_gallery(total=30, issues=many)))[1]
+    rows = [
+        line for line in long.split("## Likely label errors\n", 1)[1].splitlines() if line.startswith("| 000")
+    ]
+    assert len(rows) == 20 and "30 of 80 test samples" in long and "the first 20 listed" in long
+    none = render_report(sample_facts(label_errors=_gallery(total=0, issues=())))[1]
+    assert "## Likely label errors\n\nNo likely label error" in none
+    assert "## Likely label errors" not in render_report(sample_facts())[1]
+
+
+def test_the_data_set_section_says_which_label_fixes_its_manifest_records():
+    """A dataset written with exclude_keys/relabel: both documents say what was applied, from the manifest."""
+    import dataclasses
+
+    from tests.common.report import CLASSES, manifest
+    from tpustream.artifacts import LabelEditsApplied
+
+    edits = LabelEditsApplied(
+        exclude_keys="gs://b/drop.txt", relabel=None, excluded=["raw/1.png", "raw/2.png"], relabelled={}
+    )
+    edited = dataclasses.replace(manifest(CLASSES), label_edits=edits)
+    page, summary = render_report(sample_facts(manifest=edited))
+    line = "Label fixes applied when it was written: 2 sample(s) left out, 0 relabelled (exclude\\_keys gs://b/drop.txt)."
+    assert line in summary.split("## Data set\n", 1)[1].split("\n## ", 1)[0]
+    assert "2 sample(s) left out, 0 relabelled (exclude_keys gs://b/drop.txt)" in page
+    assert "Label fixes" not in "".join(render_report(sample_facts()))

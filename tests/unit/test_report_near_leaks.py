@@ -130,3 +130,43 @@ def test_build_report_facts_reads_the_pairs_beside_the_steps_markdown(checked, t
     assert gathered.near_leaks is not None and len(gathered.near_leaks.pairs) == 3
     page = render_report(gathered)[0]
     assert '<section id="near-leaks">' in page and page.count('<div class="near-pair">') == 3
+
+
+def test_the_summary_lists_the_pairs_key_to_train_key_with_the_distance():
+    """The Markdown summary lists the page's pairs: val/test key and source -> train key and source, bits."""
+    from tpustream.report.markdown import MARKDOWN_NEAR_LEAK_ROWS
+
+    def pair(i, source=None):
+        return {
+            "split": "test",
+            "source": source or f"test/{i}.jpg",
+            "key": f"{i:08d}",
+            "train_source": f"train/{i}.jpg",
+            "train_key": f"{100 + i:08d}",
+            "distance": i % 9,
+        }
+
+    pairs = (pair(0, EVIL), *(pair(i) for i in range(1, 30)))
+    gallery = NearLeaksGallery(max_distance=8, leaked={"val": 0, "test": 30}, total=30, pairs=pairs[:2])
+    summary = render_report(sample_facts(near_leaks=gallery))[1]
+    section = summary.split("## Near-duplicates across splits\n", 1)[1].split("\n## ", 1)[0]
+    assert (
+        "2 held-out image(s) (30 test)" not in section
+        and "30 held-out image(s) (30 test) within 8 bits" in section
+    )
+    assert "| split | key | source | train key | train source | bits |" in section
+    assert (
+        "| test | 00000000 | &lt;script&gt;alert(1)&lt;/script&gt; | 00000100 | train/0.jpg | 0 |" in section
+    )
+    assert "| test | 00000001 | test/1.jpg | 00000101 | train/1.jpg | 1 |" in section
+    assert EVIL not in summary and "the 2 closest listed" in section
+    many = NearLeaksGallery(max_distance=8, leaked={"test": 30}, total=30, pairs=pairs)
+    rows = [
+        line
+        for line in render_report(sample_facts(near_leaks=many))[1]
+        .split("## Near-duplicates", 1)[1]
+        .splitlines()
+        if line.startswith("| test | ")
+    ]
+    assert len(rows) == MARKDOWN_NEAR_LEAK_ROWS == 20
+    assert "## Near-duplicates across splits" not in render_report(sample_facts())[1]

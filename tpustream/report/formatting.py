@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tpustream.artifacts import LabelEditsApplied
 from tpustream.registry.history import HistoryEntry
 from tpustream.registry.policy import METRICS, Metric, is_finite_number
 from tpustream.report.facts import ReportFacts, shows_top5
@@ -21,6 +22,7 @@ __all__ = [
     "champion_heading",
     "decimal",
     "headline",
+    "label_edits_line",
     "metric_value",
     "no_champion_text",
     "percent",
@@ -62,6 +64,19 @@ def metric_value(event: HistoryEntry) -> str:
     """A history event's value: a percent for top-1/top-5, a decimal for the others."""
     value = event.get("value")
     return percent(value, 2) if event.get("metric") in ("top1", "top5") else decimal(value)
+
+
+def label_edits_line(edits: LabelEditsApplied) -> str:
+    """What the dataset's manifest says was left out and relabelled when it was written (its label fixes)."""
+    files = ", ".join(
+        f"{option} {uri}"
+        for option, uri in (("exclude_keys", edits.exclude_keys), ("relabel", edits.relabel))
+        if uri
+    )
+    return (
+        f"Label fixes applied when it was written: {len(edits.excluded)} sample(s) left out, "
+        f"{len(edits.relabelled)} relabelled ({files})."
+    )
 
 
 def champion_heading(facts: ReportFacts) -> str:

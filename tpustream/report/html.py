@@ -23,6 +23,7 @@ from tpustream.report.formatting import (
     NOT_MEASURED,
     champion_heading,
     decimal,
+    label_edits_line,
     metric_value,
     no_champion_text,
     percent,
@@ -416,6 +417,8 @@ def _dataset_html(facts: ReportFacts) -> str:
             )
     else:
         parts.append("<p>Skipped images: none.</p>")
+    if manifest.label_edits is not None:
+        parts.append(f"<p>{_E(label_edits_line(manifest.label_edits))}</p>")
     return "".join(parts)
 
 

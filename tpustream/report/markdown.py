@@ -2,8 +2,10 @@
 
 The summary holds the page's facts as text; it is what the KFP UI shows as a Markdown artifact: the decision
 and headline numbers, the 20 largest per-class drops (and every class beyond max_class_drop), the training in
-one line, the data set, the data check's own Markdown (its headings moved under this one's) and the 10 newest
-history events. Every user string is escaped for Markdown and for HTML (the KFP UI renders HTML in Markdown).
+one line, the data set (with the label fixes it was written with), the data check's own Markdown (its headings
+moved under this one's), the near-duplicates across splits (val/test key -> train key, distance), the likely
+label errors (key, given and suggested class, score; the first 20 with their count) and the 10 newest history
+events. Every user string is escaped for Markdown and for HTML (the KFP UI renders HTML in Markdown).
 ``markdown_html`` turns the data check's report (headings, paragraphs, tables, lists, **bold**, `code`) into
 HTML for the page's data check section, every character escaped first.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpustream.report.facts import ReportFacts, history_oldest_first
 from tpustream.report.formatting import (
@@ -22,6 +24,7 @@ from tpustream.report.formatting import (
     champion_heading,
     decimal,
     headline,
+    label_edits_line,
     metric_value,
     no_champion_text,
     percent,
@@ -32,11 +35,17 @@ from tpustream.report.page import table
 from tpustream.report.recipe import loss_alarm, recipe_rows
 from tpustream.report.verdict import ClassRow, Verdict, shown_rows, support_note, too_few_text
 
+if TYPE_CHECKING:
+    from tpustream.report.label_issues import LabelErrorsGallery
+    from tpustream.report.near_leaks import NearLeaksGallery
+
 __all__ = ["markdown_html", "render_markdown"]
 
 _E = html.escape
 MARKDOWN_CLASS_ROWS = 20
 MARKDOWN_HISTORY_ROWS = 10
+MARKDOWN_NEAR_LEAK_ROWS = 20  # pairs, the surest first
+MARKDOWN_LABEL_ERROR_ROWS = 20  # the most contradicted first
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
 
@@ -138,6 +147,10 @@ def render_markdown(facts: ReportFacts, verdict: Verdict, rows: list[ClassRow]) 
         lines += [
             re.sub(r"^(#{1,4}) ", r"\1## ", line) for line in facts.data_check_markdown.splitlines()
         ] + [""]
+    if facts.near_leaks is not None:
+        lines += _markdown_near_leaks(facts.near_leaks)
+    if facts.label_errors is not None:
+        lines += _markdown_label_errors(facts.label_errors)
     if facts.history is not None:
         lines += _markdown_history(facts)
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -156,7 +169,71 @@ def _markdown_dataset(facts: ReportFacts) -> list[str]:
         f"{_md(reason)} {count}" for reason, count in sorted(skipped.by_reason.items(), key=lambda r: -r[1])
     )
     lines += [f"Skipped: {skipped.count or 'none'}{f' ({reasons})' if reasons else ''}.", ""]
+    if facts.manifest.label_edits is not None:
+        lines += [_md(label_edits_line(facts.manifest.label_edits)), ""]
     return lines
+
+
+def _markdown_near_leaks(gallery: NearLeaksGallery) -> list[str]:
+    """The page's near-duplicates section as a table: each held-out image's key and source beside its train
+    image's, and the distance."""
+    listed = gallery.pairs[:MARKDOWN_NEAR_LEAK_ROWS]
+    splits = " and ".join(f"{count} {_md(split)}" for split, count in gallery.leaked.items() if count)
+    more = f"; the {len(listed)} closest listed" if gallery.total > len(listed) else ""
+    lines = [
+        "## Near-duplicates across splits",
+        "",
+        f"{gallery.total} held-out image(s) ({splits}) within {gallery.max_distance} bits of a train image's "
+        f"perceptual hash without being byte copies{more}. Exclude them (the `exclude_keys` parameter) or move "
+        "them to train.",
+        "",
+    ]
+    cells = [
+        [
+            _md(pair["split"]),
+            _md(pair["key"]),
+            _md(pair["source"]),
+            _md(pair["train_key"]),
+            _md(pair["train_source"]),
+            str(pair["distance"]),
+        ]
+        for pair in listed
+    ]
+    return lines + _md_table(["split", "key", "source", "train key", "train source", "bits"], cells)
+
+
+def _markdown_label_errors(gallery: LabelErrorsGallery) -> list[str]:
+    """The page's likely label errors as a table: key, source, given and suggested class, and the score (the
+    probability the candidate gives the given label)."""
+    lines = ["## Likely label errors", ""]
+    split = _md(gallery.split)
+    if not gallery.issues:
+        return lines + [
+            f"No likely label error: the candidate contradicts no given label among the {gallery.num_samples} "
+            f"{split} samples with confidence.",
+            "",
+        ]
+    listed = gallery.issues[:MARKDOWN_LABEL_ERROR_ROWS]
+    more = f"; the first {len(listed)} listed" if gallery.total > len(listed) else ""
+    lines += [
+        f"{gallery.total} of {gallery.num_samples} {split} samples whose given label the candidate contradicts "
+        f"most confidently (confident learning on its out-of-sample scores{more}, the least probable label "
+        "first). Fix them on the next run: their sources in a file for the `exclude_keys` parameter (`shards "
+        "create --exclude-keys`), corrections as source,class rows for `relabel`.",
+        "",
+    ]
+    cells = [
+        [
+            _md(issue.key),
+            _md(issue.source) if issue.source else "",
+            _md(issue.given_class),
+            _md(issue.suggested_class),
+            f"{issue.self_confidence:.3f}",
+        ]
+        for issue in listed
+    ]
+    header = ["key", "source", "given class", "suggested class", "score (p of given)"]
+    return lines + _md_table(header, cells)
 
 
 def _markdown_history(facts: ReportFacts) -> list[str]:
