@@ -49,21 +49,31 @@ from tests.fakes.vertex.rules import (
     classification_metrics_problem,
     tensorboard_problem,
     tpu_job_hosts,
+    tuning_job_problem,
     validate_body,
 )
 from tests.fakes.vertex.runs import RunsMixin
+from tests.fakes.vertex.tuning import TuningJobsMixin
 
 
-class VertexRecorder(RunsMixin, EndpointsMixin, BatchPredictionMixin, DatasetsMixin):
+class VertexRecorder(RunsMixin, EndpointsMixin, BatchPredictionMixin, DatasetsMixin, TuningJobsMixin):
     """The fake itself: the HTTP server, the request log, validation, routing, the Model Registry and model
     evaluations; each mixin adds one family of calls."""
 
-    def __init__(self, job_runner: Callable[[dict, int], tuple[bool, str]] | None = None) -> None:
+    def __init__(
+        self,
+        job_runner: Callable[[dict, int], tuple[bool, str]] | None = None,
+        trial_runner: Callable[[dict, int, dict[str, str]], tuple[bool, str]] | None = None,
+    ) -> None:
         self.requests: list[dict] = []
         self.rejected: list[dict] = []  # requests Vertex would have refused (400), with why
         self.models: dict[str, dict] = {}  # model id -> {"displayName", "versions": {vid: {...}}}
         self.jobs: dict[str, dict] = {}  # custom job name -> {"body", "state", "hosts", "error"}
         self.job_runner = job_runner  # (job body, hosts) -> (succeeded, message); runs in a thread
+        # (a trial's CustomJob body, hosts, the trial's env) -> (succeeded, message): runs a tuning job's trials
+        self.trial_runner = trial_runner
+        self.tuning_jobs: dict[str, dict] = {}  # hyperparameter tuning job name -> its state (tuning.py)
+        self.tuning_lock = threading.Lock()
         self.fail_uploads = (
             0  # answer this many models:upload requests with a 403, as Vertex does without IAM
         )
@@ -151,6 +161,10 @@ class VertexRecorder(RunsMixin, EndpointsMixin, BatchPredictionMixin, DatasetsMi
             if message.__name__ == "CustomJob":
                 tpu_job_hosts(body)
                 problem = tensorboard_problem(body, m.group(1) if m else "")
+                if problem:
+                    raise ValueError(problem)
+            if message.__name__ == "HyperparameterTuningJob":
+                problem = tuning_job_problem(body)
                 if problem:
                     raise ValueError(problem)
         except Exception as exc:  # ParseError, ValueError: both are INVALID_ARGUMENT on Vertex
@@ -279,6 +293,11 @@ class VertexRecorder(RunsMixin, EndpointsMixin, BatchPredictionMixin, DatasetsMi
             self.jobs[name] = job
             threading.Thread(target=self._run_job, args=(name,), daemon=True).start()
             return self._job_json(name), 200
+        if method == "POST" and rest == "/hyperparameterTuningJobs":
+            return self._create_tuning_job(parent, body or {}), 200
+        m_tuning = re.match(r"^/hyperparameterTuningJobs/(\d+)$", rest)
+        if method == "GET" and m_tuning and f"{parent}{rest}" in self.tuning_jobs:
+            return self._tuning_job_json(f"{parent}{rest}"), 200
         m_custom = re.match(r"^/customJobs/(\d+)$", rest)
         if method == "GET" and m_custom and f"{parent}{rest}" in self.jobs:
             return self._job_json(f"{parent}{rest}"), 200
