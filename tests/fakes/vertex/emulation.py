@@ -251,12 +251,13 @@ class VertexEmulator:
         task_outputs: dict[str, dict[str, Any]] | None = None,
     ) -> dict:  # fmt: skip
         root_params = spec["root"]["inputDefinitions"]["parameters"]
+        upstream = task_outputs or {}  # a task whose outputs are not given: its input as if unconnected
         values: dict[str, Any] = {}
         for name, definition in component["inputDefinitions"].get("parameters", {}).items():
             source = task_spec.get("inputs", {}).get("parameters", {}).get(name)
-            if source and "taskOutputParameter" in source:  # an upstream task's output, as it wrote it
-                producer = source["taskOutputParameter"]
-                values[name] = (task_outputs or {})[producer["producerTask"]][producer["outputParameterKey"]]
+            producer = (source or {}).get("taskOutputParameter", {})
+            if producer.get("producerTask") in upstream:  # an upstream task's output, as it wrote it
+                values[name] = upstream[producer["producerTask"]][producer["outputParameterKey"]]
             elif source and "componentInputParameter" in source:
                 key = source["componentInputParameter"].removeprefix("pipelinechannel--")
                 values[name] = pipeline_params.get(key, root_params.get(key, {}).get("defaultValue"))
