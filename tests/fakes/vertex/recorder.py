@@ -5,7 +5,8 @@ service's default store and its contexts with addContextChildren (how a run join
 tpustream/vertex/experiments.py), the Model
 Registry's list/upload/get/mergeVersionAliases and model evaluations' import/list, managed datasets' get and
 export with the export's long-running operation, endpoints' create/get/list/update (PATCH) with deployModel
-and undeployModel as long-running operations, batchPredictionJobs' create/get), records every request
+and undeployModel as long-running operations, batchPredictionJobs' create/get, hyperparameterTuningJobs'
+create/get with their trials run through ``trial_runner``: tuning.py), records every request
 (method, path, query, JSON body), and validates every request body against the aiplatform v1 protos the way
 Vertex parses it (``json_format.ParseDict(..., ignore_unknown_fields=False)``): an unknown or mistyped field
 gets the 400 INVALID_ARGUMENT Vertex would answer, and lands in ``rejected`` for the test to assert on, as
@@ -23,7 +24,7 @@ after the annotations' schema title), so code under test must not depend on it.
 A batch prediction job on a JSONL input is run against ``batch_server`` (a model server's base URL) as the
 v1 BatchPredictionJob docs describe it (batch.py), its output written into the GCS stand-in.
 This module holds the server, the request log, validation and routing, the Model Registry and model
-evaluations; each family of calls is a mixin of its own module (runs, endpoints, batch, datasets), and
+evaluations; each family of calls is a mixin of its own module (runs, endpoints, batch, datasets, tuning), and
 what Vertex accepts is in rules.py.
 Used because Vertex AI cannot be reached from here.
 """
