@@ -115,12 +115,33 @@ def _tpu_training_op(train_op: Any, tpu: str, capacity: Capacity) -> tuple[Any, 
     return job_op, [worker_pool_spec(spec, container)]
 
 
+# The tuning job's launcher: GCPC's, except that the study spec's stopping spec survives. GCPC's launcher drops
+# every falsy value from the payload before it creates the job (container/v1/gcp_launcher/job_remote_runner.py
+# ``create_job`` -> utils/json_util.py ``recursive_remove_empty``), and STOPPING_SPEC is
+# ``{"use_elapsed_duration": false}``: stripped to {} and then dropped, the job reached Vertex without early
+# stopping (found by the Vertex emulation, tests/integration/test_tune_on_vertex.py).
+TUNING_JOB_LAUNCHER = """\
+import sys
+from google_cloud_pipeline_components.container.v1.gcp_launcher.utils import json_util
+from google_cloud_pipeline_components.container.v1.hyperparameter_tuning_job import launcher
+strip = json_util.recursive_remove_empty
+def keep_stopping_spec(job):
+    stopping = {k: v for k, v in job.get("study_spec", {}).items() if k.endswith("_stopping_spec")}
+    kept = strip(job)
+    kept.setdefault("study_spec", {}).update(stopping)
+    return kept
+json_util.recursive_remove_empty = keep_stopping_spec
+launcher.main(sys.argv[1:])
+"""
+
+
 def tuning_job_op() -> Any:
     """GCPC's ``HyperparameterTuningJobRunOp`` with Vizier's automated early stopping in its study spec.
 
     GCPC builds the job from one JSON payload whose ``study_spec`` has no slot for a stopping spec
     (v1/hyperparameter_tuning_job/component.py), so a copy of the op gets ``STOPPING_SPEC``
-    (tpustream/tune/vertex.py) spliced into that payload right after ``measurement_selection_type``; the
+    (tpustream/tune/vertex.py) spliced into that payload right after ``measurement_selection_type``, and runs
+    GCPC's launcher through ``TUNING_JOB_LAUNCHER``, which keeps that spec in the job it creates; the
     launcher parses the payload into aiplatform_v1 ``HyperparameterTuningJob`` as before."""
     import copy
     import json
@@ -139,6 +160,15 @@ def tuning_job_op() -> Any:
         )
     at = items.index(key) + 3
     payload.items = [*items[:at], ", " + json.dumps(STOPPING_SPEC)[1:-1], *items[at:]]
+    container = op.component_spec.implementation.container
+    if (
+        container.command[-1]
+        != "google_cloud_pipeline_components.container.v1.hyperparameter_tuning_job.launcher"
+    ):
+        raise RuntimeError(
+            f"unexpected GCPC HyperparameterTuningJob launcher {container.command}: re-check pipelines/steps.py"
+        )
+    container.command = ["python3", "-u", "-c", TUNING_JOB_LAUNCHER]
     return op
 
 

@@ -199,8 +199,12 @@ def tuning_record(
 
 def read_job_trials(gcp_resources: str) -> list[dict[str, Any]]:
     """The trials of the HyperparameterTuningJob that GCPC's launcher recorded in ``gcp_resources`` (its
-    ``resources[0].resourceUri``: ``https://<endpoint>/v1/projects/.../hyperparameterTuningJobs/<id>``), read
-    from that endpoint with aiplatform_v1's JobServiceClient, each as JSON (MessageToDict's names)."""
+    ``resources[0].resourceUri``: ``https://<endpoint>/v1/projects/.../hyperparameterTuningJobs/<id>``,
+    container/v1/gcp_launcher/job_remote_runner.py ``create_job``), read from that endpoint with aiplatform_v1's
+    JobServiceClient (``GetHyperparameterTuningJob``), each as JSON (MessageToDict's names).
+    ``TPUSTREAM_VERTEX_ENDPOINT`` overrides the endpoint, as for the other Vertex calls; an ``http://`` one (the
+    tests' loopback Vertex) is called without credentials."""
+    import os
     from urllib.parse import urlparse
 
     from google.api_core.client_options import ClientOptions
@@ -210,7 +214,15 @@ def read_job_trials(gcp_resources: str) -> list[dict[str, Any]]:
     resource = json.loads(gcp_resources)["resources"][0]["resourceUri"]
     parsed = urlparse(resource)
     name = parsed.path.split("/v1/", 1)[1]
+    endpoint = os.environ.get("TPUSTREAM_VERTEX_ENDPOINT") or parsed.netloc
+    credentials = None  # the default: application default credentials, as GCPC's launcher found them
+    if endpoint.startswith("http://"):  # a loopback endpoint: no credentials to find or send
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
     # REST, as the resource URI names it (Vertex's API serves both; a recording endpoint only REST)
-    client = JobServiceClient(transport="rest", client_options=ClientOptions(api_endpoint=parsed.netloc))
+    client = JobServiceClient(
+        transport="rest", client_options=ClientOptions(api_endpoint=endpoint), credentials=credentials
+    )
     job = client.get_hyperparameter_tuning_job(name=name)
     return [json_format.MessageToDict(type(trial).pb(trial)) for trial in job.trials]

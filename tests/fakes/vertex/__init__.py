@@ -1,5 +1,5 @@
 """Vertex AI on loopback: ``VertexRecorder`` (recorder.py) answers the REST calls the real aiplatform client
-makes, one family of calls per module (runs, endpoints, batch, datasets), each request body checked by
+makes, one family of calls per module (runs, endpoints, batch, datasets, tuning), each request body checked by
 ``rules`` as Vertex parses it; ``emulation`` runs a compiled pipeline's tasks as Vertex would, with GCPC's
 real launcher (``gcpc_launcher_shim``)."""
 

@@ -131,6 +131,7 @@ class SliceRun:
     launcher: subprocess.Popen | None = None
     launcher_log: Path | None = None
     executor_input: dict[str, Any] = field(default_factory=dict)
+    trials: dict[str, list[Host]] = field(default_factory=dict)  # a tuning job's trials: id -> its hosts
 
     @property
     def exit_codes(self) -> list[int | None]:
@@ -152,7 +153,24 @@ class SliceRun:
     def logs(self) -> str:
         parts = [f"--- launcher:\n{self.launcher_log.read_text()[-3000:]}" if self.launcher_log else ""]
         parts += [f"--- host {h.index} (exit {h.process.returncode}):\n{h.log()[-3000:]}" for h in self.hosts]
+        parts += [
+            f"--- trial {trial} host {h.index} (exit {h.process.returncode}):\n{h.log()[-3000:]}"
+            for trial, hosts in self.trials.items()
+            for h in hosts
+        ]
         return "\n".join(parts)
+
+    def outputs(self) -> dict[str, Any]:
+        """The task's output parameters as the backend reads them: the executor output's ``parameterValues``
+        (a lightweight component's) and the files named in ``outputs.parameters`` (a launcher's)."""
+        found: dict[str, Any] = {}
+        for name, spec in self.executor_input.get("outputs", {}).get("parameters", {}).items():
+            if Path(spec["outputFile"]).exists():
+                found[name] = Path(spec["outputFile"]).read_text()
+        output = self.workdir / "executor_output.json"
+        if output.exists():
+            found.update(json.loads(output.read_text()).get("parameterValues", {}))
+        return found
 
 
 class VertexEmulator:
@@ -170,7 +188,10 @@ class VertexEmulator:
         self.worker_restarts = worker_restarts
         self.job_retries = job_retries
         # run_hosts=False: the job succeeds as soon as Vertex accepted it (tests of the request alone)
-        self.recorder = VertexRecorder(job_runner=self._run_hosts if run_hosts else None)
+        self.recorder = VertexRecorder(
+            job_runner=self._run_hosts if run_hosts else None,
+            trial_runner=self._run_trial if run_hosts else None,
+        )
         self.current: SliceRun | None = None
         self.gcs_dirs: list[Path] = []
 
@@ -185,9 +206,11 @@ class VertexEmulator:
         run_root: str, workdir: Path, project: str = "proj", location: str = "us-central1",
         service_account: str = "", network: str = "", run_labels: dict[str, str] | None = None,
         retry_of: SliceRun | None = None, job_id: str = "tpustream-training-20261102030000",
+        task_outputs: dict[str, dict[str, Any]] | None = None,
     ) -> SliceRun:  # fmt: skip
         """Start ``task`` of the compiled ``template`` as Vertex would; returns at once (``.wait()``).
-        ``retry_of``: a KFP retry of that run, whose output files (gcp_resources) it finds as they were."""
+        ``retry_of``: a KFP retry of that run, whose output files (gcp_resources) it finds as they were.
+        ``task_outputs``: the upstream tasks' output parameters, {task: ``SliceRun.outputs()``}."""
         spec = yaml.safe_load(Path(template).read_text())
         task_spec = find_task(spec, task)
         component = spec["components"][task_spec["componentRef"]["name"]]
@@ -199,7 +222,7 @@ class VertexEmulator:
             "{{$.pipeline_root}}": run_root,  # kfp's dsl.PIPELINE_ROOT_PLACEHOLDER (train's compile cache)
             "{{$.pipeline_job_uuid}}": job_id,  # dsl.PIPELINE_JOB_ID_PLACEHOLDER: the run's ID on Vertex
         }  # fmt: skip
-        params = self._parameters(spec, task_spec, component, pipeline_params, placeholders)
+        params = self._parameters(spec, task_spec, component, pipeline_params, placeholders, task_outputs)
         workdir = (
             retry_of.workdir if retry_of else Path(tempfile.mkdtemp(prefix=f"vertex-{task}-", dir=workdir))
         )
@@ -210,7 +233,8 @@ class VertexEmulator:
         env["VERTEX_AI_PIPELINES_RUN_LABELS"] = json.dumps(
             {"vertex-ai-pipelines-run-billing-id": "1234567890", **(run_labels or {})}
         )
-        assert container["command"][:3] == ["python3", "-u", "-c"], container["command"]  # FRESH_JOB_LAUNCHER
+        # pipelines/tpu.py's FRESH_JOB_LAUNCHER or pipelines/steps.py's TUNING_JOB_LAUNCHER: GCPC's launcher
+        assert container["command"][:3] == ["python3", "-u", "-c"], container["command"]
         run.launcher_log = workdir / ("launcher-retry.log" if retry_of else "launcher.log")
         self.current = run
         with open(run.launcher_log, "wb") as log:
@@ -223,13 +247,18 @@ class VertexEmulator:
 
     @staticmethod
     def _parameters(
-        spec: dict, task_spec: dict, component: dict, pipeline_params: dict, placeholders: dict
-    ) -> dict:
+        spec: dict, task_spec: dict, component: dict, pipeline_params: dict, placeholders: dict,
+        task_outputs: dict[str, dict[str, Any]] | None = None,
+    ) -> dict:  # fmt: skip
         root_params = spec["root"]["inputDefinitions"]["parameters"]
+        upstream = task_outputs or {}  # a task whose outputs are not given: its input as if unconnected
         values: dict[str, Any] = {}
         for name, definition in component["inputDefinitions"].get("parameters", {}).items():
             source = task_spec.get("inputs", {}).get("parameters", {}).get(name)
-            if source and "componentInputParameter" in source:
+            producer = (source or {}).get("taskOutputParameter", {})
+            if producer.get("producerTask") in upstream:  # an upstream task's output, as it wrote it
+                values[name] = upstream[producer["producerTask"]][producer["outputParameterKey"]]
+            elif source and "componentInputParameter" in source:
                 key = source["componentInputParameter"].removeprefix("pipelinechannel--")
                 values[name] = pipeline_params.get(key, root_params.get(key, {}).get("defaultValue"))
             elif source and "runtimeValue" in source:
@@ -280,14 +309,25 @@ class VertexEmulator:
         def output_file(m: re.Match) -> str:
             return str(executor_input["outputs"]["parameters"][m.group(1)]["outputFile"])
 
+        if arg.startswith('{"Concat": '):  # kfp's ConcatPlaceholder, JSON in the IR (kfp/dsl/placeholders.py)
+            parts = json.loads(arg)["Concat"]
+            return "".join(VertexEmulator._resolve(part, params, executor_input) for part in parts)
         arg = _OUTPUT_PARAM_FILE.sub(output_file, _PARAM.sub(param, arg))
-        escaped = json.dumps(json.dumps(executor_input))[1:-1]  # json_escape[1]: one level, inside a string
-        return arg.replace("{{$.json_escape[1]}}", escaped).replace("{{$}}", json.dumps(executor_input))
+        # the backend serialises the executor input as protojson: integral numbers without a fraction (protojson)
+        serialised = json.dumps(protojson(executor_input))
+        escaped = json.dumps(serialised)[1:-1]  # json_escape[1]: one level, inside a string
+        return arg.replace("{{$.json_escape[1]}}", escaped).replace("{{$}}", serialised)
 
     # -------------------------------------------------------------- the custom job's hosts
-    def _run_hosts(self, job: dict, hosts: int) -> tuple[bool, str]:
+    def _run_trial(self, job: dict, hosts: int, trial_env: dict[str, str]) -> tuple[bool, str]:
+        """A tuning job's trial (tests/fakes/vertex/tuning.py): its CustomJob run as any other, on its hosts,
+        with the trial's ``CLOUD_ML_TRIAL_ID`` and metric file; its hosts land in ``SliceRun.trials``."""
+        return self._run_hosts(job, hosts, trial_env=trial_env)
+
+    def _run_hosts(self, job: dict, hosts: int, trial_env: dict[str, str] | None = None) -> tuple[bool, str]:
         run = self.current
         assert run is not None
+        trial = (trial_env or {}).get("CLOUD_ML_TRIAL_ID")
         pool = job["jobSpec"]["workerPoolSpecs"][0]
         container = pool["containerSpec"]
         env = host_environment()
@@ -296,15 +336,18 @@ class VertexEmulator:
         env.update(
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",  # python3 = the "image"
             **emulated_slice_vars(hosts, self.devices_per_host), CLOUD_ML_JOB_ID=job.get("displayName", "job"),
-            **base_output_vars(job),
+            **base_output_vars(job), **(trial_env or {}),
         )  # fmt: skip
         self._remember_gcs_dirs(run.executor_input)
         restart_all = bool(job["jobSpec"].get("scheduling", {}).get("restartJobOnWorkerRestart"))
         codes: list[int] = []
         for attempt in range(self.job_retries + 1):
             hosts_now = [self._start_host(run, container, env, index, attempt, 0) for index in range(hosts)]
-            run.attempts.append(hosts_now)
-            if attempt == 0:
+            if trial is not None:  # a trial's hosts, kept apart from the task's own job
+                run.trials[trial] = hosts_now
+            else:
+                run.attempts.append(hosts_now)
+            if attempt == 0 and trial is None:
                 run.hosts = list(hosts_now)  # the first start, as it ran (restarts replace entries below)
                 run.hosts_started.set()
             for restart in range(self.worker_restarts + 1):
@@ -328,11 +371,15 @@ class VertexEmulator:
         run: SliceRun, container: dict, env: dict, index: int, attempt: int, restart: int
     ) -> Host:
         suffix = "".join(f"-{k}{n}" for k, n in (("job", attempt), ("restart", restart)) if n)
-        log_path = run.workdir / f"host-{index}{suffix}.log"
+        trial = f"trial-{env['CLOUD_ML_TRIAL_ID']}-" if "CLOUD_ML_TRIAL_ID" in env else ""
+        log_path = run.workdir / f"{trial}host-{index}{suffix}.log"
+        host_env = {**env, "TPU_WORKER_ID": str(index)}
+        if trial and index:  # every host of a trial reports; the service reads the first host's file
+            host_env["CLOUD_ML_HP_METRIC_FILE"] = f"{env['CLOUD_ML_HP_METRIC_FILE']}.host{index}"
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 [*container["command"], *container.get("args", [])], cwd=ROOT,  # the image's WORKDIR
-                env={**env, "TPU_WORKER_ID": str(index)}, stdout=log, stderr=subprocess.STDOUT,
+                env=host_env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
         return Host(index, process, log_path)
@@ -370,6 +417,9 @@ def run_container_task(
     location: str = "us-central1",
     final_status: dict[str, Any] | None = None,
     timeout: float = 120,
+    artifacts: dict[str, str] | None = None,
+    task_outputs: dict[str, dict[str, Any]] | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run a plain container task (a lightweight component: ``sh -ec`` writing the function's source, then
     ``python3 -m kfp.dsl.executor_main``) of the compiled ``template`` as Vertex runs it: its inputs resolved
@@ -378,7 +428,9 @@ def run_container_task(
     submit`` gives every run the same one, pipelines/submit.py), and for an exit task
     the ``PipelineTaskFinalStatus`` that Vertex hands it (``final_status``: ``state``,
     ``pipeline_job_resource_name``, ``pipeline_task_name``, ``error`` {code, message}, the keys kfp's executor
-    reads, kfp/dsl/executor.py)."""
+    reads, kfp/dsl/executor.py). ``artifacts``: the input artifacts' URIs; ``task_outputs``: the upstream tasks'
+    output parameters ({task: {name: value}}); ``env``: added to the step's environment. The executor output
+    lands in ``workdir``/executor_output.json (``task_outputs_of`` reads it)."""
     spec = yaml.safe_load(Path(template).read_text())
     task_spec = find_task(spec, task)
     component = spec["components"][task_spec["componentRef"]["name"]]
@@ -387,21 +439,39 @@ def run_container_task(
         "{{$.pipeline_root}}": run_root, "{{$.pipeline_job_uuid}}": job_id, "{{$.pipeline_job_name}}": display_name,
         "{{$.pipeline_google_cloud_project_id}}": project, "{{$.pipeline_google_cloud_location}}": location,
     }  # fmt: skip
-    params = VertexEmulator._parameters(spec, task_spec, component, pipeline_params, placeholders)
+    params = VertexEmulator._parameters(
+        spec, task_spec, component, pipeline_params, placeholders, task_outputs
+    )
     for name, source in task_spec.get("inputs", {}).get("parameters", {}).items():
         if "taskFinalStatus" in source:
             params[name] = {
                 "pipeline_job_resource_name": f"projects/{project}/locations/{location}/pipelineJobs/{job_id}",
                 **(final_status or {}),
             }
-    executor_input = VertexEmulator._executor_input(component, task, params, {}, run_root, workdir)
+    executor_input = VertexEmulator._executor_input(
+        component, task, params, artifacts or {}, run_root, workdir
+    )
     args = [VertexEmulator._resolve(arg, params, executor_input) for arg in container["args"]]
     assert container["command"][:2] == ["sh", "-ec"], container["command"]  # a lightweight component
-    env = {**host_environment(), "PYTHONPATH": str(ROOT)}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the image's python3
-    return subprocess.run(
-        [*container["command"], *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    step_env = {**host_environment(), "PYTHONPATH": str(ROOT), **(env or {})}
+    step_env["PATH"] = (
+        f"{Path(sys.executable).parent}{os.pathsep}{step_env.get('PATH', '')}"  # the image's python3
     )
+    return subprocess.run(
+        [*container["command"], *args],
+        cwd=ROOT,
+        env=step_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def task_outputs_of(workdir: Path) -> dict[str, Any]:
+    """The output parameters a lightweight task run by ``run_container_task`` in ``workdir`` wrote (its executor
+    output's ``parameterValues``), as the backend hands them to the tasks downstream."""
+    output = json.loads((workdir / "executor_output.json").read_text())
+    return dict(output.get("parameterValues", {}))
 
 
 def tasks_reached(spec: dict, failing: set[str]) -> dict[str, dict[str, Any]]:

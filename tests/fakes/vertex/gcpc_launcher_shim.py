@@ -1,5 +1,7 @@
-"""Run the train task's launcher (GCPC's real CustomJob launcher behind pipelines/tpu.py's FRESH_JOB_LAUNCHER)
-against the recording Vertex endpoint on loopback.
+"""Run a GCPC launcher task against the recording Vertex endpoint on loopback: the train task's (GCPC's real
+CustomJob launcher behind pipelines/tpu.py's FRESH_JOB_LAUNCHER) or the tune switch's (GCPC's real
+HyperparameterTuningJob launcher behind pipelines/steps.py's TUNING_JOB_LAUNCHER; both poll through
+job_remote_runner).
 
 Vertex runs ``python3 -u -c SCRIPT ARGS`` (the compiled command) in the GCPC image with the task's resolved
 arguments. This shim runs that same script with the same arguments, changing only what cannot work here
@@ -32,4 +34,4 @@ if __name__ == "__main__":
     job_remote_runner._POLLING_INTERVAL_IN_SECONDS = 0.5  # 20 s on Vertex: only the wait is shorter
     script, args = sys.argv[1], sys.argv[2:]
     sys.argv = ["-c", *args]  # as `python3 -c SCRIPT ARGS` sets it
-    exec(compile(script, "<the train task's command>", "exec"), {"__name__": "__main__"})
+    exec(compile(script, "<the task's command>", "exec"), {"__name__": "__main__"})

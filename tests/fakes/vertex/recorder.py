@@ -5,7 +5,8 @@ service's default store and its contexts with addContextChildren (how a run join
 tpustream/vertex/experiments.py), the Model
 Registry's list/upload/get/mergeVersionAliases and model evaluations' import/list, managed datasets' get and
 export with the export's long-running operation, endpoints' create/get/list/update (PATCH) with deployModel
-and undeployModel as long-running operations, batchPredictionJobs' create/get), records every request
+and undeployModel as long-running operations, batchPredictionJobs' create/get, hyperparameterTuningJobs'
+create/get with their trials run through ``trial_runner``: tuning.py), records every request
 (method, path, query, JSON body), and validates every request body against the aiplatform v1 protos the way
 Vertex parses it (``json_format.ParseDict(..., ignore_unknown_fields=False)``): an unknown or mistyped field
 gets the 400 INVALID_ARGUMENT Vertex would answer, and lands in ``rejected`` for the test to assert on, as
@@ -23,7 +24,7 @@ after the annotations' schema title), so code under test must not depend on it.
 A batch prediction job on a JSONL input is run against ``batch_server`` (a model server's base URL) as the
 v1 BatchPredictionJob docs describe it (batch.py), its output written into the GCS stand-in.
 This module holds the server, the request log, validation and routing, the Model Registry and model
-evaluations; each family of calls is a mixin of its own module (runs, endpoints, batch, datasets), and
+evaluations; each family of calls is a mixin of its own module (runs, endpoints, batch, datasets, tuning), and
 what Vertex accepts is in rules.py.
 Used because Vertex AI cannot be reached from here.
 """
@@ -49,21 +50,31 @@ from tests.fakes.vertex.rules import (
     classification_metrics_problem,
     tensorboard_problem,
     tpu_job_hosts,
+    tuning_job_problem,
     validate_body,
 )
 from tests.fakes.vertex.runs import RunsMixin
+from tests.fakes.vertex.tuning import TuningJobsMixin
 
 
-class VertexRecorder(RunsMixin, EndpointsMixin, BatchPredictionMixin, DatasetsMixin):
+class VertexRecorder(RunsMixin, EndpointsMixin, BatchPredictionMixin, DatasetsMixin, TuningJobsMixin):
     """The fake itself: the HTTP server, the request log, validation, routing, the Model Registry and model
     evaluations; each mixin adds one family of calls."""
 
-    def __init__(self, job_runner: Callable[[dict, int], tuple[bool, str]] | None = None) -> None:
+    def __init__(
+        self,
+        job_runner: Callable[[dict, int], tuple[bool, str]] | None = None,
+        trial_runner: Callable[[dict, int, dict[str, str]], tuple[bool, str]] | None = None,
+    ) -> None:
         self.requests: list[dict] = []
         self.rejected: list[dict] = []  # requests Vertex would have refused (400), with why
         self.models: dict[str, dict] = {}  # model id -> {"displayName", "versions": {vid: {...}}}
         self.jobs: dict[str, dict] = {}  # custom job name -> {"body", "state", "hosts", "error"}
         self.job_runner = job_runner  # (job body, hosts) -> (succeeded, message); runs in a thread
+        # (a trial's CustomJob body, hosts, the trial's env) -> (succeeded, message): runs a tuning job's trials
+        self.trial_runner = trial_runner
+        self.tuning_jobs: dict[str, dict] = {}  # hyperparameter tuning job name -> its state (tuning.py)
+        self.tuning_lock = threading.Lock()
         self.fail_uploads = (
             0  # answer this many models:upload requests with a 403, as Vertex does without IAM
         )
@@ -151,6 +162,10 @@ class VertexRecorder(RunsMixin, EndpointsMixin, BatchPredictionMixin, DatasetsMi
             if message.__name__ == "CustomJob":
                 tpu_job_hosts(body)
                 problem = tensorboard_problem(body, m.group(1) if m else "")
+                if problem:
+                    raise ValueError(problem)
+            if message.__name__ == "HyperparameterTuningJob":
+                problem = tuning_job_problem(body)
                 if problem:
                     raise ValueError(problem)
         except Exception as exc:  # ParseError, ValueError: both are INVALID_ARGUMENT on Vertex
@@ -279,6 +294,11 @@ class VertexRecorder(RunsMixin, EndpointsMixin, BatchPredictionMixin, DatasetsMi
             self.jobs[name] = job
             threading.Thread(target=self._run_job, args=(name,), daemon=True).start()
             return self._job_json(name), 200
+        if method == "POST" and rest == "/hyperparameterTuningJobs":
+            return self._create_tuning_job(parent, body or {}), 200
+        m_tuning = re.match(r"^/hyperparameterTuningJobs/(\d+)$", rest)
+        if method == "GET" and m_tuning and f"{parent}{rest}" in self.tuning_jobs:
+            return self._tuning_job_json(f"{parent}{rest}"), 200
         m_custom = re.match(r"^/customJobs/(\d+)$", rest)
         if method == "GET" and m_custom and f"{parent}{rest}" in self.jobs:
             return self._job_json(f"{parent}{rest}"), 200

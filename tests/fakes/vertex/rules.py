@@ -43,6 +43,8 @@ def _request_message(method: str, rest: str) -> type | None:
         return v1.Schedule
     if rest == "/customJobs":
         return v1.CustomJob
+    if rest == "/hyperparameterTuningJobs":
+        return v1.HyperparameterTuningJob  # CreateHyperparameterTuningJob: body "hyperparameter_tuning_job"
     if rest == "/models:upload":
         return v1.UploadModelRequest
     if rest.endswith(":mergeVersionAliases"):
@@ -215,6 +217,45 @@ def tpu_job_hosts(body: dict) -> int:
     ):  # "Use Spot VMs with training", Limitations
         raise ValueError("Using Spot VMs with TPU Pods isn't supported (a multi-host tpuTopology with SPOT)")
     return chips // per_vm
+
+
+def tuning_job_problem(body: dict) -> str | None:
+    """Why Vertex refuses a HyperparameterTuningJob (parsed already as the v1 proto), or None.
+
+    Rules (aiplatform_v1 types/hyperparameter_tuning_job.py and types/study.py, the fields marked "Required",
+    and the REST reference of projects.locations.hyperparameterTuningJobs): a display name, a study spec with
+    at least one metric and one parameter, parameter IDs unique, ``max_trial_count`` and
+    ``parallel_trial_count`` positive; a range's min not above its max, and ``UNIT_LOG_SCALE`` on a strictly
+    positive range ("The entire feasible space must be strictly positive", StudySpec.ParameterSpec.ScaleType).
+    The trial job spec is a CustomJobSpec: the TPU rules of ``tpu_job_hosts`` hold for it."""
+    from google.cloud import aiplatform_v1 as v1
+
+    job = v1.HyperparameterTuningJob.from_json(json.dumps(body))
+    spec = job.study_spec
+    if not job.display_name:
+        return "displayName is required"
+    if not spec.metrics or not spec.parameters:
+        return "studySpec needs at least one metric and one parameter"
+    ids = [p.parameter_id for p in spec.parameters]
+    if len(set(ids)) != len(ids) or not all(ids):
+        return f"studySpec.parameters need unique, non-empty parameterIds, got {ids}"
+    if job.max_trial_count < 1 or job.parallel_trial_count < 1:
+        return "maxTrialCount and parallelTrialCount must be positive"
+    log_scale = v1.StudySpec.ParameterSpec.ScaleType.UNIT_LOG_SCALE
+    for parameter in spec.parameters:
+        kind = v1.StudySpec.ParameterSpec.pb(parameter).WhichOneof("parameter_value_spec")
+        if kind in ("double_value_spec", "integer_value_spec"):
+            bounds = getattr(parameter, kind)
+            if bounds.min_value > bounds.max_value:
+                return f"parameter {parameter.parameter_id}: minValue {bounds.min_value} > maxValue"
+            if parameter.scale_type == log_scale and bounds.min_value <= 0:
+                return f"parameter {parameter.parameter_id}: UNIT_LOG_SCALE needs minValue > 0"
+        elif kind is None:
+            return f"parameter {parameter.parameter_id} has no value spec"
+    if not job.trial_job_spec.worker_pool_specs:
+        return "trialJobSpec.workerPoolSpecs is required"
+    tpu_job_hosts({"jobSpec": body.get("trialJobSpec", {})})  # raises ValueError as Vertex refuses
+    return None
 
 
 TENSORBOARD_NAME = re.compile(r"^projects/[^/]+/locations/(?P<location>[^/]+)/tensorboards/[^/]+$")
