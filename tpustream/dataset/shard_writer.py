@@ -17,7 +17,7 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -40,9 +40,13 @@ from tpustream.image.phash import (
     hash_bits,
     hash_hex_batch,
     hash_lows_bytes,
+    hash_lows_images,
 )
 from tpustream.sources.types import Item, Source
 from tpustream.storage import io as storage
+
+if TYPE_CHECKING:
+    from PIL import Image as PILImage
 
 __all__ = ["LOAD_WINDOW", "ShardRecord", "skip_reason", "write_shard", "existing_record"]
 
@@ -145,31 +149,34 @@ class _Loaded(NamedTuple):
     sha256: str
     width: int
     height: int
-    # the perceptual hash's 64 low DCT coefficients (phash.hash_lows), or a 32x32 PPM's bytes, hashed with the
-    # shard's others (phash.Ppm32Hasher); None: not hashed
-    hash_input: np.ndarray | bytes | None
+    # the perceptual hash's 64 low DCT coefficients (phash.hash_lows), or a 32x32 PPM's bytes or a JPEG's small
+    # grey draft, hashed with the shard's others (phash.Ppm32Hasher, phash.hash_lows_images); None: not hashed
+    hash_input: np.ndarray | bytes | PILImage.Image | None
 
 
 def _load(
-    source: Source, item: Item, max_side: int | None, hashing: bool, kept: list[np.ndarray] | None = None
+    source: Source,
+    item: Item,
+    max_side: int | None,
+    hashing: bool,
+    kept: list[np.ndarray | PILImage.Image] | None = None,
 ) -> _Loaded | CorruptImage:
     """The item's image and what the sample index records about it, or the CorruptImage saying why it
     cannot be written (returned, not raised: whether it is skipped or fatal is the writer's choice).
     ``kept``: the list of the ``kept_hash_lows`` block this thread is in (the writer's own loop), else None
     (a load on the pool's threads enters its own)."""
     try:
-        hash_input: np.ndarray | bytes | None = None
+        hash_input: np.ndarray | bytes | PILImage.Image | None = None
         if not hashing:
             data, ext = source.load(item, max_side)
         elif kept is not None:  # one block for the whole shard: ~0.4 us an image less than one per load
             kept.clear()
             data, ext = source.load(item, max_side)
-            hash_input = kept[-1] if kept else _hash_input(data, ext)
+            hash_input = _hash_input(data, ext, kept)
         else:
             with kept_hash_lows() as kept:
                 data, ext = source.load(item, max_side)
-            # from the source's own check-decode when it kept the bytes, else from the stored bytes
-            hash_input = kept[-1] if kept else _hash_input(data, ext)
+            hash_input = _hash_input(data, ext, kept)
     except CorruptImage as exc:
         return exc
     except ValueError as exc:  # bytes the source did not check (a PPM it made) that do not decode
@@ -178,11 +185,16 @@ def _load(
     return _Loaded(data, ext, hashlib.sha256(data).hexdigest(), width, height, hash_input)
 
 
-def _hash_input(data: bytes, ext: str) -> np.ndarray | bytes:
+def _hash_input(
+    data: bytes, ext: str, kept: list[np.ndarray | PILImage.Image]
+) -> np.ndarray | bytes | PILImage.Image:
     """What the perceptual hash of stored bytes is taken from: a 32x32 PPM as it is (hashed with the shard's
-    others, ``phash.Ppm32Hasher``), else ``phash.hash_lows_bytes`` of it."""
+    others, ``phash.Ppm32Hasher``, whoever made it: its hash is ``phash.perceptual_hash_bytes``'), else what
+    the source's own check-decode ``kept`` when it kept the bytes, else ``phash.hash_lows_bytes`` of them."""
     if ext == "ppm" and len(data) == PPM32_SIZE and data.startswith(PPM32_HEADER):
         return data
+    if kept:
+        return kept[-1]
     return hash_lows_bytes(data)
 
 
@@ -262,10 +274,12 @@ def write_shard(
     sizes: Counter[tuple[int, int]] = Counter()
     # SampleIndexEntry's fields but the hash, one tuple a sample: the entries are made once the hashes are known
     rows: list[tuple[str, str, int, int, str, str, str]] = []
-    # the hashes: a 32x32 PPM's made with the shard's others (phash.Ppm32Hasher), any other image's
-    # coefficients as its load gave them, with its row
+    # the hashes: a 32x32 PPM's made with the shard's others (phash.Ppm32Hasher), a JPEG's from its check's
+    # grey draft with the shard's others of its size (phash.hash_lows_images), any other image's coefficients
+    # as its load gave them; each with its row
     ppm_hasher = Ppm32Hasher() if perceptual_hashes else None
     other_lows: list[tuple[int, np.ndarray]] = []
+    drafts: list[tuple[int, PILImage.Image]] = []  # small grey drafts, hashed together at the end
     with (
         pixel_budget(max_pixels),
         storage.open_write(final, content_type="application/x-tar") as f,
@@ -283,12 +297,14 @@ def write_shard(
             if ppm_hasher is not None:
                 if isinstance(loaded.hash_input, bytes):
                     ppm_hasher.add(loaded.hash_input)
+                elif isinstance(loaded.hash_input, np.ndarray):
+                    other_lows.append((len(rows) - 1, loaded.hash_input))
                 else:
-                    other_lows.append((len(rows) - 1, loaded.hash_input))  # type: ignore[arg-type]
+                    drafts.append((len(rows) - 1, loaded.hash_input))  # type: ignore[arg-type]
         stats = writer.finish()
     hashes: list[str] | list[None] = [None] * len(rows)
     if ppm_hasher is not None:
-        hashes = hash_hex_batch(_merged_hashes(len(rows), ppm_hasher.hashes(), other_lows))
+        hashes = hash_hex_batch(_merged_hashes(len(rows), ppm_hasher.hashes(), other_lows, drafts))
     entries = [SampleIndexEntry(*row, phash) for row, phash in zip(rows, hashes, strict=True)]
     # The index before the record: a recorded shard always has its index (resume trusts the record).
     index = "".join(entry.to_json_line() + "\n" for entry in entries).encode()
@@ -317,17 +333,25 @@ def write_shard(
 
 
 def _merged_hashes(
-    count: int, ppm_hashes: np.ndarray, other_lows: list[tuple[int, np.ndarray]]
+    count: int,
+    ppm_hashes: np.ndarray,
+    other_lows: list[tuple[int, np.ndarray]],
+    drafts: list[tuple[int, PILImage.Image]],
 ) -> np.ndarray:
     """The hashes (uint64) of a shard's ``count`` samples in order: its 32x32 PPMs' (in order) in the rows that
-    ``other_lows`` (row, coefficients) leaves."""
-    if not other_lows:  # a CIFAR-size shard
+    ``other_lows`` and ``drafts`` (row, coefficients or grey draft) leave."""
+    if not other_lows and not drafts:  # a CIFAR-size shard
         return ppm_hashes
     hashes = np.empty(count, dtype=np.uint64)
-    others = np.array([row for row, _ in other_lows])
-    hashes[others] = hash_bits(np.stack([lows for _, lows in other_lows]))
     is_ppm = np.ones(count, dtype=bool)
-    is_ppm[others] = False
+    if drafts:
+        rows = np.array([row for row, _ in drafts])
+        hashes[rows] = hash_bits(hash_lows_images([image for _, image in drafts]))
+        is_ppm[rows] = False
+    if other_lows:
+        rows = np.array([row for row, _ in other_lows])
+        hashes[rows] = hash_bits(np.stack([lows for _, lows in other_lows]))
+        is_ppm[rows] = False
     hashes[is_ppm] = ppm_hashes
     return hashes
 

@@ -41,6 +41,9 @@ __all__ = [
     "hash_pixels",
     "hash_lows",
     "hash_lows_image",
+    "hash_lows_images",
+    "hash_input_of_image",
+    "DEFERRED_HASH_PIXELS",
     "hash_lows_bytes",
     "hash_lows_ppm32",
     "Ppm32Hasher",
@@ -197,6 +200,40 @@ def hash_lows_image(image: PILImage.Image) -> np.ndarray:
     return hash_lows(np.frombuffer(grey.tobytes(), dtype=np.uint8).reshape(grey.height, grey.width))
 
 
+# The most pixels of a grey draft that shard writing keeps to hash with the shard's others of its size
+# (hash_input_of_image): a JPEG drafted to 1/8 up to ~512x512 px, a few KiB each
+DEFERRED_HASH_PIXELS = 64 * 64
+
+
+def hash_input_of_image(image: PILImage.Image) -> PILImage.Image | np.ndarray:
+    """What shard writing keeps to hash a decoded image: a small grey image (a JPEG's draft, at most
+    ``DEFERRED_HASH_PIXELS``) itself, hashed later with the shard's others (``hash_lows_images``: numpy's
+    calls once per shard instead of once per image, which after each decode cost ~20 us a 224 px JPEG with
+    cold caches), else its coefficients now (``hash_lows_image``), so that no large image is held."""
+    if image.mode == "L" and image.width * image.height <= DEFERRED_HASH_PIXELS:
+        return image
+    return hash_lows_image(image)
+
+
+def hash_lows_images(images: Sequence[PILImage.Image]) -> np.ndarray:
+    """``hash_lows_image`` (Nx64) of N images, bit for bit, computed together for the images of each size: one
+    buffer of their grey pixels, then the same two matrix products per image (numpy runs a stack of them one
+    by one)."""
+    greys = [image if image.mode == "L" else image.convert("L") for image in images]
+    out = np.empty((len(greys), _HASH_SIDE * _HASH_SIDE))
+    by_size: dict[tuple[int, int], list[int]] = {}
+    for i, grey in enumerate(greys):
+        by_size.setdefault(grey.size, []).append(i)
+    for (width, height), rows in by_size.items():
+        if width * height == 0:
+            raise ValueError(f"hash_lows_images takes images with pixels, got one of {width}x{height}")
+        joined = b"".join(greys[i].tobytes() for i in rows)
+        pixels = np.frombuffer(joined, dtype=np.uint8).reshape(len(rows), height, width).astype(np.float64)
+        lows = _resize_dct(height) @ pixels @ _resize_dct(width).T
+        out[rows] = lows.reshape(len(rows), _HASH_SIDE * _HASH_SIDE)
+    return out
+
+
 def hash_lows_bytes(data: bytes, name: str = "image") -> np.ndarray:
     """``hash_lows`` of encoded image bytes (JPEG, PNG, PPM or any format Pillow reads): a JPEG is decoded by
     libjpeg to grey, reduced to ``HASH_DRAFT_SIZE`` or more; other formats are decoded in full.
@@ -298,14 +335,19 @@ class Ppm32Hasher:
 
     def __init__(self) -> None:
         self._bytes = bytearray(_PPM_BATCH * PPM32_SIZE)
-        # the same memory: a PPM of another size cannot be copied in (a bytearray with a view cannot resize)
         self._buffer = np.frombuffer(self._bytes, dtype=np.uint8).reshape(_PPM_BATCH, PPM32_SIZE)
         self._pixels, self._rows = _chunk_buffers()
         self._count = 0  # PPMs in the buffer
         self._hashes: list[np.ndarray] = []
 
     def add(self, data: bytes) -> None:
-        """Take one PPM (``PPM32_SIZE`` bytes; its header is checked when its batch is hashed)."""
+        """Take one PPM (``PPM32_SIZE`` bytes; its header is checked when its batch is hashed).
+
+        Raises:
+            ValueError: ``data`` is not ``PPM32_SIZE`` bytes long.
+        """
+        if len(data) != PPM32_SIZE:
+            raise ValueError(f"Ppm32Hasher takes 32x32 PPMs of {PPM32_SIZE} bytes, got {len(data)} bytes")
         offset = self._count * PPM32_SIZE
         self._bytes[offset : offset + PPM32_SIZE] = data
         self._count += 1
