@@ -12,9 +12,25 @@ The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written h
   in the DCT domain (``draft``) to the smallest size still at least ``HASH_DRAFT_SIZE`` (1/8 from 192 px up,
   as shard writing's check decodes it anyway); the Lanczos resize to 32x32 and the DCT are then one linear
   map (Pillow's Lanczos weights in float, ``low = (D Rv) X (D Rh)^T``, no uint8 rounding in between) made
-  once per image size; a shard's 32x32 PPMs (CIFAR-size) are hashed 32 at a time, luma and DCT as two
-  float32 matrix products. It equals imagehash on 32x32 grey images and is within a few bits of it on
-  photos; the planted-copy ROC (bench datacheck) is measured on it, and every split's hashes come from it.
+  once per image size, and a shard's small drafts go through it together at its end, by size
+  (``hash_lows_images``); a shard's 32x32 PPMs (CIFAR-size) are copied into one buffer and hashed 256 at a
+  time (``Ppm32Hasher``), luma and DCT as two float32 matrix products an image. It equals imagehash on 32x32
+  grey images and is within a few bits of it on photos; the planted-copy ROC (bench datacheck) is measured on
+  it, and every split's hashes come from it. Batched or alone, an image gets the same bits (tests/unit/
+  test_phash.py).
+
+What it costs (``bench write``'s ``write-phash`` lines: shard creation's CPU time with the hash on against off,
+in one process, on a busy 2-core VM, two runs): 500x375 JPEGs +1-2% (5-10 us of ~610 a sample), 224 px JPEGs
++4-9% (14-28 us of ~327: the check's grey draft and its tobytes, then ~1 us of arithmetic), 32 px PPMs
++20-27% (4.4-5.8 us of ~22). The 10% goal holds at photo sizes; at CIFAR size it is below the hash's own
+floor here: the float32 conversion of an image's 3,072 bytes (~0.3 us) and the first product's 24,576
+multiply-adds (~1.1 us, near a core's float32 peak for so narrow a product) take ~1.5 us measured alone, the
+copy into the buffer, second product, bits and hex ~0.5 more, and inside a write, whose tar and sha256 work
+evicts the caches between batches, all of it measures 4.4-5.8 us, against a budget of ~2.2 (10% of ~22).
+Tried and dropped: the even/odd folding of the DCT (half the multiply-adds, but numpy's strided casting costs
+7x what it saves), larger or smaller chunks and batches (16-1024: within noise). Before this (same runs), the
+hash thread, fresh memory per batch (page faults) and OpenBLAS splitting the 1,024-row product over threads
+cost 32 px PPMs +27-41%, and hashing each JPEG's draft right after its decode cost 224 px +14-17%.
 """
 
 from __future__ import annotations
