@@ -289,10 +289,10 @@ def test_objects_on_gcs_load_in_parallel_in_plan_order_with_the_pixel_budget(tmp
     assert record.num_samples == 0 and set(record.skipped_reasons) == {"too-large", "undecodable"}
 
 
-def test_the_hash_of_every_sample_whichever_path_made_it(tmp_path):
+def test_the_hash_of_every_sample_whichever_path_made_it(tmp_path, monkeypatch):
     """One shard of 700 images: 32x32 PPMs (hashed 256 at a time in the writer's reused buffer, the rest at
     the end), with PNGs and 40x30 PPMs (hashed as loaded) and JPEGs of four sizes among them (their check's
-    grey drafts hashed together at the end, by size, but the largest, hashed as loaded): each index line holds
+    grey drafts hashed together, by size, but the largest, hashed as loaded): each index line holds
     the hash of the bytes written (phash.perceptual_hash_bytes), in order, whatever batch it was in."""
     import io
 
@@ -325,6 +325,7 @@ def test_the_hash_of_every_sample_whichever_path_made_it(tmp_path):
         # checked as an ImageFolder's files are: hashed from the check's decode
         "checked": lambda item, _: prepare_image_bytes(*images[int(item.ref)], None, f"image {item.ref}"),
     }
+    monkeypatch.setattr(shard_writer, "_DRAFT_BATCH", 4)  # the 6 small drafts: 4 together, 2 at the end
     for name, loader in loaders.items():
         source = Source("test:mixed", "", ["a"], [Item(i, 0) for i in range(count)], loader)
         shard_writer.write_shard(source, spec, str(tmp_path / name), max_side=None, strict=True)

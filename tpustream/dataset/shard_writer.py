@@ -301,6 +301,9 @@ def write_shard(
                     other_lows.append((len(rows) - 1, loaded.hash_input))
                 else:
                     drafts.append((len(rows) - 1, loaded.hash_input))  # type: ignore[arg-type]
+                    if len(drafts) == _DRAFT_BATCH:
+                        other_lows += _draft_lows(drafts)
+                        drafts = []
         stats = writer.finish()
     hashes: list[str] | list[None] = [None] * len(rows)
     if ppm_hasher is not None:
@@ -332,6 +335,17 @@ def write_shard(
     return record
 
 
+# Grey drafts a writer holds before it hashes them together: a decoded JPEG keeps its metadata (EXIF, ICC:
+# up to tens of KB) while held, so at most this many are
+_DRAFT_BATCH = 256
+
+
+def _draft_lows(drafts: list[tuple[int, PILImage.Image]]) -> list[tuple[int, np.ndarray]]:
+    """(row, coefficients) of each (row, grey draft), the drafts hashed together (phash.hash_lows_images)."""
+    lows = hash_lows_images([image for _, image in drafts])
+    return [(row, lows[i]) for i, (row, _) in enumerate(drafts)]
+
+
 def _merged_hashes(
     count: int,
     ppm_hashes: np.ndarray,
@@ -344,14 +358,10 @@ def _merged_hashes(
         return ppm_hashes
     hashes = np.empty(count, dtype=np.uint64)
     is_ppm = np.ones(count, dtype=bool)
-    if drafts:
-        rows = np.array([row for row, _ in drafts])
-        hashes[rows] = hash_bits(hash_lows_images([image for _, image in drafts]))
-        is_ppm[rows] = False
-    if other_lows:
-        rows = np.array([row for row, _ in other_lows])
-        hashes[rows] = hash_bits(np.stack([lows for _, lows in other_lows]))
-        is_ppm[rows] = False
+    known = other_lows + _draft_lows(drafts) if drafts else other_lows
+    rows = np.array([row for row, _ in known])
+    hashes[rows] = hash_bits(np.stack([lows for _, lows in known]))
+    is_ppm[rows] = False
     hashes[is_ppm] = ppm_hashes
     return hashes
 
