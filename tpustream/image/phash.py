@@ -20,17 +20,17 @@ The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written h
   test_phash.py).
 
 What it costs (``bench write``'s ``write-phash`` lines: shard creation's CPU time with the hash on against off,
-in one process, on a busy 2-core VM, two runs): 500x375 JPEGs +1-2% (5-10 us of ~610 a sample), 224 px JPEGs
-+4-9% (14-28 us of ~327: the check's grey draft and its tobytes, then ~1 us of arithmetic), 32 px PPMs
-+20-27% (4.4-5.8 us of ~22). The 10% goal holds at photo sizes; at CIFAR size it is below the hash's own
+in one process, on a busy 2-core VM, three runs): 500x375 JPEGs +1-2% (5-10 us of ~570-615 a sample), 224 px JPEGs
++4-9% (14-28 us of ~285-330: the check's grey draft and its tobytes, then ~1 us of arithmetic), 32 px PPMs
++20-27% (4.0-5.8 us of ~18-22). The 10% goal holds at photo sizes; at CIFAR size it is below the hash's own
 floor here: the float32 conversion of an image's 3,072 bytes (~0.3 us) and the first product's 24,576
 multiply-adds (~1.1 us, near a core's float32 peak for so narrow a product) take ~1.5 us measured alone, the
 copy into the buffer, second product, bits and hex ~0.5 more, and inside a write, whose tar and sha256 work
-evicts the caches between batches, all of it measures 4.4-5.8 us, against a budget of ~2.2 (10% of ~22).
+evicts the caches between batches, all of it measures 4.0-5.8 us, against a budget of ~1.8-2.2 (10%).
 Tried and dropped: the even/odd folding of the DCT (half the multiply-adds, but numpy's strided casting costs
 7x what it saves), larger or smaller chunks and batches (16-1024: within noise). Before this (same runs), the
 hash thread, fresh memory per batch (page faults) and OpenBLAS splitting the 1,024-row product over threads
-cost 32 px PPMs +27-41%, and hashing each JPEG's draft right after its decode cost 224 px +14-17%.
+cost 32 px PPMs +27-41%, and hashing each JPEG's draft right after its decode cost 224 px +14-18%.
 """
 
 from __future__ import annotations
