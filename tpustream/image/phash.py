@@ -21,7 +21,7 @@ The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written h
 
 What it costs (``bench write``'s ``write-phash`` lines: shard creation's CPU time with the hash on against off,
 in one process, on a busy 2-core VM, three runs): 500x375 JPEGs +1-2% (5-10 us of ~570-615 a sample), 224 px JPEGs
-+4-9% (14-28 us of ~285-330: the check's grey draft and its tobytes, then ~1 us of arithmetic), 32 px PPMs
++4-9% (14-28 us of ~285-330; the drafts' arithmetic is ~1 us of it, the rest not broken down), 32 px PPMs
 +20-27% (4.0-5.8 us of ~18-22). The 10% goal holds at photo sizes; at CIFAR size it is below the hash's own
 floor here: the float32 conversion of an image's 3,072 bytes (~0.3 us) and the first product's 24,576
 multiply-adds (~1.1 us, near a core's float32 peak for so narrow a product) take ~1.5 us measured alone, the
