@@ -14,11 +14,15 @@ from sklearn.datasets import load_digits
 from tpustream.image.codec import encode_ppm
 from tpustream.image.phash import (
     HASH_DRAFT_SIZE,
+    PPM32_HEADER,
+    Ppm32Hasher,
     hash_bits,
     hash_grey_pixels,
     hash_hex,
     hash_hex_batch,
+    hash_input_of_image,
     hash_lows_image,
+    hash_lows_images,
     hash_lows_ppm32,
     perceptual_hash,
     perceptual_hash_bytes,
@@ -100,7 +104,7 @@ def test_png_bytes_hash_as_the_decoded_image_and_cifar_ppms_within_a_few_bits():
 
 
 def test_a_shard_of_ppms_hashes_as_one_ppm_at_a_time():
-    """hash_lows_ppm32 takes them 32 at a time: 100 PPMs (chunks of 32 and a last of 4) hash as each alone,
+    """hash_lows_ppm32 takes them 16 at a time: 100 PPMs (chunks of 16 and a last of 4) hash as each alone,
     and a flat image (every AC coefficient exactly 0, float32 noise rounded away) hashes as imagehash's."""
     ppms = [encode_ppm(synthetic_cifar_image(i, i % 10)) for i in range(99)]
     ppms.append(encode_ppm(np.full((32, 32, 3), 77, dtype=np.uint8)))
@@ -109,6 +113,55 @@ def test_a_shard_of_ppms_hashes_as_one_ppm_at_a_time():
     assert [int(h) for h in together] == alone
     assert alone[-1] == _imagehash(Image.new("RGB", (32, 32), (77, 77, 77)))
     assert hash_hex_batch(together) == [hash_hex(h) for h in alone]
+
+
+def test_the_writers_batches_hash_each_ppm_as_the_per_image_function_does():
+    """Shard writing hashes a CIFAR-size shard's PPMs 256 at a time in reused buffers (Ppm32Hasher), float32:
+    610 PPMs (photos-like, noise, flat; batches of 256, 256 and 98, chunks of 16 and a last of 2) get, bit for
+    bit, each one's perceptual_hash_bytes and the batch function's hash, so a faster batch cannot change a
+    stored bit unnoticed; the flat ones equal imagehash's."""
+    rng = np.random.default_rng(45)
+    pixels = [synthetic_cifar_image(i, i % 10) for i in range(300)]
+    pixels += [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(300)]
+    pixels += [np.full((32, 32, 3), 25 * level, dtype=np.uint8) for level in range(10)]
+    ppms = [encode_ppm(image) for image in pixels]
+    hasher = Ppm32Hasher()
+    for ppm in ppms:
+        hasher.add(ppm)
+    batched = [int(h) for h in hasher.hashes()]
+    assert batched == [perceptual_hash_bytes(ppm) for ppm in ppms]
+    assert batched == [int(h) for h in hash_bits(hash_lows_ppm32(ppms))]
+    flat = [_imagehash(Image.fromarray(image)) for image in pixels[-10:]]
+    assert batched[-10:] == flat
+    assert len(set(batched[:600])) == 600  # distinct images, distinct hashes
+    assert Ppm32Hasher().hashes().tolist() == []
+
+
+def test_the_writers_batches_refuse_a_ppm_that_is_not_32x32():
+    hasher = Ppm32Hasher()
+    hasher.add(b"P6\n32 31\n255\n" + bytes(32 * 32 * 3 - 1) + b"x")  # same length, other header
+    with pytest.raises(ValueError, match="takes 32x32 PPMs"):
+        hasher.hashes()
+    with pytest.raises(ValueError, match="takes 32x32 PPMs of 3085 bytes, got 23 bytes"):
+        Ppm32Hasher().add(PPM32_HEADER + bytes(10))
+
+
+def test_the_writers_drafts_hash_together_as_each_alone():
+    """Shard writing keeps a JPEG's small grey draft and hashes a shard's drafts together, by size
+    (hash_lows_images): the coefficients equal hash_lows_image's of each bit for bit, whatever the mix of
+    sizes and modes; a draft above DEFERRED_HASH_PIXELS is hashed at once rather than held."""
+    images = []
+    for i, photo in enumerate(_photos()):
+        for size in ((28, 28), (63, 47), (28, 21), (8, 8)):
+            images.append(photo.convert("L" if i % 3 else "RGB").resize(size))
+    together = hash_lows_images(images)
+    assert np.array_equal(together, np.stack([hash_lows_image(image) for image in images]))
+    assert hash_lows_images([]).shape == (0, 64)
+    small = _photos()[0].convert("L").resize((63, 47))
+    assert hash_input_of_image(small) is small
+    large = _photos()[0].convert("L").resize((125, 94))
+    assert np.array_equal(hash_input_of_image(large), hash_lows_image(large))  # type: ignore[arg-type]
+    assert np.array_equal(hash_input_of_image(small.convert("RGB")), hash_lows_image(small))  # type: ignore[arg-type]
 
 
 def test_the_linear_resize_is_pillows_lanczos():

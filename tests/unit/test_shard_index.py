@@ -25,7 +25,7 @@ from tpustream.dataset.manifest import (
 )
 from tpustream.dataset.plan import ShardConfig
 from tpustream.dataset.tario import iter_tar_samples
-from tpustream.image.codec import CorruptImage, UnreadableImage, check_pixels, encode_ppm
+from tpustream.image.codec import CorruptImage, UnreadableImage, check_pixels, encode_ppm, prepare_image_bytes
 from tpustream.sources.dispatch import open_source
 from tpustream.sources.types import Item, Rejected, Source
 
@@ -289,10 +289,11 @@ def test_objects_on_gcs_load_in_parallel_in_plan_order_with_the_pixel_budget(tmp
     assert record.num_samples == 0 and set(record.skipped_reasons) == {"too-large", "undecodable"}
 
 
-def test_the_hash_of_every_sample_whichever_path_made_it(tmp_path):
-    """One shard of 700 images: 32x32 PPMs (hashed 256 at a time on the writer's hash thread, the rest at the
-    end), with a PNG, a 40x30 PPM and a JPEG among them (hashed as loaded): each index line holds the hash of
-    the bytes written (phash.perceptual_hash_bytes), in order, whatever batch it was in."""
+def test_the_hash_of_every_sample_whichever_path_made_it(tmp_path, monkeypatch):
+    """One shard of 700 images: 32x32 PPMs (hashed 256 at a time in the writer's reused buffer, the rest at
+    the end), with PNGs and 40x30 PPMs (hashed as loaded) and JPEGs of four sizes among them (their check's
+    grey drafts hashed together, by size, but the largest, hashed as loaded): each index line holds
+    the hash of the bytes written (phash.perceptual_hash_bytes), in order, whatever batch it was in."""
     import io
 
     from tpustream.dataset.manifest import SampleIndexEntry, index_path
@@ -306,9 +307,10 @@ def test_the_hash_of_every_sample_whichever_path_made_it(tmp_path):
             out = io.BytesIO()
             Image.fromarray(pixels).save(out, format="PNG")
             return out.getvalue(), "png"
-        if i % 97 == 6:
+        if i % 97 == 6:  # drafted to 30x23, 28x28, 63x47 and 125x94 grey by the check
             out = io.BytesIO()
-            Image.fromarray(pixels).resize((120, 90)).save(out, format="JPEG")
+            size = ((120, 90), (224, 224), (500, 375), (1000, 750))[i // 97 % 4]
+            Image.fromarray(pixels).resize(size).save(out, format="JPEG")
             return out.getvalue(), "jpg"
         if i % 97 == 7:
             return encode_ppm(np.asarray(Image.fromarray(pixels).resize((40, 30)))), "ppm"
@@ -316,16 +318,22 @@ def test_the_hash_of_every_sample_whichever_path_made_it(tmp_path):
 
     count = 700
     images = [encoded(i) for i in range(count)]
-    source = Source(
-        "test:mixed", "", ["a"], [Item(i, 0) for i in range(count)], lambda item, _: images[int(item.ref)]
-    )
     spec = ShardSpec("train", 0, tuple(f"{i:06d}" for i in range(count)), tuple(range(count)), "t")
-    shard_writer.write_shard(source, spec, str(tmp_path), max_side=None, strict=True)
-    lines = (tmp_path / index_path(spec.path)).read_text().splitlines()
-    entries = [SampleIndexEntry.from_json_line(line) for line in lines]
-    assert [e.key for e in entries] == list(spec.keys)
-    assert {e.format for e in entries} == {"ppm", "png", "jpg"}
-    assert [e.phash for e in entries] == [f"{perceptual_hash_bytes(data):016x}" for data, _ in images]
+    expected = [f"{perceptual_hash_bytes(data):016x}" for data, _ in images]
+    loaders = {
+        "as-made": lambda item, _: images[int(item.ref)],  # hashed from the bytes (a source's own PPMs)
+        # checked as an ImageFolder's files are: hashed from the check's decode
+        "checked": lambda item, _: prepare_image_bytes(*images[int(item.ref)], None, f"image {item.ref}"),
+    }
+    monkeypatch.setattr(shard_writer, "_DRAFT_BATCH", 4)  # the 6 small drafts: 4 together, 2 at the end
+    for name, loader in loaders.items():
+        source = Source("test:mixed", "", ["a"], [Item(i, 0) for i in range(count)], loader)
+        shard_writer.write_shard(source, spec, str(tmp_path / name), max_side=None, strict=True)
+        lines = (tmp_path / name / index_path(spec.path)).read_text().splitlines()
+        entries = [SampleIndexEntry.from_json_line(line) for line in lines]
+        assert [e.key for e in entries] == list(spec.keys)
+        assert {e.format for e in entries} == {"ppm", "png", "jpg"}
+        assert [e.phash for e in entries] == expected, name
     unhashed = tmp_path / "off"
     shard_writer.write_shard(source, spec, str(unhashed), max_side=None, strict=True, perceptual_hashes=False)
     lines = (unhashed / index_path(spec.path)).read_text().splitlines()

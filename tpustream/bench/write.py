@@ -204,6 +204,8 @@ def _hash_cost(name: str, source: Any, repeats: int, per_shard: int) -> dict[str
         "samples_per_s_per_core_with_hash": round(count / max(cpu[True], 1e-9)),
         "us_per_sample_without_hash": round(cpu[False] / count * 1e6, 1),
         "us_per_sample_with_hash": round(cpu[True] / count * 1e6, 1),
+        "hash_us_per_sample": round((cpu[True] - cpu[False]) / count * 1e6, 1),
+        "ratio_cpu_with_vs_without": round(cpu[True] / max(cpu[False], 1e-9), 3),
         # CPU seconds of this process: the shared machine's other load moves wall time, not this
         "slowdown_cpu": round(cpu[True] / max(cpu[False], 1e-9) - 1, 3),
         "slowdown_wall": round(wall[True] / max(wall[False], 1e-9) - 1, 3),

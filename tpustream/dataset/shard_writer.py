@@ -8,7 +8,6 @@ reason (``sources.types.SKIP_REASONS``); ``dataset.finalize`` counts them into t
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import hashlib
 import json
@@ -18,7 +17,7 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -34,9 +33,20 @@ from tpustream.image.codec import (
     pixel_budget,
     ppm_header,
 )
-from tpustream.image.phash import PPM32_HEADER, hash_bits, hash_hex_batch, hash_lows_bytes, hash_lows_ppm32
+from tpustream.image.phash import (
+    PPM32_HEADER,
+    PPM32_SIZE,
+    Ppm32Hasher,
+    hash_bits,
+    hash_hex_batch,
+    hash_lows_bytes,
+    hash_lows_images,
+)
 from tpustream.sources.types import Item, Source
 from tpustream.storage import io as storage
+
+if TYPE_CHECKING:
+    from PIL import Image as PILImage
 
 __all__ = ["LOAD_WINDOW", "ShardRecord", "skip_reason", "write_shard", "existing_record"]
 
@@ -139,31 +149,34 @@ class _Loaded(NamedTuple):
     sha256: str
     width: int
     height: int
-    # the perceptual hash's 64 low DCT coefficients (phash.hash_lows), or a 32x32 PPM's bytes, hashed with the
-    # shard's others at its end (phash.hash_lows_ppm32); None: not hashed
-    hash_input: np.ndarray | bytes | None
+    # the perceptual hash's 64 low DCT coefficients (phash.hash_lows), or a 32x32 PPM's bytes or a JPEG's small
+    # grey draft, hashed with the shard's others (phash.Ppm32Hasher, phash.hash_lows_images); None: not hashed
+    hash_input: np.ndarray | bytes | PILImage.Image | None
 
 
 def _load(
-    source: Source, item: Item, max_side: int | None, hashing: bool, kept: list[np.ndarray] | None = None
+    source: Source,
+    item: Item,
+    max_side: int | None,
+    hashing: bool,
+    kept: list[np.ndarray | PILImage.Image] | None = None,
 ) -> _Loaded | CorruptImage:
     """The item's image and what the sample index records about it, or the CorruptImage saying why it
     cannot be written (returned, not raised: whether it is skipped or fatal is the writer's choice).
     ``kept``: the list of the ``kept_hash_lows`` block this thread is in (the writer's own loop), else None
     (a load on the pool's threads enters its own)."""
     try:
-        hash_input: np.ndarray | bytes | None = None
+        hash_input: np.ndarray | bytes | PILImage.Image | None = None
         if not hashing:
             data, ext = source.load(item, max_side)
         elif kept is not None:  # one block for the whole shard: ~0.4 us an image less than one per load
             kept.clear()
             data, ext = source.load(item, max_side)
-            hash_input = kept[-1] if kept else _hash_input(data, ext)
+            hash_input = _hash_input(data, ext, kept)
         else:
             with kept_hash_lows() as kept:
                 data, ext = source.load(item, max_side)
-            # from the source's own check-decode when it kept the bytes, else from the stored bytes
-            hash_input = kept[-1] if kept else _hash_input(data, ext)
+            hash_input = _hash_input(data, ext, kept)
     except CorruptImage as exc:
         return exc
     except ValueError as exc:  # bytes the source did not check (a PPM it made) that do not decode
@@ -172,14 +185,16 @@ def _load(
     return _Loaded(data, ext, hashlib.sha256(data).hexdigest(), width, height, hash_input)
 
 
-_PPM32_SIZE = len(PPM32_HEADER) + 32 * 32 * 3
-
-
-def _hash_input(data: bytes, ext: str) -> np.ndarray | bytes:
+def _hash_input(
+    data: bytes, ext: str, kept: list[np.ndarray | PILImage.Image]
+) -> np.ndarray | bytes | PILImage.Image:
     """What the perceptual hash of stored bytes is taken from: a 32x32 PPM as it is (hashed with the shard's
-    others, ``phash.hash_lows_ppm32``), else ``phash.hash_lows_bytes`` of it."""
-    if ext == "ppm" and len(data) == _PPM32_SIZE and data.startswith(PPM32_HEADER):
+    others, ``phash.Ppm32Hasher``, whoever made it: its hash is ``phash.perceptual_hash_bytes``'), else what
+    the source's own check-decode ``kept`` when it kept the bytes, else ``phash.hash_lows_bytes`` of them."""
+    if ext == "ppm" and len(data) == PPM32_SIZE and data.startswith(PPM32_HEADER):
         return data
+    if kept:
+        return kept[-1]
     return hash_lows_bytes(data)
 
 
@@ -259,13 +274,16 @@ def write_shard(
     sizes: Counter[tuple[int, int]] = Counter()
     # SampleIndexEntry's fields but the hash, one tuple a sample: the entries are made once the hashes are known
     rows: list[tuple[str, str, int, int, str, str, str]] = []
-    hasher = _ShardHasher() if perceptual_hashes else None
-    hash_inputs: list[np.ndarray | bytes] = []
+    # the hashes: a 32x32 PPM's made with the shard's others (phash.Ppm32Hasher), a JPEG's from its check's
+    # grey draft with the shard's others of its size (phash.hash_lows_images), any other image's coefficients
+    # as its load gave them; each with its row
+    ppm_hasher = Ppm32Hasher() if perceptual_hashes else None
+    other_lows: list[tuple[int, np.ndarray]] = []
+    drafts: list[tuple[int, PILImage.Image]] = []  # small grey drafts, hashed together at the end
     with (
         pixel_budget(max_pixels),
         storage.open_write(final, content_type="application/x-tar") as f,
         TarShardWriter(f) as writer,
-        contextlib.closing(hasher) if hasher is not None else contextlib.nullcontext(),
     ):
         for key, item, loaded in _iter_encoded(source, spec, max_side, strict, perceptual_hashes, skipped):
             writer.write(key, {loaded.ext: loaded.data, "cls": str(item.label).encode("ascii")})
@@ -276,13 +294,20 @@ def write_shard(
             rows.append(
                 (key, loaded.sha256, loaded.width, loaded.height, loaded.ext, source.locate(item), name)
             )
-            if hasher is not None:
-                hash_inputs.append(loaded.hash_input)  # type: ignore[arg-type]  # never None when hashing
-                if len(hash_inputs) >= _HASH_BATCH:
-                    hasher.submit(hash_inputs)
-                    hash_inputs = []
+            if ppm_hasher is not None:
+                if isinstance(loaded.hash_input, bytes):
+                    ppm_hasher.add(loaded.hash_input)
+                elif isinstance(loaded.hash_input, np.ndarray):
+                    other_lows.append((len(rows) - 1, loaded.hash_input))
+                else:
+                    drafts.append((len(rows) - 1, loaded.hash_input))  # type: ignore[arg-type]
+                    if len(drafts) == _DRAFT_BATCH:
+                        other_lows += _draft_lows(drafts)
+                        drafts = []
         stats = writer.finish()
-        hashes = hasher.hex(hash_inputs) if hasher is not None else [None] * len(rows)
+    hashes: list[str] | list[None] = [None] * len(rows)
+    if ppm_hasher is not None:
+        hashes = hash_hex_batch(_merged_hashes(len(rows), ppm_hasher.hashes(), other_lows, drafts))
     entries = [SampleIndexEntry(*row, phash) for row, phash in zip(rows, hashes, strict=True)]
     # The index before the record: a recorded shard always has its index (resume trusts the record).
     index = "".join(entry.to_json_line() + "\n" for entry in entries).encode()
@@ -310,46 +335,35 @@ def write_shard(
     return record
 
 
-# Images whose hashes are made together, on the hasher's thread (phash.hash_lows_ppm32 takes them 64 at a time)
-_HASH_BATCH = 256
+# Grey drafts a writer holds before it hashes them together: a decoded JPEG keeps its metadata (EXIF, ICC:
+# up to tens of KB) while held, so at most this many are
+_DRAFT_BATCH = 256
 
 
-def _batch_lows(values: list[np.ndarray | bytes]) -> np.ndarray:
-    """The hash coefficients (Nx64) of images as loaded: the 32x32 PPMs among them all at once, the others'
-    coefficients as their check-decode or their bytes gave them."""
-    ppm_rows = [i for i, value in enumerate(values) if isinstance(value, bytes)]
-    if len(ppm_rows) == len(values):  # a CIFAR-size shard
-        return hash_lows_ppm32(values)  # type: ignore[arg-type]
-    lows = np.empty((len(values), 64))
-    if ppm_rows:
-        lows[ppm_rows] = hash_lows_ppm32([values[i] for i in ppm_rows])  # type: ignore[misc]
-    for i, value in enumerate(values):
-        if not isinstance(value, bytes):
-            lows[i] = value
-    return lows
+def _draft_lows(drafts: list[tuple[int, PILImage.Image]]) -> list[tuple[int, np.ndarray]]:
+    """(row, coefficients) of each (row, grey draft), the drafts hashed together (phash.hash_lows_images)."""
+    lows = hash_lows_images([image for _, image in drafts])
+    return [(row, lows[i]) for i, (row, _) in enumerate(drafts)]
 
 
-class _ShardHasher:
-    """The perceptual hashes of a shard's images, in the order they are written, made 256 at a time on a thread
-    of their own while the writer goes on loading and writing: Pillow's luma and numpy's matrix products
-    release the GIL, so on a machine with a core to spare the hash's wall time hides behind the write's."""
-
-    def __init__(self) -> None:
-        self._parts: list[Future[np.ndarray]] = []
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="tpustream-phash")
-
-    def submit(self, values: list[np.ndarray | bytes]) -> None:
-        self._parts.append(self._pool.submit(_batch_lows, values))
-
-    def hex(self, rest: list[np.ndarray | bytes]) -> list[str]:
-        """The hashes (16 hex digits) of every image submitted, then of ``rest`` (made in this thread)."""
-        parts = [part.result() for part in self._parts]
-        if rest or not parts:
-            parts.append(_batch_lows(rest))
-        return hash_hex_batch(hash_bits(np.concatenate(parts)))
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+def _merged_hashes(
+    count: int,
+    ppm_hashes: np.ndarray,
+    other_lows: list[tuple[int, np.ndarray]],
+    drafts: list[tuple[int, PILImage.Image]],
+) -> np.ndarray:
+    """The hashes (uint64) of a shard's ``count`` samples in order: its 32x32 PPMs' (in order) in the rows that
+    ``other_lows`` and ``drafts`` (row, coefficients or grey draft) leave."""
+    if not other_lows and not drafts:  # a CIFAR-size shard
+        return ppm_hashes
+    hashes = np.empty(count, dtype=np.uint64)
+    is_ppm = np.ones(count, dtype=bool)
+    known = other_lows + _draft_lows(drafts) if drafts else other_lows
+    rows = np.array([row for row, _ in known])
+    hashes[rows] = hash_bits(np.stack([lows for _, lows in known]))
+    is_ppm[rows] = False
+    hashes[is_ppm] = ppm_hashes
+    return hashes
 
 
 def existing_record(spec: ShardSpec, output: str) -> ShardRecord | None:

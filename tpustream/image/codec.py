@@ -51,8 +51,9 @@ _BUDGET: contextvars.ContextVar[int] = contextvars.ContextVar(
     "tpustream_max_pixels", default=DEFAULT_MAX_PIXELS
 )
 
-# Where prepare_image_bytes puts the perceptual hash's coefficients of each image it keeps as is (kept_hash_lows)
-_HASH_LOWS: contextvars.ContextVar[list[np.ndarray] | None] = contextvars.ContextVar(
+# Where prepare_image_bytes puts what the perceptual hash of each image it keeps as is is made from
+# (kept_hash_lows): its coefficients, or its small grey draft to hash with the shard's others
+_HASH_LOWS: contextvars.ContextVar[list[np.ndarray | PILImage.Image] | None] = contextvars.ContextVar(
     "tpustream_hash_lows", default=None
 )
 
@@ -279,9 +280,9 @@ def prepare_image_bytes(
                 keep = None  # 16-bit PNG: re-encode to 8 bits, which every decoder reads right
             if keep and not too_big and orientation == 1:
                 if hash_sink is not None:
-                    from tpustream.image.phash import hash_lows_image
+                    from tpustream.image.phash import hash_input_of_image
 
-                    hash_sink.append(hash_lows_image(img))
+                    hash_sink.append(hash_input_of_image(img))
                 return data, keep
             if fmt == "JPEG" and too_big:
                 img.draft("RGB", (max_side, max_side))  # type: ignore[arg-type]
@@ -313,9 +314,10 @@ def prepare_image_bytes(
 
 
 class kept_hash_lows:  # noqa: N801 - used as a function: `with kept_hash_lows() as kept`
-    """Within this block, ``prepare_image_bytes`` appends to the list it yields the perceptual hash's 64 low
-    DCT coefficients (``image.phash.hash_lows_image``) of each image it keeps byte for byte, from the decode its
-    check makes anyway; a kept JPEG is then drafted to grey at ``phash.HASH_DRAFT_SIZE`` rather than to RGB at
+    """Within this block, ``prepare_image_bytes`` appends to the list it yields what the perceptual hash of each
+    image it keeps byte for byte is made from, out of the decode its check makes anyway
+    (``image.phash.hash_input_of_image``: a small grey draft itself, to hash with the shard's others, else its
+    64 low DCT coefficients); a kept JPEG is then drafted to grey at ``phash.HASH_DRAFT_SIZE`` rather than to RGB at
     1/8 (libjpeg still reads the whole stream, so the check is the same), so that they are what
     ``phash.hash_lows_bytes`` takes of the stored bytes. An image it re-encodes appends nothing (its stored
     bytes are not the ones decoded): shard writing hashes those from the bytes. A class, not a generator
@@ -324,9 +326,9 @@ class kept_hash_lows:  # noqa: N801 - used as a function: `with kept_hash_lows()
     __slots__ = ("_sink", "_token")
 
     def __init__(self) -> None:
-        self._sink: list[np.ndarray] = []
+        self._sink: list[np.ndarray | PILImage.Image] = []
 
-    def __enter__(self) -> list[np.ndarray]:
+    def __enter__(self) -> list[np.ndarray | PILImage.Image]:
         self._token = _HASH_LOWS.set(self._sink)
         return self._sink
 

@@ -12,9 +12,25 @@ The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written h
   in the DCT domain (``draft``) to the smallest size still at least ``HASH_DRAFT_SIZE`` (1/8 from 192 px up,
   as shard writing's check decodes it anyway); the Lanczos resize to 32x32 and the DCT are then one linear
   map (Pillow's Lanczos weights in float, ``low = (D Rv) X (D Rh)^T``, no uint8 rounding in between) made
-  once per image size; a shard's 32x32 PPMs (CIFAR-size) are hashed 32 at a time, luma and DCT as two
-  float32 matrix products. It equals imagehash on 32x32 grey images and is within a few bits of it on
-  photos; the planted-copy ROC (bench datacheck) is measured on it, and every split's hashes come from it.
+  once per image size, and a shard's small drafts go through it together at its end, by size
+  (``hash_lows_images``); a shard's 32x32 PPMs (CIFAR-size) are copied into one buffer and hashed 256 at a
+  time (``Ppm32Hasher``), luma and DCT as two float32 matrix products an image. It equals imagehash on 32x32
+  grey images and is within a few bits of it on photos; the planted-copy ROC (bench datacheck) is measured on
+  it, and every split's hashes come from it. Batched or alone, an image gets the same bits (tests/unit/
+  test_phash.py).
+
+What it costs (``bench write``'s ``write-phash`` lines: shard creation's CPU time with the hash on against off,
+in one process, on a busy 2-core VM, three runs): 500x375 JPEGs +1-2% (5-10 us of ~570-615 a sample), 224 px JPEGs
++4-9% (14-28 us of ~285-330; the drafts' arithmetic is ~1 us of it, the rest not broken down), 32 px PPMs
++20-27% (4.0-5.8 us of ~18-22). The 10% goal holds at photo sizes; at CIFAR size it is below the hash's own
+floor here: the float32 conversion of an image's 3,072 bytes (~0.3 us) and the first product's 24,576
+multiply-adds (~1.1 us, near a core's float32 peak for so narrow a product) take ~1.5 us measured alone, the
+copy into the buffer, second product, bits and hex ~0.5 more, and inside a write, whose tar and sha256 work
+evicts the caches between batches, all of it measures 4.0-5.8 us, against a budget of ~1.8-2.2 (10%).
+Tried and dropped: the even/odd folding of the DCT (half the multiply-adds, but numpy's strided casting costs
+7x what it saves), larger or smaller chunks and batches (16-1024: within noise). Before this (same runs), the
+hash thread, fresh memory per batch (page faults) and OpenBLAS splitting the 1,024-row product over threads
+cost 32 px PPMs +27-41%, and hashing each JPEG's draft right after its decode cost 224 px +14-18%.
 """
 
 from __future__ import annotations
@@ -41,8 +57,13 @@ __all__ = [
     "hash_pixels",
     "hash_lows",
     "hash_lows_image",
+    "hash_lows_images",
+    "hash_input_of_image",
+    "DEFERRED_HASH_PIXELS",
     "hash_lows_bytes",
     "hash_lows_ppm32",
+    "Ppm32Hasher",
+    "PPM32_SIZE",
     "hash_bits",
     "hash_hex",
     "hash_hex_batch",
@@ -195,6 +216,40 @@ def hash_lows_image(image: PILImage.Image) -> np.ndarray:
     return hash_lows(np.frombuffer(grey.tobytes(), dtype=np.uint8).reshape(grey.height, grey.width))
 
 
+# The most pixels of a grey draft that shard writing keeps to hash with the shard's others of its size
+# (hash_input_of_image): a JPEG drafted to 1/8 up to ~512x512 px, a few KiB each
+DEFERRED_HASH_PIXELS = 64 * 64
+
+
+def hash_input_of_image(image: PILImage.Image) -> PILImage.Image | np.ndarray:
+    """What shard writing keeps to hash a decoded image: a small grey image (a JPEG's draft, at most
+    ``DEFERRED_HASH_PIXELS``) itself, hashed later with the shard's others (``hash_lows_images``: numpy's
+    calls once per shard instead of once per image, which after each decode cost ~20 us a 224 px JPEG with
+    cold caches), else its coefficients now (``hash_lows_image``), so that no large image is held."""
+    if image.mode == "L" and image.width * image.height <= DEFERRED_HASH_PIXELS:
+        return image
+    return hash_lows_image(image)
+
+
+def hash_lows_images(images: Sequence[PILImage.Image]) -> np.ndarray:
+    """``hash_lows_image`` (Nx64) of N images, bit for bit, computed together for the images of each size: one
+    buffer of their grey pixels, then the same two matrix products per image (numpy runs a stack of them one
+    by one)."""
+    greys = [image if image.mode == "L" else image.convert("L") for image in images]
+    out = np.empty((len(greys), _HASH_SIDE * _HASH_SIDE))
+    by_size: dict[tuple[int, int], list[int]] = {}
+    for i, grey in enumerate(greys):
+        by_size.setdefault(grey.size, []).append(i)
+    for (width, height), rows in by_size.items():
+        if width * height == 0:
+            raise ValueError(f"hash_lows_images takes images with pixels, got one of {width}x{height}")
+        joined = b"".join(greys[i].tobytes() for i in rows)
+        pixels = np.frombuffer(joined, dtype=np.uint8).reshape(len(rows), height, width).astype(np.float64)
+        lows = _resize_dct(height) @ pixels @ _resize_dct(width).T
+        out[rows] = lows.reshape(len(rows), _HASH_SIDE * _HASH_SIDE)
+    return out
+
+
 def hash_lows_bytes(data: bytes, name: str = "image") -> np.ndarray:
     """``hash_lows`` of encoded image bytes (JPEG, PNG, PPM or any format Pillow reads): a JPEG is decoded by
     libjpeg to grey, reduced to ``HASH_DRAFT_SIZE`` or more; other formats are decoded in full.
@@ -204,7 +259,7 @@ def hash_lows_bytes(data: bytes, name: str = "image") -> np.ndarray:
     """
     from PIL import Image
 
-    if len(data) == len(PPM32_HEADER) + _SIDE * _SIDE * 3 and data.startswith(PPM32_HEADER):
+    if len(data) == PPM32_SIZE and data.startswith(PPM32_HEADER):
         return hash_lows_ppm32([data])[0]  # as shard writing hashes it
     try:
         with Image.open(io.BytesIO(data)) as img:
@@ -228,39 +283,113 @@ def perceptual_hash_bytes(data: bytes, name: str = "image") -> int:
 
 # Pillow's ITU-R 601 luma weights (convert("L"): (R*19595 + G*38470 + B*7471 + 0x8000) >> 16), here unrounded
 _LUMA = np.array([19595, 38470, 7471], dtype=np.float64) / 65536
-# RGB rows (96 values: 32 px x R, G, B) to the hash's 8 DCT columns, luma included: one product per chunk
+# RGB rows (96 values: 32 px x R, G, B) to the hash's 8 DCT columns, luma included: no separate luma pass
 _LUMA_DCT_T = (_LUMA[None, :, None] * _DCT_T[:, None, :]).reshape(_SIDE * 3, _HASH_SIDE).astype(np.float32)
 _DCT_F32 = _DCT.astype(np.float32)
-# PPMs per chunk in hash_lows_ppm32: its first product (1,024 x 96 x 8) stays under the size at which
-# OpenBLAS splits a product over threads, which cost 6x on a busy machine (measured at 64)
-_PPM_CHUNK = 32
+_PPM32_HEADER = np.frombuffer(PPM32_HEADER, dtype=np.uint8)
+PPM32_SIZE = len(PPM32_HEADER) + _SIDE * _SIDE * 3
+# PPMs whose pixels are made float32 at a time, in one buffer (192 KiB) that stays in the core's cache
+_PPM_CHUNK = 16
+# PPMs a Ppm32Hasher holds before it hashes them: its buffer (770 KiB) is made once and refilled, so that
+# shard writing neither keeps the PPMs' bytes alive nor touches fresh memory (on a CIFAR-size write each new
+# page's fault cost ~1 us a sample, as much as the hash's arithmetic)
+_PPM_BATCH = 256
+
+
+def _ppm32_quarters(ppms: np.ndarray, pixels: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """4x the 8x8 low DCT frequencies (Nx64 float32, whole numbers) of N 32x32 PPMs (an N x PPM32_SIZE uint8
+    array, headers checked), made in the ``pixels`` and ``rows`` buffers (``_PPM_CHUNK`` images each)."""
+    count = len(ppms)
+    if not (ppms[:, : len(_PPM32_HEADER)] == _PPM32_HEADER).all():
+        raise ValueError(f"hash_lows_ppm32 takes 32x32 PPMs of {PPM32_SIZE} bytes, {PPM32_HEADER!r} first")
+    rgb_rows = ppms[:, len(_PPM32_HEADER) :].reshape(count, _SIDE, _SIDE * 3)
+    low = np.empty((count, _HASH_SIDE, _HASH_SIDE), dtype=np.float32)
+    for start in range(0, count, _PPM_CHUNK):
+        n = min(_PPM_CHUNK, count - start)
+        np.copyto(pixels[:n], rgb_rows[start : start + n])
+        np.matmul(pixels[:n], _LUMA_DCT_T, out=rows[:n])
+        np.matmul(_DCT_F32, rows[:n], out=low[start : start + n])
+    quarters = low.reshape(count, _HASH_SIDE * _HASH_SIDE)
+    return np.rint(np.multiply(quarters, 4, out=quarters), out=quarters)
+
+
+def _chunk_buffers() -> tuple[np.ndarray, np.ndarray]:
+    return (
+        np.empty((_PPM_CHUNK, _SIDE, _SIDE * 3), dtype=np.float32),
+        np.empty((_PPM_CHUNK, _SIDE, _HASH_SIDE), dtype=np.float32),
+    )
 
 
 def hash_lows_ppm32(images: Sequence[bytes]) -> np.ndarray:
-    """``hash_lows`` (Nx64) of N 32x32 PPMs, each ``PPM32_HEADER`` then its 3,072 RGB bytes, 32 at a time: one
-    buffer, then the luma and both DCT passes as two float32 matrix products (the luma folded into the
-    first), rounded to whole numbers. What a shard of CIFAR-size images costs: ~1.7 us an image, against ~4
-    for Pillow's luma then the DCT; the luma is Pillow's weights unrounded (within half a grey level of
-    Pillow's), so a hash here is within a bit or two of ``perceptual_hash`` of the same pixels as a PNG
-    (measured on 300 synthetic CIFAR images: 79% equal, none more than 4 bits apart). Rounded to quarters
-    because float32 sums of up to ~10^6 differ by up to ~0.06 with the BLAS's order: an exactly 0 coefficient
-    (a flat image) must not take its sign from the machine.
+    """``hash_lows`` (Nx64) of N 32x32 PPMs, each ``PPM32_HEADER`` then its 3,072 RGB bytes: one buffer for all,
+    its pixels made float32 ``_PPM_CHUNK`` images at a time, then the luma and both DCT passes as two float32
+    matrix products an image (the luma folded into the first), rounded to quarters.
+
+    An image's products are the same calls whichever batch it is in (numpy runs a stack of small products one
+    by one; one tall product would be split over threads by OpenBLAS past ~2.6e5 multiply-adds, which on a
+    busy machine cost up to 100x, and its float32 sums would depend on the split), so its hash does not
+    depend on its neighbours. The luma is Pillow's weights unrounded (within half a grey level of Pillow's):
+    a hash here is within a bit or two of ``perceptual_hash`` of the same pixels as a PNG (measured on 300
+    synthetic CIFAR images: 79% equal, none more than 4 bits apart). Rounded to quarters because float32
+    sums of up to ~10^6 differ by up to ~0.06 with the BLAS kernel: an exactly 0 coefficient (a flat image)
+    must not take its sign from the machine.
 
     Raises:
         ValueError: an item is not such a PPM.
     """
-    size = len(PPM32_HEADER) + _SIDE * _SIDE * 3
-    header = np.frombuffer(PPM32_HEADER, dtype=np.uint8)
-    out = np.empty((len(images), _HASH_SIDE * _HASH_SIDE))
-    for start in range(0, len(images), _PPM_CHUNK):
-        joined = b"".join(images[start : start + _PPM_CHUNK])
-        count = len(joined) // size
-        chunk = np.frombuffer(joined, dtype=np.uint8)
-        if len(joined) != count * size or not (chunk.reshape(count, size)[:, : len(header)] == header).all():
-            raise ValueError(f"hash_lows_ppm32 takes 32x32 PPMs of {size} bytes, {PPM32_HEADER!r} first")
-        rgb_rows = chunk.reshape(count, size)[:, len(header) :].reshape(count * _SIDE, _SIDE * 3)
-        rows = (rgb_rows.astype(np.float32) @ _LUMA_DCT_T).reshape(count, _SIDE, _HASH_SIDE)
-        columns = rows.transpose(1, 0, 2).reshape(_SIDE, count * _HASH_SIDE)
-        low = (_DCT_F32 @ columns).reshape(_HASH_SIDE, count, _HASH_SIDE).transpose(1, 0, 2)
-        out[start : start + count] = np.rint(low.reshape(count, _HASH_SIDE * _HASH_SIDE) * 4) / 4
-    return out
+    joined = b"".join(images)
+    if len(joined) != len(images) * PPM32_SIZE:
+        raise ValueError(f"hash_lows_ppm32 takes 32x32 PPMs of {PPM32_SIZE} bytes, {PPM32_HEADER!r} first")
+    ppms = np.frombuffer(joined, dtype=np.uint8).reshape(len(images), PPM32_SIZE)
+    return _ppm32_quarters(ppms, *_chunk_buffers()).astype(np.float64) / 4
+
+
+class Ppm32Hasher:
+    """The hashes of a stream of 32x32 PPMs (a CIFAR-size shard's), ``hash_bits(hash_lows_ppm32(ppms))`` bit for
+    bit: each PPM's bytes are copied into a buffer made once, hashed ``_PPM_BATCH`` at a time, and only the
+    hashes are kept."""
+
+    def __init__(self) -> None:
+        self._bytes = bytearray(_PPM_BATCH * PPM32_SIZE)
+        self._buffer = np.frombuffer(self._bytes, dtype=np.uint8).reshape(_PPM_BATCH, PPM32_SIZE)
+        self._pixels, self._rows = _chunk_buffers()
+        self._count = 0  # PPMs in the buffer
+        self._hashes: list[np.ndarray] = []
+
+    def add(self, data: bytes) -> None:
+        """Take one PPM (``PPM32_SIZE`` bytes; its header is checked when its batch is hashed).
+
+        Raises:
+            ValueError: ``data`` is not ``PPM32_SIZE`` bytes long.
+        """
+        if len(data) != PPM32_SIZE:
+            raise ValueError(f"Ppm32Hasher takes 32x32 PPMs of {PPM32_SIZE} bytes, got {len(data)} bytes")
+        offset = self._count * PPM32_SIZE
+        self._bytes[offset : offset + PPM32_SIZE] = data
+        self._count += 1
+        if self._count == _PPM_BATCH:
+            self._flush()
+
+    def hashes(self) -> np.ndarray:
+        """The hashes (uint64) of every PPM taken, in order.
+
+        Raises:
+            ValueError: a PPM's header is not ``PPM32_HEADER``.
+        """
+        self._flush()
+        return np.concatenate(self._hashes) if self._hashes else np.empty(0, dtype=np.uint64)
+
+    def _flush(self) -> None:
+        if self._count:
+            quarters = _ppm32_quarters(self._buffer[: self._count], self._pixels, self._rows)
+            self._hashes.append(_quarter_bits(quarters))
+            self._count = 0
+
+
+def _quarter_bits(quarters: np.ndarray) -> np.ndarray:
+    """``hash_bits`` of ``quarters / 4`` (whole numbers, exact in float32: no rounding needed): a coefficient
+    above the median is one whose double is above the sum of the two middle ones."""
+    middle = np.sort(quarters, axis=1)
+    doubled_median = middle[:, 31] + middle[:, 32]
+    above = np.multiply(quarters, 2, out=quarters) > doubled_median[:, None]
+    return np.packbits(above, axis=1).view(">u8").ravel().astype(np.uint64)
