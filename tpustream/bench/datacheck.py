@@ -259,7 +259,7 @@ def planted_copy_roc(
     window_pair = np.full((count, count), 65, dtype=np.int64)
     thumbs = np.array([i for i, w in enumerate(windows) if w is not None], dtype=np.int64)
     if len(thumbs):
-        stacked = np.stack([windows[i] for i in thumbs])  # type: ignore[misc]
+        stacked = np.stack([w for w in windows if w is not None])
         found = near_window_pairs_brute_force(stacked[:, WINDOWS:], stacked[:, :WINDOWS], max_distance)
         window_pair[thumbs[found.query], thumbs[found.base]] = found.distance
         window_pair = np.minimum(window_pair, window_pair.T)

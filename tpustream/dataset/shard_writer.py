@@ -35,6 +35,7 @@ from tpustream.image.codec import (
     ppm_header,
 )
 from tpustream.image.phash import PPM32_HEADER, hash_bits, hash_hex_batch, hash_lows_bytes, hash_lows_ppm32
+from tpustream.image.phash_windows import is_thumbnail, window_hashes_hex
 from tpustream.sources.types import Item, Source
 from tpustream.storage import io as storage
 
@@ -261,6 +262,7 @@ def write_shard(
     rows: list[tuple[str, str, int, int, str, str, str]] = []
     hasher = _ShardHasher() if perceptual_hashes else None
     hash_inputs: list[np.ndarray | bytes] = []
+    windows: list[str | None] = []  # thumbnails' window hashes (image.phash_windows), else None
     with (
         pixel_budget(max_pixels),
         storage.open_write(final, content_type="application/x-tar") as f,
@@ -277,13 +279,16 @@ def write_shard(
                 (key, loaded.sha256, loaded.width, loaded.height, loaded.ext, source.locate(item), name)
             )
             if hasher is not None:
+                thumbnail = is_thumbnail(loaded.width, loaded.height)
+                windows.append(window_hashes_hex(loaded.data, str(item.ref)) if thumbnail else None)
                 hash_inputs.append(loaded.hash_input)  # type: ignore[arg-type]  # never None when hashing
                 if len(hash_inputs) >= _HASH_BATCH:
                     hasher.submit(hash_inputs)
                     hash_inputs = []
         stats = writer.finish()
         hashes = hasher.hex(hash_inputs) if hasher is not None else [None] * len(rows)
-    entries = [SampleIndexEntry(*row, phash) for row, phash in zip(rows, hashes, strict=True)]
+    windows = windows or [None] * len(rows)
+    entries = [SampleIndexEntry(*row, h, w) for row, h, w in zip(rows, hashes, windows, strict=True)]
     # The index before the record: a recorded shard always has its index (resume trusts the record).
     index = "".join(entry.to_json_line() + "\n" for entry in entries).encode()
     storage.write_bytes(

@@ -75,9 +75,9 @@ def _axis_maps(size: int) -> np.ndarray:
     maps = np.zeros((len(_OFFSETS_AXIS), _DCT_SIDE, size))
     for i, offset in enumerate(_OFFSETS_AXIS):
         maps[i, :, offset : offset + window] = rows
-    maps = maps.reshape(len(_OFFSETS_AXIS) * _DCT_SIDE, size)
-    maps.setflags(write=False)
-    return maps
+    flat = maps.reshape(len(_OFFSETS_AXIS) * _DCT_SIDE, size)
+    flat.setflags(write=False)
+    return flat
 
 
 _PICK = tuple(
