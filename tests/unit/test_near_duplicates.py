@@ -175,6 +175,6 @@ def test_window_pairs_are_exactly_brute_force_with_the_least_window_distance(max
     assert len(reference) >= 10
     assert np.array_equal(found.query, reference.query) and np.array_equal(found.base, reference.base)
     assert np.array_equal(found.distance, reference.distance)
-    assert [(q, b, d) for q, b, d in zip(found.query, found.base, found.distance) if q == 1][:1] == [
-        (1, 7, 0)
-    ]
+    assert [(q, b, d) for q, b, d in zip(found.query, found.base, found.distance, strict=True) if q == 1][
+        :1
+    ] == [(1, 7, 0)]
