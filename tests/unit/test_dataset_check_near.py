@@ -179,7 +179,7 @@ def test_shifted_copies_of_train_thumbnails_in_test_are_near_leaks_found_by_thei
     shards.create_shards(ShardConfig(source=str(root), output=str(out), num_shards=1), progress=False)
     manifest = load_manifest(str(out))
     entries = list(iter_sample_index(str(out), manifest, "test"))
-    assert all(e.phash_windows is not None and len(e.phash_windows) == 18 * 16 for e in entries)
+    assert all(e.phash_windows is not None and len(e.phash_windows) == 9 * 16 for e in entries)
     report = check_dataset(str(out))
     assert [a.code for a in report.anomalies] == ["near-leak"], report.to_markdown()
     near = report.facts["near_duplicates"]

@@ -467,7 +467,7 @@ def _near_leaks(
     near["window_distance"] = window_distance
     train_thumbs = np.array([i for i, h in enumerate(train_contents) if h in train.windows], dtype=np.int64)
     train_windows = np.array(
-        [split_window_hex(train.windows[train_contents[i]])[0] for i in train_thumbs], dtype=np.uint64
+        [split_window_hex(train.windows[train_contents[i]]) for i in train_thumbs], dtype=np.uint64
     ).reshape(len(train_thumbs), WINDOWS)
     leaked: dict[str, int] = {}
     pairs: list[NearLeakPair] = []
@@ -478,7 +478,7 @@ def _near_leaks(
         by_hash = near_pairs(query_hashes, train_hashes, distance)
         thumbs = np.array([i for i, h in enumerate(queries) if h in found.windows], dtype=np.int64)
         windows = np.array(
-            [split_window_hex(found.windows[queries[i]])[1] for i in thumbs], dtype=np.uint64
+            [split_window_hex(found.windows[queries[i]]) for i in thumbs], dtype=np.uint64
         ).reshape(len(thumbs), WINDOWS)
         by_window = near_window_pairs(windows, train_windows, window_distance)
         matches = NearPairs(

@@ -52,7 +52,7 @@ class ShardError(TpustreamError, RuntimeError):
 
 
 _PHASH = re.compile("[0-9a-f]{16}")
-_PHASH_WINDOWS = re.compile("[0-9a-f]{288}")
+_PHASH_WINDOWS = re.compile("[0-9a-f]{144}")
 _json_string = json.JSONEncoder().encode  # a str's JSON form, without json.dumps' per-call setup
 
 
@@ -71,8 +71,9 @@ class SampleIndexEntry(NamedTuple):
     label: str  # the class name
     # the image's 64-bit perceptual hash (image.phash) as 16 hex digits; None in lines written before it
     phash: str | None = None
-    # a thumbnail's window hashes (image.phash_windows: 9 base then 9 query windows) as 18 x 16 hex digits;
-    # None for larger images and in lines written before them
+    # a thumbnail's window hashes of its split's role (image.phash_windows.window_role: train the 9 base
+    # windows, val and test the 9 query windows) as 9 x 16 hex digits; None for larger images and in lines
+    # written before them
     phash_windows: str | None = None
 
     def to_json_line(self) -> str:
@@ -94,7 +95,7 @@ class SampleIndexEntry(NamedTuple):
             raise ValueError(f"phash {phash!r} is not 16 hex digits")
         windows = row.get("phash_windows")
         if windows is not None and not _PHASH_WINDOWS.fullmatch(str(windows)):
-            raise ValueError(f"phash_windows {windows!r} is not 18 x 16 hex digits")
+            raise ValueError(f"phash_windows {windows!r} is not 9 x 16 hex digits")
         return cls(
             key=str(row["key"]),
             sha256=str(row["sha256"]),

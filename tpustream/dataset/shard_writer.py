@@ -35,7 +35,7 @@ from tpustream.image.codec import (
     ppm_header,
 )
 from tpustream.image.phash import PPM32_HEADER, hash_bits, hash_hex_batch, hash_lows_bytes, hash_lows_ppm32
-from tpustream.image.phash_windows import is_thumbnail, window_hashes_hex
+from tpustream.image.phash_windows import WindowHasher, is_thumbnail, window_role
 from tpustream.sources.types import Item, Source
 from tpustream.storage import io as storage
 
@@ -248,11 +248,13 @@ def write_shard(
     strict: bool,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     perceptual_hashes: bool = True,
+    window_hashes: bool = True,
 ) -> ShardRecord:
     """Write one planned shard to ``output/spec.path`` atomically and record what it holds. Images whose
     header claims more than ``max_pixels`` are skipped (counted) without being decoded. Each image's
     perceptual hash goes into the sample index (``perceptual_hashes=False``: none, which only ``bench write``
-    asks for, to measure what the hash costs)."""
+    asks for, to measure what the hash costs; ``window_hashes=False``: the thumbnails' window hashes left out,
+    likewise)."""
     final = storage.join(output, spec.path)
     skipped: list[tuple[str, str, str]] = []  # (item ref, message, reason)
     class_counts: Counter[str] = Counter()
@@ -262,12 +264,14 @@ def write_shard(
     rows: list[tuple[str, str, int, int, str, str, str]] = []
     hasher = _ShardHasher() if perceptual_hashes else None
     hash_inputs: list[np.ndarray | bytes] = []
-    windows: list[str | None] = []  # thumbnails' window hashes (image.phash_windows), else None
+    # thumbnails' window hashes of the split's role (image.phash_windows), on a thread of their own
+    windows = WindowHasher(window_role(spec.split)) if hasher is not None and window_hashes else None
     with (
         pixel_budget(max_pixels),
         storage.open_write(final, content_type="application/x-tar") as f,
         TarShardWriter(f) as writer,
         contextlib.closing(hasher) if hasher is not None else contextlib.nullcontext(),
+        contextlib.closing(windows) if windows is not None else contextlib.nullcontext(),
     ):
         for key, item, loaded in _iter_encoded(source, spec, max_side, strict, perceptual_hashes, skipped):
             writer.write(key, {loaded.ext: loaded.data, "cls": str(item.label).encode("ascii")})
@@ -278,17 +282,17 @@ def write_shard(
             rows.append(
                 (key, loaded.sha256, loaded.width, loaded.height, loaded.ext, source.locate(item), name)
             )
+            if windows is not None:
+                windows.add(loaded.data if is_thumbnail(loaded.width, loaded.height) else None, str(item.ref))
             if hasher is not None:
-                thumbnail = is_thumbnail(loaded.width, loaded.height)
-                windows.append(window_hashes_hex(loaded.data, str(item.ref)) if thumbnail else None)
                 hash_inputs.append(loaded.hash_input)  # type: ignore[arg-type]  # never None when hashing
                 if len(hash_inputs) >= _HASH_BATCH:
                     hasher.submit(hash_inputs)
                     hash_inputs = []
         stats = writer.finish()
         hashes = hasher.hex(hash_inputs) if hasher is not None else [None] * len(rows)
-    windows = windows or [None] * len(rows)
-    entries = [SampleIndexEntry(*row, h, w) for row, h, w in zip(rows, hashes, windows, strict=True)]
+        window_hex = windows.hex() if windows is not None else [None] * len(rows)
+    entries = [SampleIndexEntry(*row, h, w) for row, h, w in zip(rows, hashes, window_hex, strict=True)]
     # The index before the record: a recorded shard always has its index (resume trusts the record).
     index = "".join(entry.to_json_line() + "\n" for entry in entries).encode()
     storage.write_bytes(
