@@ -23,13 +23,15 @@ median): per axis, the resize and the DCT's 8 rows of each of a role's 3 offsets
 into one 24 x side matrix, so all 9 windows of an image are two matrix products, and a shard's thumbnails
 of one size are hashed ``_CHUNK`` at a time (``window_hashes_batch``, ``WindowHasher`` in shard writing): two
 float32 products over the chunk (a 32x32 PPM's luma folded into the first), one sort over all their windows.
-One image is a chunk of one (``window_hashes_grey``, ``window_hashes_bytes``): the same maps and products,
-but float32 sums in another order (another chunk shape, another BLAS) differ by up to ~0.1 in coefficients of
-up to ~10^6, which moves a bit where two coefficients sit that close at the median: measured on the 1,797
-digits' 16,173 base windows, one hash 2 bits apart between a batch and one at a time, none on 2,000 synthetic
-CIFAR PPMs (tests/unit/test_phash_windows.py holds it under 0.1% of hashes, 2 bits each), well inside the
-4 bits the data check matches windows within (dataset.near_duplicates.DEFAULT_WINDOW_DISTANCE). Float64
-(bit-exact) cost 2x as much at write time.
+One image is a chunk of one (``window_hashes_grey``, ``window_hashes_bytes``): each image's products are
+the same calls in both (``np.matmul`` over the stack, one small product per image), so a batch gives the same
+hashes bit for bit on one machine (tests/unit/test_phash_windows.py, on the digits and synthetic CIFAR
+images). Another machine's BLAS may sum float32 in another order (~0.1 in coefficients of up to ~10^6),
+which moves a bit only where two coefficients sit that close at the median, well inside the 4 bits the data
+check matches windows within (dataset.near_duplicates.DEFAULT_WINDOW_DISTANCE); coefficients are rounded to
+quarters first, so that an exactly 0 one (a flat or mirror-symmetric window) does not take its sign from
+float noise. Float64 cost twice as much at write time; the planted-copy ROC (bench datacheck) is the same
+with float32 (37 of the 1,797 digits' 18 hashes moved by a bit or two against float64).
 """
 
 from __future__ import annotations
@@ -98,17 +100,22 @@ def is_thumbnail(width: int, height: int) -> bool:
     return min(width, height) >= WINDOW_MIN_SIDE and max(width, height) <= WINDOW_MAX_SIDE
 
 
-@functools.lru_cache(maxsize=128)
-def _axis_map(size: int, role: WindowRole) -> np.ndarray:
+def _axis_map_float64(size: int, role: WindowRole) -> np.ndarray:
     """Per offset of ``role`` (``MARGIN + step``): the window of ``size - 2 MARGIN`` samples at it resized to
-    32 by Lanczos, then the hash's 8 DCT rows, stacked: one (3 * 8) x ``size`` matrix (read-only: shared)."""
+    32 by Lanczos, then the hash's 8 DCT rows, stacked: one (3 * 8) x ``size`` matrix."""
     window = size - 2 * MARGIN
     rows = _DCT @ _lanczos_weights(window)  # 8 x window
     steps = _STEPS[role]
     maps = np.zeros((len(steps), _DCT_SIDE, size))
     for i, step in enumerate(steps):
         maps[i, :, MARGIN + step : MARGIN + step + window] = rows
-    flat = maps.reshape(len(steps) * _DCT_SIDE, size).astype(np.float32)
+    return maps.reshape(len(steps) * _DCT_SIDE, size)
+
+
+@functools.lru_cache(maxsize=128)
+def _axis_map(size: int, role: WindowRole) -> np.ndarray:
+    """``_axis_map_float64`` in float32, read-only (shared)."""
+    flat = _axis_map_float64(size, role).astype(np.float32)
     flat.setflags(write=False)
     return flat
 
@@ -121,34 +128,35 @@ _LUMA = np.array([19595, 38470, 7471], dtype=np.float64) / 65536
 def _ppm32_column_map(role: WindowRole) -> np.ndarray:
     """RGB rows of a 32x32 PPM (96 values: 32 px x R, G, B) to the 24 columns of ``_axis_map(32, role)``, the
     luma folded in: (96 x 24)."""
-    columns = _axis_map(_SIDE, role).T.astype(np.float64)  # 32 x 24
-    fused = (_LUMA[None, :, None] * columns[:, None, :]).reshape(_SIDE * 3, columns.shape[1]).astype(np.float32)
-    fused.setflags(write=False)
-    return fused
+    columns = _axis_map_float64(_SIDE, role).T  # 32 x 24
+    fused = (_LUMA[None, :, None] * columns[:, None, :]).reshape(_SIDE * 3, columns.shape[1])
+    out = fused.astype(np.float32)
+    out.setflags(write=False)
+    return out
 
 
 def _blocks(rows: np.ndarray, role: WindowRole) -> np.ndarray:
     """The windows' 8x8 lows ((N * 9) x 64, window-major per image) from N images' rows already mapped along
-    their width (N x height x 24): the map along their height, as one product."""
-    count, height, width_lows = rows.shape
-    columns = rows.transpose(1, 0, 2).reshape(height, count * width_lows)
-    lows = _axis_map(height, role) @ columns  # (3 * 8) x (N * 3 * 8)
+    their width (N x height x 24): the map along their height, one small product per image (``np.matmul``
+    over the stack: each under the size at which OpenBLAS splits a product over threads, which cost 2-3x
+    CPU time on a busy machine for one product over the chunk)."""
+    count, height, _ = rows.shape
+    lows = np.matmul(_axis_map(height, role), rows)  # N x (3 * 8) x (3 * 8)
     steps = len(_STEPS[role])
-    # [row offset, DCT row, image, column offset, DCT column] -> [image, row offset, column offset, 8, 8]
-    blocks = lows.reshape(steps, _DCT_SIDE, count, steps, _DCT_SIDE).transpose(2, 0, 3, 1, 4)
+    # [image, row offset, DCT row, column offset, DCT column] -> [image, row offset, column offset, 8, 8]
+    blocks = lows.reshape(count, steps, _DCT_SIDE, steps, _DCT_SIDE).transpose(0, 1, 3, 2, 4)
     return blocks.reshape(count * steps * steps, _DCT_SIDE * _DCT_SIDE)
 
 
 def _grey_lows(grey: np.ndarray, role: WindowRole) -> np.ndarray:
     """(N * 9) x 64 lows of N HxW grey thumbnails of one size (an N x H x W array)."""
-    count, height, width = grey.shape
+    count = len(grey)
     out = np.empty((count * WINDOWS, _DCT_SIDE * _DCT_SIDE), dtype=np.float32)
-    column_map = _axis_map(width, role).T
+    column_map = _axis_map(grey.shape[2], role).T
     for start in range(0, count, _CHUNK):
         chunk = grey[start : start + _CHUNK]
-        n = len(chunk)
-        rows = (chunk.reshape(n * height, width).astype(np.float32) @ column_map).reshape(n, height, -1)
-        out[start * WINDOWS : (start + n) * WINDOWS] = _blocks(rows, role)
+        rows = np.matmul(chunk.astype(np.float32), column_map)  # per image, as _blocks
+        out[start * WINDOWS : (start + len(chunk)) * WINDOWS] = _blocks(rows, role)
     return out
 
 
@@ -161,9 +169,7 @@ def _ppm32_lows(images: Sequence[bytes], role: WindowRole) -> np.ndarray:
         joined = b"".join(images[start : start + _CHUNK])
         n = len(joined) // _PPM32_SIZE
         rgb = np.frombuffer(joined, dtype=np.uint8).reshape(n, _PPM32_SIZE)[:, header:]
-        rows = (rgb.reshape(n * _SIDE, _SIDE * 3).astype(np.float32) @ _ppm32_column_map(role)).reshape(
-            n, _SIDE, -1
-        )
+        rows = np.matmul(rgb.reshape(n, _SIDE, _SIDE * 3).astype(np.float32), _ppm32_column_map(role))
         out[start * WINDOWS : (start + n) * WINDOWS] = _blocks(rows, role)
     return out
 
@@ -226,10 +232,9 @@ def window_hashes_batch(
     """
     if role not in _STEPS:
         raise ValueError(f"window role {role!r}: 'base' (train) or 'query' (val, test)")
-    lows = np.empty((len(images) * WINDOWS, _DCT_SIDE * _DCT_SIDE), dtype=np.float32)
     ppm_rows = [i for i, image in enumerate(images) if isinstance(image, bytes) and _is_ppm32(image)]
     if len(ppm_rows) == len(images):  # a CIFAR-size shard: no gather
-        lows[:] = _ppm32_lows(images, role)  # type: ignore[arg-type]
+        lows = _ppm32_lows(images, role)  # type: ignore[arg-type]
     else:
         by_size: dict[tuple[int, int], list[int]] = {}
         greys: dict[int, np.ndarray] = {}
@@ -247,6 +252,7 @@ def window_hashes_batch(
             groups.append((ppm_rows, _ppm32_lows([images[i] for i in ppm_rows], role)))  # type: ignore[misc]
         for rows in by_size.values():
             groups.append((rows, _grey_lows(np.stack([greys[i] for i in rows]), role)))
+        lows = np.empty((len(images) * WINDOWS, _DCT_SIDE * _DCT_SIDE), dtype=np.float32)
         view = lows.reshape(len(images), WINDOWS, _DCT_SIDE * _DCT_SIDE)
         for rows, group in groups:
             view[rows] = group.reshape(len(rows), WINDOWS, _DCT_SIDE * _DCT_SIDE)
