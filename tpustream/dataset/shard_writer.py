@@ -31,6 +31,7 @@ from tpustream.image.codec import (
     ImageTooLarge,
     UnreadableImage,
     kept_hash_lows,
+    kept_thumbnail_grey,
     pixel_budget,
     ppm_header,
 )
@@ -143,25 +144,37 @@ class _Loaded(NamedTuple):
     # the perceptual hash's 64 low DCT coefficients (phash.hash_lows), or a 32x32 PPM's bytes, hashed with the
     # shard's others at its end (phash.hash_lows_ppm32); None: not hashed
     hash_input: np.ndarray | bytes | None
+    # a thumbnail's grey pixels from the source's check-decode (codec.kept_thumbnail_grey), for its window
+    # hashes; None: none kept (its stored bytes are hashed)
+    thumbnail_grey: np.ndarray | None = None
 
 
 def _load(
-    source: Source, item: Item, max_side: int | None, hashing: bool, kept: list[np.ndarray] | None = None
+    source: Source,
+    item: Item,
+    max_side: int | None,
+    hashing: bool,
+    kept: list[np.ndarray] | None = None,
+    greys: list[np.ndarray] | None = None,
 ) -> _Loaded | CorruptImage:
     """The item's image and what the sample index records about it, or the CorruptImage saying why it
     cannot be written (returned, not raised: whether it is skipped or fatal is the writer's choice).
     ``kept``: the list of the ``kept_hash_lows`` block this thread is in (the writer's own loop), else None
-    (a load on the pool's threads enters its own)."""
+    (a load on the pool's threads enters its own); ``greys``: its ``kept_thumbnail_grey`` list, likewise."""
+    grey: list[np.ndarray] = []
     try:
         hash_input: np.ndarray | bytes | None = None
         if not hashing:
             data, ext = source.load(item, max_side)
         elif kept is not None:  # one block for the whole shard: ~0.4 us an image less than one per load
             kept.clear()
+            if greys is not None:
+                greys.clear()
+                grey = greys
             data, ext = source.load(item, max_side)
             hash_input = kept[-1] if kept else _hash_input(data, ext)
         else:
-            with kept_hash_lows() as kept:
+            with kept_hash_lows() as kept, kept_thumbnail_grey() as grey:
                 data, ext = source.load(item, max_side)
             # from the source's own check-decode when it kept the bytes, else from the stored bytes
             hash_input = kept[-1] if kept else _hash_input(data, ext)
@@ -170,7 +183,8 @@ def _load(
     except ValueError as exc:  # bytes the source did not check (a PPM it made) that do not decode
         return CorruptImage(f"{item.ref}: {exc}")
     width, height = _image_size(data, ext)
-    return _Loaded(data, ext, hashlib.sha256(data).hexdigest(), width, height, hash_input)
+    thumbnail_grey = grey[-1] if grey and grey[-1].shape == (height, width) else None
+    return _Loaded(data, ext, hashlib.sha256(data).hexdigest(), width, height, hash_input, thumbnail_grey)
 
 
 _PPM32_SIZE = len(PPM32_HEADER) + 32 * 32 * 3
@@ -194,9 +208,9 @@ def _loaded_in_order(
             for key, item in items:
                 yield key, item, _load(source, item, max_side, False)
             return
-        with kept_hash_lows() as kept:
+        with kept_hash_lows() as kept, kept_thumbnail_grey() as greys:
             for key, item in items:
-                yield key, item, _load(source, item, max_side, True, kept)
+                yield key, item, _load(source, item, max_side, True, kept, greys)
         return
     pending: deque[tuple[str, Item, Future[_Loaded | CorruptImage]]] = deque()
     for key, item in items:
@@ -283,7 +297,9 @@ def write_shard(
                 (key, loaded.sha256, loaded.width, loaded.height, loaded.ext, source.locate(item), name)
             )
             if windows is not None:
-                windows.add(loaded.data if is_thumbnail(loaded.width, loaded.height) else None, str(item.ref))
+                thumbnail = is_thumbnail(loaded.width, loaded.height)
+                window_input = loaded.data if loaded.thumbnail_grey is None else loaded.thumbnail_grey
+                windows.add(window_input if thumbnail else None, str(item.ref))
             if hasher is not None:
                 hash_inputs.append(loaded.hash_input)  # type: ignore[arg-type]  # never None when hashing
                 if len(hash_inputs) >= _HASH_BATCH:

@@ -246,7 +246,7 @@ def window_hashes_batch(
             grey = _decode_grey(image, name) if isinstance(image, bytes) else np.asarray(image)
             _check_thumbnail(grey, name)
             greys[i] = grey
-            by_size.setdefault(grey.shape, []).append(i)  # type: ignore[arg-type]
+            by_size.setdefault(grey.shape, []).append(i)
         groups: list[tuple[list[int], np.ndarray]] = []
         if ppm_rows:
             groups.append((ppm_rows, _ppm32_lows([images[i] for i in ppm_rows], role)))  # type: ignore[misc]
