@@ -54,8 +54,8 @@ def test_resaved_and_resized_copies_in_val_and_test_are_near_leaks_named_pair_by
     assert near["train_clusters"] == 0  # eight distinct photos
     markdown = report.to_markdown()
     assert (
-        "| Val/test images near a train image (pHash within 8 bits) | 3 (val 2, test 1) | 0 | **anomaly** |"
-        in (markdown)
+        "| Val/test images near a train image (pHash within 8 bits; thumbnails' shifted windows within 4) "
+        "| 3 (val 2, test 1) | 0 | **anomaly** |" in (markdown)
     )
     assert "| Near-duplicate clusters in train | 0 (0 images, largest 0) | - (a fact) | ok |" in markdown
     for split, image, train_image in found:  # the pairs, side by side in the Markdown's table
@@ -163,6 +163,7 @@ def test_shifted_copies_of_train_thumbnails_in_test_are_near_leaks_found_by_thei
     import numpy as np
 
     from tpustream.bench.datacheck import _digit_originals, _shifted
+    from tpustream.image.phash_windows import split_window_hex, window_hashes_bytes
 
     digits, _ = _digit_originals()
     root = tmp_path / "digits"
@@ -191,3 +192,15 @@ def test_shifted_copies_of_train_thumbnails_in_test_are_near_leaks_found_by_thei
     assert found == {(f"digit{i}-shifted.png", f"digit{i}.png", "windows") for i in shifts}
     (anomaly,) = report.anomalies
     assert "digit" in anomaly.reason and "shifted windows" in anomaly.reason
+    markdown = report.to_markdown()
+    assert "perceptual hash within 8 bits; thumbnails' shifted windows within 4:" in markdown
+    assert "| split | image | train image | bits | match |" in markdown
+    assert markdown.count(" | shifted windows |") == 3
+    train = list(iter_sample_index(str(out), manifest, "train"))
+    assert all(e.phash_windows is not None and len(e.phash_windows) == 9 * 16 for e in train)
+    # each split's role: train the base windows, test the query windows (image.phash_windows.window_role)
+    # (from the check's own decode of the PNG, kept as is: the same as from its bytes)
+    for entry, role in ((train[0], slice(0, 9)), (entries[0], slice(9, 18))):
+        with open(entry.source, "rb") as f:
+            expected = window_hashes_bytes(f.read())[role]
+        assert np.array_equal(split_window_hex(entry.phash_windows or ""), expected)
