@@ -171,6 +171,12 @@ def test_bench_write_prints_json_lines():
     assert ours["header_bytes_per_sample"] == 1024  # two 512-byte USTAR headers, no PAX
     assert stock["tar_overhead_bytes_per_sample"] > ours["tar_overhead_bytes_per_sample"] + 1500
     assert {r["format"] for r in lines if r["bench"] == "encoding"} == {"ppm", "png"}
+    # the thumbnails' window hashes: hash off, pHash alone, pHash and windows, in the same run
+    windows = [r for r in lines if r["bench"] == "write-phash-windows"]
+    assert [r["data"] for r in windows] == ["cifar-size-ppm", "thumbnail-png-32x32"]
+    assert all(
+        r["us_per_sample_phash_and_windows"] > 0 and "slowdown_cpu_windows_alone" in r for r in windows
+    )
 
 
 def test_pipeline_commands_check_their_input_before_any_cloud_call(tmp_path, monkeypatch):

@@ -54,8 +54,8 @@ def test_resaved_and_resized_copies_in_val_and_test_are_near_leaks_named_pair_by
     assert near["train_clusters"] == 0  # eight distinct photos
     markdown = report.to_markdown()
     assert (
-        "| Val/test images near a train image (pHash within 8 bits) | 3 (val 2, test 1) | 0 | **anomaly** |"
-        in (markdown)
+        "| Val/test images near a train image (pHash within 8 bits; thumbnails' shifted windows within 4) "
+        "| 3 (val 2, test 1) | 0 | **anomaly** |" in (markdown)
     )
     assert "| Near-duplicate clusters in train | 0 (0 images, largest 0) | - (a fact) | ok |" in markdown
     for split, image, train_image in found:  # the pairs, side by side in the Markdown's table
@@ -155,3 +155,52 @@ def test_images_under_the_hash_input_size_are_checked_exact_only(tmp_path):
         "| Images too small for the perceptual hash (exact-only) | train 1618, val 179"
         in report.to_markdown()
     )
+
+
+def test_shifted_copies_of_train_thumbnails_in_test_are_near_leaks_found_by_their_windows(tmp_path):
+    """32 px digits: copies shifted by 1-4 px (which pHash does not find) placed in test stop the check with
+    the pairs named; the sample index holds the thumbnails' window hashes."""
+    import numpy as np
+
+    from tpustream.bench.datacheck import _digit_originals, _shifted
+    from tpustream.image.phash_windows import split_window_hex, window_hashes_bytes
+
+    digits, _ = _digit_originals()
+    root = tmp_path / "digits"
+    for split, first, count in (("train", 0, 30), ("val", 100, 6), ("test", 200, 6)):
+        for i in range(first, first + count):
+            folder = root / split / "ab"[i % 2]
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"digit{i}.png").write_bytes(digits[i])
+    shifts = {3: (3, -2), 8: (-1, 4), 13: (4, 1)}
+    for i, (dx, dy) in shifts.items():
+        pixels = np.asarray(Image.open(root / "train" / "ab"[i % 2] / f"digit{i}.png"))
+        Image.fromarray(_shifted(pixels, dx, dy)).save(root / "test" / "ab"[i % 2] / f"digit{i}-shifted.png")
+    out = tmp_path / "dataset"
+    shards.create_shards(ShardConfig(source=str(root), output=str(out), num_shards=1), progress=False)
+    manifest = load_manifest(str(out))
+    entries = list(iter_sample_index(str(out), manifest, "test"))
+    assert all(e.phash_windows is not None and len(e.phash_windows) == 9 * 16 for e in entries)
+    report = check_dataset(str(out))
+    assert [a.code for a in report.anomalies] == ["near-leak"], report.to_markdown()
+    near = report.facts["near_duplicates"]
+    assert near["leaked"] == {"val": 0, "test": 3} and near["window_distance"] == 4
+    found = {
+        (os.path.basename(p["source"]), os.path.basename(p["train_source"]), p["match"])
+        for p in near["pairs"]
+    }
+    assert found == {(f"digit{i}-shifted.png", f"digit{i}.png", "windows") for i in shifts}
+    (anomaly,) = report.anomalies
+    assert "digit" in anomaly.reason and "shifted windows" in anomaly.reason
+    markdown = report.to_markdown()
+    assert "perceptual hash within 8 bits; thumbnails' shifted windows within 4:" in markdown
+    assert "| split | image | train image | bits | match |" in markdown
+    assert markdown.count(" | shifted windows |") == 3
+    train = list(iter_sample_index(str(out), manifest, "train"))
+    assert all(e.phash_windows is not None and len(e.phash_windows) == 9 * 16 for e in train)
+    # each split's role: train the base windows, test the query windows (image.phash_windows.window_role)
+    # (from the check's own decode of the PNG, kept as is: the same as from its bytes)
+    for entry, role in ((train[0], slice(0, 9)), (entries[0], slice(9, 18))):
+        with open(entry.source, "rb") as f:
+            expected = window_hashes_bytes(f.read())[role]
+        assert np.array_equal(split_window_hex(entry.phash_windows or ""), expected)

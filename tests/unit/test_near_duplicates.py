@@ -154,3 +154,27 @@ def test_popcount_without_numpy_2_counts_the_same(monkeypatch):
     assert np.array_equal(popcount(values), expected)
     monkeypatch.delattr(np, "bitwise_count")  # numpy 1.26, which pyproject allows, has none
     assert np.array_equal(popcount(values), expected)
+
+
+@pytest.mark.parametrize("max_distance", [0, 2, 4, 8])
+def test_window_pairs_are_exactly_brute_force_with_the_least_window_distance(max_distance):
+    from tpustream.dataset.near_duplicates import near_window_pairs, near_window_pairs_brute_force
+
+    rng = np.random.default_rng(max_distance)
+    base = rng.integers(0, 2**64 - 1, (400, 9), dtype=np.uint64, endpoint=True)
+    queries = rng.integers(0, 2**64 - 1, (150, 9), dtype=np.uint64, endpoint=True)
+    for row in range(0, 150, 3):  # some query windows near some base windows, in any slot
+        source = rng.integers(0, 400)
+        flips = np.uint64(0)
+        for bit in rng.choice(64, int(rng.integers(0, max_distance + 3)), replace=False):
+            flips |= np.uint64(1) << np.uint64(bit)
+        queries[row, rng.integers(0, 9)] = base[source, rng.integers(0, 9)] ^ flips
+    queries[1, :] = base[7, 0]  # every window of one query equal to one base window: one pair, distance 0
+    found = near_window_pairs(queries, base, max_distance)
+    reference = near_window_pairs_brute_force(queries, base, max_distance)
+    assert len(reference) >= 10
+    assert np.array_equal(found.query, reference.query) and np.array_equal(found.base, reference.base)
+    assert np.array_equal(found.distance, reference.distance)
+    assert [(q, b, d) for q, b, d in zip(found.query, found.base, found.distance, strict=True) if q == 1][
+        :1
+    ] == [(1, 7, 0)]

@@ -76,17 +76,25 @@ class RocPoint:
 
 @dataclass(frozen=True)
 class PlantedRoc:
-    """The ROC of one image set: ``points[d]`` for d = 0..16."""
+    """The ROC of one image set: ``points[d]`` for d = 0..16 by pHash alone; ``shift_aware_points[d]`` by
+    pHash within d or window hashes within ``window_distance`` (thumbnails: the data check's match);
+    ``window_points[d]`` by the window hashes alone within d."""
 
     data: Literal["digits", "photos"]
     originals: int
     copies: int
     distinct_pairs: int
     points: tuple[RocPoint, ...]
+    window_distance: int
+    thumbnails: int  # originals with window hashes
+    shift_aware_points: tuple[RocPoint, ...]
+    window_points: tuple[RocPoint, ...]
 
-    def best_distance(self, min_recall: float = 0.95, max_false_pair_rate: float = 0.001) -> int | None:
-        """The smallest distance meeting both targets, or None."""
-        for point in self.points:
+    def best_distance(
+        self, min_recall: float = 0.95, max_false_pair_rate: float = 0.001, shift_aware: bool = False
+    ) -> int | None:
+        """The smallest pHash distance meeting both targets (by pHash alone, or with the windows), or None."""
+        for point in self.shift_aware_points if shift_aware else self.points:
             if point.recall >= min_recall and point.false_pair_rate <= max_false_pair_rate:
                 return point.max_distance
         return None
@@ -172,46 +180,119 @@ def _photo_originals() -> tuple[list[bytes], Literal["png", "jpg"]]:
     return originals, "jpg"
 
 
+def _roc_point(
+    d: int, copies_found: dict[CopyKind, np.ndarray], false_pairs: np.ndarray, distinct_pairs: int
+) -> RocPoint:
+    """A point from per-copy found flags (by kind) and per-distinct-pair false flags."""
+    all_found = np.concatenate(list(copies_found.values()))
+    found, false = int(all_found.sum()), int(false_pairs.sum())
+    return RocPoint(
+        max_distance=d,
+        recall=round(found / len(all_found), 4),
+        false_pair_rate=round(false / distinct_pairs, 6),
+        copies_found=found,
+        false_pairs=false,
+        recall_by_kind={k: round(float(v.mean()), 4) for k, v in copies_found.items()},
+    )
+
+
+def _windows(data: bytes) -> np.ndarray | None:
+    """The 18 window hashes of a thumbnail's bytes (base then query windows), None for larger images."""
+    from PIL import Image
+
+    from tpustream.image.phash_windows import is_thumbnail, window_hashes_bytes
+
+    with Image.open(io.BytesIO(data)) as img:
+        width, height = img.size
+    return window_hashes_bytes(data) if is_thumbnail(width, height) else None
+
+
 def planted_copy_roc(
-    data: Literal["digits", "photos"], copied: int = 300, seed: int = 0, max_distance: int = 16
+    data: Literal["digits", "photos"],
+    copied: int = 300,
+    seed: int = 0,
+    max_distance: int = 16,
+    window_distance: int | None = None,
 ) -> PlantedRoc:
     """Plant one copy of each kind for ``copied`` originals (all of them when fewer) and measure, per distance
-    0..``max_distance``, the recall of copies and the false-pair rate among all pairs of distinct originals."""
-    from tpustream.dataset.near_duplicates import near_pairs_brute_force, popcount
+    0..``max_distance``, the recall of copies and the false-pair rate among all pairs of distinct originals:
+    by pHash alone (``points``), and by pHash or, between thumbnails, window hashes within
+    ``window_distance`` (``DEFAULT_WINDOW_DISTANCE`` unless given; ``shift_aware_points``, the data check's
+    match); and the windows alone per window distance (``window_points``)."""
+    from tpustream.dataset.near_duplicates import (
+        DEFAULT_WINDOW_DISTANCE,
+        near_pairs_brute_force,
+        near_window_pairs_brute_force,
+        popcount,
+    )
     from tpustream.image.phash import perceptual_hash_bytes
+    from tpustream.image.phash_windows import WINDOWS
 
+    window_distance = DEFAULT_WINDOW_DISTANCE if window_distance is None else window_distance
     originals, fmt = _digit_originals() if data == "digits" else _photo_originals()
     rng = np.random.default_rng(seed)
     chosen = rng.permutation(len(originals))[: min(copied, len(originals))]
     hashes = np.array([perceptual_hash_bytes(o) for o in originals], dtype=np.uint64)
+    windows = [_windows(o) for o in originals]
     copy_distance: dict[CopyKind, np.ndarray] = {}
+    window_distances: dict[CopyKind, np.ndarray] = {}  # 65: no windows (not both thumbnails)
     for kind in COPY_KINDS:
-        copies = [perceptual_hash_bytes(_copy(originals[i], fmt, kind, rng)) for i in chosen]
-        copy_distance[kind] = popcount(np.array(copies, dtype=np.uint64) ^ hashes[chosen])
+        copies = [_copy(originals[i], fmt, kind, rng) for i in chosen]
+        hashed = np.array([perceptual_hash_bytes(c) for c in copies], dtype=np.uint64)
+        copy_distance[kind] = popcount(hashed ^ hashes[chosen])
+        least = []
+        for copy, i in zip(copies, chosen, strict=True):
+            mine, theirs = _windows(copy), windows[i]
+            pair = (
+                None
+                if mine is None or theirs is None
+                else popcount(mine[WINDOWS:, None] ^ theirs[None, :WINDOWS])
+            )
+            least.append(65 if pair is None else int(pair.min()))
+        window_distances[kind] = np.array(least)
+    count = len(originals)
     pairs = near_pairs_brute_force(hashes, hashes, max_distance)
-    distinct = pairs.distance[pairs.query < pairs.base]
-    distinct_pairs = len(originals) * (len(originals) - 1) // 2
-    all_copies = np.concatenate(list(copy_distance.values()))
-    points = []
+    upper = pairs.query < pairs.base
+    distinct = pairs.distance[upper]
+    distinct_pairs = count * (count - 1) // 2
+    # the least window distance of each pair of distinct thumbnails, either one the query (65: none)
+    window_pair = np.full((count, count), 65, dtype=np.int64)
+    thumbs = np.array([i for i, w in enumerate(windows) if w is not None], dtype=np.int64)
+    if len(thumbs):
+        stacked = np.stack([w for w in windows if w is not None])
+        found = near_window_pairs_brute_force(stacked[:, WINDOWS:], stacked[:, :WINDOWS], max_distance)
+        window_pair[thumbs[found.query], thumbs[found.base]] = found.distance
+        window_pair = np.minimum(window_pair, window_pair.T)
+    rows, cols = np.triu_indices(count, 1)
+    window_distinct = window_pair[rows, cols]
+    phash_distinct = np.full(len(rows), 65, dtype=np.int64)
+    # the pHash distance of each distinct pair in triu order (pairs beyond max_distance stay 65)
+    flat = pairs.query[upper] * count + pairs.base[upper]
+    triu_flat = rows * count + cols
+    phash_distinct[np.searchsorted(triu_flat, flat)] = distinct
+    within_window = window_distinct <= window_distance
+    points, shift_aware, window_points = [], [], []
     for d in range(max_distance + 1):
-        found = int((all_copies <= d).sum())
-        false_pairs = int((distinct <= d).sum())
         points.append(
-            RocPoint(
-                max_distance=d,
-                recall=round(found / len(all_copies), 4),
-                false_pair_rate=round(false_pairs / distinct_pairs, 6),
-                copies_found=found,
-                false_pairs=false_pairs,
-                recall_by_kind={k: round(float((v <= d).mean()), 4) for k, v in copy_distance.items()},
+            _roc_point(d, {k: v <= d for k, v in copy_distance.items()}, phash_distinct <= d, distinct_pairs)
+        )
+        either = {k: (v <= d) | (window_distances[k] <= window_distance) for k, v in copy_distance.items()}
+        shift_aware.append(_roc_point(d, either, (phash_distinct <= d) | within_window, distinct_pairs))
+        window_points.append(
+            _roc_point(
+                d, {k: v <= d for k, v in window_distances.items()}, window_distinct <= d, distinct_pairs
             )
         )
     return PlantedRoc(
         data=data,
-        originals=len(originals),
-        copies=len(all_copies),
+        originals=count,
+        copies=len(chosen) * len(COPY_KINDS),
         distinct_pairs=distinct_pairs,
         points=tuple(points),
+        window_distance=window_distance,
+        thumbnails=len(thumbs),
+        shift_aware_points=tuple(shift_aware),
+        window_points=tuple(window_points),
     )
 
 
@@ -385,6 +466,25 @@ def _hash_cost(name: str, data: bytes, ext: str, seconds: float, imagehash: Any)
     return line
 
 
+def _shift_aware_line(roc: PlantedRoc, max_distance: int) -> dict[str, object]:
+    chosen = roc.shift_aware_points[max_distance] if max_distance < len(roc.points) else None
+    return {
+        "window_distance": roc.window_distance,
+        "thumbnails": roc.thumbnails,
+        "recall": chosen.recall if chosen else None,
+        "false_pair_rate": chosen.false_pair_rate if chosen else None,
+        "false_pairs": chosen.false_pairs if chosen else None,
+        "recall_by_kind": chosen.recall_by_kind if chosen else None,
+        "smallest_d_with_recall_95_false_pair_rate_0.1pct": roc.best_distance(shift_aware=True),
+        "roc": [
+            {k: v for k, v in asdict(p).items() if k != "recall_by_kind"} for p in roc.shift_aware_points
+        ],
+        "windows_alone_roc": [
+            {k: v for k, v in asdict(p).items() if k != "recall_by_kind"} for p in roc.window_points
+        ],
+    }
+
+
 def bench_datacheck(
     *,
     train: int,
@@ -418,6 +518,9 @@ def bench_datacheck(
                 "smallest_d_with_recall_95_false_pair_rate_0.1pct": roc.best_distance(),
                 "roc": [{k: v for k, v in asdict(p).items() if k != "recall_by_kind"} for p in roc.points],
                 "recall_by_kind": chosen.recall_by_kind if chosen else None,
+                # the data check's match: pHash within max_distance, or (thumbnails) windows within
+                # window_distance; the lines above are pHash alone, as before the windows
+                "shift_aware": _shift_aware_line(roc, max_distance),
             }
         )
     yield json.dumps(

@@ -6,7 +6,9 @@ and the median is reported with the ratio to the baseline's median.
 The perceptual hash's cost (``write-phash`` lines) is measured on shard creation itself (``write_shard``: load,
 check, sha256, hash, tar, sample index) with the hash on and off, interleaved in the same process: at CIFAR
 size (32 px PPMs made from arrays in memory, as the cifar10 source does) and at ImageNet sizes (a folder of
-500x375 and of 224x224 JPEGs on local disk, through the ImageFolder source's check).
+500x375 and of 224x224 JPEGs on local disk, through the ImageFolder source's check). The thumbnails' window
+hashes (``write-phash-windows`` lines) likewise: hash off, pHash alone, pHash and windows, on 32x32 PPMs and
+a folder of 32x32 PNGs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["bench_write", "bench_hash_cost"]
+__all__ = ["bench_write", "bench_hash_cost", "bench_window_cost"]
 
 
 def _timed(fn: Callable[[], None]) -> tuple[float, float]:
@@ -213,6 +215,93 @@ def _hash_cost(name: str, source: Any, repeats: int, per_shard: int) -> dict[str
     }
 
 
+def _window_cost(name: str, source: Any, repeats: int, per_shard: int) -> dict[str, Any]:
+    """Shard creation of ``source``'s thumbnails hash off, pHash alone and pHash with the window hashes
+    (image.phash_windows), interleaved: what the windows add. The train split's role (base windows); val and
+    test (query windows) cost the same."""
+    from tpustream.dataset.plan import ShardSpec
+    from tpustream.dataset.shard_writer import write_shard
+
+    indices = list(range(len(source.items)))
+    specs = [
+        ShardSpec("train", shard, tuple(f"{i:08d}" for i in part), tuple(part), "bench")
+        for shard, part in enumerate(
+            indices[start : start + per_shard] for start in range(0, len(indices), per_shard)
+        )
+    ]
+    modes = {"without_hash": (False, False), "phash_only": (True, False), "phash_and_windows": (True, True)}
+
+    def create(phash: bool, windows: bool) -> None:
+        output = tempfile.mkdtemp(prefix="tpustream-bench-windows-")
+        try:
+            for spec in specs:
+                write_shard(
+                    source,
+                    spec,
+                    output,
+                    max_side=None,
+                    strict=True,
+                    perceptual_hashes=phash,
+                    window_hashes=windows,
+                )
+        finally:
+            shutil.rmtree(output, ignore_errors=True)
+
+    runs: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
+    create(True, True)  # warm: imports, the source's first loads
+    for _ in range(repeats):
+        for mode, flags in modes.items():
+            runs[mode].append(_timed(functools.partial(create, *flags)))
+    cpu = {mode: statistics.median(c for _, c in runs[mode]) for mode in modes}
+    wall = {mode: statistics.median(w for w, _ in runs[mode]) for mode in modes}
+    count = len(source.items)
+    base = max(cpu["without_hash"], 1e-9)
+    return {
+        "bench": "write-phash-windows",
+        "data": name,
+        "samples": count,
+        "repeats": repeats,
+        **{f"us_per_sample_{mode}": round(cpu[mode] / count * 1e6, 1) for mode in modes},
+        # CPU seconds of this process (the windows' thread included): against shard creation without hashes
+        "slowdown_cpu_phash_only": round(cpu["phash_only"] / base - 1, 3),
+        "slowdown_cpu_phash_and_windows": round(cpu["phash_and_windows"] / base - 1, 3),
+        "slowdown_cpu_windows_alone": round((cpu["phash_and_windows"] - cpu["phash_only"]) / base, 3),
+        "slowdown_wall_phash_and_windows": round(
+            wall["phash_and_windows"] / max(wall["without_hash"], 1e-9) - 1, 3
+        ),
+        "goal": 0.10,
+    }
+
+
+def _png_thumbnail_folder(root: str, count: int) -> str:
+    """An ImageFolder of ``count`` distinct 32x32 PNGs (synthetic CIFAR images): thumbnails in files."""
+    from PIL import Image
+
+    from tpustream.sources.builtin import synthetic_cifar_image
+
+    for i in range(count):
+        directory = os.path.join(root, f"class{i % 10}")
+        os.makedirs(directory, exist_ok=True)
+        Image.fromarray(synthetic_cifar_image(i, i % 10)).save(
+            os.path.join(directory, f"{i:06d}.png"), format="PNG", compress_level=1
+        )
+    return root
+
+
+def bench_window_cost(*, samples: int, repeats: int) -> Iterator[dict[str, Any]]:
+    """What the thumbnails' window hashes add to shard creation: 32x32 PPMs made in memory (CIFAR-size, as
+    the cifar10 source) and a folder of 32x32 PNGs (ImageFolder)."""
+    from tpustream.sources.image_folder import image_folder_source
+
+    yield _window_cost("cifar-size-ppm", _cifar_array_source(samples), repeats, 2000)
+    root = tempfile.mkdtemp(prefix="tpustream-bench-pngs-")
+    try:
+        source = image_folder_source(_png_thumbnail_folder(root, min(samples, 2000)))
+        yield _window_cost("thumbnail-png-32x32", source, repeats, 2000)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def bench_hash_cost(*, samples: int, imagenet_samples: int, repeats: int) -> Iterator[dict[str, Any]]:
     """The perceptual hash's cost in shard creation, hash off vs on: CIFAR size and two ImageNet sizes."""
     from tpustream.sources.image_folder import image_folder_source
@@ -253,4 +342,6 @@ def bench_write(
     for result in _encoding_choice(images[:1000], repeats):
         yield json.dumps(result)
     for result in bench_hash_cost(samples=samples, imagenet_samples=imagenet_samples, repeats=repeats):
+        yield json.dumps(result)
+    for result in bench_window_cost(samples=samples, repeats=repeats):
         yield json.dumps(result)

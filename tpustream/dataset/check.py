@@ -90,11 +90,18 @@ class _SplitHashes:
     more: dict[str, set[str]] = field(default_factory=dict)
     first_key: dict[str, str] = field(default_factory=dict)  # the sample key of the first source seen
     phash: dict[str, str] = field(default_factory=dict)  # the perceptual hash of each content (when kept)
+    windows: dict[str, str] = field(default_factory=dict)  # a thumbnail's window hashes (image.phash_windows)
     unhashed: int = 0  # samples whose index line has no perceptual hash (written before them)
     small: int = 0  # contents with a side under NEAR_MIN_SIDE: no near check
 
     def add(
-        self, sha256: str, source: str, key: str = "", phash: str | None = None, short_side: int = 0
+        self,
+        sha256: str,
+        source: str,
+        key: str = "",
+        phash: str | None = None,
+        short_side: int = 0,
+        windows: str | None = None,
     ) -> None:
         seen = self.first.setdefault(sha256, source)
         if seen != source:
@@ -107,6 +114,8 @@ class _SplitHashes:
                 self.small += 1
             else:
                 self.phash[sha256] = phash
+                if windows is not None:
+                    self.windows[sha256] = windows
 
     def sources(self, sha256: str) -> list[str]:
         return sorted(self.more.get(sha256) or {self.first[sha256]})
@@ -341,7 +350,14 @@ def _hash_checks(
     for split in splits:
         hashes[split] = found = _SplitHashes()
         for entry in iter_sample_index(uri, manifest, split):
-            found.add(entry.sha256, entry.source, entry.key, entry.phash, min(entry.width, entry.height))
+            found.add(
+                entry.sha256,
+                entry.source,
+                entry.key,
+                entry.phash,
+                min(entry.width, entry.height),
+                entry.phash_windows,
+            )
         fraction = found.extra_copies / found.distinct_images if found.distinct_images else 0.0
         groups = sorted(found.more, key=lambda h: (-len(found.more[h]), h))
         examples: list[DuplicateGroup] = [
@@ -408,12 +424,21 @@ def _hash_checks(
 def _near_leaks(
     hashes: dict[str, _SplitHashes], thresholds: DataCheckThresholds, facts: DataCheckFacts, max_examples: int
 ) -> list[Anomaly]:
-    """Val and test images within ``near_duplicate_distance`` bits of a train image's perceptual hash (those
-    that are byte copies are leaks already, not listed again), each with its nearest train image; and the
-    near-duplicate clusters inside train (a fact). Exact-only when a split has no hashes."""
+    """Val and test images within ``near_duplicate_distance`` bits of a train image's perceptual hash, or,
+    both thumbnails, with a query window within ``DEFAULT_WINDOW_DISTANCE`` bits of one of its base windows (a
+    shifted copy: image.phash_windows; those that are byte copies are leaks already, not listed again), each
+    with its nearest train image; and the near-duplicate clusters inside train (a fact). Exact-only when a
+    split has no hashes."""
     import numpy as np
 
-    from tpustream.dataset.near_duplicates import near_clusters, near_pairs
+    from tpustream.dataset.near_duplicates import (
+        DEFAULT_WINDOW_DISTANCE,
+        NearPairs,
+        near_clusters,
+        near_pairs,
+        near_window_pairs,
+    )
+    from tpustream.image.phash_windows import WINDOWS, split_window_hex
 
     distance = thresholds.near_duplicate_distance
     held_out = [split for split in ("val", "test") if split in hashes]
@@ -438,15 +463,32 @@ def _near_leaks(
     near["train_clusters"] = clusters.count
     near["train_clustered_images"] = clusters.clustered
     near["train_largest_cluster"] = int(clusters.sizes.max()) if clusters.count else 0
+    window_distance = min(distance, DEFAULT_WINDOW_DISTANCE)  # 0 (equal hashes only): equal windows only
+    near["window_distance"] = window_distance
+    train_thumbs = np.array([i for i, h in enumerate(train_contents) if h in train.windows], dtype=np.int64)
+    train_windows = np.array(
+        [split_window_hex(train.windows[train_contents[i]]) for i in train_thumbs], dtype=np.uint64
+    ).reshape(len(train_thumbs), WINDOWS)
     leaked: dict[str, int] = {}
     pairs: list[NearLeakPair] = []
     for split in held_out:
         found = hashes[split]
         queries = [h for h in found.phash if h not in train.first]  # byte copies: train-val-leak, test-leak
         query_hashes = np.array([int(found.phash[h], 16) for h in queries], dtype=np.uint64)
-        matches = near_pairs(query_hashes, train_hashes, distance)
-        # the nearest train image of each (ties: the first in train's order)
-        order = np.lexsort((matches.base, matches.distance, matches.query))
+        by_hash = near_pairs(query_hashes, train_hashes, distance)
+        thumbs = np.array([i for i, h in enumerate(queries) if h in found.windows], dtype=np.int64)
+        windows = np.array(
+            [split_window_hex(found.windows[queries[i]]) for i in thumbs], dtype=np.uint64
+        ).reshape(len(thumbs), WINDOWS)
+        by_window = near_window_pairs(windows, train_windows, window_distance)
+        matches = NearPairs(
+            query=np.concatenate([by_hash.query, thumbs[by_window.query]]),
+            base=np.concatenate([by_hash.base, train_thumbs[by_window.base]]),
+            distance=np.concatenate([by_hash.distance, by_window.distance]),
+        )
+        shifted = np.concatenate([np.zeros(len(by_hash), bool), np.ones(len(by_window), bool)])
+        # the nearest train image of each (ties: by pHash first, then the first in train's order)
+        order = np.lexsort((matches.base, shifted, matches.distance, matches.query))
         nearest = order[np.unique(matches.query[order], return_index=True)[1]]
         leaked[split] = len(nearest)
         for index in nearest:
@@ -459,6 +501,7 @@ def _near_leaks(
                     "train_source": train.first[base],
                     "train_key": train.first_key[base],
                     "distance": int(matches.distance[index]),
+                    "match": "windows" if shifted[index] else "phash",
                 }
             )
     pairs.sort(key=lambda p: (p["distance"], p["split"] != "test", p["source"]))  # the surest first
@@ -473,10 +516,17 @@ def _near_leaks(
         Anomaly(
             "near-leak",
             f"{count} val/test image(s) ({splits}) are near copies of train images (perceptual hash within "
-            f"{distance} bits, not byte-identical: re-saved, resized or edited; limit "
+            f"{distance} bits, or a thumbnail's shifted window within {window_distance}; not byte-identical: "
+            f"re-saved, resized, shifted or edited; limit "
             f"{thresholds.max_leaked_images}): their scores measure images training saw, e.g. "
-            f"{first['source']} ({first['split']}) ~ {first['train_source']} (train), {first['distance']} bits",
-            {"count": count, "max_distance": distance, "examples": pairs[:max_examples]},
+            f"{first['source']} ({first['split']}) ~ {first['train_source']} (train), {first['distance']} bits"
+            + (" (shifted windows)" if first.get("match") == "windows" else ""),
+            {
+                "count": count,
+                "max_distance": distance,
+                "window_distance": window_distance,
+                "examples": pairs[:max_examples],
+            },
         )
     ]
 

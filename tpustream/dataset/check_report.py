@@ -193,7 +193,7 @@ def _near_rows(
     leaked = near.get("leaked", {})
     shown = ", ".join(f"{split} {n}" for split, n in leaked.items()) or "no val or test split"
     row(
-        f"Val/test images near a train image (pHash within {near['max_distance']} bits)",
+        f"Val/test images near a train image (pHash within {near['max_distance']} bits{_windows_said(near)})",
         f"{sum(leaked.values())} ({shown})",
         str(limit),
         bad,
@@ -216,6 +216,12 @@ def _near_rows(
     )
 
 
+def _windows_said(near: NearDuplicateFacts) -> str:
+    """How thumbnails are also matched (image.phash_windows), when the check said (absent in older JSON)."""
+    window_distance = near.get("window_distance")
+    return "" if window_distance is None else f"; thumbnails' shifted windows within {window_distance}"
+
+
 def _near_pairs(near: NearDuplicateFacts | None) -> list[str]:
     """Each val/test image near a train image, beside that train image, the closest first."""
     pairs = near.get("pairs", []) if near else []
@@ -224,13 +230,15 @@ def _near_pairs(near: NearDuplicateFacts | None) -> list[str]:
     total = sum(near.get("leaked", {}).values())
     more = f" (the {len(pairs)} closest of {total})" if total > len(pairs) else ""
     lines = [
-        f"Near copies of train images{more}: perceptual hash within {near['max_distance']} bits:",
+        f"Near copies of train images{more}: perceptual hash within {near['max_distance']} bits"
+        f"{_windows_said(near)}:",
         "",
-        "| split | image | train image | bits |",
-        "|---|---|---|---|",
+        "| split | image | train image | bits | match |",
+        "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {p['split']} | {_code(p['source'])} | {_code(p['train_source'])} | {p['distance']} |"
+        f"| {p['split']} | {_code(p['source'])} | {_code(p['train_source'])} | {p['distance']} | "
+        f"{'shifted windows' if p.get('match') == 'windows' else 'pHash'} |"
         for p in pairs
     ]
     return [*lines, ""]

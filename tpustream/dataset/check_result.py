@@ -131,6 +131,9 @@ class NearLeakPair(TypedDict):
     train_source: str
     train_key: str
     distance: int
+    # what matched: "phash" (the whole images' hashes, distance in their bits) or "windows" (thumbnails: a
+    # query window of the val/test image and a base window of the train image, a shifted copy)
+    match: NotRequired[Literal["phash", "windows"]]
 
 
 # checked: both sides hashed; exact-only: a split's sample index has no perceptual hashes (written before
@@ -143,6 +146,7 @@ class NearDuplicateFacts(TypedDict):
 
     status: NearStatus
     max_distance: int
+    window_distance: NotRequired[int]  # thumbnails' window hashes (image.phash_windows): bits
     unhashed_splits: list[str]  # the splits whose index lacks hashes (exact-only)
     small_images: dict[str, int]  # per split: images with a side under NEAR_MIN_SIDE (exact-only)
     leaked: NotRequired[dict[str, int]]  # per held-out split: images near a train image (not exact copies)
@@ -219,6 +223,7 @@ class AnomalyDetails(TypedDict, total=False):
     examples: list[DuplicateGroup] | list[LeakExample] | list[NearLeakPair]
     count: int  # train-val-leak, test-leak, near-leak, skipped-rate
     max_distance: int
+    window_distance: int  # near-leak: thumbnails' window hashes (bits)
     rate: float  # skipped-rate, skipped-rate-increase (with ``baseline``)
     by_reason: dict[str, int]
     baseline: float

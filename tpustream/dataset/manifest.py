@@ -52,6 +52,7 @@ class ShardError(TpustreamError, RuntimeError):
 
 
 _PHASH = re.compile("[0-9a-f]{16}")
+_PHASH_WINDOWS = re.compile("[0-9a-f]{144}")
 _json_string = json.JSONEncoder().encode  # a str's JSON form, without json.dumps' per-call setup
 
 
@@ -70,10 +71,16 @@ class SampleIndexEntry(NamedTuple):
     label: str  # the class name
     # the image's 64-bit perceptual hash (image.phash) as 16 hex digits; None in lines written before it
     phash: str | None = None
+    # a thumbnail's window hashes of its split's role (image.phash_windows.window_role: train the 9 base
+    # windows, val and test the 9 query windows) as 9 x 16 hex digits; None for larger images and in lines
+    # written before them
+    phash_windows: str | None = None
 
     def to_json_line(self) -> str:
         # by hand, for the same reason; key, sha256, format and phash never need JSON's escaping
         phash = "" if self.phash is None else f',"phash":"{self.phash}"'
+        if self.phash_windows is not None:
+            phash += f',"phash_windows":"{self.phash_windows}"'
         return (
             f'{{"key":"{self.key}","sha256":"{self.sha256}","width":{self.width},"height":{self.height},'
             f'"format":"{self.format}","source":{_json_string(self.source)},"class":{_json_string(self.label)}'
@@ -86,6 +93,9 @@ class SampleIndexEntry(NamedTuple):
         phash = row.get("phash")
         if phash is not None and not _PHASH.fullmatch(str(phash)):
             raise ValueError(f"phash {phash!r} is not 16 hex digits")
+        windows = row.get("phash_windows")
+        if windows is not None and not _PHASH_WINDOWS.fullmatch(str(windows)):
+            raise ValueError(f"phash_windows {windows!r} is not 9 x 16 hex digits")
         return cls(
             key=str(row["key"]),
             sha256=str(row["sha256"]),
@@ -95,6 +105,7 @@ class SampleIndexEntry(NamedTuple):
             source=str(row["source"]),
             label=str(row["class"]),
             phash=None if phash is None else str(phash),
+            phash_windows=None if windows is None else str(windows),
         )
 
 

@@ -8,6 +8,7 @@ reason (``sources.types.SKIP_REASONS``); ``dataset.finalize`` counts them into t
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import json
@@ -30,6 +31,7 @@ from tpustream.image.codec import (
     ImageTooLarge,
     UnreadableImage,
     kept_hash_lows,
+    kept_thumbnail_grey,
     pixel_budget,
     ppm_header,
 )
@@ -42,6 +44,7 @@ from tpustream.image.phash import (
     hash_lows_bytes,
     hash_lows_images,
 )
+from tpustream.image.phash_windows import WindowHasher, is_thumbnail, window_role
 from tpustream.sources.types import Item, Source
 from tpustream.storage import io as storage
 
@@ -152,6 +155,9 @@ class _Loaded(NamedTuple):
     # the perceptual hash's 64 low DCT coefficients (phash.hash_lows), or a 32x32 PPM's bytes or a JPEG's small
     # grey draft, hashed with the shard's others (phash.Ppm32Hasher, phash.hash_lows_images); None: not hashed
     hash_input: np.ndarray | bytes | PILImage.Image | None
+    # a thumbnail's grey pixels from the source's check-decode (codec.kept_thumbnail_grey), for its window
+    # hashes; None: none kept (its stored bytes are hashed)
+    thumbnail_grey: np.ndarray | None = None
 
 
 def _load(
@@ -160,21 +166,26 @@ def _load(
     max_side: int | None,
     hashing: bool,
     kept: list[np.ndarray | PILImage.Image] | None = None,
+    greys: list[np.ndarray] | None = None,
 ) -> _Loaded | CorruptImage:
     """The item's image and what the sample index records about it, or the CorruptImage saying why it
     cannot be written (returned, not raised: whether it is skipped or fatal is the writer's choice).
     ``kept``: the list of the ``kept_hash_lows`` block this thread is in (the writer's own loop), else None
-    (a load on the pool's threads enters its own)."""
+    (a load on the pool's threads enters its own); ``greys``: its ``kept_thumbnail_grey`` list, likewise."""
+    grey: list[np.ndarray] = []
     try:
         hash_input: np.ndarray | bytes | PILImage.Image | None = None
         if not hashing:
             data, ext = source.load(item, max_side)
         elif kept is not None:  # one block for the whole shard: ~0.4 us an image less than one per load
             kept.clear()
+            if greys is not None:
+                greys.clear()
+                grey = greys
             data, ext = source.load(item, max_side)
             hash_input = _hash_input(data, ext, kept)
         else:
-            with kept_hash_lows() as kept:
+            with kept_hash_lows() as kept, kept_thumbnail_grey() as grey:
                 data, ext = source.load(item, max_side)
             hash_input = _hash_input(data, ext, kept)
     except CorruptImage as exc:
@@ -182,7 +193,8 @@ def _load(
     except ValueError as exc:  # bytes the source did not check (a PPM it made) that do not decode
         return CorruptImage(f"{item.ref}: {exc}")
     width, height = _image_size(data, ext)
-    return _Loaded(data, ext, hashlib.sha256(data).hexdigest(), width, height, hash_input)
+    thumbnail_grey = grey[-1] if grey and grey[-1].shape == (height, width) else None
+    return _Loaded(data, ext, hashlib.sha256(data).hexdigest(), width, height, hash_input, thumbnail_grey)
 
 
 def _hash_input(
@@ -208,9 +220,9 @@ def _loaded_in_order(
             for key, item in items:
                 yield key, item, _load(source, item, max_side, False)
             return
-        with kept_hash_lows() as kept:
+        with kept_hash_lows() as kept, kept_thumbnail_grey() as greys:
             for key, item in items:
-                yield key, item, _load(source, item, max_side, True, kept)
+                yield key, item, _load(source, item, max_side, True, kept, greys)
         return
     pending: deque[tuple[str, Item, Future[_Loaded | CorruptImage]]] = deque()
     for key, item in items:
@@ -262,11 +274,13 @@ def write_shard(
     strict: bool,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     perceptual_hashes: bool = True,
+    window_hashes: bool = True,
 ) -> ShardRecord:
     """Write one planned shard to ``output/spec.path`` atomically and record what it holds. Images whose
     header claims more than ``max_pixels`` are skipped (counted) without being decoded. Each image's
     perceptual hash goes into the sample index (``perceptual_hashes=False``: none, which only ``bench write``
-    asks for, to measure what the hash costs)."""
+    asks for, to measure what the hash costs; ``window_hashes=False``: the thumbnails' window hashes left out,
+    likewise)."""
     final = storage.join(output, spec.path)
     skipped: list[tuple[str, str, str]] = []  # (item ref, message, reason)
     class_counts: Counter[str] = Counter()
@@ -280,10 +294,13 @@ def write_shard(
     ppm_hasher = Ppm32Hasher() if perceptual_hashes else None
     other_lows: list[tuple[int, np.ndarray]] = []
     drafts: list[tuple[int, PILImage.Image]] = []  # small grey drafts, hashed together at the end
+    # thumbnails' window hashes of the split's role (image.phash_windows), on a thread of their own
+    windows = WindowHasher(window_role(spec.split)) if ppm_hasher is not None and window_hashes else None
     with (
         pixel_budget(max_pixels),
         storage.open_write(final, content_type="application/x-tar") as f,
         TarShardWriter(f) as writer,
+        contextlib.closing(windows) if windows is not None else contextlib.nullcontext(),
     ):
         for key, item, loaded in _iter_encoded(source, spec, max_side, strict, perceptual_hashes, skipped):
             writer.write(key, {loaded.ext: loaded.data, "cls": str(item.label).encode("ascii")})
@@ -294,6 +311,10 @@ def write_shard(
             rows.append(
                 (key, loaded.sha256, loaded.width, loaded.height, loaded.ext, source.locate(item), name)
             )
+            if windows is not None:
+                thumbnail = is_thumbnail(loaded.width, loaded.height)
+                window_input = loaded.data if loaded.thumbnail_grey is None else loaded.thumbnail_grey
+                windows.add(window_input if thumbnail else None, str(item.ref))
             if ppm_hasher is not None:
                 if isinstance(loaded.hash_input, bytes):
                     ppm_hasher.add(loaded.hash_input)
@@ -305,10 +326,11 @@ def write_shard(
                         other_lows += _draft_lows(drafts)
                         drafts = []
         stats = writer.finish()
+        window_hex = windows.hex() if windows is not None else [None] * len(rows)
     hashes: list[str] | list[None] = [None] * len(rows)
     if ppm_hasher is not None:
         hashes = hash_hex_batch(_merged_hashes(len(rows), ppm_hasher.hashes(), other_lows, drafts))
-    entries = [SampleIndexEntry(*row, phash) for row, phash in zip(rows, hashes, strict=True)]
+    entries = [SampleIndexEntry(*row, h, w) for row, h, w in zip(rows, hashes, window_hex, strict=True)]
     # The index before the record: a recorded shard always has its index (resume trusts the record).
     index = "".join(entry.to_json_line() + "\n" for entry in entries).encode()
     storage.write_bytes(
