@@ -366,7 +366,7 @@ def test_first_run_then_a_warm_started_challenger(scenario, sources, staged_weig
     _champion_answers(registry, source, tmp_path / "second")
     if scenario == CHEAPEST:  # the cheapest chain goes on
         _refused_then_nothing_new(root, settings, source, tmp_path)
-        _stopped_at_the_data_check(root, {**settings, "source": sources["leaky"]}, tmp_path / "leaky")
+        _stopped_at_the_data_check(root, {**settings, "source": sources["leaky"]}, tmp_path / "leaky", source)
 
 
 @pytest.mark.parametrize("scenario", LEAKY, ids=[s.id for s in LEAKY])
@@ -376,7 +376,9 @@ def test_a_leaky_first_run_stops_at_the_data_check(scenario, sources, staged_wei
     _stopped_at_the_data_check(str(tmp_path / "run"), settings, tmp_path)
 
 
-def _stopped_at_the_data_check(root: str, settings: dict[str, Any], tmp_path: Path) -> None:
+def _stopped_at_the_data_check(
+    root: str, settings: dict[str, Any], tmp_path: Path, champion_source: str = ""
+) -> None:
     """A run on the leaky folder stops at the data check with the ``near-leak`` finding, every planted pair
     named in the check's report; the outcome, the webhook and the failure say so; nothing is trained, searched
     or evaluated; the registry's champion and history are as they were (a data refusal decides on no
@@ -423,7 +425,7 @@ def _stopped_at_the_data_check(root: str, settings: dict[str, Any], tmp_path: Pa
     else:
         assert champion_history(registry) == history_before
         assert before is not None
-        _champion_answers(registry, str(settings["source"]), tmp_path / "champion")
+        _champion_answers(registry, champion_source, tmp_path / "champion")  # a digit of its own data
 
 
 def _recipe_and_search_recorded(scenario: Scenario, card: dict, page: str, pipeline_root: str) -> None:
