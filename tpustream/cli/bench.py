@@ -96,17 +96,17 @@ def bench_finetune_cmd(
         str | None, typer.Option(help="Target-task train images per class, a list [default: 10,30,100].")
     ] = None,
     epochs: Annotated[
-        str | None, typer.Option(help="Fine-tuning epochs, one per size [default: 12,6,3].")
+        str | None, typer.Option(help="Fine-tuning epochs, one per size [default: 6,3,2].")
     ] = None,
     pretrain_epochs: Annotated[
-        int | None, typer.Option(help="Epochs of the pretraining run on the source task [default: 4].", min=1)
+        int | None, typer.Option(help="Epochs of the pretraining run on the source task [default: 2].", min=1)
     ] = None,
     source_per_class: Annotated[
-        int | None, typer.Option(help="Source-task images per class, 22 classes [default: 120].", min=1)
+        int | None, typer.Option(help="Source-task images per class, 22 classes [default: 50].", min=1)
     ] = None,
     test_per_class: Annotated[
         int | None,
-        typer.Option(help="Test images per target class, the same at every size [default: 50].", min=1),
+        typer.Option(help="Test images per target class, the same at every size [default: 25].", min=1),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name [default: resnet18].")] = None,
     batch_size: Annotated[
