@@ -1,0 +1,327 @@
+"""The training recipe's ``torchvision.transforms.v2`` policies on a whole batch at once, per sample.
+
+TrivialAugmentWide, RandAugment and RandomErasing as torchvision defines them (the op sets and magnitude tables
+are torchvision's own, read from the transform classes), but drawn per sample from one generator seeded per batch
+and applied one op to all the samples that drew it in one batched call on the uint8 NCHW batch. A v2 transform
+called on a batch draws one op for all of it; called per image (the loader did, issue 46) it costs ~0.4-1 ms of
+Python per image, ten times the decode and crop of a CIFAR-size sample. Each op's pixels equal torchvision's
+functional op for that sample's op and magnitude (tests/unit/test_policy.py): the per-sample parameters go into
+the same arithmetic (the affine grids through one ``grid_sample``, the colour factors as per-sample tensors, the
+blends with torchvision's fused multiply-add rounding), and what has no per-sample form here (a rotation by a
+multiple of 90 degrees, which torchvision turns by transposing) is torchvision's kernel called on its group.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tpustream.image.transforms import IMAGENET_MEAN, AugmentPolicy
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "ERASING_FILL",
+    "PolicyDraws",
+    "apply_batch_policy",
+    "apply_ops",
+    "draw_policy",
+    "erase",
+    "op_names",
+]
+
+# RandAugment's "rand-m9": 2 ops at magnitude 9 of 31 bins (timm's default, MAE's fine-tuning); TrivialAugmentWide
+# draws 1 op and its magnitude bin (torchvision's defaults: 31 bins, nearest interpolation, fill 0).
+_BINS = 31
+_RANDAUGMENT_OPS = 2
+_RANDAUGMENT_MAGNITUDE = 9
+# RandomErasing's defaults (torchvision): erased area 2-33% of the image, aspect ratio 0.3-3.3, 10 tries.
+_ERASE_SCALE = (0.02, 0.33)
+_ERASE_RATIO = (0.3, 3.3)
+_ERASE_TRIES = 10
+# The reference recipes erase after normalising, to 0: the mean colour, which these uint8 levels are.
+ERASING_FILL = tuple(round(255 * channel) for channel in IMAGENET_MEAN)
+
+
+def _space(policy: AugmentPolicy) -> dict[str, tuple[Callable[..., Any], bool]]:
+    from torchvision.transforms import v2
+
+    table = v2.TrivialAugmentWide if policy == "trivial" else v2.RandAugment
+    return table._AUGMENTATION_SPACE
+
+
+def op_names(policy: AugmentPolicy) -> tuple[str, ...]:
+    """The policy's op set, in torchvision's order (an op's index in it is what ``PolicyDraws.ops`` holds)."""
+    return () if policy == "none" else tuple(_space(policy))
+
+
+@dataclass(frozen=True)
+class PolicyDraws:
+    """One batch's draws: ``ops[k][i]`` the op index (in ``op_names``) and ``magnitudes[k][i]`` its signed
+    magnitude for round ``k`` (RandAugment: 2 rounds, in turn) of sample ``i``; ``erase[i]`` the (top, left,
+    height, width) RandomErasing covers on sample ``i``, or None."""
+
+    ops: tuple[tuple[int, ...], ...]
+    magnitudes: tuple[tuple[float, ...], ...]
+    erase: tuple[tuple[int, int, int, int] | None, ...]
+
+
+@functools.lru_cache(maxsize=16)
+def _magnitude_table(
+    policy: AugmentPolicy, height: int, width: int
+) -> tuple[tuple[tuple[float, ...], bool], ...]:
+    """Per op: its magnitude per bin (empty: the op takes none) and whether it is signed (torchvision's table)."""
+    rows = []
+    for magnitudes_fn, signed in _space(policy).values():
+        magnitudes = magnitudes_fn(_BINS, height, width)
+        rows.append((() if magnitudes is None else tuple(float(m) for m in magnitudes), signed))
+    return tuple(rows)
+
+
+def draw_policy(
+    policy: AugmentPolicy, random_erasing: float, count: int, height: int, width: int, seed: int
+) -> PolicyDraws:
+    """Each of ``count`` samples' ops, magnitudes and erased box, drawn as torchvision draws them for one image
+    (op uniform over the set; TrivialAugmentWide: magnitude bin uniform over 31, RandAugment: bin 9; a signed
+    magnitude negated with probability 1/2; erasing with probability ``random_erasing`` over the first of 10
+    tried boxes that fits), from a generator seeded with ``seed``: the same draws for the same seed, always the
+    same number of them whatever is drawn."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    rounds = {"none": 0, "trivial": 1, "randaugment": _RANDAUGMENT_OPS}[policy]
+    ops_drawn: list[tuple[int, ...]] = []
+    magnitudes_drawn: list[tuple[float, ...]] = []
+    if rounds:
+        table = _magnitude_table(policy, height, width)
+        op_index = torch.randint(len(table), (rounds, count), generator=generator).tolist()
+        bins = torch.randint(_BINS, (rounds, count), generator=generator).tolist()
+        negate = (torch.rand((rounds, count), generator=generator) <= 0.5).tolist()
+        for k in range(rounds):
+            row: list[float] = []
+            for i in range(count):
+                magnitudes, signed = table[op_index[k][i]]
+                if not magnitudes:
+                    row.append(0.0)
+                    continue
+                magnitude = magnitudes[bins[k][i] if policy == "trivial" else _RANDAUGMENT_MAGNITUDE]
+                row.append(-magnitude if signed and negate[k][i] else magnitude)
+            ops_drawn.append(tuple(op_index[k]))
+            magnitudes_drawn.append(tuple(row))
+    erase: list[tuple[int, int, int, int] | None] = [None] * count
+    if random_erasing > 0:
+        applied = (torch.rand(count, generator=generator) < random_erasing).tolist()
+        area = height * width
+        shape = (count, _ERASE_TRIES)
+        areas = torch.empty(shape, dtype=torch.float64).uniform_(*_ERASE_SCALE, generator=generator) * area
+        log_low, log_high = math.log(_ERASE_RATIO[0]), math.log(_ERASE_RATIO[1])
+        aspects = (
+            torch.empty(shape, dtype=torch.float64).uniform_(log_low, log_high, generator=generator).exp()
+        )
+        place = torch.rand((count, _ERASE_TRIES, 2), dtype=torch.float64, generator=generator).tolist()
+        heights = torch.sqrt(areas * aspects).tolist()
+        widths = torch.sqrt(areas / aspects).tolist()
+        for i in range(count):
+            if not applied[i]:
+                continue
+            for t in range(_ERASE_TRIES):
+                h, w = int(round(heights[i][t])), int(round(widths[i][t]))
+                if h < height and w < width:  # torchvision's test; no box fits in 10 tries: nothing erased
+                    top = int(place[i][t][0] * (height - h + 1))
+                    left = int(place[i][t][1] * (width - w + 1))
+                    erase[i] = (top, left, h, w)
+                    break
+    return PolicyDraws(tuple(ops_drawn), tuple(magnitudes_drawn), tuple(erase))
+
+
+def _fma_blend(image: torch.Tensor, other: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``_blend`` (``image * r`` then ``add_(other, alpha=1 - r)``, clamped, truncated to uint8)
+    with a per-sample ``ratio`` (N x 1 x 1 x 1, float64 holding each sample's Python float). The ``add_`` is
+    one fused multiply-add in torch's vectorised kernel: computed here in float64 (exact for these operands:
+    an 8-bit level times a float32 factor plus a float32 sum fits 53 bits) and rounded once to float32."""
+    import torch
+
+    scaled = image.to(torch.float32).mul_(ratio.to(torch.float32))
+    alpha = (1.0 - ratio).to(torch.float32).to(torch.float64)
+    fused = scaled.to(torch.float64).add_(other.to(torch.float64).mul_(alpha)).to(torch.float32)
+    return fused.clamp_(0, 255).to(torch.uint8)
+
+
+def _grayscale(images: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``_rgb_to_grayscale_image`` (float, then floored for uint8 input), N x 1 x H x W."""
+    red, green, blue = images.unbind(dim=-3)
+    luma = red.mul(0.2989).add_(green, alpha=0.587).add_(blue, alpha=0.114)
+    return luma.unsqueeze(dim=-3).floor_()
+
+
+def _sharpness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``adjust_sharpness_image`` with a per-sample factor: the 3x3 smoothing kernel, rounded, the
+    border kept, the inside blended as ``x + (1 - f) * (blur - x)`` (one fused multiply-add, as ``_fma_blend``)."""
+    import torch
+    from torch.nn.functional import conv2d
+
+    height, width = images.shape[-2:]
+    if height <= 2 or width <= 2:
+        return images
+    a, b = 1.0 / 13.0, 5.0 / 13.0
+    kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], dtype=torch.float32).expand(3, 1, 3, 3)
+    output = images.to(dtype=torch.float32, copy=True)
+    blurred = conv2d(output, kernel, groups=3).round_()
+    view = output[..., 1:-1, 1:-1]
+    alpha = (1.0 - factor).to(torch.float32).to(torch.float64)
+    difference = blurred.sub_(view).to(torch.float64)
+    view.copy_(view.to(torch.float64).add_(difference.mul_(alpha)).to(torch.float32))
+    return output.clamp_(0, 255).to(torch.uint8)
+
+
+def _inverse_affine(op: str, magnitude: float, height: int, width: int) -> list[float] | None:
+    """The inverse affine matrix torchvision's F.affine / F.rotate builds for this op, or None for a rotation
+    torchvision does without one (0, 90, 180, 270 degrees: a transpose)."""
+    from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
+
+    if op == "Rotate":
+        angle = magnitude % 360
+        if angle in (0, 90, 180, 270):
+            return None
+        return _get_inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0])
+    corner = [-width * 0.5, -height * 0.5]  # the policies shear about the top-left corner (center=[0, 0])
+    if op == "ShearX":
+        return _get_inverse_affine_matrix(
+            corner, 0.0, [0.0, 0.0], 1.0, [math.degrees(math.atan(magnitude)), 0.0]
+        )
+    if op == "ShearY":
+        return _get_inverse_affine_matrix(
+            corner, 0.0, [0.0, 0.0], 1.0, [0.0, math.degrees(math.atan(magnitude))]
+        )
+    if op == "TranslateX":
+        return _get_inverse_affine_matrix([0.0, 0.0], 0.0, [float(int(magnitude)), 0.0], 1.0, [0.0, 0.0])
+    return _get_inverse_affine_matrix([0.0, 0.0], 0.0, [0.0, float(int(magnitude))], 1.0, [0.0, 0.0])
+
+
+@functools.lru_cache(maxsize=4)
+def _base_grid(height: int, width: int) -> torch.Tensor:
+    """torchvision's ``_affine_grid`` base: output pixel centres about the image centre, and a 1, (H*W) x 3."""
+    import torch
+
+    grid = torch.empty(1, height, width, 3, dtype=torch.float32)
+    grid[..., 0].copy_(torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width))
+    grid[..., 1].copy_(
+        torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height).unsqueeze_(-1)
+    )
+    grid[..., 2].fill_(1)
+    return grid.view(1, height * width, 3)
+
+
+def _warp(images: torch.Tensor, matrices: list[list[float]]) -> torch.Tensor:
+    """Each image through its own inverse affine matrix: torchvision's ``_affine_grid`` per sample (the same
+    product, one ``bmm`` per sample's grid) and one nearest ``grid_sample`` for all, zeros outside, rounded."""
+    import torch
+    from torch.nn.functional import grid_sample
+
+    height, width = images.shape[-2:]
+    theta = torch.tensor(matrices, dtype=torch.float32).reshape(-1, 2, 3)
+    rescaled = theta.transpose(1, 2).div_(torch.tensor([0.5 * width, 0.5 * height], dtype=torch.float32))
+    base = _base_grid(height, width)
+    grids = torch.cat([base.bmm(rescaled[i : i + 1]) for i in range(len(matrices))])
+    warped = grid_sample(
+        images.to(torch.float32),
+        grids.view(-1, height, width, 2),
+        mode="nearest",
+        padding_mode="zeros",
+        align_corners=False,
+    )
+    return warped.round_().to(torch.uint8)
+
+
+def _apply_op(op: str, images: torch.Tensor, magnitudes: list[float]) -> torch.Tensor:
+    """``op`` on ``images`` (uint8 N x 3 x H x W), sample ``i`` at ``magnitudes[i]``: torchvision's pixels."""
+    import torch
+    from torchvision.transforms.v2 import functional as F
+
+    def per_sample(values: list[float]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.float64).view(-1, 1, 1, 1)
+
+    height, width = images.shape[-2:]
+    if op == "Identity":
+        return images
+    if op in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"):
+        matrices = [_inverse_affine(op, magnitude, height, width) for magnitude in magnitudes]
+        out = images.clone()
+        warped = [i for i, matrix in enumerate(matrices) if matrix is not None]
+        if warped:
+            out[warped] = _warp(images[warped], [matrices[i] for i in warped])  # type: ignore[misc]
+        for angle in {magnitudes[i] for i, matrix in enumerate(matrices) if matrix is None}:
+            turned = [i for i, magnitude in enumerate(magnitudes) if magnitude == angle]
+            out[turned] = F.rotate(images[turned], angle=angle)
+        return out
+    if op == "Brightness":  # image * (1 + m), clamped, truncated
+        factor = per_sample([1.0 + magnitude for magnitude in magnitudes]).to(torch.float32)
+        return images.mul(factor).clamp_(0, 255).to(torch.uint8)
+    if op == "Color":  # blend with the floored greyscale image
+        return _fma_blend(images, _grayscale(images), per_sample([1.0 + m for m in magnitudes]))
+    if op == "Contrast":  # blend with the floored greyscale image's mean
+        mean = torch.mean(_grayscale(images), dim=(-3, -2, -1), keepdim=True)
+        return _fma_blend(images, mean, per_sample([1.0 + m for m in magnitudes]))
+    if op == "Sharpness":
+        return _sharpness(images, per_sample([1.0 + m for m in magnitudes]))
+    if op == "Posterize":  # keep the top ``bits`` bits
+        masks = [(((1 << int(m)) - 1) << (8 - int(m))) if int(m) < 8 else 255 for m in magnitudes]
+        return images & torch.tensor(masks, dtype=torch.uint8).view(-1, 1, 1, 1)
+    if op == "Solarize":  # invert the levels at or above 255 * m
+        threshold = per_sample([255 * magnitude for magnitude in magnitudes]).to(torch.float32)
+        return torch.where(images >= threshold, images.bitwise_not(), images)
+    if op == "AutoContrast":  # per image and channel: torchvision's kernel is per sample on a batch
+        return F.autocontrast(images)
+    if op == "Equalize":
+        return F.equalize(images)
+    raise ValueError(f"no batched form of the policy op {op!r}")
+
+
+def apply_ops(
+    images: torch.Tensor, names: tuple[str, ...], ops: tuple[int, ...], magnitudes: tuple[float, ...]
+) -> None:
+    """One round of per-sample ops on ``images`` in place: each op once, on the samples that drew it."""
+    groups: dict[int, list[int]] = {}
+    for index, op in enumerate(ops):
+        groups.setdefault(op, []).append(index)
+    for op, members in groups.items():
+        if names[op] == "Identity":
+            continue
+        if len(members) == len(ops):
+            images.copy_(_apply_op(names[op], images, list(magnitudes)))
+        else:
+            images[members] = _apply_op(names[op], images[members], [magnitudes[i] for i in members])
+
+
+def erase(images: torch.Tensor, boxes: tuple[tuple[int, int, int, int] | None, ...]) -> None:
+    """RandomErasing's boxes (top, left, height, width; None: not erased) filled with ``ERASING_FILL``, in place,
+    as one masked write: a box mask per sample from row and column ranges."""
+    import torch
+
+    chosen = [i for i, box in enumerate(boxes) if box is not None]
+    if not chosen:
+        return
+    height, width = images.shape[-2:]
+    spans = torch.tensor([boxes[i] for i in chosen], dtype=torch.int64)
+    rows = torch.arange(height).view(1, -1)
+    columns = torch.arange(width).view(1, -1)
+    in_rows = (rows >= spans[:, 0:1]) & (rows < spans[:, 0:1] + spans[:, 2:3])
+    in_columns = (columns >= spans[:, 1:2]) & (columns < spans[:, 1:2] + spans[:, 3:4])
+    mask = (in_rows[:, :, None] & in_columns[:, None, :])[:, None]
+    fill = torch.tensor(ERASING_FILL, dtype=torch.uint8).view(1, 3, 1, 1)
+    images[chosen] = torch.where(mask, fill, images[chosen])
+
+
+def apply_batch_policy(images: torch.Tensor, policy: AugmentPolicy, random_erasing: float, seed: int) -> None:
+    """``policy`` then RandomErasing at ``random_erasing`` on each of ``images`` (uint8 N x 3 x H x W), in place,
+    every sample drawing its own ops and box from the batch's ``seed`` (``draw_policy``)."""
+    count, _, height, width = images.shape
+    draws = draw_policy(policy, random_erasing, count, height, width, seed)
+    names = op_names(policy)
+    for ops, magnitudes in zip(draws.ops, draws.magnitudes, strict=True):
+        apply_ops(images, names, ops, magnitudes)
+    erase(images, draws.erase)
