@@ -114,7 +114,6 @@ def draw_policy(
             magnitudes_drawn.append(tuple(row))
     erase: list[tuple[int, int, int, int] | None] = [None] * count
     if random_erasing > 0:
-        applied = (torch.rand(count, generator=generator) < random_erasing).tolist()
         area = height * width
         shape = (count, _ERASE_TRIES)
         areas = torch.empty(shape, dtype=torch.float64).uniform_(*_ERASE_SCALE, generator=generator) * area
@@ -122,19 +121,20 @@ def draw_policy(
         aspects = (
             torch.empty(shape, dtype=torch.float64).uniform_(log_low, log_high, generator=generator).exp()
         )
-        place = torch.rand((count, _ERASE_TRIES, 2), dtype=torch.float64, generator=generator).tolist()
-        heights = torch.sqrt(areas * aspects).tolist()
-        widths = torch.sqrt(areas / aspects).tolist()
-        for i in range(count):
-            if not applied[i]:
-                continue
-            for t in range(_ERASE_TRIES):
-                h, w = int(round(heights[i][t])), int(round(widths[i][t]))
-                if h < height and w < width:  # torchvision's test; no box fits in 10 tries: nothing erased
-                    top = int(place[i][t][0] * (height - h + 1))
-                    left = int(place[i][t][1] * (width - w + 1))
-                    erase[i] = (top, left, h, w)
-                    break
+        place = torch.rand((count, _ERASE_TRIES, 2), dtype=torch.float64, generator=generator)
+        heights = torch.sqrt(areas * aspects).round_().long()  # round half to even, as Python's round
+        widths = torch.sqrt(areas / aspects).round_().long()
+        fits = (heights < height) & (
+            widths < width
+        )  # torchvision's test; none of the 10 fits: nothing erased
+        first = fits.long().argmax(dim=1, keepdim=True)  # the first try that fits
+        h, w = heights.gather(1, first)[:, 0], widths.gather(1, first)[:, 0]
+        top = (place[:, :, 0].gather(1, first)[:, 0] * (height - h + 1)).long()
+        left = (place[:, :, 1].gather(1, first)[:, 0] * (width - w + 1)).long()
+        chosen = (torch.rand(count, generator=generator) < random_erasing) & fits.any(dim=1)
+        boxes = torch.stack([top, left, h, w], dim=1).tolist()
+        for i in chosen.nonzero()[:, 0].tolist():
+            erase[i] = (boxes[i][0], boxes[i][1], boxes[i][2], boxes[i][3])
     return PolicyDraws(tuple(ops_drawn), tuple(magnitudes_drawn), tuple(erase))
 
 
@@ -217,8 +217,8 @@ def _base_grid(height: int, width: int) -> torch.Tensor:
 
 
 def _warp(images: torch.Tensor, matrices: list[list[float]]) -> torch.Tensor:
-    """Each image through its own inverse affine matrix: torchvision's ``_affine_grid`` per sample (the same
-    product, one ``bmm`` per sample's grid) and one nearest ``grid_sample`` for all, zeros outside, rounded."""
+    """Each image through its own inverse affine matrix: torchvision's ``_affine_grid`` per sample (its
+    product, batched) and one nearest ``grid_sample`` for all, zeros outside, rounded."""
     import torch
     from torch.nn.functional import grid_sample
 
@@ -226,7 +226,7 @@ def _warp(images: torch.Tensor, matrices: list[list[float]]) -> torch.Tensor:
     theta = torch.tensor(matrices, dtype=torch.float32).reshape(-1, 2, 3)
     rescaled = theta.transpose(1, 2).div_(torch.tensor([0.5 * width, 0.5 * height], dtype=torch.float32))
     base = _base_grid(height, width)
-    grids = torch.cat([base.bmm(rescaled[i : i + 1]) for i in range(len(matrices))])
+    grids = base.expand(len(matrices), -1, -1).bmm(rescaled)
     warped = grid_sample(
         images.to(torch.float32),
         grids.view(-1, height, width, 2),
