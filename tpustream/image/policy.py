@@ -43,6 +43,10 @@ _RANDAUGMENT_MAGNITUDE = 9
 _ERASE_SCALE = (0.02, 0.33)
 _ERASE_RATIO = (0.3, 3.3)
 _ERASE_TRIES = 10
+# An op runs on the samples that drew it this many pixels at a time (64 images at 32 px, one from 256 px): a larger
+# batch as float leaves the caches, and at 224 px a whole batch's op ran 2-4x slower per image than image by image
+# (measured on the loader's one thread, issue 46), where the per-call overhead batching saves is a few percent.
+_CHUNK_PIXELS = 1 << 16
 # The reference recipes erase after normalising, to 0: the mean colour, which these uint8 levels are.
 ERASING_FILL = tuple(round(255 * channel) for channel in IMAGENET_MEAN)
 
@@ -281,39 +285,66 @@ def _apply_op(op: str, images: torch.Tensor, magnitudes: list[float]) -> torch.T
     raise ValueError(f"no batched form of the policy op {op!r}")
 
 
+def _one(op: str, image: torch.Tensor, magnitude: float) -> torch.Tensor:
+    """``op`` on one image as torchvision's policies call it (``_AutoAugmentBase._apply_image_or_video_transform``:
+    nearest interpolation, fill 0, shears about the top-left corner)."""
+    from torchvision.transforms.v2 import functional as F
+
+    if op in ("ShearX", "ShearY"):
+        degrees = math.degrees(math.atan(magnitude))
+        shear = [degrees, 0.0] if op == "ShearX" else [0.0, degrees]
+        return F.affine(image, angle=0.0, translate=[0, 0], scale=1.0, shear=shear, center=[0, 0])
+    if op in ("TranslateX", "TranslateY"):
+        translate = [int(magnitude), 0] if op == "TranslateX" else [0, int(magnitude)]
+        return F.affine(image, angle=0.0, translate=translate, scale=1.0, shear=[0.0, 0.0])
+    if op == "Rotate":
+        return F.rotate(image, angle=magnitude)
+    if op == "Brightness":
+        return F.adjust_brightness(image, brightness_factor=1.0 + magnitude)
+    if op == "Color":
+        return F.adjust_saturation(image, saturation_factor=1.0 + magnitude)
+    if op == "Contrast":
+        return F.adjust_contrast(image, contrast_factor=1.0 + magnitude)
+    if op == "Sharpness":
+        return F.adjust_sharpness(image, sharpness_factor=1.0 + magnitude)
+    if op == "Posterize":
+        return F.posterize(image, bits=int(magnitude))
+    if op == "Solarize":
+        return F.solarize(image, threshold=255 * magnitude)
+    return _apply_op(op, image[None], [magnitude])[0]
+
+
 def apply_ops(
     images: torch.Tensor, names: tuple[str, ...], ops: tuple[int, ...], magnitudes: tuple[float, ...]
 ) -> None:
-    """One round of per-sample ops on ``images`` in place: each op once, on the samples that drew it."""
+    """One round of per-sample ops on ``images`` in place: each op on the samples that drew it, ``_CHUNK_PIXELS``
+    at a time (one image at a time from 256 x 256: torchvision's functional op on it)."""
     groups: dict[int, list[int]] = {}
     for index, op in enumerate(ops):
         groups.setdefault(op, []).append(index)
+    step = max(1, _CHUNK_PIXELS // (images.shape[-2] * images.shape[-1]))
     for op, members in groups.items():
-        if names[op] == "Identity":
+        name = names[op]
+        if name == "Identity":
             continue
-        if len(members) == len(ops):
-            images.copy_(_apply_op(names[op], images, list(magnitudes)))
-        else:
-            images[members] = _apply_op(names[op], images[members], [magnitudes[i] for i in members])
+        for start in range(0, len(members), step):
+            chunk = members[start : start + step]
+            if len(chunk) == 1:
+                images[chunk[0]] = _one(name, images[chunk[0]], magnitudes[chunk[0]])
+            else:
+                images[chunk] = _apply_op(name, images[chunk], [magnitudes[i] for i in chunk])
 
 
 def erase(images: torch.Tensor, boxes: tuple[tuple[int, int, int, int] | None, ...]) -> None:
-    """RandomErasing's boxes (top, left, height, width; None: not erased) filled with ``ERASING_FILL``, in place,
-    as one masked write: a box mask per sample from row and column ranges."""
+    """RandomErasing's boxes (top, left, height, width; None: not erased) filled with ``ERASING_FILL``, in place:
+    each box written as torchvision's ``erase`` writes it, a slice assignment of its area alone."""
     import torch
 
-    chosen = [i for i, box in enumerate(boxes) if box is not None]
-    if not chosen:
-        return
-    height, width = images.shape[-2:]
-    spans = torch.tensor([boxes[i] for i in chosen], dtype=torch.int64)
-    rows = torch.arange(height).view(1, -1)
-    columns = torch.arange(width).view(1, -1)
-    in_rows = (rows >= spans[:, 0:1]) & (rows < spans[:, 0:1] + spans[:, 2:3])
-    in_columns = (columns >= spans[:, 1:2]) & (columns < spans[:, 1:2] + spans[:, 3:4])
-    mask = (in_rows[:, :, None] & in_columns[:, None, :])[:, None]
-    fill = torch.tensor(ERASING_FILL, dtype=torch.uint8).view(1, 3, 1, 1)
-    images[chosen] = torch.where(mask, fill, images[chosen])
+    fill = torch.tensor(ERASING_FILL, dtype=torch.uint8).view(3, 1, 1)
+    for index, box in enumerate(boxes):
+        if box is not None:
+            top, left, height, width = box
+            images[index, :, top : top + height, left : left + width] = fill
 
 
 def apply_batch_policy(images: torch.Tensor, policy: AugmentPolicy, random_erasing: float, seed: int) -> None:
