@@ -16,11 +16,12 @@ from tpustream.image.policy import (
     ERASING_FILL,
     apply_batch_policy,
     apply_ops,
+    apply_policy,
     draw_policy,
     erase,
     op_names,
 )
-from tpustream.image.transforms import Augment, apply_policy
+from tpustream.image.transforms import Augment
 
 REFERENCES = {"trivial": v2.TrivialAugmentWide(), "randaugment": v2.RandAugment()}
 

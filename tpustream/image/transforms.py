@@ -1,7 +1,8 @@
 """Decode + augment one sample to a fixed-size uint8 HxWx3 array, fast.
 
 train: RandomResizedCrop (torchvision's sampling) + horizontal flip, then (``Augment.policy``,
-``Augment.random_erasing``) a ``torchvision.transforms.v2`` policy on the rendered uint8 pixels; val: centre crop + resize
+``Augment.random_erasing``, ``tpustream.image.policy``) a ``torchvision.transforms.v2`` policy on the rendered uint8
+pixels; val: centre crop + resize
 (torchvision's Resize(int(S/0.875)) + CenterCrop(S) done as one resample). Crop and resize are one
 antialiased bilinear resample of the crop, and JPEGs are decoded at a reduced DCT scale when
 the crop still has at least the output's resolution there, so no detail the output could show is
@@ -36,7 +37,6 @@ __all__ = [
     "AUGMENT_POLICIES",
     "Augment",
     "AugmentPolicy",
-    "apply_policy",
     "default_min_crop_scale",
     "decode_image",
     "skip_image",
@@ -81,8 +81,8 @@ class Augment:
     # The evaluation crop's share of the shorter side (Resize(S/f) + CenterCrop(S)): 0.875 (256/224) from
     # random weights; pretrained weights' own (torchvision's resnet50.IMAGENET1K_V2: 224/232).
     val_crop_fraction: float = VAL_CROP_FRACTION
-    # Train only, after the crop and flip (``apply_policy``): a torchvision.transforms.v2 policy (trivial:
-    # TrivialAugmentWide, randaugment: RandAugment) and RandomErasing's probability.
+    # Train only, after the crop and flip (``tpustream.image.policy``): a torchvision.transforms.v2 policy
+    # (trivial: TrivialAugmentWide, randaugment: RandAugment) and RandomErasing's probability.
     policy: AugmentPolicy = "none"
     random_erasing: float = 0.0
 
@@ -102,7 +102,7 @@ class Augment:
 
     @property
     def has_policy(self) -> bool:
-        """Whether ``apply_policy`` changes anything: a train split with a policy or random erasing."""
+        """Whether ``policy.apply_policy`` changes anything: a train split with a policy or random erasing."""
         return self.train and (self.policy != "none" or self.random_erasing > 0)
 
 
@@ -377,21 +377,6 @@ def render_batch(
             block = torch.empty((len(indices), 3, size, size), dtype=torch.uint8)
             render_upscales([items[i] for i in indices], size, block)
             target[indices] = block
-
-
-def apply_policy(images: torch.Tensor, augment: Augment, seed: int) -> None:
-    """``augment``'s v2 policy and random erasing on each of ``images`` (N x 3 x S x S uint8), in place.
-
-    Each image draws its own ops from a generator seeded with ``seed`` (the loader's, per worker and batch), so
-    the pixels follow from the seed alone and no global generator is touched; each op runs once on all the
-    images that drew it (``tpustream.image.policy``: a v2 transform called per image cost ~0.4-1 ms of Python
-    each, a tenth of the loader's speed at 32 px, issue 46).
-    """
-    from tpustream.image.policy import apply_batch_policy
-
-    if not augment.has_policy:
-        return
-    apply_batch_policy(images, augment.policy, augment.random_erasing, seed)
 
 
 def decode_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -> np.ndarray:
