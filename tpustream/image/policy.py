@@ -275,9 +275,9 @@ def _apply_op(op: str, images: torch.Tensor, magnitudes: list[float]) -> torch.T
     if op == "Posterize":  # keep the top ``bits`` bits
         masks = [(((1 << int(m)) - 1) << (8 - int(m))) if int(m) < 8 else 255 for m in magnitudes]
         return images & torch.tensor(masks, dtype=torch.uint8).view(-1, 1, 1, 1)
-    if op == "Solarize":  # invert the levels at or above 255 * m
-        threshold = per_sample([255 * magnitude for magnitude in magnitudes]).to(torch.float32)
-        return torch.where(images >= threshold, images.bitwise_not(), images)
+    if op == "Solarize":  # invert the levels at or above 255 * m (as float32): at or above its ceiling
+        threshold = per_sample([255 * magnitude for magnitude in magnitudes]).to(torch.float32).ceil_()
+        return torch.where(images >= threshold.to(torch.uint8), images.bitwise_not(), images)
     if op == "AutoContrast":  # per image and channel: torchvision's kernel is per sample on a batch
         return F.autocontrast(images)
     if op == "Equalize":
@@ -287,7 +287,9 @@ def _apply_op(op: str, images: torch.Tensor, magnitudes: list[float]) -> torch.T
 
 def _one(op: str, image: torch.Tensor, magnitude: float) -> torch.Tensor:
     """``op`` on one image as torchvision's policies call it (``_AutoAugmentBase._apply_image_or_video_transform``:
-    nearest interpolation, fill 0, shears about the top-left corner)."""
+    nearest interpolation, fill 0, shears about the top-left corner); solarizing and the ops without a magnitude
+    through ``_apply_op`` (torchvision compares a 224 px image with a float threshold in float: 1.7 ms, against
+    ~0.1 ms in uint8)."""
     from torchvision.transforms.v2 import functional as F
 
     if op in ("ShearX", "ShearY"):
@@ -309,8 +311,6 @@ def _one(op: str, image: torch.Tensor, magnitude: float) -> torch.Tensor:
         return F.adjust_sharpness(image, sharpness_factor=1.0 + magnitude)
     if op == "Posterize":
         return F.posterize(image, bits=int(magnitude))
-    if op == "Solarize":
-        return F.solarize(image, threshold=255 * magnitude)
     return _apply_op(op, image[None], [magnitude])[0]
 
 
