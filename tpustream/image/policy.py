@@ -2,13 +2,14 @@
 
 TrivialAugmentWide, RandAugment and RandomErasing as torchvision defines them (the op sets and magnitude tables
 are torchvision's own, read from the transform classes), but drawn per sample from one generator seeded per batch
-and applied one op to all the samples that drew it in one batched call on the uint8 NCHW batch. A v2 transform
-called on a batch draws one op for all of it; called per image (the loader did, issue 46) it costs ~0.4-1 ms of
-Python per image, ten times the decode and crop of a CIFAR-size sample. Each op's pixels equal torchvision's
-functional op for that sample's op and magnitude (tests/unit/test_policy.py): the per-sample parameters go into
-the same arithmetic (the affine grids through one ``grid_sample``, the colour factors as per-sample tensors, the
-blends with torchvision's fused multiply-add rounding), and what has no per-sample form here (a rotation by a
-multiple of 90 degrees, which torchvision turns by transposing) is torchvision's kernel called on its group.
+and applied one op at a time to the samples that drew it, in batched calls on the uint8 NCHW batch. A v2
+transform called on a batch draws one op for all of it; called per image (the loader did, issue 46) it cost
+~0.4-1 ms of Python per image, ten times the decode and crop of a CIFAR-size sample. Each op's pixels equal
+torchvision's functional op for that sample's op and magnitude (tests/unit/test_policy.py): the per-sample
+parameters go into the same arithmetic (the affine grids through one ``grid_sample``, the colour factors as
+per-sample tensors, the blends with torchvision's fused multiply-add rounding); a rotation by a multiple of 90
+degrees (torchvision transposes) and a chunk of one image (from 256 px) are torchvision's functional op itself.
+RandomErasing writes each drawn box as torchvision's ``erase`` does.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "PolicyDraws",
     "apply_batch_policy",
     "apply_ops",
+    "apply_policy",
     "draw_policy",
     "erase",
     "op_names",
@@ -45,7 +47,7 @@ _ERASE_RATIO = (0.3, 3.3)
 _ERASE_TRIES = 10
 # An op runs on the samples that drew it this many pixels at a time (64 images at 32 px, one from 256 px): a larger
 # batch as float leaves the caches, and at 224 px a whole batch's op ran 2-4x slower per image than image by image
-# (measured on the loader's one thread, issue 46), where the per-call overhead batching saves is a few percent.
+# (measured on the loader's one thread, issue 46), where batching saves little per-call overhead.
 _CHUNK_PIXELS = 1 << 16
 # The reference recipes erase after normalising, to 0: the mean colour, which these uint8 levels are.
 ERASING_FILL = tuple(round(255 * channel) for channel in IMAGENET_MEAN)
@@ -287,9 +289,8 @@ def _apply_op(op: str, images: torch.Tensor, magnitudes: list[float]) -> torch.T
 
 def _one(op: str, image: torch.Tensor, magnitude: float) -> torch.Tensor:
     """``op`` on one image as torchvision's policies call it (``_AutoAugmentBase._apply_image_or_video_transform``:
-    nearest interpolation, fill 0, shears about the top-left corner); solarizing and the ops without a magnitude
-    through ``_apply_op`` (torchvision compares a 224 px image with a float threshold in float: 1.7 ms, against
-    ~0.1 ms in uint8)."""
+    nearest interpolation, fill 0, shears about the top-left corner); solarizing (a uint8 comparison where
+    torchvision's is in float32, the same levels) and the ops without a magnitude through ``_apply_op``."""
     from torchvision.transforms.v2 import functional as F
 
     if op in ("ShearX", "ShearY"):
