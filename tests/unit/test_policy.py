@@ -99,6 +99,7 @@ def test_random_erasing_draws_a_box_per_sample_at_its_probability():
     "policy, size, bins",
     [
         ("trivial", 32, range(31)),
+        ("trivial", 17, range(31)),  # an odd side: the centre falls on a pixel
         ("trivial", 224, (0, 1, 13, 20, 30)),  # bin 20: a rotation by 90 degrees
         ("randaugment", 32, (9,)),
         ("randaugment", 224, (9,)),

@@ -185,8 +185,8 @@ def _sharpness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
 
 
 def _inverse_affine(op: str, magnitude: float, height: int, width: int) -> list[float] | None:
-    """The inverse affine matrix torchvision's F.affine / F.rotate builds for this op, or None for a rotation
-    torchvision does without one (0, 90, 180, 270 degrees: a transpose)."""
+    """The inverse affine matrix torchvision's F.affine / F.rotate builds for this shear (ShearX, ShearY) or
+    rotation, or None for a rotation torchvision does without one (0, 90, 180, 270 degrees: a transpose)."""
     from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
 
     if op == "Rotate":
@@ -199,13 +199,7 @@ def _inverse_affine(op: str, magnitude: float, height: int, width: int) -> list[
         return _get_inverse_affine_matrix(
             corner, 0.0, [0.0, 0.0], 1.0, [math.degrees(math.atan(magnitude)), 0.0]
         )
-    if op == "ShearY":
-        return _get_inverse_affine_matrix(
-            corner, 0.0, [0.0, 0.0], 1.0, [0.0, math.degrees(math.atan(magnitude))]
-        )
-    if op == "TranslateX":
-        return _get_inverse_affine_matrix([0.0, 0.0], 0.0, [float(int(magnitude)), 0.0], 1.0, [0.0, 0.0])
-    return _get_inverse_affine_matrix([0.0, 0.0], 0.0, [0.0, float(int(magnitude))], 1.0, [0.0, 0.0])
+    return _get_inverse_affine_matrix(corner, 0.0, [0.0, 0.0], 1.0, [0.0, math.degrees(math.atan(magnitude))])
 
 
 @functools.lru_cache(maxsize=4)
@@ -243,6 +237,27 @@ def _warp(images: torch.Tensor, matrices: list[list[float]]) -> torch.Tensor:
     return warped.round_().to(torch.uint8)
 
 
+def _translate(images: torch.Tensor, magnitudes: list[float], *, horizontal: bool) -> torch.Tensor:
+    """Each image shifted by ``int(m)`` whole pixels (right or down for m > 0), zeros shifted in: the pixels of
+    torchvision's nearest ``grid_sample`` at a whole-pixel translation (each output pixel's source lands within
+    float rounding of a pixel centre, never near the half-way), as two slices instead of a float grid."""
+    import torch
+
+    out = torch.zeros_like(images)
+    side = images.shape[-1] if horizontal else images.shape[-2]
+    for index, magnitude in enumerate(magnitudes):
+        shift = int(magnitude)
+        if abs(shift) >= side:
+            continue
+        source = slice(max(-shift, 0), side - max(shift, 0))
+        target = slice(max(shift, 0), side - max(-shift, 0))
+        if horizontal:
+            out[index, :, :, target] = images[index, :, :, source]
+        else:
+            out[index, :, target, :] = images[index, :, source, :]
+    return out
+
+
 def _apply_op(op: str, images: torch.Tensor, magnitudes: list[float]) -> torch.Tensor:
     """``op`` on ``images`` (uint8 N x 3 x H x W), sample ``i`` at ``magnitudes[i]``: torchvision's pixels."""
     import torch
@@ -254,7 +269,9 @@ def _apply_op(op: str, images: torch.Tensor, magnitudes: list[float]) -> torch.T
     height, width = images.shape[-2:]
     if op == "Identity":
         return images
-    if op in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"):
+    if op in ("TranslateX", "TranslateY"):
+        return _translate(images, magnitudes, horizontal=op == "TranslateX")
+    if op in ("ShearX", "ShearY", "Rotate"):
         matrices = [_inverse_affine(op, magnitude, height, width) for magnitude in magnitudes]
         out = images.clone()
         warped = [i for i, matrix in enumerate(matrices) if matrix is not None]
@@ -297,9 +314,6 @@ def _one(op: str, image: torch.Tensor, magnitude: float) -> torch.Tensor:
         degrees = math.degrees(math.atan(magnitude))
         shear = [degrees, 0.0] if op == "ShearX" else [0.0, degrees]
         return F.affine(image, angle=0.0, translate=[0, 0], scale=1.0, shear=shear, center=[0, 0])
-    if op in ("TranslateX", "TranslateY"):
-        translate = [int(magnitude), 0] if op == "TranslateX" else [0, int(magnitude)]
-        return F.affine(image, angle=0.0, translate=translate, scale=1.0, shear=[0.0, 0.0])
     if op == "Rotate":
         return F.rotate(image, angle=magnitude)
     if op == "Brightness":
