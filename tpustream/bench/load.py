@@ -33,7 +33,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, cast
 
 import numpy as np
@@ -567,6 +567,55 @@ AUGMENT_CASES: dict[str, tuple[AugmentPolicy, float]] = {
 }
 
 
+@lru_cache(maxsize=8)
+def _per_image_transform(policy: AugmentPolicy, random_erasing: float) -> Any:
+    """The v2 transform of one uint8 CHW image the loader called per image before issue 46 batched it."""
+    from torchvision.transforms import v2
+
+    from tpustream.image.policy import ERASING_FILL
+
+    steps: list[Any] = []
+    if policy == "trivial":
+        steps.append(v2.TrivialAugmentWide())
+    elif policy == "randaugment":
+        steps.append(v2.RandAugment())
+    if random_erasing > 0:
+        steps.append(v2.RandomErasing(p=random_erasing, value=list(ERASING_FILL)))
+    return v2.Compose(steps)
+
+
+def _per_image_policy(images: Any, policy: AugmentPolicy, random_erasing: float, seed: int) -> None:
+    """The loader's policy before issue 46: torchvision's v2 transform called on each image in turn (the
+    same distributions as ``apply_batch_policy``), kept here as the baseline of the policy-kernel lines."""
+    import torch
+
+    transform = _per_image_transform(policy, random_erasing)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for index in range(images.shape[0]):
+            images[index] = transform(images[index])
+
+
+# The policy kernel alone, on one rendered batch in this process: the per-image v2 calls against the batched path.
+POLICY_PATHS = ("per-image-v2", "batched")
+
+
+def _policy_kernel(ready: Any, policy: AugmentPolicy, random_erasing: float, path: str) -> Callable[[], Any]:
+    from tpustream.image.policy import apply_batch_policy
+
+    apply = _per_image_policy if path == "per-image-v2" else apply_batch_policy
+
+    def batches() -> Iterator[Any]:
+        seed = 0
+        while True:
+            images = ready.clone()
+            apply(images, policy, random_erasing, seed)
+            seed += 1
+            yield (images,)
+
+    return batches
+
+
 def bench_augment(
     *,
     data: str,
@@ -579,7 +628,9 @@ def bench_augment(
 ) -> Iterator[str]:
     """One JSON line per augmentation case (``AUGMENT_CASES``) and worker count: our train loader's samples/s
     with the case's policy in its workers, and its ratio to the same loader without one (median of
-    ``repeats`` interleaved runs)."""
+    ``repeats`` interleaved runs); then per case but none, the policy alone on one rendered batch in this
+    process on one thread (``policy-kernel``): torchvision's v2 transform per image (the loader's path before
+    issue 46) against the batched path the loader runs (``tpustream.image.policy``), side by side."""
     from tpustream.dataset.manifest import read_manifest
 
     unknown = [case for case in cases if case not in AUGMENT_CASES]
@@ -622,8 +673,51 @@ def bench_augment(
                         "ratio_vs_none": round(medians[name] / medians["none"], 2),
                     }
                 )
+        yield from _policy_kernel_lines(dataset, manifest, size, batch_size, seconds, repeats, names[1:])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _policy_kernel_lines(
+    dataset: str,
+    manifest: dict[str, Any],
+    size: int,
+    batch_size: int,
+    seconds: float,
+    repeats: int,
+    names: Sequence[str],
+) -> Iterator[str]:
+    """``bench_augment``'s policy-kernel lines: each case's two paths, interleaved, one thread."""
+    ready = _ready_batch(dataset, manifest, "train", size, batch_size)
+    for name in names:
+        policy, erasing = AUGMENT_CASES[name]
+        rates: dict[str, list[float]] = {path: [] for path in POLICY_PATHS}
+        for _ in range(repeats):
+            for path in POLICY_PATHS:
+                rates[path].append(
+                    _measure(_one_thread(_policy_kernel(ready, policy, erasing, path)), seconds)
+                )
+        medians = {path: statistics.median(values) for path, values in rates.items()}
+        for path in POLICY_PATHS:
+            yield json.dumps(
+                {
+                    "bench": "load",
+                    "data": manifest["source"],
+                    "split": "train",
+                    "input_size": size,
+                    "batch_size": batch_size,
+                    "repeats": repeats,
+                    "seconds_per_run": seconds,
+                    "pipeline": "policy-kernel",
+                    "augment": name,
+                    "policy": policy,
+                    "random_erasing": erasing,
+                    "path": path,
+                    "threads": 1,
+                    "samples_per_s": round(medians[path]),
+                    "ratio_vs_per_image_v2": round(medians[path] / medians["per-image-v2"], 2),
+                }
+            )
 
 
 def bench_load(

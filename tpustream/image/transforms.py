@@ -1,7 +1,8 @@
 """Decode + augment one sample to a fixed-size uint8 HxWx3 array, fast.
 
 train: RandomResizedCrop (torchvision's sampling) + horizontal flip, then (``Augment.policy``,
-``Augment.random_erasing``) a ``torchvision.transforms.v2`` policy on the rendered uint8 pixels; val: centre crop + resize
+``Augment.random_erasing``, ``tpustream.image.policy``) a ``torchvision.transforms.v2`` policy on the rendered uint8
+pixels; val: centre crop + resize
 (torchvision's Resize(int(S/0.875)) + CenterCrop(S) done as one resample). Crop and resize are one
 antialiased bilinear resample of the crop, and JPEGs are decoded at a reduced DCT scale when
 the crop still has at least the output's resolution there, so no detail the output could show is
@@ -10,12 +11,11 @@ lost. Floats never appear here: normalisation happens on the device (``normalize
 
 from __future__ import annotations
 
-import functools
 import io
 import math
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -37,7 +37,6 @@ __all__ = [
     "AUGMENT_POLICIES",
     "Augment",
     "AugmentPolicy",
-    "apply_policy",
     "default_min_crop_scale",
     "decode_image",
     "skip_image",
@@ -82,8 +81,8 @@ class Augment:
     # The evaluation crop's share of the shorter side (Resize(S/f) + CenterCrop(S)): 0.875 (256/224) from
     # random weights; pretrained weights' own (torchvision's resnet50.IMAGENET1K_V2: 224/232).
     val_crop_fraction: float = VAL_CROP_FRACTION
-    # Train only, after the crop and flip (``apply_policy``): a torchvision.transforms.v2 policy (trivial:
-    # TrivialAugmentWide, randaugment: RandAugment) and RandomErasing's probability.
+    # Train only, after the crop and flip (``tpustream.image.policy``): a torchvision.transforms.v2 policy
+    # (trivial: TrivialAugmentWide, randaugment: RandAugment) and RandomErasing's probability.
     policy: AugmentPolicy = "none"
     random_erasing: float = 0.0
 
@@ -103,7 +102,7 @@ class Augment:
 
     @property
     def has_policy(self) -> bool:
-        """Whether ``apply_policy`` changes anything: a train split with a policy or random erasing."""
+        """Whether ``policy.apply_policy`` changes anything: a train split with a policy or random erasing."""
         return self.train and (self.policy != "none" or self.random_erasing > 0)
 
 
@@ -378,42 +377,6 @@ def render_batch(
             block = torch.empty((len(indices), 3, size, size), dtype=torch.uint8)
             render_upscales([items[i] for i in indices], size, block)
             target[indices] = block
-
-
-@functools.lru_cache(maxsize=8)
-def _policy_transform(policy: AugmentPolicy, random_erasing: float) -> Any:
-    """The v2 transform of one uint8 CHW image (built once per worker process)."""
-    from torchvision.transforms import v2
-
-    steps: list[Any] = []
-    if policy == "trivial":
-        steps.append(v2.TrivialAugmentWide())
-    elif policy == "randaugment":
-        steps.append(v2.RandAugment())  # 2 ops at magnitude 9 of 31: "rand-m9" (timm, MAE's fine-tuning)
-    if random_erasing > 0:
-        # The reference recipes erase after normalising, to 0: the mean colour, which these uint8 levels are.
-        mean = [round(255 * channel) for channel in IMAGENET_MEAN]
-        steps.append(v2.RandomErasing(p=random_erasing, value=mean))
-    return v2.Compose(steps)
-
-
-def apply_policy(images: torch.Tensor, augment: Augment, seed: int) -> None:
-    """``augment``'s v2 policy and random erasing on each of ``images`` (N x 3 x S x S uint8), in place.
-
-    Each image draws its own ops (a v2 transform draws once per call, so a batch call would give every image
-    the same). torchvision draws from torch's global generator: it is seeded with ``seed`` (the loader's, per
-    worker and batch) inside ``fork_rng``, so the pixels follow from the seed alone and the caller's generator
-    (the trainer's, without worker processes) is left as it was.
-    """
-    import torch
-
-    if not augment.has_policy:
-        return
-    transform = _policy_transform(augment.policy, augment.random_erasing)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for index in range(images.shape[0]):
-            images[index] = transform(images[index])
 
 
 def decode_image(data: bytes, ext: str, augment: Augment, rng: random.Random) -> np.ndarray:

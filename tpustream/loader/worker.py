@@ -17,10 +17,10 @@ import numpy as np
 from tpustream.artifacts import Shard
 from tpustream.dataset.tario import TarFormatError, iter_tar_sample_runs
 from tpustream.image.codec import image_member
+from tpustream.image.policy import apply_policy
 from tpustream.image.transforms import (
     Augment,
     Prepared,
-    apply_policy,
     prepare_image,
     render_batch,
     skip_image,
