@@ -384,6 +384,7 @@ def _stopped_at_the_data_check(
     or evaluated; the registry's champion and history are as they were (a data refusal decides on no
     candidate: the history holds the promotion decisions), and the champion, if any, still answers."""
     from tpustream.pipelines.local import PipelineFailed, run_local
+
     from tpustream.registry.errors import RegistryError
     from tpustream.run.outcome import read_outcome
 
