@@ -99,10 +99,11 @@ def bench_finetune_cmd(
         str | None, typer.Option(help="Fine-tuning epochs, one per size [default: 6,3,2].")
     ] = None,
     pretrain_epochs: Annotated[
-        int | None, typer.Option(help="Epochs of the pretraining run on the source task [default: 2].", min=1)
+        int | None,
+        typer.Option(help="Epochs of the pretraining run on the source task [default: 24].", min=1),
     ] = None,
     source_per_class: Annotated[
-        int | None, typer.Option(help="Source-task images per class, 22 classes [default: 50].", min=1)
+        int | None, typer.Option(help="Source-task images per class, 22 classes [default: 100].", min=1)
     ] = None,
     test_per_class: Annotated[
         int | None,
