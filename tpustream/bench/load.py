@@ -654,28 +654,51 @@ def bench_augment(
                     rates[name].append(_measure(make, seconds))
             medians = {name: statistics.median(values) for name, values in rates.items()}
             for name in names:
-                policy, erasing = AUGMENT_CASES[name]
-                yield json.dumps(
-                    {
-                        "bench": "load",
-                        "data": manifest["source"],
-                        "split": "train",
-                        "input_size": size,
-                        "batch_size": batch_size,
-                        "repeats": repeats,
-                        "seconds_per_run": seconds,
-                        "pipeline": "tpustream",
-                        "augment": name,
-                        "policy": policy,
-                        "random_erasing": erasing,
-                        "workers": count,
-                        "samples_per_s": round(medians[name]),
-                        "ratio_vs_none": round(medians[name] / medians["none"], 2),
-                    }
+                yield _augment_line(
+                    manifest,
+                    size,
+                    batch_size,
+                    repeats,
+                    seconds,
+                    "tpustream",
+                    name,
+                    workers=count,
+                    samples_per_s=round(medians[name]),
+                    ratio_vs_none=round(medians[name] / medians["none"], 2),
                 )
         yield from _policy_kernel_lines(dataset, manifest, size, batch_size, seconds, repeats, names[1:])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _augment_line(
+    manifest: dict[str, Any],
+    size: int,
+    batch_size: int,
+    repeats: int,
+    seconds: float,
+    pipeline: str,
+    name: str,
+    **measured: Any,
+) -> str:
+    """One ``bench_augment`` JSON line: the run's and the case's fields, then what ``measured`` adds."""
+    policy, erasing = AUGMENT_CASES[name]
+    return json.dumps(
+        {
+            "bench": "load",
+            "data": manifest["source"],
+            "split": "train",
+            "input_size": size,
+            "batch_size": batch_size,
+            "repeats": repeats,
+            "seconds_per_run": seconds,
+            "pipeline": pipeline,
+            "augment": name,
+            "policy": policy,
+            "random_erasing": erasing,
+            **measured,
+        }
+    )
 
 
 def _policy_kernel_lines(
@@ -699,24 +722,18 @@ def _policy_kernel_lines(
                 )
         medians = {path: statistics.median(values) for path, values in rates.items()}
         for path in POLICY_PATHS:
-            yield json.dumps(
-                {
-                    "bench": "load",
-                    "data": manifest["source"],
-                    "split": "train",
-                    "input_size": size,
-                    "batch_size": batch_size,
-                    "repeats": repeats,
-                    "seconds_per_run": seconds,
-                    "pipeline": "policy-kernel",
-                    "augment": name,
-                    "policy": policy,
-                    "random_erasing": erasing,
-                    "path": path,
-                    "threads": 1,
-                    "samples_per_s": round(medians[path]),
-                    "ratio_vs_per_image_v2": round(medians[path] / medians["per-image-v2"], 2),
-                }
+            yield _augment_line(
+                manifest,
+                size,
+                batch_size,
+                repeats,
+                seconds,
+                "policy-kernel",
+                name,
+                path=path,
+                threads=1,
+                samples_per_s=round(medians[path]),
+                ratio_vs_per_image_v2=round(medians[path] / medians["per-image-v2"], 2),
             )
 
 
