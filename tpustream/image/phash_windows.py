@@ -43,7 +43,7 @@ from typing import Literal
 
 import numpy as np
 
-from tpustream.image.phash import _DCT, PPM32_HEADER, _lanczos_weights
+from tpustream.image.phash import _DCT, PPM32_HEADER, PPM32_SIZE, _lanczos_weights
 
 __all__ = [
     "MARGIN",
@@ -83,7 +83,6 @@ WINDOW_MIN_SIDE = 32
 WINDOW_MAX_SIDE = 64
 _DCT_SIDE = 8
 _SIDE = 32
-_PPM32_SIZE = len(PPM32_HEADER) + _SIDE * _SIDE * 3
 # Images per pair of matrix products: a 32x32 PPM chunk's first product (2,048 x 96 x 24) and its float32
 # buffers stay in the core's cache (measured on 2,000 synthetic CIFAR PPMs: 16 to 128 within 10% of each other)
 _CHUNK = 64
@@ -167,8 +166,8 @@ def _ppm32_lows(images: Sequence[bytes], role: WindowRole) -> np.ndarray:
     header = len(PPM32_HEADER)
     for start in range(0, len(images), _CHUNK):
         joined = b"".join(images[start : start + _CHUNK])
-        n = len(joined) // _PPM32_SIZE
-        rgb = np.frombuffer(joined, dtype=np.uint8).reshape(n, _PPM32_SIZE)[:, header:]
+        n = len(joined) // PPM32_SIZE
+        rgb = np.frombuffer(joined, dtype=np.uint8).reshape(n, PPM32_SIZE)[:, header:]
         rows = np.matmul(rgb.reshape(n, _SIDE, _SIDE * 3).astype(np.float32), _ppm32_column_map(role))
         out[start * WINDOWS : (start + n) * WINDOWS] = _blocks(rows, role)
     return out
@@ -187,7 +186,7 @@ def _window_bits(lows: np.ndarray) -> np.ndarray:
 
 
 def _is_ppm32(data: bytes) -> bool:
-    return len(data) == _PPM32_SIZE and data.startswith(PPM32_HEADER)
+    return len(data) == PPM32_SIZE and data.startswith(PPM32_HEADER)
 
 
 def _check_thumbnail(grey: np.ndarray, name: str) -> None:
