@@ -97,3 +97,24 @@ def test_sizes_out_of_range_are_one_line_errors_before_any_training(change, name
 def test_a_non_positive_lr_factor_is_refused_before_any_training():
     with pytest.raises(ConfigError, match="--lr-factors"):
         next(bench_finetune(QUICK, lr_factors=(1.0, 0.0)))
+
+
+def test_kept_pretraining_weights_are_reused_only_for_the_same_pretraining(tmp_path):
+    """--source-weights: the .pth and its .json (written last) come back for the same pretraining only."""
+    import torch
+
+    from tpustream.bench.finetune import _keep_pretraining, _kept_pretraining
+
+    path = str(tmp_path / "kept" / "resnet18-source.pth")
+    key = {"model": "resnet18", "source_per_class": 100, "pretrain_epochs": 24, "seed": 0, "input_size": 64,
+           "task_version": 2}  # fmt: skip
+    assert _kept_pretraining(path, key) is None  # nothing kept yet
+    line = {"steps": 816, "source_val_top1": 0.66, "seconds": 2527.7}
+    _keep_pretraining(path, {"w": torch.ones(2)}, key, line, kept=True)
+    assert _kept_pretraining(path, key) == {**line, "reused": path}
+    assert torch.equal(torch.load(path, weights_only=True)["w"], torch.ones(2))
+    assert _kept_pretraining(path, {**key, "seed": 1}) is None  # another pretraining's weights: made again
+    assert _kept_pretraining(path, {**key, "task_version": 1}) is None
+    (tmp_path / "kept" / "resnet18-source.pth.json").unlink()  # a write cut short before its record
+    assert _kept_pretraining(path, key) is None
+    assert _kept_pretraining("", key) is None  # not asked to keep anything

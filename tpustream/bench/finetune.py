@@ -69,6 +69,8 @@ schedule at batch 64 takes a higher peak: 0.1 for resnet18 at the default sizes)
 SOURCE_VAL_PER_CLASS = 20
 """Held-out source images per class that the pretraining's top-1 is measured on."""
 PLAIN_RULE = "torchvision reference fine-tuning: 0.01 at batch 32, scaled linearly"
+TASK_VERSION = 2
+"""The transfer task's version (2: 10-16 px texture periods): kept pretraining weights of another are not reused."""
 TEST_INDEX_START = 100_000
 """Test images are drawn from this index on: never one of the train images (indices 0 to N-1)."""
 
@@ -299,6 +301,35 @@ def _plain_pretrain(
     }
 
 
+def _kept_pretraining(path: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The pretrain line's fields of the weights kept at ``path`` (``reused``: the path), or None when there
+    are none, or they were made by another pretraining than ``key`` says (then they are made again)."""
+    sidecar = path + ".json"
+    if not path or not os.path.isfile(path) or not os.path.isfile(sidecar):
+        return None
+    with open(sidecar) as f:
+        record = json.load(f)
+    if record.get("key") != key:
+        return None
+    return {**record["pretrain"], "reused": path}
+
+
+def _keep_pretraining(
+    path: str, state: Any, key: dict[str, Any], line: dict[str, Any], *, kept: bool
+) -> None:
+    """Save the pretraining's weights at ``path`` and, when ``kept`` (the user asked to keep them), what made
+    them beside it: the ``.pth`` first and its ``.json`` last, so a cut-short write is never reused."""
+    import torch
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    torch.save(state, path + ".partial")
+    os.replace(path + ".partial", path)
+    if kept:
+        with open(path + ".json.partial", "w") as f:
+            json.dump({"key": key, "pretrain": line}, f, indent=1)
+        os.replace(path + ".json.partial", path + ".json")
+
+
 def _check_size(size: FinetuneSize) -> None:
     if len(size.epochs) != len(size.images_per_class):
         raise ConfigError(
@@ -317,9 +348,13 @@ def bench_finetune(
     recipe_args: Sequence[str] = (),
     input_size: int = 64,
     seed: int = 0,
+    source_weights: str = "",
 ) -> Iterator[str]:
     """JSON lines: the pretraining run, then per target size its runs (see the module docstring) and their
-    summary. ``lr_factors``: the LR sweep's multiples of the default fine-tuning LR."""
+    summary. ``lr_factors``: the LR sweep's multiples of the default fine-tuning LR. ``source_weights``: a
+    local ``.pth`` path that keeps the pretraining's weights between runs (the pretraining is most of the
+    bench's time): reused when it exists and its ``.json`` beside it records the same pretraining (model,
+    source images, epochs, seed, input size, task version), else pretrained and written there."""
     import torch
 
     from tpustream.dataset.plan import ShardConfig
@@ -349,11 +384,25 @@ def bench_finetune(
         random_file = os.path.join(tmp, f"{size.model}-random-init.pth")
         torch.save(network.state_dict(), random_file)
 
-        pretrained = _plain_pretrain(
-            size, random_file, input_size=input_size, seed=seed, lr=scratch_lr * PRETRAIN_LR_SCALE
-        )
-        weights_file = os.path.join(tmp, f"{size.model}-source.pth")
-        torch.save(pretrained.pop("state"), weights_file)
+        key = {
+            "model": size.model,
+            "source_per_class": size.source_per_class,
+            "pretrain_epochs": size.pretrain_epochs,
+            "seed": seed,
+            "input_size": input_size,
+            "task_version": TASK_VERSION,
+        }
+        pretrained = _kept_pretraining(source_weights, key)
+        if pretrained is not None:
+            weights_file = source_weights
+        else:
+            pretrained = _plain_pretrain(
+                size, random_file, input_size=input_size, seed=seed, lr=scratch_lr * PRETRAIN_LR_SCALE
+            )
+            weights_file = source_weights or os.path.join(tmp, f"{size.model}-source.pth")
+            _keep_pretraining(
+                weights_file, pretrained.pop("state"), key, pretrained, kept=bool(source_weights)
+            )
         yield json.dumps(
             {
                 "bench": "finetune",

@@ -124,6 +124,13 @@ def bench_finetune_cmd(
     quick: Annotated[
         bool, typer.Option(help="A smoke run: tiny model, 4 images per class, 2 epochs, batch 8.")
     ] = False,
+    source_weights: Annotated[
+        str,
+        typer.Option(
+            help="Keep the pretraining's weights at this local .pth (and a .json beside it) and reuse them "
+            "when they exist and were made by the same pretraining: the pretraining is most of the bench."
+        ),
+    ] = "",
 ) -> None:
     """Random init, our fine-tune (default, recipe, an LR sweep) and a plain PyTorch reference fine-tune of
     the same pretrained weights, on a procedural transfer task (22 shape x texture classes -> 8 new ones at
@@ -159,6 +166,7 @@ def bench_finetune_cmd(
         lr_factors=numbers("--lr-factors", lr_factors, float),
         recipe_args=shlex.split(recipe_args),
         seed=seed,
+        source_weights=source_weights,
     ):
         typer.echo(line)
 
