@@ -19,12 +19,20 @@ Axes:
   random erasing, MixUp/CutMix alphas and an EMA given too).
 - search: ``off`` (one train step) or ``tune`` (issue 46: the pipeline's tune switch, two optuna trials;
   the best trial's model is the candidate, no retraining).
+- devices: 4 virtual XLA devices (SPMD, run-local's default: a 4-chip TPU host) or 1. The same global batch
+  (32) either way. On this 2-core machine 4 virtual devices train about 3x slower than one: ``tpustream
+  train`` of resnet18 at 32 px, synthetic-cifar:640, one epoch of 19 steps, 7 compiles each, run alternately
+  twice beside a benchmark: 202 s and 204 s on 4 devices, 67 s and 74 s on one.
 
 Why these combinations (``SCENARIOS``), not the 32 of the cross product: every pair of values of two axes runs
 in some chain (pairwise coverage), at the least added time. The five axes' pairs among the four training axes
 (weights, input size, recipe, search) take five chains: the four weights x input size chains, three of them
 given a new value (a tuned random 96 px, a tuned staged 32 px, a modern staged 96 px), and one new chain, a
-tuned modern random 32 px (random weights: the cheapest runs). Leaky data trains nothing, so its pairs cost a
+tuned modern random 32 px (random weights: the cheapest runs). The two tuned random-weight chains run on 4
+devices (a search, and the compiled step's MixUp/CutMix, EMA and padded last batch, sharded), the other three
+on one: every value of every other axis meets one device; 4 devices meet random weights, both input sizes,
+both recipes and the search. The two pairs left, staged weights on 4 devices and an untuned run on 4 devices,
+are ``tests/integration/test_pretrained_train.py``'s and ``tests/integration/test_pipeline.py``'s. Leaky data trains nothing, so its pairs cost a
 data check each: a leaky first run that would have been staged, 96 px, modern and tuned (it must stop before
 the search spends a trial), and the cheapest chain's leaky retrain (random, 32 px, auto, off) as a
 warm-started challenger. A tuned chain's challenger is tuned too, as a pipeline compiled with the switch runs
@@ -77,7 +85,10 @@ AXES: dict[str, tuple[object, ...]] = {
     "recipe": ("auto", "modern"),
     # off: one train step; tune: the pipeline's tune switch (run_local(tune=True)), two optuna trials
     "search": ("off", "tune"),
+    # 4: run-local's default, SPMD over 4 virtual XLA devices; 1: one device, the same global batch
+    "devices": (4, 1),
 }
+GLOBAL_BATCH = 32
 CLASSES = 4  # digits 0-3 (the staged weights were trained on 4-9)
 PRETRAIN_STEPS = 60  # the staged weights' training: plain torch on the CPU, seconds
 # The modern recipe's values given beside its name: each a TrainConfig field and pipeline parameter
@@ -110,13 +121,15 @@ class Scenario:
     data: Data = "clean"
     recipe: RecipeAxis = "auto"
     search: Search = "off"
+    devices: int = 4
 
     @property
     def id(self) -> str:
-        """``random-32px``; a value off its axis's default is added: ``staged-pth-96px-modern``."""
+        """``random-32px``; a value off its axis's default is added: ``staged-pth-96px-modern-1dev``."""
         added = [value for value, default in ((self.data, "clean"), (self.recipe, "auto"), (self.search, "off"))
                  if value != default]  # fmt: skip
-        return "-".join([f"{self.weights}-{self.input_size}px", *added])
+        devices = [f"{self.devices}dev"] if self.devices != 4 else []
+        return "-".join([f"{self.weights}-{self.input_size}px", *added, *devices])
 
     @property
     def small_input_stem(self) -> bool:
@@ -125,12 +138,12 @@ class Scenario:
 
 
 # Pairwise coverage of AXES (the module's docstring says why these): each pair of two axes' values is in a row.
-CHEAPEST = Scenario("random", 32)
+CHEAPEST = Scenario("random", 32, devices=1)
 SCENARIOS = [
     CHEAPEST,  # goes on: a refused challenger, a nothing-new run, a leaky retrain
     Scenario("random", 96, search="tune"),
-    Scenario("staged-pth", 32, search="tune"),
-    Scenario("staged-pth", 96, recipe="modern"),
+    Scenario("staged-pth", 32, search="tune", devices=1),
+    Scenario("staged-pth", 96, recipe="modern", devices=1),
     Scenario("random", 32, recipe="modern", search="tune"),
 ]
 LEAKY = [Scenario("staged-pth", 96, data="leaky", recipe="modern", search="tune")]  # stops before training
@@ -234,7 +247,7 @@ def _settings(scenario: Scenario, source: str, weights_uri: str, tmp_path: Path)
         pretrained=weights_uri if scenario.weights == "staged-pth" else "",
         epochs=budget.epochs,
         beat_majority_baseline=budget.beat_majority_baseline,
-        batch_size=8,  # per device, 4 virtual XLA devices
+        batch_size=GLOBAL_BATCH // scenario.devices,  # per device
         num_shards=4,
         shards_per_task=4,
         test_fraction=0.2,  # the held-out split decides, as a user's import file with a test split
@@ -310,9 +323,10 @@ def _champion_answers(registry: str, source: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.id for s in SCENARIOS])
-def test_first_run_then_a_warm_started_challenger(scenario, sources, staged_weights, tmp_path):
+def test_first_run_then_a_warm_started_challenger(scenario, sources, staged_weights, tmp_path, monkeypatch):
     from tpustream.pipelines.local import run_local
 
+    monkeypatch.setenv("CPU_NUM_DEVICES", str(scenario.devices))  # run-local's tasks inherit it
     source = sources[scenario.weights]
     root = str(tmp_path / "run")
     settings = _settings(scenario, source, staged_weights, tmp_path)
@@ -330,6 +344,11 @@ def test_first_run_then_a_warm_started_challenger(scenario, sources, staged_weig
     assert card["input_size"] == scenario.input_size
     assert (card["pretrained"] is not None) == (scenario.weights == "staged-pth")
     assert card["init"] is None  # no champion yet: random or the staged file
+    # on the scenario's devices: its per-device batch times the devices the trainer found is the global batch
+    assert (card["global_batch"], card["training"]["batch_size"]) == (
+        GLOBAL_BATCH,
+        GLOBAL_BATCH // scenario.devices,
+    )
     page = Path(first.report).read_text()
     _recipe_and_search_recorded(scenario, card, page, first.pipeline_root)
     (told,) = hook.bodies
@@ -370,7 +389,9 @@ def test_first_run_then_a_warm_started_challenger(scenario, sources, staged_weig
 
 
 @pytest.mark.parametrize("scenario", LEAKY, ids=[s.id for s in LEAKY])
-def test_a_leaky_first_run_stops_at_the_data_check(scenario, sources, staged_weights, tmp_path):
+def test_a_leaky_first_run_stops_at_the_data_check(
+    scenario, sources, staged_weights, tmp_path
+):  # trains nothing
     """A first run on leaky data: stopped before any training (or search), no champion, nothing in history."""
     settings = _settings(scenario, sources["leaky"], staged_weights, tmp_path)
     _stopped_at_the_data_check(str(tmp_path / "run"), settings, tmp_path)
@@ -513,5 +534,5 @@ def _default_peak_lr(scenario: Scenario) -> float:
 
     spec = model_spec("resnet18")
     if scenario.weights == "staged-pth":
-        return fine_tune_peak_lr(8 * 4, spec)
-    return default_peak_lr(8 * 4, spec.base_lr)
+        return fine_tune_peak_lr(GLOBAL_BATCH, spec)
+    return default_peak_lr(GLOBAL_BATCH, spec.base_lr)
