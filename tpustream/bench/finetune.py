@@ -14,7 +14,8 @@ At each target size (images per class) every arm sees the same train images (the
 the same number of optimizer steps and the same held-out test images (never trained on, the same at every
 size), and reports the final top-1 on them:
 
-- ``random``: ``tpustream train`` from the trainer's random init of the same network at its from-scratch LR;
+- ``random``: ``tpustream train`` from the trainer's random init of the same network at its from-scratch LR
+  (left out with ``random_arm=False``);
 - ``ours_default``: ``tpustream train --pretrained FILE`` with every default (the fine-tuning LR rule:
   ``train.optimizer.fine_tune_peak_lr``);
 - ``ours_recipe``: the same with ``recipe_args`` added (the modern recipe's options; not run when none are
@@ -349,12 +350,15 @@ def bench_finetune(
     input_size: int = 64,
     seed: int = 0,
     source_weights: str = "",
+    random_arm: bool = True,
 ) -> Iterator[str]:
     """JSON lines: the pretraining run, then per target size its runs (see the module docstring) and their
     summary. ``lr_factors``: the LR sweep's multiples of the default fine-tuning LR. ``source_weights``: a
     local ``.pth`` path that keeps the pretraining's weights between runs (the pretraining is most of the
     bench's time): reused when it exists and its ``.json`` beside it records the same pretraining (model,
-    source images, epochs, seed, input size, task version), else pretrained and written there."""
+    source images, epochs, seed, input size, task version), else pretrained and written there.
+    ``random_arm``: run ``random`` (XLA from scratch, as long as a fine-tune; the transfer check does not need
+    it: ``plain_random`` is that check's)."""
     import torch
 
     from tpustream.dataset.plan import ShardConfig
@@ -445,9 +449,16 @@ def bench_finetune(
                 )
             runs += [("plain_reference", weights_file, [], reference_lr, PLAIN_RULE)]
             runs += [("plain_random", random_file, [], reference_lr, PLAIN_RULE)]
-            runs += [
-                ("random", random_file, ["--lr", str(scratch_lr)], scratch_lr, "train's from-scratch default")
-            ]
+            if random_arm:
+                runs += [
+                    (
+                        "random",
+                        random_file,
+                        ["--lr", str(scratch_lr)],
+                        scratch_lr,
+                        "train's from-scratch default",
+                    )
+                ]
             lines: dict[str, dict[str, Any]] = {}
             for arm, start, extra, lr, rule in runs:
                 line = {
@@ -475,6 +486,7 @@ def bench_finetune(
                     args = [*common, "--epochs", str(epochs), "--pretrained", start, *extra]
                     card, _ = run_train(target, os.path.join(tmp, f"{arm}-{per_class}"), args, env)
                     line |= {
+                        "lr": round(card["peak_lr"], 6),  # as it trained: recipe_args may give --lr
                         "steps": card["steps"],
                         "dataset_digest": card["dataset"]["manifest_digest"],
                         "start_sha256": card["pretrained"]["sha256"],

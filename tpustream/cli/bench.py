@@ -131,6 +131,13 @@ def bench_finetune_cmd(
             "when they exist and were made by the same pretraining: the pretraining is most of the bench."
         ),
     ] = "",
+    random_arm: Annotated[
+        bool,
+        typer.Option(
+            help="Run the random arm (our trainer from scratch; as long as a fine-tune). The transfer check "
+            "is plain_random's, run either way."
+        ),
+    ] = True,
 ) -> None:
     """Random init, our fine-tune (default, recipe, an LR sweep) and a plain PyTorch reference fine-tune of
     the same pretrained weights, on a procedural transfer task (22 shape x texture classes -> 8 new ones at
@@ -167,6 +174,7 @@ def bench_finetune_cmd(
         recipe_args=shlex.split(recipe_args),
         seed=seed,
         source_weights=source_weights,
+        random_arm=random_arm,
     ):
         typer.echo(line)
 
