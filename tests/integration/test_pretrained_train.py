@@ -1,7 +1,8 @@
 """One real `tpustream train --pretrained <uri>` on the digits (resnet18 at 32 px, SPMD over 4 virtual XLA
 devices): model.json records the weights and the preprocessing, and evaluate and predict/serving read it back
 and agree on the same images. Staged weights on 4 devices: the pair the scenario suite leaves to this test
-(tests/integration/test_scenarios.py). 700 of the 1,797 digits: three runs of 10 steps, not 26."""
+(tests/integration/test_scenarios.py). All 1,797 digits: on 700 (10 steps at FAST's --lr 0.2 from random
+"pretrained" weights) the first run stayed at chance, 0.1."""
 
 import hashlib
 import json
@@ -11,7 +12,6 @@ import pytest
 import torch
 from torchvision import models as tv
 
-from tests.common.sources import digit_images
 from tests.common.train import run_train as _run
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import load_manifest
@@ -36,7 +36,7 @@ def _first_val_images(data, count):
     for shard in manifest.split("val").shards:
         with tarfile.open(storage.join(data, shard.path)) as tar:
             for member in tar.getmembers():
-                if member.name.endswith((".ppm", ".png")):
+                if member.name.endswith(".ppm"):
                     images.append((tar.extractfile(member).read(), member.name))
         if len(images) >= count:
             break
@@ -45,9 +45,7 @@ def _first_val_images(data, count):
 
 def test_train_pretrained_records_the_weights_and_every_reader_preprocesses_alike(tmp_path):
     data = str(tmp_path / "digits")
-    digit_images(tmp_path / "digit-images", 0, 700)
-    source = str(tmp_path / "digit-images")
-    shards.create_shards(ShardConfig(source=source, output=data, num_shards=4), progress=False)
+    shards.create_shards(ShardConfig(source="digits", output=data, num_shards=4), progress=False)
     torch.manual_seed(0)
     weights = tmp_path / "staged" / "resnet18-random.pth"  # stands in for a staged torchvision file
     weights.parent.mkdir()
