@@ -115,6 +115,9 @@ def test_kept_pretraining_weights_are_reused_only_for_the_same_pretraining(tmp_p
     assert torch.equal(torch.load(path, weights_only=True)["w"], torch.ones(2))
     assert _kept_pretraining(path, {**key, "seed": 1}) is None  # another pretraining's weights: made again
     assert _kept_pretraining(path, {**key, "task_version": 1}) is None
+    torch.save({"w": torch.zeros(2)}, path)  # another file in its place: its record does not vouch for it
+    assert _kept_pretraining(path, key) is None
+    _keep_pretraining(path, {"w": torch.ones(2)}, key, line, kept=True)
     (tmp_path / "kept" / "resnet18-source.pth.json").unlink()  # a write cut short before its record
     assert _kept_pretraining(path, key) is None
     assert _kept_pretraining("", key) is None  # not asked to keep anything

@@ -304,15 +304,23 @@ def _plain_pretrain(
 
 def _kept_pretraining(path: str, key: dict[str, Any]) -> dict[str, Any] | None:
     """The pretrain line's fields of the weights kept at ``path`` (``reused``: the path), or None when there
-    are none, or they were made by another pretraining than ``key`` says (then they are made again)."""
+    are none, they were made by another pretraining than ``key`` says, or the file is not the one its record
+    was written for (then they are made again)."""
     sidecar = path + ".json"
     if not path or not os.path.isfile(path) or not os.path.isfile(sidecar):
         return None
     with open(sidecar) as f:
         record = json.load(f)
-    if record.get("key") != key:
+    if record.get("key") != key or record.get("sha256") != _sha256(path):
         return None
     return {**record["pretrain"], "reused": path}
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _keep_pretraining(
@@ -327,7 +335,7 @@ def _keep_pretraining(
     os.replace(path + ".partial", path)
     if kept:
         with open(path + ".json.partial", "w") as f:
-            json.dump({"key": key, "pretrain": line}, f, indent=1)
+            json.dump({"key": key, "sha256": _sha256(path), "pretrain": line}, f, indent=1)
         os.replace(path + ".json.partial", path + ".json")
 
 
