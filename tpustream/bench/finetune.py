@@ -319,8 +319,11 @@ def _kept_pretraining(path: str, key: dict[str, Any]) -> dict[str, Any] | None:
 def _sha256(path: str) -> str:
     import hashlib
 
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _keep_pretraining(
