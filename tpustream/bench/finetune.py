@@ -47,6 +47,7 @@ from typing import Any, Literal
 from tpustream.bench.transfer_task import SOURCE_CLASSES, TARGET_CLASSES, write_folder
 from tpustream.bench.warmstart import run_train
 from tpustream.errors import ConfigError
+from tpustream.storage import io as storage
 
 __all__ = [
     "TransferCheck",
@@ -311,19 +312,9 @@ def _kept_pretraining(path: str, key: dict[str, Any]) -> dict[str, Any] | None:
         return None
     with open(sidecar) as f:
         record = json.load(f)
-    if record.get("key") != key or record.get("sha256") != _sha256(path):
+    if record.get("key") != key or record.get("sha256") != storage.sha256(path):
         return None
     return {**record["pretrain"], "reused": path}
-
-
-def _sha256(path: str) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _keep_pretraining(
@@ -338,7 +329,7 @@ def _keep_pretraining(
     os.replace(path + ".partial", path)
     if kept:
         with open(path + ".json.partial", "w") as f:
-            json.dump({"key": key, "sha256": _sha256(path), "pretrain": line}, f, indent=1)
+            json.dump({"key": key, "sha256": storage.sha256(path), "pretrain": line}, f, indent=1)
         os.replace(path + ".json.partial", path + ".json")
 
 
