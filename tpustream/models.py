@@ -313,10 +313,11 @@ def _efficientnet_v2_s(*, num_classes: int, in_channels: int, input_size: int) -
 
 # A family's fine-tuning LR (a --pretrained run without --lr) as a fraction of its from-scratch default.
 # The ResNets': chosen from `tpustream bench finetune --lr-factors 2,3,4` (resnet18, the procedural transfer
-# task, batch 16, seed 0; README, "Fine-tuning"): final top-1 over the plain torchvision-reference fine-tune
-# of the same weights at 0.1 / 0.2 / 0.3 / 0.4 of the scratch default: 10 images a class 0.641 / 0.846 /
-# 0.942 / 0.974, 30 a class 0.894 / 0.950 / 0.957 / 0.901. 0.3 is the best at 30 and near it at 10; at
-# batch 32 it is 0.0106, near the reference's 0.01.
+# task, batch 16, seed 0; README, "Fine-tune on your own images"): final top-1 over the plain
+# torchvision-reference fine-tune of the same weights at 0.1 / 0.2 / 0.3 / 0.4 of the scratch default: 10
+# images a class 0.641 / 0.846 / 0.942 / 0.974, 30 a class 0.894 / 0.950 / 0.957 / 0.901, 100 a class
+# 0.920 / - / 0.933 / -. 0.3 is the best at 30 and near it at 10; at batch 32 it is 0.0106, near the
+# reference's 0.01.
 RESNET_FINE_TUNE_LR_FACTOR = 0.3
 # The other SGD families (the EfficientNets, the tiny test model) keep a tenth, as the AdamW ones (vit_b_16,
 # convnext_tiny) do: not measured.

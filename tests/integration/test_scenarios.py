@@ -32,8 +32,8 @@ tuned modern random 32 px (random weights: the cheapest runs). The two tuned ran
 devices (a search, and the compiled step's MixUp/CutMix, EMA and padded last batch, sharded), the other three
 on one: every value of every other axis meets one device; 4 devices meet random weights, both input sizes,
 both recipes and the search. The two pairs left, staged weights on 4 devices and an untuned run on 4 devices,
-are ``tests/integration/test_pretrained_train.py``'s and ``tests/integration/test_pipeline.py``'s. Leaky data trains nothing, so its pairs cost a
-data check each: a leaky first run that would have been staged, 96 px, modern and tuned (it must stop before
+are ``tests/integration/test_pretrained_train.py``'s and ``tests/integration/test_pipeline.py``'s. Leaky data
+trains nothing, so its pairs cost a data check each: a leaky first run that would have been staged, 96 px, modern and tuned (it must stop before
 the search spends a trial), and the cheapest chain's leaky retrain (random, 32 px, auto, off) as a
 warm-started challenger. A tuned chain's challenger is tuned too, as a pipeline compiled with the switch runs
 every time; its search space (two trials) searches the LR around the run's default and the MixUp alpha.
@@ -389,9 +389,7 @@ def test_first_run_then_a_warm_started_challenger(scenario, sources, staged_weig
 
 
 @pytest.mark.parametrize("scenario", LEAKY, ids=[s.id for s in LEAKY])
-def test_a_leaky_first_run_stops_at_the_data_check(
-    scenario, sources, staged_weights, tmp_path
-):  # trains nothing
+def test_a_leaky_first_run_stops_at_the_data_check(scenario, sources, staged_weights, tmp_path):
     """A first run on leaky data: stopped before any training (or search), no champion, nothing in history."""
     settings = _settings(scenario, sources["leaky"], staged_weights, tmp_path)
     _stopped_at_the_data_check(str(tmp_path / "run"), settings, tmp_path)
