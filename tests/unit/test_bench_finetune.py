@@ -75,11 +75,43 @@ def test_the_summary_gives_each_of_ours_over_the_plain_reference_and_the_check()
             ("plain_random", 0.25),
         )
     }
-    summary = summarize_size(lines, transfer_check(0.9, 0.25))
+    summary = summarize_size({0: lines}, transfer_check(0.9, 0.25))
     assert summary["summary"] is True and summary["images_per_class"] == 10 and summary["steps"] == 60
     assert summary["final_top1"]["plain_random"] == 0.25
     assert summary["ratio_vs_plain"] == {"random": 0.2222, "ours_default": 0.8889, "ours_lr_x3": 1.0}
     assert summary["transfer_check"] == "informative" and summary["transfer_gain"] == pytest.approx(0.65)
+    assert "seeds" not in summary and "final_top1_by_seed" not in summary  # one seed: the plain summary
+
+
+def test_several_seeds_summarise_as_the_mean_top1_and_each_seed_side_by_side():
+    seeds = {
+        3: {arm: _line(arm, top1) for arm, top1 in (("ours_default", 0.8), ("plain_reference", 0.8),
+                                                   ("plain_random", 0.2))},
+        5: {arm: _line(arm, top1) for arm, top1 in (("ours_default", 0.9), ("plain_reference", 0.7),
+                                                   ("plain_random", 0.3))},
+    }  # fmt: skip
+    summary = summarize_size(seeds, transfer_check(0.75, 0.25))
+    assert summary["seeds"] == [3, 5]
+    assert summary["final_top1"] == {"ours_default": 0.85, "plain_reference": 0.75, "plain_random": 0.25}
+    assert summary["ratio_vs_plain"] == {"ours_default": 1.1333}  # the means' ratio
+    assert summary["final_top1_by_seed"]["ours_default"] == [0.8, 0.9]
+    assert summary["ratio_vs_plain_by_seed"] == {"ours_default": [1.0, 1.2857]}
+
+
+def test_each_recipe_args_is_its_own_arm_named_by_number_when_there_are_several():
+    from tpustream.bench.finetune import _arms
+
+    def names(recipe_args, **kw):
+        runs = _arms("w.pth", "r.pth", lr_factors=(), recipe_args=recipe_args, random_arm=False,
+                     lrs=(0.0075, 0.025, 0.005), **kw)  # fmt: skip
+        return {arm: (start, extra) for arm, start, extra, _, _ in runs}
+
+    assert list(names([])) == ["ours_default", "plain_reference", "plain_random"]
+    assert names([["--recipe", "plain"]])["ours_recipe"] == ("w.pth", ["--recipe", "plain"])
+    several = names([["--warmup-epochs", "0"], ["--ema-decay", "0"]])
+    assert several["ours_recipe_1"] == ("w.pth", ["--warmup-epochs", "0"])
+    assert several["ours_recipe_2"] == ("w.pth", ["--ema-decay", "0"])
+    assert several["plain_reference"][0] == "w.pth" and several["plain_random"][0] == "r.pth"
 
 
 @pytest.mark.parametrize(
@@ -97,6 +129,8 @@ def test_sizes_out_of_range_are_one_line_errors_before_any_training(change, name
 def test_a_non_positive_lr_factor_is_refused_before_any_training():
     with pytest.raises(ConfigError, match="--lr-factors"):
         next(bench_finetune(QUICK, lr_factors=(1.0, 0.0)))
+    with pytest.raises(ConfigError, match="--seeds 1,2,1: give each seed once"):
+        next(bench_finetune(QUICK, seeds=(1, 2, 1)))
 
 
 def test_kept_pretraining_weights_are_reused_only_for_the_same_pretraining(tmp_path):

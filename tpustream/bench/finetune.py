@@ -40,8 +40,9 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
+from statistics import fmean
 from typing import Any, Literal
 
 from tpustream.bench.transfer_task import SOURCE_CLASSES, TARGET_CLASSES, write_folder
@@ -135,26 +136,37 @@ QUICK = FinetuneSize(
 )
 
 
-def summarize_size(lines: dict[str, dict[str, Any]], check: TransferCheck) -> dict[str, Any]:
-    """One size's runs side by side: every arm's final top-1, each of ours over the plain reference, and the
-    transfer check."""
-    plain = lines["plain_reference"]["final_top1"]
-    ours = [arm for arm in lines if arm.startswith(("ours_", "random"))]
-    any_line = lines["plain_reference"]
-    return {
+def summarize_size(seeds: dict[int, dict[str, dict[str, Any]]], check: TransferCheck) -> dict[str, Any]:
+    """One size's runs side by side (``seeds``: each fine-tuning seed's lines by arm): every arm's final top-1
+    (the mean over the seeds), each of ours over the plain reference (the ratio of the means), and the
+    transfer check; with several seeds, each seed's top-1 and ratio too."""
+    runs = list(seeds.values())
+    any_line = runs[0]["plain_reference"]
+    top1 = {arm: round(fmean(lines[arm]["final_top1"] for lines in runs), 4) for arm in runs[0]}
+    plain = top1["plain_reference"]
+    ours = [arm for arm in runs[0] if arm.startswith(("ours_", "random"))]
+    summary = {
         "bench": "finetune",
         "summary": True,
         "images_per_class": any_line["images_per_class"],
         "steps": any_line["steps"],
-        "final_top1": {arm: line["final_top1"] for arm, line in lines.items()},
-        "lr": {arm: line["lr"] for arm, line in lines.items()},
-        "ratio_vs_plain": {
-            arm: round(lines[arm]["final_top1"] / plain, 4) if plain else None for arm in ours
-        },
-        "transfer_check": check.code,
-        "transfer_gain": check.gain,
-        "verdict": check.sentence,
+        "final_top1": top1,
+        "lr": {arm: line["lr"] for arm, line in runs[0].items()},
+        "ratio_vs_plain": {arm: round(top1[arm] / plain, 4) if plain else None for arm in ours},
     }
+    if len(runs) > 1:
+        summary["seeds"] = list(seeds)
+        summary["final_top1_by_seed"] = {arm: [lines[arm]["final_top1"] for lines in runs] for arm in top1}
+        summary["ratio_vs_plain_by_seed"] = {
+            arm: [
+                round(lines[arm]["final_top1"] / lines["plain_reference"]["final_top1"], 4)
+                if lines["plain_reference"]["final_top1"]
+                else None
+                for lines in runs
+            ]
+            for arm in ours
+        }
+    return summary | {"transfer_check": check.code, "transfer_gain": check.gain, "verdict": check.sentence}
 
 
 def _plain_finetune(
@@ -333,6 +345,95 @@ def _keep_pretraining(
         os.replace(path + ".json.partial", path + ".json")
 
 
+Arm = tuple[str, str, list[str], float, str]
+"""One run of a size: its arm's name, the weights it starts from, its train options, its LR and the LR's rule."""
+PLAIN_ARMS = ("plain_reference", "plain_random")
+
+
+def _arms(
+    weights_file: str,
+    random_file: str,
+    *,
+    lr_factors: Sequence[float],
+    recipe_args: Sequence[Sequence[str]],
+    random_arm: bool,
+    lrs: tuple[float, float, float],
+) -> list[Arm]:
+    """A size's runs in order: the fine-tunes of the pretrained file first, the plain ones, the random init's
+    run last (the context, not the comparison): a bench cut short has the lines that matter. ``lrs``: the
+    default fine-tuning LR, the from-scratch one and the plain reference's."""
+    default_lr, scratch_lr, reference_lr = lrs
+    runs: list[Arm] = [("ours_default", weights_file, [], default_lr, "train's --pretrained default")]
+    for number, args in enumerate(recipe_args, 1):
+        arm = "ours_recipe" if len(recipe_args) == 1 else f"ours_recipe_{number}"
+        runs.append((arm, weights_file, list(args), default_lr, " ".join(args)))
+    for factor in lr_factors:
+        lr = default_lr * factor
+        runs.append((f"ours_lr_x{factor:g}", weights_file, ["--lr", f"{lr:.6g}"], lr, f"{factor:g}x default"))
+    runs += [(arm, weights_file if arm == "plain_reference" else random_file, [], reference_lr, PLAIN_RULE)
+             for arm in PLAIN_ARMS]  # fmt: skip
+    if random_arm:
+        runs.append(
+            ("random", random_file, ["--lr", str(scratch_lr)], scratch_lr, "train's from-scratch default")
+        )
+    return runs
+
+
+def _size_runs(
+    runs: list[Arm],
+    base: dict[str, Any],
+    target: str,
+    outputs: str,
+    common: list[str],
+    env: dict[str, str],
+    *,
+    random_file: str,
+    size: FinetuneSize,
+    epochs: int,
+    input_size: int,
+    seed: int,
+) -> Generator[str, None, dict[str, dict[str, Any]]]:
+    """Run one size's ``runs`` at one seed, yielding each one's JSON line; returns the lines by arm."""
+    lines: dict[str, dict[str, Any]] = {}
+    for arm, start, extra, lr, rule in runs:
+        line = {
+            **base,
+            "arm": arm,
+            "init": "random" if start == random_file else "pretrained",
+            "lr": round(lr, 6),
+            "lr_rule": rule,
+        }
+        started = time.perf_counter()
+        if arm.startswith("plain_"):
+            steps = lines["ours_default"]["steps"]
+            line |= _plain_finetune(
+                start,
+                target + "-images",
+                model=size.model,
+                epochs=epochs,
+                steps_per_epoch=steps // epochs,
+                batch_size=size.batch_size,
+                lr=lr,
+                input_size=input_size,
+                seed=seed,
+            )
+        else:
+            args = [*common, "--epochs", str(epochs), "--pretrained", start, *extra]
+            card, _ = run_train(target, os.path.join(outputs, f"{arm}-{base['images_per_class']}"), args, env)
+            line |= {
+                "lr": round(card["peak_lr"], 6),  # as it trained: recipe_args may give --lr
+                "steps": card["steps"],
+                "dataset_digest": card["dataset"]["manifest_digest"],
+                "start_sha256": card["pretrained"]["sha256"],
+                "final_top1": round(card["history"][-1]["val_top1"], 4),
+                "top1_by_epoch": [round(h["val_top1"], 4) for h in card["history"]],
+            }
+        line["seconds"] = round(time.perf_counter() - started, 1)
+        lines[arm] = line
+        yield json.dumps(line)
+    return lines
+
+
 def _check_size(size: FinetuneSize) -> None:
     if len(size.epochs) != len(size.images_per_class):
         raise ConfigError(
@@ -348,14 +449,18 @@ def bench_finetune(
     size: FinetuneSize = DEFAULT,
     *,
     lr_factors: Sequence[float] = (),
-    recipe_args: Sequence[str] = (),
+    recipe_args: Sequence[Sequence[str]] = (),
     input_size: int = 64,
     seed: int = 0,
+    seeds: Sequence[int] = (),
     source_weights: str = "",
     random_arm: bool = True,
 ) -> Iterator[str]:
     """JSON lines: the pretraining run, then per target size its runs (see the module docstring) and their
-    summary. ``lr_factors``: the LR sweep's multiples of the default fine-tuning LR. ``source_weights``: a
+    summary. ``lr_factors``: the LR sweep's multiples of the default fine-tuning LR. ``recipe_args``: one
+    ``ours_recipe`` arm per list of train options (``ours_recipe_1``, ``_2``, ... when there are several).
+    ``seed``: the task's images and the pretraining's; ``seeds``: the fine-tunes' (each runs every arm;
+    default: ``seed``), whose summary gives the mean top-1 and each seed's. ``source_weights``: a
     local ``.pth`` path that keeps the pretraining's weights between runs (the pretraining is most of the
     bench's time): reused when it exists and its ``.json`` beside it records the same pretraining (model,
     source images, epochs, seed, input size, task version), else pretrained and written there.
@@ -369,6 +474,8 @@ def bench_finetune(
     from tpustream.train.optimizer import default_peak_lr, fine_tune_peak_lr
 
     _check_size(size)
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds {','.join(map(str, seeds))}: give each seed once")
     if any(factor <= 0 for factor in lr_factors):
         raise ConfigError(f"--lr-factors {','.join(map(str, lr_factors))}: give positive multiples")
     spec = model_spec(size.model)
@@ -378,7 +485,7 @@ def bench_finetune(
     reference_lr = REFERENCE_LR_AT_32 * batch / 32
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"}
     common = ["--model", size.model, "--input-size", str(input_size), "--batch-size", str(batch)]
-    common += ["--workers", "1", "--log-steps", "1000", "--seed", str(seed)]
+    common += ["--workers", "1", "--log-steps", "1000"]
     with tempfile.TemporaryDirectory(prefix="tpustream-bench-finetune-") as tmp:
         # one XLA compilation cache for every run: the fine-tuning runs share their programs (same network,
         # classes, batch; the LR is an input), so only the first compiles them
@@ -435,71 +542,30 @@ def bench_finetune(
                 "test_images": size.test_per_class * len(TARGET_CLASSES),
                 "epochs": epochs,
             }
-            # the fine-tunes of the pretrained file first, the plain ones, the random init's run last (the
-            # context, not the comparison): a bench cut short has the lines that matter
-            runs: list[tuple[str, str, list[str], float, str]] = [
-                ("ours_default", weights_file, [], default_lr, "train's --pretrained default"),
-            ]
-            if recipe_args:
-                runs.append(
-                    ("ours_recipe", weights_file, list(recipe_args), default_lr, " ".join(recipe_args))
-                )
-            for factor in lr_factors:
-                lr = default_lr * factor
-                runs.append(
-                    (f"ours_lr_x{factor:g}", weights_file, ["--lr", f"{lr:.6g}"], lr, f"{factor:g}x default")
-                )
-            runs += [("plain_reference", weights_file, [], reference_lr, PLAIN_RULE)]
-            runs += [("plain_random", random_file, [], reference_lr, PLAIN_RULE)]
-            if random_arm:
-                runs += [
-                    (
-                        "random",
+            by_seed: dict[int, dict[str, dict[str, Any]]] = {}
+            for run_seed in seeds or (seed,):
+                lines = yield from _size_runs(
+                    _arms(
+                        weights_file,
                         random_file,
-                        ["--lr", str(scratch_lr)],
-                        scratch_lr,
-                        "train's from-scratch default",
-                    )
-                ]
-            lines: dict[str, dict[str, Any]] = {}
-            for arm, start, extra, lr, rule in runs:
-                line = {
-                    **base,
-                    "arm": arm,
-                    "init": "random" if start == random_file else "pretrained",
-                    "lr": round(lr, 6),
-                    "lr_rule": rule,
-                }
-                started = time.perf_counter()
-                if arm.startswith("plain_"):
-                    steps = lines["ours_default"]["steps"]
-                    line |= _plain_finetune(
-                        start,
-                        target + "-images",
-                        model=size.model,
-                        epochs=epochs,
-                        steps_per_epoch=steps // epochs,
-                        batch_size=batch,
-                        lr=lr,
-                        input_size=input_size,
-                        seed=seed,
-                    )
-                else:
-                    args = [*common, "--epochs", str(epochs), "--pretrained", start, *extra]
-                    card, _ = run_train(target, os.path.join(tmp, f"{arm}-{per_class}"), args, env)
-                    line |= {
-                        "lr": round(card["peak_lr"], 6),  # as it trained: recipe_args may give --lr
-                        "steps": card["steps"],
-                        "dataset_digest": card["dataset"]["manifest_digest"],
-                        "start_sha256": card["pretrained"]["sha256"],
-                        "final_top1": round(card["history"][-1]["val_top1"], 4),
-                        "top1_by_epoch": [round(h["val_top1"], 4) for h in card["history"]],
-                    }
-                line["seconds"] = round(time.perf_counter() - started, 1)
-                lines[arm] = line
-                yield json.dumps(line)
-            check = transfer_check(
-                lines["plain_reference"]["final_top1"], lines["plain_random"]["final_top1"]
-            )
-            yield json.dumps(summarize_size(lines, check))
+                        lr_factors=lr_factors,
+                        recipe_args=recipe_args,
+                        random_arm=random_arm,
+                        lrs=(default_lr, scratch_lr, reference_lr),
+                    ),
+                    base | ({"seed": run_seed} if seeds else {}),
+                    target,
+                    os.path.join(tmp, f"seed-{run_seed}"),
+                    [*common, "--seed", str(run_seed)],
+                    env,
+                    random_file=random_file,
+                    size=size,
+                    epochs=epochs,
+                    input_size=input_size,
+                    seed=run_seed,
+                )
+                by_seed[run_seed] = lines
+            plain = {arm: fmean(lines[arm]["final_top1"] for lines in by_seed.values()) for arm in PLAIN_ARMS}
+            check = transfer_check(round(plain["plain_reference"], 4), round(plain["plain_random"], 4))
+            yield json.dumps(summarize_size(by_seed, check))
             shutil.rmtree(target + "-images", ignore_errors=True)

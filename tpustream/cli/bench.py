@@ -118,9 +118,22 @@ def bench_finetune_cmd(
         typer.Option(help="The LR sweep: also fine-tune at these multiples of the default fine-tuning LR."),
     ] = "",
     recipe_args: Annotated[
-        str, typer.Option(help="train options of the ours_recipe arm (none: the arm is not run).")
+        list[str] | None,
+        typer.Option(
+            help="train options of an ours_recipe arm (none: the arm is not run); repeat it for several arms "
+            "(ours_recipe_1, ours_recipe_2, ...)."
+        ),
+    ] = None,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the task's images, of the pretraining and of every fine-tune.")
+    ] = 0,
+    seeds: Annotated[
+        str,
+        typer.Option(
+            help="Fine-tune at each of these seeds (a list; the pretraining and the images keep --seed): "
+            "every arm runs at each, and the summary gives the mean top-1 and each seed's."
+        ),
     ] = "",
-    seed: Annotated[int, typer.Option(help="Seed of the task's images and of every run.")] = 0,
     quick: Annotated[
         bool, typer.Option(help="A smoke run: tiny model, 4 images per class, 2 epochs, batch 8.")
     ] = False,
@@ -171,8 +184,9 @@ def bench_finetune_cmd(
     for line in bench_finetune(
         size,
         lr_factors=numbers("--lr-factors", lr_factors, float),
-        recipe_args=shlex.split(recipe_args),
+        recipe_args=[shlex.split(args) for args in recipe_args or ()],
         seed=seed,
+        seeds=numbers("--seeds", seeds, int),
         source_weights=source_weights,
         random_arm=random_arm,
     ):
