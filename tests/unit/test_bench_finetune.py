@@ -112,6 +112,9 @@ def test_each_recipe_args_is_its_own_arm_named_by_number_when_there_are_several(
     assert several["ours_recipe_1"] == ("w.pth", ["--warmup-epochs", "0"])
     assert several["ours_recipe_2"] == ("w.pth", ["--ema-decay", "0"])
     assert several["plain_reference"][0] == "w.pth" and several["plain_random"][0] == "r.pth"
+    trivial = names([], plain_trivial=True)
+    assert list(trivial) == ["ours_default", "plain_reference", "plain_trivial", "plain_random"]
+    assert trivial["plain_trivial"] == ("w.pth", ["--augment", "trivial"])
 
 
 @pytest.mark.parametrize(

@@ -25,11 +25,13 @@ size), and reports the final top-1 on them:
   torchvision's classification reference fine-tunes: SGD momentum 0.9, weight decay 1e-4, cosine to zero,
   LR 0.01 at batch 32 scaled linearly, no warmup, no label smoothing, RandomResizedCrop (our min crop scale)
   + horizontal flip;
+- ``plain_trivial`` (``plain_trivial=True``): the same with TrivialAugmentWide after the crop and flip: what the
+  policy does to a short fine-tune, without our trainer;
 - ``plain_random``: the plain script from the random init: with ``plain_reference`` it decides whether the
   task is informative at all (``transfer_check``: pretraining must help a plain fine-tune, else no
   comparison here says anything about fine-tuning).
 
-One JSON line per run, then one summary line per size: every arm's final top-1, each of ours over the plain
+One JSON line per run, then one summary line per size: every arm's final top-1, each of the others over the plain
 reference (``ratio_vs_plain``), and the transfer check's code and sentence.
 """
 
@@ -144,7 +146,7 @@ def summarize_size(seeds: dict[int, dict[str, dict[str, Any]]], check: TransferC
     any_line = runs[0]["plain_reference"]
     top1 = {arm: round(fmean(lines[arm]["final_top1"] for lines in runs), 4) for arm in runs[0]}
     plain = top1["plain_reference"]
-    ours = [arm for arm in runs[0] if arm.startswith(("ours_", "random"))]
+    ours = [arm for arm in runs[0] if arm not in PLAIN_ARMS]
     summary = {
         "bench": "finetune",
         "summary": True,
@@ -180,9 +182,11 @@ def _plain_finetune(
     lr: float,
     input_size: int,
     seed: int,
+    augment: str = "none",
 ) -> dict[str, Any]:
     """Plain PyTorch on the CPU, torchvision's reference way: ``start``'s weights but the head, ``data``'s
-    train/ for ``epochs`` x ``steps_per_epoch`` steps, then top-1 on its val/."""
+    train/ for ``epochs`` x ``steps_per_epoch`` steps, then top-1 on its val/. ``augment`` "trivial": torchvision's
+    TrivialAugmentWide after the crop and flip (the reference's ``--auto-augment ta_wide``)."""
     import torch
     from torchvision import datasets, transforms
 
@@ -199,6 +203,7 @@ def _plain_finetune(
             [
                 transforms.RandomResizedCrop(input_size, scale=scale),
                 transforms.RandomHorizontalFlip(),
+                *([transforms.TrivialAugmentWide()] if augment == "trivial" else []),
                 *normalize,
             ]
         ),
@@ -348,6 +353,9 @@ def _keep_pretraining(
 Arm = tuple[str, str, list[str], float, str]
 """One run of a size: its arm's name, the weights it starts from, its train options, its LR and the LR's rule."""
 PLAIN_ARMS = ("plain_reference", "plain_random")
+"""The plain arms every size runs: the reference and the transfer check's."""
+TRIVIAL = ["--augment", "trivial"]
+"""``plain_trivial``'s option: the plain reference with TrivialAugmentWide (the name our train option has)."""
 
 
 def _arms(
@@ -358,6 +366,7 @@ def _arms(
     recipe_args: Sequence[Sequence[str]],
     random_arm: bool,
     lrs: tuple[float, float, float],
+    plain_trivial: bool = False,
 ) -> list[Arm]:
     """A size's runs in order: the fine-tunes of the pretrained file first, the plain ones, the random init's
     run last (the context, not the comparison): a bench cut short has the lines that matter. ``lrs``: the
@@ -370,8 +379,12 @@ def _arms(
     for factor in lr_factors:
         lr = default_lr * factor
         runs.append((f"ours_lr_x{factor:g}", weights_file, ["--lr", f"{lr:.6g}"], lr, f"{factor:g}x default"))
-    runs += [(arm, weights_file if arm == "plain_reference" else random_file, [], reference_lr, PLAIN_RULE)
-             for arm in PLAIN_ARMS]  # fmt: skip
+    runs.append(("plain_reference", weights_file, [], reference_lr, PLAIN_RULE))
+    if plain_trivial:  # what the policy does to a short fine-tune, without our trainer
+        runs.append(
+            ("plain_trivial", weights_file, TRIVIAL, reference_lr, f"{PLAIN_RULE}; {' '.join(TRIVIAL)}")
+        )
+    runs.append(("plain_random", random_file, [], reference_lr, PLAIN_RULE))
     if random_arm:
         runs.append(
             ("random", random_file, ["--lr", str(scratch_lr)], scratch_lr, "train's from-scratch default")
@@ -416,6 +429,7 @@ def _size_runs(
                 lr=lr,
                 input_size=input_size,
                 seed=seed,
+                augment="trivial" if extra == TRIVIAL else "none",
             )
         else:
             args = [*common, "--epochs", str(epochs), "--pretrained", start, *extra]
@@ -455,6 +469,7 @@ def bench_finetune(
     seeds: Sequence[int] = (),
     source_weights: str = "",
     random_arm: bool = True,
+    plain_trivial: bool = False,
 ) -> Iterator[str]:
     """JSON lines: the pretraining run, then per target size its runs (see the module docstring) and their
     summary. ``lr_factors``: the LR sweep's multiples of the default fine-tuning LR. ``recipe_args``: one
@@ -465,7 +480,8 @@ def bench_finetune(
     bench's time): reused when it exists and its ``.json`` beside it records the same pretraining (model,
     source images, epochs, seed, input size, task version), else pretrained and written there.
     ``random_arm``: run ``random`` (XLA from scratch, as long as a fine-tune; the transfer check does not need
-    it: ``plain_random`` is that check's)."""
+    it: ``plain_random`` is that check's). ``plain_trivial``: also run ``plain_trivial``, the plain reference with
+    TrivialAugmentWide after its crop and flip."""
     import torch
 
     from tpustream.dataset.plan import ShardConfig
@@ -552,6 +568,7 @@ def bench_finetune(
                         recipe_args=recipe_args,
                         random_arm=random_arm,
                         lrs=(default_lr, scratch_lr, reference_lr),
+                        plain_trivial=plain_trivial,
                     ),
                     base | ({"seed": run_seed} if seeds else {}),
                     target,

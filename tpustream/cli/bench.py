@@ -151,6 +151,13 @@ def bench_finetune_cmd(
             "is plain_random's, run either way."
         ),
     ] = True,
+    plain_trivial: Annotated[
+        bool,
+        typer.Option(
+            help="Also run plain_trivial: the plain reference with TrivialAugmentWide after its crop and flip "
+            "(what the policy does to a short fine-tune, without our trainer)."
+        ),
+    ] = False,
 ) -> None:
     """Random init, our fine-tune (default, recipe, an LR sweep) and a plain PyTorch reference fine-tune of
     the same pretrained weights, on a procedural transfer task (22 shape x texture classes -> 8 new ones at
@@ -189,6 +196,7 @@ def bench_finetune_cmd(
         seeds=numbers("--seeds", seeds, int),
         source_weights=source_weights,
         random_arm=random_arm,
+        plain_trivial=plain_trivial,
     ):
         typer.echo(line)
 
