@@ -115,6 +115,8 @@ def test_each_recipe_args_is_its_own_arm_named_by_number_when_there_are_several(
     trivial = names([], plain_trivial=True)
     assert list(trivial) == ["ours_default", "plain_reference", "plain_trivial", "plain_random"]
     assert trivial["plain_trivial"] == ("w.pth", ["--augment", "trivial"])
+    plain_only = names([["--recipe", "plain"]], plain_trivial=True, ours=False)  # --no-ours
+    assert list(plain_only) == ["plain_reference", "plain_trivial", "plain_random"]
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,7 @@ reference (``ratio_vs_plain``), and the transfer check's code and sentence.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -367,16 +368,18 @@ def _arms(
     random_arm: bool,
     lrs: tuple[float, float, float],
     plain_trivial: bool = False,
+    ours: bool = True,
 ) -> list[Arm]:
     """A size's runs in order: the fine-tunes of the pretrained file first, the plain ones, the random init's
     run last (the context, not the comparison): a bench cut short has the lines that matter. ``lrs``: the
-    default fine-tuning LR, the from-scratch one and the plain reference's."""
+    default fine-tuning LR, the from-scratch one and the plain reference's. ``ours`` False: the plain arms
+    alone."""
     default_lr, scratch_lr, reference_lr = lrs
     runs: list[Arm] = [("ours_default", weights_file, [], default_lr, "train's --pretrained default")]
-    for number, args in enumerate(recipe_args, 1):
+    for number, args in enumerate(recipe_args if ours else (), 1):
         arm = "ours_recipe" if len(recipe_args) == 1 else f"ours_recipe_{number}"
         runs.append((arm, weights_file, list(args), default_lr, " ".join(args)))
-    for factor in lr_factors:
+    for factor in lr_factors if ours else ():
         lr = default_lr * factor
         runs.append((f"ours_lr_x{factor:g}", weights_file, ["--lr", f"{lr:.6g}"], lr, f"{factor:g}x default"))
     runs.append(("plain_reference", weights_file, [], reference_lr, PLAIN_RULE))
@@ -385,6 +388,8 @@ def _arms(
             ("plain_trivial", weights_file, TRIVIAL, reference_lr, f"{PLAIN_RULE}; {' '.join(TRIVIAL)}")
         )
     runs.append(("plain_random", random_file, [], reference_lr, PLAIN_RULE))
+    if not ours:
+        return runs[1:]
     if random_arm:
         runs.append(
             ("random", random_file, ["--lr", str(scratch_lr)], scratch_lr, "train's from-scratch default")
@@ -418,7 +423,8 @@ def _size_runs(
         }
         started = time.perf_counter()
         if arm.startswith("plain_"):
-            steps = lines["ours_default"]["steps"]
+            # ours' steps: every train image every epoch, the last batch padded to a whole one
+            steps = epochs * math.ceil(base["train_images"] / size.batch_size)
             line |= _plain_finetune(
                 start,
                 target + "-images",
@@ -470,6 +476,7 @@ def bench_finetune(
     source_weights: str = "",
     random_arm: bool = True,
     plain_trivial: bool = False,
+    ours: bool = True,
 ) -> Iterator[str]:
     """JSON lines: the pretraining run, then per target size its runs (see the module docstring) and their
     summary. ``lr_factors``: the LR sweep's multiples of the default fine-tuning LR. ``recipe_args``: one
@@ -481,7 +488,8 @@ def bench_finetune(
     source images, epochs, seed, input size, task version), else pretrained and written there.
     ``random_arm``: run ``random`` (XLA from scratch, as long as a fine-tune; the transfer check does not need
     it: ``plain_random`` is that check's). ``plain_trivial``: also run ``plain_trivial``, the plain reference with
-    TrivialAugmentWide after its crop and flip."""
+    TrivialAugmentWide after its crop and flip. ``ours`` False: the plain arms alone (seconds each on a CPU: the
+    reference's own spread over many ``seeds``), at the steps our trainer takes."""
     import torch
 
     from tpustream.dataset.plan import ShardConfig
@@ -569,6 +577,7 @@ def bench_finetune(
                         random_arm=random_arm,
                         lrs=(default_lr, scratch_lr, reference_lr),
                         plain_trivial=plain_trivial,
+                        ours=ours,
                     ),
                     base | ({"seed": run_seed} if seeds else {}),
                     target,

@@ -158,6 +158,13 @@ def bench_finetune_cmd(
             "(what the policy does to a short fine-tune, without our trainer)."
         ),
     ] = False,
+    ours: Annotated[
+        bool,
+        typer.Option(
+            help="Run our trainer's arms; --no-ours runs the plain arms alone (seconds each on a CPU, at the "
+            "steps our trainer takes): the reference's own spread over many --seeds."
+        ),
+    ] = True,
 ) -> None:
     """Random init, our fine-tune (default, recipe, an LR sweep) and a plain PyTorch reference fine-tune of
     the same pretrained weights, on a procedural transfer task (22 shape x texture classes -> 8 new ones at
@@ -197,6 +204,7 @@ def bench_finetune_cmd(
         source_weights=source_weights,
         random_arm=random_arm,
         plain_trivial=plain_trivial,
+        ours=ours,
     ):
         typer.echo(line)
 
