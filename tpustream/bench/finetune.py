@@ -141,7 +141,7 @@ QUICK = FinetuneSize(
 
 def summarize_size(seeds: dict[int, dict[str, dict[str, Any]]], check: TransferCheck) -> dict[str, Any]:
     """One size's runs side by side (``seeds``: each fine-tuning seed's lines by arm): every arm's final top-1
-    (the mean over the seeds), each of ours over the plain reference (the ratio of the means), and the
+    (the mean over the seeds), each of the others over the plain reference (the ratio of the means), and the
     transfer check; with several seeds, each seed's top-1 and ratio too."""
     runs = list(seeds.values())
     any_line = runs[0]["plain_reference"]
