@@ -81,9 +81,9 @@ RECIPES: dict[RecipeName, Recipe] = {
         augment="trivial", random_erasing=0.1, mixup_alpha=0.2, cutmix_alpha=1.0, ema_decay=0.999
     ),
     # Few images per class: the crop + flip and an EMA only (see SMALL_DATA_PER_CLASS), as BiT's fine-tuning
-    # rule (Kolesnikov et al., "Big Transfer", ECCV 2020, sec. 3.3: random crops and flips, MixUp only from 20k
-    # examples). TrivialAugmentWide cost a short fine-tune 5-8 points of top-1 at 10 and 30 images a class
-    # (`bench finetune`; README, "Fine-tune on your own images").
+    # rule (Kolesnikov et al., "Big Transfer", ECCV 2020, its BiT-HyperRule: random crops and flips, MixUp only
+    # from 20k examples). TrivialAugmentWide cost a short fine-tune 3-8 points of top-1 at 10, 30 and 100
+    # images a class (`bench finetune --plain-trivial`; README, "Fine-tune on your own images").
     "small-data-finetune": Recipe(ema_decay=0.999),
     # MAE's / BEiT's ViT-B fine-tuning (He et al. 2022, table 9): RandAugment m9, random erasing 0.25,
     # MixUp 0.8, CutMix 1.0, layer-wise LR decay 0.65; timm's EMA.
