@@ -75,7 +75,7 @@ def test_the_summary_gives_each_of_ours_over_the_plain_reference_and_the_check()
             ("plain_random", 0.25),
         )
     }
-    summary = summarize_size({0: lines}, transfer_check(0.9, 0.25))
+    summary = summarize_size({0: lines})
     assert summary["summary"] is True and summary["images_per_class"] == 10 and summary["steps"] == 60
     assert summary["final_top1"]["plain_random"] == 0.25
     assert summary["ratio_vs_plain"] == {"random": 0.2222, "ours_default": 0.8889, "ours_lr_x3": 1.0}
@@ -90,7 +90,7 @@ def test_several_seeds_summarise_as_the_mean_top1_and_each_seed_side_by_side():
         5: {arm: _line(arm, top1) for arm, top1 in (("ours_default", 0.9), ("plain_reference", 0.7),
                                                    ("plain_random", 0.3))},
     }  # fmt: skip
-    summary = summarize_size(seeds, transfer_check(0.75, 0.25))
+    summary = summarize_size(seeds)
     assert summary["seeds"] == [3, 5]
     assert summary["final_top1"] == {"ours_default": 0.85, "plain_reference": 0.75, "plain_random": 0.25}
     assert summary["ratio_vs_plain"] == {"ours_default": 1.1333}  # the means' ratio

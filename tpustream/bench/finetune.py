@@ -139,10 +139,10 @@ QUICK = FinetuneSize(
 )
 
 
-def summarize_size(seeds: dict[int, dict[str, dict[str, Any]]], check: TransferCheck) -> dict[str, Any]:
+def summarize_size(seeds: dict[int, dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """One size's runs side by side (``seeds``: each fine-tuning seed's lines by arm): every arm's final top-1
     (the mean over the seeds), each of the others over the plain reference (the ratio of the means), and the
-    transfer check; with several seeds, each seed's top-1 and ratio too."""
+    transfer check of the plain arms' means; with several seeds, each seed's top-1 and ratio too."""
     runs = list(seeds.values())
     any_line = runs[0]["plain_reference"]
     top1 = {arm: round(fmean(lines[arm]["final_top1"] for lines in runs), 4) for arm in runs[0]}
@@ -169,6 +169,7 @@ def summarize_size(seeds: dict[int, dict[str, dict[str, Any]]], check: TransferC
             ]
             for arm in ours
         }
+    check = transfer_check(plain, top1["plain_random"])
     return summary | {"transfer_check": check.code, "transfer_gain": check.gain, "verdict": check.sentence}
 
 
@@ -375,22 +376,24 @@ def _arms(
     default fine-tuning LR, the from-scratch one and the plain reference's. ``ours`` False: the plain arms
     alone."""
     default_lr, scratch_lr, reference_lr = lrs
-    runs: list[Arm] = [("ours_default", weights_file, [], default_lr, "train's --pretrained default")]
-    for number, args in enumerate(recipe_args if ours else (), 1):
-        arm = "ours_recipe" if len(recipe_args) == 1 else f"ours_recipe_{number}"
-        runs.append((arm, weights_file, list(args), default_lr, " ".join(args)))
-    for factor in lr_factors if ours else ():
-        lr = default_lr * factor
-        runs.append((f"ours_lr_x{factor:g}", weights_file, ["--lr", f"{lr:.6g}"], lr, f"{factor:g}x default"))
+    runs: list[Arm] = []
+    if ours:
+        runs.append(("ours_default", weights_file, [], default_lr, "train's --pretrained default"))
+        for number, args in enumerate(recipe_args, 1):
+            arm = "ours_recipe" if len(recipe_args) == 1 else f"ours_recipe_{number}"
+            runs.append((arm, weights_file, list(args), default_lr, " ".join(args)))
+        for factor in lr_factors:
+            lr = default_lr * factor
+            runs.append(
+                (f"ours_lr_x{factor:g}", weights_file, ["--lr", f"{lr:.6g}"], lr, f"{factor:g}x default")
+            )
     runs.append(("plain_reference", weights_file, [], reference_lr, PLAIN_RULE))
     if plain_trivial:  # what the policy does to a short fine-tune, without our trainer
         runs.append(
             ("plain_trivial", weights_file, TRIVIAL, reference_lr, f"{PLAIN_RULE}; {' '.join(TRIVIAL)}")
         )
     runs.append(("plain_random", random_file, [], reference_lr, PLAIN_RULE))
-    if not ours:
-        return runs[1:]
-    if random_arm:
+    if ours and random_arm:
         runs.append(
             ("random", random_file, ["--lr", str(scratch_lr)], scratch_lr, "train's from-scratch default")
         )
@@ -591,7 +594,5 @@ def bench_finetune(
                     seed=run_seed,
                 )
                 by_seed[run_seed] = lines
-            plain = {arm: fmean(lines[arm]["final_top1"] for lines in by_seed.values()) for arm in PLAIN_ARMS}
-            check = transfer_check(round(plain["plain_reference"], 4), round(plain["plain_random"], 4))
-            yield json.dumps(summarize_size(by_seed, check))
+            yield json.dumps(summarize_size(by_seed))
             shutil.rmtree(target + "-images", ignore_errors=True)
