@@ -33,9 +33,9 @@ devices (a search, and the compiled step's MixUp/CutMix, EMA and padded last bat
 on one: every value of every other axis meets one device; 4 devices meet random weights, both input sizes,
 both recipes and the search. The two pairs left, staged weights on 4 devices and an untuned run on 4 devices,
 are ``tests/integration/test_pretrained_train.py``'s and ``tests/integration/test_pipeline.py``'s. Leaky data
-trains nothing, so its pairs cost a data check each: a leaky first run that would have been staged, 96 px, modern and tuned (it must stop before
-the search spends a trial), and the cheapest chain's leaky retrain (random, 32 px, auto, off) as a
-warm-started challenger. A tuned chain's challenger is tuned too, as a pipeline compiled with the switch runs
+trains nothing, so its pairs cost a data check each: a leaky first run that would have been staged, 96 px,
+modern and tuned (it must stop before the search spends a trial), and the cheapest chain's leaky retrain
+(random, 32 px, auto, off) as a warm-started challenger. A tuned chain's challenger is tuned too, as a pipeline compiled with the switch runs
 every time; its search space (two trials) searches the LR around the run's default and the MixUp alpha.
 
 resnet18 on XLA CPU: every run compiles its network, so the suite takes minutes: it has its own marker,
