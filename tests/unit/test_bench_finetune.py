@@ -160,3 +160,25 @@ def test_kept_pretraining_weights_are_reused_only_for_the_same_pretraining(tmp_p
     (tmp_path / "kept" / "resnet18-source.pth.json").unlink()  # a write cut short before its record
     assert _kept_pretraining(path, key) is None
     assert _kept_pretraining("", key) is None  # not asked to keep anything
+
+
+def test_the_pretraining_takes_its_family_optimizer_and_steps_on_the_cpu():
+    """An AdamW family (convnext_tiny, vit_b_16) pretrains with AdamW: SGD at its from-scratch LR (about 2e-4
+    at 256) would leave the weights where they started. The SGD families keep SGD."""
+    import torch
+
+    from tpustream.bench.finetune import _pretrain_optimizer, pretrain_optimizer_name
+    from tpustream.models import model_spec
+
+    assert [pretrain_optimizer_name(m) for m in ("resnet18", "efficientnet_b0", "convnext_tiny", "vit_b_16")] == [
+        "sgd", "sgd", "adamw", "adamw"]  # fmt: skip
+    network = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    optimizer = _pretrain_optimizer(network, "convnext_tiny", 1e-3)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    decays = {p.ndim: group["weight_decay"] for group in optimizer.param_groups for p in group["params"]}
+    assert decays == {2: model_spec("convnext_tiny").weight_decay, 1: 0.0}  # norms and biases undecayed
+    before = network[0].weight.detach().clone()
+    network(torch.ones(2, 4)).sum().backward()
+    optimizer.step()  # eager CPU tensors: not the trainer's capturable AdamW, which needs a device
+    assert not torch.equal(network[0].weight, before)
+    assert isinstance(_pretrain_optimizer(network, "resnet18", 0.1), torch.optim.SGD)

@@ -264,11 +264,32 @@ def _drawn_tensors(classes: Sequence[Any], seed: int, indices: Sequence[int]) ->
     return (images - mean) / std, labels
 
 
+def pretrain_optimizer_name(model: str) -> str:
+    """The pretraining's optimizer for ``model``: its family's (``ModelSpec.optimizer``), since an AdamW
+    family's from-scratch LR (about 2e-4 at 256) leaves SGD standing still."""
+    from tpustream.models import adamw, model_spec
+
+    return "adamw" if model_spec(model).optimizer is adamw else "sgd"
+
+
+def _pretrain_optimizer(network: Any, model: str, lr: float) -> Any:
+    """SGD momentum 0.9, Nesterov, weight decay 5e-5 on every parameter; for an AdamW family its recipe's
+    AdamW (weight decay on weights only, the spec's weight decay)."""
+    import torch
+
+    from tpustream.models import model_spec, parameter_groups
+
+    if pretrain_optimizer_name(model) == "adamw":  # models.adamw's, but not capturable: eager CPU tensors
+        groups = parameter_groups(network, model_spec(model).weight_decay)
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999))
+    return torch.optim.SGD(network.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-5)
+
+
 def _plain_pretrain(
     size: FinetuneSize, random_file: str, *, input_size: int, seed: int, lr: float
 ) -> dict[str, Any]:
-    """The source task's weights: plain PyTorch on the CPU from ``random_file`` (SGD momentum 0.9, Nesterov,
-    one-cycle LR to ``lr``, weight decay 5e-5, random flips and 4 px shifts), ``size.source_per_class`` images of each
+    """The source task's weights: plain PyTorch on the CPU from ``random_file`` (``_pretrain_optimizer``,
+    one-cycle LR to ``lr``, random flips and 4 px shifts), ``size.source_per_class`` images of each
     source class for ``size.pretrain_epochs`` epochs, then top-1 on held-out source images. Eager CPU runs
     this several times faster than XLA's CPU backend, and the weights are the user's, not under test."""
     import torch
@@ -286,9 +307,13 @@ def _plain_pretrain(
     val_images, val_labels = _drawn_tensors(SOURCE_CLASSES, seed, held_out)
     batch = PRETRAIN_BATCH
     steps_per_epoch = len(images) // batch
-    optimizer = torch.optim.SGD(network.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-5)
+    optimizer = _pretrain_optimizer(network, size.model, lr)
     schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, lr, total_steps=size.pretrain_epochs * steps_per_epoch, pct_start=0.2
+        optimizer,
+        lr,
+        total_steps=size.pretrain_epochs * steps_per_epoch,
+        pct_start=0.2,
+        cycle_momentum=isinstance(optimizer, torch.optim.SGD),
     )
     generator = torch.Generator().manual_seed(seed)
     network.train()
@@ -532,6 +557,8 @@ def bench_finetune(
             "input_size": input_size,
             "task_version": TASK_VERSION,
         }
+        if pretrain_optimizer_name(size.model) != "sgd":  # SGD's weights kept before this field stay valid
+            key["pretrain_optimizer"] = pretrain_optimizer_name(size.model)
         pretrained = _kept_pretraining(source_weights, key)
         if pretrained is not None:
             weights_file = source_weights
