@@ -163,15 +163,15 @@ def test_kept_pretraining_weights_are_reused_only_for_the_same_pretraining(tmp_p
 
 
 def test_the_pretraining_takes_its_family_optimizer_and_steps_on_the_cpu():
-    """An AdamW family (convnext_tiny, vit_b_16) pretrains with AdamW: SGD at its from-scratch LR (about 2e-4
-    at 256) would leave the weights where they started. The SGD families keep SGD."""
+    """The ResNets pretrain with SGD; the others with AdamW: an AdamW family's from-scratch LR (about 2e-4 at
+    256) would leave SGD's weights where they started, and efficientnet_b0 stayed at chance under SGD."""
     import torch
 
     from tpustream.bench.finetune import _pretrain_optimizer, pretrain_optimizer_name
     from tpustream.models import model_spec
 
     assert [pretrain_optimizer_name(m) for m in ("resnet18", "efficientnet_b0", "convnext_tiny", "vit_b_16")] == [
-        "sgd", "sgd", "adamw", "adamw"]  # fmt: skip
+        "sgd", "adamw", "adamw", "adamw"]  # fmt: skip
     network = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
     optimizer = _pretrain_optimizer(network, "convnext_tiny", 1e-3)
     assert isinstance(optimizer, torch.optim.AdamW)
@@ -182,3 +182,5 @@ def test_the_pretraining_takes_its_family_optimizer_and_steps_on_the_cpu():
     optimizer.step()  # eager CPU tensors: not the trainer's capturable AdamW, which needs a device
     assert not torch.equal(network[0].weight, before)
     assert isinstance(_pretrain_optimizer(network, "resnet18", 0.1), torch.optim.SGD)
+    efficientnet = _pretrain_optimizer(network, "efficientnet_b0", 1e-3)  # an SGD family's decay is SGD's
+    assert {group["weight_decay"] for group in efficientnet.param_groups} == {0.05, 0.0}

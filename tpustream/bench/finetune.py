@@ -69,6 +69,8 @@ MIN_TRANSFER_GAIN = 0.05
 """The plain fine-tune's top-1 gain from pretraining that makes the task informative (5 points)."""
 PRETRAIN_BATCH = 64
 """The plain pretraining's batch."""
+PRETRAIN_ADAMW_LR = 1e-3
+"""The plain pretraining's peak LR where it runs AdamW (``pretrain_optimizer_name``), at batch 64."""
 PRETRAIN_LR_SCALE = 4.0
 """The plain pretraining's peak LR over the trainer's from-scratch default at the fine-tunes' batch (a one-cycle
 schedule at batch 64 takes a higher peak: 0.1 for resnet18 at the default sizes)."""
@@ -265,22 +267,26 @@ def _drawn_tensors(classes: Sequence[Any], seed: int, indices: Sequence[int]) ->
 
 
 def pretrain_optimizer_name(model: str) -> str:
-    """The pretraining's optimizer for ``model``: its family's (``ModelSpec.optimizer``), since an AdamW
-    family's from-scratch LR (about 2e-4 at 256) leaves SGD standing still."""
-    from tpustream.models import adamw, model_spec
-
-    return "adamw" if model_spec(model).optimizer is adamw else "sgd"
+    """The pretraining's optimizer for ``model``: SGD for the tiny model and the ResNets (as torchvision's
+    ResNet recipe trains them from scratch), AdamW for the others: an AdamW family's from-scratch LR (about
+    2e-4 at 256) leaves SGD standing still, and efficientnet_b0 under SGD (Nesterov, LR 0.1 or 0.03, batch 64)
+    stayed at chance on the source task after 204 steps (source top-1 0.0455 and 0.0273) where AdamW at
+    ``PRETRAIN_ADAMW_LR`` learns it."""
+    return "sgd" if model == "tiny" or model.startswith("resnet") else "adamw"
 
 
 def _pretrain_optimizer(network: Any, model: str, lr: float) -> Any:
-    """SGD momentum 0.9, Nesterov, weight decay 5e-5 on every parameter; for an AdamW family its recipe's
-    AdamW (weight decay on weights only, the spec's weight decay)."""
+    """SGD momentum 0.9, Nesterov, weight decay 5e-5 on every parameter; or AdamW, weight decay on weights only:
+    an AdamW family's own (convnext_tiny 0.05, vit_b_16 0.3), 0.05 for the SGD families it pretrains (their
+    spec's is SGD's)."""
     import torch
 
-    from tpustream.models import model_spec, parameter_groups
+    from tpustream.models import adamw, model_spec, parameter_groups
 
     if pretrain_optimizer_name(model) == "adamw":  # models.adamw's, but not capturable: eager CPU tensors
-        groups = parameter_groups(network, model_spec(model).weight_decay)
+        # the weight decay is the spec's for an AdamW family; an SGD one's (1e-4 or 2e-5) is SGD's, so 0.05
+        spec = model_spec(model)
+        groups = parameter_groups(network, spec.weight_decay if spec.optimizer is adamw else 0.05)
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999))
     return torch.optim.SGD(network.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-5)
 
@@ -557,15 +563,15 @@ def bench_finetune(
             "input_size": input_size,
             "task_version": TASK_VERSION,
         }
-        if pretrain_optimizer_name(size.model) != "sgd":  # SGD's weights kept before this field stay valid
-            key["pretrain_optimizer"] = pretrain_optimizer_name(size.model)
+        sgd = pretrain_optimizer_name(size.model) == "sgd"
+        pretrain_lr = scratch_lr * PRETRAIN_LR_SCALE if sgd else PRETRAIN_ADAMW_LR
+        if not sgd:  # SGD's weights kept before these fields stay valid
+            key |= {"pretrain_optimizer": "adamw", "pretrain_lr": pretrain_lr}
         pretrained = _kept_pretraining(source_weights, key)
         if pretrained is not None:
             weights_file = source_weights
         else:
-            pretrained = _plain_pretrain(
-                size, random_file, input_size=input_size, seed=seed, lr=scratch_lr * PRETRAIN_LR_SCALE
-            )
+            pretrained = _plain_pretrain(size, random_file, input_size=input_size, seed=seed, lr=pretrain_lr)
             weights_file = source_weights or os.path.join(tmp, f"{size.model}-source.pth")
             _keep_pretraining(
                 weights_file, pretrained.pop("state"), key, pretrained, kept=bool(source_weights)
