@@ -134,6 +134,8 @@ def test_sizes_out_of_range_are_one_line_errors_before_any_training(change, name
 def test_a_non_positive_lr_factor_is_refused_before_any_training():
     with pytest.raises(ConfigError, match="--lr-factors"):
         next(bench_finetune(QUICK, lr_factors=(1.0, 0.0)))
+    with pytest.raises(ConfigError, match="--pretrain-lr 0.0: give a positive LR"):
+        next(bench_finetune(QUICK, pretrain_lr=0.0))
     with pytest.raises(ConfigError, match="--seeds 1,2,1: give each seed once"):
         next(bench_finetune(QUICK, seeds=(1, 2, 1)))
 

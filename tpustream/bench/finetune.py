@@ -508,6 +508,7 @@ def bench_finetune(
     seed: int = 0,
     seeds: Sequence[int] = (),
     source_weights: str = "",
+    pretrain_lr: float | None = None,
     random_arm: bool = True,
     plain_trivial: bool = False,
     ours: bool = True,
@@ -519,7 +520,9 @@ def bench_finetune(
     default: ``seed``), whose summary gives the mean top-1 and each seed's. ``source_weights``: a
     local ``.pth`` path that keeps the pretraining's weights between runs (the pretraining is most of the
     bench's time): reused when it exists and its ``.json`` beside it records the same pretraining (model,
-    source images, epochs, seed, input size, task version), else pretrained and written there.
+    source images, epochs, seed, input size, task version; optimizer and LR where not the ResNets' SGD
+    default), else pretrained and written there. ``pretrain_lr``: the pretraining's peak LR (default: 4x the
+    from-scratch LR under SGD, ``PRETRAIN_ADAMW_LR`` under AdamW).
     ``random_arm``: run ``random`` (XLA from scratch, as long as a fine-tune; the transfer check does not need
     it: ``plain_random`` is that check's). ``plain_trivial``: also run ``plain_trivial``, the plain reference with
     TrivialAugmentWide after its crop and flip. ``ours`` False: the plain arms alone (seconds each on a CPU: the
@@ -534,6 +537,8 @@ def bench_finetune(
     _check_size(size)
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds {','.join(map(str, seeds))}: give each seed once")
+    if pretrain_lr is not None and not pretrain_lr > 0:
+        raise ConfigError(f"--pretrain-lr {pretrain_lr}: give a positive LR")
     if any(factor <= 0 for factor in lr_factors):
         raise ConfigError(f"--lr-factors {','.join(map(str, lr_factors))}: give positive multiples")
     spec = model_spec(size.model)
@@ -564,9 +569,12 @@ def bench_finetune(
             "task_version": TASK_VERSION,
         }
         sgd = pretrain_optimizer_name(size.model) == "sgd"
-        pretrain_lr = scratch_lr * PRETRAIN_LR_SCALE if sgd else PRETRAIN_ADAMW_LR
+        if pretrain_lr is None:
+            pretrain_lr = scratch_lr * PRETRAIN_LR_SCALE if sgd else PRETRAIN_ADAMW_LR
         if not sgd:  # SGD's weights kept before these fields stay valid
             key |= {"pretrain_optimizer": "adamw", "pretrain_lr": pretrain_lr}
+        elif pretrain_lr != scratch_lr * PRETRAIN_LR_SCALE:
+            key["pretrain_lr"] = pretrain_lr
         pretrained = _kept_pretraining(source_weights, key)
         if pretrained is not None:
             weights_file = source_weights

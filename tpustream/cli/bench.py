@@ -144,6 +144,13 @@ def bench_finetune_cmd(
             "when they exist and were made by the same pretraining: the pretraining is most of the bench."
         ),
     ] = "",
+    pretrain_lr: Annotated[
+        float | None,
+        typer.Option(
+            help="The pretraining's peak LR [default: 4x the from-scratch default for the ResNets (SGD), "
+            "1e-3 for the others (AdamW)]; kept weights are reused only for the same.",
+        ),
+    ] = None,
     random_arm: Annotated[
         bool,
         typer.Option(
@@ -202,6 +209,7 @@ def bench_finetune_cmd(
         seed=seed,
         seeds=numbers("--seeds", seeds, int),
         source_weights=source_weights,
+        pretrain_lr=pretrain_lr,
         random_arm=random_arm,
         plain_trivial=plain_trivial,
         ours=ours,
