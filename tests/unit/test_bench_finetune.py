@@ -117,6 +117,10 @@ def test_each_recipe_args_is_its_own_arm_named_by_number_when_there_are_several(
     assert trivial["plain_trivial"] == ("w.pth", ["--augment", "trivial"])
     plain_only = names([["--recipe", "plain"]], plain_trivial=True, ours=False)  # --no-ours
     assert list(plain_only) == ["plain_reference", "plain_trivial", "plain_random"]
+    further = _arms("w.pth", "r.pth", lr_factors=(10.0,), recipe_args=(), random_arm=False,
+                    lrs=(0.0075, 0.025, 0.005), default_arm=False)  # fmt: skip
+    assert [(arm, extra) for arm, _, extra, _, _ in further][0] == ("ours_lr_x10", ["--lr", "0.075"])
+    assert "ours_default" not in [arm for arm, *_ in further]  # --no-default-arm
 
 
 @pytest.mark.parametrize(

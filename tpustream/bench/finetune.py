@@ -401,15 +401,17 @@ def _arms(
     lrs: tuple[float, float, float],
     plain_trivial: bool = False,
     ours: bool = True,
+    default_arm: bool = True,
 ) -> list[Arm]:
     """A size's runs in order: the fine-tunes of the pretrained file first, the plain ones, the random init's
     run last (the context, not the comparison): a bench cut short has the lines that matter. ``lrs``: the
     default fine-tuning LR, the from-scratch one and the plain reference's. ``ours`` False: the plain arms
-    alone."""
+    alone; ``default_arm`` False: no ``ours_default`` (a sweep's further factors)."""
     default_lr, scratch_lr, reference_lr = lrs
     runs: list[Arm] = []
     if ours:
-        runs.append(("ours_default", weights_file, [], default_lr, "train's --pretrained default"))
+        if default_arm:
+            runs.append(("ours_default", weights_file, [], default_lr, "train's --pretrained default"))
         for number, args in enumerate(recipe_args, 1):
             arm = "ours_recipe" if len(recipe_args) == 1 else f"ours_recipe_{number}"
             runs.append((arm, weights_file, list(args), default_lr, " ".join(args)))
@@ -512,6 +514,7 @@ def bench_finetune(
     random_arm: bool = True,
     plain_trivial: bool = False,
     ours: bool = True,
+    default_arm: bool = True,
 ) -> Iterator[str]:
     """JSON lines: the pretraining run, then per target size its runs (see the module docstring) and their
     summary. ``lr_factors``: the LR sweep's multiples of the default fine-tuning LR. ``recipe_args``: one
@@ -526,7 +529,8 @@ def bench_finetune(
     ``random_arm``: run ``random`` (XLA from scratch, as long as a fine-tune; the transfer check does not need
     it: ``plain_random`` is that check's). ``plain_trivial``: also run ``plain_trivial``, the plain reference with
     TrivialAugmentWide after its crop and flip. ``ours`` False: the plain arms alone (seconds each on a CPU: the
-    reference's own spread over many ``seeds``), at the steps our trainer takes."""
+    reference's own spread over many ``seeds``), at the steps our trainer takes. ``default_arm`` False: leave
+    out ``ours_default`` (a sweep's further ``lr_factors``, its default measured already)."""
     import torch
 
     from tpustream.dataset.plan import ShardConfig
@@ -622,6 +626,7 @@ def bench_finetune(
                         lrs=(default_lr, scratch_lr, reference_lr),
                         plain_trivial=plain_trivial,
                         ours=ours,
+                        default_arm=default_arm,
                     ),
                     base | ({"seed": run_seed} if seeds else {}),
                     target,

@@ -165,6 +165,13 @@ def bench_finetune_cmd(
             "(what the policy does to a short fine-tune, without our trainer)."
         ),
     ] = False,
+    default_arm: Annotated[
+        bool,
+        typer.Option(
+            help="Run ours_default; --no-default-arm leaves it out (a sweep's further --lr-factors, the "
+            "default measured already)."
+        ),
+    ] = True,
     ours: Annotated[
         bool,
         typer.Option(
@@ -213,6 +220,7 @@ def bench_finetune_cmd(
         random_arm=random_arm,
         plain_trivial=plain_trivial,
         ours=ours,
+        default_arm=default_arm,
     ):
         typer.echo(line)
 
