@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from tpustream.metrics.masked import masked_mean, masked_sums, summarize
 from tpustream.models import (
+    CONVNEXT_FINE_TUNE_LR_FACTOR,
     MODEL_SPECS,
     RESNET_FINE_TUNE_LR_FACTOR,
     SGD_FINE_TUNE_LR_FACTOR,
@@ -99,11 +100,14 @@ def test_the_fine_tuning_lr_is_the_scaled_default_times_the_model_familys_factor
     resnet18 = model_spec("resnet18")
     assert resnet18.fine_tune_lr_factor == RESNET_FINE_TUNE_LR_FACTOR == 0.3  # measured (models.py)
     assert fine_tune_peak_lr(32, resnet18) == pytest.approx(0.1 * (32 / 256) ** 0.5 * 0.3)  # 0.0106
-    for spec in MODEL_SPECS.values():  # the ResNets' measured factor; a tenth for every other family
+    assert model_spec("convnext_tiny").fine_tune_lr_factor == CONVNEXT_FINE_TUNE_LR_FACTOR == 3.0  # measured
+    for spec in MODEL_SPECS.values():  # the measured factors; a tenth for every other family
         resnet = spec.name.startswith("resnet")
         expected = (
             RESNET_FINE_TUNE_LR_FACTOR
             if resnet
+            else CONVNEXT_FINE_TUNE_LR_FACTOR
+            if spec.name == "convnext_tiny"
             else SGD_FINE_TUNE_LR_FACTOR
             if spec.optimizer is sgd_momentum
             else 0.1

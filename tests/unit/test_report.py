@@ -981,7 +981,7 @@ def test_the_recipe_states_the_peak_lr_the_trainer_recorded():
     assert card.peak_lr == 0.0123 and card.global_batch == 32
     recipe = _recipe(render_report(sample_facts(model_card=card))[0])
     assert recipe["peak LR"] == (
-        "0.0123: fine-tuning&#x27;s default, a fraction of the scaled default at a global batch of 32 "
+        "0.0123: fine-tuning&#x27;s default, its family&#x27;s factor times the scaled default at a global batch of 32 "
         "(no --lr given)"
     )
 

@@ -97,7 +97,7 @@ def _peak_lr(card: ModelCard) -> str:
         return NOT_RECORDED
     if is_finite_number(card.peak_lr) and card.global_batch:  # what the trainer chose, as it recorded it
         how = (
-            "fine-tuning's default, a fraction of the scaled default"
+            "fine-tuning's default, its family's factor times the scaled default"
             if card.pretrained
             else "the scaled default"
         )
