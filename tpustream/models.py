@@ -103,7 +103,7 @@ class ModelSpec:
     weight_decay: float = 1e-4
     """The optimizer recipe's weight decay when the run gives none."""
     fine_tune_lr_factor: float = 0.1
-    """A fine-tuning run's (--pretrained, --init-from) default peak LR as a fraction of the from-scratch one
+    """A fine-tuning run's (--pretrained, --init-from) default peak LR as a factor of the from-scratch one
     (``train.optimizer.fine_tune_peak_lr``)."""
     layer_depths: LayerDepths | None = None
     """A transformer's blocks by depth, for layer-wise LR decay (``--layer-decay``); None: not a ViT."""
@@ -311,7 +311,8 @@ def _efficientnet_v2_s(*, num_classes: int, in_channels: int, input_size: int) -
     return _efficientnet_stem(efficientnet_v2_s(weights=None, num_classes=num_classes), in_channels, stride=2)
 
 
-# A family's fine-tuning LR (a --pretrained run without --lr) as a fraction of its from-scratch default.
+# A family's fine-tuning LR (a --pretrained run without --lr): a factor times its from-scratch default
+# (below 1 but for ConvNeXt).
 # The ResNets': chosen from `tpustream bench finetune --lr-factors 2,3,4` (resnet18, the procedural transfer
 # task, batch 16, seed 0; README, "Fine-tune on your own images"): final top-1 over the plain
 # torchvision-reference fine-tune of the same weights at 0.1 / 0.2 / 0.3 / 0.4 of the scratch default: 10
