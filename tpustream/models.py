@@ -322,7 +322,8 @@ def _efficientnet_v2_s(*, num_classes: int, in_channels: int, input_size: int) -
 # the README gives the default's top-1 against the reference without it.
 RESNET_FINE_TUNE_LR_FACTOR = 0.3
 # The other SGD families (the EfficientNets, the tiny test model) keep a tenth, as vit_b_16 does: not measured
-# (efficientnet_b0's pretraining on the task took over an hour of this CPU; ViT-B/16 is fixed at 224 px).
+# (efficientnet_b0's pretraining on the task ran over an hour of this loaded CPU, stopped unfinished; ViT-B/16
+# is fixed at 224 px).
 SGD_FINE_TUNE_LR_FACTOR = 0.1
 # ConvNeXt's (AdamW): `bench finetune --model convnext_tiny --lr-factors ...` (AdamW-pretrained on the same task,
 # source top-1 0.1795; 10 images a class, 30 steps at batch 16, seed 0, 800 test images; README): the old tenth,
