@@ -158,17 +158,20 @@ def sgd_momentum(
     return torch.optim.SGD(parameter_groups(model, weight_decay), lr=lr, momentum=momentum)
 
 
-def adamw(model: nn.Module, *, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
+def adamw(
+    model: nn.Module, *, lr: float, momentum: float, weight_decay: float, capturable: bool = True
+) -> torch.optim.Optimizer:
     """AdamW (decoupled weight decay) with ``momentum`` as beta1 (0.9 in both the run's default and torch's),
     beta2 0.999, weight decay on weights only (``parameter_groups``, torchvision's ``--norm-weight-decay 0.0``).
-    Its per-parameter step counts stay on the device (``capturable``): the host reads nothing in a step."""
+    Its per-parameter step counts stay on the device (``capturable``): the host reads nothing in a step.
+    ``capturable`` False: for eager CPU tensors (the bench's plain pretraining), which torch refuses it for."""
     import torch
 
     return torch.optim.AdamW(
         parameter_groups(model, weight_decay),
         lr=lr,
         betas=(momentum, 0.999),
-        capturable=True,
+        capturable=capturable,
     )
 
 

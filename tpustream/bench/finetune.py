@@ -282,13 +282,13 @@ def _pretrain_optimizer(network: Any, model: str, lr: float) -> Any:
     spec's is SGD's)."""
     import torch
 
-    from tpustream.models import adamw, model_spec, parameter_groups
+    from tpustream.models import adamw, model_spec
 
-    if pretrain_optimizer_name(model) == "adamw":  # models.adamw's, but not capturable: eager CPU tensors
+    if pretrain_optimizer_name(model) == "adamw":
         # the weight decay is the spec's for an AdamW family; an SGD one's (1e-4 or 2e-5) is SGD's, so 0.05
         spec = model_spec(model)
-        groups = parameter_groups(network, spec.weight_decay if spec.optimizer is adamw else 0.05)
-        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999))
+        decay = spec.weight_decay if spec.optimizer is adamw else 0.05
+        return adamw(network, lr=lr, momentum=0.9, weight_decay=decay, capturable=False)
     return torch.optim.SGD(network.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-5)
 
 
@@ -574,11 +574,11 @@ def bench_finetune(
             "task_version": TASK_VERSION,
         }
         sgd = pretrain_optimizer_name(size.model) == "sgd"
-        if pretrain_lr is None:
-            pretrain_lr = scratch_lr * PRETRAIN_LR_SCALE if sgd else PRETRAIN_ADAMW_LR
+        default_pretrain_lr = scratch_lr * PRETRAIN_LR_SCALE if sgd else PRETRAIN_ADAMW_LR
+        pretrain_lr = default_pretrain_lr if pretrain_lr is None else pretrain_lr
         if not sgd:  # SGD's weights kept before these fields stay valid
             key |= {"pretrain_optimizer": "adamw", "pretrain_lr": pretrain_lr}
-        elif pretrain_lr != scratch_lr * PRETRAIN_LR_SCALE:
+        elif pretrain_lr != default_pretrain_lr:
             key["pretrain_lr"] = pretrain_lr
         pretrained = _kept_pretraining(source_weights, key)
         if pretrained is not None:
