@@ -173,7 +173,7 @@ def test_the_pretraining_takes_its_family_optimizer_and_steps_on_the_cpu():
     256) would leave SGD's weights where they started, and efficientnet_b0 stayed at chance under SGD."""
     import torch
 
-    from tpustream.bench.finetune import _pretrain_optimizer, pretrain_optimizer_name
+    from tpustream.bench.finetune_plain import _pretrain_optimizer, pretrain_optimizer_name
     from tpustream.models import model_spec
 
     assert [pretrain_optimizer_name(m) for m in ("resnet18", "efficientnet_b0", "convnext_tiny", "vit_b_16")] == [
