@@ -126,3 +126,46 @@ def test_bad_input_is_named():
         window_hashes_batch([], "both")
     with pytest.raises(ValueError, match="9 x 16 hex digits, got 288"):
         split_window_hex("0" * 288)
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_shard_writing_stores_each_thumbnails_windows_as_the_per_image_function(tmp_path, digits, split):
+    """A shard of 32x32 PPMs (hashed with their pHash, from the same grey pixels: phash.Ppm32Hasher), 32x32
+    PNGs and a 40x48 PNG (WindowHasher's thread) and a 100 px PNG (none), mixed, over more than one of the
+    PPM hasher's batches: each sample's stored windows are window_hashes_hex of its bytes in its split's
+    role, its pHash perceptual_hash_bytes', in the shard's order."""
+    from tpustream.dataset.manifest import SampleIndexEntry, index_path
+    from tpustream.dataset.plan import ShardSpec
+    from tpustream.dataset.shard_writer import write_shard
+    from tpustream.image.phash import perceptual_hash_bytes
+    from tpustream.sources.types import Item, Source
+
+    rng = np.random.default_rng(7)
+    images: list[bytes] = []
+    for i in range(600):
+        if i % 9 == 4:
+            images.append(digits[i])  # a 32x32 grey PNG
+        elif i == 100:
+            images.append(_png(rng.integers(0, 256, (48, 40, 3), dtype=np.uint8)))
+        elif i == 200:
+            images.append(_png(rng.integers(0, 256, (100, 100, 3), dtype=np.uint8)))
+        else:
+            images.append(encode_ppm(synthetic_cifar_image(i, i % 10)))
+    source = Source(
+        "test:mixed",
+        "",
+        ["a", "b"],
+        [Item(i, i % 2) for i in range(len(images))],
+        lambda item, _: (images[int(item.ref)], "png" if images[int(item.ref)][:1] == b"\x89" else "ppm"),
+    )
+    keys = tuple(f"{i:06d}" for i in range(len(images)))
+    spec = ShardSpec(split, 0, keys, tuple(range(len(images))), "fingerprint")
+    record = write_shard(source, spec, str(tmp_path), max_side=None, strict=True)
+    lines = (tmp_path / index_path(spec.path)).read_text().splitlines()
+    entries = [SampleIndexEntry.from_json_line(line) for line in lines]
+    assert record.num_samples == len(entries) == len(images)
+    role = window_role(split)
+    for i, (entry, data) in enumerate(zip(entries, images, strict=True)):
+        assert entry.key == keys[i] and entry.phash == f"{perceptual_hash_bytes(data):016x}", i
+        expected = None if i == 200 else window_hashes_hex(data, role)
+        assert entry.phash_windows == expected, i

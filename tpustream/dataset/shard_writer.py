@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import json
 import logging
@@ -44,7 +45,13 @@ from tpustream.image.phash import (
     hash_lows_bytes,
     hash_lows_images,
 )
-from tpustream.image.phash_windows import WindowHasher, is_thumbnail, window_role
+from tpustream.image.phash_windows import (
+    WindowHasher,
+    grey_window_lows,
+    is_thumbnail,
+    window_hex,
+    window_role,
+)
 from tpustream.sources.types import Item, Source
 from tpustream.storage import io as storage
 
@@ -291,11 +298,15 @@ def write_shard(
     # the hashes: a 32x32 PPM's made with the shard's others (phash.Ppm32Hasher), a JPEG's from its check's
     # grey draft with the shard's others of its size (phash.hash_lows_images), any other image's coefficients
     # as its load gave them; each with its row
-    ppm_hasher = Ppm32Hasher() if perceptual_hashes else None
+    role = window_role(spec.split)
+    # thumbnails' window hashes of the split's role (image.phash_windows): a 32x32 PPM's with its pHash, from
+    # the same grey pixels (one luma pass); any other thumbnail's on a thread of their own (WindowHasher)
+    ppm_windows = functools.partial(grey_window_lows, role=role) if window_hashes else None
+    ppm_hasher = Ppm32Hasher(ppm_windows) if perceptual_hashes else None
+    ppm_rows: list[int] = []  # the rows of the PPMs ppm_hasher hashes, in order
     other_lows: list[tuple[int, np.ndarray]] = []
     drafts: list[tuple[int, PILImage.Image]] = []  # small grey drafts, hashed together at the end
-    # thumbnails' window hashes of the split's role (image.phash_windows), on a thread of their own
-    windows = WindowHasher(window_role(spec.split)) if ppm_hasher is not None and window_hashes else None
+    windows = WindowHasher(role) if ppm_hasher is not None and window_hashes else None
     with (
         pixel_budget(max_pixels),
         storage.open_write(final, content_type="application/x-tar") as f,
@@ -311,26 +322,37 @@ def write_shard(
             rows.append(
                 (key, loaded.sha256, loaded.width, loaded.height, loaded.ext, source.locate(item), name)
             )
+            if ppm_hasher is None:
+                continue
+            row = len(rows) - 1
+            if isinstance(loaded.hash_input, bytes):  # a 32x32 PPM: ppm_hasher makes its windows too
+                ppm_hasher.add(loaded.hash_input)
+                ppm_rows.append(row)
+                if windows is not None:
+                    windows.skip()
+                continue
             if windows is not None:
-                thumbnail = is_thumbnail(loaded.width, loaded.height)
-                window_input = loaded.data if loaded.thumbnail_grey is None else loaded.thumbnail_grey
-                windows.add(window_input if thumbnail else None, str(item.ref))
-            if ppm_hasher is not None:
-                if isinstance(loaded.hash_input, bytes):
-                    ppm_hasher.add(loaded.hash_input)
-                elif isinstance(loaded.hash_input, np.ndarray):
-                    other_lows.append((len(rows) - 1, loaded.hash_input))
+                if is_thumbnail(loaded.width, loaded.height):
+                    grey = loaded.thumbnail_grey
+                    windows.add(loaded.data if grey is None else grey, str(item.ref))
                 else:
-                    drafts.append((len(rows) - 1, loaded.hash_input))  # type: ignore[arg-type]
-                    if len(drafts) == _DRAFT_BATCH:
-                        other_lows += _draft_lows(drafts)
-                        drafts = []
+                    windows.skip()
+            if isinstance(loaded.hash_input, np.ndarray):
+                other_lows.append((row, loaded.hash_input))
+            else:
+                drafts.append((row, loaded.hash_input))  # type: ignore[arg-type]
+                if len(drafts) == _DRAFT_BATCH:
+                    other_lows += _draft_lows(drafts)
+                    drafts = []
         stats = writer.finish()
-        window_hex = windows.hex() if windows is not None else [None] * len(rows)
+        window_texts: list[str | None] = windows.hex() if windows is not None else [None] * len(rows)
+    if windows is not None and ppm_hasher is not None and ppm_rows:
+        for row, text in zip(ppm_rows, window_hex(ppm_hasher.window_hashes()), strict=True):
+            window_texts[row] = text
     hashes: list[str] | list[None] = [None] * len(rows)
     if ppm_hasher is not None:
         hashes = hash_hex_batch(_merged_hashes(len(rows), ppm_hasher.hashes(), other_lows, drafts))
-    entries = [SampleIndexEntry(*row, h, w) for row, h, w in zip(rows, hashes, window_hex, strict=True)]
+    entries = [SampleIndexEntry(*row, h, w) for row, h, w in zip(rows, hashes, window_texts, strict=True)]
     # The index before the record: a recorded shard always has its index (resume trusts the record).
     index = "".join(entry.to_json_line() + "\n" for entry in entries).encode()
     storage.write_bytes(

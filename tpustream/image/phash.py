@@ -14,23 +14,30 @@ The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written h
   map (Pillow's Lanczos weights in float, ``low = (D Rv) X (D Rh)^T``, no uint8 rounding in between) made
   once per image size, and a shard's small drafts go through it together at its end, by size
   (``hash_lows_images``); a shard's 32x32 PPMs (CIFAR-size) are copied into one buffer and hashed 256 at a
-  time (``Ppm32Hasher``), luma and DCT as two float32 matrix products an image. It equals imagehash on 32x32
+  time (``Ppm32Hasher``): one float32 luma pass (``ppm32_grey_chunks``, whose grey pixels the thumbnails'
+  window hashes, image.phash_windows, are made from too), then the DCT as two float32 matrix products an
+  image. It equals imagehash on 32x32
   grey images and is within a few bits of it on photos; the planted-copy ROC (bench datacheck) is measured on
   it, and every split's hashes come from it. Batched or alone, an image gets the same bits (tests/unit/
   test_phash.py).
 
 What it costs (``bench write``'s ``write-phash`` lines: shard creation's CPU time with the hash on against off,
 in one process, on a busy 2-core VM, three runs): 500x375 JPEGs +1-2% (5-10 us of ~570-615 a sample), 224 px JPEGs
-+4-9% (14-28 us of ~285-330; the drafts' arithmetic is ~1 us of it, the rest not broken down), 32 px PPMs
-+20-27% (4.0-5.8 us of ~18-22). The 10% goal holds at photo sizes; at CIFAR size it is below the hash's own
-floor here: the float32 conversion of an image's 3,072 bytes (~0.3 us) and the first product's 24,576
-multiply-adds (~1.1 us, near a core's float32 peak for so narrow a product) take ~1.5 us measured alone, the
-copy into the buffer, second product, bits and hex ~0.5 more, and inside a write, whose tar and sha256 work
-evicts the caches between batches, all of it measures 4.0-5.8 us, against a budget of ~1.8-2.2 (10%).
-Tried and dropped: the even/odd folding of the DCT (half the multiply-adds, but numpy's strided casting costs
-7x what it saves), larger or smaller chunks and batches (16-1024: within noise). Before this (same runs), the
-hash thread, fresh memory per batch (page faults) and OpenBLAS splitting the 1,024-row product over threads
-cost 32 px PPMs +27-41%, and hashing each JPEG's draft right after its decode cost 224 px +14-18%.
++4-9% (14-28 us of ~285-330; the drafts' arithmetic is ~1 us of it, the rest not broken down). The 10% goal
+holds at photo sizes, not at CIFAR size: 32 px PPMs' pHash alone adds +21-23% (``write-phash-windows``'
+``slowdown_cpu_phash_only``: 3.3-3.7 us of ~15.5), with the thumbnails' window hashes +62-63% (was +108-110%
+in the same runs before the windows shared the pHash's luma pass: ``write-phash``'s ``slowdown_cpu``). Of the
+pHash's ~3.5 us, half is the writer's per-sample bookkeeping (the PPM's copy into the batch buffer, its row,
+the index line's hash; measured with the arithmetic replaced by zeros: +1.8 us) and half its arithmetic
+(the luma pass and two products, ~0.8 us measured alone, ~1.8 us inside a write, whose tar and sha256 work
+evicts the caches between batches), against a budget of ~1.5 us (10%). Tried and dropped: the luma folded
+into the first product (its 24,576 multiply-adds against the luma pass's 3,072 and a 32x32x8 product:
+within noise for the pHash alone, 3x the windows' arithmetic), the even/odd folding of the DCT (half the
+multiply-adds, but numpy's strided casting costs 7x what it saves), np.partition for the median (3-10x
+numpy's SIMD sort of 64 values), larger or smaller chunks and batches (8-1024: within noise). Before this
+(same runs), the hash thread, fresh memory per batch (page faults) and OpenBLAS splitting the 1,024-row
+product over threads cost 32 px PPMs +27-41%, and hashing each JPEG's draft right after its decode cost
+224 px +14-18%.
 """
 
 from __future__ import annotations
@@ -38,8 +45,8 @@ from __future__ import annotations
 import functools
 import io
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -63,6 +70,8 @@ __all__ = [
     "hash_lows_bytes",
     "hash_lows_ppm32",
     "Ppm32Hasher",
+    "ppm32_grey_chunks",
+    "quarter_bits",
     "PPM32_SIZE",
     "hash_bits",
     "hash_hex",
@@ -283,12 +292,12 @@ def perceptual_hash_bytes(data: bytes, name: str = "image") -> int:
 
 # Pillow's ITU-R 601 luma weights (convert("L"): (R*19595 + G*38470 + B*7471 + 0x8000) >> 16), here unrounded
 _LUMA = np.array([19595, 38470, 7471], dtype=np.float64) / 65536
-# RGB rows (96 values: 32 px x R, G, B) to the hash's 8 DCT columns, luma included: no separate luma pass
-_LUMA_DCT_T = (_LUMA[None, :, None] * _DCT_T[:, None, :]).reshape(_SIDE * 3, _HASH_SIDE).astype(np.float32)
+_LUMA_F32 = _LUMA.astype(np.float32)
 _DCT_F32 = _DCT.astype(np.float32)
+_DCT_T_F32 = _DCT_T.astype(np.float32)
 _PPM32_HEADER = np.frombuffer(PPM32_HEADER, dtype=np.uint8)
 PPM32_SIZE = len(PPM32_HEADER) + _SIDE * _SIDE * 3
-# PPMs whose pixels are made float32 at a time, in one buffer (192 KiB) that stays in the core's cache
+# PPMs whose pixels are made float32 grey at a time, in buffers (192 + 64 KiB) that stay in the core's cache
 _PPM_CHUNK = 16
 # PPMs a Ppm32Hasher holds before it hashes them: its buffer (770 KiB) is made once and refilled, so that
 # shard writing neither keeps the PPMs' bytes alive nor touches fresh memory (on a CIFAR-size write each new
@@ -296,34 +305,75 @@ _PPM_CHUNK = 16
 _PPM_BATCH = 256
 
 
-def _ppm32_quarters(ppms: np.ndarray, pixels: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """4x the 8x8 low DCT frequencies (Nx64 float32, whole numbers) of N 32x32 PPMs (an N x PPM32_SIZE uint8
-    array, headers checked), made in the ``pixels`` and ``rows`` buffers (``_PPM_CHUNK`` images each)."""
-    count = len(ppms)
-    if not (ppms[:, : len(_PPM32_HEADER)] == _PPM32_HEADER).all():
-        raise ValueError(f"hash_lows_ppm32 takes 32x32 PPMs of {PPM32_SIZE} bytes, {PPM32_HEADER!r} first")
-    rgb_rows = ppms[:, len(_PPM32_HEADER) :].reshape(count, _SIDE, _SIDE * 3)
-    low = np.empty((count, _HASH_SIDE, _HASH_SIDE), dtype=np.float32)
-    for start in range(0, count, _PPM_CHUNK):
-        n = min(_PPM_CHUNK, count - start)
-        np.copyto(pixels[:n], rgb_rows[start : start + n])
-        np.matmul(pixels[:n], _LUMA_DCT_T, out=rows[:n])
-        np.matmul(_DCT_F32, rows[:n], out=low[start : start + n])
-    quarters = low.reshape(count, _HASH_SIDE * _HASH_SIDE)
-    return np.rint(np.multiply(quarters, 4, out=quarters), out=quarters)
+class _GreyBuffers(NamedTuple):
+    rgb: np.ndarray  # a chunk's pixels as float32, R, G, B
+    grey: np.ndarray  # their luma
+    rows: np.ndarray  # the grey rows times the DCT's 8 columns
 
 
-def _chunk_buffers() -> tuple[np.ndarray, np.ndarray]:
-    return (
-        np.empty((_PPM_CHUNK, _SIDE, _SIDE * 3), dtype=np.float32),
+def _grey_buffers() -> _GreyBuffers:
+    return _GreyBuffers(
+        np.empty((_PPM_CHUNK, _SIDE * _SIDE, 3), dtype=np.float32),
+        np.empty((_PPM_CHUNK, _SIDE, _SIDE), dtype=np.float32),
         np.empty((_PPM_CHUNK, _SIDE, _HASH_SIDE), dtype=np.float32),
     )
 
 
+def _ppm32_pixels(ppms: np.ndarray) -> np.ndarray:
+    """The RGB pixels (N x 1024 x 3 uint8) of N 32x32 PPMs (an N x PPM32_SIZE uint8 array), headers checked."""
+    if (
+        ppms.ndim != 2
+        or ppms.shape[1] != PPM32_SIZE
+        or not (ppms[:, : len(_PPM32_HEADER)] == _PPM32_HEADER).all()
+    ):
+        raise ValueError(f"hash_lows_ppm32 takes 32x32 PPMs of {PPM32_SIZE} bytes, {PPM32_HEADER!r} first")
+    return ppms[:, len(_PPM32_HEADER) :].reshape(len(ppms), _SIDE * _SIDE, 3)
+
+
+def ppm32_grey_chunks(
+    ppms: np.ndarray, buffers: _GreyBuffers | None = None
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, their grey pixels) for each ``_PPM_CHUNK`` of N 32x32 PPMs (an N x PPM32_SIZE uint8 array,
+    headers checked): Pillow's luma weights unrounded, float32 (chunk x 32 x 32, in a buffer the next chunk
+    reuses). The pHash and the window hashes (image.phash_windows) of a PPM both start from these pixels, one
+    luma pass for both.
+
+    Raises:
+        ValueError: an item is not such a PPM.
+    """
+    pixels = _ppm32_pixels(ppms)
+    rgb, grey = (buffers or _grey_buffers())[:2]
+    for start in range(0, len(pixels), _PPM_CHUNK):
+        n = min(_PPM_CHUNK, len(pixels) - start)
+        np.copyto(rgb[:n], pixels[start : start + n])
+        np.matmul(rgb[:n], _LUMA_F32, out=grey[:n].reshape(n, _SIDE * _SIDE))
+        yield start, grey[:n]
+
+
+def _ppm32_lows(
+    ppms: np.ndarray, buffers: _GreyBuffers, windows: Callable[[np.ndarray], np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The 8x8 low DCT frequencies (Nx64 float32) of N 32x32 PPMs (an N x PPM32_SIZE uint8 array, headers
+    checked): their grey pixels (``ppm32_grey_chunks``), then the DCT's rows and columns as two float32 matrix
+    products an image; with ``windows`` (grey chunk -> its window lows, image.phash_windows), those of each
+    chunk's grey pixels too (None without)."""
+    count = len(ppms)
+    low = np.empty((count, _HASH_SIDE, _HASH_SIDE), dtype=np.float32)
+    window_lows = []
+    for start, grey in ppm32_grey_chunks(ppms, buffers):
+        n = len(grey)
+        np.matmul(grey, _DCT_T_F32, out=buffers.rows[:n])
+        np.matmul(_DCT_F32, buffers.rows[:n], out=low[start : start + n])
+        if windows is not None:
+            window_lows.append(windows(grey))
+    joined = np.concatenate(window_lows) if window_lows else None
+    return low.reshape(count, _HASH_SIDE * _HASH_SIDE), joined
+
+
 def hash_lows_ppm32(images: Sequence[bytes]) -> np.ndarray:
     """``hash_lows`` (Nx64) of N 32x32 PPMs, each ``PPM32_HEADER`` then its 3,072 RGB bytes: one buffer for all,
-    its pixels made float32 ``_PPM_CHUNK`` images at a time, then the luma and both DCT passes as two float32
-    matrix products an image (the luma folded into the first), rounded to quarters.
+    ``_PPM_CHUNK`` images at a time made float32 grey (one luma pass), then both DCT passes as two float32
+    matrix products an image, rounded to quarters.
 
     An image's products are the same calls whichever batch it is in (numpy runs a stack of small products one
     by one; one tall product would be split over threads by OpenBLAS past ~2.6e5 multiply-adds, which on a
@@ -341,20 +391,25 @@ def hash_lows_ppm32(images: Sequence[bytes]) -> np.ndarray:
     if len(joined) != len(images) * PPM32_SIZE:
         raise ValueError(f"hash_lows_ppm32 takes 32x32 PPMs of {PPM32_SIZE} bytes, {PPM32_HEADER!r} first")
     ppms = np.frombuffer(joined, dtype=np.uint8).reshape(len(images), PPM32_SIZE)
-    return _ppm32_quarters(ppms, *_chunk_buffers()).astype(np.float64) / 4
+    lows, _ = _ppm32_lows(ppms, _grey_buffers())
+    return np.rint(lows * np.float32(4)).astype(np.float64) / 4
 
 
 class Ppm32Hasher:
     """The hashes of a stream of 32x32 PPMs (a CIFAR-size shard's), ``hash_bits(hash_lows_ppm32(ppms))`` bit for
     bit: each PPM's bytes are copied into a buffer made once, hashed ``_PPM_BATCH`` at a time, and only the
-    hashes are kept."""
+    hashes are kept. With ``windows`` (a chunk of grey 32x32 float32 images -> their window lows, N * k x 64:
+    image.phash_windows' ``grey_window_lows`` of a role), each PPM's k window hashes too, from the same grey
+    pixels (``window_hashes``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, windows: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         self._bytes = bytearray(_PPM_BATCH * PPM32_SIZE)
         self._buffer = np.frombuffer(self._bytes, dtype=np.uint8).reshape(_PPM_BATCH, PPM32_SIZE)
-        self._pixels, self._rows = _chunk_buffers()
+        self._buffers = _grey_buffers()
+        self._windows = windows
         self._count = 0  # PPMs in the buffer
         self._hashes: list[np.ndarray] = []
+        self._window_hashes: list[np.ndarray] = []
 
     def add(self, data: bytes) -> None:
         """Take one PPM (``PPM32_SIZE`` bytes; its header is checked when its batch is hashed).
@@ -379,16 +434,35 @@ class Ppm32Hasher:
         self._flush()
         return np.concatenate(self._hashes) if self._hashes else np.empty(0, dtype=np.uint64)
 
+    def window_hashes(self) -> np.ndarray:
+        """The window hashes (N x k uint64) of every PPM taken, in order (k: the ``windows`` function's per
+        image; N x 0 without one).
+
+        Raises:
+            ValueError: a PPM's header is not ``PPM32_HEADER``.
+        """
+        self._flush()
+        if not self._window_hashes:
+            return np.empty((sum(map(len, self._hashes)), 0), dtype=np.uint64)
+        return np.concatenate(self._window_hashes)
+
     def _flush(self) -> None:
         if self._count:
-            quarters = _ppm32_quarters(self._buffer[: self._count], self._pixels, self._rows)
-            self._hashes.append(_quarter_bits(quarters))
+            n = self._count
+            lows, window_lows = _ppm32_lows(self._buffer[:n], self._buffers, self._windows)
+            self._hashes.append(quarter_bits(lows))
+            if window_lows is not None:
+                self._window_hashes.append(quarter_bits(window_lows).reshape(n, len(window_lows) // n))
             self._count = 0
 
 
-def _quarter_bits(quarters: np.ndarray) -> np.ndarray:
-    """``hash_bits`` of ``quarters / 4`` (whole numbers, exact in float32: no rounding needed): a coefficient
-    above the median is one whose double is above the sum of the two middle ones."""
+def quarter_bits(lows: np.ndarray) -> np.ndarray:
+    """``hash_bits`` of float32 lows (N x 64) rounded to quarters first (float32 sums of up to ~10^6 differ by
+    up to ~0.06 with the BLAS's order and the chunk's shape, so an exactly 0 coefficient, of a flat or
+    mirror-symmetric image, must not take its sign from them): a coefficient is above the median where its
+    double is above the sum of the two middle ones (whole numbers of quarters: exact in float32, no further
+    rounding). Float32 throughout, a third of the cost of ``hash_bits``' float64 round and sort."""
+    quarters = np.rint(lows * np.float32(4))
     middle = np.sort(quarters, axis=1)
     doubled_median = middle[:, 31] + middle[:, 32]
     above = np.multiply(quarters, 2, out=quarters) > doubled_median[:, None]

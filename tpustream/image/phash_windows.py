@@ -22,7 +22,11 @@ The windows' pHash is the shard path's (Lanczos to 32x32, the 8x8 lowest DCT fre
 median): per axis, the resize and the DCT's 8 rows of each of a role's 3 offsets are one linear map, stacked
 into one 24 x side matrix, so all 9 windows of an image are two matrix products, and a shard's thumbnails
 of one size are hashed ``_CHUNK`` at a time (``window_hashes_batch``, ``WindowHasher`` in shard writing): two
-float32 products over the chunk (a 32x32 PPM's luma folded into the first), one sort over all their windows.
+float32 products over the chunk, one sort over all their windows. A 32x32 PPM's windows start from the grey
+pixels its pHash is made of (``phash.ppm32_grey_chunks``: one float32 luma pass for both), and shard writing
+makes them with its pHash (``phash.Ppm32Hasher`` with ``grey_window_lows``): at CIFAR size that halved what
+the windows add to shard creation (``bench write``'s ``write-phash-windows``, ``slowdown_cpu_windows_alone``
++84-87% -> +41%, two runs each, the same process pair), against the luma folded into each first product.
 One image is a chunk of one (``window_hashes_grey``, ``window_hashes_bytes``): each image's products are
 the same calls in both (``np.matmul`` over the stack, one small product per image), so a batch gives the same
 hashes bit for bit on one machine (tests/unit/test_phash_windows.py, on the digits and synthetic CIFAR
@@ -43,7 +47,14 @@ from typing import Literal
 
 import numpy as np
 
-from tpustream.image.phash import _DCT, PPM32_HEADER, PPM32_SIZE, _lanczos_weights
+from tpustream.image.phash import (
+    _DCT,
+    PPM32_HEADER,
+    PPM32_SIZE,
+    _lanczos_weights,
+    ppm32_grey_chunks,
+    quarter_bits,
+)
 
 __all__ = [
     "MARGIN",
@@ -58,7 +69,9 @@ __all__ = [
     "window_hashes_grey",
     "window_hashes_bytes",
     "window_hashes_batch",
+    "grey_window_lows",
     "window_hex_batch",
+    "window_hex",
     "window_hashes_hex",
     "split_window_hex",
     "WindowHasher",
@@ -119,21 +132,6 @@ def _axis_map(size: int, role: WindowRole) -> np.ndarray:
     return flat
 
 
-# Pillow's ITU-R 601 luma weights, unrounded (as phash.hash_lows_ppm32 takes a 32x32 PPM's)
-_LUMA = np.array([19595, 38470, 7471], dtype=np.float64) / 65536
-
-
-@functools.lru_cache(maxsize=2)
-def _ppm32_column_map(role: WindowRole) -> np.ndarray:
-    """RGB rows of a 32x32 PPM (96 values: 32 px x R, G, B) to the 24 columns of ``_axis_map(32, role)``, the
-    luma folded in: (96 x 24)."""
-    columns = _axis_map_float64(_SIDE, role).T  # 32 x 24
-    fused = (_LUMA[None, :, None] * columns[:, None, :]).reshape(_SIDE * 3, columns.shape[1])
-    out = fused.astype(np.float32)
-    out.setflags(write=False)
-    return out
-
-
 def _blocks(rows: np.ndarray, role: WindowRole) -> np.ndarray:
     """The windows' 8x8 lows ((N * 9) x 64, window-major per image) from N images' rows already mapped along
     their width (N x height x 24): the map along their height, one small product per image (``np.matmul``
@@ -147,42 +145,36 @@ def _blocks(rows: np.ndarray, role: WindowRole) -> np.ndarray:
     return blocks.reshape(count * steps * steps, _DCT_SIDE * _DCT_SIDE)
 
 
+def grey_window_lows(grey: np.ndarray, role: WindowRole) -> np.ndarray:
+    """The ``role`` windows' 8x8 lows ((N * 9) x 64 float32, window-major per image) of N HxW grey thumbnails of
+    one size (an N x H x W float32 array): the map along their width, then along their height, one small
+    product per image each. What shard writing's ``phash.Ppm32Hasher`` takes for a CIFAR-size shard's PPMs
+    (from the grey pixels their pHash is made of: one luma pass for both)."""
+    return _blocks(np.matmul(grey, _axis_map(grey.shape[2], role).T), role)
+
+
 def _grey_lows(grey: np.ndarray, role: WindowRole) -> np.ndarray:
     """(N * 9) x 64 lows of N HxW grey thumbnails of one size (an N x H x W array)."""
     count = len(grey)
     out = np.empty((count * WINDOWS, _DCT_SIDE * _DCT_SIDE), dtype=np.float32)
-    column_map = _axis_map(grey.shape[2], role).T
     for start in range(0, count, _CHUNK):
-        chunk = grey[start : start + _CHUNK]
-        rows = np.matmul(chunk.astype(np.float32), column_map)  # per image, as _blocks
-        out[start * WINDOWS : (start + len(chunk)) * WINDOWS] = _blocks(rows, role)
+        chunk = grey[start : start + _CHUNK].astype(np.float32)
+        out[start * WINDOWS : (start + len(chunk)) * WINDOWS] = grey_window_lows(chunk, role)
     return out
 
 
 def _ppm32_lows(images: Sequence[bytes], role: WindowRole) -> np.ndarray:
-    """(N * 9) x 64 lows of N 32x32 PPMs (``PPM32_HEADER`` then 3,072 RGB bytes): their luma (Pillow's weights,
-    unrounded) folded into the first product, ``_CHUNK`` PPMs a buffer."""
+    """(N * 9) x 64 lows of N 32x32 PPMs (``PPM32_HEADER`` then 3,072 RGB bytes): their grey pixels as their
+    pHash takes them (``phash.ppm32_grey_chunks``: Pillow's luma weights unrounded, float32), then
+    ``grey_window_lows``, as shard writing's ``phash.Ppm32Hasher`` makes them."""
+    joined = b"".join(images)
+    if len(joined) != len(images) * PPM32_SIZE:
+        raise ValueError(f"window hashes take 32x32 PPMs of {PPM32_SIZE} bytes, {PPM32_HEADER!r} first")
+    ppms = np.frombuffer(joined, dtype=np.uint8).reshape(len(images), PPM32_SIZE)
     out = np.empty((len(images) * WINDOWS, _DCT_SIDE * _DCT_SIDE), dtype=np.float32)
-    header = len(PPM32_HEADER)
-    for start in range(0, len(images), _CHUNK):
-        joined = b"".join(images[start : start + _CHUNK])
-        n = len(joined) // PPM32_SIZE
-        rgb = np.frombuffer(joined, dtype=np.uint8).reshape(n, PPM32_SIZE)[:, header:]
-        rows = np.matmul(rgb.reshape(n, _SIDE, _SIDE * 3).astype(np.float32), _ppm32_column_map(role))
-        out[start * WINDOWS : (start + n) * WINDOWS] = _blocks(rows, role)
+    for start, grey in ppm32_grey_chunks(ppms):
+        out[start * WINDOWS : (start + len(grey)) * WINDOWS] = grey_window_lows(grey, role)
     return out
-
-
-def _window_bits(lows: np.ndarray) -> np.ndarray:
-    """``phash.hash_bits`` of float32 lows ((N * 9) x 64): each coefficient against its row's median, bit 63
-    coefficient (0, 0), after rounding them to quarters (as ``phash.hash_lows_ppm32`` does): float32 sums of
-    up to ~10^6 differ by up to ~0.06 with the BLAS's order and the chunk's shape, so an exactly 0 coefficient
-    (a flat or mirror-symmetric window) must not take its sign from them; float32 throughout, a third of
-    the cost of ``hash_bits``' float64 round and sort."""
-    quarters = np.rint(lows * np.float32(4))
-    middle = np.sort(quarters, axis=1)
-    median = (middle[:, 31] + middle[:, 32]) / 2
-    return np.packbits(quarters > median[:, None], axis=1).view(">u8").ravel().astype(np.uint64)
 
 
 def _is_ppm32(data: bytes) -> bool:
@@ -255,14 +247,19 @@ def window_hashes_batch(
         view = lows.reshape(len(images), WINDOWS, _DCT_SIDE * _DCT_SIDE)
         for rows, group in groups:
             view[rows] = group.reshape(len(rows), WINDOWS, _DCT_SIDE * _DCT_SIDE)
-    return _window_bits(lows).reshape(len(images), WINDOWS)
+    return quarter_bits(lows).reshape(len(images), WINDOWS)
 
 
 def window_hex_batch(
     images: Sequence[bytes | np.ndarray], role: WindowRole, names: Sequence[str] | None = None
 ) -> list[str]:
     """``window_hashes_batch`` as the sample index stores each image's: its 9 hashes as 9 x 16 hex digits."""
-    text = window_hashes_batch(images, role, names).astype(">u8").tobytes().hex()
+    return window_hex(window_hashes_batch(images, role, names))
+
+
+def window_hex(hashes: np.ndarray) -> list[str]:
+    """N images' window hashes (N x 9 uint64) as the sample index stores each image's: 9 x 16 hex digits."""
+    text = np.asarray(hashes, dtype=np.uint64).astype(">u8").tobytes().hex()
     step = WINDOWS * _HEX
     return [text[i : i + step] for i in range(0, len(text), step)]
 
@@ -336,6 +333,10 @@ class WindowHasher:
             self._rows.append(self._added)
             if len(self._images) >= _HASHER_BATCH:
                 self._submit()
+        self._added += 1
+
+    def skip(self) -> None:
+        """The next image written has no windows here (``add(None, ...)``)."""
         self._added += 1
 
     def _submit(self) -> None:
