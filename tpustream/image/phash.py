@@ -460,10 +460,11 @@ def quarter_bits(lows: np.ndarray) -> np.ndarray:
     """``hash_bits`` of float32 lows (N x 64) rounded to quarters first (float32 sums of up to ~10^6 differ by
     up to ~0.06 with the BLAS's order and the chunk's shape, so an exactly 0 coefficient, of a flat or
     mirror-symmetric image, must not take its sign from them): a coefficient is above the median where its
-    double is above the sum of the two middle ones (whole numbers of quarters: exact in float32, no further
-    rounding). Float32 throughout, a third of the cost of ``hash_bits``' float64 round and sort."""
-    quarters = np.rint(lows * np.float32(4))
+    double is above the sum of the two middle ones, in int32 (a 32x32 image's coefficients are at most
+    4 x 255 x 1,024 ~ 1.04e6, doubled quarters ~8.4e6: exact), whose sort is ~2/3 of float32's (bench: 0.41
+    against 0.61 us for 9 windows' rows)."""
+    quarters = np.rint(lows * np.float32(4)).astype(np.int32)
     middle = np.sort(quarters, axis=1)
     doubled_median = middle[:, 31] + middle[:, 32]
-    above = np.multiply(quarters, 2, out=quarters) > doubled_median[:, None]
+    above = np.left_shift(quarters, 1, out=quarters) > doubled_median[:, None]
     return np.packbits(above, axis=1).view(">u8").ravel().astype(np.uint64)
