@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from tpustream.metrics.masked import masked_mean, masked_sums, summarize
 from tpustream.models import (
     CONVNEXT_FINE_TUNE_LR_FACTOR,
+    EFFICIENTNET_FINE_TUNE_LR_FACTOR,
     MODEL_SPECS,
     RESNET_FINE_TUNE_LR_FACTOR,
     SGD_FINE_TUNE_LR_FACTOR,
@@ -101,6 +102,8 @@ def test_the_fine_tuning_lr_is_the_scaled_default_times_the_model_familys_factor
     assert resnet18.fine_tune_lr_factor == RESNET_FINE_TUNE_LR_FACTOR == 0.3  # measured (models.py)
     assert fine_tune_peak_lr(32, resnet18) == pytest.approx(0.1 * (32 / 256) ** 0.5 * 0.3)  # 0.0106
     assert model_spec("convnext_tiny").fine_tune_lr_factor == CONVNEXT_FINE_TUNE_LR_FACTOR == 3.0  # measured
+    assert model_spec("efficientnet_b0").fine_tune_lr_factor == EFFICIENTNET_FINE_TUNE_LR_FACTOR == 0.03
+    assert fine_tune_peak_lr(16, model_spec("efficientnet_b0")) == pytest.approx(7.5e-4)  # the bench's best
     for spec in MODEL_SPECS.values():  # the measured factors; a tenth for every other family
         resnet = spec.name.startswith("resnet")
         expected = (
@@ -108,6 +111,8 @@ def test_the_fine_tuning_lr_is_the_scaled_default_times_the_model_familys_factor
             if resnet
             else CONVNEXT_FINE_TUNE_LR_FACTOR
             if spec.name == "convnext_tiny"
+            else EFFICIENTNET_FINE_TUNE_LR_FACTOR
+            if spec.name.startswith("efficientnet_")
             else SGD_FINE_TUNE_LR_FACTOR
             if spec.optimizer is sgd_momentum
             else 0.1

@@ -361,8 +361,9 @@ class RunLocalOptions:
     """Per-device batch (4 virtual XLA CPU devices)."""
     lr: float | None = None
     """Peak LR. Default (or 0): the pipeline's, the scaled default (the model's base LR at a global batch of
-    256, scaled with the batch); for a fine-tuning run (--param pretrained=SPEC) the model family's fraction of
-    it (0.3 for the ResNets, a tenth for the others), for a warm-started one (the champion of an earlier run) a
+    256, scaled with the batch); for a fine-tuning run (--param pretrained=SPEC) the model family's factor times
+    it (0.3 for the ResNets, 3 for convnext_tiny, 0.03 for the EfficientNets, a tenth for the others), for a
+    warm-started one (the champion of an earlier run) a
     tenth; as a Vertex run's."""
     num_shards: int | None = None
     """Train shards. Default (or 0): the pipeline's, auto, as a Vertex run's."""

@@ -6,7 +6,7 @@ Everything comes from the candidate's model card (``tpustream.artifacts.ModelCar
 chose, its augmentation policy, MixUp/CutMix, EMA and layer-wise LR decay, and whose weights model.pt holds). Cards record the peak LR the trainer
 chose (``peak_lr``, ``global_batch``); older ones only a warm start's (``init.peak_lr``), and otherwise it is
 worked out as the trainer chose it (``tpustream.train.trainer``): ``--lr`` when given, else the model's recipe
-LR scaled to the global batch (``default_peak_lr``), its family's fraction of that when fine-tuning. A card written before a key existed says "not
+LR scaled to the global batch (``default_peak_lr``), its family's factor times that when fine-tuning. A card written before a key existed says "not
 recorded" for it. Plain text: the page and the summary escape it.
 """
 

@@ -38,8 +38,9 @@ class TrainConfig:
     """Global batch instead of --batch-size (must divide over the devices)."""
     lr: float | None = None
     """Peak LR (default 0.1 at a global batch of 256, scaled linearly above it and by the square root below:
-    0.035 at 32, 0.4 at 1024; with --pretrained the model family's fine-tuning fraction of that, 0.3 for the
-    ResNets and a tenth for the others; with --init-from a tenth)."""
+    0.035 at 32, 0.4 at 1024; with --pretrained the model family's fine-tuning factor times that, measured by
+    `bench finetune`: 0.3 for the ResNets, 3 for convnext_tiny (AdamW), 0.03 for the EfficientNets, a tenth for
+    the others; with --init-from a tenth)."""
     momentum: float = 0.9
     """SGD momentum (AdamW's beta1 for the models whose recipe is AdamW)."""
     weight_decay: float | None = None
@@ -87,8 +88,8 @@ class TrainConfig:
     efficientnet_b0.DEFAULT) fetched once into --weights-cache, or a .pth/.pt/.safetensors state dict URI in
     torchvision layout. The head is new; the stock stem is kept (small images are upscaled); the input uses the
     weights' preprocessing (default input size: their crop size). Fine-tuning defaults: peak LR the model family's
-    fraction of the from-scratch one (ResNets 0.3, measured by `bench finetune`; the others a tenth), 1 warmup
-    epoch, label smoothing 0.1 (Kornblith et al.,
+    factor times the from-scratch one (measured by `bench finetune`: ResNets 0.3, convnext_tiny 3, EfficientNets
+    0.03; the others a tenth), 1 warmup epoch, label smoothing 0.1 (Kornblith et al.,
     CVPR 2019: fine-tuning's best LR is below training from scratch's). --init-from wins when its classes
     match."""
     weights_cache: str | None = None
