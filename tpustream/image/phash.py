@@ -24,9 +24,9 @@ The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written h
 What it costs (``bench write``'s ``write-phash`` lines: shard creation's CPU time with the hash on against off,
 in one process, on a busy 2-core VM, three runs): 500x375 JPEGs +1-2% (5-10 us of ~570-615 a sample), 224 px JPEGs
 +4-9% (14-28 us of ~285-330; the drafts' arithmetic is ~1 us of it, the rest not broken down). The 10% goal
-holds at photo sizes, not at CIFAR size: 32 px PPMs' pHash alone adds +21-23% (``write-phash-windows``'
-``slowdown_cpu_phash_only``: 3.3-3.7 us of ~15.5), with the thumbnails' window hashes +62-63% (was +108-110%
-in the same runs before the windows shared the pHash's luma pass: ``write-phash``'s ``slowdown_cpu``). Of the
+holds at photo sizes, not at CIFAR size: 32 px PPMs' pHash alone adds +21-22% (``write-phash-windows``'
+``slowdown_cpu_phash_only``: 3.3 us of ~15.5), with the thumbnails' window hashes +62-63% (was +108-110%
+in the same runs before the windows shared the pHash's luma pass: ``slowdown_cpu_phash_and_windows``). Of the
 pHash's ~3.5 us, half is the writer's per-sample bookkeeping (the PPM's copy into the batch buffer, its row,
 the index line's hash; measured with the arithmetic replaced by zeros: +1.8 us) and half its arithmetic
 (the luma pass and two products, ~0.8 us measured alone, ~1.8 us inside a write, whose tar and sha256 work
