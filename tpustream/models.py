@@ -333,7 +333,7 @@ SGD_FINE_TUNE_LR_FACTOR = 0.1
 # 16, seed 0, 800 test images; README): final top-1 at 0.01 / 0.02 / 0.03 / 0.06 / 0.1 (the old default) / 0.15 /
 # 0.3 / 1 of the scratch default 0.2975 / 0.305 / 0.305 / 0.2662 / 0.245 / 0.25 / 0.14 / 0.1375 against the plain
 # reference's 0.26 (random init 0.1212): a plateau at 0.02-0.03, a cliff above 0.15. 0.03 (7.5e-4 at batch 16)
-# is the higher end of the plateau; at it, 10 a class seed 1, and 30 and 100 a class seed 0: see the README.
+# is the higher end of the plateau; at it, 10 a class seeds 1 and 2, and 30 and 100 a class seed 0: see the README.
 # Measured on efficientnet_b0; efficientnet_v2_s, the same torchvision recipe, takes it unmeasured.
 EFFICIENTNET_FINE_TUNE_LR_FACTOR = 0.03
 # ConvNeXt's (AdamW): `bench finetune --model convnext_tiny --lr-factors ...` (AdamW-pretrained on the same task,
