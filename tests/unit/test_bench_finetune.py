@@ -190,3 +190,37 @@ def test_the_pretraining_takes_its_family_optimizer_and_steps_on_the_cpu():
     assert isinstance(_pretrain_optimizer(network, "resnet18", 0.1), torch.optim.SGD)
     efficientnet = _pretrain_optimizer(network, "efficientnet_b0", 1e-3)  # an SGD family's decay is SGD's
     assert {group["weight_decay"] for group in efficientnet.param_groups} == {0.05, 0.0}
+
+
+@pytest.mark.parametrize(
+    ("args", "epochs", "lr"),
+    [
+        (
+            ["--model", "efficientnet_b0"],
+            60,
+            3e-3,
+        ),  # the family's: 24 epochs at 1e-3 made an uninformative task
+        (["--model", "efficientnet_v2_s", "--pretrain-epochs", "30"], 30, 3e-3),
+        (["--model", "efficientnet_b0", "--pretrain-lr", "0.001"], 60, 1e-3),
+        (["--model", "convnext_tiny"], 24, None),  # the optimizer's default (PRETRAIN_ADAMW_LR)
+        ([], 24, None),  # resnet18, SGD
+        (["--quick", "--model", "efficientnet_b0"], 1, None),  # --quick keeps its own
+    ],
+)
+def test_the_cli_gives_the_efficientnets_their_pretraining_unless_told(monkeypatch, args, epochs, lr):
+    from typer.testing import CliRunner
+
+    import tpustream.bench.finetune as finetune
+    from tpustream.cli.main import app
+
+    seen: dict = {}
+
+    def capture(size, **kwargs):
+        seen.update(size=size, **kwargs)
+        yield "{}"
+
+    monkeypatch.setattr(finetune, "bench_finetune", capture)  # the arguments only: no pretraining here
+    result = CliRunner().invoke(app, ["bench", "finetune", *args])
+    assert result.exit_code == 0, result.output
+    assert seen["size"].pretrain_epochs == epochs
+    assert seen["pretrain_lr"] == lr

@@ -346,7 +346,8 @@ def bench_finetune(
     bench's time): reused when it exists and its ``.json`` beside it records the same pretraining (model,
     source images, epochs, seed, input size, task version; optimizer and LR where not the ResNets' SGD
     default), else pretrained and written there. ``pretrain_lr``: the pretraining's peak LR (default: 4x the
-    from-scratch LR under SGD, ``PRETRAIN_ADAMW_LR`` under AdamW).
+    from-scratch LR under SGD, ``PRETRAIN_ADAMW_LR`` under AdamW; the CLI gives the EfficientNets their
+    ``finetune_plain.EFFICIENTNET_PRETRAIN`` epochs and LR unless told).
     ``random_arm``: run ``random`` (XLA from scratch, as long as a fine-tune; the transfer check does not need
     it: ``plain_random`` is that check's). ``plain_trivial``: also run ``plain_trivial``, the plain reference with
     TrivialAugmentWide after its crop and flip. ``ours`` False: the plain arms alone (seconds each on a CPU: the

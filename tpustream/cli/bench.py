@@ -100,7 +100,10 @@ def bench_finetune_cmd(
     ] = None,
     pretrain_epochs: Annotated[
         int | None,
-        typer.Option(help="Epochs of the pretraining run on the source task [default: 24].", min=1),
+        typer.Option(
+            help="Epochs of the pretraining run on the source task [default: 24; 60 for the EfficientNets].",
+            min=1,
+        ),
     ] = None,
     source_per_class: Annotated[
         int | None, typer.Option(help="Source-task images per class, 22 classes [default: 100].", min=1)
@@ -148,7 +151,8 @@ def bench_finetune_cmd(
         float | None,
         typer.Option(
             help="The pretraining's peak LR [default: 4x the from-scratch default for the ResNets (SGD), "
-            "1e-3 for the others (AdamW)]; kept weights are reused only for the same.",
+            "3e-3 for the EfficientNets and 1e-3 for the others (AdamW)]; kept weights are reused only for "
+            "the same.",
         ),
     ] = None,
     random_arm: Annotated[
@@ -187,6 +191,7 @@ def bench_finetune_cmd(
     import shlex
 
     from tpustream.bench.finetune import DEFAULT, QUICK, bench_finetune
+    from tpustream.bench.finetune_plain import pretrain_defaults
     from tpustream.errors import ConfigError
 
     def numbers(option: str, text: str, kind: type) -> tuple:
@@ -209,6 +214,11 @@ def bench_finetune_cmd(
     size = dataclasses.replace(
         QUICK if quick else DEFAULT, **{k: v for k, v in given.items() if v is not None}
     )
+    if not quick:  # the family's pretraining where the user gives none (the EfficientNets': longer, hotter)
+        family_epochs, family_lr = pretrain_defaults(size.model, size.pretrain_epochs)
+        if pretrain_epochs is None:
+            size = dataclasses.replace(size, pretrain_epochs=family_epochs)
+        pretrain_lr = family_lr if pretrain_lr is None else pretrain_lr
     for line in bench_finetune(
         size,
         lr_factors=numbers("--lr-factors", lr_factors, float),
