@@ -70,6 +70,7 @@ __all__ = [
     "hash_lows_bytes",
     "hash_lows_ppm32",
     "Ppm32Hasher",
+    "ppm32_array",
     "ppm32_grey_chunks",
     "quarter_bits",
     "PPM32_SIZE",
@@ -330,6 +331,19 @@ def _ppm32_pixels(ppms: np.ndarray) -> np.ndarray:
     return ppms[:, len(_PPM32_HEADER) :].reshape(len(ppms), _SIDE * _SIDE, 3)
 
 
+def ppm32_array(images: Sequence[bytes], what: str = "hash_lows_ppm32") -> np.ndarray:
+    """N 32x32 PPMs' bytes in one N x PPM32_SIZE uint8 array (their headers are checked where it is read:
+    ``ppm32_grey_chunks``).
+
+    Raises:
+        ValueError: an item is not ``PPM32_SIZE`` bytes long (the message names ``what``).
+    """
+    joined = b"".join(images)
+    if len(joined) != len(images) * PPM32_SIZE:
+        raise ValueError(f"{what} takes 32x32 PPMs of {PPM32_SIZE} bytes, {PPM32_HEADER!r} first")
+    return np.frombuffer(joined, dtype=np.uint8).reshape(len(images), PPM32_SIZE)
+
+
 def ppm32_grey_chunks(
     ppms: np.ndarray, buffers: _GreyBuffers | None = None
 ) -> Iterator[tuple[int, np.ndarray]]:
@@ -387,11 +401,7 @@ def hash_lows_ppm32(images: Sequence[bytes]) -> np.ndarray:
     Raises:
         ValueError: an item is not such a PPM.
     """
-    joined = b"".join(images)
-    if len(joined) != len(images) * PPM32_SIZE:
-        raise ValueError(f"hash_lows_ppm32 takes 32x32 PPMs of {PPM32_SIZE} bytes, {PPM32_HEADER!r} first")
-    ppms = np.frombuffer(joined, dtype=np.uint8).reshape(len(images), PPM32_SIZE)
-    lows, _ = _ppm32_lows(ppms, _grey_buffers())
+    lows, _ = _ppm32_lows(ppm32_array(images), _grey_buffers())
     return np.rint(lows * np.float32(4)).astype(np.float64) / 4
 
 

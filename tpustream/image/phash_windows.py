@@ -52,6 +52,7 @@ from tpustream.image.phash import (
     PPM32_HEADER,
     PPM32_SIZE,
     _lanczos_weights,
+    ppm32_array,
     ppm32_grey_chunks,
     quarter_bits,
 )
@@ -167,12 +168,8 @@ def _ppm32_lows(images: Sequence[bytes], role: WindowRole) -> np.ndarray:
     """(N * 9) x 64 lows of N 32x32 PPMs (``PPM32_HEADER`` then 3,072 RGB bytes): their grey pixels as their
     pHash takes them (``phash.ppm32_grey_chunks``: Pillow's luma weights unrounded, float32), then
     ``grey_window_lows``, as shard writing's ``phash.Ppm32Hasher`` makes them."""
-    joined = b"".join(images)
-    if len(joined) != len(images) * PPM32_SIZE:
-        raise ValueError(f"window hashes take 32x32 PPMs of {PPM32_SIZE} bytes, {PPM32_HEADER!r} first")
-    ppms = np.frombuffer(joined, dtype=np.uint8).reshape(len(images), PPM32_SIZE)
     out = np.empty((len(images) * WINDOWS, _DCT_SIDE * _DCT_SIDE), dtype=np.float32)
-    for start, grey in ppm32_grey_chunks(ppms):
+    for start, grey in ppm32_grey_chunks(ppm32_array(images, "window_hashes_batch")):
         out[start * WINDOWS : (start + len(grey)) * WINDOWS] = grey_window_lows(grey, role)
     return out
 
