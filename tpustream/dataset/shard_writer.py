@@ -303,7 +303,7 @@ def write_shard(
     # the same grey pixels (one luma pass); any other thumbnail's on a thread of their own (WindowHasher)
     ppm_windows = functools.partial(grey_window_lows, role=role) if window_hashes else None
     ppm_hasher = Ppm32Hasher(ppm_windows) if perceptual_hashes else None
-    ppm_rows: list[int] = []  # the rows of the PPMs ppm_hasher hashes, in order
+    ppm_rows: list[int] = []  # the rows of the PPMs whose windows ppm_hasher makes, in order
     other_lows: list[tuple[int, np.ndarray]] = []
     drafts: list[tuple[int, PILImage.Image]] = []  # small grey drafts, hashed together at the end
     windows = WindowHasher(role) if ppm_hasher is not None and window_hashes else None
@@ -327,9 +327,9 @@ def write_shard(
             row = len(rows) - 1
             if isinstance(loaded.hash_input, bytes):  # a 32x32 PPM: ppm_hasher makes its windows too
                 ppm_hasher.add(loaded.hash_input)
-                ppm_rows.append(row)
                 if windows is not None:
                     windows.skip()
+                    ppm_rows.append(row)
                 continue
             if windows is not None:
                 if is_thumbnail(loaded.width, loaded.height):
@@ -346,7 +346,7 @@ def write_shard(
                     drafts = []
         stats = writer.finish()
         window_texts: list[str | None] = windows.hex() if windows is not None else [None] * len(rows)
-    if windows is not None and ppm_hasher is not None and ppm_rows:
+    if ppm_rows and ppm_hasher is not None:
         for row, text in zip(ppm_rows, window_hex(ppm_hasher.window_hashes()), strict=True):
             window_texts[row] = text
     hashes: list[str] | list[None] = [None] * len(rows)
