@@ -130,8 +130,9 @@ def _drawn_tensors(classes: Sequence[Any], seed: int, indices: Sequence[int]) ->
 
 
 def pretrain_defaults(model: str, epochs: int) -> tuple[int, float | None]:
-    """The pretraining's (epochs, peak LR) for ``model`` when the user gives neither: ``EFFICIENTNET_PRETRAIN``
-    for the EfficientNets; for the others ``epochs`` (the bench size's) and None (the optimizer's default LR)."""
+    """The pretraining's (epochs, peak LR) for ``model`` where the user does not give them (the CLI takes each
+    that is not given): ``EFFICIENTNET_PRETRAIN`` for the EfficientNets; for the others ``epochs`` (the bench
+    size's) and None (``bench_finetune``'s default LR for the optimizer)."""
     if model.startswith("efficientnet_"):
         return EFFICIENTNET_PRETRAIN
     return epochs, None
