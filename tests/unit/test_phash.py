@@ -104,8 +104,9 @@ def test_png_bytes_hash_as_the_decoded_image_and_cifar_ppms_within_a_few_bits():
 
 
 def test_a_shard_of_ppms_hashes_as_one_ppm_at_a_time():
-    """hash_lows_ppm32 takes them 16 at a time: 100 PPMs (chunks of 16 and a last of 4) hash as each alone,
-    and a flat image (every AC coefficient exactly 0, float32 noise rounded away) hashes as imagehash's."""
+    """hash_lows_ppm32 takes them 8 at a time: 100 PPMs (chunks of 8 and a last of 4, whose 4 spare slots hold
+    the chunk before's pixels) hash as each alone, and a flat image (every AC coefficient exactly 0, float32
+    noise rounded away) hashes as imagehash's."""
     ppms = [encode_ppm(synthetic_cifar_image(i, i % 10)) for i in range(99)]
     ppms.append(encode_ppm(np.full((32, 32, 3), 77, dtype=np.uint8)))
     together = hash_bits(hash_lows_ppm32(ppms))
@@ -117,7 +118,7 @@ def test_a_shard_of_ppms_hashes_as_one_ppm_at_a_time():
 
 def test_the_writers_batches_hash_each_ppm_as_the_per_image_function_does():
     """Shard writing hashes a CIFAR-size shard's PPMs 256 at a time in reused buffers (Ppm32Hasher), float32:
-    610 PPMs (photos-like, noise, flat; batches of 256, 256 and 98, chunks of 16 and a last of 2) get, bit for
+    610 PPMs (photos-like, noise, flat; batches of 256, 256 and 98, chunks of 8 and a last of 2) get, bit for
     bit, each one's perceptual_hash_bytes and the batch function's hash, so a faster batch cannot change a
     stored bit unnoticed; the flat ones equal imagehash's."""
     rng = np.random.default_rng(45)

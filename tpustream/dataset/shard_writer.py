@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import hashlib
 import json
 import logging
@@ -47,8 +46,8 @@ from tpustream.image.phash import (
 )
 from tpustream.image.phash_windows import (
     WindowHasher,
-    grey_window_lows,
     is_thumbnail,
+    ppm32_window_map,
     window_hex,
     window_role,
 )
@@ -301,7 +300,7 @@ def write_shard(
     role = window_role(spec.split)
     # thumbnails' window hashes of the split's role (image.phash_windows): a 32x32 PPM's with its pHash, from
     # the same grey pixels (one luma pass); any other thumbnail's on a thread of their own (WindowHasher)
-    ppm_windows = functools.partial(grey_window_lows, role=role) if window_hashes else None
+    ppm_windows = ppm32_window_map(role) if window_hashes else None
     ppm_hasher = Ppm32Hasher(ppm_windows) if perceptual_hashes else None
     ppm_rows: list[int] = []  # the rows of the PPMs whose windows ppm_hasher makes, in order
     other_lows: list[tuple[int, np.ndarray]] = []

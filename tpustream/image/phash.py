@@ -14,9 +14,9 @@ The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written h
   map (Pillow's Lanczos weights in float, ``low = (D Rv) X (D Rh)^T``, no uint8 rounding in between) made
   once per image size, and a shard's small drafts go through it together at its end, by size
   (``hash_lows_images``); a shard's 32x32 PPMs (CIFAR-size) are copied into one buffer and hashed 256 at a
-  time (``Ppm32Hasher``): one float32 luma pass (``ppm32_grey_chunks``, whose grey pixels the thumbnails'
-  window hashes, image.phash_windows, are made from too), then the DCT as two float32 matrix products an
-  image. It equals imagehash on 32x32
+  time (``Ppm32Hasher``, ``_Ppm32Quarters``): one float32 luma pass, then per 8 images one product along the
+  height (the DCT's 8 rows and, for the thumbnails' window hashes of image.phash_windows, their 24 rows
+  stacked: one luma pass for both) and one along the width for each. It equals imagehash on 32x32
   grey images and is within a few bits of it on photos; the planted-copy ROC (bench datacheck) is measured on
   it, and every split's hashes come from it. Batched or alone, an image gets the same bits (tests/unit/
   test_phash.py).
@@ -24,20 +24,25 @@ The algorithm is ``imagehash.phash`` (Hackerfactor's "Looks Like It"), written h
 What it costs (``bench write``'s ``write-phash`` lines: shard creation's CPU time with the hash on against off,
 in one process, on a busy 2-core VM, three runs): 500x375 JPEGs +1-2% (5-10 us of ~570-615 a sample), 224 px JPEGs
 +4-9% (14-28 us of ~285-330; the drafts' arithmetic is ~1 us of it, the rest not broken down). The 10% goal
-holds at photo sizes, not at CIFAR size: 32 px PPMs' pHash alone adds +21-22% (``write-phash-windows``'
-``slowdown_cpu_phash_only``: 3.3 us of ~15.5), with the thumbnails' window hashes +62-63% (was +108-110%
-in the same runs before the windows shared the pHash's luma pass: ``slowdown_cpu_phash_and_windows``). Of the
-pHash's ~3.5 us, half is the writer's per-sample bookkeeping (the PPM's copy into the batch buffer, its row,
-the index line's hash; measured with the arithmetic replaced by zeros: +1.8 us) and half its arithmetic
-(the luma pass and two products, ~0.8 us measured alone, ~1.8 us inside a write, whose tar and sha256 work
-evicts the caches between batches), against a budget of ~1.5 us (10%). Tried and dropped: the luma folded
-into the first product (its 24,576 multiply-adds against the luma pass's 3,072 and a 32x32x8 product:
-within noise for the pHash alone, 3x the windows' arithmetic), the even/odd folding of the DCT (half the
-multiply-adds, but numpy's strided casting costs 7x what it saves), np.partition for the median (3-10x
-numpy's SIMD sort of 64 values), larger or smaller chunks and batches (8-1024: within noise). Before this
-(same runs), the hash thread, fresh memory per batch (page faults) and OpenBLAS splitting the 1,024-row
-product over threads cost 32 px PPMs +27-41%, and hashing each JPEG's draft right after its decode cost
-224 px +14-18%.
+holds at photo sizes, not at CIFAR size: 32 px PPMs' pHash alone adds +21-24% (``write-phash-windows``'
+``slowdown_cpu_phash_only``: ~3.5-4 us of ~16-18), with the thumbnails' window hashes +45-48%
+(``slowdown_cpu_phash_and_windows``, two runs on a quiet VM; +62-67% in the same runs before a chunk's
+products along the height were one for its 8 images, the pHash's and the windows' rows together: each
+image's own products then, 4 calls into OpenBLAS an image, which cost more than their arithmetic). Where a
+32 px PPM's pHash goes (a write with parts replaced by zeros, the same process, 7 interleaved runs): ~1.6 us
+the writer's per-sample bookkeeping (the PPM's copy into the batch buffer, the check that it is one, its
+row, the index line's hash), already the budget of ~1.5 us (10%); ~2.5 us its arithmetic inside a write
+(~1.5 us alone: the float32 copy and luma pass ~0.8 us of it), whose tar and sha256 work evicts the caches
+between batches. Tried and dropped: the luma folded into the first product (3x its multiply-adds), the
+even/odd folding of the DCT (half the multiply-adds, but numpy's strided casting costs 7x what it saves),
+np.partition for the median (3-10x numpy's SIMD sort of 64 values), batches of 32, 64 and 128 (+2 to +10
+points of shard creation against 256, one run of 9 rounds; earlier 8-1024 within noise), chunks of 16-64 with OpenBLAS held to
+one thread (the hasher alone: within 10% of 8; without the hold, past 2.6e5 multiply-adds OpenBLAS splits a
+product over threads, which on a busy machine cost 2-3x CPU), hashing the pixels of an array-backed source
+after the write instead of the PPMs' bytes during it (the same cost in one run: the bookkeeping moves, the
+cold caches stay). Before these (earlier runs), the hash thread, fresh memory per batch (page faults) and
+OpenBLAS threading cost 32 px PPMs +27-41%, and hashing each JPEG's draft right after its decode cost 224 px
++14-18%.
 """
 
 from __future__ import annotations
@@ -45,8 +50,8 @@ from __future__ import annotations
 import functools
 import io
 import math
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -71,8 +76,9 @@ __all__ = [
     "hash_lows_ppm32",
     "Ppm32Hasher",
     "ppm32_array",
-    "ppm32_grey_chunks",
+    "ppm32_hashes",
     "quarter_bits",
+    "bits_of_quarters",
     "PPM32_SIZE",
     "hash_bits",
     "hash_hex",
@@ -295,45 +301,35 @@ def perceptual_hash_bytes(data: bytes, name: str = "image") -> int:
 _LUMA = np.array([19595, 38470, 7471], dtype=np.float64) / 65536
 _LUMA_F32 = _LUMA.astype(np.float32)
 _DCT_F32 = _DCT.astype(np.float32)
-_DCT_T_F32 = _DCT_T.astype(np.float32)
 _PPM32_HEADER = np.frombuffer(PPM32_HEADER, dtype=np.uint8)
 PPM32_SIZE = len(PPM32_HEADER) + _SIDE * _SIDE * 3
-# PPMs whose pixels are made float32 grey at a time, in buffers (192 + 64 KiB) that stay in the core's cache
-_PPM_CHUNK = 16
-# PPMs a Ppm32Hasher holds before it hashes them: its buffer (770 KiB) is made once and refilled, so that
-# shard writing neither keeps the PPMs' bytes alive nor touches fresh memory (on a CIFAR-size write each new
-# page's fault cost ~1 us a sample, as much as the hash's arithmetic)
+# PPMs per pair of matrix products: a chunk's first product (the rows' maps times its grey pixels, 32 x 32 x
+# (8 x 32) multiply-adds with the windows) stays at the size OpenBLAS keeps on one thread (2.6e5: above it a
+# product is split over threads, which on a busy machine cost 2-3x CPU time), and its buffers in the cache
+_PPM_CHUNK = 8
+# PPMs a Ppm32Hasher holds before it hashes them: its buffers are made once and refilled, so that shard writing
+# neither keeps the PPMs' bytes alive nor touches fresh memory (on a CIFAR-size write each new page's fault
+# cost ~1 us a sample, as much as the hash's arithmetic)
 _PPM_BATCH = 256
-
-
-class _GreyBuffers(NamedTuple):
-    rgb: np.ndarray  # a chunk's pixels as float32, R, G, B
-    grey: np.ndarray  # their luma
-    rows: np.ndarray  # the grey rows times the DCT's 8 columns
-
-
-def _grey_buffers() -> _GreyBuffers:
-    return _GreyBuffers(
-        np.empty((_PPM_CHUNK, _SIDE * _SIDE, 3), dtype=np.float32),
-        np.empty((_PPM_CHUNK, _SIDE, _SIDE), dtype=np.float32),
-        np.empty((_PPM_CHUNK, _SIDE, _HASH_SIDE), dtype=np.float32),
-    )
+# The DCT's rows scaled by 4, transposed: a second product with it gives the coefficients in quarters (a power
+# of two scales every product and sum exactly, so this is 4 times the unscaled product, bit for bit)
+_DCT4_T_F32 = np.ascontiguousarray((4 * _DCT).T.astype(np.float32))
 
 
 def _ppm32_pixels(ppms: np.ndarray) -> np.ndarray:
-    """The RGB pixels (N x 1024 x 3 uint8) of N 32x32 PPMs (an N x PPM32_SIZE uint8 array), headers checked."""
+    """The RGB pixels (N x 32 x 32 x 3 uint8) of N 32x32 PPMs (an N x PPM32_SIZE uint8 array), headers
+    checked."""
     if (
         ppms.ndim != 2
         or ppms.shape[1] != PPM32_SIZE
         or not (ppms[:, : len(_PPM32_HEADER)] == _PPM32_HEADER).all()
     ):
         raise ValueError(f"hash_lows_ppm32 takes 32x32 PPMs of {PPM32_SIZE} bytes, {PPM32_HEADER!r} first")
-    return ppms[:, len(_PPM32_HEADER) :].reshape(len(ppms), _SIDE * _SIDE, 3)
+    return ppms[:, len(_PPM32_HEADER) :].reshape(len(ppms), _SIDE, _SIDE, 3)
 
 
 def ppm32_array(images: Sequence[bytes], what: str = "hash_lows_ppm32") -> np.ndarray:
-    """N 32x32 PPMs' bytes in one N x PPM32_SIZE uint8 array (their headers are checked where it is read:
-    ``ppm32_grey_chunks``).
+    """N 32x32 PPMs' bytes in one N x PPM32_SIZE uint8 array (their headers are checked where it is hashed).
 
     Raises:
         ValueError: an item is not ``PPM32_SIZE`` bytes long (the message names ``what``).
@@ -344,79 +340,131 @@ def ppm32_array(images: Sequence[bytes], what: str = "hash_lows_ppm32") -> np.nd
     return np.frombuffer(joined, dtype=np.uint8).reshape(len(images), PPM32_SIZE)
 
 
-def ppm32_grey_chunks(
-    ppms: np.ndarray, buffers: _GreyBuffers | None = None
-) -> Iterator[tuple[int, np.ndarray]]:
-    """(first row, their grey pixels) for each ``_PPM_CHUNK`` of N 32x32 PPMs (an N x PPM32_SIZE uint8 array,
-    headers checked): Pillow's luma weights unrounded, float32 (chunk x 32 x 32, in a buffer the next chunk
-    reuses). The pHash and the window hashes (image.phash_windows) of a PPM both start from these pixels, one
-    luma pass for both.
+class _Ppm32Quarters:
+    """The coefficients, in quarters (int32), of up to ``_PPM_BATCH`` 32x32 PPMs at a time: the pHash's 8x8
+    lows, and with ``window_map`` (a (k x 8) x 32 float32 map of k windows' offsets along one axis, resize
+    and DCT rows: image.phash_windows' ``ppm32_window_map``) the k x k windows' 8x8 lows, from one float32
+    luma pass, in buffers made once.
 
-    Raises:
-        ValueError: an item is not such a PPM.
-    """
-    pixels = _ppm32_pixels(ppms)
-    rgb, grey = (buffers or _grey_buffers())[:2]
-    for start in range(0, len(pixels), _PPM_CHUNK):
-        n = min(_PPM_CHUNK, len(pixels) - start)
-        np.copyto(rgb[:n], pixels[start : start + n])
-        np.matmul(rgb[:n], _LUMA_F32, out=grey[:n].reshape(n, _SIDE * _SIDE))
-        yield start, grey[:n]
+    Per chunk of ``_PPM_CHUNK`` PPMs: the grey pixels laid out row-major across the chunk (row, image,
+    column), so that the map along the height, the hash's 8 DCT rows and the windows' rows stacked, is one
+    product for the whole chunk; then the map along the width, one product for the hash's rows and one for the
+    windows' (the pairs of a hash row and a window column are never made). Every chunk is the same three
+    products of the same shapes (a last chunk's spare images are the buffer's stale pixels, not read), so an
+    image's coefficients do not depend on which batch or where in it it is."""
+
+    def __init__(self, window_map: np.ndarray | None) -> None:
+        window_rows = 0 if window_map is None else len(window_map)
+        if window_map is not None and (window_map.shape[1] != _SIDE or window_rows % _HASH_SIDE):
+            raise ValueError(f"a PPM window map is (k x {_HASH_SIDE}) x {_SIDE}, got {window_map.shape}")
+        self.windows = (window_rows // _HASH_SIDE) ** 2
+        rows = _HASH_SIDE + window_rows
+        self._rows_map = np.ascontiguousarray(
+            _DCT_F32 if window_map is None else np.concatenate([_DCT_F32, window_map]), dtype=np.float32
+        )
+        self._window_t = None if window_map is None else np.ascontiguousarray(4 * window_map.T, np.float32)
+        chunks = _PPM_BATCH // _PPM_CHUNK
+        # zeros: a last chunk's spare images are whatever the buffer held, always finite
+        self._rgb = np.zeros((_SIDE, _PPM_CHUNK, _SIDE, 3), dtype=np.float32)
+        self._grey = np.empty((_SIDE, _PPM_CHUNK * _SIDE), dtype=np.float32)
+        self._rows = np.empty((rows, _PPM_CHUNK * _SIDE), dtype=np.float32)
+        self._low = np.empty((chunks, _HASH_SIDE, _PPM_CHUNK, _HASH_SIDE), dtype=np.float32)
+        self._window_low = np.empty((chunks, window_rows, _PPM_CHUNK, window_rows), dtype=np.float32)
+        self._quarters = np.empty((_PPM_BATCH, _HASH_SIDE * _HASH_SIDE), dtype=np.int32)
+        self._window_quarters = np.empty((_PPM_BATCH * self.windows, _HASH_SIDE**2), dtype=np.int32)
+
+    def __call__(self, ppms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the pHash's lows, N x 64, and the windows', (N x k x k) x 64 window-major per image, both int32
+        quarters) of N <= ``_PPM_BATCH`` PPMs (an N x PPM32_SIZE uint8 array): views of buffers the next call
+        refills.
+
+        Raises:
+            ValueError: an item is not a 32x32 PPM.
+        """
+        pixels = _ppm32_pixels(ppms)
+        count = len(pixels)
+        chunks = -(-count // _PPM_CHUNK)
+        window_rows = len(self._rows_map) - _HASH_SIDE
+        for chunk in range(chunks):
+            start = chunk * _PPM_CHUNK
+            n = min(_PPM_CHUNK, count - start)
+            np.copyto(self._rgb[:, :n], pixels[start : start + n].transpose(1, 0, 2, 3))
+            np.matmul(self._rgb.reshape(-1, 3), _LUMA_F32, out=self._grey.reshape(-1))
+            np.matmul(self._rows_map, self._grey, out=self._rows)
+            np.matmul(
+                self._rows[:_HASH_SIDE].reshape(_HASH_SIDE * _PPM_CHUNK, _SIDE),
+                _DCT4_T_F32,
+                out=self._low[chunk].reshape(_HASH_SIDE * _PPM_CHUNK, _HASH_SIDE),
+            )
+            if self._window_t is not None:
+                np.matmul(
+                    self._rows[_HASH_SIDE:].reshape(window_rows * _PPM_CHUNK, _SIDE),
+                    self._window_t,
+                    out=self._window_low[chunk].reshape(window_rows * _PPM_CHUNK, window_rows),
+                )
+        padded = chunks * _PPM_CHUNK
+        # [chunk, row, image, column] -> [chunk, image, row, column]
+        low = self._low[:chunks].transpose(0, 2, 1, 3)
+        np.rint(low, out=self._quarters[:padded].reshape(low.shape), casting="unsafe")
+        steps = window_rows // _HASH_SIDE
+        # [chunk, row offset, row, image, column offset, column] -> [chunk, image, row offset, column offset,
+        # row, column]
+        shape = (chunks, steps, _HASH_SIDE, _PPM_CHUNK, steps, _HASH_SIDE)
+        window_low = self._window_low[:chunks].reshape(shape).transpose(0, 3, 1, 4, 2, 5)
+        window_quarters = self._window_quarters[: padded * self.windows]
+        np.rint(window_low, out=window_quarters.reshape(window_low.shape), casting="unsafe")
+        return self._quarters[:count], window_quarters[: count * self.windows]
 
 
-def _ppm32_lows(
-    ppms: np.ndarray, buffers: _GreyBuffers, windows: Callable[[np.ndarray], np.ndarray] | None = None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """The 8x8 low DCT frequencies (Nx64 float32) of N 32x32 PPMs (an N x PPM32_SIZE uint8 array, headers
-    checked): their grey pixels (``ppm32_grey_chunks``), then the DCT's rows and columns as two float32 matrix
-    products an image; with ``windows`` (grey chunk -> its window lows, image.phash_windows), those of each
-    chunk's grey pixels too (None without)."""
-    count = len(ppms)
-    low = np.empty((count, _HASH_SIDE, _HASH_SIDE), dtype=np.float32)
-    window_lows = []
-    for start, grey in ppm32_grey_chunks(ppms, buffers):
-        n = len(grey)
-        np.matmul(grey, _DCT_T_F32, out=buffers.rows[:n])
-        np.matmul(_DCT_F32, buffers.rows[:n], out=low[start : start + n])
-        if windows is not None:
-            window_lows.append(windows(grey))
-    joined = np.concatenate(window_lows) if window_lows else None
-    return low.reshape(count, _HASH_SIDE * _HASH_SIDE), joined
+def ppm32_hashes(ppms: np.ndarray, window_map: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(pHashes, N uint64; window hashes, N x k uint64, k 0 without ``window_map``) of N 32x32 PPMs (an N x
+    PPM32_SIZE uint8 array), ``_PPM_BATCH`` at a time."""
+    quarters = _Ppm32Quarters(window_map)
+    hashes, windows = [], []
+    for start in range(0, len(ppms), _PPM_BATCH):
+        low, window_low = quarters(ppms[start : start + _PPM_BATCH])
+        hashes.append(bits_of_quarters(low))
+        windows.append(bits_of_quarters(window_low).reshape(len(low), quarters.windows))
+    if not hashes:
+        return np.empty(0, dtype=np.uint64), np.empty((0, quarters.windows), dtype=np.uint64)
+    return np.concatenate(hashes), np.concatenate(windows)
 
 
 def hash_lows_ppm32(images: Sequence[bytes]) -> np.ndarray:
-    """``hash_lows`` (Nx64) of N 32x32 PPMs, each ``PPM32_HEADER`` then its 3,072 RGB bytes: one buffer for all,
-    ``_PPM_CHUNK`` images at a time made float32 grey (one luma pass), then both DCT passes as two float32
-    matrix products an image, rounded to quarters.
+    """``hash_lows`` (Nx64) of N 32x32 PPMs, each ``PPM32_HEADER`` then its 3,072 RGB bytes, as shard writing
+    computes them (``_Ppm32Quarters``: one float32 luma pass, then the DCT's rows and columns as float32 matrix
+    products ``_PPM_CHUNK`` images at a time), rounded to quarters.
 
-    An image's products are the same calls whichever batch it is in (numpy runs a stack of small products one
-    by one; one tall product would be split over threads by OpenBLAS past ~2.6e5 multiply-adds, which on a
-    busy machine cost up to 100x, and its float32 sums would depend on the split), so its hash does not
-    depend on its neighbours. The luma is Pillow's weights unrounded (within half a grey level of Pillow's):
-    a hash here is within a bit or two of ``perceptual_hash`` of the same pixels as a PNG (measured on 300
-    synthetic CIFAR images: 79% equal, none more than 4 bits apart). Rounded to quarters because float32
-    sums of up to ~10^6 differ by up to ~0.06 with the BLAS kernel: an exactly 0 coefficient (a flat image)
-    must not take its sign from the machine.
+    An image's coefficients do not depend on its neighbours (every chunk's products have the same shapes; a
+    product past ~2.6e5 multiply-adds would be split over threads by OpenBLAS, which on a busy machine cost up
+    to 100x). The luma is Pillow's weights unrounded (within half a grey level of Pillow's): a hash here is
+    within a bit or two of ``perceptual_hash`` of the same pixels as a PNG (measured on 300 synthetic CIFAR
+    images: 79% equal, none more than 4 bits apart). Rounded to quarters because float32 sums of up to ~10^6
+    differ by up to ~0.06 with the BLAS kernel: an exactly 0 coefficient (a flat image) must not take its
+    sign from the machine.
 
     Raises:
         ValueError: an item is not such a PPM.
     """
-    lows, _ = _ppm32_lows(ppm32_array(images), _grey_buffers())
-    return np.rint(lows * np.float32(4)).astype(np.float64) / 4
+    ppms = ppm32_array(images)
+    quarters = _Ppm32Quarters(None)
+    out = np.empty((len(ppms), _HASH_SIDE * _HASH_SIDE))
+    for start in range(0, len(ppms), _PPM_BATCH):
+        low, _ = quarters(ppms[start : start + _PPM_BATCH])
+        out[start : start + len(low)] = low
+    return out / 4
 
 
 class Ppm32Hasher:
     """The hashes of a stream of 32x32 PPMs (a CIFAR-size shard's), ``hash_bits(hash_lows_ppm32(ppms))`` bit for
     bit: each PPM's bytes are copied into a buffer made once, hashed ``_PPM_BATCH`` at a time, and only the
-    hashes are kept. With ``windows`` (a chunk of grey 32x32 float32 images -> their window lows, N * k x 64:
-    image.phash_windows' ``grey_window_lows`` of a role), each PPM's k window hashes too, from the same grey
-    pixels (``window_hashes``)."""
+    hashes are kept. With ``window_map`` (image.phash_windows' ``ppm32_window_map`` of a role), each PPM's
+    window hashes too, from the same grey pixels (``window_hashes``)."""
 
-    def __init__(self, windows: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+    def __init__(self, window_map: np.ndarray | None = None) -> None:
         self._bytes = bytearray(_PPM_BATCH * PPM32_SIZE)
         self._buffer = np.frombuffer(self._bytes, dtype=np.uint8).reshape(_PPM_BATCH, PPM32_SIZE)
-        self._buffers = _grey_buffers()
-        self._windows = windows
+        self._quarters = _Ppm32Quarters(window_map)
         self._count = 0  # PPMs in the buffer
         self._hashes: list[np.ndarray] = []
         self._window_hashes: list[np.ndarray] = []
@@ -445,36 +493,40 @@ class Ppm32Hasher:
         return np.concatenate(self._hashes) if self._hashes else np.empty(0, dtype=np.uint64)
 
     def window_hashes(self) -> np.ndarray:
-        """The window hashes (N x k uint64) of every PPM taken, in order (k: the ``windows`` function's per
-        image; N x 0 without one).
+        """The window hashes (N x k uint64) of every PPM taken, in order (k: the window map's; N x 0
+        without one).
 
         Raises:
             ValueError: a PPM's header is not ``PPM32_HEADER``.
         """
         self._flush()
         if not self._window_hashes:
-            return np.empty((sum(map(len, self._hashes)), 0), dtype=np.uint64)
+            return np.empty((0, self._quarters.windows), dtype=np.uint64)
         return np.concatenate(self._window_hashes)
 
     def _flush(self) -> None:
         if self._count:
             n = self._count
-            lows, window_lows = _ppm32_lows(self._buffer[:n], self._buffers, self._windows)
-            self._hashes.append(quarter_bits(lows))
-            if window_lows is not None:
-                self._window_hashes.append(quarter_bits(window_lows).reshape(n, len(window_lows) // n))
+            low, window_low = self._quarters(self._buffer[:n])
+            self._hashes.append(bits_of_quarters(low))
+            if self._quarters.windows:
+                self._window_hashes.append(bits_of_quarters(window_low).reshape(n, self._quarters.windows))
             self._count = 0
+
+
+def bits_of_quarters(quarters: np.ndarray) -> np.ndarray:
+    """The hashes (uint64) of N rows of 64 coefficients in quarters (int32, N x 64): bit 63 is the first, set
+    where a coefficient is above the row's median. The median of 64 is the mean of the two middle ones, so a
+    quarter count q is above it where 2q exceeds their sum s, that is where q > floor(s / 2) (integers); a
+    32x32 image's coefficients are at most 4 x 255 x 1,024 ~ 1.04e6, ~4.2e6 quarters: int32 is exact, and its
+    sort ~2/3 of float32's (0.41 against 0.61 us for 9 windows' rows)."""
+    middle = np.sort(quarters, axis=1)
+    half = (middle[:, 31] + middle[:, 32]) >> 1
+    return np.packbits(quarters > half[:, None], axis=1).view(">u8").ravel().astype(np.uint64)
 
 
 def quarter_bits(lows: np.ndarray) -> np.ndarray:
     """``hash_bits`` of float32 lows (N x 64) rounded to quarters first (float32 sums of up to ~10^6 differ by
     up to ~0.06 with the BLAS's order and the chunk's shape, so an exactly 0 coefficient, of a flat or
-    mirror-symmetric image, must not take its sign from them): a coefficient is above the median where its
-    double is above the sum of the two middle ones, in int32 (a 32x32 image's coefficients are at most
-    4 x 255 x 1,024 ~ 1.04e6, doubled quarters ~8.4e6: exact), whose sort is ~2/3 of float32's (bench: 0.41
-    against 0.61 us for 9 windows' rows)."""
-    quarters = np.rint(lows * np.float32(4)).astype(np.int32)
-    middle = np.sort(quarters, axis=1)
-    doubled_median = middle[:, 31] + middle[:, 32]
-    above = np.left_shift(quarters, 1, out=quarters) > doubled_median[:, None]
-    return np.packbits(above, axis=1).view(">u8").ravel().astype(np.uint64)
+    mirror-symmetric image, must not take its sign from them): ``bits_of_quarters``."""
+    return bits_of_quarters(np.rint(lows * np.float32(4)).astype(np.int32))

@@ -22,14 +22,17 @@ The windows' pHash is the shard path's (Lanczos to 32x32, the 8x8 lowest DCT fre
 median): per axis, the resize and the DCT's 8 rows of each of a role's 3 offsets are one linear map, stacked
 into one 24 x side matrix, so all 9 windows of an image are two matrix products, and a shard's thumbnails
 of one size are hashed ``_CHUNK`` at a time (``window_hashes_batch``, ``WindowHasher`` in shard writing): two
-float32 products over the chunk, one sort over all their windows. A 32x32 PPM's windows start from the grey
-pixels its pHash is made of (``phash.ppm32_grey_chunks``: one float32 luma pass for both), and shard writing
-makes them with its pHash (``phash.Ppm32Hasher`` with ``grey_window_lows``): at CIFAR size that halved what
-the windows add to shard creation (``bench write``'s ``write-phash-windows``, ``slowdown_cpu_windows_alone``
-+84-87% -> +41%, two runs each, the same process pair), against the luma folded into each first product.
+float32 products over the chunk, one sort over all their windows. A 32x32 PPM's windows are made with its
+pHash (``phash.Ppm32Hasher`` with ``ppm32_window_map``): the same float32 grey pixels (one luma pass for both),
+the window map's 24 rows stacked under the DCT's 8 in one product along the height for 8 images at a time,
+then one along the width. At CIFAR size that cut what the windows add to shard creation (``bench write``'s
+``write-phash-windows``, ``slowdown_cpu_windows_alone``) from +84-87% to +41% (sharing the luma pass; two runs
+each, the same process pair), then from +38-43% to +21-26% (one product for 8 images' rows instead of one per
+image; two runs each, a quiet VM).
 One image is a chunk of one (``window_hashes_grey``, ``window_hashes_bytes``): each image's products are
-the same calls in both (``np.matmul`` over the stack, one small product per image), so a batch gives the same
-hashes bit for bit on one machine (tests/unit/test_phash_windows.py, on the digits and synthetic CIFAR
+the same calls in both (``np.matmul`` over the stack, one small product per image; a 32x32 PPM's, the same
+products of the same shapes for a chunk of 8 whatever the batch), so a batch gives the same hashes bit for
+bit on one machine (tests/unit/test_phash_windows.py, on the digits and synthetic CIFAR
 images). Another machine's BLAS may sum float32 in another order (~0.1 in coefficients of up to ~10^6),
 which moves a bit only where two coefficients sit that close at the median, well inside the 4 bits the data
 check matches windows within (dataset.near_duplicates.DEFAULT_WINDOW_DISTANCE); coefficients are rounded to
@@ -53,7 +56,7 @@ from tpustream.image.phash import (
     PPM32_SIZE,
     _lanczos_weights,
     ppm32_array,
-    ppm32_grey_chunks,
+    ppm32_hashes,
     quarter_bits,
 )
 
@@ -70,7 +73,7 @@ __all__ = [
     "window_hashes_grey",
     "window_hashes_bytes",
     "window_hashes_batch",
-    "grey_window_lows",
+    "ppm32_window_map",
     "window_hex_batch",
     "window_hex",
     "window_hashes_hex",
@@ -97,8 +100,8 @@ WINDOW_MIN_SIDE = 32
 WINDOW_MAX_SIDE = 64
 _DCT_SIDE = 8
 _SIDE = 32
-# Images per pair of matrix products: a 32x32 PPM chunk's first product (2,048 x 96 x 24) and its float32
-# buffers stay in the core's cache (measured on 2,000 synthetic CIFAR PPMs: 16 to 128 within 10% of each other)
+# Thumbnails (other than 32x32 PPMs: phash.Ppm32Hasher) per pair of matrix products: their float32 buffers
+# stay in the core's cache
 _CHUNK = 64
 _HEX = 16  # hex digits per hash
 
@@ -146,11 +149,17 @@ def _blocks(rows: np.ndarray, role: WindowRole) -> np.ndarray:
     return blocks.reshape(count * steps * steps, _DCT_SIDE * _DCT_SIDE)
 
 
-def grey_window_lows(grey: np.ndarray, role: WindowRole) -> np.ndarray:
+def ppm32_window_map(role: WindowRole) -> np.ndarray:
+    """The ``role`` windows' map along one axis of a 32x32 image (24 x 32 float32, read-only): what a
+    ``phash.Ppm32Hasher`` takes to make a 32x32 PPM's window hashes with its pHash, from the same grey pixels
+    (one luma pass for both)."""
+    return _axis_map(_SIDE, role)
+
+
+def _grey_window_lows(grey: np.ndarray, role: WindowRole) -> np.ndarray:
     """The ``role`` windows' 8x8 lows ((N * 9) x 64 float32, window-major per image) of N HxW grey thumbnails of
     one size (an N x H x W float32 array): the map along their width, then along their height, one small
-    product per image each. What shard writing's ``phash.Ppm32Hasher`` takes for a CIFAR-size shard's PPMs
-    (from the grey pixels their pHash is made of: one luma pass for both)."""
+    product per image each."""
     return _blocks(np.matmul(grey, _axis_map(grey.shape[2], role).T), role)
 
 
@@ -160,18 +169,16 @@ def _grey_lows(grey: np.ndarray, role: WindowRole) -> np.ndarray:
     out = np.empty((count * WINDOWS, _DCT_SIDE * _DCT_SIDE), dtype=np.float32)
     for start in range(0, count, _CHUNK):
         chunk = grey[start : start + _CHUNK].astype(np.float32)
-        out[start * WINDOWS : (start + len(chunk)) * WINDOWS] = grey_window_lows(chunk, role)
+        out[start * WINDOWS : (start + len(chunk)) * WINDOWS] = _grey_window_lows(chunk, role)
     return out
 
 
-def _ppm32_lows(images: Sequence[bytes], role: WindowRole) -> np.ndarray:
-    """(N * 9) x 64 lows of N 32x32 PPMs (``PPM32_HEADER`` then 3,072 RGB bytes): their grey pixels as their
-    pHash takes them (``phash.ppm32_grey_chunks``: Pillow's luma weights unrounded, float32), then
-    ``grey_window_lows``, as shard writing's ``phash.Ppm32Hasher`` makes them."""
-    out = np.empty((len(images) * WINDOWS, _DCT_SIDE * _DCT_SIDE), dtype=np.float32)
-    for start, grey in ppm32_grey_chunks(ppm32_array(images, "window_hashes_batch")):
-        out[start * WINDOWS : (start + len(grey)) * WINDOWS] = grey_window_lows(grey, role)
-    return out
+def _ppm32_window_hashes(images: Sequence[bytes], role: WindowRole) -> np.ndarray:
+    """The ``role`` window hashes (N x 9 uint64) of N 32x32 PPMs (``PPM32_HEADER`` then 3,072 RGB bytes), as
+    shard writing's ``phash.Ppm32Hasher`` makes them (``phash.ppm32_hashes``: their grey pixels as their pHash
+    takes them, Pillow's luma weights unrounded, float32; then the windows' maps)."""
+    _, windows = ppm32_hashes(ppm32_array(images, "window_hashes_batch"), ppm32_window_map(role))
+    return windows
 
 
 def _is_ppm32(data: bytes) -> bool:
@@ -222,29 +229,25 @@ def window_hashes_batch(
         raise ValueError(f"window role {role!r}: 'base' (train) or 'query' (val, test)")
     ppm_rows = [i for i, image in enumerate(images) if isinstance(image, bytes) and _is_ppm32(image)]
     if len(ppm_rows) == len(images):  # a CIFAR-size shard: no gather
-        lows = _ppm32_lows(images, role)  # type: ignore[arg-type]
-    else:
-        by_size: dict[tuple[int, int], list[int]] = {}
-        greys: dict[int, np.ndarray] = {}
-        ppm = set(ppm_rows)
-        for i, image in enumerate(images):
-            if i in ppm:
-                continue
-            name = names[i] if names is not None else f"image {i}"
-            grey = _decode_grey(image, name) if isinstance(image, bytes) else np.asarray(image)
-            _check_thumbnail(grey, name)
-            greys[i] = grey
-            by_size.setdefault(grey.shape, []).append(i)
-        groups: list[tuple[list[int], np.ndarray]] = []
-        if ppm_rows:
-            groups.append((ppm_rows, _ppm32_lows([images[i] for i in ppm_rows], role)))  # type: ignore[misc]
-        for rows in by_size.values():
-            groups.append((rows, _grey_lows(np.stack([greys[i] for i in rows]), role)))
-        lows = np.empty((len(images) * WINDOWS, _DCT_SIDE * _DCT_SIDE), dtype=np.float32)
-        view = lows.reshape(len(images), WINDOWS, _DCT_SIDE * _DCT_SIDE)
-        for rows, group in groups:
-            view[rows] = group.reshape(len(rows), WINDOWS, _DCT_SIDE * _DCT_SIDE)
-    return quarter_bits(lows).reshape(len(images), WINDOWS)
+        return _ppm32_window_hashes(images, role)  # type: ignore[arg-type]
+    by_size: dict[tuple[int, int], list[int]] = {}
+    greys: dict[int, np.ndarray] = {}
+    ppm = set(ppm_rows)
+    for i, image in enumerate(images):
+        if i in ppm:
+            continue
+        name = names[i] if names is not None else f"image {i}"
+        grey = _decode_grey(image, name) if isinstance(image, bytes) else np.asarray(image)
+        _check_thumbnail(grey, name)
+        greys[i] = grey
+        by_size.setdefault(grey.shape, []).append(i)
+    hashes = np.empty((len(images), WINDOWS), dtype=np.uint64)
+    if ppm_rows:
+        hashes[ppm_rows] = _ppm32_window_hashes([images[i] for i in ppm_rows], role)  # type: ignore[misc]
+    for rows in by_size.values():
+        lows = _grey_lows(np.stack([greys[i] for i in rows]), role)
+        hashes[rows] = quarter_bits(lows).reshape(len(rows), WINDOWS)
+    return hashes
 
 
 def window_hex_batch(
