@@ -4,7 +4,13 @@ train images per class, says why, and the run's own values override the recipe's
 import pytest
 
 from tpustream.errors import ConfigError
-from tpustream.train.recipe import RECIPES, SMALL_DATA_PER_CLASS, choose_recipe, ema_decay_at
+from tpustream.train.recipe import (
+    FINETUNE_MIN_IMAGES,
+    RECIPES,
+    SMALL_DATA_PER_CLASS,
+    choose_recipe,
+    ema_decay_at,
+)
 
 
 def _choose(asked="auto", *, model="resnet18", vit=False, from_weights=False, per_class=1000, **overrides):
@@ -24,8 +30,17 @@ def _choose(asked="auto", *, model="resnet18", vit=False, from_weights=False, pe
     [
         ({"model": "tiny"}, "plain", "the tiny test model"),
         ({"model": "vit_b_16", "vit": True, "from_weights": True}, "vit-finetune", "a ViT (vit_b_16)"),
-        ({"from_weights": True, "per_class": 30}, "small-data-finetune", "30 train images per class (< 200)"),
-        ({"from_weights": True}, "finetune", "1000 train images per class (>= 200)"),
+        (
+            {"from_weights": True, "per_class": 30},
+            "small-data-finetune",
+            "300 train images, 30 per class (under",
+        ),
+        ({"from_weights": True}, "small-data-finetune", "10000 train images, 1000 per class (under 200 per"),
+        (
+            {"from_weights": True, "per_class": 2000},
+            "finetune",
+            "20000 train images, 2000 per class (at least",
+        ),
         ({"per_class": 30}, "plain", "from random weights on 30 train images per class"),
         ({}, "scratch", "from random weights on 1000 train images per class"),
     ],
@@ -41,6 +56,23 @@ def test_auto_picks_a_recipe_by_model_weights_and_data_size_and_says_why(kw, nam
 def test_the_conservative_defaults_leave_small_data_from_scratch_plain():
     assert SMALL_DATA_PER_CLASS == 200
     assert not _choose(per_class=199).recipe.mixes and _choose(per_class=200).recipe.mixes
+
+
+def test_a_fine_tune_mixes_only_from_bits_20k_images_and_200_a_class():
+    """BiT-HyperRule: MixUp only from 20k examples; and under 200 a class, whatever the total."""
+    assert FINETUNE_MIN_IMAGES == 20_000
+    assert not _choose(from_weights=True, per_class=1999).recipe.mixes  # 19,990 images
+    assert _choose(from_weights=True, per_class=2000).recipe.mixes
+    many_classes = choose_recipe(
+        "auto",
+        model="resnet18",
+        vit=False,
+        from_weights=True,
+        train_samples=199 * 1000,
+        num_classes=1000,
+        overrides={},
+    )
+    assert many_classes.name == "small-data-finetune"
 
 
 def test_explicit_values_override_the_recipe_one_by_one():

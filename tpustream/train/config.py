@@ -110,8 +110,8 @@ class TrainConfig:
     1; model.json records the weights), for imbalanced classes; val metrics stay unweighted."""
     recipe: str = "auto"
     """The training recipe (tpustream/train/recipe.py): auto picks one by model, pretrained or not and train
-    images per class (logged, and recorded in model.json), or plain, scratch, finetune, small-data-finetune,
-    vit-finetune. The five options below override its values one by one."""
+    images per class (and, pretrained, in all) (logged, and recorded in model.json), or plain, scratch,
+    finetune, small-data-finetune, vit-finetune. The five options below override its values one by one."""
     augment: AugmentPolicy | None = None
     """torchvision.transforms.v2 policy applied in the loader's workers after the crop and flip: none,
     trivial (TrivialAugmentWide) or randaugment (RandAugment) (default: the recipe's)."""
