@@ -162,7 +162,26 @@ def test_the_writers_drafts_hash_together_as_each_alone():
     assert hash_input_of_image(small) is small
     large = _photos()[0].convert("L").resize((125, 94))
     assert np.array_equal(hash_input_of_image(large), hash_lows_image(large))  # type: ignore[arg-type]
-    assert np.array_equal(hash_input_of_image(small.convert("RGB")), hash_lows_image(small))  # type: ignore[arg-type]
+    # a small colour image (a thumbnail) is held too, as the grey image hash_lows_image takes of it
+    colour = _photos()[1].convert("RGB").resize((32, 32))
+    held = hash_input_of_image(colour)
+    assert isinstance(held, Image.Image) and held.mode == "L"
+    assert np.array_equal(hash_lows_images([held]), hash_lows_image(colour)[None])
+    wide = colour.resize((80, 60))  # above DEFERRED_HASH_PIXELS: its coefficients at once
+    assert np.array_equal(hash_input_of_image(wide), hash_lows_image(wide))  # type: ignore[arg-type]
+
+
+def test_the_writers_grey_pixels_hash_as_their_image():
+    """Shard writing hands a thumbnail's grey pixels (the uint8 array its window hashes take) to
+    hash_lows_images instead of its image: the same coefficients bit for bit, mixed with images of the same
+    and other sizes; anything but HxW uint8 pixels is refused."""
+    images = [photo.convert("L").resize(size) for photo in _photos() for size in ((32, 32), (28, 21))]
+    arrays = [np.asarray(image) for image in images]
+    mixed = [array if i % 2 else image for i, (image, array) in enumerate(zip(images, arrays, strict=True))]
+    assert np.array_equal(hash_lows_images(mixed), hash_lows_images(images))
+    assert np.array_equal(hash_lows_images(arrays), np.stack([hash_lows_image(image) for image in images]))
+    with pytest.raises(ValueError, match="HxW uint8 grey pixels"):
+        hash_lows_images([arrays[0].astype(np.float32)])
 
 
 def test_the_linear_resize_is_pillows_lanczos():

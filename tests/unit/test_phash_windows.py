@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from tpustream.bench.datacheck import _digit_originals
-from tpustream.image.codec import encode_ppm
+from tpustream.image.codec import encode_ppm, prepare_image_bytes
 from tpustream.image.phash import _DCT, _LUMA, hash_bits, perceptual_hash_bytes
 from tpustream.image.phash_windows import (
     WINDOWS,
@@ -151,12 +151,16 @@ def test_bad_input_is_named():
         split_window_hex("0" * 288)
 
 
-@pytest.mark.parametrize("split", ["train", "test"])
-def test_shard_writing_stores_each_thumbnails_windows_as_the_per_image_function(tmp_path, digits, split):
+@pytest.mark.parametrize(("split", "checked"), [("train", False), ("test", False), ("train", True)])
+def test_shard_writing_stores_each_thumbnails_windows_as_the_per_image_function(
+    tmp_path, digits, split, checked
+):
     """A shard of 32x32 PPMs (hashed with their pHash, from the same grey pixels: phash.Ppm32Hasher), 32x32
-    PNGs and a 40x48 PNG (WindowHasher's thread) and a 100 px PNG (none), mixed, over more than one of the
-    PPM hasher's batches: each sample's stored windows are window_hashes_hex of its bytes in its split's
-    role, its pHash perceptual_hash_bytes', in the shard's order."""
+    PNGs, grey and colour, and a 40x48 PNG (WindowHasher's thread) and a 100 px PNG (none), mixed, over more
+    than one of the PPM hasher's batches: each sample's stored windows are window_hashes_hex of its bytes in
+    its split's role, its pHash perceptual_hash_bytes', in the shard's order. ``checked``: the source checks
+    each image as an ImageFolder does (codec.prepare_image_bytes), so that a thumbnail's pHash and windows are
+    taken from the grey pixels of that check's decode, not from its bytes again."""
     from tpustream.dataset.manifest import SampleIndexEntry, index_path
     from tpustream.dataset.plan import ShardSpec
     from tpustream.dataset.shard_writer import write_shard
@@ -168,19 +172,21 @@ def test_shard_writing_stores_each_thumbnails_windows_as_the_per_image_function(
     for i in range(600):
         if i % 9 == 4:
             images.append(digits[i])  # a 32x32 grey PNG
+        elif i % 9 == 7:
+            images.append(_png(synthetic_cifar_image(i, i % 10)))  # a 32x32 colour PNG
         elif i == 100:
             images.append(_png(rng.integers(0, 256, (48, 40, 3), dtype=np.uint8)))
         elif i == 200:
             images.append(_png(rng.integers(0, 256, (100, 100, 3), dtype=np.uint8)))
         else:
             images.append(encode_ppm(synthetic_cifar_image(i, i % 10)))
-    source = Source(
-        "test:mixed",
-        "",
-        ["a", "b"],
-        [Item(i, i % 2) for i in range(len(images))],
-        lambda item, _: (images[int(item.ref)], "png" if images[int(item.ref)][:1] == b"\x89" else "ppm"),
-    )
+
+    def load(item: Item, max_side: int | None) -> tuple[bytes, str]:
+        data = images[int(item.ref)]
+        ext = "png" if data[:1] == b"\x89" else "ppm"
+        return prepare_image_bytes(data, ext, max_side, str(item.ref)) if checked else (data, ext)
+
+    source = Source("test:mixed", "", ["a", "b"], [Item(i, i % 2) for i in range(len(images))], load)
     keys = tuple(f"{i:06d}" for i in range(len(images)))
     spec = ShardSpec(split, 0, keys, tuple(range(len(images))), "fingerprint")
     record = write_shard(source, spec, str(tmp_path), max_side=None, strict=True)

@@ -158,8 +158,9 @@ class _Loaded(NamedTuple):
     sha256: str
     width: int
     height: int
-    # the perceptual hash's 64 low DCT coefficients (phash.hash_lows), or a 32x32 PPM's bytes or a JPEG's small
-    # grey draft, hashed with the shard's others (phash.Ppm32Hasher, phash.hash_lows_images); None: not hashed
+    # the perceptual hash's 64 low DCT coefficients (phash.hash_lows), or a 32x32 PPM's bytes or a small grey
+    # image (a JPEG's draft, a thumbnail), hashed with the shard's others (phash.Ppm32Hasher,
+    # phash.hash_lows_images); None: not hashed
     hash_input: np.ndarray | bytes | PILImage.Image | None
     # a thumbnail's grey pixels from the source's check-decode (codec.kept_thumbnail_grey), for its window
     # hashes; None: none kept (its stored bytes are hashed)
@@ -304,7 +305,9 @@ def write_shard(
     ppm_hasher = Ppm32Hasher(ppm_windows) if perceptual_hashes else None
     ppm_rows: list[int] = []  # the rows of the PPMs whose windows ppm_hasher makes, in order
     other_lows: list[tuple[int, np.ndarray]] = []
-    drafts: list[tuple[int, PILImage.Image]] = []  # small grey drafts, hashed together at the end
+    drafts: list[
+        tuple[int, PILImage.Image | np.ndarray]
+    ] = []  # small grey images, hashed together at the end
     windows = WindowHasher(role) if ppm_hasher is not None and window_hashes else None
     with (
         pixel_budget(max_pixels),
@@ -339,7 +342,10 @@ def write_shard(
             if isinstance(loaded.hash_input, np.ndarray):
                 other_lows.append((row, loaded.hash_input))
             else:
-                drafts.append((row, loaded.hash_input))  # type: ignore[arg-type]
+                # a small grey image: a thumbnail's as the grey pixels its windows take (the same pixels, out
+                # of Pillow once), hashed with the shard's others
+                grey = loaded.thumbnail_grey
+                drafts.append((row, loaded.hash_input if grey is None else grey))  # type: ignore[arg-type]
                 if len(drafts) == _DRAFT_BATCH:
                     other_lows += _draft_lows(drafts)
                     drafts = []
@@ -383,7 +389,7 @@ def write_shard(
 _DRAFT_BATCH = 256
 
 
-def _draft_lows(drafts: list[tuple[int, PILImage.Image]]) -> list[tuple[int, np.ndarray]]:
+def _draft_lows(drafts: list[tuple[int, PILImage.Image | np.ndarray]]) -> list[tuple[int, np.ndarray]]:
     """(row, coefficients) of each (row, grey draft), the drafts hashed together (phash.hash_lows_images)."""
     lows = hash_lows_images([image for _, image in drafts])
     return [(row, lows[i]) for i, (row, _) in enumerate(drafts)]
@@ -393,7 +399,7 @@ def _merged_hashes(
     count: int,
     ppm_hashes: np.ndarray,
     other_lows: list[tuple[int, np.ndarray]],
-    drafts: list[tuple[int, PILImage.Image]],
+    drafts: list[tuple[int, PILImage.Image | np.ndarray]],
 ) -> np.ndarray:
     """The hashes (uint64) of a shard's ``count`` samples in order: its 32x32 PPMs' (in order) in the rows that
     ``other_lows`` and ``drafts`` (row, coefficients or grey draft) leave."""

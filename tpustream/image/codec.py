@@ -288,10 +288,13 @@ def prepare_image_bytes(
                 if hash_sink is not None:
                     from tpustream.image.phash import hash_input_of_image
 
-                    hash_sink.append(hash_input_of_image(img))
+                    hash_input = hash_input_of_image(img)
+                    hash_sink.append(hash_input)
                     grey_sink = _THUMBNAIL_GREY.get()
                     if grey_sink is not None and img.size == (width, height):  # not drafted
-                        _keep_thumbnail_grey(img, grey_sink)
+                        # a thumbnail's hash input is its grey image already: one luma pass for both
+                        grey = hash_input if isinstance(hash_input, Image.Image) else img
+                        _keep_thumbnail_grey(grey, grey_sink)
                 return data, keep
             if fmt == "JPEG" and too_big:
                 img.draft("RGB", (max_side, max_side))  # type: ignore[arg-type]

@@ -238,24 +238,39 @@ DEFERRED_HASH_PIXELS = 64 * 64
 
 
 def hash_input_of_image(image: PILImage.Image) -> PILImage.Image | np.ndarray:
-    """What shard writing keeps to hash a decoded image: a small grey image (a JPEG's draft, at most
-    ``DEFERRED_HASH_PIXELS``) itself, hashed later with the shard's others (``hash_lows_images``: numpy's
-    calls once per shard instead of once per image, which after each decode cost ~20 us a 224 px JPEG with
-    cold caches), else its coefficients now (``hash_lows_image``), so that no large image is held."""
-    if image.mode == "L" and image.width * image.height <= DEFERRED_HASH_PIXELS:
-        return image
+    """What shard writing keeps to hash a decoded image: a small image (at most ``DEFERRED_HASH_PIXELS``: a
+    JPEG's grey draft, a thumbnail) as the grey image ``hash_lows_image`` takes (Pillow's luma; itself when it
+    is grey already), hashed later with the shard's others (``hash_lows_images``, bit for bit the same:
+    numpy's calls once per shard instead of once per image, which after each decode cost ~20 us a 224 px JPEG
+    with cold caches, and as much a 32 px PNG's whole hash), else its coefficients now
+    (``hash_lows_image``), so that no large image is held."""
+    if image.width * image.height <= DEFERRED_HASH_PIXELS:
+        return image if image.mode == "L" else image.convert("L")
     return hash_lows_image(image)
 
 
-def hash_lows_images(images: Sequence[PILImage.Image]) -> np.ndarray:
+def hash_lows_images(images: Sequence[PILImage.Image | np.ndarray]) -> np.ndarray:
     """``hash_lows_image`` (Nx64) of N images, bit for bit, computed together for the images of each size: one
     buffer of their grey pixels, then the same two matrix products per image (numpy runs a stack of them one
-    by one)."""
-    greys = [image if image.mode == "L" else image.convert("L") for image in images]
+    by one). An image may be given as its grey pixels (an HxW uint8 array, ``hash_lows``' input): shard
+    writing hands a thumbnail's that way, taken out of Pillow once for its window hashes too (each
+    ``tobytes`` of a 32 px image costs ~5 us)."""
+    greys = [
+        image if isinstance(image, np.ndarray) or image.mode == "L" else image.convert("L")
+        for image in images
+    ]
     out = np.empty((len(greys), _HASH_SIDE * _HASH_SIDE))
     by_size: dict[tuple[int, int], list[int]] = {}
     for i, grey in enumerate(greys):
-        by_size.setdefault(grey.size, []).append(i)
+        if isinstance(grey, np.ndarray):
+            if grey.ndim != 2 or grey.dtype != np.uint8:
+                raise ValueError(
+                    f"hash_lows_images takes HxW uint8 grey pixels, got {grey.dtype} {grey.shape}"
+                )
+            size = (grey.shape[1], grey.shape[0])
+        else:
+            size = grey.size
+        by_size.setdefault(size, []).append(i)
     for (width, height), rows in by_size.items():
         if width * height == 0:
             raise ValueError(f"hash_lows_images takes images with pixels, got one of {width}x{height}")
