@@ -305,9 +305,8 @@ def write_shard(
     ppm_hasher = Ppm32Hasher(ppm_windows) if perceptual_hashes else None
     ppm_rows: list[int] = []  # the rows of the PPMs whose windows ppm_hasher makes, in order
     other_lows: list[tuple[int, np.ndarray]] = []
-    drafts: list[
-        tuple[int, PILImage.Image | np.ndarray]
-    ] = []  # small grey images, hashed together at the end
+    # small grey images (a JPEG's draft, a thumbnail's pixels), hashed together at the end
+    drafts: list[tuple[int, PILImage.Image | np.ndarray]] = []
     windows = WindowHasher(role) if ppm_hasher is not None and window_hashes else None
     with (
         pixel_budget(max_pixels),

@@ -255,22 +255,21 @@ def hash_lows_images(images: Sequence[PILImage.Image | np.ndarray]) -> np.ndarra
     by one). An image may be given as its grey pixels (an HxW uint8 array, ``hash_lows``' input): shard
     writing hands a thumbnail's that way, taken out of Pillow once for its window hashes too (each
     ``tobytes`` of a 32 px image costs ~5 us)."""
-    greys = [
-        image if isinstance(image, np.ndarray) or image.mode == "L" else image.convert("L")
-        for image in images
-    ]
-    out = np.empty((len(greys), _HASH_SIDE * _HASH_SIDE))
+    greys: list[PILImage.Image | np.ndarray] = []
     by_size: dict[tuple[int, int], list[int]] = {}
-    for i, grey in enumerate(greys):
-        if isinstance(grey, np.ndarray):
-            if grey.ndim != 2 or grey.dtype != np.uint8:
+    for i, image in enumerate(images):
+        if isinstance(image, np.ndarray):
+            if image.ndim != 2 or image.dtype != np.uint8:
                 raise ValueError(
-                    f"hash_lows_images takes HxW uint8 grey pixels, got {grey.dtype} {grey.shape}"
+                    f"hash_lows_images takes HxW uint8 grey pixels, got {image.dtype} {image.shape}"
                 )
-            size = (grey.shape[1], grey.shape[0])
+            greys.append(image)
+            size = (image.shape[1], image.shape[0])
         else:
-            size = grey.size
+            greys.append(image if image.mode == "L" else image.convert("L"))
+            size = image.size
         by_size.setdefault(size, []).append(i)
+    out = np.empty((len(greys), _HASH_SIDE * _HASH_SIDE))
     for (width, height), rows in by_size.items():
         if width * height == 0:
             raise ValueError(f"hash_lows_images takes images with pixels, got one of {width}x{height}")
