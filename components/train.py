@@ -18,6 +18,7 @@ def train_model(
     pretrained: str = "",
     freeze_epochs: int = 0,
     backbone_lr_scale: float = 1.0,
+    head_lr_scale: float = -1.0,
     class_weights: str = "none",
     recipe: str = "auto",
     augment: str = "",
@@ -43,7 +44,8 @@ def train_model(
     ``backbone_lr_scale``, ``class_weights``: the fine-tuning recipe's --freeze-epochs, --backbone-lr-scale,
     --class-weights (none/auto). ``recipe``: --recipe (auto: by model and data size); ``augment`` "" and a
     negative ``random_erasing``, ``mixup_alpha``, ``cutmix_alpha``, ``ema_decay``, ``layer_decay``: the
-    recipe's own values. ``patience`` 0: no early stopping.
+    recipe's own values; a negative ``head_lr_scale`` the model's (--head-lr-scale). ``patience`` 0: no early
+    stopping.
     ``compile_cache``: the persistent XLA compilation cache's URI; "auto": ``pipeline_root``/xla-cache (the run's
     root, resolved by Vertex or kfp.local from {{$.pipeline_root}}); "" none.
 
@@ -69,6 +71,7 @@ def train_model(
         pretrained=pretrained,
         freeze_epochs=freeze_epochs,
         backbone_lr_scale=backbone_lr_scale,
+        head_lr_scale=head_lr_scale,
         class_weights=class_weights,
         recipe=recipe,
         augment=augment,

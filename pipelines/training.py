@@ -184,6 +184,7 @@ def build_pipeline(
         pretrained: str = MODEL_DEFAULT,  # the model's torchvision DEFAULT weights; "" random init; a weights name (resnet50.IMAGENET1K_V2) or a staged .pth/.safetensors URI
         freeze_epochs: int = TrainConfig.freeze_epochs,  # fine-tuning: the head alone for N epochs, then everything
         backbone_lr_scale: float = TrainConfig.backbone_lr_scale,  # fine-tuning: the backbone's fraction of the LR
+        head_lr_scale: float = -1.0,  # the head's multiple of the LR; < 0: the model's (10 for ConvNeXt from pretrained weights, else 1)
         class_weights: str = TrainConfig.class_weights,  # "auto": loss weighted by inverse class frequency
         recipe: str = TrainConfig.recipe,  # the training recipe: "auto" by model and data size, or a name
         augment: str = "",  # the recipe's transforms.v2 policy unless given: none, trivial, randaugment
@@ -381,6 +382,7 @@ def build_pipeline(
                 pretrained=weights.output,
                 freeze_epochs=freeze_epochs,
                 backbone_lr_scale=backbone_lr_scale,
+                head_lr_scale=head_lr_scale,
                 class_weights=class_weights,
                 recipe=recipe,
                 augment=augment,

@@ -56,6 +56,7 @@ def test_bench_finetune_quick_runs_every_arm_on_the_same_data_and_steps():
     assert by_arm["ours_lr_x3"]["start_sha256"] == by_arm["ours_default"]["start_sha256"]
     assert by_arm["ours_lr_x3"]["lr"] == pytest.approx(3 * by_arm["ours_default"]["lr"], rel=1e-3)
     assert by_arm["plain_reference"]["lr"] == pytest.approx(0.01 * 8 / 32)
+    assert [by_arm[arm]["head_lr_scale"] for arm in ours] == [1.0, 1.0, 1.0]  # the tiny model's rule
     assert [by_arm[arm]["init"] for arm in ("plain_reference", "plain_random")] == ["pretrained", "random"]
     assert summary["summary"] is True and summary["steps"] == 8
     assert summary["final_top1"] == {line["arm"]: line["final_top1"] for line in runs}

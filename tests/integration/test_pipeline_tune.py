@@ -68,6 +68,7 @@ def test_the_vertex_tune_switch_runs_a_proto_valid_tuning_job_on_the_slice_and_p
         pretrained="resnet18.DEFAULT",
         freeze_epochs=0,
         backbone_lr_scale=1.0,
+        head_lr_scale=-1.0,
         class_weights="none",
         recipe="auto",
         augment="",

@@ -1,6 +1,6 @@
 """The fine-tuning recipe on XLA CPU (issue 33, item 4): --freeze-epochs (the head alone, then everything, at
-most one more compiled graph than a run without it), --backbone-lr-scale (the backbone's param groups at a
-fraction of the scheduled LR) and --class-weights auto (the loss weighted by inverse class frequency).
+most one more compiled graph than a run without it), --backbone-lr-scale and --head-lr-scale (the backbone's
+param groups at a fraction of the scheduled LR, the head's at a multiple) and --class-weights auto (the loss weighted by inverse class frequency).
 
 The trainer's step and the fine-tuning pieces run in a subprocess each (XLA's compile counter is
 process-global), on the tiny model on one device; the whole `tpustream train` story (the weights from the
@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.common.train import ENV
+from tests.common.train import ENV, train_command
 from tests.common.train import run_train as _run
 from tpustream.dataset import write as shards
 from tpustream.dataset.manifest import load_manifest
@@ -28,6 +28,7 @@ pytestmark = pytest.mark.integration
 ONE_DEVICE = {**ENV, "CPU_NUM_DEVICES": "1"}
 TRAIN_COUNTS = [60, 20, 10, 10]  # an imbalanced train split: 6x between the largest and smallest class
 SCALE = 0.25  # --backbone-lr-scale of both runs: only --freeze-epochs differs between them
+HEAD = 4.0  # the head's LR multiple of both runs (set_head_lr_scale, --head-lr-scale)
 
 # Three "epochs" of two steps at the schedule's LRs; the first ``freeze`` epochs train the head alone, as
 # Trainer._fine_tuning_phase does at each epoch's start. Prints one JSON line.
@@ -36,19 +37,20 @@ import json, sys, torch, torch_xla, torch_xla.debug.metrics as met
 from tpustream import models
 from tpustream.train.config import TrainConfig
 from tpustream.train.optimizer import (
-    backbone_groups, fill_optimizer_state, freeze_backbone, inverse_frequency_weights,
+    backbone_groups, fill_optimizer_state, freeze_backbone, inverse_frequency_weights, set_head_lr_scale,
 )
 from tpustream.train.step import compile_count, train_step
 from tpustream.xla_runtime import Runtime
 
 freeze, recipe, scale = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-counts = json.loads(sys.argv[4])
+counts, head_scale = json.loads(sys.argv[4]), float(sys.argv[5])
 device = torch_xla.device()
 torch.manual_seed(0)
 model = models.build_model("tiny", num_classes=4, input_size=16).to(device).train()
 optimizer = getattr(models, recipe)(model, lr=1e-3, momentum=0.9, weight_decay=1e-4)
 head = set(model.get_submodule(models.model_spec("tiny").head).parameters())
 optimizer = backbone_groups(optimizer, head)
+set_head_lr_scale(optimizer, head_scale)
 rt = Runtime(
     device=device, strategy="spmd", num_devices=1, local_devices=1, replica_index=0, num_replicas=1, is_master=True
 )
@@ -89,7 +91,16 @@ def _steps(*freezes, recipe):
     """STEPS' output for each of ``freezes``, the processes run side by side (each compiles on its own)."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", STEPS, str(freeze), recipe, str(SCALE), json.dumps(TRAIN_COUNTS)],
+            [
+                sys.executable,
+                "-c",
+                STEPS,
+                str(freeze),
+                recipe,
+                str(SCALE),
+                json.dumps(TRAIN_COUNTS),
+                str(HEAD),
+            ],
             env=ONE_DEVICE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -117,11 +128,12 @@ def test_freezing_trains_the_head_alone_and_compiles_at_most_one_more_graph(reci
     # Frozen: the backbone's weights and BatchNorm statistics stay; thawed, they train
     assert frozen["backbone_unchanged"] == [True, True, False]
     assert plain["backbone_unchanged"] == [False, False, False]
-    # --backbone-lr-scale: the schedule's LR reaches every group, the backbone's at SCALE of it
+    # --backbone-lr-scale and --head-lr-scale: the schedule's LR reaches every group, the backbone's at SCALE
+    # of it, the head's at HEAD times it
     for run in (plain, frozen):
         assert {backbone for backbone, _ in run["group_lrs"]} == {True, False}
         for backbone, lr in run["group_lrs"]:
-            assert lr == pytest.approx(run["lr"] * (SCALE if backbone else 1.0))
+            assert lr == pytest.approx(run["lr"] * (SCALE if backbone else HEAD))
     # --class-weights: a batch of the smallest class costs its weight times the unweighted loss
     weight = inverse_frequency_weights(TRAIN_COUNTS)[3]
     assert weight == pytest.approx(2.5)  # 100 samples / (4 classes x 10)
@@ -220,3 +232,60 @@ def test_a_whole_run_with_freeze_epochs_compiles_at_most_one_more_graph(tmp_path
     plain, frozen = compiles["0"], compiles["1"]
     assert plain[0] == plain[-1], plain  # nothing after the first epoch without freezing
     assert frozen[1] == frozen[2] and frozen[-1] <= plain[-1] + 1, compiles  # the thaw: one graph, then none
+
+
+# `tpustream train` with the tiny model given a new head's LR multiple (as ConvNeXt's spec has one: a ConvNeXt
+# run is minutes here), the spec patched in the process that runs the command
+HEAD_RULE = """
+import dataclasses
+from tpustream import models
+models.MODEL_SPECS["tiny"] = dataclasses.replace(models.MODEL_SPECS["tiny"], fine_tune_head_lr_scale=5.0)
+from tpustream.cli.main import app
+app()
+"""
+
+
+def _run_with_head_rule(data, output, *args):
+    command = train_command(data, output, *args)
+    assert command[1:3] == ["-m", "tpustream.cli"]
+    command[1:3] = ["-c", HEAD_RULE]
+    return subprocess.run(command, env=ONE_DEVICE, capture_output=True, text=True, timeout=400)
+
+
+@pytest.mark.slow  # three `tpustream train` processes: about a minute and a half here
+def test_a_new_head_trains_at_the_models_multiple_and_a_warm_started_head_at_the_scheduled_lr(tmp_path):
+    """The crossing of the model's head rule with a warm start: --pretrained's new head at the model's
+    multiple of the LR; a challenger warm-started from that model (--init-from wins over --pretrained, the
+    pipeline's default pair) has a trained head, which trains at the scheduled LR, and keeps that when it is
+    resumed (the rule would say the multiple again: the checkpoint's optimizer groups say what it trained at)."""
+    images = _imbalanced(tmp_path / "images", {"a": (24, 6), "b": (24, 6), "c": (24, 6)})
+    data = str(tmp_path / "data")
+    shards.create_shards(ShardConfig(source=str(images), output=data, num_shards=2), progress=False)
+    torch.manual_seed(0)
+    staged = tmp_path / "w.pth"
+    torch.save(build_model("tiny", num_classes=7, input_size=16).state_dict(), staged)
+    common = ("--input-size", "16", "--batch-size", "8", "--pretrained", str(staged))
+
+    first = _run_with_head_rule(data, tmp_path / "first", "--epochs", "1", *common)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "the new head's 5x it" in first.stderr
+    card = json.loads((tmp_path / "first" / "model.json").read_text())
+    assert card["head_lr_scale"] == 5.0 and card["training"]["head_lr_scale"] is None
+    assert card["peak_lr"] == 0.2  # FAST's --lr: the multiple applies to the head over a given LR too
+
+    challenger = tmp_path / "challenger"
+    warm = ("--init-from", str(tmp_path / "first"), *common)
+    second = _run_with_head_rule(data, challenger, "--epochs", "1", *warm)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "(same classes), not --pretrained" in second.stderr
+    assert json.loads((challenger / "model.json").read_text())["head_lr_scale"] == 1.0
+
+    resumed = _run_with_head_rule(data, challenger, "--epochs", "2", *warm)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stderr
+    assert json.loads((challenger / "model.json").read_text())["head_lr_scale"] == 1.0
+
+    # Given, it holds over the warm start's head too
+    given = _run_with_head_rule(data, tmp_path / "given", "--epochs", "1", *warm, "--head-lr-scale", "3")
+    assert given.returncode == 0, given.stderr[-3000:]
+    assert json.loads((tmp_path / "given" / "model.json").read_text())["head_lr_scale"] == 3.0

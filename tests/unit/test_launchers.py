@@ -52,6 +52,7 @@ TRAIN = dict(
     pretrained="",
     freeze_epochs=0,
     backbone_lr_scale=1.0,
+    head_lr_scale=-1.0,
     class_weights="none",
     recipe="auto",
     augment="",

@@ -870,6 +870,7 @@ def test_the_training_recipe_section_says_how_the_candidate_was_trained():
             "training": training,
             "pretrained": pretrained,
             "class_weights": {"cat": 0.5, "dog": 2.0},
+            "head_lr_scale": 10.0,
         }
     )
     page, markdown = render_report(sample_facts(model_card=card))
@@ -887,6 +888,17 @@ def test_the_training_recipe_section_says_how_the_candidate_was_trained():
     assert recipe["epochs"].startswith("6 planned, 3 trained")
     assert recipe["freeze epochs"] == "2: the head alone for the first 2 epochs, then every layer"
     assert recipe["backbone LR scale"].startswith("0.5: the backbone at 0.5 of the scheduled LR")
+    assert recipe["head LR scale"] == (
+        "10: the head at 10x the scheduled LR, the model&#x27;s rule for the new head of a run from --pretrained "
+        "weights"
+    )
+    assert _recipe(render_report(sample_facts(model_card=replace(card, extra={})))[0])["head LR scale"] == (
+        "not recorded"  # a card written before the head's multiple was
+    )
+    given = replace(card, training={**training, "head_lr_scale": 1.0}, extra={"head_lr_scale": 1.0})
+    assert _recipe(render_report(sample_facts(model_card=given))[0])["head LR scale"] == (
+        "1: the head at the scheduled LR, given with --head-lr-scale"
+    )
     assert recipe["class weights"] == "auto: inverse class frequency in the train split: cat 0.5, dog 2"
     assert recipe["precision"] == "bf16 autocast"
     assert recipe["augmentation"].startswith("train: a random crop of 35% to 100% of the image")

@@ -28,6 +28,7 @@ def pipeline_parameters(**changes: Any) -> dict[str, Any]:
         "pretrained": "",
         "freeze_epochs": 0.0,
         "backbone_lr_scale": 1.0,
+        "head_lr_scale": -1.0,
         "class_weights": "none",
         "recipe": "auto",
         "augment": "",
@@ -57,6 +58,7 @@ def test_the_stand_ins_are_none_and_float_integers_are_ints():
         None,
         None,
     )
+    assert config.head_lr_scale is None  # the model's rule
     assert type(config.epochs) is int and type(config.batch_size) is int and type(config.workers) is int
     assert config.resume == "auto"  # a retried step continues its run
 
@@ -69,6 +71,7 @@ def test_given_values_pass_through_under_the_configs_names():
             pretrained=" resnet18.IMAGENET1K_V1 ",
             freeze_epochs=2,
             backbone_lr_scale=0.5,
+            head_lr_scale=4.0,
             class_weights="auto",
             patience=3,
             early_stop_min_delta=0.02,
@@ -78,6 +81,7 @@ def test_given_values_pass_through_under_the_configs_names():
     )
     assert (config.lr, config.input_size, config.pretrained) == (0.01, 64, "resnet18.IMAGENET1K_V1")
     assert (config.freeze_epochs, config.backbone_lr_scale, config.class_weights) == (2, 0.5, "auto")
+    assert config.head_lr_scale == 4.0
     assert (config.patience, config.min_delta) == (3, 0.02)
     assert (config.init_from, config.init_optional, config.compile_cache) == (
         "gs://b/old/model",

@@ -10,7 +10,13 @@ from tpustream.cli.main import app
 from tpustream.errors import ConfigError
 from tpustream.models import build_model, model_spec, sgd_momentum
 from tpustream.train.config import TrainConfig
-from tpustream.train.optimizer import backbone_groups, freeze_backbone, inverse_frequency_weights
+from tpustream.train.optimizer import (
+    backbone_groups,
+    freeze_backbone,
+    head_lr_scale,
+    inverse_frequency_weights,
+    set_head_lr_scale,
+)
 
 
 def _config(**options):
@@ -33,6 +39,11 @@ def test_the_options_default_to_plain_training():
             "--backbone-lr-scale must be in (0, 1], got 0.0 (to keep the backbone fixed",
         ),
         ({"backbone_lr_scale": 1.5}, "--backbone-lr-scale must be in (0, 1], got 1.5"),
+        (
+            {"head_lr_scale": 0.0},
+            "--head-lr-scale must be positive, got 0.0 (1: the head at the scheduled LR)",
+        ),
+        ({"head_lr_scale": -2.0}, "--head-lr-scale must be positive, got -2.0"),
         ({"class_weights": "balanced"}, "--class-weights must be none or auto, got 'balanced'"),
     ],
 )
@@ -51,7 +62,7 @@ def test_the_cli_shows_and_checks_the_options():
     runner = CliRunner()
     shown = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "240", "TERMINAL_WIDTH": "240"})
     assert shown.exit_code == 0
-    for option in ("--freeze-epochs", "--backbone-lr-scale", "--class-weights"):
+    for option in ("--freeze-epochs", "--backbone-lr-scale", "--head-lr-scale", "--class-weights"):
         assert option in shown.output
     assert "none|auto" in shown.output
     refused = runner.invoke(app, ["train", "--data", "d", "--output", "o", "--freeze-epochs", "2"])
@@ -102,3 +113,29 @@ def test_freeze_backbone_leaves_the_head_trainable_and_the_statistics_fixed():
     assert all(torch.equal(a, m.running_mean) for a, m in zip(before, norms, strict=True))
     freeze_backbone(model, head, False)
     assert all(p.requires_grad for p in model.parameters()) and all(m.training for m in norms)
+
+
+def test_the_heads_lr_multiple_is_the_given_one_else_the_models_for_a_new_head():
+    convnext, resnet = model_spec("convnext_tiny"), model_spec("resnet18")
+    assert convnext.fine_tune_head_lr_scale == 10.0 and resnet.fine_tune_head_lr_scale == 1.0
+    assert head_lr_scale(None, convnext, new_head=True) == 10.0  # --pretrained: the head starts random
+    assert head_lr_scale(None, convnext, new_head=False) == 1.0  # a warm start's trained head, random init
+    assert head_lr_scale(None, resnet, new_head=True) == 1.0
+    assert head_lr_scale(3.0, convnext, new_head=False) == 3.0  # given: whatever the start
+    assert head_lr_scale(0.5, resnet, new_head=True) == 0.5
+
+
+def test_the_head_lr_multiple_goes_on_the_heads_groups_only():
+    model = build_model("tiny", num_classes=3, input_size=16)
+    head = set(model.get_submodule(model_spec("tiny").head).parameters())
+    optimizer = backbone_groups(sgd_momentum(model, lr=0.1, momentum=0.9, weight_decay=1e-4), head)
+    set_head_lr_scale(optimizer, 10.0)
+    scales = {(group["backbone"], group.get("head_lr_scale")) for group in optimizer.param_groups}
+    assert scales == {(True, None), (False, 10.0)}
+    # kept in the optimizer's state: a resumed run reads back what its run trained the head at
+    again = backbone_groups(sgd_momentum(model, lr=0.1, momentum=0.9, weight_decay=1e-4), head)
+    again.load_state_dict(optimizer.state_dict())
+    assert [group.get("head_lr_scale") for group in again.param_groups if not group["backbone"]] == [
+        10.0,
+        10.0,
+    ]

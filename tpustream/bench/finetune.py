@@ -299,6 +299,7 @@ def _size_runs(
             card, _ = run_train(target, os.path.join(outputs, f"{arm}-{base['images_per_class']}"), args, env)
             line |= {
                 "lr": round(card["peak_lr"], 6),  # as it trained: recipe_args may give --lr
+                "head_lr_scale": card.get("head_lr_scale"),  # the head's multiple of it
                 "steps": card["steps"],
                 "dataset_digest": card["dataset"]["manifest_digest"],
                 "start_sha256": card["pretrained"]["sha256"],

@@ -3,7 +3,8 @@
 Everything comes from the candidate's model card (``tpustream.artifacts.ModelCard``): ``training`` (the
 ``TrainConfig`` as JSON), ``init`` (a warm start), ``pretrained`` (the weights the backbone began from),
 ``history`` (the epochs), ``class_weights`` (``--class-weights auto``) and ``recipe`` (the named recipe the run
-chose, its augmentation policy, MixUp/CutMix, EMA and layer-wise LR decay, and whose weights model.pt holds). Cards record the peak LR the trainer
+chose, its augmentation policy, MixUp/CutMix, EMA and layer-wise LR decay, and whose weights model.pt holds),
+``head_lr_scale`` (the head's multiple of the scheduled LR). Cards record the peak LR the trainer
 chose (``peak_lr``, ``global_batch``); older ones only a warm start's (``init.peak_lr``), and otherwise it is
 worked out as the trainer chose it (``tpustream.train.trainer``): ``--lr`` when given, else the model's recipe
 LR scaled to the global batch (``default_peak_lr``), its family's factor times that when fine-tuning. A card written before a key existed says "not
@@ -39,6 +40,7 @@ def recipe_rows(card: ModelCard) -> list[tuple[str, str]]:
         ("epochs", _epochs(card)),
         ("freeze epochs", _freeze_epochs(card)),
         ("backbone LR scale", _backbone_lr_scale(training)),
+        ("head LR scale", _head_lr_scale(card)),
         ("class weights", _class_weights(card)),
         ("augmentation", _augmentation(card)),
         ("MixUp / CutMix", _mixing(card)),
@@ -184,6 +186,21 @@ def _backbone_lr_scale(training: dict[str, Any]) -> str:
     if scale == 1:
         return "1: the backbone trains at the scheduled LR, as the head"
     return f"{scale:g}: the backbone at {scale:g} of the scheduled LR, the head at all of it"
+
+
+def _head_lr_scale(card: ModelCard) -> str:
+    scale = card.extra.get("head_lr_scale")
+    if not is_finite_number(scale):
+        return NOT_RECORDED
+    given = is_finite_number(card.training.get("head_lr_scale"))
+    if scale == 1:
+        return "1: the head at the scheduled LR" + (", given with --head-lr-scale" if given else "")
+    why = (
+        "given with --head-lr-scale"
+        if given
+        else "the model's rule for the new head of a run from --pretrained weights"
+    )
+    return f"{scale:g}: the head at {scale:g}x the scheduled LR, {why}"
 
 
 def _class_weights(card: ModelCard) -> str:

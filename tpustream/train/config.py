@@ -105,6 +105,10 @@ class TrainConfig:
     backbone_lr_scale: float = 1.0
     """Fine-tuning: the backbone trains at this fraction (0 < X <= 1) of the scheduled LR, the head at all of
     it (to keep the backbone fixed, use --freeze-epochs)."""
+    head_lr_scale: float | None = None
+    """The head trains at this multiple (> 0) of the scheduled LR (default: the model's for a new head, a run
+    from --pretrained weights: 10 for ConvNeXt, 1 for the others; 1 for a run from random weights or a
+    warm start's trained head). With --backbone-lr-scale, the backbone at its fraction and the head at this."""
     class_weights: Literal["none", "auto"] = "none"
     """auto: weight the training loss by inverse class frequency in the train split (mean weight per sample
     1; model.json records the weights), for imbalanced classes; val metrics stay unweighted."""
@@ -166,6 +170,10 @@ class TrainConfig:
                 f"--backbone-lr-scale must be in (0, 1], got {self.backbone_lr_scale} (to keep the backbone "
                 "fixed, use --freeze-epochs)"
             )
+        if self.head_lr_scale is not None and not self.head_lr_scale > 0:
+            raise ConfigError(
+                f"--head-lr-scale must be positive, got {self.head_lr_scale} (1: the head at the scheduled LR)"
+            )
         if self.class_weights not in ("none", "auto"):
             raise ConfigError(f"--class-weights must be none or auto, got {self.class_weights!r}")
         if self.recipe != "auto" and self.recipe not in RECIPES:
@@ -202,6 +210,7 @@ class TrainConfig:
         pretrained: str,
         freeze_epochs: float,
         backbone_lr_scale: float,
+        head_lr_scale: float,
         class_weights: str,
         registry: str,
         patience: float,
@@ -221,7 +230,8 @@ class TrainConfig:
 
         A KFP parameter cannot be None: ``lr`` 0 is the scaled default, ``input_size`` 0 the dataset's rule,
         "" no ``init_from``, ``pretrained`` or ``compile_cache``, ``augment`` "" and a negative
-        ``random_erasing``, ``mixup_alpha``, ``cutmix_alpha``, ``ema_decay`` or ``layer_decay`` the recipe's. An integer parameter can arrive as a float
+        ``random_erasing``, ``mixup_alpha``, ``cutmix_alpha``, ``ema_decay`` or ``layer_decay`` the recipe's, a
+        negative ``head_lr_scale`` the model's rule. An integer parameter can arrive as a float
         (the compiled YAML keeps a default as 8.0): a whole one is taken as an int, another refused.
         ``init_from`` "champion" is ``registry``'s current champion, read now: none yet (a new registry) is
         random weights (or ``pretrained``), with a warning; a champion that does not fit the run (another
@@ -265,6 +275,7 @@ class TrainConfig:
             weights_cache=f"{root}/weights-cache" if root else None,
             freeze_epochs=_whole("freeze_epochs", freeze_epochs),
             backbone_lr_scale=backbone_lr_scale,
+            head_lr_scale=_or_recipe(head_lr_scale),
             class_weights=class_weights,  # type: ignore[arg-type]  # __post_init__ checks none/auto
             patience=_whole("patience", patience),
             min_delta=early_stop_min_delta,
@@ -280,7 +291,7 @@ class TrainConfig:
 
 
 def _or_recipe(value: float) -> float | None:
-    """A recipe value as a pipeline parameter: negative (the stand-in -1) is the recipe's own."""
+    """A recipe value as a pipeline parameter: negative (the stand-in -1) is the recipe's (or the model's) own."""
     return None if value < 0 else float(value)
 
 

@@ -81,8 +81,12 @@ def write_model_artifact(output: str, meta: RunMeta, state: RunState) -> ModelCa
         init=dict(init) if init else None,
         compile_cache=dict(compile_cache) if compile_cache else None,
         stopped_early=state.stopped_early,
-        # --class-weights auto: the loss weight of each class (the training config says auto)
-        extra={"class_weights": meta["class_weights"]} if meta.get("class_weights") else {},
+        # --class-weights auto: the loss weight of each class (the training config says auto); the head's
+        # multiple of the scheduled LR (--head-lr-scale, or the model's for a new head)
+        extra={
+            **({"class_weights": meta["class_weights"]} if meta.get("class_weights") else {}),
+            **({"head_lr_scale": meta["head_lr_scale"]} if "head_lr_scale" in meta else {}),
+        },
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
     card.write(storage.join(output, ModelCard.NAME))

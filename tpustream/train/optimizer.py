@@ -20,6 +20,8 @@ __all__ = [
     "lr_at",
     "inverse_frequency_weights",
     "backbone_groups",
+    "head_lr_scale",
+    "set_head_lr_scale",
     "layer_decay_groups",
     "freeze_backbone",
     "fill_optimizer_state",
@@ -83,6 +85,26 @@ def backbone_groups(optimizer: Any, head: set[Any]) -> Any:
     for group in groups:
         optimizer.add_param_group(group)
     return optimizer
+
+
+def head_lr_scale(given: float | None, spec: ModelSpec, *, new_head: bool) -> float:
+    """The head's LR as a multiple of the scheduled LR (pure): --head-lr-scale when ``given``; else the
+    model's ``ModelSpec.fine_tune_head_lr_scale`` for a ``new_head`` (a run from --pretrained weights, whose
+    head starts random: a layer that starts from random learns at a multiple of the trained layers' LR, as
+    Caffe's fine-tuning example, models/finetune_flickr_style/train_val.prototxt, gives its new classifier
+    ``lr_mult: 10``), and 1 for a head that is trained already (a warm start) or a run from random weights."""
+    if given is not None:
+        return given
+    return spec.fine_tune_head_lr_scale if new_head else 1.0
+
+
+def set_head_lr_scale(optimizer: Any, scale: float) -> None:
+    """Give the head's parameter groups (``backbone_groups``' groups not marked ``backbone``) ``scale`` as
+    their ``head_lr_scale``: ``train_step`` multiplies the scheduled LR by it. In place; a checkpoint's
+    optimizer state keeps it, so a resumed run's head trains at what its run started with."""
+    for group in optimizer.param_groups:
+        if not group.get("backbone", True):
+            group["head_lr_scale"] = scale
 
 
 def layer_decay_groups(optimizer: Any, model: Any, depths: dict[str, int], deepest: int, decay: float) -> Any:

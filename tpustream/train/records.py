@@ -84,6 +84,9 @@ class RunMeta(TypedDict):
         float
     ]  # the schedule's peak, as chosen (--lr, the scaled default, fine-tuning's, warm start's)
     global_batch: NotRequired[int]
+    head_lr_scale: NotRequired[
+        float
+    ]  # the head's multiple of the scheduled LR (--head-lr-scale, the model's)
     small_input_stem: NotRequired[bool]  # the network's stem: the spec's small-input one, or the stock one
     class_weights: NotRequired[dict[str, float]]  # --class-weights auto: each class's loss weight
     pretrained: NotRequired[PretrainedRecord]  # the weights the backbone began from

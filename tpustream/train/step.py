@@ -57,7 +57,8 @@ def train_step(
     """One optimizer step on a device batch; returns the (device) loss. No host sync.
 
     ``lr`` is the schedule's: the backbone's groups (``backbone_groups``) take ``--backbone-lr-scale`` of it,
-    and a group with an ``lr_scale`` (``layer_decay_groups``) that fraction of it.
+    the head's their ``head_lr_scale`` times it (``set_head_lr_scale``), and a group with an ``lr_scale``
+    (``layer_decay_groups``) that fraction of it.
     ``class_weights`` (a device tensor, one weight per class; None: unweighted) weights each sample's loss;
     the samples with ``mask`` False (padding) weigh nothing.
     ``mix`` (a device tensor, ``tpustream.train.mixing.draw_mix``'s): MixUp or CutMix the batch, soft targets.
@@ -68,7 +69,7 @@ def train_step(
     import torch_xla.core.xla_model as xm
 
     for group in optimizer.param_groups:
-        scale = config.backbone_lr_scale if group.get("backbone") else 1.0
+        scale = config.backbone_lr_scale if group.get("backbone") else group.get("head_lr_scale", 1.0)
         group["lr"] = lr * scale * group.get("lr_scale", 1.0)
     images = _normalize(batch["image"])
     if mix is not None:

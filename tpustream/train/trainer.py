@@ -47,8 +47,10 @@ from tpustream.train.optimizer import (
     default_peak_lr,
     fine_tune_peak_lr,
     fine_tuning_phase,
+    head_lr_scale,
     layer_decay_groups,
     lr_at,
+    set_head_lr_scale,
 )
 from tpustream.train.preemption import Preempted, SigtermFlag, StopAgreement, preempted_error
 from tpustream.train.recipe import choose_recipe, ema_decay_at
@@ -174,6 +176,11 @@ class Trainer:
         scratch_lr = default_peak_lr(self.global_batch, spec.base_lr)
         tuned_lr = fine_tune_peak_lr(self.global_batch, spec)
         self.peak_lr = config.lr or (tuned_lr if self.pretrained else scratch_lr)
+        # The head's multiple of the scheduled LR: the model's for --pretrained's new head (a warm start whose
+        # head is trained sets it back to 1, warm_start); the groups it needs are fixed here, from the config
+        # alone, so that a resumed run's optimizer state fits them.
+        self.head_lr_scale = head_lr_scale(config.head_lr_scale, spec, new_head=self.pretrained is not None)
+        self.head_groups = config.backbone_lr_scale != 1.0 or self.head_lr_scale != 1.0
         torch.manual_seed(config.seed)
         # The stem of a new run; a warm start or a resumed checkpoint keeps the one its weights were trained with.
         self.default_stem = default_small_input_stem(
@@ -228,8 +235,9 @@ class Trainer:
         if layer_decay != 1 and spec.layer_depths is not None:
             depths, deepest = spec.layer_depths(self.model)
             self.optimizer = layer_decay_groups(self.optimizer, self.model, depths, deepest, layer_decay)
-        if config.backbone_lr_scale != 1.0:
+        if self.head_groups:
             self.optimizer = backbone_groups(self.optimizer, self.head)
+            set_head_lr_scale(self.optimizer, self.head_lr_scale)
 
     def _keep_stem(self, small_input_stem: bool | None, source: str) -> None:
         """Rebuild the network when the weights it starts from (``source``) were trained with the other stem;
@@ -258,6 +266,7 @@ class Trainer:
             )
         # As chosen (a warm start or a checkpoint may have changed them since __init__), for the model card
         self.meta["peak_lr"] = self.peak_lr
+        self.meta["head_lr_scale"] = self.head_lr_scale
         self.meta["global_batch"] = self.global_batch
         self.meta["small_input_stem"] = self.small_input_stem
         self._log_plan()
@@ -345,11 +354,16 @@ class Trainer:
         self.model.load_state_dict(checkpoint["model"])
         try:
             self.optimizer.load_state_dict(checkpoint["optimizer"])
-        except ValueError as exc:  # other parameter groups: --backbone-lr-scale 1 or not
+        except ValueError as exc:  # other parameter groups: --backbone-lr-scale 1 or not, --head-lr-scale
             raise CheckpointError(
                 f"checkpoint {uri}: its optimizer does not fit this run's ({exc}): resume with the options it "
-                "was written with (--backbone-lr-scale), or use --resume never"
+                "was written with (--backbone-lr-scale, --head-lr-scale), or use --resume never"
             ) from exc
+        # the head's LR multiple the run started with (its optimizer state keeps it)
+        self.head_lr_scale = next(
+            (g["head_lr_scale"] for g in self.optimizer.param_groups if "head_lr_scale" in g),
+            self.head_lr_scale,
+        )
         self.restored_ema = checkpoint.get("ema")
         xm.set_rng_state(int(checkpoint["rng"]["xla"]))
         torch.set_rng_state(checkpoint["rng"]["torch"])
@@ -393,6 +407,7 @@ class Trainer:
             else:
                 self.meta["init"] = init
                 self._warm_lr()
+                self._new_head(False)  # the warm start's head is trained: not --pretrained's new one
                 if self.pretrained is not None:
                     log.info(
                         "the run starts from --init-from %s (same classes), not --pretrained %s",
@@ -405,10 +420,20 @@ class Trainer:
             return
         self.meta["pretrained"] = start_from_pretrained(self.model, self.pretrained, arch=self.config.model)
         log.info(
-            "the run starts from --pretrained %s; peak lr %.4g",
+            "the run starts from --pretrained %s; peak lr %.4g%s",
             self.pretrained.name or self.pretrained.uri,
             self.peak_lr,
+            f", the new head's {self.head_lr_scale:g}x it" if self.head_lr_scale != 1 else "",
         )
+
+    def _new_head(self, new: bool) -> None:
+        """The head's LR multiple for a head that starts random (``new``) or trained, on its optimizer groups
+        (split or not as ``__init__`` decided: a multiple other than 1 there split them)."""
+        self.head_lr_scale = head_lr_scale(
+            self.config.head_lr_scale, model_spec(self.config.model), new_head=new
+        )
+        if self.head_groups:
+            set_head_lr_scale(self.optimizer, self.head_lr_scale)
 
     def _warm_lr(self) -> None:
         """A warm-started run without --lr trains at ``warm_peak_lr``, recorded in model.json's ``init``."""
