@@ -89,6 +89,7 @@ STAND_INS: dict[str, object] = {
     "TrainConfig.cutmix_alpha": -1.0,
     "TrainConfig.ema_decay": -1.0,
     "TrainConfig.layer_decay": -1.0,
+    "TrainConfig.head_lr_scale": -1.0,  # the model's rule (10 for ConvNeXt's new head, else 1)
     "PromotionPolicy.max_class_drop": -1.0,  # no per-class check
     "PromotionPolicy.max_p_value": -1.0,  # no significance required
     "QualityFloor.min_metric": -1.0,  # no floor
@@ -269,6 +270,7 @@ SOURCES: dict[str, dict[str, str]] = {
         **{name: f"TrainConfig.{name}" for name in ("epochs", "batch_size", "lr", "bf16", "workers")},
         **{name: f"TrainConfig.{name}" for name in ("input_size", "init_from", "pretrained", "patience")},
         **{name: f"TrainConfig.{name}" for name in ("freeze_epochs", "backbone_lr_scale", "class_weights")},
+        "head_lr_scale": "TrainConfig.head_lr_scale",
         **{name: f"TrainConfig.{name}" for name in _RECIPE},
         "model_name": "TrainConfig.model",
         "early_stop_min_delta": "TrainConfig.min_delta",
@@ -285,6 +287,7 @@ SOURCES: dict[str, dict[str, str]] = {
             name: f"TrainConfig.{name}"
             for name in ("input_size", "init_from", "pretrained", "freeze_epochs", "backbone_lr_scale")
         },
+        "head_lr_scale": "TrainConfig.head_lr_scale",
         **{name: f"TrainConfig.{name}" for name in ("class_weights", "patience", "compile_cache")},
         **{name: f"TrainConfig.{name}" for name in _RECIPE},
         "early_stop_min_delta": "TrainConfig.min_delta",
