@@ -164,6 +164,18 @@ def _backbone(state):
     }
 
 
+def _shards_and_weights(tmp_path, counts):
+    """``counts``' ImageFolder (``_imbalanced``) as shards, and a tiny model's random weights saved as a .pth
+    (7 classes: its head never fits the run's), which stands in for weights trained elsewhere."""
+    images = _imbalanced(tmp_path / "images", counts)
+    data = str(tmp_path / "data")
+    shards.create_shards(ShardConfig(source=str(images), output=data, num_shards=2), progress=False)
+    torch.manual_seed(0)
+    staged = tmp_path / "tiny-pretrained.pth"
+    torch.save(build_model("tiny", num_classes=7, input_size=16).state_dict(), staged)
+    return data, staged
+
+
 def _checkpoint(output, epoch):
     (path,) = (output / "checkpoints").glob(f"ckpt-e{epoch:04d}-b000000.pt")
     return torch.load(path, weights_only=True)["model"]
@@ -171,12 +183,7 @@ def _checkpoint(output, epoch):
 
 @pytest.mark.slow  # three `tpustream train` processes' startup and compiles: about a minute here
 def test_train_freezes_resumes_mid_freeze_and_weights_classes_from_the_manifest(tmp_path):
-    images = _imbalanced(tmp_path / "images", {"a": (48, 6), "b": (12, 6), "c": (8, 6)})
-    data = str(tmp_path / "data")
-    shards.create_shards(ShardConfig(source=str(images), output=data, num_shards=2), progress=False)
-    torch.manual_seed(0)
-    staged = tmp_path / "tiny-pretrained.pth"  # stands in for weights trained elsewhere
-    torch.save(build_model("tiny", num_classes=7, input_size=16).state_dict(), staged)
+    data, staged = _shards_and_weights(tmp_path, {"a": (48, 6), "b": (12, 6), "c": (8, 6)})
     pretrained = _backbone(torch.load(staged, weights_only=True))
     output = tmp_path / "run"
     recipe = ("--pretrained", str(staged), "--class-weights", "auto", "--backbone-lr-scale", "0.5")
@@ -216,12 +223,7 @@ def test_train_freezes_resumes_mid_freeze_and_weights_classes_from_the_manifest(
 def test_a_whole_run_with_freeze_epochs_compiles_at_most_one_more_graph(tmp_path):
     """Through the whole trainer (the loss sum, validation, checkpoints), not the step alone: freezing adds
     the head-only step graph and nothing else (a thawed first step compiled like the steady one)."""
-    images = _imbalanced(tmp_path / "images", {"a": (48, 6), "b": (12, 6), "c": (8, 6)})
-    data = str(tmp_path / "data")
-    shards.create_shards(ShardConfig(source=str(images), output=data, num_shards=2), progress=False)
-    torch.manual_seed(0)
-    staged = tmp_path / "w.pth"
-    torch.save(build_model("tiny", num_classes=7, input_size=16).state_dict(), staged)
+    data, staged = _shards_and_weights(tmp_path, {"a": (48, 6), "b": (12, 6), "c": (8, 6)})
     common = ("--epochs", "3", "--input-size", "16", "--batch-size", "8", "--pretrained", str(staged))
     compiles = {}
     for freeze in ("0", "1"):
@@ -258,12 +260,7 @@ def test_a_new_head_trains_at_the_models_multiple_and_a_warm_started_head_at_the
     multiple of the LR; a challenger warm-started from that model (--init-from wins over --pretrained, the
     pipeline's default pair) has a trained head, which trains at the scheduled LR, and keeps that when it is
     resumed (the rule would say the multiple again: the checkpoint's optimizer groups say what it trained at)."""
-    images = _imbalanced(tmp_path / "images", {"a": (24, 6), "b": (24, 6), "c": (24, 6)})
-    data = str(tmp_path / "data")
-    shards.create_shards(ShardConfig(source=str(images), output=data, num_shards=2), progress=False)
-    torch.manual_seed(0)
-    staged = tmp_path / "w.pth"
-    torch.save(build_model("tiny", num_classes=7, input_size=16).state_dict(), staged)
+    data, staged = _shards_and_weights(tmp_path, {"a": (24, 6), "b": (24, 6), "c": (24, 6)})
     common = ("--input-size", "16", "--batch-size", "8", "--pretrained", str(staged))
 
     first = _run_with_head_rule(data, tmp_path / "first", "--epochs", "1", *common)

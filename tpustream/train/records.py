@@ -84,9 +84,8 @@ class RunMeta(TypedDict):
         float
     ]  # the schedule's peak, as chosen (--lr, the scaled default, fine-tuning's, warm start's)
     global_batch: NotRequired[int]
-    head_lr_scale: NotRequired[
-        float
-    ]  # the head's multiple of the scheduled LR (--head-lr-scale, the model's)
+    # the head's multiple of the scheduled LR (--head-lr-scale, the model's)
+    head_lr_scale: NotRequired[float]
     small_input_stem: NotRequired[bool]  # the network's stem: the spec's small-input one, or the stock one
     class_weights: NotRequired[dict[str, float]]  # --class-weights auto: each class's loss weight
     pretrained: NotRequired[PretrainedRecord]  # the weights the backbone began from

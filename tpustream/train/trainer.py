@@ -359,10 +359,10 @@ class Trainer:
                 f"checkpoint {uri}: its optimizer does not fit this run's ({exc}): resume with the options it "
                 "was written with (--backbone-lr-scale, --head-lr-scale), or use --resume never"
             ) from exc
-        # the head's LR multiple the run started with (its optimizer state keeps it)
+        # the head's LR multiple the run trained at: its head groups' (the checkpoint's), as train_step reads them
         self.head_lr_scale = next(
-            (g["head_lr_scale"] for g in self.optimizer.param_groups if "head_lr_scale" in g),
-            self.head_lr_scale,
+            (g.get("head_lr_scale", 1.0) for g in self.optimizer.param_groups if g.get("backbone") is False),
+            1.0,
         )
         self.restored_ema = checkpoint.get("ema")
         xm.set_rng_state(int(checkpoint["rng"]["xla"]))
@@ -407,7 +407,7 @@ class Trainer:
             else:
                 self.meta["init"] = init
                 self._warm_lr()
-                self._new_head(False)  # the warm start's head is trained: not --pretrained's new one
+                self._trained_head()
                 if self.pretrained is not None:
                     log.info(
                         "the run starts from --init-from %s (same classes), not --pretrained %s",
@@ -426,11 +426,11 @@ class Trainer:
             f", the new head's {self.head_lr_scale:g}x it" if self.head_lr_scale != 1 else "",
         )
 
-    def _new_head(self, new: bool) -> None:
-        """The head's LR multiple for a head that starts random (``new``) or trained, on its optimizer groups
+    def _trained_head(self) -> None:
+        """A warm start's head is trained, not --pretrained's new one: its LR multiple, on its optimizer groups
         (split or not as ``__init__`` decided: a multiple other than 1 there split them)."""
         self.head_lr_scale = head_lr_scale(
-            self.config.head_lr_scale, model_spec(self.config.model), new_head=new
+            self.config.head_lr_scale, model_spec(self.config.model), new_head=False
         )
         if self.head_groups:
             set_head_lr_scale(self.optimizer, self.head_lr_scale)
