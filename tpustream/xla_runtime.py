@@ -19,6 +19,7 @@ __all__ = [
     "emulated_slice",
     "is_primary_host",
     "process_layout",
+    "seed_rngs",
     "single_device",
     "EMULATE_SLICE_ENV",
 ]
@@ -106,6 +107,18 @@ def single_device() -> Any:
     import torch
 
     return torch.device("cpu")
+
+
+def seed_rngs(seed: int, device: Any) -> None:
+    """Seed torch's CPU generator (the weights' initialisation, the host's draws) and the XLA device's, which
+    torch_xla keeps apart from it and starts at 101 in every process whatever torch was seeded with (its
+    ``xm.get_rng_state()``): without it dropout and stochastic depth, drawn on the device, took the same masks at
+    every ``--seed``. A resumed run sets both back from its checkpoint afterwards."""
+    import torch
+    import torch_xla.core.xla_model as xm
+
+    torch.manual_seed(seed)
+    xm.set_rng_state(seed, str(device))
 
 
 def runtime(strategy: Strategy) -> Runtime:

@@ -118,12 +118,46 @@ def test_sigterm_mid_epoch_writes_last_and_resumes(digits, uninterrupted, tmp_pa
     assert _equal(_last_weights(output), _last_weights(uninterrupted))
 
 
+def _xla_rng_state(output) -> str:
+    pointer = json.loads((output / "checkpoints" / "last.json").read_text())
+    return torch.load(output / "checkpoints" / pointer["checkpoint"], weights_only=False)["rng"]["xla"]
+
+
 def test_replicas_strategy_on_one_device(digits, tmp_path):
     env = {**ENV, "CPU_NUM_DEVICES": "1"}
     result = _run(digits, tmp_path / "rep", "--epochs", "1", "--strategy", "replicas", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     card = json.loads((tmp_path / "rep" / "model.json").read_text())
     assert card["training"]["strategy"] == "replicas" and card["metrics"]["epoch"] == 1
+    # --seed seeds the XLA device's RNG too (the replica's own process): the same run at another seed ends
+    # its epoch at another device RNG state (before, torch_xla's 101 at every seed: the same state, the same
+    # dropout and stochastic-depth masks)
+    other = _run(
+        digits, tmp_path / "rep-seed-1", "--epochs", "1", "--strategy", "replicas", "--seed", "1", env=env
+    )
+    assert other.returncode == 0, other.stderr[-3000:]
+    assert _xla_rng_state(tmp_path / "rep-seed-1") != _xla_rng_state(tmp_path / "rep")
+
+
+def test_the_seed_sets_the_xla_devices_draws():
+    """seed_rngs: the same seed, the same dropout masks on the XLA device; another seed, others (torch_xla
+    keeps the device's RNG apart from torch.manual_seed's)."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    from tpustream.xla_runtime import seed_rngs
+
+    device = torch_xla.device()
+    dropout = torch.nn.Dropout(0.5)
+
+    def masks(seed: int) -> torch.Tensor:
+        seed_rngs(seed, device)
+        assert xm.get_rng_state(str(device)) == seed
+        return dropout(torch.ones(2, 256, device=device)).cpu() > 0
+
+    first = masks(3)
+    assert torch.equal(masks(3), first)
+    assert not torch.equal(masks(4), first)
 
 
 def test_bad_inputs_are_clear_errors(digits, uninterrupted, tmp_path):

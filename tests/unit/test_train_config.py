@@ -172,3 +172,10 @@ def test_the_recipe_parameters_are_the_recipes_unless_given():
         TrainConfig.from_pipeline(**pipeline_parameters(augment="autoaugment"))
     with pytest.raises(ConfigError, match="--recipe must be auto or one of plain, scratch"):
         TrainConfig.from_pipeline(**pipeline_parameters(recipe="modern"))
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64])
+def test_a_seed_the_xla_devices_rng_cannot_take_is_a_config_error(seed):
+    with pytest.raises(ConfigError, match=rf"--seed must be in \[0, 2\*\*64\), got {seed}"):
+        TrainConfig(data="d", output="o", seed=seed)
+    assert TrainConfig(data="d", output="o", seed=2**64 - 1).seed == 2**64 - 1

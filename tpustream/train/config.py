@@ -67,7 +67,7 @@ class TrainConfig:
     """Input side (default: the images' median shorter side, rounded down to a multiple of 8, within
     [16, 224]; model.json records how it was chosen)."""
     seed: int = 0
-    """Seed of init, data order and augmentation."""
+    """Seed of init, data order, augmentation and the device's random draws (dropout, stochastic depth)."""
     commit_timeout_minutes: float = 30.0
     """Multi-host: how long the hosts other than process 0 wait for its model artifact (not a CLI option)."""
     preemption_sync_seconds: float = 10.0
@@ -151,6 +151,10 @@ class TrainConfig:
             raise ConfigError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.workers < 0:
             raise ConfigError(f"--workers must be >= 0, got {self.workers}")
+        if (
+            not 0 <= self.seed < 2**64
+        ):  # the XLA device's RNG takes an unsigned 64-bit seed (xm.set_rng_state)
+            raise ConfigError(f"--seed must be in [0, 2**64), got {self.seed}")
         if self.patience < 0 or self.min_delta < 0:
             raise ConfigError(
                 f"--patience and --min-delta must be >= 0, got {self.patience} and {self.min_delta}"

@@ -73,7 +73,7 @@ from tpustream.train.run_start import (
     within,
 )
 from tpustream.train.step import evaluate, log_step, train_step
-from tpustream.xla_runtime import device_loader, runtime
+from tpustream.xla_runtime import device_loader, runtime, seed_rngs
 
 __all__ = ["EpochHook", "Trainer", "train"]
 
@@ -129,7 +129,6 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, preemption: SigtermFlag) -> None:
-        import torch
 
         self.config, self.preemption = config, preemption
         self.output = storage.absolute(config.output)  # model.json names both: valid from any directory
@@ -181,7 +180,7 @@ class Trainer:
         # alone, so that a resumed run's optimizer state fits them.
         self.head_lr_scale = head_lr_scale(config.head_lr_scale, spec, new_head=self.pretrained is not None)
         self.head_groups = config.backbone_lr_scale != 1.0 or self.head_lr_scale != 1.0
-        torch.manual_seed(config.seed)
+        seed_rngs(config.seed, self.rt.device)
         # The stem of a new run; a warm start or a resumed checkpoint keeps the one its weights were trained with.
         self.default_stem = default_small_input_stem(
             config.model, self.input_size, pretrained=self.pretrained is not None
