@@ -42,7 +42,10 @@ product over threads, which on a busy machine cost 2-3x CPU), hashing the pixels
 after the write instead of the PPMs' bytes during it (the same cost in one run: the bookkeeping moves, the
 cold caches stay). Before these (earlier runs), the hash thread, fresh memory per batch (page faults) and
 OpenBLAS threading cost 32 px PPMs +27-41%, and hashing each JPEG's draft right after its decode cost 224 px
-+14-18%.
++14-18%. The thread tried again since (each full batch of 256 hashed on it while the writer fills a second
+buffer; 20,000 PPMs, two runs against this code in alternate processes, the VM otherwise idle): pHash and
+windows +83-112% of the write's wall time and +127-162% of its CPU, against +21-44% and +22-47% here, as the
+writer's Python and the thread's numpy calls hand the GIL back and forth.
 """
 
 from __future__ import annotations

@@ -311,8 +311,8 @@ _HASHER_BATCH = 256
 class WindowHasher:
     """A shard's thumbnails' window hashes of one role, in the order they are written, made ``_HASHER_BATCH``
     at a time (``window_hex_batch``) on a thread of their own while the writer goes on (numpy's products and
-    sort release the GIL: on a machine with a core to spare the windows' wall time hides behind the write's,
-    as phash's does). Close it (``contextlib.closing``) when the shard ends, finished or not."""
+    sort release the GIL; a 32x32 PPM's windows are made in the writer's thread, with its pHash:
+    phash.Ppm32Hasher). Close it (``contextlib.closing``) when the shard ends, finished or not."""
 
     def __init__(self, role: WindowRole) -> None:
         from concurrent.futures import Future, ThreadPoolExecutor
