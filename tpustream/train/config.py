@@ -151,9 +151,8 @@ class TrainConfig:
             raise ConfigError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.workers < 0:
             raise ConfigError(f"--workers must be >= 0, got {self.workers}")
-        if (
-            not 0 <= self.seed < 2**64
-        ):  # the XLA device's RNG takes an unsigned 64-bit seed (xm.set_rng_state)
+        # the XLA device's RNG takes an unsigned 64-bit seed (xm.set_rng_state)
+        if not 0 <= self.seed < 2**64:
             raise ConfigError(f"--seed must be in [0, 2**64), got {self.seed}")
         if self.patience < 0 or self.min_delta < 0:
             raise ConfigError(

@@ -129,7 +129,6 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, preemption: SigtermFlag) -> None:
-
         self.config, self.preemption = config, preemption
         self.output = storage.absolute(config.output)  # model.json names both: valid from any directory
         self.dataset = storage.absolute(config.data)
